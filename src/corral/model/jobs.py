@@ -1,0 +1,144 @@
+"""The canonical job table and the job life cycle.
+
+Every trace loader produces a :class:`JobTable`: one row per job, sorted by
+submit time, with the columns in :data:`COLUMNS`. Time is in seconds from the
+start of the trace; work is in *steps* (a job that is only known by its
+duration becomes a generic job doing 1 step/s on its reference allocation, so
+``total_steps == duration``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import numpy as np
+import pandas as pd
+
+from corral.errors import CorralError
+
+GENERIC_JOB_TYPE = "generic"
+
+COLUMNS: dict[str, str] = {
+    "job_id": "str: unique id",
+    "submit_time": "float: seconds from trace start",
+    "num_gpus": "int: GPUs the job asks for (its gang size)",
+    "duration": "float: run time on its reference allocation, seconds (NaN when unknown)",
+    "total_steps": "float: work, in steps",
+    "job_type": "str: throughput-profile key ('generic' when only a duration is known)",
+    "model": "str: model name when known (locality data), else ''",
+    "vc": "str: virtual cluster / queue",
+    "user": "str: owner",
+    "weight": "float: priority weight (weighted JCT)",
+}
+
+_DEFAULTS: dict[str, object] = {
+    "job_type": GENERIC_JOB_TYPE,
+    "model": "",
+    "vc": "default",
+    "user": "",
+    "weight": 1.0,
+}
+
+
+class JobStatus(StrEnum):
+    """Life-cycle states, shared by the simulator and the live service."""
+
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMEOUT}
+
+
+class JobTable:
+    """An immutable, validated table of jobs sorted by submit time."""
+
+    def __init__(self, df: pd.DataFrame, source: str = "<memory>") -> None:
+        self.source = source
+        self.df = _normalise(df, source)
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    def __repr__(self) -> str:
+        return f"JobTable({len(self)} jobs from {self.source})"
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, object]], source: str = "<memory>") -> JobTable:
+        return cls(pd.DataFrame.from_records(records), source)
+
+    def head(self, n: int) -> JobTable:
+        return JobTable(self.df.iloc[:n].copy(), self.source)
+
+    def gpu_seconds(self) -> float:
+        """Work demanded in GPU-seconds on reference allocations."""
+        return float((self.df["duration"] * self.df["num_gpus"]).sum())
+
+    def span(self) -> float:
+        """Time from first to last submission (the window load is measured over)."""
+        if len(self) < 2:
+            return 0.0
+        return float(self.df["submit_time"].iloc[-1] - self.df["submit_time"].iloc[0])
+
+    def offered_load(self, total_gpus: int) -> float:
+        """GPU-seconds demanded / GPU-seconds available over the submission span.
+
+        With a single job (no span) the job's own duration is the window.
+        """
+        span = self.span()
+        if span <= 0:
+            span = float(self.df["duration"].max()) if len(self) else 0.0
+        if span <= 0 or total_gpus <= 0:
+            return 0.0
+        return self.gpu_seconds() / (total_gpus * span)
+
+
+def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Fill defaults, check types and ranges, sort by submit time, start the clock at 0."""
+    out = df.copy()
+    for column in ("submit_time", "num_gpus"):
+        if column not in out:
+            raise CorralError(f"{source}: job table lacks the column '{column}'")
+    if "duration" not in out and "total_steps" not in out:
+        raise CorralError(f"{source}: job table needs 'duration' or 'total_steps'")
+    if "duration" not in out:
+        out["duration"] = out["total_steps"].astype(float)
+    if "total_steps" not in out:
+        out["total_steps"] = out["duration"].astype(float)
+    if "job_id" not in out:
+        out["job_id"] = [str(i) for i in range(len(out))]
+    for column, default in _DEFAULTS.items():
+        if column not in out:
+            out[column] = default
+    out = out[list(COLUMNS)]
+    out["job_id"] = out["job_id"].astype(str)
+    out["submit_time"] = out["submit_time"].astype(float)
+    out["num_gpus"] = out["num_gpus"].astype(np.int64)
+    out["duration"] = out["duration"].astype(float)
+    out["total_steps"] = out["total_steps"].astype(float)
+    out["weight"] = out["weight"].astype(float)
+    for column in ("job_type", "model", "vc", "user"):
+        out[column] = out[column].fillna("").astype(str)
+    if out["job_id"].duplicated().any():
+        dup = out.loc[out["job_id"].duplicated(), "job_id"].iloc[0]
+        raise CorralError(f"{source}: job id '{dup}' appears more than once")
+    if (out["num_gpus"] < 1).any():
+        raise CorralError(f"{source}: every job needs at least 1 GPU")
+    if (out["total_steps"] <= 0).any() or out["total_steps"].isna().any():
+        raise CorralError(f"{source}: every job needs a positive amount of work")
+    if out["submit_time"].isna().any():
+        raise CorralError(f"{source}: every job needs a submit time")
+    out = out.sort_values("submit_time", kind="stable").reset_index(drop=True)
+    if len(out):
+        out["submit_time"] = out["submit_time"] - out["submit_time"].iloc[0]
+    return out

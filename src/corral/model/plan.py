@@ -1,0 +1,37 @@
+"""What a policy returns: the seam between deciding and doing.
+
+A :class:`Plan` says which jobs must stop and which must start on which GPUs
+(explicit GPU ids); every other running job keeps its GPUs. The simulator and
+the live service diff nothing themselves: they carry the plan out (preempt,
+start, migrate = stop + start on other GPUs) and ask again at ``next_wakeup``
+or at the next event, whichever comes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from corral.model.free_gpus import FreeGPUs
+
+
+@dataclass
+class Plan:
+    starts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    stops: list[int] = field(default_factory=list)
+    next_wakeup: float | None = None
+    free_after: FreeGPUs | None = None
+    """The free GPUs once the plan is carried out, when the plan was built
+    against a scratch copy (PlanBuilder does); executors adopt it instead of
+    redoing every GPU update."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.starts and not self.stops
+
+    def allocations(self, current: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+        """The full desired allocation, given what runs now."""
+        stopped = set(self.stops)
+        out = {job: gpus for job, gpus in current.items() if job not in stopped}
+        out.update(self.starts)
+        return out

@@ -1,0 +1,190 @@
+"""The scheduler's view of the world: what every policy reads.
+
+:class:`SchedulerState` holds the jobs as columns (numpy arrays indexed by a
+dense job index) because policies rank hundreds to thousands of jobs at every
+event and must do it vectorised. It also keeps the sets of pending and running
+jobs, each job's allocation and the free GPUs. The simulator mutates it as
+events happen; the live service keeps one in step with its store. Policies
+only read it and answer with a :class:`~corral.model.plan.Plan`.
+
+Progress is accounted lazily: a running job records when its current run
+segment began, when it started making progress (after the switch overhead)
+and its speed, so the state never has to touch every running job per event.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+import numpy as np
+
+from corral.model.cluster import Cluster
+from corral.model.free_gpus import FreeGPUs
+from corral.model.jobs import JobTable
+
+FUTURE, PENDING, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
+STATUS_NAMES = ("FUTURE", "PENDING", "RUNNING", "DONE", "REJECTED")
+
+
+class IndexSet:
+    """A set of job indices: O(1) add and remove, and an (unordered) numpy view."""
+
+    __slots__ = ("_items", "_pos", "_n")
+
+    def __init__(self, capacity: int) -> None:
+        self._items = np.empty(capacity, dtype=np.int64)
+        self._pos = np.full(capacity, -1, dtype=np.int64)
+        self._n = 0
+
+    def add(self, i: int) -> None:
+        self._items[self._n] = i
+        self._pos[i] = self._n
+        self._n += 1
+
+    def remove(self, i: int) -> None:
+        p = self._pos[i]
+        last = self._items[self._n - 1]
+        self._items[p] = last
+        self._pos[last] = p
+        self._pos[i] = -1
+        self._n -= 1
+
+    def array(self) -> np.ndarray:
+        """The members (a copy: safe to keep while the set changes)."""
+        return self._items[: self._n].copy()
+
+    def __contains__(self, i: object) -> bool:
+        return isinstance(i, int | np.integer) and self._pos[i] >= 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._items[: self._n].tolist())
+
+
+class SchedulerState:
+    """Jobs, GPUs and time as a policy sees them."""
+
+    def __init__(self, cluster: Cluster, jobs: JobTable) -> None:
+        df = jobs.df
+        n = len(df)
+        self.cluster = cluster
+        self.jobs = jobs
+        self.now = 0.0
+        self.job_ids: list[str] = df["job_id"].tolist()
+        self.submit = df["submit_time"].to_numpy(dtype=np.float64)
+        self.gpus = df["num_gpus"].to_numpy(dtype=np.int64)
+        self.total_steps = df["total_steps"].to_numpy(dtype=np.float64)
+        self.duration = df["duration"].to_numpy(dtype=np.float64)
+        self.weight = df["weight"].to_numpy(dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ref = self.total_steps / self.duration
+        self.ref_speed = np.where(np.isfinite(ref) & (ref > 0), ref, 1.0)
+        """Steps per second on the job's reference allocation (1 for generic jobs)."""
+        self.status = np.zeros(n, dtype=np.int8)
+        self.steps_done = np.zeros(n, dtype=np.float64)
+        self.attained_base = np.zeros(n, dtype=np.float64)
+        self.seg_start = np.zeros(n, dtype=np.float64)
+        self.progress_start = np.zeros(n, dtype=np.float64)
+        self.speed = np.zeros(n, dtype=np.float64)
+        self.queued_since = np.zeros(n, dtype=np.float64)
+        self.first_start = np.full(n, np.nan)
+        self.finish_time = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.overhead = np.zeros(n, dtype=np.float64)
+        self.alloc: list[tuple[int, ...] | None] = [None] * n
+        self.pending = IndexSet(n)
+        self.running = IndexSet(n)
+        self.pending_order: list[int] = []
+        """Pending jobs in submit order (index order is submit order)."""
+        self.free = FreeGPUs(cluster)
+        self.busy_gpus = 0
+
+    # ----------------------------------------------------------- reading
+    def attained(self, idx: np.ndarray) -> np.ndarray:
+        """2D attained service (GPU-seconds held so far) of the given jobs, now."""
+        run = self.status[idx] == RUNNING
+        return self.attained_base[idx] + np.where(
+            run, self.gpus[idx] * (self.now - self.seg_start[idx]), 0.0
+        )
+
+    def done_steps(self, idx: np.ndarray) -> np.ndarray:
+        run = self.status[idx] == RUNNING
+        live = np.maximum(self.now - self.progress_start[idx], 0.0) * self.speed[idx]
+        return self.steps_done[idx] + np.where(run, live, 0.0)
+
+    def remaining_time(self, idx: np.ndarray) -> np.ndarray:
+        """Oracle: seconds of work left at the reference speed (SRTF knows this)."""
+        left = np.maximum(self.total_steps[idx] - self.done_steps(idx), 0.0)
+        return left / self.ref_speed[idx]
+
+    def running_for(self, idx: np.ndarray) -> np.ndarray:
+        """Seconds since each (running) job last started."""
+        return self.now - self.seg_start[idx]
+
+    def allocations(self) -> dict[int, tuple[int, ...]]:
+        return {i: self.alloc[i] for i in self.running}  # type: ignore[misc]
+
+    # ---------------------------------------------------------- mutating
+    def arrive(self, i: int) -> None:
+        self.status[i] = PENDING
+        self.queued_since[i] = self.now
+        self.pending.add(i)
+        bisect.insort(self.pending_order, i)
+
+    def reject(self, i: int) -> None:
+        self.status[i] = REJECTED
+
+    def start(
+        self, i: int, gpus: tuple[int, ...], speed: float, overhead: float, take: bool = True
+    ) -> float:
+        """Start a pending job; returns the time it will finish if left alone.
+
+        ``take=False`` when the caller will install free-GPU records that
+        already account for this start (a plan's ``free_after``).
+        """
+        if take:
+            self.free.take(gpus)
+        self.pending.remove(i)
+        pos = bisect.bisect_left(self.pending_order, i)
+        del self.pending_order[pos]
+        self.running.add(i)
+        self.status[i] = RUNNING
+        self.alloc[i] = gpus
+        now = self.now
+        self.seg_start[i] = now
+        self.progress_start[i] = now + overhead
+        self.speed[i] = speed
+        self.overhead[i] += overhead
+        if np.isnan(self.first_start[i]):
+            self.first_start[i] = now
+        self.busy_gpus += len(gpus)
+        left = self.total_steps[i] - self.steps_done[i]
+        return now + overhead + left / speed
+
+    def _close_segment(self, i: int, release: bool = True) -> None:
+        now = self.now
+        gpus = self.alloc[i]
+        assert gpus is not None
+        if release:
+            self.free.release(gpus)
+        self.running.remove(i)
+        self.attained_base[i] += len(gpus) * (now - self.seg_start[i])
+        self.steps_done[i] += max(now - self.progress_start[i], 0.0) * self.speed[i]
+        self.alloc[i] = None
+        self.busy_gpus -= len(gpus)
+
+    def preempt(self, i: int, release: bool = True) -> None:
+        self._close_segment(i, release)
+        self.status[i] = PENDING
+        self.preemptions[i] += 1
+        self.queued_since[i] = self.now
+        self.pending.add(i)
+        bisect.insort(self.pending_order, i)
+
+    def finish(self, i: int) -> None:
+        self._close_segment(i)
+        self.status[i] = DONE
+        self.finish_time[i] = self.now

@@ -1,0 +1,123 @@
+"""Placement strategies: which free GPUs a job gets.
+
+All strategies here are *soft*: they return some GPUs whenever enough are
+free, preferring better locality. Hard locality constraints (Philly's
+relaxation, HiveD's cells) are separate strategies that may return ``None``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from corral.errors import CorralError
+from corral.model.free_gpus import FreeGPUs
+
+
+_NO_FIT = np.iinfo(np.int64).max
+
+
+class PlacementStrategy(ABC):
+    name: str = ""
+    description: str = ""
+
+    @abstractmethod
+    def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
+        """``n`` free GPU ids, or ``None`` when the job cannot be placed now."""
+
+
+class Consolidate(PlacementStrategy):
+    """Fewest nodes, best fit: the tightest single node, else the tightest rack."""
+
+    name = "consolidate"
+    description = "fewest nodes, best fit (one node, else one rack, else anywhere)"
+
+    def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
+        if n > free.total:
+            return None
+        node_free = free.node_free
+        if n <= free.cluster.max_node_gpus:
+            slack = np.where(node_free >= n, node_free, _NO_FIT)
+            best = int(slack.argmin())
+            if slack[best] != _NO_FIT:
+                return free.in_node(best, n)
+        rack_free = free.rack_free()
+        racks = np.flatnonzero(rack_free >= n)
+        if len(racks):
+            rack = int(racks[np.argmin(rack_free[racks])])
+            nodes = np.flatnonzero((free.cluster.node_rack == rack) & (node_free > 0))
+        else:
+            nodes = np.flatnonzero(node_free > 0)
+        order = nodes[np.argsort(-node_free[nodes], kind="stable")]
+        return _take_from_nodes(free, order, n)
+
+
+class Spread(PlacementStrategy):
+    """As many nodes as possible: GPUs dealt one per node, emptiest nodes first."""
+
+    name = "spread"
+    description = "one GPU per node where possible, emptiest nodes first"
+
+    def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
+        if n > free.total:
+            return None
+        nodes = np.flatnonzero(free.node_free > 0)
+        order = nodes[np.argsort(-free.node_free[nodes], kind="stable")]
+        share = {int(node): 0 for node in order}
+        left = n
+        level = 1
+        while left:
+            for node in order:
+                if free.node_free[node] >= level:
+                    share[int(node)] += 1
+                    left -= 1
+                    if not left:
+                        break
+            level += 1
+        out: list[int] = []
+        for node, count in share.items():
+            if count:
+                out.extend(free.in_node(node, count))
+        return out
+
+
+class RandomPlacement(PlacementStrategy):
+    """Uniformly random free GPUs (seeded): the no-locality baseline."""
+
+    name = "random"
+    description = "uniformly random free GPUs (seeded)"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
+        if n > free.total:
+            return None
+        ids = free.free_ids()
+        return sorted(int(g) for g in self.rng.choice(ids, size=n, replace=False))
+
+
+def _take_from_nodes(free: FreeGPUs, order: np.ndarray, n: int) -> list[int]:
+    out: list[int] = []
+    for node in order:
+        want = min(n - len(out), int(free.node_free[node]))
+        out.extend(free.in_node(int(node), want))
+        if len(out) == n:
+            break
+    return out
+
+
+PLACEMENTS: dict[str, type[PlacementStrategy]] = {
+    cls.name: cls for cls in (Consolidate, Spread, RandomPlacement)
+}
+
+
+def make_placement(name: str, seed: int = 0) -> PlacementStrategy:
+    try:
+        cls = PLACEMENTS[name]
+    except KeyError:
+        raise CorralError(
+            f"unknown placement '{name}' (choose from {', '.join(PLACEMENTS)})"
+        ) from None
+    return cls(seed) if cls is RandomPlacement else cls()

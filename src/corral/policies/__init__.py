@@ -1,0 +1,33 @@
+"""Scheduling policies and their registry (one module per family)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.errors import CorralError
+from corral.placement.strategies import make_placement
+from corral.policies.base import PlanBuilder, Policy
+from corral.policies.fifo import Fifo
+from corral.policies.las import Las
+from corral.policies.shortest import Sjf, Srtf
+
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Fifo, Sjf, Srtf, Las)}
+
+
+def make_policy(
+    name: str, placement: str = "consolidate", seed: int = 0, **options: Any
+) -> Policy:
+    """A policy by name with a placement strategy by name."""
+    try:
+        cls = POLICIES[name.strip().lower()]
+    except KeyError:
+        raise CorralError(
+            f"unknown policy '{name}' (choose from {', '.join(POLICIES)}; see 'corral policies')"
+        ) from None
+    try:
+        return cls(make_placement(placement, seed), **options)
+    except (TypeError, ValueError) as exc:
+        raise CorralError(f"policy '{name}': {exc}") from None
+
+
+__all__ = ["POLICIES", "PlanBuilder", "Policy", "make_policy"]

@@ -1,0 +1,111 @@
+"""What every policy is: a placement strategy plus the logic that ranks jobs.
+
+A policy reads a :class:`~corral.model.state.SchedulerState` and answers with a
+:class:`~corral.model.plan.Plan`. It builds the plan with a
+:class:`PlanBuilder`, which keeps a scratch copy of the free GPUs so the plan
+is consistent by construction (a stopped job's GPUs are free for the jobs the
+plan starts; no GPU is handed out twice).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+from corral.model.free_gpus import FreeGPUs
+from corral.model.plan import Plan
+from corral.model.state import SchedulerState
+from corral.placement.strategies import Consolidate, PlacementStrategy
+
+
+class PlanBuilder:
+    """Accumulates stops and starts against a scratch copy of the free GPUs."""
+
+    __slots__ = ("_free", "plan", "state")
+
+    def __init__(self, state: SchedulerState) -> None:
+        self.state = state
+        self.plan = Plan()
+        self._free: FreeGPUs | None = None
+
+    @property
+    def free(self) -> FreeGPUs:
+        if self._free is None:
+            self._free = self.state.free.copy()
+        return self._free
+
+    def stop(self, i: int) -> None:
+        gpus = self.state.alloc[i]
+        if gpus is None:
+            raise ValueError(f"job {i} is not running")
+        self.free.release(gpus)
+        self.plan.stops.append(i)
+
+    def start(self, i: int, gpus: list[int] | tuple[int, ...]) -> None:
+        self.free.take(gpus)
+        self.plan.starts[i] = tuple(gpus)
+
+    def place(self, i: int, placement: PlacementStrategy) -> bool:
+        """Start job ``i`` where the strategy says; False if it cannot be placed now."""
+        gpus = placement.choose(self.free, int(self.state.gpus[i]))
+        if gpus is None:
+            return False
+        self.start(i, gpus)
+        return True
+
+    def build(self, next_wakeup: float | None = None) -> Plan:
+        self.plan.next_wakeup = next_wakeup
+        self.plan.free_after = self._free
+        return self.plan
+
+
+class Policy(ABC):
+    """A scheduling policy. Subclasses set the class attributes and ``schedule``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    oracle: ClassVar[bool] = False
+    """True when the policy uses what a real scheduler cannot know (durations)."""
+
+    def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
+        if params:
+            unknown = ", ".join(sorted(params))
+            raise TypeError(f"policy '{self.name}' takes no option(s) {unknown}")
+        self.placement = placement or Consolidate()
+
+    @property
+    def label(self) -> str:
+        """The name as reports show it: oracles say so."""
+        return f"{self.name} (oracle)" if self.oracle else self.name
+
+    @abstractmethod
+    def schedule(self, state: SchedulerState) -> Plan:
+        """Decide what runs next."""
+
+
+def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
+    """Walk jobs in priority order, taking each whose GPUs still fit (others are skipped).
+
+    Returns a boolean mask over the input. Vectorised for the common case: the
+    prefix that fits is found with a cumulative sum, and only the few jobs that
+    can still squeeze into what is left after it are walked one by one.
+    """
+    take = np.zeros(len(gpus_in_order), dtype=bool)
+    if capacity <= 0 or not len(gpus_in_order):
+        return take
+    cum = np.cumsum(gpus_in_order)
+    k = int(np.searchsorted(cum, capacity, side="right"))
+    take[:k] = True
+    left = capacity - (int(cum[k - 1]) if k else 0)
+    pos = k + 1
+    while left > 0 and pos < len(gpus_in_order):
+        fits = np.flatnonzero(gpus_in_order[pos:] <= left)
+        if not len(fits):
+            break
+        j = pos + int(fits[0])
+        take[j] = True
+        left -= int(gpus_in_order[j])
+        pos = j + 1
+    return take

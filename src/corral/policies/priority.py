@@ -1,0 +1,61 @@
+"""One scheduling pass of a priority scheduler, shared by SJF, SRTF and LAS.
+
+Jobs are ranked by a key (lower runs first, ties by submit order); the
+highest-ranked jobs that fit get the GPUs, skipping jobs that do not fit so
+smaller ones behind them can run (work conserving). A preemptive policy also
+ranks the running jobs, and stops those that fall out of the chosen set,
+except jobs it pins (e.g. LAS' minimum run quantum).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from corral.model.state import PENDING, SchedulerState
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder, greedy_fit
+
+Key = Callable[[np.ndarray], np.ndarray]
+
+
+def priority_pass(
+    state: SchedulerState,
+    placement: PlacementStrategy,
+    pending_key: Key,
+    running_key: Key | None = None,
+    pinned: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> PlanBuilder:
+    """Build the plan of one pass; ``running_key=None`` makes it non-preemptive."""
+    builder = PlanBuilder(state)
+    pending = state.pending.array()
+    if not len(pending):
+        return builder
+    free = state.free.total
+    if running_key is None or free >= int(state.gpus[pending].sum()):
+        if free == 0:
+            return builder
+        ranked = _rank(pending, pending_key(pending))
+        for i in ranked[greedy_fit(state.gpus[ranked], free)].tolist():
+            builder.place(i, placement)
+        return builder
+    running = state.running.array()
+    pin = pinned(running) if pinned is not None else np.zeros(len(running), dtype=bool)
+    movable = running[~pin]
+    candidates = np.concatenate((movable, pending))
+    keys = np.concatenate((running_key(movable), pending_key(pending)))
+    ranked = _rank(candidates, keys)
+    capacity = state.cluster.total_gpus - int(state.gpus[running[pin]].sum())
+    take = greedy_fit(state.gpus[ranked], capacity)
+    is_pending = state.status[ranked] == PENDING
+    for i in ranked[~take & ~is_pending].tolist():
+        builder.stop(i)
+    for i in ranked[take & is_pending].tolist():
+        builder.place(i, placement)
+    return builder
+
+
+def _rank(jobs: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Jobs sorted by key, ties broken by index (= submit order)."""
+    return jobs[np.lexsort((jobs, keys))]

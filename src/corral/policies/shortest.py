@@ -1,0 +1,27 @@
+"""Oracle baselines that know every job's duration: SJF and preemptive SRTF."""
+
+from __future__ import annotations
+
+from corral.model.plan import Plan
+from corral.model.state import SchedulerState
+from corral.policies.base import Policy
+from corral.policies.priority import priority_pass
+
+
+class Sjf(Policy):
+    name = "sjf"
+    description = "shortest job first by known duration, no preemption, skips jobs that do not fit"
+    oracle = True
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        return priority_pass(state, self.placement, state.remaining_time).build()
+
+
+class Srtf(Policy):
+    name = "srtf"
+    description = "shortest remaining time first by known duration, preemptive"
+    oracle = True
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        key = state.remaining_time
+        return priority_pass(state, self.placement, key, running_key=key).build()

@@ -1,0 +1,5 @@
+"""The discrete-event simulator: engine, invariants, metrics and reports."""
+
+from corral.sim.engine import SimConfig, Simulator, SimResult
+
+__all__ = ["SimConfig", "SimResult", "Simulator"]

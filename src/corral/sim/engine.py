@@ -1,0 +1,218 @@
+"""The discrete-event engine.
+
+Events are arrivals (read in submit order from the job table), completions
+(a heap; a job's entry is invalidated by bumping its version when it is
+stopped) and the policy's own wake-up. Everything that happens at one instant
+is applied first, then the policy is asked once and its plan carried out:
+stops before starts, a switching cost charged whenever a preempted job starts
+again, speed from the locality model. The engine, not the policy, owns the
+bookkeeping, so a buggy plan (a GPU given twice, a job started twice) raises.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corral.model.cluster import Cluster
+from corral.model.jobs import JobTable
+from corral.model.plan import Plan
+from corral.model.state import DONE, PENDING, RUNNING, SchedulerState
+from corral.perf.locality import LocalityModel
+from corral.perf.switching import switch_cost_seconds
+from corral.policies.base import Policy
+from corral.sim.invariants import InvariantChecker
+
+TIME_EPS = 1e-6
+"""Completions within this many seconds of an instant belong to it (float noise)."""
+
+
+class PlanError(RuntimeError):
+    """A policy returned an impossible plan: a bug in the policy, not in the input."""
+
+
+@dataclass
+class SimConfig:
+    switch_cost: float = field(default_factory=lambda: switch_cost_seconds(None))
+    """Seconds of GPU time lost each time a preempted job starts again."""
+    locality: LocalityModel = field(default_factory=LocalityModel)
+    check_invariants: bool = False
+    """Check the bookkeeping after every pass (slow; tests switch it on)."""
+    max_time: float = math.inf
+    """Stop the simulation at this simulated time (jobs left unfinished)."""
+
+
+@dataclass
+class Timeline:
+    """Samples taken after each scheduling pass."""
+
+    time: list[float] = field(default_factory=list)
+    busy_gpus: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SimResult:
+    state: SchedulerState
+    policy: Policy
+    cluster: Cluster
+    jobs: JobTable
+    config: SimConfig
+    events: int
+    passes: int
+    wall_s: float
+    end_time: float
+    busy_gpu_seconds: float
+    rejected: list[int]
+    timeline: Timeline
+
+
+class Simulator:
+    """Replays a job table on a cluster under a policy."""
+
+    def __init__(
+        self,
+        jobs: JobTable,
+        cluster: Cluster,
+        policy: Policy,
+        config: SimConfig | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self.cluster = cluster
+        self.policy = policy
+        self.config = config or SimConfig()
+        self.progress = progress
+        self.state = SchedulerState(cluster, jobs)
+        self._heap: list[tuple[float, int, int]] = []
+        self._version = np.zeros(len(jobs), dtype=np.int64)
+        self._checker = InvariantChecker(self.state) if self.config.check_invariants else None
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        state = self.state
+        submit = state.submit
+        n = len(submit)
+        heap = self._heap
+        version = self._version
+        timeline = Timeline()
+        rejected: list[int] = []
+        next_arrival = 0
+        wakeup: float | None = None
+        events = passes = 0
+        busy_seconds = 0.0
+        last_t = 0.0
+        total_gpus = self.cluster.total_gpus
+        report_every = max(1, n // 200)
+        while True:
+            while heap and heap[0][2] != version[heap[0][1]]:
+                heapq.heappop(heap)
+            t = math.inf
+            if next_arrival < n:
+                t = submit[next_arrival]
+            if heap and heap[0][0] < t:
+                t = heap[0][0]
+            if wakeup is not None and wakeup < t:
+                t = wakeup
+            if t == math.inf or t > self.config.max_time:
+                break
+            t = float(t)
+            busy_seconds += state.busy_gpus * (t - last_t)
+            last_t = t
+            state.now = t
+            while heap and heap[0][0] <= t + TIME_EPS:
+                _, i, ver = heapq.heappop(heap)
+                if ver != version[i]:
+                    continue
+                state.finish(i)
+                version[i] += 1
+                events += 1
+                if self._checker is not None:
+                    self._checker.on_finish(i)
+            while next_arrival < n and submit[next_arrival] <= t:
+                i = next_arrival
+                next_arrival += 1
+                events += 1
+                if state.gpus[i] > total_gpus:
+                    state.reject(i)
+                    rejected.append(i)
+                else:
+                    state.arrive(i)
+            if wakeup is not None and wakeup <= t:
+                wakeup = None
+                events += 1
+            plan = self.policy.schedule(state)
+            passes += 1
+            self._apply(plan)
+            if plan.next_wakeup is not None:
+                if plan.next_wakeup <= t:
+                    raise PlanError(
+                        f"policy {self.policy.name} asked to wake at {plan.next_wakeup} <= now {t}"
+                    )
+                wakeup = plan.next_wakeup
+            if self._checker is not None:
+                self._checker.after_pass()
+            timeline.time.append(t)
+            timeline.busy_gpus.append(state.busy_gpus)
+            timeline.pending.append(len(state.pending))
+            timeline.running.append(len(state.running))
+            if self.progress is not None and (passes % 256 == 0 or next_arrival == n):
+                self.progress(next_arrival - next_arrival % report_every, n)
+        result = SimResult(
+            state=state,
+            policy=self.policy,
+            cluster=self.cluster,
+            jobs=self.jobs,
+            config=self.config,
+            events=events,
+            passes=passes,
+            wall_s=time.perf_counter() - wall0,
+            end_time=last_t,
+            busy_gpu_seconds=busy_seconds,
+            rejected=rejected,
+            timeline=timeline,
+        )
+        if self._checker is not None:
+            self._checker.at_end(result)
+        return result
+
+    def _apply(self, plan: Plan) -> None:
+        if plan.empty:
+            return
+        state = self.state
+        adopt = plan.free_after is not None
+        for i in plan.stops:
+            if state.status[i] != RUNNING:
+                raise PlanError(f"plan stops job {state.job_ids[i]}, which is not running")
+            state.preempt(i, release=not adopt)
+            self._version[i] += 1
+        for i, gpus in plan.starts.items():
+            if state.status[i] != PENDING:
+                raise PlanError(f"plan starts job {state.job_ids[i]}, which is not pending")
+            if len(gpus) != state.gpus[i]:
+                raise PlanError(
+                    f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; it asks for {state.gpus[i]}"
+                )
+            overhead = self.config.switch_cost if state.preemptions[i] > 0 else 0.0
+            speed = float(state.ref_speed[i])
+            if len(gpus) > 1:
+                speed *= self.config.locality.factor(self.cluster, gpus)
+            finish = state.start(i, gpus, speed, overhead, take=not adopt)
+            heapq.heappush(self._heap, (finish, i, int(self._version[i])))
+        if plan.free_after is not None:
+            state.free = plan.free_after
+
+
+def status_counts(state: SchedulerState) -> dict[str, int]:
+    """How many jobs are in each simulator status (for messages and tests)."""
+    return {
+        "pending": int((state.status == PENDING).sum()),
+        "running": int((state.status == RUNNING).sum()),
+        "done": int((state.status == DONE).sum()),
+    }

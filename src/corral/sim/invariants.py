@@ -1,0 +1,86 @@
+"""Checks of the simulator's bookkeeping, switched on by tests.
+
+After every pass: no GPU is held by two jobs, the free-GPU records agree with
+the allocations, and the job sets agree with the statuses. At the end: every
+job that was not rejected finished exactly once, did exactly its work, never
+started before it was submitted, and took at least its run time (JCT >= run
+time); the GPU-seconds the cluster was busy equal the service the jobs got.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from corral.model.state import DONE, PENDING, REJECTED, RUNNING, SchedulerState
+
+if TYPE_CHECKING:
+    from corral.sim.engine import SimResult
+
+
+class InvariantViolation(AssertionError):
+    """The simulator broke one of its own rules."""
+
+
+class InvariantChecker:
+    def __init__(self, state: SchedulerState) -> None:
+        self.state = state
+        self.finishes = np.zeros(len(state.submit), dtype=np.int64)
+
+    def on_finish(self, i: int) -> None:
+        self.finishes[i] += 1
+
+    def after_pass(self) -> None:
+        s = self.state
+        running = sorted(s.running)
+        if running != np.flatnonzero(s.status == RUNNING).tolist():
+            raise InvariantViolation("running set disagrees with job statuses")
+        pending = np.flatnonzero(s.status == PENDING).tolist()
+        if sorted(s.pending) != pending or s.pending_order != pending:
+            raise InvariantViolation("pending set or queue order disagrees with job statuses")
+        held: list[int] = []
+        for i in running:
+            gpus = s.alloc[i]
+            if gpus is None or len(gpus) != s.gpus[i]:
+                raise InvariantViolation(f"job {s.job_ids[i]} runs on {gpus}, asks {s.gpus[i]}")
+            if s.seg_start[i] < s.submit[i]:
+                raise InvariantViolation(f"job {s.job_ids[i]} started before it was submitted")
+            held.extend(gpus)
+        if len(held) != len(set(held)):
+            raise InvariantViolation("a GPU is given to two jobs")
+        busy = np.zeros(s.cluster.total_gpus, dtype=bool)
+        busy[held] = True
+        if not np.array_equal(busy, ~s.free.mask):
+            raise InvariantViolation("free-GPU mask disagrees with allocations")
+        if s.busy_gpus != len(held) or s.free.total != s.cluster.total_gpus - len(held):
+            raise InvariantViolation("busy/free GPU counts disagree with allocations")
+        node_free = np.bincount(
+            s.cluster.gpu_node[s.free.mask], minlength=s.cluster.num_nodes
+        )
+        if not np.array_equal(node_free, s.free.node_free):
+            raise InvariantViolation("per-node free counts disagree with the free mask")
+
+    def at_end(self, result: SimResult) -> None:
+        s = self.state
+        if result.end_time < result.config.max_time:
+            unfinished = np.flatnonzero((s.status != DONE) & (s.status != REJECTED))
+            if len(unfinished):
+                raise InvariantViolation(f"{len(unfinished)} jobs never finished")
+        done = s.status == DONE
+        if (self.finishes[done] != 1).any() or (self.finishes[~done] != 0).any():
+            raise InvariantViolation("a job finished more or less than once")
+        tol = 1e-6
+        if not np.allclose(s.steps_done[done], s.total_steps[done], rtol=1e-6, atol=1e-6):
+            raise InvariantViolation("a finished job did not do exactly its work")
+        jct = s.finish_time[done] - s.submit[done]
+        run_time = s.total_steps[done] / s.ref_speed[done]
+        if (jct < run_time - tol * np.maximum(run_time, 1.0)).any():
+            raise InvariantViolation("a job finished faster than its run time")
+        if (s.first_start[done] < s.submit[done]).any():
+            raise InvariantViolation("a job started before it was submitted")
+        service = float(s.attained_base.sum())
+        if not np.isclose(service, result.busy_gpu_seconds, rtol=1e-9, atol=1e-3):
+            raise InvariantViolation(
+                f"GPU-seconds busy ({result.busy_gpu_seconds}) != service given ({service})"
+            )

@@ -1,0 +1,143 @@
+"""Row validation shared by the trace loaders.
+
+Loaders read a file as text columns (line numbers kept: row ``k`` of the frame
+is line ``k + first_line`` of the file), then ask for typed columns here. The
+first bad value raises :class:`~corral.errors.InputError` naming file, line
+and field; with ``skip_bad`` bad rows are dropped and counted instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from corral.errors import InputError
+
+
+@dataclass
+class LoadReport:
+    """What a loader kept and dropped."""
+
+    source: str
+    rows: int = 0
+    kept: int = 0
+    skipped: int = 0
+    first_problem: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class RowChecker:
+    """Typed access to a text frame's columns, collecting bad rows."""
+
+    def __init__(self, path: str, raw: pd.DataFrame, first_line: int, skip_bad: bool) -> None:
+        self.path = path
+        self.raw = raw
+        self.first_line = first_line
+        self.skip_bad = skip_bad
+        self.bad = np.zeros(len(raw), dtype=bool)
+        self.first_problem: tuple[int, str, str] | None = None
+
+    def _flag(self, mask: np.ndarray, column: str, problem: str) -> None:
+        mask = mask & ~self.bad
+        if not mask.any():
+            return
+        row = int(np.flatnonzero(mask)[0])
+        line = int(self.raw["__row"].iloc[row]) + self.first_line
+        if not self.skip_bad:
+            value = self.raw[column].iloc[row]
+            raise InputError(self.path, line, column, problem.format(value=value))
+        if self.first_problem is None or line < self.first_problem[0]:
+            self.first_problem = (line, column, problem.format(value=self.raw[column].iloc[row]))
+        self.bad |= mask
+
+    def text(self, column: str, required: bool = True) -> pd.Series:
+        values = self.raw[column].fillna("").astype(str).str.strip()
+        if required:
+            self._flag((values == "").to_numpy(), column, "is empty")
+        return values
+
+    def number(
+        self,
+        column: str,
+        *,
+        integer: bool = False,
+        minimum: float | None = None,
+        positive: bool = False,
+        required: bool = True,
+    ) -> pd.Series:
+        text = self.raw[column].fillna("").astype(str).str.strip()
+        values = pd.to_numeric(text, errors="coerce")
+        empty = (text == "").to_numpy()
+        if required:
+            self._flag(empty, column, "is empty")
+        bad = values.isna().to_numpy() & ~empty
+        self._flag(bad, column, "expected a number, got '{value}'")
+        finite = np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
+        self._flag(~finite & ~values.isna().to_numpy(), column, "must be finite, got '{value}'")
+        if integer:
+            frac = (values % 1 != 0).fillna(False).to_numpy()
+            self._flag(frac, column, "expected a whole number, got '{value}'")
+        if minimum is not None:
+            self._flag((values < minimum).fillna(False).to_numpy(), column, f"must be >= {minimum:g}, got '{{value}}'")
+        if positive:
+            self._flag((values <= 0).fillna(False).to_numpy(), column, "must be positive, got '{value}'")
+        return values
+
+    def timestamp(self, column: str) -> pd.Series:
+        text = self.raw[column].fillna("").astype(str).str.strip()
+        values = pd.to_datetime(text, errors="coerce", format="mixed")
+        self._flag(values.isna().to_numpy(), column, "expected a date and time, got '{value}'")
+        return values
+
+    def keep(self, df: pd.DataFrame, report: LoadReport) -> pd.DataFrame:
+        """The good rows of ``df`` (aligned with the raw frame); fills the report."""
+        report.rows = len(self.raw)
+        report.skipped = int(self.bad.sum())
+        report.kept = report.rows - report.skipped
+        if self.first_problem is not None:
+            line, column, problem = self.first_problem
+            report.first_problem = f"{self.path}:{line}: field '{column}': {problem}"
+        return df.loc[~self.bad].reset_index(drop=True)
+
+
+def read_text_frame(
+    path: str, *, sep: str = ",", header: bool = True, names: list[str] | None = None
+) -> tuple[pd.DataFrame, int]:
+    """Read a delimited file as strings, keeping blank lines' numbering.
+
+    Returns the frame (fully blank rows dropped) and the file line of row 0.
+    Rows with too many fields raise an error naming the line.
+    """
+    try:
+        raw = pd.read_csv(
+            path,
+            sep=sep,
+            header=0 if header else None,
+            names=names,
+            dtype=str,
+            keep_default_na=False,
+            skip_blank_lines=False,
+            quoting=3 if sep == "\t" else 0,
+            engine="c",
+        )
+    except pd.errors.ParserError as exc:
+        raise InputError(path, _parser_line(str(exc)), None, f"malformed row: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, None, f"not a text file ({exc.reason})") from None
+    except pd.errors.EmptyDataError:
+        raise InputError(path, 1, None, "the file is empty") from None
+    raw.columns = [str(c).strip() for c in raw.columns]
+    first_line = 2 if header else 1
+    blank = (raw.apply(lambda col: col.astype(str).str.strip() == "")).all(axis=1).to_numpy()
+    raw = raw.loc[~blank]
+    raw.index = np.flatnonzero(~blank)
+    raw = raw.reset_index(drop=False).rename(columns={"index": "__row"})
+    return raw, first_line
+
+
+def _parser_line(message: str) -> int | None:
+    match = re.search(r"line (\d+)", message)
+    return int(match.group(1)) if match else None
