@@ -59,6 +59,11 @@ class RowChecker:
             self._flag((values == "").to_numpy(), column, "is empty")
         return values
 
+    def unique(self, values: pd.Series, column: str) -> None:
+        """Flag rows whose (non-empty) value repeats an earlier row's."""
+        dup = (values.duplicated() & (values != "")).to_numpy()
+        self._flag(dup, column, "repeats an earlier job id '{value}'")
+
     def number(
         self,
         column: str,

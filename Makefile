@@ -1,0 +1,30 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+# Baseline policies on the whole Philly trace, on Philly's cluster scaled to
+# 0.17 (422 GPUs, offered load 0.89); writes demo-out/report.html.
+demo: $(STAMP)
+	$(VENV)/bin/corral compare --trace philly --cluster philly --cluster-scale 0.17 \
+		--policies fifo,sjf,srtf,las --out demo-out
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/sim_speed.py
+
+clean:
+	rm -rf $(VENV) demo-out runs .pytest_cache .ruff_cache

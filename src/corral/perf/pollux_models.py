@@ -1,0 +1,82 @@
+"""Pollux's per-model measurements: step time by placement, and training length.
+
+Each model folder holds ``placements.csv`` (placement as GPUs per node, e.g.
+``22`` = two nodes x 2 GPUs; local batch size; step and sync time),
+``scalability.csv`` (nodes, replicas, local batch size, step and sync time)
+and ``validation-<batch>.csv`` (training progress until the target metric;
+its last row's ``iteration`` is the number of steps a run at that global
+batch size takes).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+
+from corral.data import data_path
+from corral.errors import CorralError
+
+POLLUX_MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
+
+
+@dataclass(frozen=True)
+class StepSample:
+    nodes: int
+    replicas: int
+    local_bsz: int
+    step_time: float
+    sync_time: float
+
+
+@lru_cache(maxsize=None)
+def step_samples(model: str) -> tuple[StepSample, ...]:
+    """All measured step times of a model (placements and scalability runs)."""
+    if model not in POLLUX_MODELS:
+        raise CorralError(f"no Pollux measurements for model '{model}' (have {', '.join(POLLUX_MODELS)})")
+    out: list[StepSample] = []
+    with data_path("pollux", "models", model, "placements.csv").open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            digits = [int(c) for c in row["placement"].strip()]
+            out.append(
+                StepSample(len(digits), sum(digits), int(row["local_bsz"]),
+                           float(row["step_time"]), float(row["sync_time"]))
+            )
+    with data_path("pollux", "models", model, "scalability.csv").open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            out.append(
+                StepSample(int(row["num_nodes"]), int(row["num_replicas"]), int(row["local_bsz"]),
+                           float(row["step_time"]), float(row["sync_time"]))
+            )
+    return tuple(out)
+
+
+def step_time(model: str, replicas: int, global_batch: int) -> float:
+    """Measured seconds per step with the fewest nodes that hold ``replicas`` GPUs.
+
+    Uses the sample with that replica count (or the nearest measured one) on
+    the fewest nodes, at the local batch size closest to global / replicas.
+    """
+    samples = step_samples(model)
+    counts = sorted({s.replicas for s in samples})
+    nearest = min(counts, key=lambda c: (abs(c - replicas), c))
+    same = [s for s in samples if s.replicas == nearest]
+    fewest = min(s.nodes for s in same)
+    local = global_batch / max(replicas, 1)
+    best = min(
+        (s for s in same if s.nodes == fewest), key=lambda s: (abs(s.local_bsz - local), s.local_bsz)
+    )
+    return best.step_time
+
+
+@lru_cache(maxsize=None)
+def steps_to_target(model: str, global_batch: int) -> int:
+    """Steps a run at this global batch size takes to reach the target metric."""
+    path = data_path("pollux", "models", model, f"validation-{global_batch}.csv")
+    if not path.exists():
+        raise CorralError(
+            f"no Pollux training curve for {model} at batch size {global_batch}"
+        )
+    with path.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    return int(float(rows[-1]["iteration"]))

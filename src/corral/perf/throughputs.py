@@ -1,0 +1,73 @@
+"""Measured throughput profiles: steps per second of a job type on a GPU type.
+
+The bundled table is Gavel's (26 job types on V100, P100 and K80 at 1, 2, 4
+and 8 GPUs, consolidated on one server or spread, alone or paired with
+another job on the same GPUs). Keys are ``(job_type, scale_factor)``.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from corral.data import data_path
+from corral.errors import CorralError
+
+
+@dataclass
+class ThroughputTable:
+    """steps/s alone: ``alone[(gpu_type, consolidated)][(job_type, scale)]``."""
+
+    alone: dict[tuple[str, bool], dict[tuple[str, int], float]] = field(default_factory=dict)
+    paired: dict[tuple[str, bool], dict[tuple[str, int], dict[tuple[str, int], tuple[float, float]]]] = (
+        field(default_factory=dict)
+    )
+
+    @property
+    def job_types(self) -> list[str]:
+        names = {key[0] for table in self.alone.values() for key in table}
+        return sorted(names)
+
+    def steps_per_second(
+        self, job_type: str, gpu_type: str, scale: int = 1, consolidated: bool = True
+    ) -> float:
+        table = self.alone.get((gpu_type.upper(), consolidated))
+        if table is None:
+            raise CorralError(f"no throughput measurements for GPU type '{gpu_type}'")
+        try:
+            return table[(job_type, scale)]
+        except KeyError:
+            raise CorralError(
+                f"no throughput for job type '{job_type}' at {scale} GPU(s) on {gpu_type}"
+            ) from None
+
+
+def parse_gavel_throughputs(raw: dict) -> ThroughputTable:
+    table = ThroughputTable()
+    for gpu_key, entries in raw.items():
+        consolidated = not gpu_key.endswith("_unconsolidated")
+        gpu_type = gpu_key.removesuffix("_unconsolidated").upper()
+        alone: dict[tuple[str, int], float] = {}
+        paired: dict[tuple[str, int], dict[tuple[str, int], tuple[float, float]]] = {}
+        for job_key, measures in entries.items():
+            job_type, scale = ast.literal_eval(job_key)
+            key = (str(job_type), int(scale))
+            alone[key] = float(measures["null"])
+            paired[key] = {
+                tuple(ast.literal_eval(other)): (float(v[0]), float(v[1]))  # type: ignore[misc]
+                for other, v in measures.items()
+                if other != "null"
+            }
+        table.alone[(gpu_type, consolidated)] = alone
+        table.paired[(gpu_type, consolidated)] = paired
+    return table
+
+
+@lru_cache(maxsize=1)
+def gavel_throughputs() -> ThroughputTable:
+    """The bundled Gavel measurements (loaded once)."""
+    with gzip.open(data_path("gavel", "throughputs.json.gz"), "rt", encoding="utf-8") as fh:
+        return parse_gavel_throughputs(json.load(fh))

@@ -1,0 +1,76 @@
+"""Setting up a simulation from names: the one path the CLI, benchmarks and docs use."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.errors import CorralError
+from corral.model.cluster import Cluster
+from corral.model.jobs import JobTable
+from corral.perf.locality import LocalityModel
+from corral.perf.switching import switch_cost_seconds
+from corral.policies import POLICIES, make_policy
+from corral.sim.engine import SimConfig, Simulator, SimResult
+
+
+@dataclass
+class RunSpec:
+    policy: str
+    placement: str = "consolidate"
+    seed: int = 0
+    switch_cost: str | float | None = None
+    cross_node: float = 0.8
+    cross_rack: float = 0.7
+    check_invariants: bool = False
+    policy_options: dict[str, Any] = field(default_factory=dict)
+
+    def config(self) -> SimConfig:
+        return SimConfig(
+            switch_cost=switch_cost_seconds(self.switch_cost),
+            locality=LocalityModel(self.cross_node, self.cross_rack),
+            check_invariants=self.check_invariants,
+        )
+
+
+def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
+    """``key=value`` or ``policy.key=value`` pairs that apply to ``policy``.
+
+    A bare key applies to every policy that takes it; values are numbers where
+    they parse as numbers.
+    """
+    cls = POLICIES.get(policy)
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "placement"} if cls else set()
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise CorralError(f"--policy-opt '{pair}': expected key=value or policy.key=value")
+        target, dot, name = key.strip().rpartition(".")
+        if dot and target != policy:
+            continue
+        if not dot and name not in accepted:
+            continue
+        out[name] = _number(value.strip())
+    return out
+
+
+def _number(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def simulate(
+    jobs: JobTable,
+    cluster: Cluster,
+    spec: RunSpec,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    policy = make_policy(spec.policy, spec.placement, spec.seed, **spec.policy_options)
+    return Simulator(jobs, cluster, policy, spec.config(), progress).run()

@@ -1,0 +1,103 @@
+"""Loading traces into the canonical job table, and generating synthetic ones.
+
+``--trace`` takes ``philly`` (the bundled trace), ``synthetic[:jobs=N,load=X]``
+or a path; a file's format is recognised from its first line, and
+``--trace-format`` overrides that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from corral.errors import CorralError, InputError
+from corral.model.jobs import JobTable
+from corral.traces.canonical import load_canonical
+from corral.traces.gavel import load_gavel
+from corral.traces.philly import PHILLY_HEADER, PhillyFilter, load_philly
+from corral.traces.pollux import POLLUX_COLUMNS, load_pollux
+from corral.traces.rows import LoadReport
+from corral.traces.synthetic import SyntheticSpec, generate
+from corral.traces.tiresias import load_tiresias
+
+FORMATS = ("philly", "tiresias", "gavel", "pollux", "canonical")
+
+
+@dataclass
+class TraceOptions:
+    fmt: str | None = None
+    skip_bad: bool = False
+    philly: PhillyFilter = field(default_factory=PhillyFilter)
+    max_jobs: int | None = None
+    seed: int = 0
+
+
+def detect_format(path: str) -> str:
+    """The format of a trace file, from its first line."""
+    opener = open
+    if path.endswith(".gz"):
+        import gzip
+
+        opener = gzip.open  # type: ignore[assignment]
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            first = fh.readline().rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise InputError(path, 1, None, "not a text file") from None
+    if not first.strip():
+        raise InputError(path, 1, None, "the first line is empty; cannot tell the trace format")
+    header = [c.strip() for c in first.split(",")]
+    if header == PHILLY_HEADER:
+        return "philly"
+    if header == POLLUX_COLUMNS:
+        return "pollux"
+    if header[:3] == ["job_id", "num_gpu", "submit_time"]:
+        return "tiresias"
+    if "submit_time" in header and "num_gpus" in header:
+        return "canonical"
+    if first.count("\t") == 9:
+        return "gavel"
+    raise InputError(
+        path, 1, None,
+        "cannot tell the trace format from the first line; "
+        f"name it with --trace-format ({', '.join(FORMATS)})",
+    )
+
+
+def load_trace(
+    spec: str, total_gpus: int, options: TraceOptions | None = None, report: LoadReport | None = None
+) -> JobTable:
+    """Resolve a ``--trace`` value into a job table."""
+    options = options or TraceOptions()
+    text = spec.strip()
+    if text.lower() == "philly":
+        filt = options.philly
+        if options.max_jobs is not None:
+            filt = PhillyFilter(filt.vcs, filt.start, filt.end, options.max_jobs)
+        return load_philly(None, filt, options.skip_bad, report)
+    if text.lower().startswith("synthetic"):
+        table = generate(SyntheticSpec.parse(text, options.seed), total_gpus)
+        return table.head(options.max_jobs) if options.max_jobs is not None else table
+    path = Path(text)
+    if not path.is_file():
+        raise CorralError(f"trace '{spec}': no such file (or use 'philly' or 'synthetic')")
+    fmt = (options.fmt or detect_format(text)).lower()
+    report = report or LoadReport(text)
+    if fmt == "philly":
+        table = load_philly(text, options.philly, options.skip_bad, report)
+    elif fmt == "tiresias":
+        table = load_tiresias(text, options.skip_bad, report)
+    elif fmt == "gavel":
+        table = load_gavel(text, options.skip_bad, report)
+    elif fmt == "pollux":
+        table = load_pollux(text, options.skip_bad, report)
+    elif fmt == "canonical":
+        table = load_canonical(text, options.skip_bad, report)
+    else:
+        raise CorralError(f"unknown trace format '{fmt}' (choose from {', '.join(FORMATS)})")
+    if options.max_jobs is not None and fmt != "philly":
+        table = table.head(options.max_jobs)
+    return table
+
+
+__all__ = ["FORMATS", "LoadReport", "TraceOptions", "detect_format", "load_trace"]
