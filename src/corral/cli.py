@@ -39,27 +39,49 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
-TraceOpt = Annotated[str, typer.Option(help="'philly', 'synthetic[:jobs=N,load=X]' or a trace file")]
-FormatOpt = Annotated[str | None, typer.Option(help=f"trace format: {', '.join(FORMATS)} (default: from the header)")]
-SkipOpt = Annotated[bool, typer.Option(help="skip and count malformed trace rows instead of stopping")]
-VcOpt = Annotated[list[str] | None, typer.Option("--vc", help="Philly: keep only this virtual cluster (repeatable)")]
-StartOpt = Annotated[str | None, typer.Option(help="Philly: first submit date kept, e.g. 2017-10-01")]
+TraceOpt = Annotated[
+    str, typer.Option(help="'philly', 'synthetic[:jobs=N,load=X]' or a trace file")
+]
+FormatOpt = Annotated[
+    str | None, typer.Option(help=f"trace format: {', '.join(FORMATS)} (default: from the header)")
+]
+SkipOpt = Annotated[
+    bool, typer.Option(help="skip and count malformed trace rows instead of stopping")
+]
+VcOpt = Annotated[
+    list[str] | None,
+    typer.Option("--vc", help="Philly: keep only this virtual cluster (repeatable)"),
+]
+StartOpt = Annotated[
+    str | None, typer.Option(help="Philly: first submit date kept, e.g. 2017-10-01")
+]
 EndOpt = Annotated[str | None, typer.Option(help="Philly: submit date before which to stop")]
 MaxJobsOpt = Annotated[int | None, typer.Option(help="keep only the first N jobs")]
-ClusterOpt = Annotated[str, typer.Option(help="preset, YAML spec or Tiresias CSV (see 'corral clusters')")]
-ScaleOpt = Annotated[float, typer.Option(help="grow or shrink the cluster, keeping its machine mix")]
+ClusterOpt = Annotated[
+    str, typer.Option(help="preset, YAML spec or Tiresias CSV (see 'corral clusters')")
+]
+ScaleOpt = Annotated[
+    float, typer.Option(help="grow or shrink the cluster, keeping its machine mix")
+]
 RackOpt = Annotated[int | None, typer.Option(help="nodes per rack for presets (default 16)")]
 PlacementOpt = Annotated[str, typer.Option(help=f"placement: {', '.join(PLACEMENTS)}")]
 SeedOpt = Annotated[int, typer.Option(help="seed for every random choice")]
 SwitchOpt = Annotated[
     str, typer.Option(help=f"seconds per preempt+restart, or one of {', '.join(SWITCH_MECHANISMS)}")
 ]
-CrossNodeOpt = Annotated[float, typer.Option(help="speed factor of a gang spread over nodes (unknown models)")]
-CrossRackOpt = Annotated[float, typer.Option(help="speed factor of a gang spread over racks (unknown models)")]
-PolicyOptOpt = Annotated[
-    list[str] | None, typer.Option("--policy-opt", help="policy option key=value or policy.key=value")
+CrossNodeOpt = Annotated[
+    float, typer.Option(help="speed factor of a gang spread over nodes (unknown models)")
 ]
-CheckOpt = Annotated[bool, typer.Option(help="check the simulator's invariants after every pass (slow)")]
+CrossRackOpt = Annotated[
+    float, typer.Option(help="speed factor of a gang spread over racks (unknown models)")
+]
+PolicyOptOpt = Annotated[
+    list[str] | None,
+    typer.Option("--policy-opt", help="policy option key=value or policy.key=value"),
+]
+CheckOpt = Annotated[
+    bool, typer.Option(help="check the simulator's invariants after every pass (slow)")
+]
 ProgressOpt = Annotated[bool, typer.Option(help="show a progress bar")]
 
 
@@ -67,7 +89,7 @@ def main() -> None:
     try:
         app()
     except CorralError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 
@@ -81,15 +103,26 @@ def _user_errors() -> Iterator[None]:
 
 
 def _workload(
-    trace: str, trace_format: str | None, skip_bad: bool, vc: list[str] | None, start: str | None,
-    end: str | None, max_jobs: int | None, cluster: str, cluster_scale: float, rack_size: int | None,
+    trace: str,
+    trace_format: str | None,
+    skip_bad: bool,
+    vc: list[str] | None,
+    start: str | None,
+    end: str | None,
+    max_jobs: int | None,
+    cluster: str,
+    cluster_scale: float,
+    rack_size: int | None,
     seed: int,
 ) -> tuple[JobTable, Cluster, LoadReport]:
     with _user_errors():
         machines = load_cluster(cluster, rack_size=rack_size, scale=cluster_scale)
         options = TraceOptions(
-            fmt=trace_format, skip_bad=skip_bad, philly=PhillyFilter(vc or None, start, end),
-            max_jobs=max_jobs, seed=seed,
+            fmt=trace_format,
+            skip_bad=skip_bad,
+            philly=PhillyFilter(vc or None, start, end),
+            max_jobs=max_jobs,
+            seed=seed,
         )
         report = LoadReport(trace)
         jobs = load_trace(trace, machines.total_gpus, options, report)
@@ -98,12 +131,15 @@ def _workload(
     if report.skipped:
         err_console.print(
             f"[yellow]skipped {report.skipped} malformed row(s) of {report.rows}; "
-            f"first: {report.first_problem}[/]", highlight=False,
+            f"first: {report.first_problem}[/]",
+            highlight=False,
+            soft_wrap=True,
         )
     console.print(f"cluster  {machines.describe()}", highlight=False)
     console.print(
         f"trace    {jobs.source}: {len(jobs)} jobs over {jobs.span() / 86400:.1f} days, "
-        f"offered load {jobs.offered_load(machines.total_gpus):.3f}", highlight=False,
+        f"offered load {jobs.offered_load(machines.total_gpus):.3f}",
+        highlight=False,
     )
     return jobs, machines, report
 
@@ -112,9 +148,12 @@ def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bo
     if not show_progress:
         return simulate(jobs, machines, spec)
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(),
-        TextColumn("{task.completed:,}/{task.total:,} arrivals"), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,} arrivals"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     ) as bar:
         task = bar.add_task(spec.policy, total=len(jobs))
         return simulate(jobs, machines, spec, lambda done, total: bar.update(task, completed=done))
@@ -123,14 +162,16 @@ def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bo
 def _summary_table(summaries: list[dict[str, Any]]) -> Table:
     table = Table(title="results")
     columns = [
-        ("policy", "policy", str), ("finished", "jobs_finished", "{:,}".format),
+        ("policy", "policy", str),
+        ("finished", "jobs_finished", "{:,}".format),
         ("avg JCT (h)", "avg_jct_s", lambda v: f"{v / 3600:,.2f}"),
         ("median JCT (h)", "median_jct_s", lambda v: f"{v / 3600:,.2f}"),
         ("p99 JCT (h)", "p99_jct_s", lambda v: f"{v / 3600:,.1f}"),
         ("avg queueing (h)", "avg_queueing_s", lambda v: f"{v / 3600:,.2f}"),
         ("makespan (d)", "makespan_s", lambda v: f"{v / 86400:,.1f}"),
         ("GPU util", "gpu_utilization", "{:.3f}".format),
-        ("preemptions", "preemptions", "{:,}".format), ("wall (s)", "wall_s", "{:.1f}".format),
+        ("preemptions", "preemptions", "{:,}".format),
+        ("wall (s)", "wall_s", "{:.1f}".format),
     ]
     for title, _, _ in columns:
         table.add_column(title, justify="left" if title == "policy" else "right")
@@ -141,22 +182,50 @@ def _summary_table(summaries: list[dict[str, Any]]) -> Table:
 
 @app.command()
 def sim(
-    trace: TraceOpt = "philly", trace_format: FormatOpt = None, skip_bad: SkipOpt = False,
-    vc: VcOpt = None, start: StartOpt = None, end: EndOpt = None, max_jobs: MaxJobsOpt = None,
-    cluster: ClusterOpt = "philly", cluster_scale: ScaleOpt = 1.0, rack_size: RackOpt = None,
+    trace: TraceOpt = "philly",
+    trace_format: FormatOpt = None,
+    skip_bad: SkipOpt = False,
+    vc: VcOpt = None,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    max_jobs: MaxJobsOpt = None,
+    cluster: ClusterOpt = "philly",
+    cluster_scale: ScaleOpt = 1.0,
+    rack_size: RackOpt = None,
     policy: Annotated[str, typer.Option(help="policy name (see 'corral policies')")] = "fifo",
-    placement: PlacementOpt = "consolidate", seed: SeedOpt = 0, switch_cost: SwitchOpt = "kill-restart",
-    cross_node_factor: CrossNodeOpt = 0.8, cross_rack_factor: CrossRackOpt = 0.7,
-    policy_opt: PolicyOptOpt = None, check: CheckOpt = False, progress: ProgressOpt = True,
+    placement: PlacementOpt = "consolidate",
+    seed: SeedOpt = 0,
+    switch_cost: SwitchOpt = "kill-restart",
+    cross_node_factor: CrossNodeOpt = 0.8,
+    cross_rack_factor: CrossRackOpt = 0.7,
+    policy_opt: PolicyOptOpt = None,
+    check: CheckOpt = False,
+    progress: ProgressOpt = True,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/sim"),
 ) -> None:
     """Replay a trace on a cluster under one policy; write jobs.csv and summary.json."""
     jobs, machines, _ = _workload(
-        trace, trace_format, skip_bad, vc, start, end, max_jobs, cluster, cluster_scale, rack_size, seed
+        trace,
+        trace_format,
+        skip_bad,
+        vc,
+        start,
+        end,
+        max_jobs,
+        cluster,
+        cluster_scale,
+        rack_size,
+        seed,
     )
     spec = RunSpec(
-        policy.strip().lower(), placement, seed, switch_cost, cross_node_factor, cross_rack_factor,
-        check, parse_policy_options(policy_opt or [], policy.strip().lower()),
+        policy.strip().lower(),
+        placement,
+        seed,
+        switch_cost,
+        cross_node_factor,
+        cross_rack_factor,
+        check,
+        parse_policy_options(policy_opt or [], policy.strip().lower()),
     )
     result = _run_one(jobs, machines, spec, progress)
     with _user_errors():
@@ -168,12 +237,24 @@ def sim(
 @app.command()
 def compare(
     policies: Annotated[str, typer.Option(help="comma-separated policy names")] = "fifo,srtf,las",
-    trace: TraceOpt = "philly", trace_format: FormatOpt = None, skip_bad: SkipOpt = False,
-    vc: VcOpt = None, start: StartOpt = None, end: EndOpt = None, max_jobs: MaxJobsOpt = None,
-    cluster: ClusterOpt = "philly", cluster_scale: ScaleOpt = 1.0, rack_size: RackOpt = None,
-    placement: PlacementOpt = "consolidate", seed: SeedOpt = 0, switch_cost: SwitchOpt = "kill-restart",
-    cross_node_factor: CrossNodeOpt = 0.8, cross_rack_factor: CrossRackOpt = 0.7,
-    policy_opt: PolicyOptOpt = None, check: CheckOpt = False, progress: ProgressOpt = True,
+    trace: TraceOpt = "philly",
+    trace_format: FormatOpt = None,
+    skip_bad: SkipOpt = False,
+    vc: VcOpt = None,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    max_jobs: MaxJobsOpt = None,
+    cluster: ClusterOpt = "philly",
+    cluster_scale: ScaleOpt = 1.0,
+    rack_size: RackOpt = None,
+    placement: PlacementOpt = "consolidate",
+    seed: SeedOpt = 0,
+    switch_cost: SwitchOpt = "kill-restart",
+    cross_node_factor: CrossNodeOpt = 0.8,
+    cross_rack_factor: CrossRackOpt = 0.7,
+    policy_opt: PolicyOptOpt = None,
+    check: CheckOpt = False,
+    progress: ProgressOpt = True,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/compare"),
 ) -> None:
     """Run the same workload under several policies and write a comparison report."""
@@ -184,26 +265,49 @@ def compare(
     if unknown:
         raise CorralError(f"unknown policy '{unknown[0]}' (choose from {', '.join(POLICIES)})")
     jobs, machines, _ = _workload(
-        trace, trace_format, skip_bad, vc, start, end, max_jobs, cluster, cluster_scale, rack_size, seed
+        trace,
+        trace_format,
+        skip_bad,
+        vc,
+        start,
+        end,
+        max_jobs,
+        cluster,
+        cluster_scale,
+        rack_size,
+        seed,
     )
     summaries = []
     for name in names:
         spec = RunSpec(
-            name, placement, seed, switch_cost, cross_node_factor, cross_rack_factor, check,
+            name,
+            placement,
+            seed,
+            switch_cost,
+            cross_node_factor,
+            cross_rack_factor,
+            check,
             parse_policy_options(policy_opt or [], name),
         )
         result = _run_one(jobs, machines, spec, progress)
         with _user_errors():
-            summary = write_run(result, out / name, {"trace": jobs.source, "seed": seed, "run_dir": name})
+            summary = write_run(
+                result, out / name, {"trace": jobs.source, "seed": seed, "run_dir": name}
+            )
         summaries.append(summary)
         console.print(
             f"  {summary['policy']}: avg JCT {summary['avg_jct_s'] / 3600:,.2f} h "
-            f"({summary['wall_s']:.1f} s wall)", highlight=False,
+            f"({summary['wall_s']:.1f} s wall)",
+            highlight=False,
         )
     context = {
-        "trace": jobs.source, "jobs": len(jobs), "cluster": machines.describe(),
-        "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}", "placement": placement,
-        "switch cost": switch_cost, "seed": seed,
+        "trace": jobs.source,
+        "jobs": len(jobs),
+        "cluster": machines.describe(),
+        "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}",
+        "placement": placement,
+        "switch cost": switch_cost,
+        "seed": seed,
     }
     with _user_errors():
         path = write_report(out, summaries, context)
@@ -232,7 +336,8 @@ def list_policies() -> None:
 @app.command("clusters")
 def list_clusters(
     describe: Annotated[str | None, typer.Argument(help="a --cluster value to describe")] = None,
-    cluster_scale: ScaleOpt = 1.0, rack_size: RackOpt = None,
+    cluster_scale: ScaleOpt = 1.0,
+    rack_size: RackOpt = None,
 ) -> None:
     """List the cluster presets, or describe one cluster."""
     if describe:

@@ -1,7 +1,7 @@
 """Domain types: GPU types, nodes, racks, clusters, jobs and plans."""
 
 from corral.model.cluster import Cluster, Node
-from corral.model.jobs import JobTable, JobStatus
+from corral.model.jobs import JobStatus, JobTable
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 

@@ -66,7 +66,9 @@ class Cluster:
             tuple(racks) if racks is not None else tuple(f"rack{i}" for i in range(n_racks))
         )
         if len(self.racks) < n_racks:
-            raise CorralError(f"cluster '{name}': a node names rack {n_racks - 1} of {len(racks or [])}")
+            raise CorralError(
+                f"cluster '{name}': a node names rack {n_racks - 1} of {len(racks or [])}"
+            )
         self.rack_size = rack_size
         self.node_gpus = np.array([n.gpus for n in nodes], dtype=np.int64)
         self.node_rack = np.array([n.rack for n in nodes], dtype=np.int64)
@@ -127,7 +129,7 @@ class Cluster:
             by_kind.setdefault(node.kind, []).append(node)
         kept: list[Node] = []
         for group in by_kind.values():
-            count = int(math.floor(len(group) * factor + 0.5))
+            count = math.floor(len(group) * factor + 0.5)
             if factor > 1:
                 kept.extend(_grow(group, count))
             else:

@@ -25,14 +25,20 @@ from corral.errors import CorralError, InputError
 from corral.model.cluster import DEFAULT_RACK_SIZE, Cluster, Node, assign_racks, normalise_gpu_type
 from corral.yamlio import LineDict, load_yaml
 
-TIRESIAS_HEADER = ["num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node"]
+TIRESIAS_HEADER = [
+    "num_switch",
+    "num_node_p_switch",
+    "num_gpu_p_node",
+    "num_cpu_p_node",
+    "mem_p_node",
+]
 TIRESIAS_GPU_TYPE = "P100"
 """Tiresias' specs do not name a GPU type; its testbed used P100s."""
 
 PRESETS = {
-    "philly": "the real Philly cluster: 552 machines, 2,490 GPUs (321 x 2 x 12 GB, 231 x 8 x 24 GB)",
+    "philly": "the real Philly cluster: 552 machines, 2,490 GPUs (321 x 2, 231 x 8)",
     "philly-revised": "Philly with the corrected machine list (3,205 GPUs)",
-    "alibaba-pai": "Alibaba PAI 2020: 1,813 GPU machines, 6,742 GPUs of P100, T4, V100, V100M32, MISC",
+    "alibaba-pai": "Alibaba PAI 2020: 1,814 machines, 6,742 P100/T4/V100/V100M32/MISC GPUs",
     "gavel:<v100>:<p100>:<k80>": "Gavel-style heterogeneous cluster, servers of 4 GPUs",
     "uniform:<nodes>x<gpus>:<type>": "identical nodes, e.g. uniform:16x4:V100",
 }
@@ -59,8 +65,7 @@ def _resolve(spec: str, rack_size: int | None) -> Cluster:
     path = Path(spec)
     if not path.exists():
         raise CorralError(
-            f"unknown cluster '{spec}': not a file and not a preset "
-            f"(presets: {', '.join(PRESETS)})"
+            f"unknown cluster '{spec}': not a file and not a preset (presets: {', '.join(PRESETS)})"
         )
     with path.open(encoding="utf-8") as fh:
         first = fh.readline()
@@ -156,7 +161,9 @@ def tiresias_cluster(path: Path) -> Cluster:
         raise InputError(str(path), 2, None, "no cluster row after the header")
     row = [c.strip() for c in rows[1]]
     if len(row) != len(TIRESIAS_HEADER):
-        raise InputError(str(path), 2, None, f"expected {len(TIRESIAS_HEADER)} fields, found {len(row)}")
+        raise InputError(
+            str(path), 2, None, f"expected {len(TIRESIAS_HEADER)} fields, found {len(row)}"
+        )
     values = {
         field: _int_field(value, path, 2, field)
         for field, value in zip(TIRESIAS_HEADER, row, strict=True)
@@ -197,11 +204,11 @@ class _ClusterSpec(BaseModel):
 def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
     """corral's cluster spec::
 
-        name: lab                # optional
-        rack_size: 8             # nodes per rack for groups that name no rack
-        nodes:
-          - {gpu_type: V100, gpus: 4, count: 16, cpus: 32, memory_gb: 256}
-          - {gpu_type: K80, gpus: 8, count: 4, rack: old-rack}
+    name: lab                # optional
+    rack_size: 8             # nodes per rack for groups that name no rack
+    nodes:
+      - {gpu_type: V100, gpus: 4, count: 16, cpus: 32, memory_gb: 256}
+      - {gpu_type: K80, gpus: 8, count: 4, rack: old-rack}
     """
     doc = load_yaml(path)
     source = str(path)
@@ -214,7 +221,7 @@ def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
     size = rack_size or spec.rack_size
     named: dict[str, list[Node]] = {}
     auto: list[Node] = []
-    for i, raw in enumerate(spec.nodes):
+    for i, raw in enumerate(doc["nodes"]):
         if not isinstance(raw, dict):
             line = doc.line_of("nodes") if isinstance(doc, LineDict) else None
             raise InputError(source, line, f"nodes[{i}]", "each node group is a mapping")
@@ -252,9 +259,7 @@ def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
     return Cluster(spec.name or path.stem, nodes, racks=rack_names, rack_size=size)
 
 
-def _validation_error(
-    source: str, raw: Any, exc: ValidationError, prefix: str = ""
-) -> InputError:
+def _validation_error(source: str, raw: Any, exc: ValidationError, prefix: str = "") -> InputError:
     """The first pydantic error as file:line: field: problem."""
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]

@@ -30,7 +30,7 @@ STATUS_NAMES = ("FUTURE", "PENDING", "RUNNING", "DONE", "REJECTED")
 class IndexSet:
     """A set of job indices: O(1) add and remove, and an (unordered) numpy view."""
 
-    __slots__ = ("_items", "_pos", "_n")
+    __slots__ = ("_items", "_n", "_pos")
 
     def __init__(self, capacity: int) -> None:
         self._items = np.empty(capacity, dtype=np.int64)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from corral.data import data_path
 from corral.errors import CorralError
@@ -29,24 +29,36 @@ class StepSample:
     sync_time: float
 
 
-@lru_cache(maxsize=None)
+@cache
 def step_samples(model: str) -> tuple[StepSample, ...]:
     """All measured step times of a model (placements and scalability runs)."""
     if model not in POLLUX_MODELS:
-        raise CorralError(f"no Pollux measurements for model '{model}' (have {', '.join(POLLUX_MODELS)})")
+        raise CorralError(
+            f"no Pollux measurements for model '{model}' (have {', '.join(POLLUX_MODELS)})"
+        )
     out: list[StepSample] = []
     with data_path("pollux", "models", model, "placements.csv").open(encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             digits = [int(c) for c in row["placement"].strip()]
             out.append(
-                StepSample(len(digits), sum(digits), int(row["local_bsz"]),
-                           float(row["step_time"]), float(row["sync_time"]))
+                StepSample(
+                    len(digits),
+                    sum(digits),
+                    int(row["local_bsz"]),
+                    float(row["step_time"]),
+                    float(row["sync_time"]),
+                )
             )
     with data_path("pollux", "models", model, "scalability.csv").open(encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             out.append(
-                StepSample(int(row["num_nodes"]), int(row["num_replicas"]), int(row["local_bsz"]),
-                           float(row["step_time"]), float(row["sync_time"]))
+                StepSample(
+                    int(row["num_nodes"]),
+                    int(row["num_replicas"]),
+                    int(row["local_bsz"]),
+                    float(row["step_time"]),
+                    float(row["sync_time"]),
+                )
             )
     return tuple(out)
 
@@ -64,19 +76,18 @@ def step_time(model: str, replicas: int, global_batch: int) -> float:
     fewest = min(s.nodes for s in same)
     local = global_batch / max(replicas, 1)
     best = min(
-        (s for s in same if s.nodes == fewest), key=lambda s: (abs(s.local_bsz - local), s.local_bsz)
+        (s for s in same if s.nodes == fewest),
+        key=lambda s: (abs(s.local_bsz - local), s.local_bsz),
     )
     return best.step_time
 
 
-@lru_cache(maxsize=None)
+@cache
 def steps_to_target(model: str, global_batch: int) -> int:
     """Steps a run at this global batch size takes to reach the target metric."""
     path = data_path("pollux", "models", model, f"validation-{global_batch}.csv")
     if not path.exists():
-        raise CorralError(
-            f"no Pollux training curve for {model} at batch size {global_batch}"
-        )
+        raise CorralError(f"no Pollux training curve for {model} at batch size {global_batch}")
     with path.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     return int(float(rows[-1]["iteration"]))

@@ -22,9 +22,9 @@ class ThroughputTable:
     """steps/s alone: ``alone[(gpu_type, consolidated)][(job_type, scale)]``."""
 
     alone: dict[tuple[str, bool], dict[tuple[str, int], float]] = field(default_factory=dict)
-    paired: dict[tuple[str, bool], dict[tuple[str, int], dict[tuple[str, int], tuple[float, float]]]] = (
-        field(default_factory=dict)
-    )
+    paired: dict[
+        tuple[str, bool], dict[tuple[str, int], dict[tuple[str, int], tuple[float, float]]]
+    ] = field(default_factory=dict)
 
     @property
     def job_types(self) -> list[str]:

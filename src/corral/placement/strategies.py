@@ -14,7 +14,6 @@ import numpy as np
 from corral.errors import CorralError
 from corral.model.free_gpus import FreeGPUs
 
-
 _NO_FIT = np.iinfo(np.int64).max
 
 

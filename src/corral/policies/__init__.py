@@ -14,9 +14,7 @@ from corral.policies.shortest import Sjf, Srtf
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Fifo, Sjf, Srtf, Las)}
 
 
-def make_policy(
-    name: str, placement: str = "consolidate", seed: int = 0, **options: Any
-) -> Policy:
+def make_policy(name: str, placement: str = "consolidate", seed: int = 0, **options: Any) -> Policy:
     """A policy by name with a placement strategy by name."""
     try:
         cls = POLICIES[name.strip().lower()]

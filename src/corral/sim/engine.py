@@ -197,7 +197,8 @@ class Simulator:
                 raise PlanError(f"plan starts job {state.job_ids[i]}, which is not pending")
             if len(gpus) != state.gpus[i]:
                 raise PlanError(
-                    f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; it asks for {state.gpus[i]}"
+                    f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; "
+                    f"it asks for {state.gpus[i]}"
                 )
             overhead = self.config.switch_cost if state.preemptions[i] > 0 else 0.0
             speed = float(state.ref_speed[i])

@@ -14,7 +14,9 @@ from corral.sim.engine import SimResult
 from corral.sim.metrics import jobs_frame, summarise, timeline_frame
 
 
-def write_run(result: SimResult, out_dir: str | Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_run(
+    result: SimResult, out_dir: str | Path, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs_frame(result).to_csv(out / "jobs.csv", index=False, float_format="%.3f")

@@ -16,13 +16,23 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 COMPARISON_COLUMNS = [
-    "policy", "jobs_finished", "avg_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s",
-    "avg_queueing_s", "makespan_s", "gpu_utilization", "preemptions", "offered_load", "wall_s",
+    "policy",
+    "jobs_finished",
+    "avg_jct_s",
+    "median_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "avg_queueing_s",
+    "makespan_s",
+    "gpu_utilization",
+    "preemptions",
+    "offered_load",
+    "wall_s",
 ]
 
 
@@ -78,9 +88,15 @@ def write_report(out_dir: Path, summaries: list[dict[str, Any]], context: dict[s
         timelines[s["policy"]] = pd.read_csv(run_dir / "timeline.csv")
     plots = [
         ("JCT CDF", _cdf_plot(runs, "jct", "Job completion time", "JCT (s, log scale)")),
-        ("Queueing delay CDF", _cdf_plot(runs, "queueing", "Queueing delay", "delay (s, log scale)")),
+        (
+            "Queueing delay CDF",
+            _cdf_plot(runs, "queueing", "Queueing delay", "delay (s, log scale)"),
+        ),
         ("Queue length", _time_plot(timelines, "pending", "Jobs waiting", "pending jobs")),
-        ("GPU utilisation", _time_plot(timelines, "gpu_utilization", "GPU utilisation", "busy share")),
+        (
+            "GPU utilisation",
+            _time_plot(timelines, "gpu_utilization", "GPU utilisation", "busy share"),
+        ),
     ]
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
@@ -99,7 +115,8 @@ def write_report(out_dir: Path, summaries: list[dict[str, Any]], context: dict[s
 <html lang="en"><head><meta charset="utf-8"><title>corral comparison</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
+table {{ border-collapse: collapse; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
 th {{ background: #f0f0f0; }} figure {{ display: inline-block; margin: 1em; }}
 </style></head><body>
 <h1>corral policy comparison</h1>

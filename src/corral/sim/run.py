@@ -13,7 +13,7 @@ from corral.model.jobs import JobTable
 from corral.perf.locality import LocalityModel
 from corral.perf.switching import switch_cost_seconds
 from corral.policies import POLICIES, make_policy
-from corral.sim.engine import SimConfig, Simulator, SimResult
+from corral.sim.engine import SimConfig, SimResult, Simulator
 
 
 @dataclass
@@ -42,7 +42,9 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     they parse as numbers.
     """
     cls = POLICIES.get(policy)
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "placement"} if cls else set()
+    accepted = (
+        set(inspect.signature(cls.__init__).parameters) - {"self", "placement"} if cls else set()
+    )
     out: dict[str, Any] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")

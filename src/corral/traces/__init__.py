@@ -58,14 +58,19 @@ def detect_format(path: str) -> str:
     if first.count("\t") == 9:
         return "gavel"
     raise InputError(
-        path, 1, None,
+        path,
+        1,
+        None,
         "cannot tell the trace format from the first line; "
         f"name it with --trace-format ({', '.join(FORMATS)})",
     )
 
 
 def load_trace(
-    spec: str, total_gpus: int, options: TraceOptions | None = None, report: LoadReport | None = None
+    spec: str,
+    total_gpus: int,
+    options: TraceOptions | None = None,
+    report: LoadReport | None = None,
 ) -> JobTable:
     """Resolve a ``--trace`` value into a job table."""
     options = options or TraceOptions()

@@ -31,7 +31,9 @@ def load_canonical(path: str, skip_bad: bool = False, report: LoadReport | None 
         "num_gpus": check.number("num_gpus", integer=True, minimum=1),
     }
     if "duration" in raw:
-        data["duration"] = check.number("duration", positive=True, required="total_steps" not in raw)
+        data["duration"] = check.number(
+            "duration", positive=True, required="total_steps" not in raw
+        )
     if "total_steps" in raw:
         data["total_steps"] = check.number("total_steps", positive=True)
     if "weight" in raw:

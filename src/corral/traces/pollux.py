@@ -37,7 +37,9 @@ def load_pollux(path: str, skip_bad: bool = False, report: LoadReport | None = N
             continue
         try:
             steps[row] = steps_to_target(app.iloc[row], int(batch.iloc[row]))
-            seconds_per_step[row] = step_time(app.iloc[row], int(replicas.iloc[row]), int(batch.iloc[row]))
+            seconds_per_step[row] = step_time(
+                app.iloc[row], int(replicas.iloc[row]), int(batch.iloc[row])
+            )
         except CorralError as exc:
             line = int(raw["__row"].iloc[row]) + first
             if not skip_bad:

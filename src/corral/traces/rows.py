@@ -86,9 +86,15 @@ class RowChecker:
             frac = (values % 1 != 0).fillna(False).to_numpy()
             self._flag(frac, column, "expected a whole number, got '{value}'")
         if minimum is not None:
-            self._flag((values < minimum).fillna(False).to_numpy(), column, f"must be >= {minimum:g}, got '{{value}}'")
+            self._flag(
+                (values < minimum).fillna(False).to_numpy(),
+                column,
+                f"must be >= {minimum:g}, got '{{value}}'",
+            )
         if positive:
-            self._flag((values <= 0).fillna(False).to_numpy(), column, "must be positive, got '{value}'")
+            self._flag(
+                (values <= 0).fillna(False).to_numpy(), column, "must be positive, got '{value}'"
+            )
         return values
 
     def timestamp(self, column: str) -> pd.Series:

@@ -1,0 +1,51 @@
+"""Shared helpers: small hand-made workloads and clusters."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from corral.model.cluster import Cluster, Node, assign_racks
+from corral.model.jobs import JobTable
+from corral.policies import make_policy
+from corral.sim.engine import SimConfig, SimResult, Simulator
+
+
+def jobs_table(rows: list[tuple[float, int, float]]) -> JobTable:
+    """Jobs from (submit, gpus, duration) tuples, ids j0, j1, ..."""
+    return JobTable(
+        pd.DataFrame(
+            {
+                "job_id": [f"j{k}" for k in range(len(rows))],
+                "submit_time": [r[0] for r in rows],
+                "num_gpus": [r[1] for r in rows],
+                "duration": [r[2] for r in rows],
+            }
+        )
+    )
+
+
+def uniform(nodes: int, per_node: int, rack_size: int = 16, gpu_type: str = "V100") -> Cluster:
+    made = [Node(f"n{k}", gpu_type, per_node) for k in range(nodes)]
+    return Cluster("test", assign_racks(made, rack_size), rack_size=rack_size)
+
+
+def run(
+    rows: list[tuple[float, int, float]],
+    cluster: Cluster,
+    policy: str,
+    switch_cost: float = 0.0,
+    **options: object,
+) -> SimResult:
+    config = SimConfig(switch_cost=switch_cost, check_invariants=True)
+    return Simulator(jobs_table(rows), cluster, make_policy(policy, **options), config).run()
+
+
+def finish_times(result: SimResult) -> dict[str, float]:
+    s = result.state
+    return {jid: float(s.finish_time[k]) for k, jid in enumerate(s.job_ids)}
+
+
+@pytest.fixture
+def small_cluster() -> Cluster:
+    return uniform(2, 4)

@@ -1,0 +1,71 @@
+"""Placement strategies choose the GPUs the docstrings promise."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.errors import CorralError
+from corral.model.cluster import Cluster, Node, assign_racks
+from corral.model.free_gpus import DoubleAllocation, FreeGPUs
+from corral.placement import Consolidate, RandomPlacement, Spread, make_placement
+from tests.conftest import uniform
+
+
+def _free_with(cluster: Cluster, busy: list[int]) -> FreeGPUs:
+    free = FreeGPUs(cluster)
+    if busy:
+        free.take(busy)
+    return free
+
+
+def test_consolidate_picks_the_tightest_node_that_fits():
+    cluster = uniform(3, 4)  # GPUs 0-3, 4-7, 8-11
+    free = _free_with(cluster, [0, 1, 4])  # node0: 2 free, node1: 3 free, node2: 4 free
+    assert Consolidate().choose(free, 2) == [2, 3]
+    assert Consolidate().choose(free, 3) == [5, 6, 7]
+    assert Consolidate().choose(free, 4) == [8, 9, 10, 11]
+
+
+def test_consolidate_keeps_a_wide_job_in_one_rack_with_fewest_nodes():
+    nodes = [Node(f"n{k}", "V100", 4) for k in range(4)]
+    cluster = Cluster("c", assign_racks(nodes, 2), rack_size=2)  # racks {n0,n1}, {n2,n3}
+    free = _free_with(cluster, [0, 1, 2, 8])  # rack0 free: 1+4, rack1 free: 3+4
+    gpus = Consolidate().choose(free, 5)
+    # rack0 has exactly 5 free: best fit; the 4-free node first
+    assert sorted(gpus) == [3, 4, 5, 6, 7]
+
+
+def test_consolidate_returns_none_when_too_few_free():
+    free = _free_with(uniform(1, 4), [0, 1, 2])
+    assert Consolidate().choose(free, 2) is None
+
+
+def test_spread_uses_one_gpu_per_node_first():
+    free = FreeGPUs(uniform(4, 4))
+    gpus = Spread().choose(free, 4)
+    assert sorted({g // 4 for g in gpus}) == [0, 1, 2, 3]
+    gpus = Spread().choose(free, 6)
+    assert len(gpus) == 6 and len({g // 4 for g in gpus}) == 4
+
+
+def test_random_placement_is_seeded():
+    free = FreeGPUs(uniform(4, 4))
+    a = RandomPlacement(7).choose(free, 5)
+    b = RandomPlacement(7).choose(free, 5)
+    assert a == b and len(set(a)) == 5
+
+
+def test_free_gpus_refuse_double_use():
+    free = _free_with(uniform(1, 4), [1])
+    with pytest.raises(DoubleAllocation):
+        free.take([1])
+    with pytest.raises(DoubleAllocation):
+        free.take([2, 2])
+    with pytest.raises(DoubleAllocation):
+        free.release([3])
+    assert free.total == 3 and free.node_free.tolist() == [3]
+
+
+def test_unknown_placement():
+    with pytest.raises(CorralError, match="unknown placement"):
+        make_placement("nearest")

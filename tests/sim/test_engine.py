@@ -1,0 +1,106 @@
+"""The engine on scenarios whose right answer is worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.model.jobs import JobTable
+from corral.model.plan import Plan
+from corral.model.state import SchedulerState
+from corral.policies import make_policy
+from corral.policies.base import Policy
+from corral.sim.engine import PlanError, SimConfig, Simulator
+from tests.conftest import finish_times, jobs_table, run, uniform
+
+
+def test_single_job_runs_for_its_duration():
+    # the clock starts at the first submission: j1 arrives at 10
+    result = run([(0.0, 1, 5.0), (10.0, 2, 100.0)], uniform(1, 4), "fifo")
+    assert finish_times(result) == {"j0": 5.0, "j1": 110.0}
+    assert result.state.first_start[1] == 10.0
+
+
+def test_cross_node_gang_is_slowed_by_the_locality_factor():
+    # 8 GPUs on 4-GPU nodes spans two nodes in one rack: speed 0.8 by default
+    result = run([(0.0, 8, 80.0)], uniform(2, 4), "fifo")
+    assert finish_times(result)["j0"] == pytest.approx(100.0)
+
+
+def test_cross_rack_gang_uses_the_rack_factor():
+    result = run([(0.0, 8, 70.0)], uniform(2, 4, rack_size=1), "fifo")
+    assert finish_times(result)["j0"] == pytest.approx(100.0)
+
+
+def test_same_instant_events_are_one_pass():
+    # a job finishing at t=100 frees its GPUs for a job arriving at t=100
+    result = run([(0.0, 4, 100.0), (100.0, 4, 50.0)], uniform(1, 4), "fifo")
+    assert finish_times(result) == {"j0": 100.0, "j1": 150.0}
+    assert result.state.first_start[1] == 100.0
+
+
+def test_switch_cost_is_charged_on_restart():
+    # SRTF: long job j0 preempted at t=10 by the short j1 (5 s), resumes at 15
+    # and pays 7 s of switching before making progress again.
+    result = run([(0.0, 1, 100.0), (10.0, 1, 5.0)], uniform(1, 1), "srtf", switch_cost=7.0)
+    done = finish_times(result)
+    assert done["j1"] == pytest.approx(15.0)
+    assert done["j0"] == pytest.approx(15.0 + 7.0 + 90.0)
+    assert result.state.preemptions.tolist() == [1, 0]
+    assert result.state.overhead.tolist() == [7.0, 0.0]
+
+
+def test_jobs_wider_than_the_cluster_are_rejected_not_hung():
+    result = run([(0.0, 16, 10.0), (1.0, 1, 10.0)], uniform(1, 4), "fifo")
+    assert result.rejected == [0]
+    assert finish_times(result)["j1"] == 11.0
+
+
+class _DoubleBooker(Policy):
+    name = "double-booker"
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        return Plan(starts={int(i): (0,) for i in state.pending})
+
+
+class _StaleWakeup(Policy):
+    name = "stale-wakeup"
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        return Plan(next_wakeup=state.now)
+
+
+def test_a_plan_that_gives_a_gpu_twice_is_refused():
+    jobs = jobs_table([(0.0, 1, 10.0), (0.0, 1, 10.0)])
+    with pytest.raises(RuntimeError, match="already in use"):
+        Simulator(jobs, uniform(1, 2), _DoubleBooker()).run()
+
+
+def test_a_wakeup_in_the_past_is_refused():
+    with pytest.raises(PlanError, match="wake"):
+        Simulator(jobs_table([(0.0, 1, 10.0)]), uniform(1, 1), _StaleWakeup()).run()
+
+
+def test_same_seed_gives_identical_jobs_csv(tmp_path):
+    from corral.sim.output import write_run
+    from corral.traces import load_trace
+
+    cluster = uniform(4, 4)
+    jobs = load_trace("synthetic:jobs=300,load=1.2", cluster.total_gpus)
+    outputs = []
+    for k in range(2):
+        policy = make_policy("las", placement="random", seed=3, quantum=120.0)
+        result = Simulator(jobs, cluster, policy, SimConfig()).run()
+        write_run(result, tmp_path / str(k))
+        outputs.append((tmp_path / str(k) / "jobs.csv").read_bytes())
+    assert outputs[0] == outputs[1]
+    other = Simulator(
+        jobs, cluster, make_policy("las", placement="random", seed=4, quantum=120.0)
+    ).run()
+    write_run(other, tmp_path / "other")
+    assert (tmp_path / "other" / "jobs.csv").read_bytes() != outputs[0]
+
+
+def test_max_time_stops_early():
+    jobs: JobTable = jobs_table([(0.0, 1, 100.0), (500.0, 1, 100.0)])
+    result = Simulator(jobs, uniform(1, 1), make_policy("fifo"), SimConfig(max_time=200.0)).run()
+    assert result.state.status.tolist()[1] == 0  # never arrived

@@ -1,0 +1,147 @@
+"""The command line: runs, reports, and refuses bad input without a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from corral.cli import app
+
+runner = CliRunner()
+TIRESIAS = Path(__file__).parent / "fixtures" / "tiny_tiresias.csv"
+
+
+def test_policies_lists_every_policy():
+    result = runner.invoke(app, ["policies"])
+    assert result.exit_code == 0
+    for name in ("fifo", "sjf", "srtf", "las", "consolidate", "spread", "random"):
+        assert name in result.output
+
+
+def test_sim_writes_jobs_and_summary(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        [
+            "sim",
+            "--trace",
+            str(TIRESIAS),
+            "--cluster",
+            "uniform:4x4:V100",
+            "--policy",
+            "las",
+            "--policy-opt",
+            "quantum=60",
+            "--check",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    for key in (
+        "policy",
+        "jobs",
+        "jobs_finished",
+        "avg_jct_s",
+        "median_jct_s",
+        "p99_jct_s",
+        "weighted_jct_s",
+        "makespan_s",
+        "avg_queueing_s",
+        "gpu_utilization",
+        "offered_load",
+        "preemptions",
+        "events",
+        "wall_s",
+    ):
+        assert key in summary
+    assert summary["jobs"] == summary["jobs_finished"] == 12
+    header = (out / "jobs.csv").read_text().splitlines()[0]
+    assert header.startswith("job_id,submit,first_start,finish,jct,queueing,gpus")
+
+
+def test_compare_writes_a_self_contained_report(tmp_path):
+    out = tmp_path / "cmp"
+    result = runner.invoke(
+        app,
+        [
+            "compare",
+            "--policies",
+            "fifo,srtf,las",
+            "--trace",
+            "synthetic:jobs=150,load=1.0",
+            "--cluster",
+            "uniform:4x4:V100",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    for name in ("fifo", "srtf", "las"):
+        assert (out / name / "summary.json").exists()
+    lines = (out / "comparison.csv").read_text().splitlines()
+    assert len(lines) == 4 and lines[2].startswith("srtf (oracle)")
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4
+    assert 'src="http' not in page
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    code = "from corral.cli import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_bad_input_is_a_message_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,x,0,1,m,5,1\n"
+    )
+    result = _cli(
+        "sim",
+        "--trace",
+        str(bad),
+        "--cluster",
+        "uniform:1x4:V100",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert result.returncode == 2
+    assert "bad.csv:2: field 'num_gpu'" in result.stderr
+    assert "Traceback" not in result.stderr
+    for args in (["--cluster", "moon"], ["--policy", "magic"], ["--cluster-scale", "-1"]):
+        result = _cli(
+            "sim", "--trace", str(TIRESIAS), "--no-progress", "--out", str(tmp_path / "o"), *args
+        )
+        assert (
+            result.returncode == 2
+            and "error:" in result.stderr
+            and "Traceback" not in result.stderr
+        )
+
+
+def test_skip_bad_counts_and_continues(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(TIRESIAS.read_text() + "99,x,0,1,m,5,1\n")
+    result = _cli(
+        "sim",
+        "--trace",
+        str(bad),
+        "--skip-bad",
+        "--cluster",
+        "uniform:4x4:V100",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "skipped 1 malformed row" in result.stderr

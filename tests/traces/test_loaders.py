@@ -1,0 +1,158 @@
+"""Every loader reads its format and rejects malformed rows with file:line:field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral.errors import CorralError, InputError
+from corral.traces import LoadReport, TraceOptions, detect_format, load_trace
+from corral.traces.canonical import write_canonical
+from corral.traces.philly import PhillyFilter, load_philly
+
+PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+TIRESIAS = "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+POLLUX = "name,time,application,num_replicas,batch_size\n"
+GAVEL_ROW = (
+    "Transformer (batch size 128)\tpython3 train.py\ttranslation\t-step\t1"
+    "\t{steps}\t{sf}\t1\t-1.000000\t{t}\n"
+)
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_bundled_philly_trace_is_whole():
+    table = load_philly()
+    assert len(table) == 82247
+    assert table.df["submit_time"].is_monotonic_increasing
+    assert table.df["num_gpus"].max() == 128
+    assert table.span() == pytest.approx(108.896875 * 86400)
+
+
+def test_philly_filters():
+    import pandas as pd
+
+    from corral.traces.philly import bundled_philly_path
+
+    raw = pd.read_csv(bundled_philly_path(), parse_dates=["timestamp"])
+    expected = raw[
+        (raw["cluster"] == "6214e9")
+        & (raw["timestamp"] >= "2017-10-01")
+        & (raw["timestamp"] < "2017-10-08")
+    ]
+    table = load_philly(filt=PhillyFilter(vcs=["6214e9"], start="2017-10-01", end="2017-10-08"))
+    assert len(table) == len(expected) > 0 and set(table.df["vc"]) == {"6214e9"}
+    assert table.gpu_seconds() == pytest.approx((expected["duration"] * expected["num_gpus"]).sum())
+    assert len(load_philly(filt=PhillyFilter(max_jobs=100))) == 100
+
+
+def test_philly_bad_rows(tmp_path):
+    good = "2017-10-09 07:01:55,66.0,1,66.0,vc1\n"
+    path = write(tmp_path, "p.csv", PHILLY + good + "\n2017-10-09 08:00:00,abc,1,1,vc1\n")
+    with pytest.raises(
+        InputError, match=r"p.csv:4: field 'duration': expected a number, got 'abc'"
+    ):
+        load_philly(path)
+    path = write(
+        tmp_path, "p2.csv", PHILLY + good + "not a date,5,1,5,vc1\n2017-10-09 08:00:00,5,0,0,v\n"
+    )
+    with pytest.raises(InputError, match=r"p2.csv:3: field 'timestamp'"):
+        load_philly(path)
+    report = LoadReport(path)
+    table = load_philly(path, skip_bad=True, report=report)
+    assert len(table) == 1 and report.skipped == 2
+    assert "p2.csv:3" in (report.first_problem or "")
+
+
+def test_tiresias_trace(tmp_path):
+    path = write(tmp_path, "t.csv", TIRESIAS + "0,1,0,606,vgg19,164,30\n1,8,30,133,vgg11,147,23\n")
+    assert detect_format(path) == "tiresias"
+    table = load_trace(path, 64)
+    assert table.df["model"].tolist() == ["vgg19", "vgg11"]
+    bad = write(
+        tmp_path, "t2.csv", TIRESIAS + "0,1,0,606,vgg19,164,30\n1,1.5,30,133,vgg11,147,23\n"
+    )
+    with pytest.raises(InputError, match=r"t2.csv:3: field 'num_gpu': expected a whole number"):
+        load_trace(bad, 64)
+    dup = write(tmp_path, "t3.csv", TIRESIAS + "0,1,0,6,a,1,3\n0,1,1,6,a,1,3\n")
+    with pytest.raises(InputError, match=r"t3.csv:3: field 'job_id': repeats"):
+        load_trace(dup, 64)
+
+
+def test_gavel_trace(tmp_path):
+    path = write(
+        tmp_path,
+        "g.trace",
+        GAVEL_ROW.format(steps=346, sf=2, t=0) + GAVEL_ROW.format(steps=100, sf=1, t=5),
+    )
+    assert detect_format(path) == "gavel"
+    table = load_trace(path, 8)
+    assert table.df["num_gpus"].tolist() == [2, 1]
+    assert table.df["total_steps"].tolist() == [346.0, 100.0]
+    assert (table.df["duration"] > 0).all()
+    bad = write(
+        tmp_path,
+        "g2.trace",
+        GAVEL_ROW.format(steps=346, sf=2, t=0) + GAVEL_ROW.format(steps=-1, sf=1, t=5),
+    )
+    with pytest.raises(InputError, match=r"g2.trace:2: field 'total_steps': must be positive"):
+        load_trace(bad, 8)
+    odd = write(tmp_path, "g3.trace", GAVEL_ROW.format(steps=346, sf=3, t=0))
+    with pytest.raises(InputError, match=r"g3.trace:1: field 'job_type': no measured throughput"):
+        load_trace(odd, 8, TraceOptions(fmt="gavel"))
+
+
+def test_pollux_workload(tmp_path):
+    path = write(
+        tmp_path, "w.csv", POLLUX + "cifar10-0,107,cifar10,6,2048\nncf-2,135,ncf,1,32768\n"
+    )
+    table = load_trace(path, 64)
+    assert table.df["model"].tolist() == ["cifar10", "ncf"]
+    assert table.df["total_steps"].tolist() == [3178.0, 1548.0]  # last rows of the curves
+    bad = write(tmp_path, "w2.csv", POLLUX + "a,1,cifar10,6,2048\nb,2,resnet9000,1,32\n")
+    with pytest.raises(InputError, match=r"w2.csv:3: field 'application'"):
+        load_trace(bad, 64)
+
+
+def test_canonical_round_trip(tmp_path):
+    table = load_trace("synthetic:jobs=50,load=0.7", 32)
+    path = str(tmp_path / "c.csv")
+    write_canonical(table, path)
+    assert detect_format(path) == "canonical"
+    again = load_trace(path, 32)
+    assert again.df.equals(table.df)
+    bad = write(tmp_path, "c2.csv", "submit_time,num_gpus,duration,colour\n0,1,5,red\n")
+    with pytest.raises(InputError, match=r"c2.csv:1: field 'colour': unknown column"):
+        load_trace(bad, 32)
+    bad = write(tmp_path, "c3.csv", "submit_time,num_gpus,duration\n0,1,5\n1,,5\n")
+    with pytest.raises(InputError, match=r"c3.csv:3: field 'num_gpus': is empty"):
+        load_trace(bad, 32)
+
+
+def test_too_many_fields_names_the_line(tmp_path):
+    path = write(tmp_path, "x.csv", "submit_time,num_gpus,duration\n0,1,5\n1,1,5,9\n")
+    with pytest.raises(InputError, match=r"x.csv:3"):
+        load_trace(path, 8)
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    path = write(tmp_path, "u.csv", "a,b,c\n1,2,3\n")
+    with pytest.raises(InputError, match="--trace-format"):
+        load_trace(path, 8)
+    with pytest.raises(CorralError, match="no such file"):
+        load_trace(str(tmp_path / "missing.csv"), 8)
+
+
+def test_synthetic_hits_the_target_load_and_is_seeded():
+    a = load_trace("synthetic:jobs=400,load=0.9,seed=5", 100)
+    b = load_trace("synthetic:jobs=400,load=0.9,seed=5", 100)
+    assert a.df.equals(b.df)
+    assert a.offered_load(100) == pytest.approx(0.9)
+    assert a.df["num_gpus"].max() <= 100
+    with pytest.raises(CorralError):
+        load_trace("synthetic:jobs=ten", 8)
