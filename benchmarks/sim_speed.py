@@ -1,0 +1,101 @@
+"""Simulator speed and memory on the full Philly trace.
+
+Runs each policy on all 82,247 Philly jobs on Philly's cluster scaled to 0.17
+(422 GPUs, offered load 0.89), each in a fresh process so its peak memory is
+its own, and prints wall time, events per second and peak resident memory.
+Targets: <= 30 s and < 2 GB per run on a 2-core machine.
+
+It also times the first 10,000 Philly jobs on 64 GPUs (16 nodes x 4), the
+scale at which Tiresias' published simulator is quoted at 25-35 s, and prints
+corral's time per job against that quoted figure. That ratio is against a
+quoted number, not a run of the other simulator on this machine.
+
+    python benchmarks/sim_speed.py [--policies fifo,las] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+TIRESIAS_QUOTED_S = (25.0, 35.0)  # for 10,000 jobs on 64 GPUs
+
+
+def one(policy: str, cluster: str, scale: float, max_jobs: int | None) -> dict:
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.run import RunSpec, simulate
+    from corral.traces import TraceOptions, load_trace
+
+    t0 = time.perf_counter()
+    machines = load_cluster(cluster, scale=scale)
+    jobs = load_trace("philly", machines.total_gpus, TraceOptions(max_jobs=max_jobs))
+    load_s = time.perf_counter() - t0
+    result = simulate(jobs, machines, RunSpec(policy))
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "policy": policy,
+        "cluster": machines.describe(),
+        "jobs": len(jobs),
+        "offered_load": round(jobs.offered_load(machines.total_gpus), 3),
+        "load_s": round(load_s, 2),
+        "sim_s": round(result.wall_s, 2),
+        "events": result.events,
+        "events_per_s": round(result.events / result.wall_s),
+        "preemptions": int(result.state.preemptions.sum()),
+        "peak_rss_mb": round(peak_kb / 1024),
+    }
+
+
+def spawn(policy: str, cluster: str, scale: float, max_jobs: int | None) -> dict:
+    args = [sys.executable, __file__, "--one", policy, "--cluster", cluster, "--scale", str(scale)]
+    if max_jobs:
+        args += ["--max-jobs", str(max_jobs)]
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policies", default="fifo,las")
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--cluster", default="philly", help=argparse.SUPPRESS)
+    parser.add_argument("--scale", type=float, default=0.17, help=argparse.SUPPRESS)
+    parser.add_argument("--max-jobs", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.cluster, args.scale, args.max_jobs)))
+        return
+    rows = [spawn(p.strip(), "philly", 0.17, None) for p in args.policies.split(",") if p.strip()]
+    print("Full Philly trace on Philly x 0.17 (target: <= 30 s and < 2 GB per run)")
+    head = ("policy", "jobs", "load", "sim s", "events/s", "preempt", "peak MB")
+    print("{:8} {:>7} {:>5} {:>7} {:>9} {:>9} {:>8}".format(*head))
+    for r in rows:
+        print(
+            f"{r['policy']:8} {r['jobs']:>7} {r['offered_load']:>5} {r['sim_s']:>7} "
+            f"{r['events_per_s']:>9,} {r['preemptions']:>9,} {r['peak_rss_mb']:>8}"
+        )
+    small = [spawn(p, "uniform:16x4:P100", 1.0, 10_000) for p in ("fifo", "las")]
+    lo, hi = (t / 10_000 * 1000 for t in TIRESIAS_QUOTED_S)
+    print(f"\nFirst 10,000 Philly jobs on 64 GPUs (load {small[0]['offered_load']}):")
+    print(f"Tiresias' simulator, quoted: 25-35 s for 10,000 jobs ({lo:.1f}-{hi:.1f} ms/job)")
+    for r in small:
+        per_job_ms = r["sim_s"] / r["jobs"] * 1000
+        print(
+            f"  corral {r['policy']:5}: {r['sim_s']:6.2f} s, {per_job_ms:.3f} ms/job, "
+            f"{r['preemptions']:,} preemptions: {lo / per_job_ms:.0f}-{hi / per_job_ms:.0f}x "
+            "faster per job than the quoted figure (not re-measured here)"
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"philly": rows, "tiresias_scale": small}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
