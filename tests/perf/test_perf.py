@@ -1,0 +1,65 @@
+"""Locality, switching costs and the bundled measurements."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from corral.data import data_path
+from corral.errors import CorralError
+from corral.perf.locality import LocalityModel
+from corral.perf.pollux_models import step_time, steps_to_target
+from corral.perf.switching import SWITCH_MECHANISMS, switch_cost_seconds
+from corral.perf.throughputs import gavel_throughputs
+from tests.conftest import uniform
+
+
+def test_locality_factor_by_span():
+    cluster = uniform(4, 4, rack_size=2)  # racks {n0,n1}, {n2,n3}
+    model = LocalityModel(cross_node=0.9, cross_rack=0.5)
+    assert model.factor(cluster, [0]) == 1.0
+    assert model.factor(cluster, [0, 1, 2, 3]) == 1.0
+    assert model.factor(cluster, [3, 4]) == 0.9
+    assert model.factor(cluster, [7, 8]) == 0.5
+    with pytest.raises(CorralError):
+        LocalityModel(cross_node=1.5)
+
+
+def test_switch_costs_come_from_the_hare_table():
+    assert SWITCH_MECHANISMS["kill-restart"] == pytest.approx(5.8747, abs=1e-4)
+    assert SWITCH_MECHANISMS["pipeswitch"] == pytest.approx(0.006361, abs=1e-6)
+    assert SWITCH_MECHANISMS["hare"] == pytest.approx(0.003144, abs=1e-6)
+    assert switch_cost_seconds(None) == SWITCH_MECHANISMS["kill-restart"]
+    assert switch_cost_seconds("0") == 0.0
+    assert switch_cost_seconds("Gandiva") == 0.1
+    for bad in ("-3", "fast"):
+        with pytest.raises(CorralError):
+            switch_cost_seconds(bad)
+
+
+def test_gavel_table():
+    table = gavel_throughputs()
+    assert len(table.job_types) == 26
+    with gzip.open(data_path("gavel", "throughputs.json.gz"), "rt") as fh:
+        raw = json.load(fh)
+    key = "('ResNet-50 (batch size 64)', 4)"
+    assert (
+        table.steps_per_second("ResNet-50 (batch size 64)", "V100", 4) == raw["v100"][key]["null"]
+    )
+    spread = table.steps_per_second("ResNet-50 (batch size 64)", "V100", 4, consolidated=False)
+    assert spread == raw["v100_unconsolidated"][key]["null"]
+    k80 = table.steps_per_second("ResNet-50 (batch size 64)", "k80", 1)
+    assert k80 < table.steps_per_second("ResNet-50 (batch size 64)", "V100", 1)
+    with pytest.raises(CorralError):
+        table.steps_per_second("ResNet-50 (batch size 64)", "H100", 1)
+
+
+def test_pollux_measurements():
+    assert steps_to_target("cifar10", 2048) == 3178
+    # one node holds 4 GPUs in Pollux's testbed: the single-node BERT step at
+    # local batch 4 is the 0.533 s measured for placement "4"
+    assert step_time("bert", 4, 16) == pytest.approx(0.5326, abs=1e-3)
+    with pytest.raises(CorralError):
+        steps_to_target("cifar10", 3)
