@@ -11,7 +11,7 @@ import pandas as pd
 
 from corral.errors import InputError
 from corral.model.jobs import COLUMNS, JobTable
-from corral.traces.rows import LoadReport, RowChecker, read_text_frame
+from corral.traces.rows import LoadReport, RowChecker, read_text_frame, require_columns
 
 
 def load_canonical(path: str, skip_bad: bool = False, report: LoadReport | None = None) -> JobTable:
@@ -20,9 +20,7 @@ def load_canonical(path: str, skip_bad: bool = False, report: LoadReport | None 
     unknown = [c for c in raw.columns if c != "__row" and c not in COLUMNS]
     if unknown:
         raise InputError(path, 1, unknown[0], f"unknown column (known: {', '.join(COLUMNS)})")
-    for column in ("submit_time", "num_gpus"):
-        if column not in raw:
-            raise InputError(path, 1, column, "column missing from the header")
+    require_columns(path, raw, ["submit_time", "num_gpus"])
     if "duration" not in raw and "total_steps" not in raw:
         raise InputError(path, 1, "duration", "the header needs 'duration' or 'total_steps'")
     check = RowChecker(path, raw, first, skip_bad)

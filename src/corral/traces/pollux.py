@@ -13,8 +13,7 @@ import pandas as pd
 from corral.errors import CorralError, InputError
 from corral.model.jobs import JobTable
 from corral.perf.pollux_models import step_time, steps_to_target
-from corral.traces.rows import LoadReport, RowChecker, read_text_frame
-from corral.traces.tiresias import _require
+from corral.traces.rows import LoadReport, RowChecker, read_text_frame, require_columns
 
 POLLUX_COLUMNS = ["name", "time", "application", "num_replicas", "batch_size"]
 
@@ -22,7 +21,7 @@ POLLUX_COLUMNS = ["name", "time", "application", "num_replicas", "batch_size"]
 def load_pollux(path: str, skip_bad: bool = False, report: LoadReport | None = None) -> JobTable:
     report = report or LoadReport(path)
     raw, first = read_text_frame(path)
-    _require(path, raw, POLLUX_COLUMNS)
+    require_columns(path, raw, POLLUX_COLUMNS)
     check = RowChecker(path, raw, first, skip_bad)
     name = check.text("name")
     check.unique(name, "name")

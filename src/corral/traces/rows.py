@@ -149,6 +149,13 @@ def read_text_frame(
     return raw, first_line
 
 
+def require_columns(path: str, raw: pd.DataFrame, columns: list[str]) -> None:
+    """The header must name every one of ``columns``."""
+    missing = [c for c in columns if c not in raw.columns]
+    if missing:
+        raise InputError(path, 1, missing[0], "column missing from the header")
+
+
 def _parser_line(message: str) -> int | None:
     match = re.search(r"line (\d+)", message)
     return int(match.group(1)) if match else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from corral.model.jobs import JobTable
-from corral.traces.rows import LoadReport, RowChecker, read_text_frame
+from corral.traces.rows import LoadReport, RowChecker, read_text_frame, require_columns
 
 TIRESIAS_COLUMNS = ["job_id", "num_gpu", "submit_time", "duration"]
 
@@ -17,7 +17,7 @@ TIRESIAS_COLUMNS = ["job_id", "num_gpu", "submit_time", "duration"]
 def load_tiresias(path: str, skip_bad: bool = False, report: LoadReport | None = None) -> JobTable:
     report = report or LoadReport(path)
     raw, first = read_text_frame(path)
-    _require(path, raw, TIRESIAS_COLUMNS)
+    require_columns(path, raw, TIRESIAS_COLUMNS)
     check = RowChecker(path, raw, first, skip_bad)
     job_id = check.text("job_id")
     check.unique(job_id, "job_id")
@@ -38,11 +38,3 @@ def load_tiresias(path: str, skip_bad: bool = False, report: LoadReport | None =
     table = JobTable(check.keep(df, report), source=path)
     report.kept = len(table)
     return table
-
-
-def _require(path: str, raw: pd.DataFrame, columns: list[str]) -> None:
-    from corral.errors import InputError
-
-    missing = [c for c in columns if c not in raw.columns]
-    if missing:
-        raise InputError(path, 1, missing[0], "column missing from the header")
