@@ -22,7 +22,7 @@ import numpy as np
 from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
 from corral.model.plan import Plan
-from corral.model.state import DONE, PENDING, RUNNING, SchedulerState
+from corral.model.state import PENDING, RUNNING, SchedulerState
 from corral.perf.locality import LocalityModel
 from corral.perf.switching import switch_cost_seconds
 from corral.policies.base import Policy
@@ -209,11 +209,3 @@ class Simulator:
         if plan.free_after is not None:
             state.free = plan.free_after
 
-
-def status_counts(state: SchedulerState) -> dict[str, int]:
-    """How many jobs are in each simulator status (for messages and tests)."""
-    return {
-        "pending": int((state.status == PENDING).sum()),
-        "running": int((state.status == RUNNING).sum()),
-        "done": int((state.status == DONE).sum()),
-    }
