@@ -144,6 +144,29 @@ def _workload(
     return jobs, machines, report
 
 
+def _run_spec(
+    policy: str,
+    placement: str,
+    seed: int,
+    switch_cost: str,
+    cross_node: float,
+    cross_rack: float,
+    check: bool,
+    policy_opt: list[str] | None,
+) -> RunSpec:
+    """One run's settings from the flags ``sim`` and ``compare`` share."""
+    return RunSpec(
+        policy,
+        placement,
+        seed,
+        switch_cost,
+        cross_node,
+        cross_rack,
+        check,
+        parse_policy_options(policy_opt or [], policy),
+    )
+
+
 def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bool) -> Any:
     if not show_progress:
         return simulate(jobs, machines, spec)
@@ -217,7 +240,7 @@ def sim(
         rack_size,
         seed,
     )
-    spec = RunSpec(
+    spec = _run_spec(
         policy.strip().lower(),
         placement,
         seed,
@@ -225,7 +248,7 @@ def sim(
         cross_node_factor,
         cross_rack_factor,
         check,
-        parse_policy_options(policy_opt or [], policy.strip().lower()),
+        policy_opt,
     )
     result = _run_one(jobs, machines, spec, progress)
     with _user_errors():
@@ -279,7 +302,7 @@ def compare(
     )
     summaries = []
     for name in names:
-        spec = RunSpec(
+        spec = _run_spec(
             name,
             placement,
             seed,
@@ -287,7 +310,7 @@ def compare(
             cross_node_factor,
             cross_rack_factor,
             check,
-            parse_policy_options(policy_opt or [], name),
+            policy_opt,
         )
         result = _run_one(jobs, machines, spec, progress)
         with _user_errors():

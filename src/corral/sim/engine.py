@@ -208,4 +208,3 @@ class Simulator:
             heapq.heappush(self._heap, (finish, i, int(self._version[i])))
         if plan.free_after is not None:
             state.free = plan.free_after
-
