@@ -11,18 +11,21 @@ from corral.policies import make_policy
 from corral.sim.engine import SimConfig, SimResult, Simulator
 
 
-def jobs_table(rows: list[tuple[float, int, float]]) -> JobTable:
-    """Jobs from (submit, gpus, duration) tuples, ids j0, j1, ..."""
-    return JobTable(
-        pd.DataFrame(
-            {
-                "job_id": [f"j{k}" for k in range(len(rows))],
-                "submit_time": [r[0] for r in rows],
-                "num_gpus": [r[1] for r in rows],
-                "duration": [r[2] for r in rows],
-            }
-        )
-    )
+Row = tuple[float, int, float] | tuple[float, int, float, str]
+"""(submit, gpus, duration) or (submit, gpus, duration, model)."""
+
+
+def jobs_table(rows: list[Row]) -> JobTable:
+    """Jobs from row tuples, ids j0, j1, ..."""
+    frame = {
+        "job_id": [f"j{k}" for k in range(len(rows))],
+        "submit_time": [r[0] for r in rows],
+        "num_gpus": [r[1] for r in rows],
+        "duration": [r[2] for r in rows],
+    }
+    if any(len(r) > 3 for r in rows):
+        frame["model"] = [r[3] if len(r) > 3 else "" for r in rows]  # type: ignore[misc]
+    return JobTable(pd.DataFrame(frame))
 
 
 def uniform(nodes: int, per_node: int, rack_size: int = 16, gpu_type: str = "V100") -> Cluster:
@@ -31,7 +34,7 @@ def uniform(nodes: int, per_node: int, rack_size: int = 16, gpu_type: str = "V10
 
 
 def run(
-    rows: list[tuple[float, int, float]],
+    rows: list[Row],
     cluster: Cluster,
     policy: str,
     switch_cost: float = 0.0,

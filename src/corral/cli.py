@@ -23,11 +23,11 @@ from corral.model.cluster import Cluster
 from corral.model.cluster_specs import PRESETS, load_cluster
 from corral.model.jobs import JobTable
 from corral.perf.switching import SWITCH_MECHANISMS
-from corral.placement.strategies import PLACEMENTS
+from corral.placement.registry import PLACEMENTS
 from corral.policies import POLICIES
 from corral.sim.output import write_run
 from corral.sim.report import write_report
-from corral.sim.run import RunSpec, parse_policy_options, simulate
+from corral.sim.run import SIM_PRESETS, RunSpec, parse_policy_options, simulate
 from corral.traces import FORMATS, LoadReport, TraceOptions, load_trace
 from corral.traces.philly import PhillyFilter
 
@@ -40,7 +40,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 TraceOpt = Annotated[
-    str, typer.Option(help="'philly', 'synthetic[:jobs=N,load=X]' or a trace file")
+    str, typer.Option(help="'philly', 'tiresias-60', 'synthetic[:jobs=N,load=X]' or a trace file")
 ]
 FormatOpt = Annotated[
     str | None, typer.Option(help=f"trace format: {', '.join(FORMATS)} (default: from the header)")
@@ -64,7 +64,14 @@ ScaleOpt = Annotated[
     float, typer.Option(help="grow or shrink the cluster, keeping its machine mix")
 ]
 RackOpt = Annotated[int | None, typer.Option(help="nodes per rack for presets (default 16)")]
-PlacementOpt = Annotated[str, typer.Option(help=f"placement: {', '.join(PLACEMENTS)}")]
+PlacementOpt = Annotated[
+    str | None,
+    typer.Option(help=f"placement: {', '.join(PLACEMENTS)} (default: the policy's own)"),
+]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(help=f"a named set of assumptions: {', '.join(SIM_PRESETS)}"),
+]
 SeedOpt = Annotated[int, typer.Option(help="seed for every random choice")]
 SwitchOpt = Annotated[
     str, typer.Option(help=f"seconds per preempt+restart, or one of {', '.join(SWITCH_MECHANISMS)}")
@@ -146,13 +153,14 @@ def _workload(
 
 def _run_spec(
     policy: str,
-    placement: str,
+    placement: str | None,
     seed: int,
     switch_cost: str,
     cross_node: float,
     cross_rack: float,
     check: bool,
     policy_opt: list[str] | None,
+    preset: str | None,
 ) -> RunSpec:
     """One run's settings from the flags ``sim`` and ``compare`` share."""
     return RunSpec(
@@ -164,6 +172,7 @@ def _run_spec(
         cross_rack,
         check,
         parse_policy_options(policy_opt or [], policy),
+        preset,
     )
 
 
@@ -216,7 +225,8 @@ def sim(
     cluster_scale: ScaleOpt = 1.0,
     rack_size: RackOpt = None,
     policy: Annotated[str, typer.Option(help="policy name (see 'corral policies')")] = "fifo",
-    placement: PlacementOpt = "consolidate",
+    placement: PlacementOpt = None,
+    preset: PresetOpt = None,
     seed: SeedOpt = 0,
     switch_cost: SwitchOpt = "kill-restart",
     cross_node_factor: CrossNodeOpt = 0.8,
@@ -249,6 +259,7 @@ def sim(
         cross_rack_factor,
         check,
         policy_opt,
+        preset,
     )
     result = _run_one(jobs, machines, spec, progress)
     with _user_errors():
@@ -270,7 +281,8 @@ def compare(
     cluster: ClusterOpt = "philly",
     cluster_scale: ScaleOpt = 1.0,
     rack_size: RackOpt = None,
-    placement: PlacementOpt = "consolidate",
+    placement: PlacementOpt = None,
+    preset: PresetOpt = None,
     seed: SeedOpt = 0,
     switch_cost: SwitchOpt = "kill-restart",
     cross_node_factor: CrossNodeOpt = 0.8,
@@ -311,6 +323,7 @@ def compare(
             cross_rack_factor,
             check,
             policy_opt,
+            preset,
         )
         result = _run_one(jobs, machines, spec, progress)
         with _user_errors():
@@ -328,7 +341,8 @@ def compare(
         "jobs": len(jobs),
         "cluster": machines.describe(),
         "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}",
-        "placement": placement,
+        "placement": placement or "policy default",
+        "preset": preset or "none",
         "switch cost": switch_cost,
         "seed": seed,
     }

@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from corral.model.state import DONE
-from corral.placement.strategies import PLACEMENTS
+from corral.placement.registry import PLACEMENTS
 from corral.policies import POLICIES
 from tests.conftest import run, uniform
 

@@ -38,6 +38,7 @@ TIRESIAS_GPU_TYPE = "P100"
 PRESETS = {
     "philly": "the real Philly cluster: 552 machines, 2,490 GPUs (321 x 2, 231 x 8)",
     "philly-revised": "Philly with the corrected machine list (3,205 GPUs)",
+    "tiresias": "Tiresias' simulator cluster: 1 switch x 16 nodes x 4 GPUs (64 GPUs)",
     "alibaba-pai": "Alibaba PAI 2020: 1,814 machines, 6,742 P100/T4/V100/V100M32/MISC GPUs",
     "gavel:<v100>:<p100>:<k80>": "Gavel-style heterogeneous cluster, servers of 4 GPUs",
     "uniform:<nodes>x<gpus>:<type>": "identical nodes, e.g. uniform:16x4:V100",
@@ -58,6 +59,8 @@ def _resolve(spec: str, rack_size: int | None) -> Cluster:
         return philly_cluster("machine_list_revised.csv", rack_size)
     if lowered == "alibaba-pai":
         return alibaba_pai_cluster(rack_size)
+    if lowered == "tiresias":
+        return tiresias_cluster(data_path("tiresias", "cluster_spec.csv"), name="tiresias")
     if lowered.startswith("gavel:"):
         return gavel_cluster(spec, rack_size)
     if lowered.startswith("uniform:"):
@@ -153,7 +156,7 @@ def uniform_cluster(spec: str, rack_size: int | None = None) -> Cluster:
     return Cluster(spec, assign_racks(nodes, size), rack_size=size)
 
 
-def tiresias_cluster(path: Path) -> Cluster:
+def tiresias_cluster(path: Path, name: str | None = None) -> Cluster:
     """A Tiresias cluster CSV: switches (racks) x nodes per switch x GPUs per node."""
     with path.open(encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
@@ -180,7 +183,7 @@ def tiresias_cluster(path: Path) -> Cluster:
         for s in range(values["num_switch"])
         for n in range(values["num_node_p_switch"])
     ]
-    return Cluster(path.stem, nodes, rack_size=values["num_node_p_switch"])
+    return Cluster(name or path.stem, nodes, rack_size=values["num_node_p_switch"])
 
 
 class _NodeGroup(BaseModel):

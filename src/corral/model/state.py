@@ -79,6 +79,7 @@ class SchedulerState:
         self.total_steps = df["total_steps"].to_numpy(dtype=np.float64)
         self.duration = df["duration"].to_numpy(dtype=np.float64)
         self.weight = df["weight"].to_numpy(dtype=np.float64)
+        self.model: list[str] = df["model"].tolist()
         with np.errstate(divide="ignore", invalid="ignore"):
             ref = self.total_steps / self.duration
         self.ref_speed = np.where(np.isfinite(ref) & (ref > 0), ref, 1.0)
@@ -101,6 +102,8 @@ class SchedulerState:
         """Pending jobs in submit order (index order is submit order)."""
         self.free = FreeGPUs(cluster)
         self.busy_gpus = 0
+        self.finished: list[int] = []
+        """Jobs in the order they finished (policies that learn from history read it)."""
 
     # ----------------------------------------------------------- reading
     def attained(self, idx: np.ndarray) -> np.ndarray:
@@ -188,3 +191,4 @@ class SchedulerState:
         self._close_segment(i)
         self.status[i] = DONE
         self.finish_time[i] = self.now
+        self.finished.append(i)

@@ -8,11 +8,14 @@ relaxation, HiveD's cells) are separate strategies that may return ``None``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corral.errors import CorralError
 from corral.model.free_gpus import FreeGPUs
+
+if TYPE_CHECKING:
+    from corral.model.state import SchedulerState
 
 _NO_FIT = np.iinfo(np.int64).max
 
@@ -24,6 +27,10 @@ class PlacementStrategy(ABC):
     @abstractmethod
     def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
         """``n`` free GPU ids, or ``None`` when the job cannot be placed now."""
+
+    def choose_for(self, free: FreeGPUs, state: SchedulerState, i: int) -> list[int] | None:
+        """GPUs for job ``i``; strategies that look at the job (its model) override this."""
+        return self.choose(free, int(state.gpus[i]))
 
 
 class Consolidate(PlacementStrategy):
@@ -81,6 +88,22 @@ class Spread(PlacementStrategy):
         return out
 
 
+class AnyFree(PlacementStrategy):
+    """The lowest-numbered free GPUs: GPU counting with no locality preference.
+
+    This is the ``count`` scheme of Tiresias' simulator, where a job needs only
+    enough free GPUs anywhere.
+    """
+
+    name = "count"
+    description = "any free GPUs (lowest ids first), no locality preference"
+
+    def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
+        if n > free.total:
+            return None
+        return [int(g) for g in free.free_ids()[:n]]
+
+
 class RandomPlacement(PlacementStrategy):
     """Uniformly random free GPUs (seeded): the no-locality baseline."""
 
@@ -105,18 +128,3 @@ def _take_from_nodes(free: FreeGPUs, order: np.ndarray, n: int) -> list[int]:
         if len(out) == n:
             break
     return out
-
-
-PLACEMENTS: dict[str, type[PlacementStrategy]] = {
-    cls.name: cls for cls in (Consolidate, Spread, RandomPlacement)
-}
-
-
-def make_placement(name: str, seed: int = 0) -> PlacementStrategy:
-    try:
-        cls = PLACEMENTS[name]
-    except KeyError:
-        raise CorralError(
-            f"unknown placement '{name}' (choose from {', '.join(PLACEMENTS)})"
-        ) from None
-    return cls(seed) if cls is RandomPlacement else cls()

@@ -5,17 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from corral.errors import CorralError
-from corral.placement.strategies import make_placement
+from corral.placement.registry import make_placement
 from corral.policies.base import PlanBuilder, Policy
 from corral.policies.fifo import Fifo
 from corral.policies.las import Las
 from corral.policies.shortest import Sjf, Srtf
+from corral.policies.tiresias import TiresiasGittins, TiresiasLas
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Fifo, Sjf, Srtf, Las)}
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (Fifo, Sjf, Srtf, Las, TiresiasLas, TiresiasGittins)
+}
 
 
-def make_policy(name: str, placement: str = "consolidate", seed: int = 0, **options: Any) -> Policy:
-    """A policy by name with a placement strategy by name."""
+def make_policy(name: str, placement: str | None = None, seed: int = 0, **options: Any) -> Policy:
+    """A policy by name with a placement strategy by name (None: the policy's default)."""
     try:
         cls = POLICIES[name.strip().lower()]
     except KeyError:
@@ -23,7 +26,8 @@ def make_policy(name: str, placement: str = "consolidate", seed: int = 0, **opti
             f"unknown policy '{name}' (choose from {', '.join(POLICIES)}; see 'corral policies')"
         ) from None
     try:
-        return cls(make_placement(placement, seed), **options)
+        strategy = make_placement(placement, seed) if placement is not None else None
+        return cls(strategy, **options)
     except (TypeError, ValueError) as exc:
         raise CorralError(f"policy '{name}': {exc}") from None
 

@@ -49,7 +49,7 @@ class PlanBuilder:
 
     def place(self, i: int, placement: PlacementStrategy) -> bool:
         """Start job ``i`` where the strategy says; False if it cannot be placed now."""
-        gpus = placement.choose(self.free, int(self.state.gpus[i]))
+        gpus = placement.choose_for(self.free, self.state, i)
         if gpus is None:
             return False
         self.start(i, gpus)

@@ -17,7 +17,8 @@ from corral.model.state import PENDING, SchedulerState
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, greedy_fit
 
-Key = Callable[[np.ndarray], np.ndarray]
+Key = Callable[[np.ndarray], "np.ndarray | tuple[np.ndarray, ...]"]
+"""Ranks jobs: one array, or a tuple of arrays compared in order (primary first)."""
 
 
 def priority_pass(
@@ -44,7 +45,10 @@ def priority_pass(
     pin = pinned(running) if pinned is not None else np.zeros(len(running), dtype=bool)
     movable = running[~pin]
     candidates = np.concatenate((movable, pending))
-    keys = np.concatenate((running_key(movable), pending_key(pending)))
+    run_keys, pend_keys = _as_tuple(running_key(movable)), _as_tuple(pending_key(pending))
+    if len(run_keys) != len(pend_keys):
+        raise ValueError("running and pending keys must have the same number of parts")
+    keys = tuple(np.concatenate(pair) for pair in zip(run_keys, pend_keys, strict=True))
     ranked = _rank(candidates, keys)
     capacity = state.cluster.total_gpus - int(state.gpus[running[pin]].sum())
     take = greedy_fit(state.gpus[ranked], capacity)
@@ -56,6 +60,11 @@ def priority_pass(
     return builder
 
 
-def _rank(jobs: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Jobs sorted by key, ties broken by index (= submit order)."""
-    return jobs[np.lexsort((jobs, keys))]
+def _as_tuple(keys: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    return keys if isinstance(keys, tuple) else (keys,)
+
+
+def _rank(jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...]) -> np.ndarray:
+    """Jobs sorted by key(s), ties broken by index (= submit order)."""
+    parts = _as_tuple(keys)
+    return jobs[np.lexsort((jobs, *reversed(parts)))]

@@ -15,17 +15,45 @@ from corral.perf.switching import switch_cost_seconds
 from corral.policies import POLICIES, make_policy
 from corral.sim.engine import SimConfig, SimResult, Simulator
 
+SIM_PRESETS: dict[str, str] = {
+    "tiresias-sim": (
+        "the assumptions of Tiresias' published simulator: GPU counting without placement "
+        "constraints or locality slowdown, no switching cost, 3 queues at 3250/7200 "
+        "GPU-seconds, Gittins from yarn-gput1000 with delta 3250 (ties: latest first)"
+    ),
+}
+
 
 @dataclass
 class RunSpec:
     policy: str
-    placement: str = "consolidate"
+    placement: str | None = None
+    """None: the policy's own default placement."""
     seed: int = 0
     switch_cost: str | float | None = None
     cross_node: float = 0.8
     cross_rack: float = 0.7
     check_invariants: bool = False
     policy_options: dict[str, Any] = field(default_factory=dict)
+    preset: str | None = None
+    """A named set of assumptions applied over the fields above (see SIM_PRESETS)."""
+
+    def __post_init__(self) -> None:
+        if self.preset is None:
+            return
+        if self.preset not in SIM_PRESETS:
+            raise CorralError(
+                f"unknown preset '{self.preset}' (choose from {', '.join(SIM_PRESETS)})"
+            )
+        self.placement = "count"
+        self.cross_node = self.cross_rack = 1.0
+        self.switch_cost = 0.0
+        defaults: dict[str, Any] = {}
+        if self.policy.startswith("tiresias"):
+            defaults = {"queues": 3, "thresholds": "3250,7200,18000"}
+            if self.policy == "tiresias-gittins":
+                defaults |= {"distribution": "yarn-gput1000", "delta": 3250.0, "ties": "lifo"}
+        self.policy_options = defaults | self.policy_options
 
     def config(self) -> SimConfig:
         return SimConfig(

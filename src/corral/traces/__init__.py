@@ -1,6 +1,7 @@
 """Loading traces into the canonical job table, and generating synthetic ones.
 
-``--trace`` takes ``philly`` (the bundled trace), ``synthetic[:jobs=N,load=X]``
+``--trace`` takes ``philly`` (the bundled trace), ``tiresias-60`` (Tiresias'
+60-job trace, bundled), ``synthetic[:jobs=N,load=X]``
 or a path; a file's format is recognised from its first line, and
 ``--trace-format`` overrides that.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.data import data_path
 from corral.errors import CorralError, InputError
 from corral.model.jobs import JobTable
 from corral.traces.canonical import load_canonical
@@ -80,12 +82,17 @@ def load_trace(
         if options.max_jobs is not None:
             filt = PhillyFilter(filt.vcs, filt.start, filt.end, options.max_jobs)
         return load_philly(None, filt, options.skip_bad, report)
+    if text.lower() == "tiresias-60":
+        text = str(data_path("tiresias", "60_job.csv"))
+        options = TraceOptions(**{**options.__dict__, "fmt": "tiresias"})
     if text.lower().startswith("synthetic"):
         table = generate(SyntheticSpec.parse(text, options.seed), total_gpus)
         return table.head(options.max_jobs) if options.max_jobs is not None else table
     path = Path(text)
     if not path.is_file():
-        raise CorralError(f"trace '{spec}': no such file (or use 'philly' or 'synthetic')")
+        raise CorralError(
+            f"trace '{spec}': no such file (or use 'philly', 'tiresias-60' or 'synthetic')"
+        )
     fmt = (options.fmt or detect_format(text)).lower()
     report = report or LoadReport(text)
     if fmt == "philly":

@@ -1,0 +1,1 @@
+"""Predicting what users do not say: job-size distributions (Gittins)."""

@@ -1,0 +1,233 @@
+"""Tiresias: discretised 2D-LAS and 2D-Gittins (Gu et al., NSDI '19).
+
+Durations are unknown, so a job's priority comes from its 2D attained service
+(GPUs x seconds run, counted since its last promotion). The service axis is
+cut into K queues by thresholds: every job starts in queue 0 and moves down
+when its service crosses the queue's threshold. Queues are served in order;
+within a queue, 2D-LAS runs jobs first come first served (a running job keeps
+its place ahead of waiting ones, so equals do not thrash) and 2D-Gittins runs
+the highest Gittins index first. Jobs are walked in that order and each takes
+its GPUs if they are still free; a running job that no longer fits is
+preempted and a waiting job that does not fit is skipped so smaller ones
+behind it can start.
+
+Starvation guard (PROMOTE_KNOB): a job that has run, and since then waited
+longer than ``promote_knob`` x its run time, goes back to queue 0 with its
+queue service reset. Off (0) by default, as in Tiresias' simulator.
+
+Defaults are those of Tiresias' simulator: 3 queues, thresholds 3250 / 7200 /
+18000 GPU-seconds (with K queues the first K-1 thresholds are used, so the
+default demotes at 3250 and 7200), Gittins delta 3250.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from corral.errors import CorralError
+from corral.estimate.gittins import DEFAULT_DELTA, GittinsTable, OnlineGittins, load_distribution
+from corral.model.plan import Plan
+from corral.model.state import DONE, SchedulerState
+from corral.placement.sensitivity import ModelAware
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import Policy
+from corral.policies.priority import priority_pass
+
+DEFAULT_THRESHOLDS = (3250.0, 7200.0, 18000.0)
+
+
+def parse_thresholds(value: Any) -> tuple[float, ...]:
+    """Thresholds from a tuple or from text such as ``3250,7200`` or ``3250/7200``."""
+    if isinstance(value, int | float):
+        items: list[Any] = [value]
+    elif isinstance(value, str):
+        items = [v for v in value.replace("/", ",").replace(";", ",").split(",") if v.strip()]
+    else:
+        items = list(value)
+    try:
+        out = tuple(float(v) for v in items)
+    except ValueError:
+        raise ValueError(f"thresholds must be numbers, got '{value}'") from None
+    if any(b <= a for a, b in itertools.pairwise(out)) or any(v <= 0 for v in out):
+        raise ValueError(f"thresholds must be positive and increasing, got {value}")
+    return out
+
+
+class TiresiasLas(Policy):
+    name = "tiresias-las"
+    description = "Tiresias discretised 2D-LAS: K queues by GPU-time, FIFO within a queue"
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        queues: int = 3,
+        thresholds: Any = DEFAULT_THRESHOLDS,
+        promote_knob: float = 0.0,
+    ) -> None:
+        super().__init__(placement or ModelAware())
+        if int(queues) != queues or queues < 1:
+            raise ValueError(f"queues must be a whole number >= 1, got {queues}")
+        limits = parse_thresholds(thresholds)
+        if len(limits) < queues - 1:
+            raise ValueError(f"{queues} queues need {queues - 1} thresholds, got {len(limits)}")
+        if promote_knob < 0:
+            raise ValueError(f"promote_knob must be >= 0, got {promote_knob}")
+        self.queues = int(queues)
+        self.thresholds = np.asarray(limits[: self.queues - 1], dtype=np.float64)
+        self.promote_knob = float(promote_knob)
+        self._n = -1
+
+    # ------------------------------------------------------------ per job
+    def _init(self, n: int) -> None:
+        self._n = n
+        self.base = np.zeros(n)
+        """Attained service at the last promotion (queue service = attained - base)."""
+        self.ref = np.full(n, np.nan)
+        """When the job first ran since its last promotion (its waiting clock starts there)."""
+        self.queue = np.full(n, -1, dtype=np.int64)
+        self.entry = np.zeros(n)
+        """When the job entered its current queue."""
+        self.promotions = np.zeros(n, dtype=np.int64)
+
+    def queue_service(self, state: SchedulerState, idx: np.ndarray) -> np.ndarray:
+        return state.attained(idx) - self.base[idx]
+
+    def _update_queues(
+        self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
+    ) -> None:
+        now = state.now
+        fresh = running[np.isnan(self.ref[running])]
+        self.ref[fresh] = state.seg_start[fresh]
+        if self.promote_knob > 0 and len(pending):
+            executed = (state.attained_base[pending] - self.base[pending]) / state.gpus[pending]
+            waited = now - self.ref[pending] - executed
+            promote = (
+                (self.queue[pending] > 0)
+                & (executed > 0)
+                & (waited >= self.promote_knob * executed)
+            )
+            up = pending[promote]
+            self.base[up] = state.attained_base[up]
+            self.ref[up] = np.nan
+            self.queue[up] = 0
+            self.entry[up] = now
+            self.promotions[up] += 1
+        both = np.concatenate((running, pending))
+        new_q = np.searchsorted(self.thresholds, self.queue_service(state, both), side="right")
+        moved = new_q != self.queue[both]
+        arrived = self.queue[both] < 0
+        self.entry[both[moved]] = np.where(arrived[moved], state.submit[both[moved]], now)
+        self.queue[both] = new_q
+
+    def _next_change(
+        self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
+    ) -> float:
+        """The next instant a job crosses a threshold or becomes due for promotion."""
+        now = state.now
+        best = np.inf
+        q = self.queue[running]
+        lower = q < self.queues - 1
+        if lower.any():
+            r = running[lower]
+            left = self.thresholds[q[lower]] - self.queue_service(state, r)
+            best = min(best, float(np.min(now + np.maximum(left, 0.0) / state.gpus[r])))
+        if self.promote_knob > 0 and len(pending):
+            executed = (state.attained_base[pending] - self.base[pending]) / state.gpus[pending]
+            waited = now - self.ref[pending] - executed
+            due = (self.queue[pending] > 0) & (executed > 0)
+            if due.any():
+                at = now + self.promote_knob * executed[due] - waited[due]
+                best = min(best, float(np.min(at)))
+        return best
+
+    # ------------------------------------------------------------ ranking
+    def within_queue_key(
+        self, state: SchedulerState, idx: np.ndarray, running: bool
+    ) -> tuple[np.ndarray, ...]:
+        """FIFO by queue entry, running jobs ahead of waiting ones."""
+        flag = np.zeros(len(idx)) if running else np.ones(len(idx))
+        return (flag, self.entry[idx])
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        n = len(state.submit)
+        if self._n != n:
+            self._init(n)
+        running = state.running.array()
+        pending = state.pending.array()
+        self._before_pass(state)
+        self._update_queues(state, running, pending)
+
+        def key(running_flag: bool) -> Any:
+            return lambda idx: (self.queue[idx], *self.within_queue_key(state, idx, running_flag))
+
+        builder = priority_pass(state, self.placement, key(False), running_key=key(True))
+        now_running = np.concatenate(
+            (
+                running[~np.isin(running, builder.plan.stops)],
+                np.fromiter(builder.plan.starts, dtype=np.int64, count=len(builder.plan.starts)),
+            )
+        )
+        fresh = now_running[np.isnan(self.ref[now_running])]
+        self.ref[fresh] = state.now
+        still_pending = pending[~np.isin(pending, now_running)]
+        if len(builder.plan.stops):
+            still_pending = np.concatenate((still_pending, np.asarray(builder.plan.stops)))
+        wake = self._next_change(state, now_running, still_pending)
+        return builder.build(wake if np.isfinite(wake) and wake > state.now else None)
+
+    def _before_pass(self, state: SchedulerState) -> None:
+        """Hook for subclasses (the Gittins policy learns from finished jobs here)."""
+
+
+class TiresiasGittins(TiresiasLas):
+    name = "tiresias-gittins"
+    description = "Tiresias discretised 2D-Gittins: K queues, Gittins index within a queue"
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        queues: int = 3,
+        thresholds: Any = DEFAULT_THRESHOLDS,
+        promote_knob: float = 0.0,
+        distribution: str = "online",
+        delta: float = DEFAULT_DELTA,
+        ties: str = "fifo",
+    ) -> None:
+        super().__init__(placement, queues, thresholds, promote_knob)
+        if ties not in ("fifo", "lifo"):
+            raise ValueError(f"ties must be 'fifo' or 'lifo', got {ties}")
+        self.ties = ties
+        self.distribution = distribution
+        self.online: OnlineGittins | None = None
+        self.table: GittinsTable | None = None
+        try:
+            if distribution == "online":
+                self.online = OnlineGittins(delta)
+            else:
+                self.table = load_distribution(distribution, delta)
+        except CorralError as exc:
+            raise ValueError(str(exc)) from None
+        self._seen = 0
+
+    def _before_pass(self, state: SchedulerState) -> None:
+        if self.online is None:
+            return
+        new = state.finished[self._seen :]
+        if new:
+            idx = np.asarray(new, dtype=np.int64)
+            self.online.add(state.attained_base[idx][state.status[idx] == DONE])
+            self._seen = len(state.finished)
+        self.table = self.online.table()
+
+    def within_queue_key(
+        self, state: SchedulerState, idx: np.ndarray, running: bool
+    ) -> tuple[np.ndarray, ...]:
+        """Highest index first; equal indices in submit order (or reversed, ``ties=lifo``)."""
+        service = self.queue_service(state, idx)
+        # nothing learned yet: least attained first
+        primary = service if self.table is None else -self.table.index(service)
+        order = idx if self.ties == "fifo" else -idx
+        return (primary, order.astype(np.float64))

@@ -1,0 +1,172 @@
+"""Tiresias: each mechanism on a scenario whose answer is worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from corral.errors import CorralError, InputError
+from corral.estimate.gittins import GittinsTable, OnlineGittins, load_distribution
+from corral.model.free_gpus import FreeGPUs
+from corral.model.state import SchedulerState
+from corral.placement.sensitivity import ModelAware
+from corral.policies import make_policy
+from corral.sim.run import RunSpec
+
+from ..conftest import finish_times, jobs_table, run, uniform
+
+
+def test_gittins_index_matches_hand_computation() -> None:
+    table = GittinsTable([100, 200, 1000], delta=150)
+    # a=0: one of three finishes within 150 (the 100); E[min(S, 150)] = (100 + 150 + 150) / 3
+    # a=100: survivors 200, 1000; one finishes within 150; E = (100 + 150) / 2
+    # a=1000: nothing is left to learn about: index 0
+    got = table.index(np.array([0.0, 100.0, 1000.0, 5000.0]))
+    assert got == pytest.approx([1 / 400, 1 / 250, 0.0, 0.0])
+
+
+def test_bundled_distribution_loads_and_bad_file_names_line(tmp_path) -> None:
+    table = load_distribution("yarn-gput1000")
+    assert len(table) == 1001 and table.sizes[0] == 121
+    bad = tmp_path / "sizes.csv"
+    bad.write_text("duration\n10\nlots\n")
+    with pytest.raises(InputError, match=r"sizes.csv:3: field 'duration'"):
+        load_distribution(str(bad))
+    with pytest.raises(CorralError, match="no such file"):
+        load_distribution(str(tmp_path / "missing.csv"))
+
+
+def test_online_distribution_waits_for_samples_then_rebuilds_on_growth() -> None:
+    online = OnlineGittins(delta=10, min_samples=3, regrow=0.5)
+    online.add(np.array([5.0, 50.0]))
+    assert online.table() is None
+    online.add(np.array([500.0]))
+    first = online.table()
+    assert first is not None and len(first) == 3
+    online.add(np.array([7.0]))  # 4 < 3 * 1.5: same table
+    assert online.table() is first
+    online.add(np.array([8.0]))
+    assert len(online.table()) == 5  # type: ignore[arg-type]
+
+
+def test_demotion_at_threshold_lets_newcomer_preempt() -> None:
+    # One GPU, two queues split at 100 GPU-s. A runs alone; B arrives at 50 and
+    # waits (same queue, A is ahead). At 100 A crosses the threshold, drops to
+    # queue 1, and B (queue 0) preempts it: B 100-130, A 130-1030.
+    result = run(
+        [(0, 1, 1000), (50, 1, 30)],
+        uniform(1, 1),
+        "tiresias-las",
+        queues=2,
+        thresholds="100",
+    )
+    done = finish_times(result)
+    assert done == {"j0": pytest.approx(1030), "j1": pytest.approx(130)}
+    assert result.state.preemptions.tolist() == [1, 0]
+
+
+def test_threshold_counts_gpu_seconds_not_seconds() -> None:
+    # A 2-GPU job reaches 100 GPU-s after 50 s, so B preempts it at 50, not 100.
+    result = run(
+        [(0, 2, 1000), (10, 2, 30)],
+        uniform(1, 2),
+        "tiresias-las",
+        queues=2,
+        thresholds="100",
+    )
+    assert finish_times(result)["j1"] == pytest.approx(80)
+
+
+def test_promote_knob_returns_starved_job_to_top_queue() -> None:
+    # One GPU, threshold 100. A (1000 s) is demoted at 100. B (100-190), C
+    # (190-280) are short newcomers. With knob 1, A has waited 100 s = 1 x its
+    # 100 s of run time at t=200 and is promoted into queue 0 (entry 200), so
+    # at 280 it runs before D (entry 250) until it is demoted again at 380:
+    # D runs 380-470. Without the knob D runs at 280 and ends at 370.
+    rows = [(0, 1, 1000), (100, 1, 90), (150, 1, 90), (250, 1, 90)]
+    kw = {"queues": 2, "thresholds": "100"}
+    plain = run(rows, uniform(1, 1), "tiresias-las", **kw)
+    knob = run(rows, uniform(1, 1), "tiresias-las", promote_knob=1.0, **kw)
+    assert finish_times(plain)["j3"] == pytest.approx(370)
+    assert finish_times(knob)["j3"] == pytest.approx(470)
+    assert finish_times(knob)["j0"] == pytest.approx(1270)
+    assert knob.policy.promotions[0] == 1  # type: ignore[attr-defined]
+    assert plain.policy.promotions[0] == 0  # type: ignore[attr-defined]
+
+
+def test_gittins_orders_by_index_within_a_queue(tmp_path) -> None:
+    # Sizes {50, 1000, 1000}, delta 60: G(0) = 1/170, G(40) = 1/130, G(60) = 0.
+    # At 40 A (40 GPU-s in) outranks newcomer B; at 60 A's index falls to 0 and
+    # newcomer C's arrival re-ranks: B (first of the equal newcomers) runs
+    # 60-560, C 560-1060, A last, 1060-1500. FIFO LAS would run A first to 500.
+    sizes = tmp_path / "sizes.csv"
+    sizes.write_text("duration\n50\n1000\n1000\n")
+    rows = [(0, 1, 500), (40, 1, 500), (60, 1, 500)]
+    gittins = run(
+        rows, uniform(1, 1), "tiresias-gittins", queues=1, distribution=str(sizes), delta=60
+    )
+    assert finish_times(gittins) == {
+        "j0": pytest.approx(1500),
+        "j1": pytest.approx(560),
+        "j2": pytest.approx(1060),
+    }
+    las = run(rows, uniform(1, 1), "tiresias-las", queues=1)
+    assert finish_times(las) == {
+        "j0": pytest.approx(500),
+        "j1": pytest.approx(1000),
+        "j2": pytest.approx(1500),
+    }
+    lifo = run(
+        rows,
+        uniform(1, 1),
+        "tiresias-gittins",
+        queues=1,
+        distribution=str(sizes),
+        delta=60,
+        ties="lifo",
+    )
+    assert finish_times(lifo)["j2"] == pytest.approx(560)  # the later newcomer first
+
+
+def test_a_job_that_does_not_fit_is_skipped_for_smaller_ones() -> None:
+    # 2 GPUs; A (1 GPU) runs; B needs 2 and cannot start; C (1 GPU) behind it runs.
+    result = run([(0, 1, 100), (1, 2, 100), (2, 1, 50)], uniform(1, 2), "tiresias-las")
+    assert result.state.first_start[2] == pytest.approx(2)
+    assert result.state.first_start[1] == pytest.approx(100)
+
+
+def test_model_aware_placement_consolidates_only_skewed_models() -> None:
+    cluster = uniform(3, 4)
+    state = SchedulerState(
+        cluster, jobs_table([(0, 3, 10, "vgg16"), (0, 3, 10, "resnet50"), (0, 3, 10, "mystery")])
+    )
+    free = FreeGPUs(cluster)
+    free.take([0, 1, 4, 5])  # nodes 0 and 1 have 2 free; node 2 has 4
+    placement = ModelAware()
+    assert placement.choose_for(free, state, 0) == [8, 9, 10]  # one node
+    assert placement.choose_for(free, state, 1) == [2, 3, 6]  # lowest free ids
+    assert placement.choose_for(free, state, 2) == [8, 9, 10]  # unknown: consolidate
+    relaxed = ModelAware(unknown="any")
+    assert relaxed.choose_for(free, state, 2) == [2, 3, 6]
+
+
+def test_tiresias_sim_preset_sets_its_simulator_assumptions() -> None:
+    spec = RunSpec("tiresias-gittins", preset="tiresias-sim")
+    config = spec.config()
+    assert spec.placement == "count"
+    assert config.switch_cost == 0.0
+    assert config.locality.cross_node == config.locality.cross_rack == 1.0
+    assert spec.policy_options["distribution"] == "yarn-gput1000"
+    user = RunSpec("tiresias-las", preset="tiresias-sim", policy_options={"queues": 4})
+    assert user.policy_options["queues"] == 4
+    with pytest.raises(CorralError, match="unknown preset"):
+        RunSpec("fifo", preset="nope")
+
+
+def test_bad_options_are_clear_errors() -> None:
+    with pytest.raises(CorralError, match="thresholds must be positive and increasing"):
+        make_policy("tiresias-las", thresholds="7200,3250")
+    with pytest.raises(CorralError, match="4 queues need 3 thresholds"):
+        make_policy("tiresias-las", queues=4, thresholds="100,200")
+    with pytest.raises(CorralError, match="no such file"):
+        make_policy("tiresias-gittins", distribution="/nonexistent.csv")
