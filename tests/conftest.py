@@ -10,7 +10,6 @@ from corral.model.jobs import JobTable
 from corral.policies import make_policy
 from corral.sim.engine import SimConfig, SimResult, Simulator
 
-
 Row = tuple[float, int, float] | tuple[float, int, float, str]
 """(submit, gpus, duration) or (submit, gpus, duration, model)."""
 
