@@ -80,6 +80,10 @@ class TiresiasLas(Policy):
         self.promote_knob = float(promote_knob)
         self._n = -1
 
+    ordered = False
+    """True when the within-queue key alone orders jobs (Gittins); False keeps
+    running jobs ahead of waiting ones of the same queue (LAS)."""
+
     # ------------------------------------------------------------ per job
     def _init(self, n: int) -> None:
         self._n = n
@@ -91,9 +95,13 @@ class TiresiasLas(Policy):
         self.entry = np.zeros(n)
         """When the job entered its current queue."""
         self.promotions = np.zeros(n, dtype=np.int64)
+        self.svc = np.zeros(n)
+        """Queue service (GPU-seconds since the last promotion), refreshed each pass."""
+        self._mark = np.zeros(n, dtype=bool)
 
     def queue_service(self, state: SchedulerState, idx: np.ndarray) -> np.ndarray:
-        return state.attained(idx) - self.base[idx]
+        """Service of jobs seen this pass (running or pending when the pass began)."""
+        return self.svc[idx]
 
     def _update_queues(
         self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
@@ -101,6 +109,8 @@ class TiresiasLas(Policy):
         now = state.now
         fresh = running[np.isnan(self.ref[running])]
         self.ref[fresh] = state.seg_start[fresh]
+        self.svc[running] = state.attained(running) - self.base[running]
+        self.svc[pending] = state.attained_base[pending] - self.base[pending]
         if self.promote_knob > 0 and len(pending):
             executed = (state.attained_base[pending] - self.base[pending]) / state.gpus[pending]
             waited = now - self.ref[pending] - executed
@@ -111,12 +121,13 @@ class TiresiasLas(Policy):
             )
             up = pending[promote]
             self.base[up] = state.attained_base[up]
+            self.svc[up] = 0.0
             self.ref[up] = np.nan
             self.queue[up] = 0
             self.entry[up] = now
             self.promotions[up] += 1
         both = np.concatenate((running, pending))
-        new_q = np.searchsorted(self.thresholds, self.queue_service(state, both), side="right")
+        new_q = np.searchsorted(self.thresholds, self.svc[both], side="right")
         moved = new_q != self.queue[both]
         arrived = self.queue[both] < 0
         self.entry[both[moved]] = np.where(arrived[moved], state.submit[both[moved]], now)
@@ -148,8 +159,7 @@ class TiresiasLas(Policy):
         self, state: SchedulerState, idx: np.ndarray, running: bool
     ) -> tuple[np.ndarray, ...]:
         """FIFO by queue entry, running jobs ahead of waiting ones."""
-        flag = np.zeros(len(idx)) if running else np.ones(len(idx))
-        return (flag, self.entry[idx])
+        return (self.entry[idx],)
 
     def schedule(self, state: SchedulerState) -> Plan:
         n = len(state.submit)
@@ -161,20 +171,26 @@ class TiresiasLas(Policy):
         self._update_queues(state, running, pending)
 
         def key(running_flag: bool) -> Any:
-            return lambda idx: (self.queue[idx], *self.within_queue_key(state, idx, running_flag))
+            def rank(idx: np.ndarray) -> tuple[np.ndarray, ...]:
+                # queue first; within LAS queues running jobs stay ahead of waiting ones
+                primary = self.queue[idx] * 2 + (0 if running_flag or self.ordered else 1)
+                return (primary, *self.within_queue_key(state, idx, running_flag))
+
+            return rank
 
         builder = priority_pass(state, self.placement, key(False), running_key=key(True))
-        now_running = np.concatenate(
-            (
-                running[~np.isin(running, builder.plan.stops)],
-                np.fromiter(builder.plan.starts, dtype=np.int64, count=len(builder.plan.starts)),
-            )
-        )
+        plan = builder.plan
+        mark = self._mark
+        starts = np.fromiter(plan.starts, dtype=np.int64, count=len(plan.starts))
+        stops = np.asarray(plan.stops, dtype=np.int64)
+        mark[stops] = True
+        now_running = np.concatenate((running[~mark[running]], starts))
+        mark[stops] = False
         fresh = now_running[np.isnan(self.ref[now_running])]
         self.ref[fresh] = state.now
-        still_pending = pending[~np.isin(pending, now_running)]
-        if len(builder.plan.stops):
-            still_pending = np.concatenate((still_pending, np.asarray(builder.plan.stops)))
+        mark[starts] = True
+        still_pending = np.concatenate((pending[~mark[pending]], stops))
+        mark[starts] = False
         wake = self._next_change(state, now_running, still_pending)
         return builder.build(wake if np.isfinite(wake) and wake > state.now else None)
 
@@ -211,6 +227,15 @@ class TiresiasGittins(TiresiasLas):
         except CorralError as exc:
             raise ValueError(str(exc)) from None
         self._seen = 0
+        self._cache = np.zeros(0)
+
+    ordered = True
+
+    def _init(self, n: int) -> None:
+        super()._init(n)
+        self._cache = np.full(n, np.nan)
+        """Index of waiting jobs, valid while their service is ``_cache_svc``."""
+        self._cache_svc = np.full(n, np.nan)
 
     def _before_pass(self, state: SchedulerState) -> None:
         if self.online is None:
@@ -220,14 +245,31 @@ class TiresiasGittins(TiresiasLas):
             idx = np.asarray(new, dtype=np.int64)
             self.online.add(state.attained_base[idx][state.status[idx] == DONE])
             self._seen = len(state.finished)
-        self.table = self.online.table()
+        table = self.online.table()
+        if table is not self.table:
+            self._cache.fill(np.nan)
+        self.table = table
 
     def within_queue_key(
         self, state: SchedulerState, idx: np.ndarray, running: bool
     ) -> tuple[np.ndarray, ...]:
         """Highest index first; equal indices in submit order (or reversed, ``ties=lifo``)."""
         service = self.queue_service(state, idx)
-        # nothing learned yet: least attained first
-        primary = service if self.table is None else -self.table.index(service)
+        if self.table is None:  # nothing learned yet: least attained first
+            primary = service
+        elif running:
+            primary = -self.table.index(service)
+        else:
+            primary = -self._cached_index(idx, service)
         order = idx if self.ties == "fifo" else -idx
         return (primary, order.astype(np.float64))
+
+    def _cached_index(self, idx: np.ndarray, service: np.ndarray) -> np.ndarray:
+        assert self.table is not None
+        values = self._cache[idx]
+        stale = np.isnan(values) | (self._cache_svc[idx] != service)
+        if stale.any():
+            values[stale] = self.table.index(service[stale])
+            self._cache[idx[stale]] = values[stale]
+            self._cache_svc[idx[stale]] = service[stale]
+        return values
