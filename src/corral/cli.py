@@ -68,6 +68,10 @@ PlacementOpt = Annotated[
     str | None,
     typer.Option(help=f"placement: {', '.join(PLACEMENTS)} (default: the policy's own)"),
 ]
+FailureOpt = Annotated[
+    float, typer.Option(help="chance that one attempt of a job fails (0 = no failures)")
+]
+RetriesOpt = Annotated[int, typer.Option(help="failed attempts retried before a job is FAILED")]
 PresetOpt = Annotated[
     str | None,
     typer.Option(help=f"a named set of assumptions: {', '.join(SIM_PRESETS)}"),
@@ -161,18 +165,22 @@ def _run_spec(
     check: bool,
     policy_opt: list[str] | None,
     preset: str | None,
+    failure_rate: float,
+    max_retries: int,
 ) -> RunSpec:
     """One run's settings from the flags ``sim`` and ``compare`` share."""
     return RunSpec(
-        policy,
-        placement,
-        seed,
-        switch_cost,
-        cross_node,
-        cross_rack,
-        check,
-        parse_policy_options(policy_opt or [], policy),
-        preset,
+        policy=policy,
+        placement=placement,
+        seed=seed,
+        switch_cost=switch_cost,
+        cross_node=cross_node,
+        cross_rack=cross_rack,
+        check_invariants=check,
+        policy_options=parse_policy_options(policy_opt or [], policy),
+        failure_rate=failure_rate,
+        max_retries=max_retries,
+        preset=preset,
     )
 
 
@@ -227,6 +235,8 @@ def sim(
     policy: Annotated[str, typer.Option(help="policy name (see 'corral policies')")] = "fifo",
     placement: PlacementOpt = None,
     preset: PresetOpt = None,
+    failure_rate: FailureOpt = 0.0,
+    max_retries: RetriesOpt = 3,
     seed: SeedOpt = 0,
     switch_cost: SwitchOpt = "kill-restart",
     cross_node_factor: CrossNodeOpt = 0.8,
@@ -260,6 +270,8 @@ def sim(
         check,
         policy_opt,
         preset,
+        failure_rate,
+        max_retries,
     )
     result = _run_one(jobs, machines, spec, progress)
     with _user_errors():
@@ -283,6 +295,8 @@ def compare(
     rack_size: RackOpt = None,
     placement: PlacementOpt = None,
     preset: PresetOpt = None,
+    failure_rate: FailureOpt = 0.0,
+    max_retries: RetriesOpt = 3,
     seed: SeedOpt = 0,
     switch_cost: SwitchOpt = "kill-restart",
     cross_node_factor: CrossNodeOpt = 0.8,
@@ -324,6 +338,8 @@ def compare(
             check,
             policy_opt,
             preset,
+            failure_rate,
+            max_retries,
         )
         result = _run_one(jobs, machines, spec, progress)
         with _user_errors():

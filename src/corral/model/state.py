@@ -23,8 +23,8 @@ from corral.model.cluster import Cluster
 from corral.model.free_gpus import FreeGPUs
 from corral.model.jobs import JobTable
 
-FUTURE, PENDING, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
-STATUS_NAMES = ("FUTURE", "PENDING", "RUNNING", "DONE", "REJECTED")
+FUTURE, PENDING, RUNNING, DONE, REJECTED, FAILED = 0, 1, 2, 3, 4, 5
+STATUS_NAMES = ("FUTURE", "PENDING", "RUNNING", "DONE", "REJECTED", "FAILED")
 
 
 class IndexSet:
@@ -94,6 +94,9 @@ class SchedulerState:
         self.first_start = np.full(n, np.nan)
         self.finish_time = np.full(n, np.nan)
         self.preemptions = np.zeros(n, dtype=np.int64)
+        self.failures = np.zeros(n, dtype=np.int64)
+        """Failed attempts (each lost the progress made since the attempt started)."""
+        self.attempt_steps = np.zeros(n, dtype=np.float64)
         self.overhead = np.zeros(n, dtype=np.float64)
         self.alloc: list[tuple[int, ...] | None] = [None] * n
         self.pending = IndexSet(n)
@@ -157,6 +160,7 @@ class SchedulerState:
         self.status[i] = RUNNING
         self.alloc[i] = gpus
         now = self.now
+        self.attempt_steps[i] = self.steps_done[i]
         self.seg_start[i] = now
         self.progress_start[i] = now + overhead
         self.speed[i] = speed
@@ -183,6 +187,23 @@ class SchedulerState:
         self._close_segment(i, release)
         self.status[i] = PENDING
         self.preemptions[i] += 1
+        self.queued_since[i] = self.now
+        self.pending.add(i)
+        bisect.insort(self.pending_order, i)
+
+    def fail(self, i: int, final: bool) -> None:
+        """The running attempt of job ``i`` failed: its progress since it started is lost.
+
+        The job goes back to the queue for a retry, or ends as FAILED when
+        ``final`` (its retries are used up).
+        """
+        self._close_segment(i)
+        self.steps_done[i] = self.attempt_steps[i]
+        self.failures[i] += 1
+        if final:
+            self.status[i] = FAILED
+            return
+        self.status[i] = PENDING
         self.queued_since[i] = self.now
         self.pending.add(i)
         bisect.insort(self.pending_order, i)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from corral.errors import CorralError
+from corral.placement.relaxed import RelaxedLocality
 from corral.placement.sensitivity import ModelAware
 from corral.placement.strategies import (
     AnyFree,
@@ -13,7 +14,15 @@ from corral.placement.strategies import (
 )
 
 PLACEMENTS: dict[str, type[PlacementStrategy]] = {
-    cls.name: cls for cls in (Consolidate, Spread, AnyFree, RandomPlacement, ModelAware)
+    cls.name: cls
+    for cls in (
+        Consolidate,
+        Spread,
+        AnyFree,
+        RandomPlacement,
+        ModelAware,
+        RelaxedLocality,
+    )
 }
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corral.errors import CorralError
 from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
 from corral.model.plan import Plan
@@ -45,6 +46,17 @@ class SimConfig:
     """Check the bookkeeping after every pass (slow; tests switch it on)."""
     max_time: float = math.inf
     """Stop the simulation at this simulated time (jobs left unfinished)."""
+    failure_rate: float = 0.0
+    """Chance that one attempt of a job fails (at a uniformly drawn point of it)."""
+    max_retries: int = 3
+    """Failed attempts retried per job; after that the job ends as FAILED."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.failure_rate < 1.0:
+            raise CorralError(f"failure rate must be in [0, 1), got {self.failure_rate}")
+        if self.max_retries < 0:
+            raise CorralError(f"max retries must be >= 0, got {self.max_retries}")
 
 
 @dataclass
@@ -90,7 +102,9 @@ class Simulator:
         self.config = config or SimConfig()
         self.progress = progress
         self.state = SchedulerState(cluster, jobs)
-        self._heap: list[tuple[float, int, int]] = []
+        self._heap: list[tuple[float, int, int, bool]] = []
+        """(time, job, version, fails): the end of a job's current attempt."""
+        self._rng = np.random.default_rng(self.config.seed)
         self._version = np.zeros(len(jobs), dtype=np.int64)
         self._checker = InvariantChecker(self.state) if self.config.check_invariants else None
 
@@ -127,12 +141,15 @@ class Simulator:
             last_t = t
             state.now = t
             while heap and heap[0][0] <= t + TIME_EPS:
-                _, i, ver = heapq.heappop(heap)
+                _, i, ver, fails = heapq.heappop(heap)
                 if ver != version[i]:
                     continue
-                state.finish(i)
                 version[i] += 1
                 events += 1
+                if fails:
+                    state.fail(i, final=state.failures[i] >= self.config.max_retries)
+                    continue
+                state.finish(i)
                 if self._checker is not None:
                     self._checker.on_finish(i)
             while next_arrival < n and submit[next_arrival] <= t:
@@ -200,11 +217,18 @@ class Simulator:
                     f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; "
                     f"it asks for {state.gpus[i]}"
                 )
-            overhead = self.config.switch_cost if state.preemptions[i] > 0 else 0.0
+            restart = state.preemptions[i] > 0 or state.failures[i] > 0
+            overhead = self.config.switch_cost if restart else 0.0
             speed = float(state.ref_speed[i])
             if len(gpus) > 1:
                 speed *= self.config.locality.factor(self.cluster, gpus)
             finish = state.start(i, gpus, speed, overhead, take=not adopt)
-            heapq.heappush(self._heap, (finish, i, int(self._version[i])))
+            fails = False
+            rate = self.config.failure_rate
+            if rate > 0 and self._rng.random() < rate:
+                fails = True
+                began = state.progress_start[i]
+                finish = began + self._rng.random() * (finish - began)
+            heapq.heappush(self._heap, (finish, i, int(self._version[i]), fails))
         if plan.free_after is not None:
             state.free = plan.free_after

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corral.model.state import DONE, PENDING, REJECTED, RUNNING, SchedulerState
+from corral.model.state import DONE, FAILED, PENDING, REJECTED, RUNNING, SchedulerState
 
 if TYPE_CHECKING:
     from corral.sim.engine import SimResult
@@ -62,7 +62,8 @@ class InvariantChecker:
     def at_end(self, result: SimResult) -> None:
         s = self.state
         if result.end_time < result.config.max_time:
-            unfinished = np.flatnonzero((s.status != DONE) & (s.status != REJECTED))
+            ended = (s.status == DONE) | (s.status == REJECTED) | (s.status == FAILED)
+            unfinished = np.flatnonzero(~ended)
             if len(unfinished):
                 raise InvariantViolation(f"{len(unfinished)} jobs never finished")
         done = s.status == DONE

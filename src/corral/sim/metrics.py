@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from corral.model.state import DONE
+from corral.model.state import DONE, FAILED, STATUS_NAMES
 from corral.sim.engine import SimResult
 
 
@@ -31,6 +31,8 @@ def jobs_frame(result: SimResult) -> pd.DataFrame:
             "gpus": s.gpus,
             "duration": s.duration,
             "preemptions": s.preemptions,
+            "failed_attempts": s.failures,
+            "status": [STATUS_NAMES[k] for k in s.status],
             "attained_service": s.attained_base,
             "switch_overhead": s.overhead,
             "vc": result.jobs.df["vc"].to_numpy(),
@@ -69,6 +71,8 @@ def summarise(result: SimResult, extra: dict[str, Any] | None = None) -> dict[st
         "gpu_utilization": result.busy_gpu_seconds / (gpus * makespan) if makespan > 0 else 0.0,
         "offered_load": result.jobs.offered_load(gpus),
         "preemptions": int(s.preemptions.sum()),
+        "failed_attempts": int(s.failures.sum()),
+        "jobs_failed": int((s.status == FAILED).sum()),
         "switch_overhead_gpu_s": float(np.sum(s.overhead * s.gpus)),
         "events": result.events,
         "passes": result.passes,

@@ -35,6 +35,8 @@ class RunSpec:
     cross_rack: float = 0.7
     check_invariants: bool = False
     policy_options: dict[str, Any] = field(default_factory=dict)
+    failure_rate: float = 0.0
+    max_retries: int = 3
     preset: str | None = None
     """A named set of assumptions applied over the fields above (see SIM_PRESETS)."""
 
@@ -60,6 +62,9 @@ class RunSpec:
             switch_cost=switch_cost_seconds(self.switch_cost),
             locality=LocalityModel(self.cross_node, self.cross_rack),
             check_invariants=self.check_invariants,
+            failure_rate=self.failure_rate,
+            max_retries=self.max_retries,
+            seed=self.seed,
         )
 
 

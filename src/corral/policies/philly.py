@@ -1,0 +1,265 @@
+"""Philly: YARN's capacity scheduler with per-VC quotas and relaxed gang locality.
+
+Microsoft's Philly (Jeon et al., ATC '19) gives each virtual cluster (VC) a
+quota of GPUs. Every VC queues its jobs first come first served. A pass:
+
+1. **Within quota**: each waiting job whose VC stays within its quota is
+   placed, in submit order (a job that cannot be placed now does not hold up
+   the ones behind it).
+2. **Reclaim**: a job that is within its VC's quota but finds the GPUs lent
+   out preempts borrowed jobs (from the VC furthest over its quota, most
+   recently started first), but only if that lets it be placed.
+3. **Lending**: GPUs still idle go to waiting jobs of any VC, the VC furthest
+   below its fair share (usage / quota) first; such jobs run on borrowed
+   GPUs and are the ones reclaimed in step 2.
+
+Placement is gang and locality-aware (:mod:`corral.placement.relaxed`): a job
+first asks for the fewest servers in one rack, after ``relax_after[0]``
+seconds of waiting for any servers of one rack, after ``relax_after[1]`` for
+anything. A job that could not be placed is not tried again until a back-off
+has passed (``backoff`` seconds, doubling per failed try, at most
+``backoff_max``), as YARN's delay scheduling does.
+
+Quotas are given as ``vc=GPUs`` pairs, or default to each VC's share of the
+trace's GPU-time demand (the trace does not record the real quotas). Failures
+and retries are the engine's (``SimConfig.failure_rate`` / ``max_retries``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from corral.model.plan import Plan
+from corral.model.state import SchedulerState
+from corral.placement.relaxed import LEVELS, RelaxedLocality
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder, Policy
+
+
+def parse_quotas(text: str | None) -> dict[str, float] | None:
+    """``vc=GPUs`` pairs separated by commas; None means "from demand"."""
+    if text is None or not str(text).strip():
+        return None
+    out: dict[str, float] = {}
+    for pair in str(text).split(","):
+        name, eq, value = pair.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"quota '{pair}': expected vc=GPUs")
+        try:
+            gpus = float(value)
+        except ValueError:
+            raise ValueError(f"quota '{pair}': '{value}' is not a number") from None
+        if gpus < 0:
+            raise ValueError(f"quota '{pair}': GPUs must be >= 0")
+        out[name.strip()] = gpus
+    return out
+
+
+def demand_quotas(vcs: np.ndarray, gpu_seconds: np.ndarray, total_gpus: int) -> np.ndarray:
+    """Whole-GPU quotas proportional to each VC's demand, summing to the cluster.
+
+    Largest-remainder rounding, so no GPU is lost to rounding.
+    """
+    demand = np.bincount(vcs, weights=gpu_seconds)
+    if demand.sum() <= 0:
+        demand = np.ones_like(demand)
+    exact = total_gpus * demand / demand.sum()
+    quota = np.floor(exact)
+    short = int(total_gpus - quota.sum())
+    if short > 0:
+        quota[np.argsort(-(exact - quota), kind="stable")[:short]] += 1
+    return quota
+
+
+class Philly(Policy):
+    name = "philly"
+    description = "per-VC FIFO queues with quotas, lending of idle GPUs, relaxed gang locality"
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        quotas: str | None = None,
+        relax_after: Any = "300,900",
+        backoff: float = 60.0,
+        backoff_max: float = 480.0,
+    ) -> None:
+        super().__init__(placement or RelaxedLocality())
+        self.quota_spec = parse_quotas(quotas)
+        steps = [float(v) for v in str(relax_after).replace("/", ",").split(",") if v.strip()]
+        if len(steps) != len(LEVELS) - 1 or steps[0] < 0 or steps[1] < steps[0]:
+            raise ValueError(
+                f"relax_after must be two increasing waits in seconds, got {relax_after}"
+            )
+        if backoff <= 0 or backoff_max < backoff:
+            raise ValueError("backoff must be > 0 and backoff_max >= backoff")
+        self.relax_after = np.asarray(steps)
+        self.backoff = float(backoff)
+        self.backoff_max = float(backoff_max)
+        self._n = -1
+
+    # ------------------------------------------------------------ set-up
+    def _init(self, state: SchedulerState) -> None:
+        n = len(state.submit)
+        self._n = n
+        names = state.jobs.df["vc"].fillna("").astype(str).to_numpy()
+        self.vc_names, self.vc = np.unique(names, return_inverse=True)
+        total = state.cluster.total_gpus
+        if self.quota_spec is None:
+            self.quota = demand_quotas(self.vc, state.gpus * state.duration, total)
+        else:
+            self.quota = np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
+        self.next_try = np.zeros(n)
+        self.tries = np.zeros(n, dtype=np.int64)
+
+    def quotas(self) -> dict[str, float]:
+        return {str(v): float(q) for v, q in zip(self.vc_names, self.quota, strict=True)}
+
+    def level(self, state: SchedulerState, i: int) -> int:
+        """How far job ``i``'s locality is relaxed, from how long it has waited."""
+        waited = state.now - state.queued_since[i]
+        return int(np.searchsorted(self.relax_after, waited, side="right"))
+
+    # ------------------------------------------------------------ the pass
+    def schedule(self, state: SchedulerState) -> Plan:
+        if self._n != len(state.submit):
+            self._init(state)
+        builder = PlanBuilder(state)
+        pending = np.sort(state.pending.array())
+        if not len(pending):
+            return builder.build()
+        now = state.now
+        running = state.running.array()
+        usage = np.bincount(
+            self.vc[running], weights=state.gpus[running], minlength=len(self.quota)
+        )
+        due = pending[self.next_try[pending] <= now]
+        # Jobs that cannot start whatever happens in this pass fail at once
+        # (vectorised): more GPUs than are free, plus those that could be
+        # reclaimed from borrowers when the job is within its VC's quota.
+        free_now = state.free.total
+        reclaimable = float(np.maximum(usage - self.quota, 0.0).sum())
+        need = state.gpus[due]
+        within = usage[self.vc[due]] + need <= self.quota[self.vc[due]]
+        possible = need <= free_now + np.where(within, reclaimable, 0.0)
+        failed: list[int] = due[~possible].tolist()
+        waiting: list[int] = []
+        for i in due[possible].tolist():
+            v = self.vc[i]
+            g = int(state.gpus[i])
+            if usage[v] + g > self.quota[v]:
+                waiting.append(i)
+            elif self._place(builder, state, i) or self._reclaim(builder, state, i, running, usage):
+                usage[v] += g
+            else:
+                failed.append(i)
+        failed.extend(self._lend(builder, state, waiting, usage))
+        self._back_off(state, np.asarray(failed, dtype=np.int64))
+        return builder.build(self._next_wakeup(state, pending))
+
+    def _lend(
+        self, builder: PlanBuilder, state: SchedulerState, waiting: list[int], usage: np.ndarray
+    ) -> list[int]:
+        """Idle GPUs to over-quota jobs, the VC with the lowest usage / quota first.
+
+        Returns the jobs that got nothing. Shares are updated after every
+        placement, so VCs take turns rather than one VC taking all.
+        """
+        queues: dict[int, list[int]] = {}
+        for i in waiting:
+            queues.setdefault(int(self.vc[i]), []).append(i)
+        for q in queues.values():
+            q.reverse()  # pop() from the end = submit order
+        failed: list[int] = []
+        while queues and builder.free.total > 0:
+            v = min(queues, key=lambda v: (usage[v] / max(self.quota[v], 1e-9), v))
+            i = queues[v].pop()
+            if not queues[v]:
+                del queues[v]
+            if self._place(builder, state, i):
+                usage[v] += state.gpus[i]
+            else:
+                failed.append(i)
+        for q in queues.values():
+            failed.extend(q)
+        return failed
+
+    def _place(self, builder: PlanBuilder, state: SchedulerState, i: int) -> bool:
+        n = int(state.gpus[i])
+        if n > builder.free.total:
+            return False
+        placement = self.placement
+        if isinstance(placement, RelaxedLocality):
+            gpus = placement.choose_level(builder.free, n, self.level(state, i))
+        else:
+            gpus = placement.choose_for(builder.free, state, i)
+        if gpus is None:
+            return False
+        builder.start(i, gpus)
+        self.tries[i] = 0
+        return True
+
+    def _reclaim(
+        self,
+        builder: PlanBuilder,
+        state: SchedulerState,
+        i: int,
+        running: np.ndarray,
+        usage: np.ndarray,
+    ) -> bool:
+        """Preempt borrowed jobs for job ``i`` if that lets it be placed."""
+        over = usage - self.quota
+        stopped = set(builder.plan.stops)
+        borrowed = [
+            j
+            for j in running.tolist()
+            if over[self.vc[j]] > 0 and j not in stopped and self.vc[j] != self.vc[i]
+        ]
+        if not borrowed:
+            return False
+        borrowed.sort(key=lambda j: (-over[self.vc[j]], -state.seg_start[j], -j))
+        trial = builder.free.copy()
+        need = int(state.gpus[i])
+        chosen: list[int] = []
+        left = over.copy()
+        for j in borrowed:
+            if left[self.vc[j]] <= 0:
+                continue
+            gpus = state.alloc[j]
+            assert gpus is not None
+            trial.release(gpus)
+            chosen.append(j)
+            left[self.vc[j]] -= state.gpus[j]
+            if trial.total >= need and self._fits(trial, state, i):
+                for k in chosen:
+                    builder.stop(k)
+                    usage[self.vc[k]] -= state.gpus[k]
+                return self._place(builder, state, i)
+        return False
+
+    def _fits(self, free: Any, state: SchedulerState, i: int) -> bool:
+        n = int(state.gpus[i])
+        if isinstance(self.placement, RelaxedLocality):
+            return self.placement.choose_level(free, n, self.level(state, i)) is not None
+        return self.placement.choose_for(free, state, i) is not None
+
+    def _back_off(self, state: SchedulerState, failed: np.ndarray) -> None:
+        """Retry later, sooner if the job's locality relaxes before then."""
+        if not len(failed):
+            return
+        now = state.now
+        self.tries[failed] = np.minimum(self.tries[failed] + 1, 60)
+        wait = np.minimum(self.backoff * 2.0 ** (self.tries[failed] - 1), self.backoff_max)
+        # retries fall on a heartbeat of ``backoff`` seconds, so waiting jobs
+        # are retried together rather than each at its own instant
+        at = np.ceil((now + wait) / self.backoff) * self.backoff
+        for step in self.relax_after:
+            relax = state.queued_since[failed] + step
+            at = np.where(relax > now, np.minimum(at, relax), at)
+        self.next_try[failed] = at
+
+    def _next_wakeup(self, state: SchedulerState, pending: np.ndarray) -> float | None:
+        times = self.next_try[pending]
+        later = times[times > state.now]
+        return float(later.min()) if len(later) else None
