@@ -20,6 +20,14 @@ class Plan:
     starts: dict[int, tuple[int, ...]] = field(default_factory=dict)
     stops: list[int] = field(default_factory=list)
     next_wakeup: float | None = None
+    packs: dict[int, tuple[int, float, float]] = field(default_factory=dict)
+    """Starts that share a running job's GPUs: guest -> (host, guest speed
+    factor, host speed factor), the factors being the pair's measured
+    throughputs relative to each job alone."""
+    factors: dict[int, float] = field(default_factory=dict)
+    """Speed multipliers of started jobs (e.g. a job grown onto more GPUs)."""
+    overheads: dict[int, float] = field(default_factory=dict)
+    """Seconds a start costs instead of the engine's switch cost (e.g. a migration)."""
     free_after: FreeGPUs | None = None
     """The free GPUs once the plan is carried out, when the plan was built
     against a scratch copy (PlanBuilder does); executors adopt it instead of

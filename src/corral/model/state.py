@@ -90,6 +90,16 @@ class SchedulerState:
         self.seg_start = np.zeros(n, dtype=np.float64)
         self.progress_start = np.zeros(n, dtype=np.float64)
         self.speed = np.zeros(n, dtype=np.float64)
+        self.base_speed = np.zeros(n, dtype=np.float64)
+        """Speed of the current run without packing interference."""
+        self.held = np.zeros(n, dtype=np.int64)
+        """GPUs the running job holds (more than it asked for when grown)."""
+        self.host = np.full(n, -1, dtype=np.int64)
+        """For a packed guest: the running job whose GPUs it shares."""
+        self.guest = np.full(n, -1, dtype=np.int64)
+        """For a host: the job packed onto its GPUs."""
+        self.shared_gpu_seconds = 0.0
+        """Service given to guests on GPUs their hosts already count as busy."""
         self.queued_since = np.zeros(n, dtype=np.float64)
         self.first_start = np.full(n, np.nan)
         self.finish_time = np.full(n, np.nan)
@@ -113,7 +123,7 @@ class SchedulerState:
         """2D attained service (GPU-seconds held so far) of the given jobs, now."""
         run = self.status[idx] == RUNNING
         return self.attained_base[idx] + np.where(
-            run, self.gpus[idx] * (self.now - self.seg_start[idx]), 0.0
+            run, self.held[idx] * (self.now - self.seg_start[idx]), 0.0
         )
 
     def done_steps(self, idx: np.ndarray) -> np.ndarray:
@@ -144,14 +154,24 @@ class SchedulerState:
         self.status[i] = REJECTED
 
     def start(
-        self, i: int, gpus: tuple[int, ...], speed: float, overhead: float, take: bool = True
+        self,
+        i: int,
+        gpus: tuple[int, ...],
+        speed: float,
+        overhead: float,
+        take: bool = True,
+        host: int = -1,
     ) -> float:
         """Start a pending job; returns the time it will finish if left alone.
 
         ``take=False`` when the caller will install free-GPU records that
-        already account for this start (a plan's ``free_after``).
+        already account for this start (a plan's ``free_after``). ``host``
+        packs the job onto a running job's GPUs (no GPUs are taken).
         """
-        if take:
+        if host >= 0:
+            self.host[i] = host
+            self.guest[host] = i
+        elif take:
             self.free.take(gpus)
         self.pending.remove(i)
         pos = bisect.bisect_left(self.pending_order, i)
@@ -164,24 +184,49 @@ class SchedulerState:
         self.seg_start[i] = now
         self.progress_start[i] = now + overhead
         self.speed[i] = speed
+        self.base_speed[i] = speed
+        self.held[i] = len(gpus)
         self.overhead[i] += overhead
         if np.isnan(self.first_start[i]):
             self.first_start[i] = now
-        self.busy_gpus += len(gpus)
+        if host < 0:
+            self.busy_gpus += len(gpus)
         left = self.total_steps[i] - self.steps_done[i]
         return now + overhead + left / speed
+
+    def respeed(self, i: int, speed: float) -> float:
+        """Change a running job's speed from now on; returns its new finish time."""
+        now = self.now
+        if now > self.progress_start[i]:
+            self.steps_done[i] += (now - self.progress_start[i]) * self.speed[i]
+            self.progress_start[i] = now
+        self.speed[i] = speed
+        left = max(self.total_steps[i] - self.steps_done[i], 0.0)
+        return self.progress_start[i] + left / speed
 
     def _close_segment(self, i: int, release: bool = True) -> None:
         now = self.now
         gpus = self.alloc[i]
         assert gpus is not None
-        if release:
-            self.free.release(gpus)
+        if self.guest[i] >= 0:
+            raise RuntimeError(
+                f"job {self.job_ids[i]} leaves while job {self.guest[i]} is packed on it"
+            )
+        service = len(gpus) * (now - self.seg_start[i])
+        host = int(self.host[i])
+        if host >= 0:
+            self.guest[host] = -1
+            self.host[i] = -1
+            self.shared_gpu_seconds += service
+        else:
+            if release:
+                self.free.release(gpus)
+            self.busy_gpus -= len(gpus)
         self.running.remove(i)
-        self.attained_base[i] += len(gpus) * (now - self.seg_start[i])
+        self.attained_base[i] += service
         self.steps_done[i] += max(now - self.progress_start[i], 0.0) * self.speed[i]
         self.alloc[i] = None
-        self.busy_gpus -= len(gpus)
+        self.held[i] = 0
 
     def preempt(self, i: int, release: bool = True) -> None:
         self._close_segment(i, release)

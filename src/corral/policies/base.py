@@ -37,11 +37,25 @@ class PlanBuilder:
         return self._free
 
     def stop(self, i: int) -> None:
-        gpus = self.state.alloc[i]
+        """Stop job ``i`` (a packed guest on it is stopped first)."""
+        state = self.state
+        gpus = state.alloc[i]
         if gpus is None:
             raise ValueError(f"job {i} is not running")
-        self.free.release(gpus)
+        guest = int(state.guest[i])
+        if guest >= 0 and guest not in self.plan.stops:
+            self.plan.stops.append(guest)
+        if state.host[i] < 0:
+            self.free.release(gpus)
         self.plan.stops.append(i)
+
+    def pack(self, i: int, host: int, guest_factor: float, host_factor: float) -> None:
+        """Start job ``i`` on the GPUs of running job ``host`` (no GPUs taken)."""
+        gpus = self.state.alloc[host]
+        if gpus is None:
+            raise ValueError(f"job {host} is not running")
+        self.plan.starts[i] = gpus
+        self.plan.packs[i] = (host, guest_factor, host_factor)
 
     def start(self, i: int, gpus: list[int] | tuple[int, ...]) -> None:
         self.free.take(gpus)
@@ -68,6 +82,8 @@ class Policy(ABC):
     description: ClassVar[str] = ""
     oracle: ClassVar[bool] = False
     """True when the policy uses what a real scheduler cannot know (durations)."""
+    elastic: ClassVar[bool] = False
+    """True when the policy may run a job on a multiple of the GPUs it asked for."""
 
     def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
         if params:

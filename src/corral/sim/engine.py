@@ -106,6 +106,8 @@ class Simulator:
         """(time, job, version, fails): the end of a job's current attempt."""
         self._rng = np.random.default_rng(self.config.seed)
         self._version = np.zeros(len(jobs), dtype=np.int64)
+        self._fail_steps = np.full(len(jobs), np.nan)
+        """Step count at which the current attempt fails (NaN: it will not)."""
         self._checker = InvariantChecker(self.state) if self.config.check_invariants else None
 
     def run(self) -> SimResult:
@@ -146,6 +148,7 @@ class Simulator:
                     continue
                 version[i] += 1
                 events += 1
+                self._leave(i)
                 if fails:
                     state.fail(i, final=state.failures[i] >= self.config.max_retries)
                     continue
@@ -207,28 +210,73 @@ class Simulator:
         for i in plan.stops:
             if state.status[i] != RUNNING:
                 raise PlanError(f"plan stops job {state.job_ids[i]}, which is not running")
+            self._leave(i)
             state.preempt(i, release=not adopt)
             self._version[i] += 1
+        elastic = self.policy.elastic
         for i, gpus in plan.starts.items():
             if state.status[i] != PENDING:
                 raise PlanError(f"plan starts job {state.job_ids[i]}, which is not pending")
-            if len(gpus) != state.gpus[i]:
+            asked = int(state.gpus[i])
+            if len(gpus) != asked and not (elastic and len(gpus) % asked == 0):
                 raise PlanError(
-                    f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; "
-                    f"it asks for {state.gpus[i]}"
+                    f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; it asks for {asked}"
                 )
             restart = state.preemptions[i] > 0 or state.failures[i] > 0
-            overhead = self.config.switch_cost if restart else 0.0
-            speed = float(state.ref_speed[i])
+            overhead = plan.overheads.get(i, self.config.switch_cost if restart else 0.0)
+            speed = float(state.ref_speed[i]) * plan.factors.get(i, 1.0)
             if len(gpus) > 1:
                 speed *= self.config.locality.factor(self.cluster, gpus)
-            finish = state.start(i, gpus, speed, overhead, take=not adopt)
-            fails = False
+            host = -1
+            if i in plan.packs:
+                host, guest_factor, host_factor = plan.packs[i]
+                if state.status[host] != RUNNING or state.alloc[host] != gpus:
+                    raise PlanError(f"plan packs job {state.job_ids[i]} on a job not running there")
+                if state.guest[host] >= 0 or state.host[host] >= 0:
+                    raise PlanError(f"plan packs job {state.job_ids[i]} on a GPU already shared")
+                speed *= guest_factor
+            state.start(i, gpus, speed, overhead, take=not adopt, host=host)
             rate = self.config.failure_rate
             if rate > 0 and self._rng.random() < rate:
-                fails = True
-                began = state.progress_start[i]
-                finish = began + self._rng.random() * (finish - began)
-            heapq.heappush(self._heap, (finish, i, int(self._version[i]), fails))
+                left = state.total_steps[i] - state.steps_done[i]
+                self._fail_steps[i] = state.steps_done[i] + self._rng.random() * left
+            else:
+                self._fail_steps[i] = np.nan
+            self._push(i, state.progress_start[i])
+            if host >= 0:
+                self._respeed(host, state.base_speed[host] * host_factor)
         if plan.free_after is not None:
             state.free = plan.free_after
+
+    def _push(self, i: int, progress_from: float) -> None:
+        """Schedule the end of job ``i``'s attempt (finish, or failure if one was drawn)."""
+        state = self.state
+        target = self._fail_steps[i]
+        fails = not np.isnan(target)
+        if not fails:
+            target = state.total_steps[i]
+        at = progress_from + max(target - state.steps_done[i], 0.0) / state.speed[i]
+        heapq.heappush(self._heap, (at, i, int(self._version[i]), fails))
+
+    def _respeed(self, i: int, speed: float) -> None:
+        state = self.state
+        if state.speed[i] == speed:
+            return
+        state.respeed(i, speed)
+        self._version[i] += 1
+        self._push(i, state.progress_start[i])
+
+    def _leave(self, i: int) -> None:
+        """Before job ``i`` stops running: end any packing it is part of.
+
+        A guest on it is preempted (it must leave the GPUs with its host); a
+        host it was packed on goes back to its speed alone.
+        """
+        state = self.state
+        guest = int(state.guest[i])
+        if guest >= 0:
+            state.preempt(guest, release=False)
+            self._version[guest] += 1
+        host = int(state.host[i])
+        if host >= 0:  # the state unlinks the pair as the guest's segment closes
+            self._respeed(host, state.base_speed[host])

@@ -42,10 +42,15 @@ class InvariantChecker:
         held: list[int] = []
         for i in running:
             gpus = s.alloc[i]
-            if gpus is None or len(gpus) != s.gpus[i]:
+            if gpus is None or len(gpus) != s.held[i] or len(gpus) % s.gpus[i]:
                 raise InvariantViolation(f"job {s.job_ids[i]} runs on {gpus}, asks {s.gpus[i]}")
             if s.seg_start[i] < s.submit[i]:
                 raise InvariantViolation(f"job {s.job_ids[i]} started before it was submitted")
+            host = s.host[i]
+            if host >= 0:
+                if s.guest[host] != i or s.alloc[host] != gpus or s.status[host] != RUNNING:
+                    raise InvariantViolation(f"job {s.job_ids[i]} is packed on a job not there")
+                continue
             held.extend(gpus)
         if len(held) != len(set(held)):
             raise InvariantViolation("a GPU is given to two jobs")
@@ -78,8 +83,9 @@ class InvariantChecker:
             raise InvariantViolation("a job finished faster than its run time")
         if (s.first_start[done] < s.submit[done]).any():
             raise InvariantViolation("a job started before it was submitted")
-        service = float(s.attained_base.sum())
+        service = float(s.attained_base.sum()) - s.shared_gpu_seconds
         if not np.isclose(service, result.busy_gpu_seconds, rtol=1e-9, atol=1e-3):
             raise InvariantViolation(
-                f"GPU-seconds busy ({result.busy_gpu_seconds}) != service given ({service})"
+                f"GPU-seconds busy ({result.busy_gpu_seconds}) != service given "
+                f"on unshared GPUs ({service})"
             )
