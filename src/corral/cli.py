@@ -56,6 +56,9 @@ StartOpt = Annotated[
     str | None, typer.Option(help="Philly: first submit date kept, e.g. 2017-10-01")
 ]
 EndOpt = Annotated[str | None, typer.Option(help="Philly: submit date before which to stop")]
+JobTypesOpt = Annotated[
+    str | None, typer.Option(help="give generic jobs measured types: 'gavel' (seeded)")
+]
 MaxJobsOpt = Annotated[int | None, typer.Option(help="keep only the first N jobs")]
 ClusterOpt = Annotated[
     str, typer.Option(help="preset, YAML spec or Tiresias CSV (see 'corral clusters')")
@@ -121,6 +124,7 @@ def _workload(
     start: str | None,
     end: str | None,
     max_jobs: int | None,
+    job_types: str | None,
     cluster: str,
     cluster_scale: float,
     rack_size: int | None,
@@ -134,6 +138,7 @@ def _workload(
             philly=PhillyFilter(vc or None, start, end),
             max_jobs=max_jobs,
             seed=seed,
+            job_types=job_types,
         )
         report = LoadReport(trace)
         jobs = load_trace(trace, machines.total_gpus, options, report)
@@ -229,6 +234,7 @@ def sim(
     start: StartOpt = None,
     end: EndOpt = None,
     max_jobs: MaxJobsOpt = None,
+    job_types: JobTypesOpt = None,
     cluster: ClusterOpt = "philly",
     cluster_scale: ScaleOpt = 1.0,
     rack_size: RackOpt = None,
@@ -255,6 +261,7 @@ def sim(
         start,
         end,
         max_jobs,
+        job_types,
         cluster,
         cluster_scale,
         rack_size,
@@ -290,6 +297,7 @@ def compare(
     start: StartOpt = None,
     end: EndOpt = None,
     max_jobs: MaxJobsOpt = None,
+    job_types: JobTypesOpt = None,
     cluster: ClusterOpt = "philly",
     cluster_scale: ScaleOpt = 1.0,
     rack_size: RackOpt = None,
@@ -321,6 +329,7 @@ def compare(
         start,
         end,
         max_jobs,
+        job_types,
         cluster,
         cluster_scale,
         rack_size,

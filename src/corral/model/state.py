@@ -80,6 +80,7 @@ class SchedulerState:
         self.duration = df["duration"].to_numpy(dtype=np.float64)
         self.weight = df["weight"].to_numpy(dtype=np.float64)
         self.model: list[str] = df["model"].tolist()
+        self.job_type: list[str] = df["job_type"].tolist()
         with np.errstate(divide="ignore", invalid="ignore"):
             ref = self.total_steps / self.duration
         self.ref_speed = np.where(np.isfinite(ref) & (ref > 0), ref, 1.0)
@@ -92,6 +93,8 @@ class SchedulerState:
         self.speed = np.zeros(n, dtype=np.float64)
         self.base_speed = np.zeros(n, dtype=np.float64)
         """Speed of the current run without packing interference."""
+        self.max_speedup = np.ones(n, dtype=np.float64)
+        """Fastest this job ever ran relative to its reference speed (> 1 when grown)."""
         self.held = np.zeros(n, dtype=np.int64)
         """GPUs the running job holds (more than it asked for when grown)."""
         self.host = np.full(n, -1, dtype=np.int64)
@@ -185,6 +188,7 @@ class SchedulerState:
         self.progress_start[i] = now + overhead
         self.speed[i] = speed
         self.base_speed[i] = speed
+        self.max_speedup[i] = max(self.max_speedup[i], speed / self.ref_speed[i])
         self.held[i] = len(gpus)
         self.overhead[i] += overhead
         if np.isnan(self.first_start[i]):

@@ -51,3 +51,17 @@ def switch_cost_seconds(value: str | float | None) -> float:
     if not seconds >= 0:
         raise CorralError(f"--switch-cost must be >= 0 seconds, got {value}")
     return seconds
+
+
+MIGRATION_1_GPU_S = 5.0
+MIGRATION_8_GPU_S = 35.0
+
+
+def migration_seconds(gpus: int) -> float:
+    """Seconds to move a job of ``gpus`` GPUs to other GPUs (checkpoint, copy, restore).
+
+    Gandiva reports migrating a 1-GPU job in seconds and an 8-GPU job in about
+    35 s; this interpolates linearly between 5 s and 35 s (and beyond, per GPU).
+    """
+    per_gpu = (MIGRATION_8_GPU_S - MIGRATION_1_GPU_S) / 7
+    return MIGRATION_1_GPU_S + per_gpu * max(gpus - 1, 0)

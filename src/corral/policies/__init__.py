@@ -8,13 +8,14 @@ from corral.errors import CorralError
 from corral.placement.registry import make_placement
 from corral.policies.base import PlanBuilder, Policy
 from corral.policies.fifo import Fifo
+from corral.policies.gandiva import Gandiva
 from corral.policies.las import Las
 from corral.policies.philly import Philly
 from corral.policies.shortest import Sjf, Srtf
 from corral.policies.tiresias import TiresiasGittins, TiresiasLas
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Fifo, Sjf, Srtf, Las, TiresiasLas, TiresiasGittins, Philly)
+    cls.name: cls for cls in (Fifo, Sjf, Srtf, Las, TiresiasLas, TiresiasGittins, Philly, Gandiva)
 }
 
 

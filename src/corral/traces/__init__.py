@@ -16,6 +16,7 @@ from corral.errors import CorralError, InputError
 from corral.model.jobs import JobTable
 from corral.traces.canonical import load_canonical
 from corral.traces.gavel import load_gavel
+from corral.traces.job_types import assign_job_types
 from corral.traces.philly import PHILLY_HEADER, PhillyFilter, load_philly
 from corral.traces.pollux import POLLUX_COLUMNS, load_pollux
 from corral.traces.rows import LoadReport
@@ -32,6 +33,8 @@ class TraceOptions:
     philly: PhillyFilter = field(default_factory=PhillyFilter)
     max_jobs: int | None = None
     seed: int = 0
+    job_types: str | None = None
+    """Give generic jobs measured types (see :mod:`corral.traces.job_types`)."""
 
 
 def detect_format(path: str) -> str:
@@ -76,6 +79,18 @@ def load_trace(
 ) -> JobTable:
     """Resolve a ``--trace`` value into a job table."""
     options = options or TraceOptions()
+    table = _load(spec, total_gpus, options, report)
+    if options.job_types:
+        table = assign_job_types(table, options.job_types, options.seed)
+    return table
+
+
+def _load(
+    spec: str,
+    total_gpus: int,
+    options: TraceOptions,
+    report: LoadReport | None,
+) -> JobTable:
     text = spec.strip()
     if text.lower() == "philly":
         filt = options.philly

@@ -1,0 +1,40 @@
+"""Giving generic jobs measured job types, so type-aware policies have something to read.
+
+Philly and Tiresias traces know only durations. Gavel's evaluation draws each
+job's type uniformly from the types it measured; ``--job-types gavel`` does
+the same (seeded) for jobs whose type is ``generic``, choosing among the types
+measured at the job's GPU count when there are any. The duration stays the
+trace's: only the type (and so packing interference) changes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from corral.errors import CorralError
+from corral.model.jobs import GENERIC_JOB_TYPE, JobTable
+from corral.perf.throughputs import gavel_throughputs
+
+JOB_TYPE_SOURCES = ("gavel",)
+
+
+def assign_job_types(table: JobTable, source: str, seed: int = 0) -> JobTable:
+    if source not in JOB_TYPE_SOURCES:
+        raise CorralError(
+            f"unknown --job-types '{source}' (choose from {', '.join(JOB_TYPE_SOURCES)})"
+        )
+    measured = gavel_throughputs().alone[("V100", True)]
+    by_scale: dict[int, list[str]] = {}
+    for job_type, scale in sorted(measured):
+        by_scale.setdefault(scale, []).append(job_type)
+    every = sorted({t for t, _ in measured})
+    rng = np.random.default_rng(seed)
+    df = table.df.copy()
+    generic = (df["job_type"] == GENERIC_JOB_TYPE).to_numpy()
+    gpus = df["num_gpus"].to_numpy()
+    types = df["job_type"].to_numpy(dtype=object)
+    for k in np.flatnonzero(generic):
+        choices = by_scale.get(int(gpus[k]), every)
+        types[k] = choices[int(rng.integers(len(choices)))]
+    df["job_type"] = types
+    return JobTable(df, table.source)

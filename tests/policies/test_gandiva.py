@@ -1,0 +1,134 @@
+"""Gandiva: time-slicing, packing and unpacking, migration, grow-shrink."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from corral.model.jobs import JobTable
+from corral.perf.switching import migration_seconds
+from corral.policies import make_policy
+from corral.sim.engine import SimConfig, SimResult, Simulator
+
+from ..conftest import finish_times, uniform
+
+GOOD_HOST, GOOD_GUEST = "ResNet-50 (batch size 32)", "ResNet-18 (batch size 16)"
+"""Measured together on a V100: 0.899 and 0.804 of their speeds alone (sum 1.70)."""
+BAD_HOST, BAD_GUEST = "ResNet-18 (batch size 256)", "CycleGAN"
+"""Measured together: 0.344 and 0.207 (sum 0.55): packing them loses throughput."""
+
+
+def typed_run(rows, cluster, **options) -> SimResult:  # type: ignore[no-untyped-def]
+    """Rows of (submit, gpus, duration, job_type)."""
+    df = pd.DataFrame(
+        {
+            "job_id": [f"j{k}" for k in range(len(rows))],
+            "submit_time": [r[0] for r in rows],
+            "num_gpus": [r[1] for r in rows],
+            "duration": [r[2] for r in rows],
+            "job_type": [r[3] for r in rows],
+        }
+    )
+    policy = make_policy("gandiva", **options)
+    config = SimConfig(switch_cost=0.0, check_invariants=True)
+    return Simulator(JobTable(df), cluster, policy, config).run()
+
+
+def test_time_slices_rotate_in_quanta() -> None:
+    # One GPU, three 150 s jobs: 60 s turns in arrival order, then whoever
+    # waited longest: A 0-60, B -120, C -180, A -240, B -300, C -360,
+    # A -390 (done), B -420, C -450.
+    result = typed_run([(0, 1, 150, "generic")] * 3, uniform(1, 1), packing=0, grow=0, migration=0)
+    assert finish_times(result) == {
+        "j0": pytest.approx(390),
+        "j1": pytest.approx(420),
+        "j2": pytest.approx(450),
+    }
+    assert result.state.preemptions.tolist() == [2, 2, 2]
+
+
+def test_no_time_slicing_without_oversubscription() -> None:
+    result = typed_run([(0, 1, 150, "generic")] * 2, uniform(1, 2), grow=0)
+    assert result.state.preemptions.sum() == 0
+
+
+def test_packs_a_pair_that_gains_and_keeps_it() -> None:
+    # A runs alone; B arrives at 10 on the busy GPU and is packed onto it:
+    # B at 0.804 -> 402 s of work ends at 10 + 500; A at 0.899 meanwhile
+    # (10 + 449.5 steps by 510), then alone: 540.5 more -> 1050.5.
+    result = typed_run([(0, 1, 1000, GOOD_HOST), (10, 1, 402, GOOD_GUEST)], uniform(1, 1), grow=0)
+    done = finish_times(result)
+    assert done["j1"] == pytest.approx(510, rel=1e-3)
+    assert done["j0"] == pytest.approx(1050.5, rel=1e-3)
+    assert result.policy.counts["packs"] == 1  # type: ignore[attr-defined]
+    assert result.policy.counts["unpacks"] == 0  # type: ignore[attr-defined]
+    assert result.state.preemptions.sum() == 0
+
+
+def test_probed_pair_that_loses_is_unpacked_and_not_tried_again() -> None:
+    # Packed at 10, measured at the 120 s quantum boundary (a full quantum
+    # later), found to lose (0.55 < 1): the guest is suspended, and the pair
+    # of types is remembered as bad: a second guest of the same type arriving
+    # at 130 is not packed.
+    rows = [(0, 1, 1000, BAD_HOST), (10, 1, 300, BAD_GUEST), (130, 1, 300, BAD_GUEST)]
+    result = typed_run(rows, uniform(1, 1), grow=0)
+    policy = result.policy
+    tried = {(h, g) for _, h, g in policy.pack_log}  # type: ignore[attr-defined]
+    assert policy.pack_log[0] == (10, BAD_HOST, BAD_GUEST)  # type: ignore[attr-defined]
+    assert len([e for e in policy.pack_log if {e[1], e[2]} == {BAD_HOST, BAD_GUEST}]) == 1  # type: ignore[attr-defined]
+    assert sum(1 for h, g in tried if {h, g} == {BAD_HOST, BAD_GUEST}) == 1
+    assert policy.counts["unpacks"] == 1  # type: ignore[attr-defined]
+    assert (BAD_HOST, BAD_GUEST) in policy.bad_pairs  # type: ignore[attr-defined]
+    assert result.state.preemptions[1] >= 1
+    # without probing, the measured table says no: never packed
+    quiet = typed_run(rows, uniform(1, 1), grow=0, probe=0)
+    assert quiet.policy.counts["packs"] == 0  # type: ignore[attr-defined]
+
+
+def test_unknown_job_types_are_never_packed() -> None:
+    result = typed_run([(0, 1, 100, "generic"), (1, 1, 100, "generic")], uniform(1, 1), grow=0)
+    assert result.policy.counts["packs"] == 0  # type: ignore[attr-defined]
+
+
+def test_migrates_small_jobs_to_give_a_gang_one_server() -> None:
+    # Two 4-GPU servers. j0..j3 (1 GPU) fill server 0; j4 (2 GPUs) goes to
+    # server 1. j0 and j1 end at 10, leaving 2 + 2 free GPUs on two servers.
+    # j5 (4 GPUs) arrives at 20: rather than spread it, Gandiva moves small
+    # jobs so that one server is free for it.
+    rows = [(0, 1, 10, "generic")] * 2 + [(0, 1, 5000, "generic")] * 2
+    rows += [(0, 2, 5000, "generic"), (20, 4, 100, "generic")]
+    result = typed_run(rows, uniform(2, 4), grow=0, packing=0)
+    s = result.state
+    assert s.first_start[5] == pytest.approx(20)
+    assert result.policy.counts["migrations"] >= 1  # type: ignore[attr-defined]
+    moved = [k for k in (2, 3, 4) if s.preemptions[k] > 0]
+    assert moved
+    assert all(s.overhead[k] == pytest.approx(migration_seconds(int(s.gpus[k]))) for k in moved)
+    # j5 finished after exactly its run time: it got one server (no locality slowdown)
+    assert s.finish_time[5] == pytest.approx(120)
+    spread = typed_run(rows, uniform(2, 4), grow=0, packing=0, migration=0)
+    assert spread.state.finish_time[5] > 120  # spread over two servers: slower
+
+
+def test_grows_into_idle_gpus_and_shrinks_when_others_arrive() -> None:
+    # j0 (2 GPUs) alone on a 4-GPU server grows to 4 after its first quantum
+    # (speed x1.8, paying a 2-GPU migration), and shrinks back when j1 arrives
+    # at 200: 60 steps, then 1.8 x (200 - 60 - m) steps, then 1 per second
+    # until j1 ends at 300, when it grows again (another migration).
+    m = migration_seconds(2)
+    result = typed_run([(0, 2, 1000, "generic"), (200, 2, 100, "generic")], uniform(1, 4))
+    s = result.state
+    assert result.policy.counts["grows"] == 2  # type: ignore[attr-defined]
+    assert result.policy.counts["shrinks"] == 1  # type: ignore[attr-defined]
+    assert s.first_start[1] == pytest.approx(200)
+    assert s.finish_time[1] == pytest.approx(300)
+    done_by_300 = 60 + 1.8 * (200 - 60 - m) + 100
+    assert s.finish_time[0] == pytest.approx(300 + m + (1000 - done_by_300) / 1.8, rel=1e-6)
+    assert s.max_speedup[0] == pytest.approx(1.8)
+
+
+def test_bad_options() -> None:
+    from corral.errors import CorralError
+
+    with pytest.raises(CorralError, match="quantum"):
+        make_policy("gandiva", quantum=0)
