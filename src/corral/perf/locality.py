@@ -1,6 +1,13 @@
 """Slowdown of a gang spread over several nodes or racks.
 
-For a model we know nothing about, a gang on one node runs at full speed,
+For a model Pollux measured (BERT, CIFAR-10/ResNet-18, DeepSpeech2,
+ImageNet/ResNet-50, NCF, YOLOv3), the factor is the measured step time on the
+fewest servers over the measured step time on as many servers as the gang
+spans, at the same number of GPUs (``spread_slowdown``); the measurements
+have no rack dimension, so a gang across racks is further slowed by
+``cross_rack / cross_node``. Gangs larger than Pollux spread (over 4 GPUs)
+and models we know nothing about use the configured factors: a gang on one
+node runs at full speed,
 across nodes of one rack at ``cross_node`` of it, and across racks at
 ``cross_rack``. The defaults are deliberately mild next to Pollux's
 measurements (4 GPUs split 2+2 over two nodes run 1.2-2.5x slower than on one
@@ -17,12 +24,15 @@ import numpy as np
 
 from corral.errors import CorralError
 from corral.model.cluster import Cluster
+from corral.perf.pollux_models import pollux_model, spread_slowdown
 
 
 @dataclass(frozen=True)
 class LocalityModel:
     cross_node: float = 0.8
     cross_rack: float = 0.7
+    measured: bool = True
+    """Use Pollux's measurements for the models it measured."""
 
     def __post_init__(self) -> None:
         for name in ("cross_node", "cross_rack"):
@@ -30,7 +40,7 @@ class LocalityModel:
             if not 0 < value <= 1:
                 raise CorralError(f"locality factor {name} must be in (0, 1], got {value}")
 
-    def factor(self, cluster: Cluster, gpus: Sequence[int]) -> float:
+    def factor(self, cluster: Cluster, gpus: Sequence[int], model: str = "") -> float:
         """Speed factor (<= 1) of a gang on these GPUs."""
         if len(gpus) <= 1:
             return 1.0
@@ -39,6 +49,10 @@ class LocalityModel:
         if (nodes == nodes[0]).all():
             return 1.0
         racks = cluster.node_rack[nodes]
-        if (racks == racks[0]).all():
-            return self.cross_node
-        return self.cross_rack
+        same_rack = bool((racks == racks[0]).all())
+        measured = pollux_model(model) if self.measured and model else None
+        if measured is not None:
+            spread = spread_slowdown(measured, len(gpus), len(np.unique(nodes)))
+            if spread is not None:
+                return spread if same_rack else spread * self.cross_rack / self.cross_node
+        return self.cross_node if same_rack else self.cross_rack

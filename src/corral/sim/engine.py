@@ -226,7 +226,7 @@ class Simulator:
             overhead = plan.overheads.get(i, self.config.switch_cost if restart else 0.0)
             speed = float(state.ref_speed[i]) * plan.factors.get(i, 1.0)
             if len(gpus) > 1:
-                speed *= self.config.locality.factor(self.cluster, gpus)
+                speed *= self.config.locality.factor(self.cluster, gpus, state.model[i])
             host = -1
             if i in plan.packs:
                 host, guest_factor, host_factor = plan.packs[i]

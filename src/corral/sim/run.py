@@ -35,6 +35,8 @@ class RunSpec:
     cross_rack: float = 0.7
     check_invariants: bool = False
     policy_options: dict[str, Any] = field(default_factory=dict)
+    measured_locality: bool = True
+    """Locality slowdown from Pollux's measurements for the models it measured."""
     failure_rate: float = 0.0
     max_retries: int = 3
     preset: str | None = None
@@ -49,6 +51,7 @@ class RunSpec:
             )
         self.placement = "count"
         self.cross_node = self.cross_rack = 1.0
+        self.measured_locality = False
         self.switch_cost = 0.0
         defaults: dict[str, Any] = {}
         if self.policy.startswith("tiresias"):
@@ -60,7 +63,7 @@ class RunSpec:
     def config(self) -> SimConfig:
         return SimConfig(
             switch_cost=switch_cost_seconds(self.switch_cost),
-            locality=LocalityModel(self.cross_node, self.cross_rack),
+            locality=LocalityModel(self.cross_node, self.cross_rack, self.measured_locality),
             check_invariants=self.check_invariants,
             failure_rate=self.failure_rate,
             max_retries=self.max_retries,
