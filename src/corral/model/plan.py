@@ -24,6 +24,9 @@ class Plan:
     """Starts that share a running job's GPUs: guest -> (host, guest speed
     factor, host speed factor), the factors being the pair's measured
     throughputs relative to each job alone."""
+    respeeds: dict[int, float] = field(default_factory=dict)
+    """Running jobs whose speed changes: factor relative to their speed alone
+    (e.g. a packed pair found not to help, now time-sliced instead)."""
     factors: dict[int, float] = field(default_factory=dict)
     """Speed multipliers of started jobs (e.g. a job grown onto more GPUs)."""
     overheads: dict[int, float] = field(default_factory=dict)

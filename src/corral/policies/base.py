@@ -50,8 +50,9 @@ class PlanBuilder:
         self.plan.stops.append(i)
 
     def pack(self, i: int, host: int, guest_factor: float, host_factor: float) -> None:
-        """Start job ``i`` on the GPUs of running job ``host`` (no GPUs taken)."""
-        gpus = self.state.alloc[host]
+        """Start job ``i`` on the GPUs of job ``host`` (running, or started
+        earlier in this plan); no GPUs are taken."""
+        gpus = self.plan.starts.get(host) or self.state.alloc[host]
         if gpus is None:
             raise ValueError(f"job {host} is not running")
         self.plan.starts[i] = gpus

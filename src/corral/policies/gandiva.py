@@ -1,37 +1,42 @@
 """Gandiva: introspective time-slicing, packing, migration and grow-shrink.
 
 Gandiva (Xiao et al., OSDI '18) exploits the fact that training is a loop of
-mini-batches. One pass here does, in order:
+mini-batches. A pass here does, in order:
 
-1. **Unpack**: a packed pair that has run a quantum is "measured" (its
-   throughputs come from Gavel's pair measurements); if the two jobs'
-   normalised throughputs add up to 1 or less, packing did not help: the
-   guest is suspended and that pair of job types is not packed again.
+1. **Judge probes**: a packed pair that has run a quantum is "measured" (its
+   throughputs come from Gavel's pair measurements). If the two jobs'
+   normalised throughputs add up to more than 1 it stays packed; otherwise it
+   is unpacked back to time-slicing, and that pair of job types is not
+   packed again.
 2. **Shrink**: jobs grown onto idle GPUs give them back when others wait.
-3. **Time-slice**: when more GPUs are asked for than exist, jobs take turns in
-   ``quantum``-second slices (suspend/resume at an iteration boundary, the
-   engine's switch cost): a job that has run a quantum yields to the one that
-   has waited longest; a job runs at least one quantum once started.
-4. **Migrate**: a multi-GPU job that fits on one server only if small jobs
-   move is given that server after they migrate elsewhere (cost from
-   :func:`corral.perf.switching.migration_seconds`); otherwise it is placed
-   as compactly as possible.
-5. **Pack**: a job still waiting shares the GPUs of a running job of the same
-   size. With ``probe`` (Gandiva's way) any pair not yet known to be bad is
-   tried and judged after a quantum; without it only pairs whose measured
-   combined throughput exceeds 1 are packed.
-6. **Grow**: when nobody waits, a running job doubles onto idle GPUs of its
+3. **Admit**: waiting jobs take free GPUs in arrival order. A multi-GPU job
+   that would fit on one server only if small jobs moved gets that server
+   after they migrate elsewhere (cost from
+   :func:`corral.perf.switching.migration_seconds`).
+4. **Oversubscribe**: a job still waiting shares the GPUs of a running job of
+   the same size, longest-running first: packed (both run at once) when the
+   pair may help, else time-sliced. With ``probe`` (Gandiva's way) any pair
+   not yet known to be bad is packed and judged after a quantum; without it
+   only pairs whose measured combined throughput exceeds 1 are packed.
+5. **Grow**: when nobody waits, a running job doubles onto idle GPUs of its
    own server (speed x ``1 + grow_efficiency``), paying a migration.
 
+Time-slicing: two jobs on one GPU set take turns in ``quantum``-second slices,
+suspending and resuming at a mini-batch boundary (``slice_overhead`` seconds,
+Gandiva's ~100 ms). Over more than a few quanta each job progresses at
+``0.5 x quantum / (quantum + slice_overhead)`` of its speed alone, and that is
+how the simulator runs a time-sliced pair: as a shared GPU set at that rate
+(finish times are exact to within one quantum), rather than as one stop and
+start per slice, which would cost millions of events on a months-long trace.
+At most two jobs share a GPU set; others wait.
+
 Packing needs job types that Gavel measured (``--job-types gavel`` gives
-Philly's generic jobs such types); jobs of unknown types are never packed.
+Philly's generic jobs such types); pairs of unknown types are time-sliced.
 """
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
 
 from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
@@ -39,7 +44,7 @@ from corral.model.state import PENDING, SchedulerState
 from corral.perf.switching import migration_seconds
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import Consolidate, PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy, greedy_fit
+from corral.policies.base import PlanBuilder, Policy
 
 PAIR_GPU = ("V100", True)
 """The measured pair table used: Gavel's V100, consolidated."""
@@ -56,6 +61,7 @@ class Gandiva(Policy):
         self,
         placement: PlacementStrategy | None = None,
         quantum: float = 60.0,
+        slice_overhead: float = 0.1,
         packing: int = 1,
         probe: int = 1,
         migration: int = 1,
@@ -67,7 +73,12 @@ class Gandiva(Policy):
             raise ValueError(f"quantum must be positive, got {quantum}")
         if not 0 <= grow_efficiency <= 1:
             raise ValueError(f"grow_efficiency must be in [0, 1], got {grow_efficiency}")
+        if slice_overhead < 0:
+            raise ValueError(f"slice_overhead must be >= 0, got {slice_overhead}")
         self.quantum = float(quantum)
+        self.slice_overhead = float(slice_overhead)
+        self.mode: dict[int, str] = {}
+        """Each guest's pairing: 'probe' (packed, on trial), 'pack' or 'slice'."""
         self.packing = bool(packing)
         self.probe = bool(probe)
         self.migration = bool(migration)
@@ -78,7 +89,14 @@ class Gandiva(Policy):
         self.packed_at: dict[int, float] = {}
         self.pack_log: list[tuple[float, str, str]] = []
         """(time, host type, guest type) of every packing tried."""
-        self.counts = {"packs": 0, "unpacks": 0, "migrations": 0, "grows": 0, "shrinks": 0}
+        self.counts = {
+            "packs": 0,
+            "unpacks": 0,
+            "slices": 0,
+            "migrations": 0,
+            "grows": 0,
+            "shrinks": 0,
+        }
 
     # ------------------------------------------------------------ measures
     def pair_factors(
@@ -94,87 +112,111 @@ class Gandiva(Policy):
             return None  # not measured, or the pair does not fit on one GPU together
         return measured[0] / alone[hk], measured[1] / alone[gk]
 
+    @property
+    def slice_factor(self) -> float:
+        """Speed of each job of a time-sliced pair, relative to running alone."""
+        return 0.5 * self.quantum / (self.quantum + self.slice_overhead)
+
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
         builder = PlanBuilder(state)
         now = state.now
         leaving: set[int] = set()
-        self._unpack(state, builder, leaving)
-        waiting = len(state.pending) > 0
-        if waiting:
+        for guest in [g for g in self.mode if state.host[g] < 0]:  # pairs that ended
+            del self.mode[guest]
+            self.packed_at.pop(guest, None)
+        self._judge_probes(state, builder)
+        if len(state.pending):
             for i in state.running.array().tolist():
-                if state.held[i] > state.gpus[i] and i not in leaving:
+                if state.held[i] > state.gpus[i]:
                     builder.stop(i)
                     leaving.add(i)
                     self.counts["shrinks"] += 1
-        self._time_slice(state, builder, leaving)
-        still = [i for i in state.pending_order if i not in builder.plan.starts]
-        if self.packing and still:
-            self._pack(state, builder, still, leaving)
-        pending_left = len(state.pending) + len(leaving) - len(builder.plan.starts)
+        queue = sorted(leaving) + [i for i in state.pending_order]
+        waiting: list[int] = []
+        for i in queue:
+            if i in builder.plan.starts:
+                continue
+            if state.gpus[i] <= builder.free.total:
+                self._place(state, builder, i, leaving)
+            if i not in builder.plan.starts:
+                waiting.append(i)
+        if waiting:
+            self._oversubscribe(state, builder, waiting, leaving)
+        pending_left = sum(1 for i in waiting if i not in builder.plan.starts)
         grow_later = False
-        if self.grow and pending_left <= 0:
+        if self.grow and pending_left == 0:
             grow_later = self._grow(state, builder, leaving)
             # jobs started now may grow into what is still idle after a quantum
             grow_later |= bool(builder.plan.starts) and builder.free.total > 0
         wake = None
-        if pending_left > 0 or self.packed_at or grow_later:
+        if self.packed_at or grow_later:
             wake = (math.floor(now / self.quantum) + 1) * self.quantum
         return builder.build(wake)
 
-    def _unpack(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
+    def _judge_probes(self, state: SchedulerState, builder: PlanBuilder) -> None:
         for guest, since in list(self.packed_at.items()):
-            host = int(state.host[guest])
-            if host < 0:  # the pair ended by itself (a job finished or was preempted)
-                del self.packed_at[guest]
-                continue
             if state.now - since < self.quantum:
                 continue
+            del self.packed_at[guest]
+            host = int(state.host[guest])
             factors = self.pair_factors(state, host, guest)
             if factors is not None and sum(factors) > 1.0:
+                self.mode[guest] = "pack"
                 continue
             pair = (state.job_type[host], state.job_type[guest])
             self.bad_pairs.update((pair, pair[::-1]))
-            builder.stop(guest)
-            leaving.add(guest)
-            del self.packed_at[guest]
+            builder.plan.respeeds[guest] = self.slice_factor
+            builder.plan.respeeds[host] = self.slice_factor
+            self.mode[guest] = "slice"
             self.counts["unpacks"] += 1
 
-    def _time_slice(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
-        now = state.now
-        running = np.array(
-            [i for i in state.running if state.host[i] < 0 and i not in leaving], dtype=np.int64
-        )
-        queued = np.concatenate(
-            (state.pending.array(), np.array(sorted(leaving), dtype=np.int64))
-        ).astype(np.int64)
-        queued = queued[state.host[queued] < 0] if len(queued) else queued
-        if not len(queued):
-            return
-        if builder.free.total >= int(state.gpus[queued].sum()):
-            for i in sorted(queued.tolist()):
-                self._place(state, builder, i, leaving)
-            return
-        pinned = state.running_for(running) < self.quantum if len(running) else np.zeros(0, bool)
-        movable = running[~pinned]
-        # longest waiting first; jobs that just ran (or are yielding now) go last
-        keys = np.concatenate(
-            (
-                np.full(len(movable), now),
-                np.where(state.status[queued] == PENDING, state.queued_since[queued], now),
-            )
-        )
-        candidates = np.concatenate((movable, queued))
-        ranked = candidates[np.lexsort((candidates, keys))]
-        capacity = state.cluster.total_gpus - int(state.held[running[pinned]].sum())
-        take = greedy_fit(state.gpus[ranked], capacity)
-        for i in ranked[~take].tolist():
-            if state.status[i] != PENDING and i not in leaving:
-                builder.stop(i)
-                leaving.add(i)
-        for i in ranked[take].tolist():
-            if state.status[i] == PENDING or i in leaving:
-                self._place(state, builder, i, leaving)
+    def _oversubscribe(
+        self, state: SchedulerState, builder: PlanBuilder, waiting: list[int], leaving: set[int]
+    ) -> None:
+        """Share running jobs' GPUs with waiting jobs: packed if it may help, else sliced."""
+        plan = builder.plan
+        running = [
+            h
+            for h in sorted(state.running.array().tolist(), key=lambda h: (state.seg_start[h], h))
+            if h not in leaving
+            and state.host[h] < 0
+            and state.guest[h] < 0
+            and state.held[h] == state.gpus[h]
+        ]
+        started = [
+            h
+            for h, gpus in plan.starts.items()
+            if h not in plan.packs and len(gpus) == state.gpus[h]
+        ]
+        hosts = running + started  # longest running first; jobs started in this pass last
+        taken: set[int] = set()
+        for i in waiting:
+            if i in builder.plan.starts or state.status[i] != PENDING:
+                continue
+            same = [h for h in hosts if h not in taken and state.gpus[h] == state.gpus[i]]
+            if not same:
+                continue
+            host, mode, factors = same[0], "slice", (self.slice_factor, self.slice_factor)
+            if self.packing:
+                for h in same:
+                    if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
+                        continue
+                    measured = self.pair_factors(state, h, i)
+                    if measured is None or (not self.probe and sum(measured) <= 1.0):
+                        continue
+                    host, mode, factors = h, "probe" if self.probe else "pack", measured
+                    break
+            builder.pack(i, host, factors[1], factors[0])
+            taken.add(host)
+            self.mode[i] = mode
+            if mode == "probe":
+                self.packed_at[i] = state.now
+            if mode == "slice":
+                self.counts["slices"] += 1
+            else:
+                self.pack_log.append((state.now, state.job_type[host], state.job_type[i]))
+                self.counts["packs"] += 1
 
     def _place(
         self, state: SchedulerState, builder: PlanBuilder, i: int, leaving: set[int]
@@ -243,36 +285,6 @@ class Gandiva(Policy):
             leaving.add(j)
             self.counts["migrations"] += 1
         return True
-
-    def _pack(
-        self, state: SchedulerState, builder: PlanBuilder, waiting: list[int], leaving: set[int]
-    ) -> None:
-        hosts = [
-            h
-            for h in sorted(state.running.array().tolist(), key=lambda h: state.seg_start[h])
-            if h not in leaving
-            and state.host[h] < 0
-            and state.guest[h] < 0
-            and state.held[h] == state.gpus[h]
-        ]
-        taken: set[int] = set()
-        for i in waiting:
-            if state.host[i] >= 0:
-                continue
-            for h in hosts:
-                if h in taken or state.gpus[h] != state.gpus[i]:
-                    continue
-                if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
-                    continue
-                factors = self.pair_factors(state, h, i)
-                if factors is None or (not self.probe and sum(factors) <= 1.0):
-                    continue
-                builder.pack(i, h, factors[1], factors[0])
-                taken.add(h)
-                self.packed_at[i] = state.now
-                self.pack_log.append((state.now, state.job_type[h], state.job_type[i]))
-                self.counts["packs"] += 1
-                break
 
     def _grow(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> bool:
         """Grow jobs into idle GPUs of their server; True if one could grow after its quantum."""

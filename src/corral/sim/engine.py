@@ -143,18 +143,24 @@ class Simulator:
             last_t = t
             state.now = t
             while heap and heap[0][0] <= t + TIME_EPS:
-                _, i, ver, fails = heapq.heappop(heap)
-                if ver != version[i]:
-                    continue
-                version[i] += 1
-                events += 1
-                self._leave(i)
-                if fails:
-                    state.fail(i, final=state.failures[i] >= self.config.max_retries)
-                    continue
-                state.finish(i)
-                if self._checker is not None:
-                    self._checker.on_finish(i)
+                due = []
+                while heap and heap[0][0] <= t + TIME_EPS:
+                    due.append(heapq.heappop(heap))
+                # a packed guest ending now leaves before its host does, so the
+                # host's own ending is not mistaken for an eviction of the guest
+                due.sort(key=lambda entry: state.host[entry[1]] < 0)
+                for _, i, ver, fails in due:
+                    if ver != version[i]:
+                        continue
+                    version[i] += 1
+                    events += 1
+                    self._leave(i)
+                    if fails:
+                        state.fail(i, final=state.failures[i] >= self.config.max_retries)
+                        continue
+                    state.finish(i)
+                    if self._checker is not None:
+                        self._checker.on_finish(i)
             while next_arrival < n and submit[next_arrival] <= t:
                 i = next_arrival
                 next_arrival += 1
@@ -203,7 +209,7 @@ class Simulator:
         return result
 
     def _apply(self, plan: Plan) -> None:
-        if plan.empty:
+        if plan.empty and not plan.respeeds:
             return
         state = self.state
         adopt = plan.free_after is not None
@@ -234,7 +240,6 @@ class Simulator:
                     raise PlanError(f"plan packs job {state.job_ids[i]} on a job not running there")
                 if state.guest[host] >= 0 or state.host[host] >= 0:
                     raise PlanError(f"plan packs job {state.job_ids[i]} on a GPU already shared")
-                speed *= guest_factor
             state.start(i, gpus, speed, overhead, take=not adopt, host=host)
             rate = self.config.failure_rate
             if rate > 0 and self._rng.random() < rate:
@@ -244,7 +249,12 @@ class Simulator:
                 self._fail_steps[i] = np.nan
             self._push(i, state.progress_start[i])
             if host >= 0:
+                self._respeed(i, state.base_speed[i] * guest_factor)
                 self._respeed(host, state.base_speed[host] * host_factor)
+        for i, factor in plan.respeeds.items():
+            if state.status[i] != RUNNING:
+                raise PlanError(f"plan changes the speed of job {state.job_ids[i]}, not running")
+            self._respeed(i, state.base_speed[i] * factor)
         if plan.free_after is not None:
             state.free = plan.free_after
 
