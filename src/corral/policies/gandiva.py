@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
@@ -132,18 +134,22 @@ class Gandiva(Policy):
                     builder.stop(i)
                     leaving.add(i)
                     self.counts["shrinks"] += 1
-        queue = sorted(leaving) + [i for i in state.pending_order]
+        queue = sorted(leaving) + state.pending_order
         waiting: list[int] = []
-        for i in queue:
-            if i in builder.plan.starts:
+        starts = builder.plan.starts
+        for k, i in enumerate(queue):
+            if builder.free.total == 0:
+                waiting.extend(queue[k:])  # jobs already started are skipped later
+                break
+            if i in starts:
                 continue
             if state.gpus[i] <= builder.free.total:
                 self._place(state, builder, i, leaving)
-            if i not in builder.plan.starts:
+            if i not in starts:
                 waiting.append(i)
         if waiting:
             self._oversubscribe(state, builder, waiting, leaving)
-        pending_left = sum(1 for i in waiting if i not in builder.plan.starts)
+        pending_left = len(state.pending) + len(leaving) - len(starts)
         grow_later = False
         if self.grow and pending_left == 0:
             grow_later = self._grow(state, builder, leaving)
@@ -173,12 +179,17 @@ class Gandiva(Policy):
 
     def _oversubscribe(
         self, state: SchedulerState, builder: PlanBuilder, waiting: list[int], leaving: set[int]
-    ) -> None:
-        """Share running jobs' GPUs with waiting jobs: packed if it may help, else sliced."""
+    ) -> int:
+        """Share running jobs' GPUs with waiting jobs: packed if it may help, else sliced.
+
+        Returns how many waiting jobs now share.
+        """
         plan = builder.plan
+        ids = state.running.array()
+        ids = ids[np.lexsort((ids, state.seg_start[ids]))]
         running = [
             h
-            for h in sorted(state.running.array().tolist(), key=lambda h: (state.seg_start[h], h))
+            for h in ids.tolist()
             if h not in leaving
             and state.host[h] < 0
             and state.guest[h] < 0
@@ -190,25 +201,33 @@ class Gandiva(Policy):
             if h not in plan.packs and len(gpus) == state.gpus[h]
         ]
         hosts = running + started  # longest running first; jobs started in this pass last
-        taken: set[int] = set()
+        by_size: dict[int, list[int]] = {}
+        for h in hosts:
+            by_size.setdefault(int(state.gpus[h]), []).append(h)
+        measured = self.table.alone.get(PAIR_GPU, {})
+        packed = 0
         for i in waiting:
-            if i in builder.plan.starts or state.status[i] != PENDING:
+            if not by_size:
+                break
+            size = int(state.gpus[i])
+            same = by_size.get(size)
+            if not same or i in builder.plan.starts or state.status[i] != PENDING:
                 continue
-            same = [h for h in hosts if h not in taken and state.gpus[h] == state.gpus[i]]
-            if not same:
-                continue
-            host, mode, factors = same[0], "slice", (self.slice_factor, self.slice_factor)
-            if self.packing:
-                for h in same:
+            pick, mode, factors = 0, "slice", (self.slice_factor, self.slice_factor)
+            if self.packing and (state.job_type[i], size) in measured:
+                for k, h in enumerate(same):
                     if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
                         continue
-                    measured = self.pair_factors(state, h, i)
-                    if measured is None or (not self.probe and sum(measured) <= 1.0):
+                    pair = self.pair_factors(state, h, i)
+                    if pair is None or (not self.probe and sum(pair) <= 1.0):
                         continue
-                    host, mode, factors = h, "probe" if self.probe else "pack", measured
+                    pick, mode, factors = k, "probe" if self.probe else "pack", pair
                     break
+            host = same.pop(pick)
+            if not same:
+                del by_size[size]
             builder.pack(i, host, factors[1], factors[0])
-            taken.add(host)
+            packed += 1
             self.mode[i] = mode
             if mode == "probe":
                 self.packed_at[i] = state.now
@@ -217,6 +236,7 @@ class Gandiva(Policy):
             else:
                 self.pack_log.append((state.now, state.job_type[host], state.job_type[i]))
                 self.counts["packs"] += 1
+        return packed
 
     def _place(
         self, state: SchedulerState, builder: PlanBuilder, i: int, leaving: set[int]
