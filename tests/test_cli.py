@@ -18,7 +18,9 @@ TIRESIAS = Path(__file__).parent / "fixtures" / "tiny_tiresias.csv"
 def test_policies_lists_every_policy():
     result = runner.invoke(app, ["policies"])
     assert result.exit_code == 0
-    for name in ("fifo", "sjf", "srtf", "las", "consolidate", "spread", "random"):
+    names = ("fifo", "sjf", "srtf", "las", "tiresias-las", "tiresias-gittins", "gandiva")
+    names += ("philly", "consolidate", "spread", "random", "count", "model-aware", "relaxed")
+    for name in names:
         assert name in result.output
 
 
@@ -145,3 +147,51 @@ def test_skip_bad_counts_and_continues(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "skipped 1 malformed row" in result.stderr
+
+
+def test_tiresias_preset_gandiva_job_types_and_failures_from_the_command_line(tmp_path):
+    common = ["--trace", "tiresias-60", "--cluster", "uniform:2x4:P100", "--check"]
+    common += ["--no-progress"]
+    result = runner.invoke(
+        app,
+        [
+            "compare",
+            *("--policies", "tiresias-las,tiresias-gittins", "--preset", "tiresias-sim"),
+            *common,
+            *("--out", str(tmp_path / "t")),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "t" / "tiresias-gittins" / "summary.json").read_text())
+    assert summary["placement"] == "count" and summary["jobs_finished"] == 60
+    result = runner.invoke(
+        app,
+        [
+            "sim",
+            *("--policy", "gandiva", "--job-types", "gavel", "--switch-cost", "gandiva"),
+            *common,
+            *("--out", str(tmp_path / "g")),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        app,
+        [
+            "sim",
+            *("--policy", "philly", "--failure-rate", "0.3", "--max-retries", "1"),
+            *common,
+            *("--out", str(tmp_path / "p")),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert summary["failed_attempts"] > 0
+    assert summary["jobs_finished"] + summary["jobs_failed"] == 60
+    for bad, message in (
+        (["--preset", "nope"], "unknown preset"),
+        (["--failure-rate", "2"], "failure rate"),
+        (["--job-types", "imaginary"], "--job-types"),
+    ):
+        result = _cli("sim", *common, *bad, "--out", str(tmp_path / "x"))
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr

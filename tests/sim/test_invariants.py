@@ -42,3 +42,32 @@ def test_invariants_hold(rows, nodes, per_node, rack_size, policy, placement, sw
         assert (s.max_speedup <= 1.0).all()
     if policy in ("fifo", "sjf"):
         assert s.preemptions.sum() == 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(job, min_size=1, max_size=30),
+    nodes=st.integers(min_value=1, max_value=4),
+    per_node=st.sampled_from([2, 4, 8]),
+    policy=st.sampled_from(sorted(POLICIES)),
+    rate=st.sampled_from([0.1, 0.5]),
+    retries=st.integers(min_value=0, max_value=3),
+)
+def test_invariants_hold_with_failures(rows, nodes, per_node, policy, rate, retries):
+    from corral.model.state import FAILED
+    from corral.policies import make_policy
+    from corral.sim.engine import SimConfig, Simulator
+    from tests.conftest import jobs_table
+
+    cluster = uniform(nodes, per_node)
+    config = SimConfig(
+        switch_cost=1.0, check_invariants=True, failure_rate=rate, max_retries=retries, seed=1
+    )
+    result = Simulator(jobs_table(rows), cluster, make_policy(policy), config).run()
+    s = result.state
+    ended = (s.status == DONE) | (s.status == FAILED)
+    wide = s.gpus > cluster.total_gpus
+    assert ended[~wide].all()
+    # a job fails for good on its (retries + 1)-th failed attempt, never earlier
+    assert (s.failures[s.status == FAILED] == retries + 1).all()
+    assert (s.failures[s.status == DONE] <= retries).all()
