@@ -13,11 +13,13 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# Baseline policies on the whole Philly trace, on Philly's cluster scaled to
-# 0.17 (422 GPUs, offered load 0.89); writes demo-out/report.html.
+# The baselines, Tiresias, Gandiva and Philly's scheduler on the whole Philly
+# trace, on Philly's cluster scaled to 0.17 (422 GPUs, offered load 0.89);
+# writes demo-out/report.html. Jobs get Gavel job types so Gandiva can pack.
 demo: $(STAMP)
 	$(VENV)/bin/corral compare --trace philly --cluster philly --cluster-scale 0.17 \
-		--policies fifo,sjf,srtf,las --out demo-out
+		--job-types gavel --policies fifo,philly,las,tiresias-las,tiresias-gittins,gandiva,srtf \
+		--out demo-out
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
