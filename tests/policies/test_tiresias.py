@@ -148,6 +148,10 @@ def test_model_aware_placement_consolidates_only_skewed_models() -> None:
     assert placement.choose_for(free, state, 2) == [8, 9, 10]  # unknown: consolidate
     relaxed = ModelAware(unknown="any")
     assert relaxed.choose_for(free, state, 2) == [2, 3, 6]
+    policy = make_policy("tiresias-las", unknown_models="any")
+    assert policy.placement.choose_for(free, state, 2) == [2, 3, 6]
+    with pytest.raises(CorralError, match="unknown-model placement"):
+        make_policy("tiresias-gittins", unknown_models="sometimes")
 
 
 def test_tiresias_sim_preset_sets_its_simulator_assumptions() -> None:

@@ -15,6 +15,10 @@ Starvation guard (PROMOTE_KNOB): a job that has run, and since then waited
 longer than ``promote_knob`` x its run time, goes back to queue 0 with its
 queue service reset. Off (0) by default, as in Tiresias' simulator.
 
+Placement (unless ``--placement`` says otherwise) is Tiresias' own: jobs of
+placement-sensitive models are consolidated, others take any free GPUs, and
+models on neither list follow ``unknown_models`` (``consolidate`` or ``any``).
+
 Defaults are those of Tiresias' simulator: 3 queues, thresholds 3250 / 7200 /
 18000 GPU-seconds (with K queues the first K-1 thresholds are used, so the
 default demotes at 3250 and 7200), Gittins delta 3250.
@@ -66,8 +70,13 @@ class TiresiasLas(Policy):
         queues: int = 3,
         thresholds: Any = DEFAULT_THRESHOLDS,
         promote_knob: float = 0.0,
+        unknown_models: str = "consolidate",
     ) -> None:
-        super().__init__(placement or ModelAware())
+        try:
+            default = ModelAware(unknown_models)
+        except CorralError as exc:
+            raise ValueError(str(exc)) from None
+        super().__init__(placement or default)
         if int(queues) != queues or queues < 1:
             raise ValueError(f"queues must be a whole number >= 1, got {queues}")
         limits = parse_thresholds(thresholds)
@@ -208,11 +217,12 @@ class TiresiasGittins(TiresiasLas):
         queues: int = 3,
         thresholds: Any = DEFAULT_THRESHOLDS,
         promote_knob: float = 0.0,
+        unknown_models: str = "consolidate",
         distribution: str = "online",
         delta: float = DEFAULT_DELTA,
         ties: str = "fifo",
     ) -> None:
-        super().__init__(placement, queues, thresholds, promote_knob)
+        super().__init__(placement, queues, thresholds, promote_knob, unknown_models)
         if ties not in ("fifo", "lifo"):
             raise ValueError(f"ties must be 'fifo' or 'lifo', got {ties}")
         self.ties = ties
