@@ -52,6 +52,28 @@ def test_oversubscribed_gpu_is_time_sliced_between_two_jobs() -> None:
     assert abs(150 / rate - 300) < 60 and abs(150 / rate - 270) < 60
 
 
+def test_explicit_quanta_rotate_jobs_in_turn() -> None:
+    # timeslice=quanta, one GPU, three 150 s jobs, no switch cost: 60 s turns
+    # in arrival order, then whoever waited longest: A 0-60, B -120, C -180,
+    # A -240, B -300, C -360, A -390 (done), B -420, C -450.
+    result = typed_run(
+        [(0, 1, 150, "generic")] * 3, uniform(1, 1), timeslice="quanta", grow=0, migration=0
+    )
+    assert finish_times(result) == {
+        "j0": pytest.approx(390),
+        "j1": pytest.approx(420),
+        "j2": pytest.approx(450),
+    }
+    assert result.state.preemptions.tolist() == [2, 2, 2]
+    # two jobs: explicit turns end A at 270 and B at 300; the shared rate
+    # (no overhead) ends both at 300, within one quantum
+    pair = [(0, 1, 150, "generic")] * 2
+    turns = finish_times(typed_run(pair, uniform(1, 1), timeslice="quanta", grow=0))
+    rate = finish_times(typed_run(pair, uniform(1, 1), slice_overhead=0.0, grow=0))
+    assert turns == {"j0": pytest.approx(270), "j1": pytest.approx(300)}
+    assert rate == {"j0": pytest.approx(300), "j1": pytest.approx(300)}
+
+
 def test_time_slice_starts_late_arrival_at_once_and_speeds_up_when_alone() -> None:
     # A (300 s) runs alone for 100 s, B (50 s) arrives and slices with it at
     # rate r: B ends at 100 + 50 / r; A did 100 + 50 by then, then runs alone.

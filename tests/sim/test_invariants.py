@@ -26,10 +26,15 @@ job = st.tuples(
     policy=st.sampled_from(sorted(POLICIES)),
     placement=st.sampled_from(sorted(PLACEMENTS)),
     switch_cost=st.sampled_from([0.0, 5.87, 60.0]),
+    explicit_turns=st.booleans(),
 )
-def test_invariants_hold(rows, nodes, per_node, rack_size, policy, placement, switch_cost):
+def test_invariants_hold(
+    rows, nodes, per_node, rack_size, policy, placement, switch_cost, explicit_turns
+):
     cluster = uniform(nodes, per_node, rack_size)
-    options = {"quantum": 100.0} if policy == "las" else {}
+    options: dict[str, object] = {"quantum": 100.0} if policy == "las" else {}
+    if policy == "gandiva" and explicit_turns:
+        options["timeslice"] = "quanta"
     result = run(rows, cluster, policy, switch_cost, placement=placement, **options)
     s = result.state
     wide = s.gpus > cluster.total_gpus

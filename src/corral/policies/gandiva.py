@@ -28,7 +28,11 @@ Gandiva's ~100 ms). Over more than a few quanta each job progresses at
 how the simulator runs a time-sliced pair: as a shared GPU set at that rate
 (finish times are exact to within one quantum), rather than as one stop and
 start per slice, which would cost millions of events on a months-long trace.
-At most two jobs share a GPU set; others wait.
+At most two jobs share a GPU set; others wait. ``timeslice=quanta`` runs
+Gandiva's turns explicitly instead (a job that has run a quantum yields to
+the one that has waited longest, any number of jobs taking turns; packing
+still applies, a losing pair is unpacked to wait for its turn): exact, and
+slow on long traces.
 
 Packing needs job types that Gavel measured (``--job-types gavel`` gives
 Philly's generic jobs such types); pairs of unknown types are time-sliced.
@@ -46,7 +50,7 @@ from corral.model.state import PENDING, SchedulerState
 from corral.perf.switching import migration_seconds
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import Consolidate, PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy
+from corral.policies.base import PlanBuilder, Policy, greedy_fit
 
 PAIR_GPU = ("V100", True)
 """The measured pair table used: Gavel's V100, consolidated."""
@@ -64,6 +68,7 @@ class Gandiva(Policy):
         placement: PlacementStrategy | None = None,
         quantum: float = 60.0,
         slice_overhead: float = 0.1,
+        timeslice: str = "rate",
         packing: int = 1,
         probe: int = 1,
         migration: int = 1,
@@ -75,6 +80,9 @@ class Gandiva(Policy):
             raise ValueError(f"quantum must be positive, got {quantum}")
         if not 0 <= grow_efficiency <= 1:
             raise ValueError(f"grow_efficiency must be in [0, 1], got {grow_efficiency}")
+        if timeslice not in ("rate", "quanta"):
+            raise ValueError(f"timeslice must be 'rate' or 'quanta', got {timeslice}")
+        self.timeslice = timeslice
         if slice_overhead < 0:
             raise ValueError(f"slice_overhead must be >= 0, got {slice_overhead}")
         self.quantum = float(quantum)
@@ -127,26 +135,30 @@ class Gandiva(Policy):
         for guest in [g for g in self.mode if state.host[g] < 0]:  # pairs that ended
             del self.mode[guest]
             self.packed_at.pop(guest, None)
-        self._judge_probes(state, builder)
+        self._judge_probes(state, builder, leaving)
         if len(state.pending):
             for i in state.running.array().tolist():
                 if state.held[i] > state.gpus[i]:
                     builder.stop(i)
                     leaving.add(i)
                     self.counts["shrinks"] += 1
-        queue = sorted(leaving) + state.pending_order
-        waiting: list[int] = []
         starts = builder.plan.starts
-        for k, i in enumerate(queue):
-            if builder.free.total == 0:
-                waiting.extend(queue[k:])  # jobs already started are skipped later
-                break
-            if i in starts:
-                continue
-            if state.gpus[i] <= builder.free.total:
-                self._place(state, builder, i, leaving)
-            if i not in starts:
-                waiting.append(i)
+        waiting: list[int] = []
+        if self.timeslice == "quanta":
+            self._rotate(state, builder, leaving)
+            waiting = [i for i in state.pending_order if i not in starts]
+        else:
+            queue = sorted(leaving) + state.pending_order
+            for k, i in enumerate(queue):
+                if builder.free.total == 0:
+                    waiting.extend(queue[k:])  # jobs already started are skipped later
+                    break
+                if i in starts:
+                    continue
+                if state.gpus[i] <= builder.free.total:
+                    self._place(state, builder, i, leaving)
+                if i not in starts:
+                    waiting.append(i)
         if waiting:
             self._oversubscribe(state, builder, waiting, leaving)
         pending_left = len(state.pending) + len(leaving) - len(starts)
@@ -156,11 +168,12 @@ class Gandiva(Policy):
             # jobs started now may grow into what is still idle after a quantum
             grow_later |= bool(builder.plan.starts) and builder.free.total > 0
         wake = None
-        if self.packed_at or grow_later:
+        rotating = self.timeslice == "quanta" and pending_left > 0
+        if self.packed_at or grow_later or rotating:
             wake = (math.floor(now / self.quantum) + 1) * self.quantum
         return builder.build(wake)
 
-    def _judge_probes(self, state: SchedulerState, builder: PlanBuilder) -> None:
+    def _judge_probes(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
         for guest, since in list(self.packed_at.items()):
             if state.now - since < self.quantum:
                 continue
@@ -172,10 +185,15 @@ class Gandiva(Policy):
                 continue
             pair = (state.job_type[host], state.job_type[guest])
             self.bad_pairs.update((pair, pair[::-1]))
+            self.counts["unpacks"] += 1
+            if self.timeslice == "quanta":  # back to waiting for its turn
+                builder.stop(guest)
+                leaving.add(guest)
+                del self.mode[guest]
+                continue
             builder.plan.respeeds[guest] = self.slice_factor
             builder.plan.respeeds[host] = self.slice_factor
             self.mode[guest] = "slice"
-            self.counts["unpacks"] += 1
 
     def _oversubscribe(
         self, state: SchedulerState, builder: PlanBuilder, waiting: list[int], leaving: set[int]
@@ -213,7 +231,7 @@ class Gandiva(Policy):
             same = by_size.get(size)
             if not same or i in builder.plan.starts or state.status[i] != PENDING:
                 continue
-            pick, mode, factors = 0, "slice", (self.slice_factor, self.slice_factor)
+            pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
             if self.packing and (state.job_type[i], size) in measured:
                 for k, h in enumerate(same):
                     if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
@@ -223,6 +241,10 @@ class Gandiva(Policy):
                         continue
                     pick, mode, factors = k, "probe" if self.probe else "pack", pair
                     break
+            if pick < 0:
+                if self.timeslice == "quanta":  # it waits for its turn instead
+                    continue
+                pick = 0
             host = same.pop(pick)
             if not same:
                 del by_size[size]
@@ -237,6 +259,47 @@ class Gandiva(Policy):
                 self.pack_log.append((state.now, state.job_type[host], state.job_type[i]))
                 self.counts["packs"] += 1
         return packed
+
+    def _rotate(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
+        """Explicit time-slicing (``timeslice=quanta``): one stop and start per turn.
+
+        When more GPUs are asked for than exist, a job that has run a quantum
+        yields to the one that has waited longest; a job runs at least one
+        quantum once started. Exact, and costly on long traces.
+        """
+        now = state.now
+        running = np.array(
+            [i for i in state.running if state.host[i] < 0 and i not in leaving], dtype=np.int64
+        )
+        queued = np.concatenate(
+            (state.pending.array(), np.array(sorted(leaving), dtype=np.int64))
+        ).astype(np.int64)
+        if not len(queued):
+            return
+        if builder.free.total >= int(state.gpus[queued].sum()):
+            for i in sorted(queued.tolist()):
+                self._place(state, builder, i, leaving)
+            return
+        pinned = state.running_for(running) < self.quantum if len(running) else np.zeros(0, bool)
+        movable = running[~pinned]
+        # longest waiting first; jobs that just ran (or are yielding now) go last
+        keys = np.concatenate(
+            (
+                np.full(len(movable), now),
+                np.where(state.status[queued] == PENDING, state.queued_since[queued], now),
+            )
+        )
+        candidates = np.concatenate((movable, queued))
+        ranked = candidates[np.lexsort((candidates, keys))]
+        capacity = state.cluster.total_gpus - int(state.held[running[pinned]].sum())
+        take = greedy_fit(state.gpus[ranked], capacity)
+        for i in ranked[~take].tolist():
+            if state.status[i] != PENDING and i not in leaving:
+                builder.stop(i)
+                leaving.add(i)
+        for i in ranked[take].tolist():
+            if state.status[i] == PENDING or i in leaving:
+                self._place(state, builder, i, leaving)
 
     def _place(
         self, state: SchedulerState, builder: PlanBuilder, i: int, leaving: set[int]
