@@ -7,6 +7,13 @@ is applied first, then the policy is asked once and its plan carried out:
 stops before starts, a switching cost charged whenever a preempted job starts
 again, speed from the locality model. The engine, not the policy, owns the
 bookkeeping, so a buggy plan (a GPU given twice, a job started twice) raises.
+
+Plans may also pack a job onto a running job's GPUs (both then run at their
+measured shared speeds until one leaves; a guest whose host leaves is
+preempted), change running jobs' speeds, and give elastic policies a multiple
+of the GPUs a job asked for. With ``failure_rate`` set, an attempt may fail at
+a drawn step count: its progress is lost and it is retried up to
+``max_retries`` times.
 """
 
 from __future__ import annotations
@@ -247,7 +254,7 @@ class Simulator:
                 self._fail_steps[i] = state.steps_done[i] + self._rng.random() * left
             else:
                 self._fail_steps[i] = np.nan
-            self._push(i, state.progress_start[i])
+            self._push(i)
             if host >= 0:
                 self._respeed(i, state.base_speed[i] * guest_factor)
                 self._respeed(host, state.base_speed[host] * host_factor)
@@ -258,14 +265,14 @@ class Simulator:
         if plan.free_after is not None:
             state.free = plan.free_after
 
-    def _push(self, i: int, progress_from: float) -> None:
+    def _push(self, i: int) -> None:
         """Schedule the end of job ``i``'s attempt (finish, or failure if one was drawn)."""
         state = self.state
         target = self._fail_steps[i]
         fails = not np.isnan(target)
         if not fails:
             target = state.total_steps[i]
-        at = progress_from + max(target - state.steps_done[i], 0.0) / state.speed[i]
+        at = state.progress_start[i] + max(target - state.steps_done[i], 0.0) / state.speed[i]
         heapq.heappush(self._heap, (at, i, int(self._version[i]), fails))
 
     def _respeed(self, i: int, speed: float) -> None:
@@ -274,7 +281,7 @@ class Simulator:
             return
         state.respeed(i, speed)
         self._version[i] += 1
-        self._push(i, state.progress_start[i])
+        self._push(i)
 
     def _leave(self, i: int) -> None:
         """Before job ``i`` stops running: end any packing it is part of.
