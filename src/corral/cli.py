@@ -24,7 +24,7 @@ from corral.model.cluster_specs import PRESETS, load_cluster
 from corral.model.jobs import JobTable
 from corral.perf.switching import SWITCH_MECHANISMS
 from corral.placement.registry import PLACEMENTS
-from corral.policies import POLICIES
+from corral.policies import POLICIES, policy_options
 from corral.sim.output import write_run
 from corral.sim.report import write_report
 from corral.sim.run import SIM_PRESETS, RunSpec, parse_policy_options, simulate
@@ -384,8 +384,10 @@ def list_policies() -> None:
     table.add_column("name")
     table.add_column("oracle")
     table.add_column("description")
+    table.add_column("options (--policy-opt key=value)")
     for name, cls in POLICIES.items():
-        table.add_row(name, "yes" if cls.oracle else "no", cls.description)
+        options = ", ".join(f"{k}={v}" for k, v in policy_options(cls).items()) or "-"
+        table.add_row(name, "yes" if cls.oracle else "no", cls.description, options)
     console.print(table)
     places = Table(title="placements (--placement)")
     places.add_column("name")

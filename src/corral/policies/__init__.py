@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from corral.errors import CorralError
@@ -19,6 +20,16 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
+def policy_options(cls: type[Policy]) -> dict[str, Any]:
+    """The options a policy takes (``--policy-opt``), with their defaults."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {
+        p.name: p.default
+        for p in params
+        if p.name not in ("self", "placement") and p.kind is p.POSITIONAL_OR_KEYWORD
+    }
+
+
 def make_policy(name: str, placement: str | None = None, seed: int = 0, **options: Any) -> Policy:
     """A policy by name with a placement strategy by name (None: the policy's default)."""
     try:
@@ -34,4 +45,4 @@ def make_policy(name: str, placement: str | None = None, seed: int = 0, **option
         raise CorralError(f"policy '{name}': {exc}") from None
 
 
-__all__ = ["POLICIES", "PlanBuilder", "Policy", "make_policy"]
+__all__ = ["POLICIES", "PlanBuilder", "Policy", "make_policy", "policy_options"]

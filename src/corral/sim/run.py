@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +11,7 @@ from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
 from corral.perf.locality import LocalityModel
 from corral.perf.switching import switch_cost_seconds
-from corral.policies import POLICIES, make_policy
+from corral.policies import POLICIES, make_policy, policy_options
 from corral.sim.engine import SimConfig, SimResult, Simulator
 
 SIM_PRESETS: dict[str, str] = {
@@ -78,9 +77,7 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     they parse as numbers.
     """
     cls = POLICIES.get(policy)
-    accepted = (
-        set(inspect.signature(cls.__init__).parameters) - {"self", "placement"} if cls else set()
-    )
+    accepted = set(policy_options(cls)) if cls else set()
     out: dict[str, Any] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
