@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.placement.relaxed import LEVELS, RelaxedLocality
@@ -185,15 +186,17 @@ class Philly(Policy):
             failed.extend(q)
         return failed
 
+    def _choose(self, free: FreeGPUs, state: SchedulerState, i: int) -> list[int] | None:
+        """GPUs for job ``i`` at the locality its wait allows (any other
+        strategy given with ``--placement`` is used as it is)."""
+        if int(state.gpus[i]) > free.total:
+            return None
+        if isinstance(self.placement, RelaxedLocality):
+            return self.placement.choose_level(free, int(state.gpus[i]), self.level(state, i))
+        return self.placement.choose_for(free, state, i)
+
     def _place(self, builder: PlanBuilder, state: SchedulerState, i: int) -> bool:
-        n = int(state.gpus[i])
-        if n > builder.free.total:
-            return False
-        placement = self.placement
-        if isinstance(placement, RelaxedLocality):
-            gpus = placement.choose_level(builder.free, n, self.level(state, i))
-        else:
-            gpus = placement.choose_for(builder.free, state, i)
+        gpus = self._choose(builder.free, state, i)
         if gpus is None:
             return False
         builder.start(i, gpus)
@@ -231,18 +234,12 @@ class Philly(Policy):
             trial.release(gpus)
             chosen.append(j)
             left[self.vc[j]] -= state.gpus[j]
-            if trial.total >= need and self._fits(trial, state, i):
+            if trial.total >= need and self._choose(trial, state, i) is not None:
                 for k in chosen:
                     builder.stop(k)
                     usage[self.vc[k]] -= state.gpus[k]
                 return self._place(builder, state, i)
         return False
-
-    def _fits(self, free: Any, state: SchedulerState, i: int) -> bool:
-        n = int(state.gpus[i])
-        if isinstance(self.placement, RelaxedLocality):
-            return self.placement.choose_level(free, n, self.level(state, i)) is not None
-        return self.placement.choose_for(free, state, i) is not None
 
     def _back_off(self, state: SchedulerState, failed: np.ndarray) -> None:
         """Retry later, sooner if the job's locality relaxes before then."""
