@@ -44,7 +44,6 @@ import math
 
 import numpy as np
 
-from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
 from corral.perf.switching import migration_seconds
@@ -197,11 +196,8 @@ class Gandiva(Policy):
 
     def _oversubscribe(
         self, state: SchedulerState, builder: PlanBuilder, waiting: list[int], leaving: set[int]
-    ) -> int:
-        """Share running jobs' GPUs with waiting jobs: packed if it may help, else sliced.
-
-        Returns how many waiting jobs now share.
-        """
+    ) -> None:
+        """Share running jobs' GPUs with waiting jobs: packed if it may help, else sliced."""
         plan = builder.plan
         ids = state.running.array()
         ids = ids[np.lexsort((ids, state.seg_start[ids]))]
@@ -223,13 +219,12 @@ class Gandiva(Policy):
         for h in hosts:
             by_size.setdefault(int(state.gpus[h]), []).append(h)
         measured = self.table.alone.get(PAIR_GPU, {})
-        packed = 0
         for i in waiting:
             if not by_size:
                 break
             size = int(state.gpus[i])
             same = by_size.get(size)
-            if not same or i in builder.plan.starts or state.status[i] != PENDING:
+            if not same or i in plan.starts or state.status[i] != PENDING:
                 continue
             pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
             if self.packing and (state.job_type[i], size) in measured:
@@ -249,7 +244,6 @@ class Gandiva(Policy):
             if not same:
                 del by_size[size]
             builder.pack(i, host, factors[1], factors[0])
-            packed += 1
             self.mode[i] = mode
             if mode == "probe":
                 self.packed_at[i] = state.now
@@ -258,7 +252,6 @@ class Gandiva(Policy):
             else:
                 self.pack_log.append((state.now, state.job_type[host], state.job_type[i]))
                 self.counts["packs"] += 1
-        return packed
 
     def _rotate(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
         """Explicit time-slicing (``timeslice=quanta``): one stop and start per turn.
@@ -391,8 +384,7 @@ class Gandiva(Policy):
             if state.now - state.seg_start[i] < self.quantum:
                 later = True
                 continue
-            trial: FreeGPUs = builder.free
-            extra = trial.in_node(node, n)
+            extra = builder.free.in_node(node, n)
             builder.stop(i)
             builder.start(i, sorted([*gpus, *extra]))
             builder.plan.factors[i] = 1.0 + self.grow_efficiency
