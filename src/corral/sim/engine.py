@@ -155,7 +155,8 @@ class Simulator:
                     due.append(heapq.heappop(heap))
                 # a packed guest ending now leaves before its host does, so the
                 # host's own ending is not mistaken for an eviction of the guest
-                due.sort(key=lambda entry: state.host[entry[1]] < 0)
+                if len(due) > 1:
+                    due.sort(key=lambda entry: state.host[entry[1]] < 0)
                 for _, i, ver, fails in due:
                     if ver != version[i]:
                         continue
