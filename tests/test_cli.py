@@ -195,3 +195,12 @@ def test_tiresias_preset_gandiva_job_types_and_failures_from_the_command_line(tm
         result = _cli("sim", *common, *bad, "--out", str(tmp_path / "x"))
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_sim_and_compare_show_the_shared_options_with_their_help():
+    for command, own in (("sim", "--policy"), ("compare", "--policies")):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0
+        assert own in result.output
+        assert "Philly: keep only this virtual cluster" in result.output
+        assert "chance that one attempt of a job fails" in result.output

@@ -6,12 +6,15 @@ printed as one message and exit with status 2; they never show a traceback.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console
@@ -116,77 +119,139 @@ def _user_errors() -> Iterator[None]:
         raise CorralError(f"{exc.filename}: {exc.strerror}") from None
 
 
-def _workload(
-    trace: str,
-    trace_format: str | None,
-    skip_bad: bool,
-    vc: list[str] | None,
-    start: str | None,
-    end: str | None,
-    max_jobs: int | None,
-    job_types: str | None,
-    cluster: str,
-    cluster_scale: float,
-    rack_size: int | None,
-    seed: int,
-) -> tuple[JobTable, Cluster, LoadReport]:
-    with _user_errors():
-        machines = load_cluster(cluster, rack_size=rack_size, scale=cluster_scale)
-        options = TraceOptions(
-            fmt=trace_format,
-            skip_bad=skip_bad,
-            philly=PhillyFilter(vc or None, start, end),
-            max_jobs=max_jobs,
-            seed=seed,
-            job_types=job_types,
-        )
-        report = LoadReport(trace)
-        jobs = load_trace(trace, machines.total_gpus, options, report)
-    if len(jobs) == 0:
-        raise CorralError(f"trace '{trace}' has no jobs after filtering")
-    if report.skipped:
-        err_console.print(
-            f"[yellow]skipped {report.skipped} malformed row(s) of {report.rows}; "
-            f"first: {report.first_problem}[/]",
+@dataclass
+class RunArgs:
+    """The options ``sim`` and ``compare`` share: the workload and how a run is set up."""
+
+    trace: str
+    trace_format: str | None
+    skip_bad: bool
+    vc: list[str] | None
+    start: str | None
+    end: str | None
+    max_jobs: int | None
+    job_types: str | None
+    cluster: str
+    cluster_scale: float
+    rack_size: int | None
+    placement: str | None
+    preset: str | None
+    failure_rate: float
+    max_retries: int
+    seed: int
+    switch_cost: str
+    cross_node_factor: float
+    cross_rack_factor: float
+    policy_opt: list[str] | None
+    check: bool
+    progress: bool
+
+    def workload(self) -> tuple[JobTable, Cluster]:
+        """Load the cluster and the trace, and say what was loaded."""
+        with _user_errors():
+            machines = load_cluster(
+                self.cluster, rack_size=self.rack_size, scale=self.cluster_scale
+            )
+            options = TraceOptions(
+                fmt=self.trace_format,
+                skip_bad=self.skip_bad,
+                philly=PhillyFilter(self.vc or None, self.start, self.end),
+                max_jobs=self.max_jobs,
+                seed=self.seed,
+                job_types=self.job_types,
+            )
+            report = LoadReport(self.trace)
+            jobs = load_trace(self.trace, machines.total_gpus, options, report)
+        if len(jobs) == 0:
+            raise CorralError(f"trace '{self.trace}' has no jobs after filtering")
+        if report.skipped:
+            err_console.print(
+                f"[yellow]skipped {report.skipped} malformed row(s) of {report.rows}; "
+                f"first: {report.first_problem}[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
+        console.print(f"cluster  {machines.describe()}", highlight=False)
+        console.print(
+            f"trace    {jobs.source}: {len(jobs)} jobs over {jobs.span() / 86400:.1f} days, "
+            f"offered load {jobs.offered_load(machines.total_gpus):.3f}",
             highlight=False,
-            soft_wrap=True,
         )
-    console.print(f"cluster  {machines.describe()}", highlight=False)
-    console.print(
-        f"trace    {jobs.source}: {len(jobs)} jobs over {jobs.span() / 86400:.1f} days, "
-        f"offered load {jobs.offered_load(machines.total_gpus):.3f}",
-        highlight=False,
-    )
-    return jobs, machines, report
+        return jobs, machines
+
+    def spec(self, policy: str) -> RunSpec:
+        """One policy's run settings."""
+        return RunSpec(
+            policy=policy,
+            placement=self.placement,
+            seed=self.seed,
+            switch_cost=self.switch_cost,
+            cross_node=self.cross_node_factor,
+            cross_rack=self.cross_rack_factor,
+            check_invariants=self.check,
+            policy_options=parse_policy_options(self.policy_opt or [], policy),
+            failure_rate=self.failure_rate,
+            max_retries=self.max_retries,
+            preset=self.preset,
+        )
 
 
-def _run_spec(
-    policy: str,
-    placement: str | None,
-    seed: int,
-    switch_cost: str,
-    cross_node: float,
-    cross_rack: float,
-    check: bool,
-    policy_opt: list[str] | None,
-    preset: str | None,
-    failure_rate: float,
-    max_retries: int,
-) -> RunSpec:
-    """One run's settings from the flags ``sim`` and ``compare`` share."""
-    return RunSpec(
-        policy=policy,
-        placement=placement,
-        seed=seed,
-        switch_cost=switch_cost,
-        cross_node=cross_node,
-        cross_rack=cross_rack,
-        check_invariants=check,
-        policy_options=parse_policy_options(policy_opt or [], policy),
-        failure_rate=failure_rate,
-        max_retries=max_retries,
-        preset=preset,
-    )
+def _run_options(
+    trace: TraceOpt = "philly",
+    trace_format: FormatOpt = None,
+    skip_bad: SkipOpt = False,
+    vc: VcOpt = None,
+    start: StartOpt = None,
+    end: EndOpt = None,
+    max_jobs: MaxJobsOpt = None,
+    job_types: JobTypesOpt = None,
+    cluster: ClusterOpt = "philly",
+    cluster_scale: ScaleOpt = 1.0,
+    rack_size: RackOpt = None,
+    placement: PlacementOpt = None,
+    preset: PresetOpt = None,
+    failure_rate: FailureOpt = 0.0,
+    max_retries: RetriesOpt = 3,
+    seed: SeedOpt = 0,
+    switch_cost: SwitchOpt = "kill-restart",
+    cross_node_factor: CrossNodeOpt = 0.8,
+    cross_rack_factor: CrossRackOpt = 0.7,
+    policy_opt: PolicyOptOpt = None,
+    check: CheckOpt = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """Declares the shared options once; :func:`_with_run_options` adds them to a command."""
+
+
+def _evaluated_parameters(fn: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    """A function's parameters with their annotations evaluated (``Annotated`` kept),
+    as Typer needs them to read option help."""
+    hints = get_type_hints(fn, include_extras=True)
+    return {
+        name: p.replace(annotation=hints.get(name, p.annotation))
+        for name, p in inspect.signature(fn).parameters.items()
+    }
+
+
+def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command ``command(run: RunArgs, **own_options)`` the shared options.
+
+    Typer reads a command's options from its signature, so the wrapper shows
+    the command's own options followed by those of :func:`_run_options`, and
+    hands the shared ones to the command as one :class:`RunArgs`.
+    """
+    shared = _evaluated_parameters(_run_options)
+    own = [p for name, p in _evaluated_parameters(command).items() if name != "run"]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        run = RunArgs(**{name: kwargs.pop(name) for name in shared})
+        command(run, **kwargs)
+
+    params = [*own, *shared.values()]
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
 
 
 def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bool) -> Any:
@@ -226,92 +291,26 @@ def _summary_table(summaries: list[dict[str, Any]]) -> Table:
 
 
 @app.command()
+@_with_run_options
 def sim(
-    trace: TraceOpt = "philly",
-    trace_format: FormatOpt = None,
-    skip_bad: SkipOpt = False,
-    vc: VcOpt = None,
-    start: StartOpt = None,
-    end: EndOpt = None,
-    max_jobs: MaxJobsOpt = None,
-    job_types: JobTypesOpt = None,
-    cluster: ClusterOpt = "philly",
-    cluster_scale: ScaleOpt = 1.0,
-    rack_size: RackOpt = None,
+    run: RunArgs,
     policy: Annotated[str, typer.Option(help="policy name (see 'corral policies')")] = "fifo",
-    placement: PlacementOpt = None,
-    preset: PresetOpt = None,
-    failure_rate: FailureOpt = 0.0,
-    max_retries: RetriesOpt = 3,
-    seed: SeedOpt = 0,
-    switch_cost: SwitchOpt = "kill-restart",
-    cross_node_factor: CrossNodeOpt = 0.8,
-    cross_rack_factor: CrossRackOpt = 0.7,
-    policy_opt: PolicyOptOpt = None,
-    check: CheckOpt = False,
-    progress: ProgressOpt = True,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/sim"),
 ) -> None:
     """Replay a trace on a cluster under one policy; write jobs.csv and summary.json."""
-    jobs, machines, _ = _workload(
-        trace,
-        trace_format,
-        skip_bad,
-        vc,
-        start,
-        end,
-        max_jobs,
-        job_types,
-        cluster,
-        cluster_scale,
-        rack_size,
-        seed,
-    )
-    spec = _run_spec(
-        policy.strip().lower(),
-        placement,
-        seed,
-        switch_cost,
-        cross_node_factor,
-        cross_rack_factor,
-        check,
-        policy_opt,
-        preset,
-        failure_rate,
-        max_retries,
-    )
-    result = _run_one(jobs, machines, spec, progress)
+    jobs, machines = run.workload()
+    result = _run_one(jobs, machines, run.spec(policy.strip().lower()), run.progress)
     with _user_errors():
-        summary = write_run(result, out, {"trace": jobs.source, "seed": seed})
+        summary = write_run(result, out, {"trace": jobs.source, "seed": run.seed})
     console.print(_summary_table([summary]))
     console.print(f"wrote {out}/jobs.csv, {out}/summary.json", highlight=False)
 
 
 @app.command()
+@_with_run_options
 def compare(
+    run: RunArgs,
     policies: Annotated[str, typer.Option(help="comma-separated policy names")] = "fifo,srtf,las",
-    trace: TraceOpt = "philly",
-    trace_format: FormatOpt = None,
-    skip_bad: SkipOpt = False,
-    vc: VcOpt = None,
-    start: StartOpt = None,
-    end: EndOpt = None,
-    max_jobs: MaxJobsOpt = None,
-    job_types: JobTypesOpt = None,
-    cluster: ClusterOpt = "philly",
-    cluster_scale: ScaleOpt = 1.0,
-    rack_size: RackOpt = None,
-    placement: PlacementOpt = None,
-    preset: PresetOpt = None,
-    failure_rate: FailureOpt = 0.0,
-    max_retries: RetriesOpt = 3,
-    seed: SeedOpt = 0,
-    switch_cost: SwitchOpt = "kill-restart",
-    cross_node_factor: CrossNodeOpt = 0.8,
-    cross_rack_factor: CrossRackOpt = 0.7,
-    policy_opt: PolicyOptOpt = None,
-    check: CheckOpt = False,
-    progress: ProgressOpt = True,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/compare"),
 ) -> None:
     """Run the same workload under several policies and write a comparison report."""
@@ -321,39 +320,13 @@ def compare(
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise CorralError(f"unknown policy '{unknown[0]}' (choose from {', '.join(POLICIES)})")
-    jobs, machines, _ = _workload(
-        trace,
-        trace_format,
-        skip_bad,
-        vc,
-        start,
-        end,
-        max_jobs,
-        job_types,
-        cluster,
-        cluster_scale,
-        rack_size,
-        seed,
-    )
+    jobs, machines = run.workload()
     summaries = []
     for name in names:
-        spec = _run_spec(
-            name,
-            placement,
-            seed,
-            switch_cost,
-            cross_node_factor,
-            cross_rack_factor,
-            check,
-            policy_opt,
-            preset,
-            failure_rate,
-            max_retries,
-        )
-        result = _run_one(jobs, machines, spec, progress)
+        result = _run_one(jobs, machines, run.spec(name), run.progress)
         with _user_errors():
             summary = write_run(
-                result, out / name, {"trace": jobs.source, "seed": seed, "run_dir": name}
+                result, out / name, {"trace": jobs.source, "seed": run.seed, "run_dir": name}
             )
         summaries.append(summary)
         console.print(
@@ -366,10 +339,10 @@ def compare(
         "jobs": len(jobs),
         "cluster": machines.describe(),
         "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}",
-        "placement": placement or "policy default",
-        "preset": preset or "none",
-        "switch cost": switch_cost,
-        "seed": seed,
+        "placement": run.placement or "policy default",
+        "preset": run.preset or "none",
+        "switch cost": run.switch_cost,
+        "seed": run.seed,
     }
     with _user_errors():
         path = write_report(out, summaries, context)
