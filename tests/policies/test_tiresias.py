@@ -159,8 +159,8 @@ def test_tiresias_sim_preset_sets_its_simulator_assumptions() -> None:
     config = spec.config()
     assert spec.placement == "count"
     assert config.switch_cost == 0.0
-    assert config.locality.cross_node == config.locality.cross_rack == 1.0
-    assert not config.locality.measured
+    assert config.speeds.locality.cross_node == config.speeds.locality.cross_rack == 1.0
+    assert not config.speeds.locality.measured
     assert spec.policy_options["distribution"] == "yarn-gput1000"
     user = RunSpec("tiresias-las", preset="tiresias-sim", policy_options={"queues": 4})
     assert user.policy_options["queues"] == 4

@@ -23,7 +23,8 @@ COLUMNS: dict[str, str] = {
     "submit_time": "float: seconds from trace start",
     "num_gpus": "int: GPUs the job asks for (its gang size)",
     "duration": "float: run time on its reference allocation, seconds (NaN when unknown)",
-    "total_steps": "float: work, in steps",
+    "total_steps": "float: work, in steps (a measured job type known only by its duration "
+    "does duration x its reference steps/s)",
     "job_type": "str: throughput-profile key ('generic' when only a duration is known)",
     "model": "str: model name when known (locality data), else ''",
     "vc": "str: virtual cluster / queue",
@@ -103,6 +104,16 @@ class JobTable:
         return self.gpu_seconds() / (total_gpus * span)
 
 
+def steps_from_duration(df: pd.DataFrame) -> np.ndarray:
+    """Work of jobs known by duration: duration x reference steps/s for measured types."""
+    from corral.perf.speeds import SpeedModel  # perf builds on the model, not the reverse
+
+    duration = df["duration"].to_numpy(dtype=np.float64)
+    types = df["job_type"].fillna(GENERIC_JOB_TYPE).astype(str).tolist()
+    rates = SpeedModel().reference_rates(types, df["num_gpus"].astype(np.int64).tolist())
+    return np.where(np.isnan(rates), duration, duration * rates)
+
+
 def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     """Fill defaults, check types and ranges, sort by submit time, start the clock at 0."""
     out = df.copy()
@@ -115,6 +126,8 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
         out["duration"] = out["total_steps"].astype(float)
     if "total_steps" not in out:
         out["total_steps"] = out["duration"].astype(float)
+        if "job_type" in out:
+            out["total_steps"] = steps_from_duration(out)
     if "job_id" not in out:
         out["job_id"] = [str(i) for i in range(len(out))]
     for column, default in _DEFAULTS.items():

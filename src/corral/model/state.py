@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from corral.model.cluster import Cluster
 from corral.model.free_gpus import FreeGPUs
 from corral.model.jobs import JobTable
+
+if TYPE_CHECKING:
+    from corral.perf.speeds import SpeedModel
 
 FUTURE, PENDING, RUNNING, DONE, REJECTED, FAILED = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = ("FUTURE", "PENDING", "RUNNING", "DONE", "REJECTED", "FAILED")
@@ -67,7 +71,9 @@ class IndexSet:
 class SchedulerState:
     """Jobs, GPUs and time as a policy sees them."""
 
-    def __init__(self, cluster: Cluster, jobs: JobTable) -> None:
+    def __init__(
+        self, cluster: Cluster, jobs: JobTable, speeds: SpeedModel | None = None
+    ) -> None:
         df = jobs.df
         n = len(df)
         self.cluster = cluster
@@ -85,6 +91,8 @@ class SchedulerState:
             ref = self.total_steps / self.duration
         self.ref_speed = np.where(np.isfinite(ref) & (ref > 0), ref, 1.0)
         """Steps per second on the job's reference allocation (1 for generic jobs)."""
+        self.speeds = speeds
+        self._type_speed: np.ndarray | None = None
         self.status = np.zeros(n, dtype=np.int8)
         self.steps_done = np.zeros(n, dtype=np.float64)
         self.attained_base = np.zeros(n, dtype=np.float64)
@@ -122,6 +130,20 @@ class SchedulerState:
         """Jobs in the order they finished (policies that learn from history read it)."""
 
     # ----------------------------------------------------------- reading
+    @property
+    def type_speed(self) -> np.ndarray:
+        """jobs x ``cluster.gpu_type_names``: steps/s of each job's gang on one
+        server of each GPU type (computed once, on first use)."""
+        if self._type_speed is None:
+            if self.speeds is None:
+                from corral.perf.speeds import SpeedModel
+
+                self.speeds = SpeedModel()
+            self._type_speed = self.speeds.type_speeds(
+                self.job_type, self.gpus, self.ref_speed, self.cluster
+            )
+        return self._type_speed
+
     def attained(self, idx: np.ndarray) -> np.ndarray:
         """2D attained service (GPU-seconds held so far) of the given jobs, now."""
         run = self.status[idx] == RUNNING

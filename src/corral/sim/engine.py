@@ -31,7 +31,7 @@ from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
 from corral.model.plan import Plan
 from corral.model.state import PENDING, RUNNING, SchedulerState
-from corral.perf.locality import LocalityModel
+from corral.perf.speeds import SpeedModel
 from corral.perf.switching import switch_cost_seconds
 from corral.policies.base import Policy
 from corral.sim.invariants import InvariantChecker
@@ -48,7 +48,8 @@ class PlanError(RuntimeError):
 class SimConfig:
     switch_cost: float = field(default_factory=lambda: switch_cost_seconds(None))
     """Seconds of GPU time lost each time a preempted job starts again."""
-    locality: LocalityModel = field(default_factory=LocalityModel)
+    speeds: SpeedModel = field(default_factory=SpeedModel)
+    """Steps/s of a job on its GPUs: GPU types, gang size, locality."""
     check_invariants: bool = False
     """Check the bookkeeping after every pass (slow; tests switch it on)."""
     max_time: float = math.inf
@@ -108,7 +109,7 @@ class Simulator:
         self.policy = policy
         self.config = config or SimConfig()
         self.progress = progress
-        self.state = SchedulerState(cluster, jobs)
+        self.state = SchedulerState(cluster, jobs, self.config.speeds)
         self._heap: list[tuple[float, int, int, bool]] = []
         """(time, job, version, fails): the end of a job's current attempt."""
         self._rng = np.random.default_rng(self.config.seed)
@@ -238,9 +239,9 @@ class Simulator:
                 )
             restart = state.preemptions[i] > 0 or state.failures[i] > 0
             overhead = plan.overheads.get(i, self.config.switch_cost if restart else 0.0)
-            speed = float(state.ref_speed[i]) * plan.factors.get(i, 1.0)
-            if len(gpus) > 1:
-                speed *= self.config.locality.factor(self.cluster, gpus, state.model[i])
+            speed = plan.factors.get(i, 1.0) * self.config.speeds.gang_speed(
+                self.cluster, gpus, state.job_type[i], state.model[i], float(state.ref_speed[i])
+            )
             host = -1
             if i in plan.packs:
                 host, guest_factor, host_factor = plan.packs[i]

@@ -10,7 +10,9 @@ from corral.errors import CorralError
 from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
 from corral.perf.locality import LocalityModel
+from corral.perf.speeds import SpeedModel
 from corral.perf.switching import switch_cost_seconds
+from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.policies import POLICIES, make_policy, policy_options
 from corral.sim.engine import SimConfig, SimResult, Simulator
 
@@ -39,6 +41,10 @@ class RunSpec:
     failure_rate: float = 0.0
     max_retries: int = 3
     preset: str | None = None
+    profiles: ThroughputTable | None = None
+    """Throughput measurements (None: the bundled Gavel table)."""
+    mixed_sync: float = 0.9
+    """Speed factor of a gang on more than one GPU type (see perf.speeds)."""
     """A named set of assumptions applied over the fields above (see SIM_PRESETS)."""
 
     def __post_init__(self) -> None:
@@ -62,7 +68,11 @@ class RunSpec:
     def config(self) -> SimConfig:
         return SimConfig(
             switch_cost=switch_cost_seconds(self.switch_cost),
-            locality=LocalityModel(self.cross_node, self.cross_rack, self.measured_locality),
+            speeds=SpeedModel(
+                self.profiles if self.profiles is not None else gavel_throughputs(),
+                LocalityModel(self.cross_node, self.cross_rack, self.measured_locality),
+                self.mixed_sync,
+            ),
             check_invariants=self.check_invariants,
             failure_rate=self.failure_rate,
             max_retries=self.max_retries,

@@ -3,8 +3,10 @@
 Philly and Tiresias traces know only durations. Gavel's evaluation draws each
 job's type uniformly from the types it measured; ``--job-types gavel`` does
 the same (seeded) for jobs whose type is ``generic``, choosing among the types
-measured at the job's GPU count when there are any. The duration stays the
-trace's: only the type (and so packing interference) changes.
+measured at the job's GPU count when there are any. As in Gavel, the trace's
+duration is read as the job's run time on the reference GPU (V100): its work
+becomes duration x that type's measured V100 steps/s, so on a K80 it runs
+as much slower as the measurements say.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from corral.errors import CorralError
-from corral.model.jobs import GENERIC_JOB_TYPE, JobTable
+from corral.model.jobs import GENERIC_JOB_TYPE, JobTable, steps_from_duration
 from corral.perf.throughputs import gavel_throughputs
 
 JOB_TYPE_SOURCES = ("gavel",)
@@ -37,4 +39,5 @@ def assign_job_types(table: JobTable, source: str, seed: int = 0) -> JobTable:
         choices = by_scale.get(int(gpus[k]), every)
         types[k] = choices[int(rng.integers(len(choices)))]
     df["job_type"] = types
+    df["total_steps"] = np.where(generic, steps_from_duration(df), df["total_steps"])
     return JobTable(df, table.source)

@@ -1,0 +1,157 @@
+"""How fast a job runs on the GPUs it was given: GPU types, gang size and locality.
+
+A job whose type has measurements (Gavel's table, or the user's profiles)
+runs at the measured steps/s of its type on the gang's GPU type at its GPU
+count. Rules where the table is silent, stated once here:
+
+* **GPU count not measured** (e.g. 16 GPUs): the measurement at the largest
+  measured count below it, scaled linearly (weak scaling).
+* **GPU type not measured** (Philly's unnamed types, Alibaba's MISC): the
+  reference type's value (V100, Gavel's reference), so typed jobs behave as
+  they would with no heterogeneity data.
+* **Mixed GPU types in one gang**: synchronous data parallelism runs at the
+  pace of its slowest member, so the gang runs at the slowest type's speed for
+  its size, times ``mixed_sync`` (the extra synchronisation cost of unequal
+  workers; 0.9 by default, an assumption). This is why mixing K80s into a
+  V100 job buys nothing.
+* **Spread over servers**: Gavel's "unconsolidated" measurement when there is
+  one (further slowed by ``cross_rack / cross_node`` across racks), else the
+  consolidated speed times the locality model's factor.
+
+Jobs without a measured type (``generic``) keep their reference speed on
+every GPU type, times the locality factor: heterogeneity is unknown for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corral.errors import CorralError
+from corral.model.cluster import Cluster
+from corral.perf.locality import LocalityModel
+from corral.perf.throughputs import ThroughputTable, gavel_throughputs
+
+REFERENCE_GPU = "V100"
+"""Gavel's reference GPU type: a typed trace job's duration is its time on it."""
+
+
+@dataclass
+class SpeedModel:
+    table: ThroughputTable = field(default_factory=gavel_throughputs)
+    locality: LocalityModel = field(default_factory=LocalityModel)
+    mixed_sync: float = 0.9
+    reference_gpu: str = REFERENCE_GPU
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mixed_sync <= 1:
+            raise CorralError(f"mixed-type sync factor must be in (0, 1], got {self.mixed_sync}")
+        self._measured_types = {name for name, _ in self.table.alone}
+        self._cache: dict[tuple[str, str, int, bool], float | None] = {}
+
+    def knows(self, job_type: str) -> bool:
+        return self.throughput(job_type, self.reference_gpu, 1) is not None
+
+    def throughput(
+        self, job_type: str, gpu_type: str, num_gpus: int, consolidated: bool = True
+    ) -> float | None:
+        """Measured steps/s of the whole gang (None: the job type is not measured)."""
+        key = (job_type, gpu_type, num_gpus, consolidated)
+        if key not in self._cache:
+            self._cache[key] = self._lookup(job_type, gpu_type, num_gpus, consolidated)
+        return self._cache[key]
+
+    def _lookup(
+        self, job_type: str, gpu_type: str, num_gpus: int, consolidated: bool
+    ) -> float | None:
+        gpu = gpu_type.upper()
+        if gpu not in self._measured_types:
+            gpu = self.reference_gpu
+        table = self.table.alone.get((gpu, consolidated))
+        if table is None:
+            return None
+        value = table.get((job_type, num_gpus))
+        if value is not None:
+            return value
+        scales = sorted(s for t, s in table if t == job_type)
+        if not scales:
+            return None
+        below = [s for s in scales if s <= num_gpus]
+        base = below[-1] if below else scales[0]
+        return table[(job_type, base)] * num_gpus / base
+
+    def reference_speed(self, job_type: str, num_gpus: int) -> float | None:
+        """Steps/s consolidated on the reference type: what a trace duration means."""
+        return self.throughput(job_type, self.reference_gpu, num_gpus)
+
+    def reference_rates(self, job_types: Sequence[str], gpus: Sequence[int]) -> np.ndarray:
+        """Steps/s of each job on the reference type (NaN where the type is not measured).
+
+        A typed job known only by a duration (a trace run time) does
+        duration x this rate steps of work, as in Gavel.
+        """
+        return np.array(
+            [
+                np.nan if (r := self.reference_speed(t, int(g))) is None else r
+                for t, g in zip(job_types, gpus, strict=True)
+            ],
+            dtype=np.float64,
+        )
+
+    def type_speeds(
+        self, job_types: Sequence[str], gpus: np.ndarray, ref_speed: np.ndarray, cluster: Cluster
+    ) -> np.ndarray:
+        """jobs x GPU types: each job's steps/s consolidated on each of the cluster's types.
+
+        Unmeasured jobs get their reference speed on every type. Policies that
+        weigh heterogeneity (Gavel, AlloX, Themis, Hare) read this matrix.
+        """
+        names = cluster.gpu_type_names
+        out = np.repeat(ref_speed[:, None], len(names), axis=1).astype(np.float64)
+        memo: dict[tuple[str, int], list[float] | None] = {}
+        for i, (job_type, g) in enumerate(zip(job_types, gpus.tolist(), strict=True)):
+            key = (job_type, g)
+            if key not in memo:
+                row = [self.throughput(job_type, t, g) for t in names]
+                memo[key] = None if row[0] is None else [float(v) for v in row]  # type: ignore[arg-type]
+            row = memo[key]
+            if row is not None:
+                out[i] = row
+        return out
+
+    def gang_speed(
+        self,
+        cluster: Cluster,
+        gpus: Sequence[int],
+        job_type: str,
+        model: str,
+        ref_speed: float,
+    ) -> float:
+        """Steps/s of a gang on these GPUs."""
+        idx = np.asarray(gpus, dtype=np.int64)
+        locality = self.locality.factor(cluster, gpus, model) if len(gpus) > 1 else 1.0
+        if not self.knows(job_type):
+            return ref_speed * locality
+        names = cluster.gpu_type_names
+        type_ids = np.unique(cluster.gpu_type_id[idx])
+        nodes = cluster.gpu_node[idx]
+        spread = bool(len(gpus) > 1 and (nodes != nodes[0]).any())
+        n = len(gpus)
+        types = [names[t] for t in type_ids.tolist()]
+        values = [self.throughput(job_type, t, n, consolidated=not spread) for t in types]
+        measured_spread = spread and None not in values
+        if spread and not measured_spread:  # no unconsolidated data: consolidated x locality
+            values = [self.throughput(job_type, t, n) for t in types]
+        speed = min(float(v) for v in values)  # type: ignore[arg-type]
+        if len(types) > 1:
+            speed *= self.mixed_sync
+        if not spread:
+            return speed
+        if measured_spread:
+            racks = cluster.node_rack[nodes]
+            if (racks != racks[0]).any():
+                speed *= self.locality.cross_rack / self.locality.cross_node
+            return speed
+        return speed * locality
