@@ -80,7 +80,7 @@ def test_a_typed_job_on_a_k80_runs_as_much_slower_as_measured(tmp_path) -> None:
     result = Simulator(jobs, k80, make_policy("fifo"), SimConfig(switch_cost=0.0)).run()
     table = gavel_throughputs().alone
     ratio = table[("V100", True)][(R50, 1)] / table[("K80", True)][(R50, 1)]
-    assert finish_times(result)["j0"] == pytest.approx(100.0 * ratio)
+    assert finish_times(result)["0"] == pytest.approx(100.0 * ratio)
 
 
 def test_user_profiles_extend_and_replace(tmp_path) -> None:  # type: ignore[no-untyped-def]
