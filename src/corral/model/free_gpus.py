@@ -85,3 +85,14 @@ class FreeGPUs:
 
     def free_ids(self) -> np.ndarray:
         return np.flatnonzero(self.mask)
+
+    def by_type(self) -> np.ndarray:
+        """Free GPUs of each of the cluster's types (``cluster.gpu_type_names`` order)."""
+        cluster = self.cluster
+        return np.bincount(
+            cluster.gpu_type_id[self.mask], minlength=len(cluster.gpu_type_names)
+        ).astype(np.int64)
+
+    def of_type(self, type_id: int) -> FreeGPUs:
+        """A scratch view holding only the free GPUs of one type (for typed placement)."""
+        return FreeGPUs(self.cluster, self.mask & (self.cluster.gpu_type_id == type_id))

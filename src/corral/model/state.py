@@ -71,9 +71,7 @@ class IndexSet:
 class SchedulerState:
     """Jobs, GPUs and time as a policy sees them."""
 
-    def __init__(
-        self, cluster: Cluster, jobs: JobTable, speeds: SpeedModel | None = None
-    ) -> None:
+    def __init__(self, cluster: Cluster, jobs: JobTable, speeds: SpeedModel | None = None) -> None:
         df = jobs.df
         n = len(df)
         self.cluster = cluster

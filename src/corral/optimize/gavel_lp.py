@@ -60,8 +60,9 @@ class AllocationProblem:
         return int(self.throughput.shape[1])
 
     def fits(self) -> np.ndarray:
-        """jobs x types: True where the job's gang fits in the type at all."""
-        return self.gpus[:, None] <= self.capacity[None, :]
+        """jobs x types: True where the job's gang fits in the type and runs there
+        (a measured speed of 0 means it does not fit in the GPU's memory)."""
+        return (self.gpus[:, None] <= self.capacity[None, :]) & (self.throughput > 0)
 
     def equal_share_throughput(self) -> np.ndarray:
         """Each job's throughput on an equal 1/n share of the cluster, spread over

@@ -31,6 +31,13 @@ class ThroughputTable:
         names = {key[0] for table in self.alone.values() for key in table}
         return sorted(names)
 
+    def runnable_types(self, scale: int) -> list[str]:
+        """Job types measured at ``scale`` GPUs with a positive speed on every GPU type
+        (Gavel records ResNet-50 at batch size 128 on 2+ K80s as 0: out of memory)."""
+        tables = [v for (_, consolidated), v in self.alone.items() if consolidated]
+        names = {t for table in tables for t, s in table if s == scale}
+        return sorted(t for t in names if all(v.get((t, scale), 0.0) > 0 for v in tables))
+
     def steps_per_second(
         self, job_type: str, gpu_type: str, scale: int = 1, consolidated: bool = True
     ) -> float:

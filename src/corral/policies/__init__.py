@@ -10,14 +10,28 @@ from corral.placement.registry import make_placement
 from corral.policies.base import PlanBuilder, Policy
 from corral.policies.fifo import Fifo
 from corral.policies.gandiva import Gandiva
+from corral.policies.gavel import GAVEL_POLICIES, GavelPolicy
 from corral.policies.las import Las
 from corral.policies.philly import Philly
 from corral.policies.shortest import Sjf, Srtf
 from corral.policies.tiresias import TiresiasGittins, TiresiasLas
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Fifo, Sjf, Srtf, Las, TiresiasLas, TiresiasGittins, Philly, Gandiva)
+    cls.name: cls
+    for cls in (
+        Fifo,
+        Sjf,
+        Srtf,
+        Las,
+        TiresiasLas,
+        TiresiasGittins,
+        Philly,
+        Gandiva,
+        *GAVEL_POLICIES,
+    )
 }
+POLICIES["gavel"] = GavelPolicy
+"""``gavel`` names Gavel's default policy, heterogeneity-aware max-min fairness."""
 
 
 def policy_options(cls: type[Policy]) -> dict[str, Any]:

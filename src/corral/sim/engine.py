@@ -242,6 +242,12 @@ class Simulator:
             speed = plan.factors.get(i, 1.0) * self.config.speeds.gang_speed(
                 self.cluster, gpus, state.job_type[i], state.model[i], float(state.ref_speed[i])
             )
+            if speed <= 0:
+                types = sorted({self.cluster.node_types[self.cluster.gpu_node[g]] for g in gpus})
+                raise PlanError(
+                    f"plan starts job {state.job_ids[i]} ({state.job_type[i]}) on "
+                    f"{'/'.join(types)} GPUs, where its measured speed is 0 (it does not fit)"
+                )
             host = -1
             if i in plan.packs:
                 host, guest_factor, host_factor = plan.packs[i]

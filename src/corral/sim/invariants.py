@@ -86,6 +86,10 @@ class InvariantChecker:
         if (s.first_start[done] < s.submit[done]).any():
             raise InvariantViolation("a job started before it was submitted")
         service = float(s.attained_base.sum()) - s.shared_gpu_seconds
+        # a run cut short by max_time leaves jobs mid-segment: count their open service
+        for i in s.running:
+            if s.host[i] < 0:
+                service += s.held[i] * (result.end_time - s.seg_start[i])
         if not np.isclose(service, result.busy_gpu_seconds, rtol=1e-9, atol=1e-3):
             raise InvariantViolation(
                 f"GPU-seconds busy ({result.busy_gpu_seconds}) != service given "

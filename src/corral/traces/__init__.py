@@ -1,9 +1,10 @@
 """Loading traces into the canonical job table, and generating synthetic ones.
 
 ``--trace`` takes ``philly`` (the bundled trace), ``tiresias-60`` (Tiresias'
-60-job trace, bundled), ``synthetic[:jobs=N,load=X]``
-or a path; a file's format is recognised from its first line, and
-``--trace-format`` overrides that.
+60-job trace, bundled), ``synthetic[:jobs=N,load=X]``,
+``gavel-synthetic[:jobs=N,rate=R,...]`` (Gavel's typed workload) or a path;
+a file's format is recognised from its first line, and ``--trace-format``
+overrides that.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from corral.errors import CorralError, InputError
 from corral.model.jobs import JobTable
 from corral.traces.canonical import load_canonical
 from corral.traces.gavel import load_gavel
+from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
 from corral.traces.job_types import assign_job_types
 from corral.traces.philly import PHILLY_HEADER, PhillyFilter, load_philly
 from corral.traces.pollux import POLLUX_COLUMNS, load_pollux
@@ -100,6 +102,9 @@ def _load(
     if text.lower() == "tiresias-60":
         text = str(data_path("tiresias", "60_job.csv"))
         options = TraceOptions(**{**options.__dict__, "fmt": "tiresias"})
+    if text.lower().startswith("gavel-synthetic"):
+        table = generate_gavel(GavelWorkload.parse(text, options.seed))
+        return table.head(options.max_jobs) if options.max_jobs is not None else table
     if text.lower().startswith("synthetic"):
         table = generate(SyntheticSpec.parse(text, options.seed), total_gpus)
         return table.head(options.max_jobs) if options.max_jobs is not None else table

@@ -3,7 +3,8 @@
 Philly and Tiresias traces know only durations. Gavel's evaluation draws each
 job's type uniformly from the types it measured; ``--job-types gavel`` does
 the same (seeded) for jobs whose type is ``generic``, choosing among the types
-measured at the job's GPU count when there are any. As in Gavel, the trace's
+measured at the job's GPU count when there are any (and that run there on
+every measured GPU type). As in Gavel, the trace's
 duration is read as the job's run time on the reference GPU (V100): its work
 becomes duration x that type's measured V100 steps/s, so on a K80 it runs
 as much slower as the measurements say.
@@ -25,11 +26,11 @@ def assign_job_types(table: JobTable, source: str, seed: int = 0) -> JobTable:
         raise CorralError(
             f"unknown --job-types '{source}' (choose from {', '.join(JOB_TYPE_SOURCES)})"
         )
-    measured = gavel_throughputs().alone[("V100", True)]
-    by_scale: dict[int, list[str]] = {}
-    for job_type, scale in sorted(measured):
-        by_scale.setdefault(scale, []).append(job_type)
-    every = sorted({t for t, _ in measured})
+    table = gavel_throughputs()
+    by_scale = {
+        s: table.runnable_types(s) for s in sorted({s for _, s in table.alone[("V100", True)]})
+    }
+    every = table.runnable_types(1)
     rng = np.random.default_rng(seed)
     df = table.df.copy()
     generic = (df["job_type"] == GENERIC_JOB_TYPE).to_numpy()

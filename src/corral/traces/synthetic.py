@@ -31,18 +31,7 @@ class SyntheticSpec:
     @classmethod
     def parse(cls, text: str, seed: int = 0) -> SyntheticSpec:
         """``synthetic`` or ``synthetic:jobs=500,load=0.9[,seed=3]``."""
-        _, _, args = text.partition(":")
-        values: dict[str, float] = {}
-        for part in filter(None, (p.strip() for p in args.split(","))):
-            key, eq, value = part.partition("=")
-            if not eq or key not in ("jobs", "load", "seed"):
-                raise CorralError(
-                    f"--trace {text}: expected synthetic:jobs=N,load=X[,seed=S], got '{part}'"
-                )
-            try:
-                values[key] = float(value)
-            except ValueError:
-                raise CorralError(f"--trace {text}: '{key}' must be a number") from None
+        values = parse_generator_args(text, ("jobs", "load", "seed"))
         spec = cls(
             jobs=int(values.get("jobs", cls.jobs)),
             load=values.get("load", cls.load),
@@ -51,6 +40,22 @@ class SyntheticSpec:
         if spec.jobs < 1 or not spec.load > 0:
             raise CorralError(f"--trace {text}: jobs must be >= 1 and load > 0")
         return spec
+
+
+def parse_generator_args(text: str, keys: tuple[str, ...]) -> dict[str, float]:
+    """The numeric ``key=value`` list after the colon of ``name:k=v,...``."""
+    name, _, args = text.partition(":")
+    values: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in args.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or key not in keys:
+            wanted = ",".join(f"{k}=..." for k in keys)
+            raise CorralError(f"--trace {text}: expected {name}:{wanted}, got '{part}'")
+        try:
+            values[key] = float(value)
+        except ValueError:
+            raise CorralError(f"--trace {text}: '{key}' must be a number") from None
+    return values
 
 
 def philly_pairs() -> tuple[np.ndarray, np.ndarray]:
