@@ -28,9 +28,7 @@ def test_measured_speeds_and_fallbacks() -> None:
     assert model.throughput(R50, "K80", 1) == table[("K80", True)][(R50, 1)] < v100
     # an unmeasured GPU type runs like the reference type; an unmeasured count scales linearly
     assert model.throughput(R50, "PHILLY-12GB", 1) == v100
-    assert model.throughput(R50, "V100", 16) == pytest.approx(
-        table[("V100", True)][(R50, 8)] * 2
-    )
+    assert model.throughput(R50, "V100", 16) == pytest.approx(table[("V100", True)][(R50, 8)] * 2)
     assert model.throughput("generic", "V100", 1) is None
 
 
@@ -101,11 +99,17 @@ def test_user_profiles_extend_and_replace(tmp_path) -> None:  # type: ignore[no-
     ("text", "line", "field"),
     [
         ("job_type,gpu_type,num_gpus,steps_per_second\nx,V100,0,1\n", 2, "num_gpus"),
-        ("job_type,gpu_type,num_gpus,steps_per_second\nx,V100,1,1\nx,V100,1,fast\n", 3,
-         "steps_per_second"),
+        (
+            "job_type,gpu_type,num_gpus,steps_per_second\nx,V100,1,1\nx,V100,1,fast\n",
+            3,
+            "steps_per_second",
+        ),
         ("job_type,gpu_type,num_gpus\nx,V100,1\n", 1, "steps_per_second"),
-        ("job_type,gpu_type,num_gpus,steps_per_second,consolidated\nx,V100,1,1,maybe\n", 2,
-         "consolidated"),
+        (
+            "job_type,gpu_type,num_gpus,steps_per_second,consolidated\nx,V100,1,1,maybe\n",
+            2,
+            "consolidated",
+        ),
     ],
 )
 def test_bad_profiles_name_file_line_and_field(tmp_path, text, line, field) -> None:  # type: ignore[no-untyped-def]

@@ -90,6 +90,8 @@ def test_aware_policy_realises_its_allocation_and_keeps_jobs_off_slow_types() ->
         "gavel-max-throughput",
         "gavel-max-min-fairness-packed",
         "gavel-max-min-fairness-agnostic",
+        "allox",
+        "themis",
     ],
 )
 def test_every_gavel_policy_finishes_a_mixed_workload(policy: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.placement.registry import make_placement
+from corral.policies.allox import Allox
 from corral.policies.base import PlanBuilder, Policy
 from corral.policies.fifo import Fifo
 from corral.policies.gandiva import Gandiva
@@ -14,6 +15,7 @@ from corral.policies.gavel import GAVEL_POLICIES, GavelPolicy
 from corral.policies.las import Las
 from corral.policies.philly import Philly
 from corral.policies.shortest import Sjf, Srtf
+from corral.policies.themis import Themis
 from corral.policies.tiresias import TiresiasGittins, TiresiasLas
 
 POLICIES: dict[str, type[Policy]] = {
@@ -28,6 +30,8 @@ POLICIES: dict[str, type[Policy]] = {
         Philly,
         Gandiva,
         *GAVEL_POLICIES,
+        Allox,
+        Themis,
     )
 }
 POLICIES["gavel"] = GavelPolicy

@@ -126,3 +126,24 @@ def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
         left -= int(gpus_in_order[j])
         pos = j + 1
     return take
+
+
+def wider_than_any_type(state: SchedulerState) -> np.ndarray:
+    """Mask of jobs whose gang is larger than every GPU type's pool.
+
+    Type-aware policies run a job on one type; these jobs can only run across
+    types (at the slowest member's pace), so such policies place them on any
+    free GPUs after the jobs their allocation chose.
+    """
+    largest = max(state.cluster.gpus_by_type().values())
+    return state.gpus > largest
+
+
+def place_wide_jobs(
+    state: SchedulerState, builder: PlanBuilder, placement: PlacementStrategy
+) -> None:
+    """Start waiting jobs wider than any type on whatever GPUs are free, oldest first."""
+    wide = wider_than_any_type(state)
+    for i in state.pending_order:
+        if wide[i] and i not in builder.plan.starts and not builder.place(i, placement):
+            break

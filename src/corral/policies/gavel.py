@@ -35,7 +35,7 @@ from corral.optimize.gavel_lp import (
 )
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy
+from corral.policies.base import PlanBuilder, Policy, place_wide_jobs, wider_than_any_type
 
 Combo = tuple[int, ...]
 
@@ -188,12 +188,14 @@ class GavelPolicy(Policy):
             chosen.append((combo, t))
         if reassign:
             keep = {(combo, t) for combo, t in chosen}
+            wide = wider_than_any_type(state)
             for host, (combo, t) in current.items():
-                if (combo, t) not in keep:
+                if (combo, t) not in keep and not wide[host]:
                     builder.stop(host)
             chosen = [(c, t) for c, t in chosen if not _runs_as(state, c, t, current)]
         for combo, t in chosen:
             self._start(state, builder, combo, t, k)
+        place_wide_jobs(state, builder, self.placement)
 
     def _start(
         self, state: SchedulerState, builder: PlanBuilder, combo: Combo, t: int, k: int

@@ -1,0 +1,221 @@
+"""Themis: finish-time fair leases decided by a partial-allocation auction.
+
+Finish-time fairness rho = the job's expected JCT sharing the cluster / its
+JCT alone on a 1/N share (N jobs present). Every ``lease`` seconds all
+leases end and the GPUs are offered to the ``1 - fraction`` of jobs with the
+worst rho. Each of them bids its rho with its gang on each GPU type (and
+without GPUs for this lease); the auction picks the allocation with the
+largest product of 1/rho (Nash social welfare; found greedily here, as the
+gangs are rigid), then gives each winner only the share
+``c = (others' welfare with it) / (others' welfare without it)`` of the lease
+(the partial-allocation "hidden payment" that keeps bids truthful): it holds
+its GPUs for ``c x lease`` seconds. GPUs no winner took, and those returned
+when partial leases end, go to the remaining jobs, worst rho first
+(Themis' work-conserving leftover allocation). A job that wins its current
+GPUs' type again keeps its GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from corral.model.plan import Plan
+from corral.model.state import PENDING, SchedulerState
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder, Policy, place_wide_jobs
+
+
+class Themis(Policy):
+    name: ClassVar[str] = "themis"
+    description: ClassVar[str] = (
+        "Themis: leases to the jobs with the worst finish-time fairness by a "
+        "partial-allocation auction, leftovers work-conserving"
+    )
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        lease: float = 600.0,
+        fraction: float = 0.8,
+        **params: Any,
+    ) -> None:
+        super().__init__(placement, **params)
+        if lease <= 0:
+            raise ValueError(f"lease must be positive, got {lease}")
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"fraction must be in [0, 1), got {fraction}")
+        self.lease = float(lease)
+        self.fraction = float(fraction)
+        self._round_end = -math.inf
+        self._lease_end: dict[int, float] = {}
+        self.auctions = 0
+
+    # ----------------------------------------------------------- rho
+    def _capacity(self, state: SchedulerState) -> np.ndarray:
+        cluster = state.cluster
+        return np.array([cluster.gpus_by_type()[t] for t in cluster.gpu_type_names], float)
+
+    def _mean_speed(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
+        """Steps/s averaged over the cluster's GPUs (a share of every type)."""
+        capacity = self._capacity(state)
+        return state.type_speed[jobs] @ (capacity / capacity.sum())
+
+    def rho(
+        self, state: SchedulerState, jobs: np.ndarray, speed: np.ndarray, delay: float = 0.0
+    ) -> np.ndarray:
+        """Finish-time fairness of ``jobs`` if each ran at ``speed`` from ``delay``
+        seconds from now: (time so far + delay + time left) / time alone on 1/N."""
+        total = self._capacity(state).sum()
+        n_active = max(len(state.pending) + len(state.running), 1)
+        share = np.minimum(1.0, total / n_active / state.gpus[jobs])
+        isolated = state.total_steps[jobs] / np.maximum(
+            self._mean_speed(state, jobs) * share, 1e-12
+        )
+        left = np.maximum(state.total_steps[jobs] - state.done_steps(jobs), 0.0)
+        shared = (state.now - state.submit[jobs]) + delay + left / np.maximum(speed, 1e-12)
+        return shared / isolated
+
+    def _current_rho(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
+        """Running jobs at their current speed; waiting ones as if they got a
+        fair mix of types now."""
+        pending = state.status[jobs] == PENDING
+        speed = np.where(pending, self._mean_speed(state, jobs), state.speed[jobs])
+        return self.rho(state, jobs, speed)
+
+    # ---------------------------------------------------------- auction
+    def _bids(self, state: SchedulerState, j: int) -> tuple[np.ndarray, float]:
+        """Job ``j``'s rho with its gang on each type this lease, and with none
+        (its progress then waits a lease, at its mean speed after)."""
+        k = len(state.cluster.gpu_type_names)
+        jobs = np.full(k, j)
+        per_type = self.rho(state, jobs, state.type_speed[j].copy())
+        idle = float(self.rho(state, jobs[:1], self._mean_speed(state, jobs[:1]), self.lease)[0])
+        return per_type, idle
+
+    def _welfare_allocation(
+        self, state: SchedulerState, bidders: list[int], room: np.ndarray
+    ) -> dict[int, int]:
+        """Greedy max of the product of 1/rho: assignments by gain in log rho per GPU."""
+        gains = []
+        for j in bidders:
+            per_type, idle = self._bids(state, j)
+            for t, value in enumerate(per_type.tolist()):
+                if state.type_speed[j, t] > 0 and value < idle:
+                    gain = math.log(idle) - math.log(value)
+                    gains.append((-gain / state.gpus[j], j, t))
+        gains.sort()
+        left = room.copy()
+        chosen: dict[int, int] = {}
+        for _, j, t in gains:
+            if j in chosen or left[t] < state.gpus[j]:
+                continue
+            chosen[j] = t
+            left[t] -= state.gpus[j]
+        return chosen
+
+    def _log_welfare(self, state: SchedulerState, alloc: dict[int, int], who: list[int]) -> float:
+        """Sum of log(1/rho) of ``who`` under ``alloc``."""
+        total = 0.0
+        for j in who:
+            per_type, idle = self._bids(state, j)
+            value = per_type[alloc[j]] if j in alloc else idle
+            total -= math.log(max(float(value), 1e-12))
+        return total
+
+    def auction(
+        self, state: SchedulerState, bidders: list[int], room: np.ndarray
+    ) -> dict[int, tuple[int, float]]:
+        """Winners -> (GPU type, share of the lease)."""
+        self.auctions += 1
+        best = self._welfare_allocation(state, bidders, room)
+        out: dict[int, tuple[int, float]] = {}
+        for j, t in best.items():
+            others = [i for i in bidders if i != j]
+            with_j = self._log_welfare(state, best, others)
+            alone = self._welfare_allocation(state, others, room)
+            without_j = self._log_welfare(state, alone, others)
+            share = math.exp(min(0.0, with_j - without_j))
+            out[j] = (t, share)
+        return out
+
+    # ---------------------------------------------------------- schedule
+    def schedule(self, state: SchedulerState) -> Plan:
+        builder = PlanBuilder(state)
+        now = state.now
+        for j, end in list(self._lease_end.items()):
+            if end <= now + 1e-9 and j in state.running:
+                builder.stop(j)
+            if end <= now + 1e-9 or j not in state.running:
+                del self._lease_end[j]
+        if now >= self._round_end and (len(state.pending) or len(state.running)):
+            self._round_end = now + self.lease
+            self._round(state, builder)
+        else:
+            self._leftovers(state, builder, set())
+            place_wide_jobs(state, builder, self.placement)
+        ends = [e for e in self._lease_end.values() if e > now]
+        active = len(state.pending) + len(state.running) > 0
+        wake = min([self._round_end, *ends]) if active else None
+        return builder.build(wake)
+
+    def _round(self, state: SchedulerState, builder: PlanBuilder) -> None:
+        active = np.concatenate([state.pending.array(), state.running.array()])
+        rho = self._current_rho(state, active)
+        order = active[np.argsort(-rho, kind="stable")]
+        count = max(1, math.ceil((1.0 - self.fraction) * len(order)))
+        bidders = [int(j) for j in order[:count]]
+        room = self._capacity(state).astype(np.int64)
+        won = self.auction(state, bidders, room)
+        type_of = state.cluster.gpu_type_id
+        current = {int(i): int(type_of[state.alloc[i][0]]) for i in state.running}  # type: ignore[index]
+        keep: set[int] = set()
+        for j, (t, _) in won.items():
+            if current.get(j) == t:
+                keep.add(j)
+        for i in current:
+            if i not in keep:
+                builder.stop(i)
+        for j, (t, share) in sorted(won.items(), key=lambda kv: -kv[1][1]):
+            if j not in keep and not self._start_on(state, builder, j, t):
+                continue
+            if share < 1.0 - 1e-9:
+                self._lease_end[j] = state.now + share * self.lease
+        self._leftovers(state, builder, set(won), order)
+        place_wide_jobs(state, builder, self.placement)
+
+    def _start_on(self, state: SchedulerState, builder: PlanBuilder, j: int, t: int) -> bool:
+        gpus = self.placement.choose(builder.free.of_type(t), int(state.gpus[j]))
+        if gpus is None:
+            return False
+        builder.start(j, gpus)
+        return True
+
+    def _leftovers(
+        self,
+        state: SchedulerState,
+        builder: PlanBuilder,
+        skip: set[int],
+        order: np.ndarray | None = None,
+    ) -> None:
+        """Free GPUs to waiting jobs, worst rho first, each on its fastest type with room."""
+        if not builder.free.total or not len(state.pending):
+            return
+        if order is None:
+            waiting = state.pending.array()
+            order = waiting[np.argsort(-self._current_rho(state, waiting), kind="stable")]
+        for j in order.tolist():
+            if j in skip or j in builder.plan.starts:
+                continue
+            if state.status[j] != PENDING and j not in builder.plan.stops:
+                continue
+            room = builder.free.by_type()
+            need = int(state.gpus[j])
+            for t in np.argsort(-state.type_speed[j], kind="stable").tolist():
+                fits = room[t] >= need and state.type_speed[j, t] > 0
+                if fits and self._start_on(state, builder, j, t):
+                    break
+            if not builder.free.total:
+                break
