@@ -9,6 +9,7 @@ checked for double-booked GPUs, round barriers and completeness.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -87,7 +88,7 @@ class RoundResult:
             by_gpu.setdefault(t.gpu, []).append(t)
         for gpu, ts in by_gpu.items():
             ts.sort(key=lambda t: t.start)
-            for a, b in zip(ts, ts[1:], strict=False):
+            for a, b in itertools.pairwise(ts):
                 if b.start < a.end - 1e-6:
                     raise InvariantViolation(f"GPU {gpu} runs two tasks at once at {b.start}")
         count = np.zeros(w.n, dtype=np.int64)
