@@ -26,11 +26,10 @@ def assign_job_types(table: JobTable, source: str, seed: int = 0) -> JobTable:
         raise CorralError(
             f"unknown --job-types '{source}' (choose from {', '.join(JOB_TYPE_SOURCES)})"
         )
-    table = gavel_throughputs()
-    by_scale = {
-        s: table.runnable_types(s) for s in sorted({s for _, s in table.alone[("V100", True)]})
-    }
-    every = table.runnable_types(1)
+    measured = gavel_throughputs()
+    scales = sorted({s for _, s in measured.alone[("V100", True)]})
+    by_scale = {s: measured.runnable_types(s) for s in scales}
+    every = measured.runnable_types(1)
     rng = np.random.default_rng(seed)
     df = table.df.copy()
     generic = (df["job_type"] == GENERIC_JOB_TYPE).to_numpy()
