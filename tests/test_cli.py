@@ -204,3 +204,30 @@ def test_sim_and_compare_show_the_shared_options_with_their_help():
         assert own in result.output
         assert "Philly: keep only this virtual cluster" in result.output
         assert "chance that one attempt of a job fails" in result.output
+
+
+def test_heterogeneous_policies_and_round_planners_from_the_command_line(tmp_path):
+    out = tmp_path / "het"
+    result = runner.invoke(
+        app,
+        [
+            "compare",
+            "--policies",
+            "gavel,allox,themis,hare,sched-allox,sched-homo",
+            "--trace",
+            "gavel-synthetic:jobs=20,rate=20,weights=1",
+            "--cluster",
+            "gavel:4:4:4",
+            "--no-progress",
+            "--check",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    lines = (out / "comparison.csv").read_text().splitlines()
+    assert len(lines) == 7 and lines[4].startswith("hare,20,")
+    summary = json.loads((out / "hare" / "summary.json").read_text())
+    assert summary["jobs_finished"] == 20 and summary["weighted_jct_s"] > 0
+    bad = runner.invoke(app, ["sim", "--policy", "harey", "--trace", "synthetic:jobs=5"])
+    assert "unknown policy 'harey'" in str(bad.exception)  # main() prints it, exits 2

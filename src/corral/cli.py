@@ -28,9 +28,11 @@ from corral.model.jobs import JobTable
 from corral.perf.switching import SWITCH_MECHANISMS
 from corral.placement.registry import PLACEMENTS
 from corral.policies import POLICIES, policy_options
+from corral.rounds.output import write_round_run
+from corral.rounds.planners import ROUND_PLANNERS
 from corral.sim.output import write_run
 from corral.sim.report import write_report
-from corral.sim.run import SIM_PRESETS, RunSpec, parse_policy_options, simulate
+from corral.sim.run import SIM_PRESETS, RunSpec, parse_policy_options, simulate, simulate_rounds
 from corral.traces import FORMATS, LoadReport, TraceOptions, load_trace
 from corral.traces.philly import PhillyFilter
 
@@ -254,6 +256,19 @@ def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+def _run_and_write(
+    jobs: JobTable, machines: Cluster, spec: RunSpec, run: RunArgs, out: Path, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Run one policy (gang engine or round model) and write its files."""
+    if spec.policy in ROUND_PLANNERS:
+        with _user_errors():
+            result = simulate_rounds(jobs, machines, spec)
+            return write_round_run(result, out, jobs.offered_load(machines.total_gpus), extra)
+    sim_result = _run_one(jobs, machines, spec, run.progress)
+    with _user_errors():
+        return write_run(sim_result, out, extra)
+
+
 def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bool) -> Any:
     if not show_progress:
         return simulate(jobs, machines, spec)
@@ -298,10 +313,12 @@ def sim(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/sim"),
 ) -> None:
     """Replay a trace on a cluster under one policy; write jobs.csv and summary.json."""
+    name = policy.strip().lower()
+    _check_policy_names([name])
     jobs, machines = run.workload()
-    result = _run_one(jobs, machines, run.spec(policy.strip().lower()), run.progress)
-    with _user_errors():
-        summary = write_run(result, out, {"trace": jobs.source, "seed": run.seed})
+    summary = _run_and_write(
+        jobs, machines, run.spec(name), run, out, {"trace": jobs.source, "seed": run.seed}
+    )
     console.print(_summary_table([summary]))
     console.print(f"wrote {out}/jobs.csv, {out}/summary.json", highlight=False)
 
@@ -317,17 +334,12 @@ def compare(
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     if not names:
         raise CorralError("--policies names no policy")
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown:
-        raise CorralError(f"unknown policy '{unknown[0]}' (choose from {', '.join(POLICIES)})")
+    _check_policy_names(names)
     jobs, machines = run.workload()
     summaries = []
     for name in names:
-        result = _run_one(jobs, machines, run.spec(name), run.progress)
-        with _user_errors():
-            summary = write_run(
-                result, out / name, {"trace": jobs.source, "seed": run.seed, "run_dir": name}
-            )
+        extra = {"trace": jobs.source, "seed": run.seed, "run_dir": name}
+        summary = _run_and_write(jobs, machines, run.spec(name), run, out / name, extra)
         summaries.append(summary)
         console.print(
             f"  {summary['policy']}: avg JCT {summary['avg_jct_s'] / 3600:,.2f} h "
@@ -350,6 +362,15 @@ def compare(
     console.print(f"wrote {out}/comparison.csv and {path}", highlight=False)
 
 
+def _check_policy_names(names: list[str]) -> None:
+    known = [*POLICIES, *ROUND_PLANNERS]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise CorralError(
+            f"unknown policy '{unknown[0]}' (choose from {', '.join(known)}; see 'corral policies')"
+        )
+
+
 @app.command("policies")
 def list_policies() -> None:
     """List every policy and placement strategy."""
@@ -361,6 +382,9 @@ def list_policies() -> None:
     for name, cls in POLICIES.items():
         options = ", ".join(f"{k}={v}" for k, v in policy_options(cls).items()) or "-"
         table.add_row(name, "yes" if cls.oracle else "no", cls.description, options)
+    for name, planner in ROUND_PLANNERS.items():
+        options = ", ".join(f"{k}={v}" for k, v in policy_options(planner).items()) or "-"  # type: ignore[arg-type]
+        table.add_row(name, "no", f"{planner.description} [round model]", options)
     console.print(table)
     places = Table(title="placements (--placement)")
     places.add_column("name")

@@ -37,17 +37,15 @@ def test_mixed_gang_runs_at_its_slowest_type_times_sync() -> None:
         alone={
             ("V100", True): {("m", 1): 10.0, ("m", 2): 18.0},
             ("K80", True): {("m", 1): 3.0, ("m", 2): 5.0},
-            ("K80", False): {("m", 2): 4.0},
         }
     )
     model = SpeedModel(table)
-    # one V100 and one K80 server: the K80 pace, sync x0.9; no unconsolidated V100
-    # figure, so consolidated speeds times the locality factor (servers of different
-    # kinds sit in different racks: 0.7)
+    # one V100 and one K80 server: the K80 pace, sync x0.9, times the locality
+    # factor (servers of different kinds sit in different racks: 0.7)
     cluster = mixed(["V100", "K80"], per_node=1)
     assert model.gang_speed(cluster, [0, 1], "m", "", 1.0) == pytest.approx(5.0 * 0.9 * 0.7)
-    # two K80 servers: the measured unconsolidated speed
-    assert model.gang_speed(mixed(["K80", "K80"], 1), [0, 1], "m", "", 1.0) == 4.0
+    # two K80 servers in one rack: consolidated speed x 0.8
+    assert model.gang_speed(mixed(["K80", "K80"], 1), [0, 1], "m", "", 1.0) == pytest.approx(4.0)
     # on one server of one type: the consolidated measurement
     assert model.gang_speed(mixed(["V100"], per_node=2), [0, 1], "m", "", 1.0) == 18.0
 

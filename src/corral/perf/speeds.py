@@ -14,9 +14,11 @@ count. Rules where the table is silent, stated once here:
   its size, times ``mixed_sync`` (the extra synchronisation cost of unequal
   workers; 0.9 by default, an assumption). This is why mixing K80s into a
   V100 job buys nothing.
-* **Spread over servers**: Gavel's "unconsolidated" measurement when there is
-  one (further slowed by ``cross_rack / cross_node`` across racks), else the
-  consolidated speed times the locality model's factor.
+* **Spread over servers**: the consolidated speed times the locality model's
+  factor (Pollux's measurements where it has the model). Gavel's
+  "unconsolidated" figures are not used: they measure one GPU per server
+  (0.1-0.5x of consolidated for most 8-GPU types), far harsher than a gang
+  split over two or three servers.
 
 Jobs without a measured type (``generic``) keep their reference speed on
 every GPU type, times the locality factor: heterogeneity is unknown for them.
@@ -135,23 +137,9 @@ class SpeedModel:
         if not self.knows(job_type):
             return ref_speed * locality
         names = cluster.gpu_type_names
-        type_ids = np.unique(cluster.gpu_type_id[idx])
-        nodes = cluster.gpu_node[idx]
-        spread = bool(len(gpus) > 1 and (nodes != nodes[0]).any())
+        type_ids = np.unique(cluster.gpu_type_id[idx]).tolist()
         n = len(gpus)
-        types = [names[t] for t in type_ids.tolist()]
-        values = [self.throughput(job_type, t, n, consolidated=not spread) for t in types]
-        measured_spread = spread and None not in values
-        if spread and not measured_spread:  # no unconsolidated data: consolidated x locality
-            values = [self.throughput(job_type, t, n) for t in types]
-        speed = min(float(v) for v in values)  # type: ignore[arg-type]
-        if len(types) > 1:
+        speed = min(float(self.throughput(job_type, names[t], n) or 0.0) for t in type_ids)
+        if len(type_ids) > 1:
             speed *= self.mixed_sync
-        if not spread:
-            return speed
-        if measured_spread:
-            racks = cluster.node_rack[nodes]
-            if (racks != racks[0]).any():
-                speed *= self.locality.cross_rack / self.locality.cross_node
-            return speed
         return speed * locality

@@ -74,8 +74,8 @@ class RoundResult:
             "makespan_s": makespan,
             "done_within_25min": float((jct <= within).mean()) if len(jct) else 0.0,
             "switches": int(sum(1 for t in self.tasks if t.switch > 0)),
-            "switch_overhead_share": switching / busy if busy else 0.0,
-            "gpu_utilization": busy / (gpus * makespan) if makespan else 0.0,
+            "switch_overhead_share": float(switching / busy) if busy else 0.0,
+            "gpu_utilization": float(busy / (gpus * makespan)) if makespan else 0.0,
             "plans": self.plans,
             "wall_s": self.wall_s,
         }

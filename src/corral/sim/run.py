@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.errors import CorralError
 from corral.model.cluster import Cluster
@@ -15,6 +15,9 @@ from corral.perf.switching import switch_cost_seconds
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.policies import POLICIES, make_policy, policy_options
 from corral.sim.engine import SimConfig, SimResult, Simulator
+
+if TYPE_CHECKING:
+    from corral.rounds.simulator import RoundResult
 
 SIM_PRESETS: dict[str, str] = {
     "tiresias-sim": (
@@ -86,7 +89,9 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     A bare key applies to every policy that takes it; values are numbers where
     they parse as numbers.
     """
-    cls = POLICIES.get(policy)
+    from corral.rounds.planners import ROUND_PLANNERS
+
+    cls = POLICIES.get(policy) or ROUND_PLANNERS.get(policy)
     accepted = set(policy_options(cls)) if cls else set()
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -119,3 +124,21 @@ def simulate(
 ) -> SimResult:
     policy = make_policy(spec.policy, spec.placement, spec.seed, **spec.policy_options)
     return Simulator(jobs, cluster, policy, spec.config(), progress).run()
+
+
+def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundResult:
+    """Run a round-model planner (hare, sched-allox, sched-homo) on the workload."""
+    from corral.rounds.planners import ROUND_PLANNERS
+    from corral.rounds.simulator import RoundSimulator
+    from corral.rounds.workload import build_workload
+
+    cls = ROUND_PLANNERS[spec.policy]
+    try:
+        planner = cls(**spec.policy_options)
+    except TypeError as exc:
+        raise CorralError(f"policy '{spec.policy}': {exc}") from None
+    work = build_workload(jobs, cluster, spec.config().speeds)
+    result = RoundSimulator(work, planner, switch_cost_seconds(spec.switch_cost)).run()
+    if spec.check_invariants:
+        result.check()
+    return result
