@@ -11,7 +11,7 @@ count. Rules where the table is silent, stated once here:
   they would with no heterogeneity data.
 * **Mixed GPU types in one gang**: synchronous data parallelism runs at the
   pace of its slowest member, so the gang runs at the slowest type's speed for
-  its size, times ``mixed_sync`` (the extra synchronisation cost of unequal
+  its size, times ``mixed_sync`` when the types have different figures (the extra synchronisation cost of unequal
   workers; 0.9 by default, an assumption). This is why mixing K80s into a
   V100 job buys nothing.
 * **Spread over servers**: the consolidated speed times the locality model's
@@ -65,13 +65,15 @@ class SpeedModel:
             self._cache[key] = self._lookup(job_type, gpu_type, num_gpus, consolidated)
         return self._cache[key]
 
+    def measured_as(self, gpu_type: str) -> str:
+        """The measured type whose figures a GPU type uses (itself, or the reference)."""
+        gpu = gpu_type.upper()
+        return gpu if gpu in self._measured_types else self.reference_gpu
+
     def _lookup(
         self, job_type: str, gpu_type: str, num_gpus: int, consolidated: bool
     ) -> float | None:
-        gpu = gpu_type.upper()
-        if gpu not in self._measured_types:
-            gpu = self.reference_gpu
-        table = self.table.alone.get((gpu, consolidated))
+        table = self.table.alone.get((self.measured_as(gpu_type), consolidated))
         if table is None:
             return None
         value = table.get((job_type, num_gpus))
@@ -140,6 +142,6 @@ class SpeedModel:
         type_ids = np.unique(cluster.gpu_type_id[idx]).tolist()
         n = len(gpus)
         speed = min(float(self.throughput(job_type, names[t], n) or 0.0) for t in type_ids)
-        if len(type_ids) > 1:
+        if len({self.measured_as(names[t]) for t in type_ids}) > 1:
             speed *= self.mixed_sync
         return speed * locality

@@ -7,7 +7,9 @@ with ``multi=1`` its GPU count is 1, 2, 4 or 8 with probabilities 0.7, 0.1,
 0.15, 0.05 (else 1); arrivals are Poisson at ``rate`` jobs per hour. Its work
 is that run time x the type's measured V100 steps/s at its size. With
 ``weights=1`` every job also gets a priority weight drawn from {1, 2, 4, 8}
-(Hare's weighted objective; Gavel's jobs all weigh 1).
+(Hare's weighted objective; Gavel's jobs all weigh 1). With ``short=1`` run
+times are 60 x 10^U(0.5, 1.5) s (3 to 32 minutes), for experiments like
+Hare's where most jobs finish within 25 minutes.
 
 ``--trace gavel-synthetic:jobs=200,rate=60[,multi=1,weights=1,seed=0]``
 """
@@ -37,16 +39,18 @@ class GavelWorkload:
     """Arrivals per hour (Poisson)."""
     multi: bool = True
     weights: bool = False
+    short: bool = False
     seed: int = 0
 
     @classmethod
     def parse(cls, text: str, seed: int = 0) -> GavelWorkload:
-        values = parse_generator_args(text, ("jobs", "rate", "multi", "weights", "seed"))
+        values = parse_generator_args(text, ("jobs", "rate", "multi", "weights", "short", "seed"))
         spec = cls(
             jobs=int(values.get("jobs", cls.jobs)),
             rate=values.get("rate", cls.rate),
             multi=bool(values.get("multi", 1.0)),
             weights=bool(values.get("weights", 0.0)),
+            short=bool(values.get("short", 0.0)),
             seed=int(values.get("seed", seed)),
         )
         if spec.jobs < 1 or not spec.rate > 0:
@@ -62,6 +66,8 @@ def generate_gavel(spec: GavelWorkload) -> JobTable:
     long = rng.random(n) >= 0.8
     minutes = np.where(long, 10 ** rng.uniform(3, 4, n), 10 ** rng.uniform(1.5, 3, n))
     duration = 60.0 * minutes
+    if spec.short:
+        duration = 60.0 * 10 ** rng.uniform(0.5, 1.5, n)
     gpus = rng.choice(SCALES, size=n, p=SCALE_PROBABILITIES) if spec.multi else np.ones(n, int)
     types = [by_scale[int(g)][int(rng.integers(len(by_scale[int(g)])))] for g in gpus]
     gaps = rng.exponential(3600.0 / spec.rate, size=n)

@@ -1,0 +1,184 @@
+"""Hare's two experiments re-run in simulation; writes docs/validation/hare.md.
+
+Workload (Hare's poster does not publish its own): Gavel's job types drawn
+uniformly, 1/2/4/8 GPUs with probabilities 0.7/0.1/0.15/0.05, run times on a
+V100 of 60 x 10^U(0.5, 1.5) s (3 to 32 minutes), Poisson arrivals at 400 jobs
+per hour, priority weights drawn from {1, 2, 4, 8}
+(``gavel-synthetic:rate=400,weights=1,short=1``). Clusters are equal thirds
+of V100, P100 and K80 servers of 4 GPUs.
+
+* experiment (i): 200 jobs on 48, 96 and 160 GPUs;
+* experiment (ii): 160 GPUs with 100, 200 and 300 jobs.
+
+Schemes: hare (with Hare's switching, and again with kill-and-restart),
+sched-allox and sched-homo (round model, kill-and-restart switching), and
+gavel (max-min fairness), tiresias-las and fifo (gang engine,
+kill-and-restart per preemption). Each point is the mean over the seeds.
+
+    python benchmarks/validate_hare.py [--seeds 0,1] [--workers 2]
+        [--out docs/validation/hare.md] [--json docs/validation/data/hare-results.json]
+    python benchmarks/validate_hare.py --from-json docs/validation/data/hare-results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+CLUSTERS = {48: "gavel:16:16:16", 96: "gavel:32:32:32", 160: "gavel:56:52:52"}
+SCHEMES: list[tuple[str, str, str]] = [
+    ("hare", "hare", "hare"),
+    ("hare (kill-restart switching)", "hare", "kill-restart"),
+    ("sched-allox", "sched-allox", "kill-restart"),
+    ("sched-homo", "sched-homo", "kill-restart"),
+    ("gavel", "gavel", "kill-restart"),
+    ("tiresias-las", "tiresias-las", "kill-restart"),
+    ("fifo", "fifo", "kill-restart"),
+]
+ROUND = {"hare", "sched-allox", "sched-homo"}
+WITHIN = 25 * 60.0
+
+
+def run(task: dict[str, Any]) -> dict[str, Any]:
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.metrics import summarise
+    from corral.sim.run import RunSpec, simulate, simulate_rounds
+    from corral.traces import load_trace
+
+    t0 = time.perf_counter()
+    cluster = load_cluster(CLUSTERS[task["gpus"]])
+    trace = f"gavel-synthetic:jobs={task['jobs']},rate=400,weights=1,short=1,seed={task['seed']}"
+    jobs = load_trace(trace, cluster.total_gpus)
+    spec = RunSpec(task["policy"], switch_cost=task["switch"], check_invariants=True)
+    out = dict(task)
+    if task["policy"] in ROUND:
+        result = simulate_rounds(jobs, cluster, spec)
+        s = result.summary()
+        out |= {
+            "weighted_jct": s["weighted_jct_s"],
+            "avg_jct": s["avg_jct_s"],
+            "within": s["done_within_25min"],
+            "switch_share": s["switch_overhead_share"],
+            "bound": result.lower_bound() if task["policy"] == "hare" else None,
+        }
+    else:
+        result = simulate(jobs, cluster, spec)
+        s = summarise(result)
+        st = result.state
+        jct = st.finish_time - st.submit
+        busy = result.busy_gpu_seconds
+        out |= {
+            "weighted_jct": s["weighted_jct_s"],
+            "avg_jct": s["avg_jct_s"],
+            "within": float((jct <= WITHIN).mean()),
+            "switch_share": s["switch_overhead_gpu_s"] / busy if busy else 0.0,
+            "bound": None,
+        }
+    out["load"] = jobs.offered_load(cluster.total_gpus)
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def tasks(seeds: list[int]) -> list[dict[str, Any]]:
+    points = [("i", 200, g) for g in CLUSTERS] + [("ii", j, 160) for j in (100, 200, 300)]
+    out = []
+    for exp, n, g in points:
+        for label, policy, switch in SCHEMES:
+            for seed in seeds:
+                out.append(
+                    {
+                        "exp": exp,
+                        "jobs": n,
+                        "gpus": g,
+                        "label": label,
+                        "policy": policy,
+                        "switch": switch,
+                        "seed": seed,
+                    }
+                )
+    return out
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows if r[key] is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "# Hare and its baselines: Hare's two experiments in simulation",
+        "",
+        "Written by `benchmarks/validate_hare.py` (the workload and schemes are described "
+        "in its docstring). Total weighted JCT is the sum of weight x JCT in hours; "
+        "*bound* is Hare's relaxation LP solved offline for the whole instance with the "
+        "release times, a lower bound for every scheme; *Hare's cut* = 1 - Hare / scheme "
+        "(total weighted JCT); *in 25 min* = share of jobs finished within 25 minutes of "
+        "submission; *switching* = switching time as a share of GPU busy time. Means over "
+        f"seeds {sorted({r['seed'] for r in results})}.",
+        "",
+    ]
+    points = []
+    for r in results:
+        key = (r["exp"], r["jobs"], r["gpus"])
+        if key not in points:
+            points.append(key)
+    for exp, n, g in points:
+        rows = [r for r in results if (r["exp"], r["jobs"], r["gpus"]) == (exp, n, g)]
+        load = _mean(rows, "load")
+        hare_rows = [r for r in rows if r["label"] == "hare"]
+        bound = _mean(hare_rows, "bound") / 3600
+        hare = _mean(hare_rows, "weighted_jct") / 3600
+        title = f"## Experiment ({exp}): {n} jobs on {g} GPUs (offered load {load:.2f})"
+        lines += [
+            title,
+            "",
+            f"Lower bound (relaxation): {bound:,.1f} h.",
+            "",
+            "| scheme | total weighted JCT (h) | / bound | Hare's cut | avg JCT (min) "
+            "| in 25 min | switching |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for label, _, _ in SCHEMES:
+            sel = [r for r in rows if r["label"] == label]
+            w = _mean(sel, "weighted_jct") / 3600
+            cut = "-" if label == "hare" else f"{100 * (1 - hare / w):.1f}%"
+            avg = _mean(sel, "avg_jct") / 60
+            within = 100 * _mean(sel, "within")
+            switching = 100 * _mean(sel, "switch_share")
+            lines.append(
+                f"| {label} | {w:,.1f} | {w / bound:.2f} | {cut} | {avg:.1f} "
+                f"| {within:.1f}% | {switching:.2f}% |"
+            )
+        lines.append("")
+    notes = Path(__file__).with_name("validate_hare_notes.md")
+    if notes.exists():
+        lines += [notes.read_text(encoding="utf-8").rstrip(), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default="docs/validation/hare.md")
+    parser.add_argument("--json", default="docs/validation/data/hare-results.json")
+    parser.add_argument("--from-json", default=None)
+    args = parser.parse_args()
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    else:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        with ProcessPoolExecutor(args.workers) as pool:
+            results = list(pool.map(run, tasks(seeds)))
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    Path(args.out).write_text(render(results) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
