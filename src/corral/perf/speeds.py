@@ -11,8 +11,9 @@ count. Rules where the table is silent, stated once here:
   they would with no heterogeneity data.
 * **Mixed GPU types in one gang**: synchronous data parallelism runs at the
   pace of its slowest member, so the gang runs at the slowest type's speed for
-  its size, times ``mixed_sync`` when the types have different figures (the extra synchronisation cost of unequal
-  workers; 0.9 by default, an assumption). This is why mixing K80s into a
+  its size, times ``mixed_sync`` when the types have different figures (the
+  extra synchronisation cost of unequal workers; 0.9 by default, an
+  assumption). This is why mixing K80s into a
   V100 job buys nothing.
 * **Spread over servers**: the consolidated speed times the locality model's
   factor (Pollux's measurements where it has the model). Gavel's
