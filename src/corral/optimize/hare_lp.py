@@ -14,9 +14,11 @@ geometric intervals ``[b_{k-1}, b_k)``:
 * a job cannot run faster than one round per ``min_t tau[j, t]``:
   ``sum_t y[j, t, k] <= |I_k after its release| / (rounds x min tau)``, and
   nothing before its release;
-* ``C_j >= sum y[j, t, k] x b_{k-1}`` (every piece of work is done after its
-  interval opens, so the job ends after their weighted mean) and
-  ``C_j >= release + rounds x min tau`` (its critical path).
+* ``C_j >= sum y[j, t, k] x b_{k-1} + critical_j / 2``: the job's work is
+  processed at most at rate 1 / critical (critical = rounds x min tau), so
+  the mean time of its processing is at most ``C_j - critical_j / 2``, and
+  that mean is at least the weighted mean of the intervals' openings; and
+  ``C_j >= release + critical_j``.
 
 Any real schedule gives a feasible point whose objective is at most its
 weighted JCT, so the LP optimum is a valid lower bound. Jobs are ordered by
@@ -117,7 +119,7 @@ def relaxation(
             )
         )
         rhs.append(limit[jb, kb])
-    # C_j >= sum y * lo  ->  sum y * lo - C_j <= 0
+    # C_j >= sum y * lo + critical / 2  ->  sum y * lo - C_j <= -critical / 2
     c_cols = n_y + np.arange(n)
     rows.append(
         sparse.csr_matrix(
@@ -128,7 +130,7 @@ def relaxation(
             shape=(n, n_y + n),
         )
     )
-    rhs.append(np.zeros(n))
+    rhs.append(-critical / 2)
     a_ub = sparse.vstack(rows).tocsr()
     b_ub = np.concatenate(rhs)
     bounds = np.column_stack(

@@ -52,8 +52,10 @@ class HarePlanner(RoundPlanner):
         "earliest (intra-job parallelism across GPU types)"
     )
     mode = "tasks"
+    """``growth``: ratio of successive LP intervals (coarser is faster; the order
+    barely changes)."""
 
-    def __init__(self, growth: float = 1.5) -> None:
+    def __init__(self, growth: float = 2.0) -> None:
         self.growth = growth
         self.last_bound: float | None = None
 
