@@ -151,7 +151,7 @@ def render(results: list[dict[str, Any]]) -> str:
             switching = 100 * _mean(sel, "switch_share")
             lines.append(
                 f"| {label} | {w:,.1f} | {w / bound:.2f} | {cut} | {avg:.1f} "
-                f"| {within:.1f}% | {switching:.2f}% |"
+                f"| {within:.1f}% | {switching:.3f}% |"
             )
         lines.append("")
     notes = Path(__file__).with_name("validate_hare_notes.md")

@@ -1,0 +1,127 @@
+"""Heterogeneity-aware against agnostic Gavel policies; writes docs/validation/gavel.md.
+
+Gavel's setting: a cluster of equal numbers of V100, P100 and K80 GPUs
+(36 of each, servers of 4) and Gavel's workload (uniform job types, run
+times 60 x 10^U(1.5, 3) s w.p. 0.8 else 60 x 10^U(3, 4) s, Poisson arrivals),
+single-GPU jobs at 2 and 3 jobs/hour and multi-GPU jobs (1/2/4/8 GPUs) at
+1 job/hour, 300 jobs each. Policies: max-min fairness aware and agnostic
+(Gavel's LAS pair), finish-time fairness, min makespan, max throughput and
+the space-sharing max-min variant, with fifo for scale. Gavel reports its
+heterogeneity-aware policies up to 3.5x better in average JCT / makespan.
+
+    python benchmarks/validate_gavel.py [--seed 0] [--workers 2]
+    python benchmarks/validate_gavel.py --from-json docs/validation/data/gavel-results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+CLUSTER = "gavel:36:36:36"
+WORKLOADS = [
+    ("single-GPU, 2 jobs/h", 2.0, 0),
+    ("single-GPU, 3 jobs/h", 3.0, 0),
+    ("multi-GPU, 1 job/h", 1.0, 1),
+]
+POLICIES = [
+    "gavel-max-min-fairness-agnostic",
+    "gavel-max-min-fairness",
+    "gavel-finish-time-fairness",
+    "gavel-min-makespan",
+    "gavel-max-throughput",
+    "gavel-max-min-fairness-packed",
+    "fifo",
+]
+JOBS = 300
+
+
+def run(task: dict[str, Any]) -> dict[str, Any]:
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.metrics import summarise
+    from corral.sim.run import RunSpec, simulate
+    from corral.traces import load_trace
+
+    t0 = time.perf_counter()
+    cluster = load_cluster(CLUSTER)
+    trace = (
+        f"gavel-synthetic:jobs={JOBS},rate={task['rate']},multi={task['multi']},seed={task['seed']}"
+    )
+    jobs = load_trace(trace, cluster.total_gpus)
+    result = simulate(jobs, cluster, RunSpec(task["policy"], check_invariants=True))
+    s = summarise(result)
+    return task | {
+        "avg_jct": s["avg_jct_s"],
+        "makespan": s["makespan_s"],
+        "finished": s["jobs_finished"],
+        "preemptions": s["preemptions"],
+        "load": s["offered_load"],
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "# Gavel: heterogeneity-aware against agnostic policies",
+        "",
+        f"Written by `benchmarks/validate_gavel.py`: {JOBS} jobs of Gavel's workload on "
+        f"{CLUSTER} (36 V100, 36 P100, 36 K80; servers of 4 GPUs), rounds of 360 s, "
+        "kill-and-restart (5.87 s) per preemption. *vs agnostic* = the agnostic max-min "
+        "policy's value / this policy's (above 1: better than agnostic).",
+        "",
+    ]
+    for label, rate, multi in WORKLOADS:
+        rows = [r for r in results if r["rate"] == rate and r["multi"] == multi]
+        if not rows:
+            continue
+        base = next(r for r in rows if r["policy"] == "gavel-max-min-fairness-agnostic")
+        lines += [
+            f"## {label} (offered load on V100 speeds {rows[0]['load']:.2f})",
+            "",
+            "| policy | avg JCT (h) | vs agnostic | makespan (h) | vs agnostic | preemptions |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            jct_gain = base["avg_jct"] / r["avg_jct"]
+            span_gain = base["makespan"] / r["makespan"]
+            lines.append(
+                f"| {r['policy']} | {r['avg_jct'] / 3600:.1f} | {jct_gain:.2f}x "
+                f"| {r['makespan'] / 3600:.1f} | {span_gain:.2f}x | {r['preemptions']:,} |"
+            )
+        lines.append("")
+    notes = Path(__file__).with_name("validate_gavel_notes.md")
+    if notes.exists():
+        lines += [notes.read_text(encoding="utf-8").rstrip(), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default="docs/validation/gavel.md")
+    parser.add_argument("--json", default="docs/validation/data/gavel-results.json")
+    parser.add_argument("--from-json", default=None)
+    args = parser.parse_args()
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    else:
+        tasks = [
+            {"policy": p, "rate": rate, "multi": multi, "seed": args.seed}
+            for _, rate, multi in WORKLOADS
+            for p in POLICIES
+        ]
+        with ProcessPoolExecutor(args.workers) as pool:
+            results = list(pool.map(run, tasks))
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    Path(args.out).write_text(render(results) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
