@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from corral.cli import app
@@ -231,3 +232,22 @@ def test_heterogeneous_policies_and_round_planners_from_the_command_line(tmp_pat
     assert summary["jobs_finished"] == 20 and summary["weighted_jct_s"] > 0
     bad = runner.invoke(app, ["sim", "--policy", "harey", "--trace", "synthetic:jobs=5"])
     assert "unknown policy 'harey'" in str(bad.exception)  # main() prints it, exits 2
+
+
+def test_user_profiles_change_speeds_and_bad_ones_name_the_line(tmp_path):
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submit_time,num_gpus,duration,job_type\na,0,1,100,my-net\n")
+    profiles = tmp_path / "profiles.csv"
+    profiles.write_text(
+        "job_type,gpu_type,num_gpus,steps_per_second\nmy-net,V100,1,10\nmy-net,A100,1,40\n"
+    )
+    out = tmp_path / "run"
+    args = ["sim", "--trace", str(trace), "--cluster", "uniform:1x1:A100", "--no-progress"]
+    result = runner.invoke(app, [*args, "--profiles", str(profiles), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    # 100 s on the reference V100 at 10 steps/s is 1,000 steps: 25 s on an A100
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["avg_jct_s"] == pytest.approx(25.0)
+    profiles.write_text("job_type,gpu_type,num_gpus,steps_per_second\nmy-net,V100,1,-3\n")
+    bad = runner.invoke(app, [*args, "--profiles", str(profiles), "--out", str(out)])
+    assert "profiles.csv:2: field 'steps_per_second'" in str(bad.exception)

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
@@ -25,7 +25,10 @@ from corral.errors import CorralError
 from corral.model.cluster import Cluster
 from corral.model.cluster_specs import PRESETS, load_cluster
 from corral.model.jobs import JobTable
+from corral.perf.profiles import load_profiles
+from corral.perf.speeds import SpeedModel
 from corral.perf.switching import SWITCH_MECHANISMS
+from corral.perf.throughputs import ThroughputTable
 from corral.placement.registry import PLACEMENTS
 from corral.policies import POLICIES, policy_options
 from corral.rounds.output import write_round_run
@@ -98,6 +101,10 @@ PolicyOptOpt = Annotated[
     list[str] | None,
     typer.Option("--policy-opt", help="policy option key=value or policy.key=value"),
 ]
+ProfilesOpt = Annotated[
+    Path | None,
+    typer.Option(help="measured throughputs (CSV: job_type,gpu_type,num_gpus,steps_per_second)"),
+]
 CheckOpt = Annotated[
     bool, typer.Option(help="check the simulator's invariants after every pass (slow)")
 ]
@@ -145,8 +152,10 @@ class RunArgs:
     cross_node_factor: float
     cross_rack_factor: float
     policy_opt: list[str] | None
+    profiles: Path | None
     check: bool
     progress: bool
+    _profiles: ThroughputTable | None = field(default=None, init=False, repr=False)
 
     def workload(self) -> tuple[JobTable, Cluster]:
         """Load the cluster and the trace, and say what was loaded."""
@@ -164,6 +173,8 @@ class RunArgs:
             )
             report = LoadReport(self.trace)
             jobs = load_trace(self.trace, machines.total_gpus, options, report)
+            if self.profiles is not None:
+                jobs = jobs.with_speeds(SpeedModel(self.measurements()))  # type: ignore[arg-type]
         if len(jobs) == 0:
             raise CorralError(f"trace '{self.trace}' has no jobs after filtering")
         if report.skipped:
@@ -195,7 +206,17 @@ class RunArgs:
             failure_rate=self.failure_rate,
             max_retries=self.max_retries,
             preset=self.preset,
+            profiles=self.measurements(),
         )
+
+    def measurements(self) -> ThroughputTable | None:
+        """The user's throughput profiles merged over the bundled table (loaded once)."""
+        if self.profiles is None:
+            return None
+        if self._profiles is None:
+            with _user_errors():
+                self._profiles = load_profiles(self.profiles)
+        return self._profiles
 
 
 def _run_options(
@@ -219,6 +240,7 @@ def _run_options(
     cross_node_factor: CrossNodeOpt = 0.8,
     cross_rack_factor: CrossRackOpt = 0.7,
     policy_opt: PolicyOptOpt = None,
+    profiles: ProfilesOpt = None,
     check: CheckOpt = False,
     progress: ProgressOpt = True,
 ) -> None:

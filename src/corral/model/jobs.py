@@ -10,11 +10,15 @@ duration becomes a generic job doing 1 step/s on its reference allocation, so
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from corral.errors import CorralError
+
+if TYPE_CHECKING:
+    from corral.perf.speeds import SpeedModel
 
 GENERIC_JOB_TYPE = "generic"
 
@@ -66,6 +70,8 @@ class JobTable:
 
     def __init__(self, df: pd.DataFrame, source: str = "<memory>") -> None:
         self.source = source
+        self.derived_steps = "total_steps" not in df.columns
+        """True when the work was derived from durations (the trace gave no steps)."""
         self.df = _normalise(df, source)
 
     def __len__(self) -> int:
@@ -79,7 +85,21 @@ class JobTable:
         return cls(pd.DataFrame.from_records(records), source)
 
     def head(self, n: int) -> JobTable:
-        return JobTable(self.df.iloc[:n].copy(), self.source)
+        return self._replace(self.df.iloc[:n].copy())
+
+    def _replace(self, df: pd.DataFrame) -> JobTable:
+        out = JobTable(df, self.source)
+        out.derived_steps = self.derived_steps
+        return out
+
+    def with_speeds(self, speeds: SpeedModel) -> JobTable:
+        """Work re-derived from durations with other measurements (e.g. the user's
+        profiles); a table whose trace gave steps is returned as it is."""
+        if not self.derived_steps:
+            return self
+        df = self.df.copy()
+        df["total_steps"] = steps_from_duration(df, speeds)
+        return self._replace(df)
 
     def gpu_seconds(self) -> float:
         """Work demanded in GPU-seconds on reference allocations."""
@@ -104,13 +124,15 @@ class JobTable:
         return self.gpu_seconds() / (total_gpus * span)
 
 
-def steps_from_duration(df: pd.DataFrame) -> np.ndarray:
+def steps_from_duration(df: pd.DataFrame, speeds: SpeedModel | None = None) -> np.ndarray:
     """Work of jobs known by duration: duration x reference steps/s for measured types."""
-    from corral.perf.speeds import SpeedModel  # perf builds on the model, not the reverse
+    if speeds is None:
+        from corral.perf.speeds import SpeedModel  # perf builds on the model, not the reverse
 
+        speeds = SpeedModel()
     duration = df["duration"].to_numpy(dtype=np.float64)
     types = df["job_type"].fillna(GENERIC_JOB_TYPE).astype(str).tolist()
-    rates = SpeedModel().reference_rates(types, df["num_gpus"].astype(np.int64).tolist())
+    rates = speeds.reference_rates(types, df["num_gpus"].astype(np.int64).tolist())
     return np.where(np.isnan(rates), duration, duration * rates)
 
 

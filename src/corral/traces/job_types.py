@@ -40,4 +40,6 @@ def assign_job_types(table: JobTable, source: str, seed: int = 0) -> JobTable:
         types[k] = choices[int(rng.integers(len(choices)))]
     df["job_type"] = types
     df["total_steps"] = np.where(generic, steps_from_duration(df), df["total_steps"])
-    return JobTable(df, table.source)
+    out = JobTable(df, table.source)
+    out.derived_steps = table.derived_steps
+    return out
