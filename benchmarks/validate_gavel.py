@@ -3,8 +3,8 @@
 Gavel's setting: a cluster of equal numbers of V100, P100 and K80 GPUs
 (36 of each, servers of 4) and Gavel's workload (uniform job types, run
 times 60 x 10^U(1.5, 3) s w.p. 0.8 else 60 x 10^U(3, 4) s, Poisson arrivals),
-single-GPU jobs at 2 and 3 jobs/hour and multi-GPU jobs (1/2/4/8 GPUs) at
-1 job/hour, 300 jobs each. Policies: max-min fairness aware and agnostic
+single-GPU jobs at 3 and 5 jobs/hour and multi-GPU jobs (1/2/4/8 GPUs) at
+1.5 jobs/hour, 300 jobs each. Policies: max-min fairness aware and agnostic
 (Gavel's LAS pair), finish-time fairness, min makespan, max throughput and
 the space-sharing max-min variant, with fifo for scale. Gavel reports its
 heterogeneity-aware policies up to 3.5x better in average JCT / makespan.
