@@ -6,7 +6,7 @@ planning pass (its relaxation LP, then list scheduling of every task) and
 one solve of Gavel's max-min fairness LP (both stages). Target: <= 1 s at
 1,000 jobs. Prints the median of ``--repeat`` timings.
 
-    python benchmarks/plan_speed.py [--jobs 100,1000,5000] [--repeat 3]
+    python benchmarks/plan_speed.py [--jobs 100,1000,5000] [--repeat 3] [--growth 2]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default="100,1000,5000")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--growth", type=float, default=2.0, help="Hare's LP interval ratio")
     args = parser.parse_args()
     cluster = load_cluster(CLUSTER)
     print(f"cluster: {cluster.describe()}")
@@ -68,7 +69,7 @@ def main() -> None:
             gpu_last=np.full(cluster.total_gpus, -1),
             switch_s=0.003,
         )
-        planner = HarePlanner()
+        planner = HarePlanner(growth=args.growth)
         order_s = timed(lambda: planner.order(work, view), args.repeat)  # noqa: B023
         pass_s = timed(lambda: planner.plan(work, view), args.repeat)  # noqa: B023
         state = SchedulerState(cluster, jobs, SpeedModel())
