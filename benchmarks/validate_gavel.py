@@ -24,9 +24,9 @@ from typing import Any
 
 CLUSTER = "gavel:36:36:36"
 WORKLOADS = [
-    ("single-GPU, 2 jobs/h", 2.0, 0),
     ("single-GPU, 3 jobs/h", 3.0, 0),
-    ("multi-GPU, 1 job/h", 1.0, 1),
+    ("single-GPU, 5 jobs/h", 5.0, 0),
+    ("multi-GPU, 1.5 jobs/h", 1.5, 1),
 ]
 POLICIES = [
     "gavel-max-min-fairness-agnostic",
