@@ -76,7 +76,7 @@ def main() -> None:
         problem = AllocationProblem(
             state.type_speed,
             state.gpus,
-            np.array([cluster.gpus_by_type()[t] for t in cluster.gpu_type_names]),
+            cluster.type_gpus,
             state.weight,
         )
         lp_s = timed(lambda: max_min_fairness(problem), args.repeat)  # noqa: B023

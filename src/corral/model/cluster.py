@@ -83,6 +83,8 @@ class Cluster:
         self.gpu_type_id = np.repeat(
             np.array([type_index[t] for t in self.node_types], dtype=np.int64), self.node_gpus
         )
+        self.type_gpus = np.bincount(self.gpu_type_id, minlength=len(type_names)).astype(np.int64)
+        """GPUs of each type, in ``gpu_type_names`` order."""
         self.max_node_gpus = int(self.node_gpus.max())
         # Plain-list copies for scalar lookups in hot loops (numpy indexing of
         # one element costs more than a list's).

@@ -61,7 +61,7 @@ class Allox(Policy):
     def plan_order(self, state: SchedulerState, jobs: np.ndarray) -> list[tuple[int, int]]:
         """(job, GPU type) in the order the matching runs them."""
         cluster = state.cluster
-        capacity = np.array([cluster.gpus_by_type()[t] for t in cluster.gpu_type_names], float)
+        capacity = cluster.type_gpus.astype(float)
         speed = state.type_speed[jobs]
         left = np.maximum(state.total_steps[jobs] - state.steps_done[jobs], 0.0)
         with np.errstate(divide="ignore"):

@@ -135,8 +135,7 @@ def wider_than_any_type(state: SchedulerState) -> np.ndarray:
     types (at the slowest member's pace), so such policies place them on any
     free GPUs after the jobs their allocation chose.
     """
-    largest = max(state.cluster.gpus_by_type().values())
-    return state.gpus > largest
+    return state.gpus > state.cluster.type_gpus.max()
 
 
 def place_wide_jobs(

@@ -79,14 +79,10 @@ class GavelPolicy(Policy):
         return max_min_fairness(self._problem(state, jobs))
 
     def _problem(self, state: SchedulerState, jobs: np.ndarray) -> AllocationProblem:
-        capacity = np.array(
-            [state.cluster.gpus_by_type()[t] for t in state.cluster.gpu_type_names],
-            dtype=np.int64,
-        )
         return AllocationProblem(
             throughput=state.type_speed[jobs],
             gpus=state.gpus[jobs],
-            capacity=capacity,
+            capacity=state.cluster.type_gpus,
             weights=state.weight[jobs],
         )
 
@@ -159,7 +155,6 @@ class GavelPolicy(Policy):
 
     def _assign(self, state: SchedulerState, builder: PlanBuilder, reassign: bool) -> None:
         cluster = state.cluster
-        k = len(cluster.gpu_type_names)
         type_of = cluster.gpu_type_id
         current: dict[int, tuple[Combo, int]] = {}
         for i in state.running:
@@ -171,7 +166,7 @@ class GavelPolicy(Policy):
             combo = (i,) if guest < 0 else tuple(sorted((i, guest)))
             current[i] = (combo, int(type_of[gpus[0]]))
         if reassign:
-            room = np.array([cluster.gpus_by_type()[t] for t in cluster.gpu_type_names])
+            room = cluster.type_gpus.copy()
             taken: set[int] = set()
         else:
             room = state.free.by_type()
@@ -194,12 +189,10 @@ class GavelPolicy(Policy):
                     builder.stop(host)
             chosen = [(c, t) for c, t in chosen if not _runs_as(state, c, t, current)]
         for combo, t in chosen:
-            self._start(state, builder, combo, t, k)
+            self._start(state, builder, combo, t)
         place_wide_jobs(state, builder, self.placement)
 
-    def _start(
-        self, state: SchedulerState, builder: PlanBuilder, combo: Combo, t: int, k: int
-    ) -> None:
+    def _start(self, state: SchedulerState, builder: PlanBuilder, combo: Combo, t: int) -> None:
         for j in combo:  # a job this plan stops is pending again once the stop is applied
             if state.status[j] != PENDING and j not in builder.plan.stops:
                 return

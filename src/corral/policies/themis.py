@@ -27,6 +27,9 @@ from corral.model.state import PENDING, SchedulerState
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, place_wide_jobs
 
+Bids = dict[int, tuple[np.ndarray, float]]
+"""Each bidder's rho with its gang on each GPU type, and with no GPUs this lease."""
+
 
 class Themis(Policy):
     name: ClassVar[str] = "themis"
@@ -54,13 +57,9 @@ class Themis(Policy):
         self.auctions = 0
 
     # ----------------------------------------------------------- rho
-    def _capacity(self, state: SchedulerState) -> np.ndarray:
-        cluster = state.cluster
-        return np.array([cluster.gpus_by_type()[t] for t in cluster.gpu_type_names], float)
-
     def _mean_speed(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
         """Steps/s averaged over the cluster's GPUs (a share of every type)."""
-        capacity = self._capacity(state)
+        capacity = state.cluster.type_gpus
         return state.type_speed[jobs] @ (capacity / capacity.sum())
 
     def rho(
@@ -68,7 +67,7 @@ class Themis(Policy):
     ) -> np.ndarray:
         """Finish-time fairness of ``jobs`` if each ran at ``speed`` from ``delay``
         seconds from now: (time so far + delay + time left) / time alone on 1/N."""
-        total = self._capacity(state).sum()
+        total = float(state.cluster.type_gpus.sum())
         n_active = max(len(state.pending) + len(state.running), 1)
         share = np.minimum(1.0, total / n_active / state.gpus[jobs])
         isolated = state.total_steps[jobs] / np.maximum(
@@ -96,12 +95,12 @@ class Themis(Policy):
         return per_type, idle
 
     def _welfare_allocation(
-        self, state: SchedulerState, bidders: list[int], room: np.ndarray
+        self, state: SchedulerState, bids: Bids, bidders: list[int], room: np.ndarray
     ) -> dict[int, int]:
         """Greedy max of the product of 1/rho: assignments by gain in log rho per GPU."""
         gains = []
         for j in bidders:
-            per_type, idle = self._bids(state, j)
+            per_type, idle = bids[j]
             for t, value in enumerate(per_type.tolist()):
                 if state.type_speed[j, t] > 0 and value < idle:
                     gain = math.log(idle) - math.log(value)
@@ -116,11 +115,12 @@ class Themis(Policy):
             left[t] -= state.gpus[j]
         return chosen
 
-    def _log_welfare(self, state: SchedulerState, alloc: dict[int, int], who: list[int]) -> float:
+    @staticmethod
+    def _log_welfare(bids: Bids, alloc: dict[int, int], who: list[int]) -> float:
         """Sum of log(1/rho) of ``who`` under ``alloc``."""
         total = 0.0
         for j in who:
-            per_type, idle = self._bids(state, j)
+            per_type, idle = bids[j]
             value = per_type[alloc[j]] if j in alloc else idle
             total -= math.log(max(float(value), 1e-12))
         return total
@@ -130,13 +130,14 @@ class Themis(Policy):
     ) -> dict[int, tuple[int, float]]:
         """Winners -> (GPU type, share of the lease)."""
         self.auctions += 1
-        best = self._welfare_allocation(state, bidders, room)
+        bids = {j: self._bids(state, j) for j in bidders}
+        best = self._welfare_allocation(state, bids, bidders, room)
         out: dict[int, tuple[int, float]] = {}
         for j, t in best.items():
             others = [i for i in bidders if i != j]
-            with_j = self._log_welfare(state, best, others)
-            alone = self._welfare_allocation(state, others, room)
-            without_j = self._log_welfare(state, alone, others)
+            with_j = self._log_welfare(bids, best, others)
+            alone = self._welfare_allocation(state, bids, others, room)
+            without_j = self._log_welfare(bids, alone, others)
             share = math.exp(min(0.0, with_j - without_j))
             out[j] = (t, share)
         return out
@@ -167,7 +168,7 @@ class Themis(Policy):
         order = active[np.argsort(-rho, kind="stable")]
         count = max(1, math.ceil((1.0 - self.fraction) * len(order)))
         bidders = [int(j) for j in order[:count]]
-        room = self._capacity(state).astype(np.int64)
+        room = state.cluster.type_gpus.copy()
         won = self.auction(state, bidders, room)
         type_of = state.cluster.gpu_type_id
         current = {int(i): int(type_of[state.alloc[i][0]]) for i in state.running}  # type: ignore[index]
