@@ -16,11 +16,10 @@ heterogeneity-aware policies up to 3.5x better in average JCT / makespan.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
+
+from validation_io import notes_for, validation_main
 
 CLUSTER = "gavel:36:36:36"
 WORKLOADS = [
@@ -93,34 +92,27 @@ def render(results: list[dict[str, Any]]) -> str:
                 f"| {r['makespan'] / 3600:.1f} | {span_gain:.2f}x | {r['preemptions']:,} |"
             )
         lines.append("")
-    notes = Path(__file__).with_name("validate_gavel_notes.md")
-    if notes.exists():
-        lines += [notes.read_text(encoding="utf-8").rstrip(), ""]
+    lines += notes_for(__file__)
     return "\n".join(lines)
 
 
+def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [
+        {"policy": p, "rate": rate, "multi": multi, "seed": args.seed}
+        for _, rate, multi in WORKLOADS
+        for p in POLICIES
+    ]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", default="docs/validation/gavel.md")
-    parser.add_argument("--json", default="docs/validation/data/gavel-results.json")
-    parser.add_argument("--from-json", default=None)
-    args = parser.parse_args()
-    if args.from_json:
-        results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
-    else:
-        tasks = [
-            {"policy": p, "rate": rate, "multi": multi, "seed": args.seed}
-            for _, rate, multi in WORKLOADS
-            for p in POLICIES
-        ]
-        with ProcessPoolExecutor(args.workers) as pool:
-            results = list(pool.map(run, tasks))
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    Path(args.out).write_text(render(results) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    validation_main(
+        __doc__.splitlines()[0],
+        "gavel",
+        lambda parser: parser.add_argument("--seed", type=int, default=0),
+        make_tasks,
+        run,
+        render,
+    )
 
 
 if __name__ == "__main__":

@@ -23,11 +23,10 @@ kill-and-restart per preemption). Each point is the mean over the seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
+
+from validation_io import notes_for, validation_main
 
 CLUSTERS = {48: "gavel:16:16:16", 96: "gavel:32:32:32", 160: "gavel:56:52:52"}
 SCHEMES: list[tuple[str, str, str]] = [
@@ -154,30 +153,23 @@ def render(results: list[dict[str, Any]]) -> str:
                 f"| {within:.1f}% | {switching:.3f}% |"
             )
         lines.append("")
-    notes = Path(__file__).with_name("validate_hare_notes.md")
-    if notes.exists():
-        lines += [notes.read_text(encoding="utf-8").rstrip(), ""]
+    lines += notes_for(__file__)
     return "\n".join(lines)
 
 
+def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return tasks([int(s) for s in args.seeds.split(",")])
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", default="docs/validation/hare.md")
-    parser.add_argument("--json", default="docs/validation/data/hare-results.json")
-    parser.add_argument("--from-json", default=None)
-    args = parser.parse_args()
-    if args.from_json:
-        results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
-    else:
-        seeds = [int(s) for s in args.seeds.split(",")]
-        with ProcessPoolExecutor(args.workers) as pool:
-            results = list(pool.map(run, tasks(seeds)))
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    Path(args.out).write_text(render(results) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    validation_main(
+        __doc__.splitlines()[0],
+        "hare",
+        lambda parser: parser.add_argument("--seeds", default="0,1"),
+        make_tasks,
+        run,
+        render,
+    )
 
 
 if __name__ == "__main__":

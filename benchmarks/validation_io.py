@@ -1,0 +1,46 @@
+"""What the validation scripts share: running tasks in parallel or reloading
+saved results, and the hand-written notes that end each report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+Result = dict[str, Any]
+
+
+def notes_for(script: str) -> list[str]:
+    """The report's closing discussion, ``<script>_notes.md`` beside the script."""
+    path = Path(script).with_name(Path(script).stem + "_notes.md")
+    return [path.read_text(encoding="utf-8").rstrip(), ""] if path.exists() else []
+
+
+def validation_main(
+    description: str,
+    name: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    make_tasks: Callable[[argparse.Namespace], list[Result]],
+    run: Callable[[Result], Result],
+    render: Callable[[list[Result]], str],
+) -> None:
+    """Run every task (or reload ``--from-json``), save the results, write the report."""
+    parser = argparse.ArgumentParser(description=description)
+    add_arguments(parser)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default=f"docs/validation/{name}.md")
+    parser.add_argument("--json", default=f"docs/validation/data/{name}-results.json")
+    parser.add_argument("--from-json", default=None, help="rewrite the report from saved results")
+    args = parser.parse_args()
+    if args.from_json:
+        results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    else:
+        with ProcessPoolExecutor(args.workers) as pool:
+            results = list(pool.map(run, make_tasks(args)))
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    Path(args.out).write_text(render(results) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
