@@ -33,6 +33,7 @@ from corral.placement.registry import PLACEMENTS
 from corral.policies import POLICIES, policy_options
 from corral.rounds.output import write_round_run
 from corral.rounds.planners import ROUND_PLANNERS
+from corral.service_cli import register as register_service_verbs
 from corral.sim.output import write_run
 from corral.sim.report import write_report
 from corral.sim.run import SIM_PRESETS, RunSpec, parse_policy_options, simulate, simulate_rounds
@@ -42,7 +43,7 @@ from corral.traces.philly import PhillyFilter
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="corral: GPU cluster scheduling for deep-learning training (simulator).",
+    help="corral: GPU cluster scheduling for deep-learning training (simulator and service).",
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -437,6 +438,8 @@ def list_clusters(
     console.print(table)
     console.print("Or a path to a YAML cluster spec or a Tiresias cluster CSV.")
 
+
+register_service_verbs(app, console)
 
 if __name__ == "__main__":
     main()

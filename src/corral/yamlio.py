@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from corral.errors import InputError
 
@@ -49,3 +50,14 @@ def parse_yaml(text: str, source: str) -> Any:
         raise InputError(source, line, None, f"not valid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise InputError(source, None, None, f"not valid YAML: {exc}") from None
+
+
+def validation_error(source: str, raw: Any, exc: ValidationError, prefix: str = "") -> InputError:
+    """The first pydantic error as file:line: field: problem."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    field = loc[0] if loc else None
+    line = None
+    if isinstance(raw, LineDict):
+        line = raw.line_of(field) if field else raw.line
+    return InputError(source, line, prefix + ".".join(loc) if loc else None, err["msg"])

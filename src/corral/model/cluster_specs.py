@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from corral.data import data_path
 from corral.errors import CorralError, InputError
 from corral.model.cluster import DEFAULT_RACK_SIZE, Cluster, Node, assign_racks, normalise_gpu_type
-from corral.yamlio import LineDict, load_yaml
+from corral.yamlio import LineDict, load_yaml, validation_error
 
 TIRESIAS_HEADER = [
     "num_switch",
@@ -220,7 +220,7 @@ def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
     try:
         spec = _ClusterSpec.model_validate(doc)
     except ValidationError as exc:
-        raise _validation_error(source, doc, exc) from None
+        raise validation_error(source, doc, exc) from None
     size = rack_size or spec.rack_size
     named: dict[str, list[Node]] = {}
     auto: list[Node] = []
@@ -232,7 +232,7 @@ def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
             group = _NodeGroup.model_validate(raw)
             gpu_type = normalise_gpu_type(group.gpu_type)
         except ValidationError as exc:
-            raise _validation_error(source, raw, exc, prefix=f"nodes[{i}].") from None
+            raise validation_error(source, raw, exc, prefix=f"nodes[{i}].") from None
         prefix = group.name or f"{gpu_type.lower()}-g{i}"
         made = [
             Node(
@@ -260,17 +260,6 @@ def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
         nodes.extend(replace(n, rack=n.rack + offset) for n in placed)
         rack_names.extend(f"rack{offset + r}" for r in range(n_auto_racks))
     return Cluster(spec.name or path.stem, nodes, racks=rack_names, rack_size=size)
-
-
-def _validation_error(source: str, raw: Any, exc: ValidationError, prefix: str = "") -> InputError:
-    """The first pydantic error as file:line: field: problem."""
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"]]
-    field = loc[0] if loc else None
-    line = None
-    if isinstance(raw, LineDict):
-        line = raw.line_of(field) if field else raw.line
-    return InputError(source, line, prefix + ".".join(loc) if loc else None, err["msg"])
 
 
 def _int_field(value: str, path: Path | str, line: int, field: str) -> int:

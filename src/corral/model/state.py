@@ -126,6 +126,12 @@ class SchedulerState:
         self.busy_gpus = 0
         self.finished: list[int] = []
         """Jobs in the order they finished (policies that learn from history read it)."""
+        self.priority = np.zeros(n, dtype=np.int64)
+        """User priority: a higher tier runs first whatever the policy's key (0 in traces)."""
+        self.tiered = False
+        """True once any job has a non-zero priority (lets FIFO skip sorting when none has)."""
+        self.type_req = np.full(n, -1, dtype=np.int64)
+        """GPU type a job must run on (index into ``cluster.gpu_type_names``; -1: any)."""
 
     # ----------------------------------------------------------- reading
     @property
@@ -137,9 +143,12 @@ class SchedulerState:
                 from corral.perf.speeds import SpeedModel
 
                 self.speeds = SpeedModel()
-            self._type_speed = self.speeds.type_speeds(
-                self.job_type, self.gpus, self.ref_speed, self.cluster
-            )
+            speeds = self.speeds.type_speeds(self.job_type, self.gpus, self.ref_speed, self.cluster)
+            bound = self.type_req >= 0
+            if bound.any():  # a job bound to one type runs nowhere else
+                other = np.arange(speeds.shape[1])[None, :] != self.type_req[:, None]
+                speeds[bound[:, None] & other] = 0.0
+            self._type_speed = speeds
         return self._type_speed
 
     def attained(self, idx: np.ndarray) -> np.ndarray:

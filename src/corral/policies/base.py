@@ -63,8 +63,13 @@ class PlanBuilder:
         self.plan.starts[i] = tuple(gpus)
 
     def place(self, i: int, placement: PlacementStrategy) -> bool:
-        """Start job ``i`` where the strategy says; False if it cannot be placed now."""
-        gpus = placement.choose_for(self.free, self.state, i)
+        """Start job ``i`` where the strategy says; False if it cannot be placed now.
+
+        A job bound to a GPU type is placed among the free GPUs of that type only.
+        """
+        bound = int(self.state.type_req[i])
+        free = self.free if bound < 0 else self.free.of_type(bound)
+        gpus = placement.choose_for(free, self.state, i)
         if gpus is None:
             return False
         self.start(i, gpus)

@@ -2,6 +2,8 @@
 
 Strict arrival order, gang allocation, no preemption: when the job at the head
 of the queue does not fit, nothing behind it starts (head-of-line blocking).
+User priorities (live service) form tiers: a higher tier is served first,
+arrival order within a tier.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ class Fifo(Policy):
     def schedule(self, state: SchedulerState) -> Plan:
         builder = PlanBuilder(state)
         if state.free.total:
-            for i in state.pending_order:
+            order = state.pending_order
+            if state.tiered:
+                order = sorted(order, key=lambda i: -state.priority[i])
+            for i in order:
                 if not builder.place(i, self.placement):
                     break
         return builder.build()

@@ -37,7 +37,7 @@ def priority_pass(
     if running_key is None or free >= int(state.gpus[pending].sum()):
         if free == 0:
             return builder
-        ranked = _rank(pending, pending_key(pending))
+        ranked = _rank(pending, pending_key(pending), state.priority)
         for i in ranked[greedy_fit(state.gpus[ranked], free)].tolist():
             builder.place(i, placement)
         return builder
@@ -49,7 +49,7 @@ def priority_pass(
     if len(run_keys) != len(pend_keys):
         raise ValueError("running and pending keys must have the same number of parts")
     keys = tuple(np.concatenate(pair) for pair in zip(run_keys, pend_keys, strict=True))
-    ranked = _rank(candidates, keys)
+    ranked = _rank(candidates, keys, state.priority)
     capacity = state.cluster.total_gpus - int(state.gpus[running[pin]].sum())
     take = greedy_fit(state.gpus[ranked], capacity)
     is_pending = state.status[ranked] == PENDING
@@ -64,7 +64,10 @@ def _as_tuple(keys: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ..
     return keys if isinstance(keys, tuple) else (keys,)
 
 
-def _rank(jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...]) -> np.ndarray:
-    """Jobs sorted by key(s), ties broken by index (= submit order)."""
+def _rank(
+    jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], priority: np.ndarray
+) -> np.ndarray:
+    """Jobs sorted by user priority (higher first), then key(s), then index (= submit order)."""
     parts = _as_tuple(keys)
-    return jobs[np.lexsort((jobs, *reversed(parts)))]
+    tiers = -priority[jobs]
+    return jobs[np.lexsort((jobs, *reversed(parts), tiers))]

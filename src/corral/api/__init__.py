@@ -1,0 +1,1 @@
+"""The REST API (and, later, the web dashboard) of the live service."""

@@ -1,0 +1,374 @@
+"""The REST API (FastAPI; OpenAPI schema at ``/openapi.json``, docs at ``/docs``).
+
+Callers authenticate with ``Authorization: Bearer <token>``; tokens map to
+users in the service config. Anyone authenticated may list the queue and
+read a job's state (as ``squeue`` shows every job); only the owner or an
+admin may cancel, suspend, resume, reprioritise or read a job's logs.
+Running jobs authenticate their heartbeats with their attempt's own token.
+
+The API never changes a running job itself: it records a request in the
+store and wakes the scheduler loop, then waits briefly for the loop's next
+pass so the answer shows the effect. A request survives a crash of the
+service (it is in the store) and is carried out after the restart.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.api.views import (
+    AttemptView,
+    EventView,
+    Health,
+    HeartbeatAnswer,
+    HeartbeatBody,
+    JobDetail,
+    JobView,
+    NodeView,
+    PriorityBody,
+)
+from corral.model.jobs import JobStatus
+from corral.runtime.config import ServiceConfig, UserConfig, hash_token
+from corral.runtime.scheduler import TERMINAL, Scheduler
+from corral.runtime.specs import JobSpec
+from corral.runtime.store import AttemptRow, EventRow, JobRow, NodeRow, Store
+
+LOG_CHUNK = 1 << 20
+"""Most bytes of log one request returns (clients page with ``offset``)."""
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def _version() -> str:
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def field_error(field: str, message: str) -> HTTPException:
+    """A 422 shaped like pydantic's, so clients read every validation error one way."""
+    return HTTPException(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        detail=[{"loc": ["body", field], "msg": message, "type": "value_error"}],
+    )
+
+
+def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> UserConfig:
+    """The user a bearer token belongs to; 401 for a missing or unknown token."""
+    if credentials is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing token (Authorization: Bearer <token>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    digest = hash_token(credentials.credentials)
+    for known, user in request.app.state.users.items():
+        if hmac.compare_digest(known, digest):
+            return user
+    raise HTTPException(
+        status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+User = Annotated[UserConfig, Depends(caller)]
+
+
+def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None = None) -> FastAPI:
+    """The API over ``store``; ``scheduler`` (when running) is woken by every change."""
+    app = FastAPI(
+        title="corral",
+        version=_version(),
+        description="GPU cluster scheduler for deep-learning training jobs.",
+    )
+    app.state.users = {u.digest: u for u in config.users}
+    gpus_by_type: dict[str, int] = {}
+    if scheduler is not None:
+        gpus_by_type = scheduler.cluster.gpus_by_type()
+
+
+    def job_or_404(s: Session, job_id: int) -> JobRow:
+        row = s.get(JobRow, job_id)
+        if row is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
+        return row
+
+    def owned(s: Session, job_id: int, user: UserConfig) -> JobRow:
+        row = job_or_404(s, job_id)
+        if row.user != user.name and not user.admin:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"job {job_id} belongs to {row.user}; you are {user.name}",
+            )
+        return row
+
+    def positions(s: Session) -> dict[int, int]:
+        waiting = s.execute(
+            select(JobRow.id, JobRow.priority).where(JobRow.status == JobStatus.PENDING)
+        ).all()
+        ranked = sorted(waiting, key=lambda r: (-r.priority, r.id))
+        return {r.id: k + 1 for k, r in enumerate(ranked)}
+
+    def request(job_id: int, user: UserConfig, action: str, allowed: set[str]) -> JobView:
+        before = scheduler.passes if scheduler is not None else 0
+        with store.session() as s:
+            row = owned(s, job_id, user)
+            if row.status not in allowed:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT, f"job {job_id} is {row.status}; cannot {action}"
+                )
+            if row.request != "cancel":  # a cancel is never overridden
+                row.request = action
+            store.event(s, "requested", job_id, action=action, by=user.name)
+        if scheduler is not None:
+            scheduler.notify()
+            scheduler.wait_passes(before)
+        with store.session() as s:
+            return JobView.of(job_or_404(s, job_id))
+
+    @app.get("/v1/health", response_model=Health, tags=["service"])
+    def health() -> Health:
+        return Health(
+            status="ok",
+            policy=config.policy,
+            gpus=gpus_by_type,
+            passes=scheduler.passes if scheduler is not None else 0,
+            version=_version(),
+        )
+
+    @app.get("/v1/whoami", tags=["service"])
+    def whoami(user: User) -> dict[str, object]:
+        return {"user": user.name, "admin": user.admin}
+
+    @app.post("/v1/jobs", response_model=JobView, status_code=201, tags=["jobs"])
+    def submit(spec: JobSpec, user: User) -> JobView:
+        if gpus_by_type:
+            if spec.gpu_type is not None and spec.gpu_type not in gpus_by_type:
+                have = ", ".join(gpus_by_type)
+                raise field_error("gpu_type", f"no {spec.gpu_type} GPUs here (there are {have})")
+            limit = gpus_by_type[spec.gpu_type] if spec.gpu_type else sum(gpus_by_type.values())
+            if spec.gpus > limit:
+                kind = f"{spec.gpu_type} " if spec.gpu_type else ""
+                raise field_error(
+                    "gpus", f"asks for {spec.gpus} GPUs; the cluster has {limit} {kind}GPUs"
+                )
+        if spec.workdir is not None and not Path(spec.workdir).is_dir():
+            raise field_error("workdir", f"{spec.workdir} is not a directory on the service's host")
+        prerun = spec.prerun_steps
+        if prerun is None:
+            rule = config.prerun
+            prerun = rule.steps if rule.min_gpus and spec.gpus >= rule.min_gpus else 0
+        with store.session() as s:
+            row = JobRow(
+                name=spec.name,
+                user=user.name,
+                spec=spec.model_dump(mode="json"),
+                status=JobStatus.PENDING,
+                reason="Submitted",
+                priority=spec.priority,
+                submit_time=time.time(),
+                phase="prerun" if prerun else "main",
+            )
+            s.add(row)
+            s.flush()
+            store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
+            view = JobView.of(row)
+        if scheduler is not None:
+            scheduler.notify()
+        return view
+
+    @app.get("/v1/jobs", response_model=list[JobView], tags=["jobs"])
+    def queue(
+        user: User,
+        state: Annotated[str | None, Query(description="comma-separated states")] = None,
+        mine: bool = False,
+        limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
+    ) -> list[JobView]:
+        with store.session() as s:
+            query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+            if state:
+                wanted = [x.strip().upper() for x in state.split(",") if x.strip()]
+                unknown = [x for x in wanted if x not in JobStatus.__members__]
+                if unknown:
+                    raise HTTPException(
+                        status.HTTP_422_UNPROCESSABLE_CONTENT,
+                        detail=[{"loc": ["query", "state"], "msg": f"unknown state {unknown[0]}"}],
+                    )
+                query = query.where(JobRow.status.in_(wanted))
+            else:
+                query = query.where(JobRow.status.not_in(TERMINAL))
+            if mine:
+                query = query.where(JobRow.user == user.name)
+            rows = list(s.scalars(query))
+            where = positions(s)
+            return [JobView.of(r, where.get(r.id)) for r in reversed(rows)]
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobDetail, tags=["jobs"])
+    def show(job_id: int, user: User) -> JobDetail:
+        with store.session() as s:
+            row = job_or_404(s, job_id)
+            attempts = s.scalars(
+                select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)
+            )
+            events = s.scalars(
+                select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id)
+            )
+            base = JobView.of(row, positions(s).get(job_id))
+            return JobDetail(
+                **base.model_dump(),
+                spec=row.spec,
+                attempts=[AttemptView.of(a) for a in attempts],
+                events=[EventView.of(e) for e in events],
+            )
+
+    live_states = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
+
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=JobView, tags=["jobs"])
+    def cancel(job_id: int, user: User) -> JobView:
+        return request(job_id, user, "cancel", live_states | {JobStatus.SUSPENDED})
+
+    @app.post("/v1/jobs/{job_id}/suspend", response_model=JobView, tags=["jobs"])
+    def suspend(job_id: int, user: User) -> JobView:
+        return request(job_id, user, "suspend", live_states)
+
+    @app.post("/v1/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"])
+    def resume(job_id: int, user: User) -> JobView:
+        return request(job_id, user, "resume", {JobStatus.SUSPENDED, JobStatus.RUNNING})
+
+    @app.put("/v1/jobs/{job_id}/priority", response_model=JobView, tags=["jobs"])
+    def set_priority(job_id: int, body: PriorityBody, user: User) -> JobView:
+        with store.session() as s:
+            row = owned(s, job_id, user)
+            if row.status in TERMINAL:
+                raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is {row.status}")
+            row.priority = body.priority
+        return request(job_id, user, "priority", live_states | {JobStatus.SUSPENDED})
+
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
+    def logs(
+        job_id: int,
+        user: User,
+        attempt: Annotated[int | None, Query(ge=1)] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> Response:
+        """A chunk of an attempt's log (the latest attempt by default).
+
+        Headers: ``X-Attempt``, ``X-Next-Offset`` (ask again from there to
+        follow) and ``X-Finished`` (1 once the attempt has ended).
+        """
+        with store.session() as s:
+            row = owned(s, job_id, user)
+            query = select(AttemptRow).where(AttemptRow.job_id == job_id)
+            if attempt is not None:
+                query = query.where(AttemptRow.number == attempt)
+            att = s.scalars(query.order_by(AttemptRow.number.desc()).limit(1)).first()
+            if att is None:
+                if attempt is not None:
+                    raise HTTPException(
+                        status.HTTP_404_NOT_FOUND, f"job {job_id} has no attempt {attempt}"
+                    )
+                finished = row.status in TERMINAL
+                return Response(
+                    b"",
+                    headers={
+                        "X-Next-Offset": "0",
+                        "X-Finished": str(int(finished)),
+                        "X-Attempt": "0",
+                    },
+                )
+            path = Path(att.dir) / "log.txt"
+            finished = att.end_time is not None
+            number = att.number
+        data = b""
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(LOG_CHUNK)
+        except OSError:
+            pass
+        headers = {
+            "X-Attempt": str(number),
+            "X-Next-Offset": str(offset + len(data)),
+            "X-Finished": str(int(finished and len(data) < LOG_CHUNK)),
+        }
+        return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
+
+    @app.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"])
+    def nodes(user: User) -> list[NodeView]:
+        use = scheduler.gpu_use() if scheduler is not None else {}
+        by_node: dict[str, list[int]] = {}
+        if scheduler is not None:
+            for gpu, job in use.items():
+                by_node.setdefault(scheduler.node_of(gpu), []).append(job)
+        with store.session() as s:
+            rows = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
+            return [
+                NodeView(
+                    name=r.name,
+                    gpu_type=r.gpu_type,
+                    gpus=r.gpus,
+                    gpus_in_use=len(by_node.get(r.name, [])),
+                    state=r.state,
+                    failures=r.failures,
+                    virtual=bool(r.virtual),
+                    jobs=sorted(set(by_node.get(r.name, []))),
+                )
+                for r in rows
+            ]
+
+    @app.get("/v1/events", response_model=list[EventView], tags=["service"])
+    def events(
+        user: User,
+        job: int | None = None,
+        after: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
+    ) -> list[EventView]:
+        with store.session() as s:
+            query = select(EventRow).where(EventRow.id > after)
+            if job is not None:
+                query = query.where(EventRow.job_id == job)
+            rows = s.scalars(query.order_by(EventRow.id).limit(limit))
+            return [EventView.of(e) for e in rows]
+
+    @app.post("/v1/jobs/{job_id}/heartbeat", response_model=HeartbeatAnswer, tags=["jobs"])
+    def heartbeat(job_id: int, body: HeartbeatBody, request_: Request) -> HeartbeatAnswer:
+        token = request_.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        now = time.time()
+        with store.session() as s:
+            att = s.scalars(
+                select(AttemptRow).where(
+                    AttemptRow.job_id == job_id, AttemptRow.number == body.attempt
+                )
+            ).first()
+            if att is None or not hmac.compare_digest(att.token_sha256, hash_token(token)):
+                raise HTTPException(
+                    status.HTTP_401_UNAUTHORIZED,
+                    "not this attempt's token",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+            if att.end_time is None:
+                row = job_or_404(s, job_id)
+                row.steps = body.step
+                row.throughput = body.throughput
+                row.loss = body.loss
+                if body.checkpoint_step is not None:
+                    row.checkpoint_step = body.checkpoint_step
+                row.last_heartbeat = now
+            stop = att.stop is not None or att.end_time is not None
+            return HeartbeatAnswer(
+                stop=stop, why=att.stop, lease_until=now + config.heartbeat_timeout
+            )
+
+    return app

@@ -1,0 +1,156 @@
+"""What the API returns: pydantic views of the store's rows (the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from corral.runtime.specs import JobSpec
+from corral.runtime.store import AttemptRow, EventRow, JobRow
+
+
+class JobView(BaseModel):
+    id: int
+    name: str
+    user: str
+    status: str
+    reason: str | None = Field(None, description="why it waits (PENDING) or how it ended")
+    position: int | None = Field(None, description="place in the queue (PENDING jobs, from 1)")
+    priority: int
+    gpus: int
+    gpu_type: str | None
+    job_type: str
+    assigned_gpus: list[int] | None
+    command: list[str]
+    phase: str
+    submit_time: float
+    first_start: float | None
+    end_time: float | None
+    steps: float
+    total_steps: int | None
+    throughput: float | None
+    loss: float | None
+    checkpoint_step: float | None
+    failures: int
+    preemptions: int
+    max_retries: int
+    exit_code: int | None
+
+    @classmethod
+    def of(cls, row: JobRow, position: int | None = None) -> JobView:
+        spec = JobSpec.model_validate(row.spec)
+        return cls(
+            id=row.id,
+            name=row.name,
+            user=row.user,
+            status=row.status,
+            reason=row.reason,
+            position=position,
+            priority=row.priority,
+            gpus=spec.gpus,
+            gpu_type=spec.gpu_type,
+            job_type=spec.job_type,
+            assigned_gpus=row.gpus,
+            command=spec.command,
+            phase=row.phase,
+            submit_time=row.submit_time,
+            first_start=row.first_start,
+            end_time=row.end_time,
+            steps=row.steps,
+            total_steps=spec.total_steps,
+            throughput=row.throughput,
+            loss=row.loss,
+            checkpoint_step=row.checkpoint_step,
+            failures=row.failures,
+            preemptions=row.preemptions,
+            max_retries=spec.max_retries,
+            exit_code=row.exit_code,
+        )
+
+
+class AttemptView(BaseModel):
+    number: int
+    phase: str
+    gpus: list[int]
+    start_time: float
+    end_time: float | None
+    pid: int | None
+    exit_code: int | None
+    signal: int | None
+    cause: str | None
+    detail: str | None
+    steps_start: float
+    steps_end: float | None
+
+    @classmethod
+    def of(cls, row: AttemptRow) -> AttemptView:
+        return cls(
+            number=row.number,
+            phase=row.phase,
+            gpus=row.gpus,
+            start_time=row.start_time,
+            end_time=row.end_time,
+            pid=row.pid,
+            exit_code=row.exit_code,
+            signal=row.signal,
+            cause=row.cause,
+            detail=row.detail,
+            steps_start=row.steps_start,
+            steps_end=row.steps_end,
+        )
+
+
+class EventView(BaseModel):
+    id: int
+    time: float
+    job_id: int | None
+    kind: str
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: EventRow) -> EventView:
+        return cls(id=row.id, time=row.time, job_id=row.job_id, kind=row.kind, detail=row.detail)
+
+
+class JobDetail(JobView):
+    spec: dict[str, Any]
+    attempts: list[AttemptView]
+    events: list[EventView]
+
+
+class NodeView(BaseModel):
+    name: str
+    gpu_type: str
+    gpus: int
+    gpus_in_use: int
+    state: str
+    failures: int
+    virtual: bool
+    jobs: list[int]
+
+
+class PriorityBody(BaseModel):
+    priority: int = Field(ge=-1000, le=1000)
+
+
+class HeartbeatBody(BaseModel):
+    attempt: int = Field(ge=1)
+    step: float = Field(ge=0)
+    throughput: float | None = None
+    loss: float | None = None
+    checkpoint_step: float | None = None
+
+
+class HeartbeatAnswer(BaseModel):
+    stop: bool
+    why: str | None
+    lease_until: float
+
+
+class Health(BaseModel):
+    status: str
+    policy: str
+    gpus: dict[str, int]
+    passes: int
+    version: str

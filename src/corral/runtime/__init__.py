@@ -1,0 +1,1 @@
+"""The live scheduler: service loop, state store and executors."""

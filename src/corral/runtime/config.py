@@ -1,0 +1,139 @@
+"""The service's configuration file (``corral serve --config corral.yaml``).
+
+Example::
+
+    host: 127.0.0.1          # loopback unless you mean to expose the API
+    port: 8470
+    state_dir: corral-state  # store, logs and checkpoints (relative to this file)
+    store: null              # SQLAlchemy URL; default sqlite in state_dir
+    policy: tiresias-las
+    policy_options: {queues: 2, thresholds: [600]}
+    gpus: auto               # NVIDIA GPUs found by nvidia-smi, or a list:
+    #  - {type: V100, count: 2}
+    #  - {type: K80, count: 2}
+    users:
+      - {name: alice, token: "s3cret-a"}
+      - {name: admin, token_sha256: "<hex>", admin: true}
+
+Relative paths are resolved against the directory of the file, so a config
+means the same whichever directory the service is started from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from corral.errors import InputError
+from corral.model.cluster import normalise_gpu_type
+from corral.yamlio import load_yaml, validation_error
+
+
+def hash_token(token: str) -> str:
+    """Tokens are compared by their SHA-256, so configs and the store need not hold them."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class UserConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    token: str | None = Field(None, min_length=8)
+    token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    admin: bool = False
+
+    @model_validator(mode="after")
+    def _one_token(self) -> UserConfig:
+        if (self.token is None) == (self.token_sha256 is None):
+            raise ValueError("give exactly one of token, token_sha256")
+        return self
+
+    @property
+    def digest(self) -> str:
+        return self.token_sha256 or hash_token(self.token or "")
+
+
+class GpuGroup(BaseModel):
+    """Virtual GPUs of one type (a machine without GPUs runs jobs on the CPU)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    count: int = Field(ge=1, le=1024)
+    node: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        return normalise_gpu_type(value)
+
+
+class RetryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backoff: float = Field(5.0, ge=0, description="seconds before the first retry")
+    backoff_max: float = Field(600.0, ge=0, description="cap of the doubling back-off")
+
+
+class PrerunConfig(BaseModel):
+    """A few iterations on one GPU before a large gang is allocated."""
+
+    model_config = ConfigDict(extra="forbid")
+    min_gpus: int = Field(0, ge=0, description="gangs of at least this many GPUs pre-run (0: off)")
+    steps: int = Field(3, ge=1)
+
+
+class ServiceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    host: str = "127.0.0.1"
+    port: int = Field(8470, ge=0, le=65535)
+    state_dir: Path = Path("corral-state")
+    store: str | None = None
+    policy: str = "tiresias-las"
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    placement: str | None = None
+    executor: Literal["local"] = "local"
+    gpus: Literal["auto"] | list[GpuGroup] = "auto"
+    users: list[UserConfig] = Field(min_length=1)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    prerun: PrerunConfig = Field(default_factory=PrerunConfig)
+    stop_grace: float = Field(30.0, ge=0, description="seconds from SIGTERM to SIGKILL")
+    heartbeat_timeout: float = Field(
+        300.0, gt=0, description="a job that heartbeated, then fell silent this long, is hung"
+    )
+    tick: float = Field(0.5, gt=0, le=60, description="longest sleep of the scheduler loop")
+    drain_after: int = Field(3, ge=1, description="node failures in a row before a node drains")
+    api_url: str | None = Field(None, description="URL jobs use to reach the API (default: listen)")
+
+    @model_validator(mode="after")
+    def _unique_users(self) -> ServiceConfig:
+        names = [u.name for u in self.users]
+        if len(set(names)) != len(names):
+            raise ValueError("user names must be unique")
+        return self
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"sqlite:///{self.state_dir / 'corral.db'}"
+
+    @property
+    def url(self) -> str:
+        return self.api_url or f"http://{self.host}:{self.port}"
+
+
+def load_config(path: str | Path) -> ServiceConfig:
+    """The service config from YAML; errors name the file, the line and the field."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(str(path), None, None, "no such config file")
+    doc = load_yaml(path)
+    if not isinstance(doc, dict):
+        raise InputError(str(path), 1, None, "a config is a mapping (policy, gpus, users, ...)")
+    try:
+        config = ServiceConfig.model_validate(dict(doc))
+    except ValidationError as exc:
+        raise validation_error(str(path), doc, exc) from None
+    base = path.resolve().parent
+    if not config.state_dir.is_absolute():
+        config.state_dir = base / config.state_dir
+    return config

@@ -1,0 +1,259 @@
+"""Executors carry out the scheduler's decisions on real processes.
+
+An executor knows its GPUs (:class:`GpuSlot`), launches an attempt on some of
+them, signals it, kills it and reports how it ended. The scheduler loop only
+talks to this interface, so the Ray executor and warm workers plug in beside
+the local one.
+
+:class:`LocalExecutor` runs each attempt on this machine as its own process
+group (through :mod:`corral.runtime.launcher`, which records the exit in the
+attempt's folder, so the record survives a crash of the service). With
+``gpus: auto`` it finds NVIDIA GPUs with ``nvidia-smi``; a configured list of
+virtual GPUs of named types lets a machine without GPUs run jobs on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.errors import CorralError
+from corral.runtime.config import GpuGroup
+from corral.runtime.launcher import EXIT_FILE, PID_FILE, write_atomic
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU: its dense id (the policy's GPU id), node, type and device (None: virtual)."""
+
+    id: int
+    node: str
+    gpu_type: str
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    gpus: tuple[GpuSlot, ...]
+    dir: Path
+    log: Path
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A launched process group, identified beyond its pid (pids are reused)."""
+
+    pid: int
+    pid_start: str
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    exit_code: int | None
+    signal: int | None
+    detail: str | None = None
+    lost: bool = False
+    """True when the process is gone without a record (killed with its launcher, node lost)."""
+    end: float | None = None
+    """When it ended (wall clock), if the record says."""
+
+
+class Executor(ABC):
+    @abstractmethod
+    def slots(self) -> list[GpuSlot]:
+        """All GPUs this executor offers, ids dense from 0, grouped by node."""
+
+    @abstractmethod
+    def launch(self, request: LaunchRequest) -> ProcessRef: ...
+
+    @abstractmethod
+    def signal(self, ref: ProcessRef, sig: int) -> None:
+        """Send a signal to the whole attempt (its process group)."""
+
+    @abstractmethod
+    def poll(self, ref: ProcessRef, folder: Path) -> ExitRecord | None:
+        """How the attempt ended, or None while it runs."""
+
+    def kill(self, ref: ProcessRef) -> None:
+        self.signal(ref, signal.SIGKILL)
+
+    def adopt(self, ref: ProcessRef) -> bool:
+        """True when the attempt's process still runs (after a service restart)."""
+        return False
+
+    def pid_from(self, folder: Path) -> ProcessRef | None:
+        """The process of an attempt whose pid was never stored (crash during launch)."""
+        return None
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a live process (clock ticks since boot), None if gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def read_exit_record(folder: Path) -> ExitRecord | None:
+    """The launcher's record of how an attempt ended, if it wrote one."""
+    try:
+        record = json.loads((folder / EXIT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    code, sig, detail = record.get("exit_code"), record.get("signal"), record.get("detail")
+    return ExitRecord(code, sig, detail, end=record.get("end_time"))
+
+
+def write_exit_record(folder: Path, exit_code: int, detail: str) -> None:
+    """Record an attempt that never started (the launcher could not be run)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"exit_code": exit_code, "signal": None, "detail": detail, "end_time": None}
+    write_atomic(folder / EXIT_FILE, json.dumps(record))
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (for a job's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+_TYPE_TOKEN = re.compile(r"^[A-Z]{1,3}\d{1,4}[A-Z]{0,2}$")
+
+
+def gpu_type_from_name(name: str) -> str:
+    """A short type from a product name.
+
+    'Tesla V100-SXM2-16GB' -> V100, 'NVIDIA H100 80GB HBM3' -> H100.
+    """
+    tokens = [t for t in re.split(r"[\s\-_]+", name.upper()) if t]
+    for token in tokens:
+        if token not in ("NVIDIA", "TESLA") and _TYPE_TOKEN.match(token) and "GB" not in token:
+            return token
+    rest = [t for t in tokens if t not in ("NVIDIA", "TESLA", "GEFORCE")]
+    return "".join(rest) or "GPU"
+
+
+def discover_nvidia() -> list[GpuSlot]:
+    """NVIDIA GPUs on this machine (none when nvidia-smi is missing or fails)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    node = socket.gethostname()
+    slots = []
+    for line in out.splitlines():
+        if "," not in line:
+            continue
+        index, name = (part.strip() for part in line.split(",", 1))
+        slots.append(GpuSlot(len(slots), node, gpu_type_from_name(name), index))
+    return slots
+
+
+def virtual_slots(groups: list[GpuGroup]) -> list[GpuSlot]:
+    """Virtual GPUs: one node per group (named, or ``local-<type>``)."""
+    slots: list[GpuSlot] = []
+    for k, group in enumerate(groups):
+        node = group.node or f"local-{group.type.lower()}"
+        if any(s.node == node for s in slots):
+            node = f"{node}-{k}"
+        slots.extend(GpuSlot(len(slots) + i, node, group.type) for i in range(group.count))
+    return slots
+
+
+class LocalExecutor(Executor):
+    """Processes on this machine, one process group per attempt."""
+
+    def __init__(self, gpus: str | list[GpuGroup]) -> None:
+        if gpus == "auto":
+            self._slots = discover_nvidia()
+            if not self._slots:
+                raise CorralError(
+                    "gpus: auto found no NVIDIA GPU (nvidia-smi); list virtual GPUs in the "
+                    "config instead, e.g. gpus: [{type: V100, count: 2}]"
+                )
+        else:
+            assert isinstance(gpus, list)
+            self._slots = virtual_slots(gpus)
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def slots(self) -> list[GpuSlot]:
+        return list(self._slots)
+
+    def launch(self, request: LaunchRequest) -> ProcessRef:
+        request.dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(request.env)
+        devices = [g.device for g in request.gpus]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(d for d in devices if d is not None)
+        argv = [sys.executable, "-m", "corral.runtime.launcher", str(request.dir), "--"]
+        with open(request.log, "ab") as log:
+            child = subprocess.Popen(
+                argv + request.argv,
+                cwd=request.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._children[child.pid] = child
+        return ProcessRef(child.pid, process_start(child.pid) or "")
+
+    def signal(self, ref: ProcessRef, sig: int) -> None:
+        if not self._same(ref):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(ref.pid, sig)
+
+    def poll(self, ref: ProcessRef, folder: Path) -> ExitRecord | None:
+        child = self._children.get(ref.pid)
+        if child is not None and child.poll() is not None:  # reap our own children
+            del self._children[ref.pid]
+        if self._same(ref):
+            return None
+        return read_exit_record(folder) or ExitRecord(
+            None, None, "the process vanished without an exit record", lost=True
+        )
+
+    def adopt(self, ref: ProcessRef) -> bool:
+        return self._same(ref)
+
+    def pid_from(self, folder: Path) -> ProcessRef | None:
+        try:
+            pid = int((folder / PID_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        start = process_start(pid)
+        return ProcessRef(pid, start) if start is not None else None
+
+    def _same(self, ref: ProcessRef) -> bool:
+        start = process_start(ref.pid)
+        return start is not None and (not ref.pid_start or start == ref.pid_start)

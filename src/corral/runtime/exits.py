@@ -1,0 +1,86 @@
+"""Why an attempt ended, from how it exited and what the scheduler asked of it.
+
+The cause decides what happens next: a preempted or suspended job waits to
+resume from its checkpoint, a failure is retried with back-off up to the
+job's ``max_retries``, a user error found by the pre-run is final at once,
+and node failures count against the node (which drains after several).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from pathlib import Path
+
+from corral.runtime.executor import ExitRecord
+from corral.runtime.launcher import NOT_STARTED
+from corral.train.session import STOPPED_EXIT
+
+
+class Cause(StrEnum):
+    SUCCEEDED = "succeeded"
+    PRERUN_OK = "prerun_ok"
+    PREEMPTED = "preempted"
+    SUSPENDED = "suspended"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    HUNG = "hung"
+    """Heartbeats stopped for longer than the lease: killed and retried."""
+    USER_ERROR = "user_error"
+    OOM = "oom"
+    KILLED = "killed"
+    """Killed by a signal nobody in corral sent (an operator, the kernel)."""
+    NODE_FAILURE = "node_failure"
+
+    @property
+    def failure(self) -> bool:
+        return self in _FAILURES
+
+
+_FAILURES = {Cause.HUNG, Cause.USER_ERROR, Cause.OOM, Cause.KILLED, Cause.NODE_FAILURE}
+
+STOPS = {
+    "preempt": Cause.PREEMPTED,
+    "suspend": Cause.SUSPENDED,
+    "cancel": Cause.CANCELLED,
+    "timeout": Cause.TIMEOUT,
+    "hung": Cause.HUNG,
+}
+"""Stop requests of the scheduler and the cause they give the attempt."""
+
+_OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|std::bad_alloc|Cannot allocate memory"
+)
+
+
+def log_tail(path: Path, size: int = 16384) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def classify(stop: str | None, record: ExitRecord, phase: str, log: Path) -> tuple[Cause, str]:
+    """The cause of an attempt's end and a line for people."""
+    code, sig = record.exit_code, record.signal
+    how = f"exit code {code}" if code is not None else f"signal {sig}" if sig else "no record"
+    if code == 0 and phase == "main" and stop != "hung":
+        return Cause.SUCCEEDED, how if stop is None else f"finished while being stopped ({stop})"
+    if stop in STOPS:
+        return STOPS[stop], f"stopped by the scheduler ({stop}; {how})"
+    if record.lost:
+        return Cause.NODE_FAILURE, record.detail or "the process vanished"
+    if code == 0:
+        return Cause.PRERUN_OK, how
+    if code == STOPPED_EXIT:
+        return Cause.PREEMPTED, "the job checkpointed and stopped itself (it will be requeued)"
+    if code == NOT_STARTED:
+        return Cause.USER_ERROR, record.detail or "the program could not be started"
+    if _OOM.search(log_tail(log)):
+        return Cause.OOM, f"out of memory ({how})"
+    if sig:
+        return Cause.KILLED, f"killed by {how}"
+    return Cause.USER_ERROR, f"the program failed ({how})"

@@ -1,0 +1,161 @@
+"""The state store: the service's source of truth, through SQLAlchemy.
+
+Four tables hold everything a restarted service needs: ``jobs`` (spec, state,
+pending reason, pending requests from the API), ``attempts`` (one row per
+process launch: GPUs, pid, exit, cause), ``events`` (an append-only history)
+and ``nodes``. ``meta`` keeps the service epoch (the zero of the scheduler's
+clock). Every change is one transaction, so a crash leaves either the old or
+the new state, never half of one.
+
+SQLite is the default (an embedded file, WAL mode so the API can read while
+the scheduler writes); any SQLAlchemy URL works, e.g. PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text, create_engine, event, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    """Why a job waits (PENDING) or how it ended (terminal states)."""
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    submit_time: Mapped[float] = mapped_column(Float)
+    first_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpus: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
+    """GPUs assigned while STARTING or RUNNING."""
+    phase: Mapped[str] = mapped_column(String(8), default="main")
+    """``prerun`` while the 1-GPU pre-run is due, then ``main``."""
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    eligible_at: Mapped[float] = mapped_column(Float, default=0.0)
+    """Retry back-off: the job may not start before this time."""
+    request: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    """An API request the scheduler has not carried out yet (cancel, suspend, resume)."""
+    steps: Mapped[float] = mapped_column(Float, default=0.0)
+    throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)
+    checkpoint_step: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    phase: Mapped[str] = mapped_column(String(8))
+    gpus: Mapped[list[int]] = mapped_column(JSON)
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid_start: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """The process's start time as the OS reports it: a reused pid is not mistaken for ours."""
+    dir: Mapped[str] = mapped_column(Text)
+    token_sha256: Mapped[str] = mapped_column(String(64))
+    stop: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    """Why the scheduler is stopping it (preempt, suspend, cancel, timeout, lost)."""
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cause: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    steps_start: Mapped[float] = mapped_column(Float, default=0.0)
+    steps_end: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(32))
+    gpus: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="up")
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    """Node failures in a row (reset by a clean exit)."""
+    virtual: Mapped[bool] = mapped_column(Integer, default=0)
+
+
+class MetaRow(Base):
+    __tablename__ = "meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+class Store:
+    """Sessions on the store, and the few queries more than one part needs."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(url, future=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        Base.metadata.create_all(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.epoch = self._epoch()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: committed when the block ends, rolled back on error."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def _epoch(self) -> float:
+        with self.session() as s:
+            row = s.get(MetaRow, "epoch")
+            if row is None:
+                row = MetaRow(key="epoch", value=repr(time.time()))
+                s.add(row)
+            return float(row.value)
+
+    def event(self, session: Session, kind: str, job_id: int | None = None, **detail: Any) -> None:
+        session.add(EventRow(time=time.time(), job_id=job_id, kind=kind, detail=detail))
+
+    def open_attempts(self, session: Session) -> list[AttemptRow]:
+        return list(session.scalars(select(AttemptRow).where(AttemptRow.end_time.is_(None))))
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,5 @@
+"""The training library: checkpoint, resume, report progress, stop when told."""
+
+from corral.train.session import STOPPED_EXIT, Session
+
+__all__ = ["STOPPED_EXIT", "Session"]

@@ -1,0 +1,192 @@
+"""The job side of corral: what a training script wraps around its loop.
+
+::
+
+    from corral.train import Session
+
+    session = Session(model=model, optimizer=optimizer)
+    step = session.restore()             # 0, or the step of the last checkpoint
+    while step < total_steps:
+        loss = train_one_iteration(step)
+        step += 1
+        session.report(step, loss=float(loss))
+        if session.should_stop:          # preempted, suspended, lease ended, pre-run done
+            session.stop(step)           # checkpoint (not in a pre-run) and exit
+
+``report`` is cheap: it records progress, and a background thread sends it
+to the service as a heartbeat every few seconds (the heartbeat also renews
+the job's lease and may carry a stop order). The scheduler preempts with
+SIGTERM; the session turns it into ``should_stop`` so the loop ends at the
+next iteration boundary with a checkpoint, instead of dying mid-step.
+Checkpoints are also saved every ``checkpoint_every`` seconds, so a crash
+loses at most that much work.
+
+Outside corral (no ``CORRAL_*`` variables) the same script runs as usual:
+checkpoints go to ``./checkpoints`` and no heartbeats are sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, NoReturn
+
+from corral.train import checkpoint
+from corral.train.checkpoint import Stateful
+
+STOPPED_EXIT = 75
+"""Exit code of a job that stopped at the scheduler's request after checkpointing
+(EX_TEMPFAIL: "try again later"); the scheduler requeues it."""
+
+
+class Session:
+    def __init__(
+        self,
+        checkpoint_every: float = 300.0,
+        stop_signals: tuple[int, ...] = (signal.SIGTERM,),
+        **objects: Stateful,
+    ) -> None:
+        env = os.environ
+        self.objects = objects
+        self.job_id = env.get("CORRAL_JOB_ID")
+        self.attempt = int(env.get("CORRAL_ATTEMPT", "1"))
+        self.checkpoint_dir = Path(env.get("CORRAL_CHECKPOINT_DIR", "checkpoints"))
+        self.api_url = env.get("CORRAL_API_URL")
+        self._token = env.get("CORRAL_JOB_TOKEN")
+        self.heartbeat_interval = float(env.get("CORRAL_HEARTBEAT_INTERVAL", "5"))
+        self.lease_seconds = float(env.get("CORRAL_LEASE_SECONDS", "300"))
+        prerun = env.get("CORRAL_PRERUN_STEPS")
+        self.prerun_steps = int(prerun) if prerun else None
+        """Set in a pre-run: stop (successfully, without a checkpoint) after this many steps."""
+        self.checkpoint_every = checkpoint_every
+        self.step = 0
+        self.loss: float | None = None
+        self.saved_step: int | None = None
+        self.lease_until = time.time() + self.lease_seconds
+        self._stop_reason: str | None = None
+        self._last_save = time.monotonic()
+        self._rate_mark = (time.monotonic(), 0)
+        self.throughput: float | None = None
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            for sig in stop_signals:
+                signal.signal(sig, self._on_signal)
+        self._thread: threading.Thread | None = None
+        if self.api_url and self._token and self.job_id:
+            self._thread = threading.Thread(target=self._beat_loop, daemon=True)
+            self._thread.start()
+
+    # -------------------------------------------------------------- api
+    @property
+    def managed(self) -> bool:
+        """True when the job runs under corral (heartbeats go to a service)."""
+        return self._thread is not None
+
+    @property
+    def should_stop(self) -> bool:
+        if self.prerun_steps is not None and self.step >= self.prerun_steps:
+            return True
+        return self._stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        if self.prerun_steps is not None and self.step >= self.prerun_steps:
+            return "prerun done"
+        return self._stop_reason
+
+    def lease_remaining(self) -> float:
+        """Seconds until the lease ends unless a heartbeat renews it."""
+        return self.lease_until - time.time()
+
+    def restore(self) -> int:
+        """Load the last checkpoint, if any, into the objects and RNGs; returns its step."""
+        payload = checkpoint.load(self.checkpoint_dir)
+        if payload is None:
+            return 0
+        self.step = checkpoint.restore(payload, self.objects)
+        self.saved_step = self.step
+        self._rate_mark = (time.monotonic(), self.step)
+        return self.step
+
+    def report(self, step: int, loss: float | None = None) -> None:
+        """Progress after an iteration: feeds heartbeats and periodic checkpoints."""
+        with self._lock:
+            self.step = int(step)
+            if loss is not None:
+                self.loss = float(loss)
+            mark_t, mark_step = self._rate_mark
+            elapsed = time.monotonic() - mark_t
+            if elapsed >= 1.0:
+                self.throughput = (self.step - mark_step) / elapsed
+                self._rate_mark = (time.monotonic(), self.step)
+        due = time.monotonic() - self._last_save >= self.checkpoint_every
+        if due and self.prerun_steps is None:
+            self.save(step)
+
+    def save(self, step: int, **extra: Any) -> None:
+        """Checkpoint now (atomically)."""
+        checkpoint.save(self.checkpoint_dir, step, self.objects, extra)
+        self.saved_step = int(step)
+        self._last_save = time.monotonic()
+
+    def stop(self, step: int) -> NoReturn:
+        """End the job at an iteration boundary: checkpoint and exit so it can resume."""
+        if self.prerun_steps is not None and step >= self.prerun_steps:
+            self.close()
+            sys.exit(0)
+        self.save(step)
+        self.step = int(step)
+        self.close()
+        sys.exit(STOPPED_EXIT)
+
+    def finish(self, step: int | None = None) -> None:
+        """The loop is done: a last heartbeat with the final step."""
+        if step is not None:
+            self.step = int(step)
+        self.close()
+
+    def close(self) -> None:
+        if self._thread is not None and not self._done.is_set():
+            self._done.set()
+            self._thread.join(timeout=2.0)
+            self._send()
+
+    # ---------------------------------------------------------- internals
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._stop_reason = f"signal {signal.Signals(signum).name}"
+
+    def _beat_loop(self) -> None:
+        while not self._done.wait(self.heartbeat_interval):
+            self._send()
+
+    def _send(self) -> None:
+        with self._lock:
+            body = {
+                "attempt": self.attempt,
+                "step": self.step,
+                "throughput": self.throughput,
+                "loss": self.loss,
+                "checkpoint_step": self.saved_step,
+            }
+        request = urllib.request.Request(
+            f"{self.api_url}/v1/jobs/{self.job_id}/heartbeat",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2.0) as response:
+                answer = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return  # the service may be restarting; the next beat tries again
+        self.lease_until = float(answer.get("lease_until", self.lease_until))
+        if answer.get("stop") and self._stop_reason is None:
+            self._stop_reason = f"stop requested ({answer.get('why', 'scheduler')})"
