@@ -101,6 +101,7 @@ class ServiceConfig(BaseModel):
     heartbeat_timeout: float = Field(
         300.0, gt=0, description="a job that heartbeated, then fell silent this long, is hung"
     )
+    heartbeat_interval: float = Field(5.0, gt=0, description="seconds between a job's heartbeats")
     tick: float = Field(0.5, gt=0, le=60, description="longest sleep of the scheduler loop")
     drain_after: int = Field(3, ge=1, description="node failures in a row before a node drains")
     api_url: str | None = Field(None, description="URL jobs use to reach the API (default: listen)")

@@ -183,7 +183,8 @@ def virtual_slots(groups: list[GpuGroup]) -> list[GpuSlot]:
         node = group.node or f"local-{group.type.lower()}"
         if any(s.node == node for s in slots):
             node = f"{node}-{k}"
-        slots.extend(GpuSlot(len(slots) + i, node, group.type) for i in range(group.count))
+        first = len(slots)
+        slots.extend([GpuSlot(first + i, node, group.type) for i in range(group.count)])
     return slots
 
 

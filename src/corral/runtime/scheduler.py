@@ -61,8 +61,6 @@ from corral.runtime.specs import JobSpec
 from corral.runtime.store import AttemptRow, JobRow, NodeRow, Store
 
 TERMINAL = [s.value for s in JobStatus if s.terminal]
-HEARTBEAT_INTERVAL = 5.0
-"""Seconds between a job's heartbeats (the training library reads it from the env)."""
 
 
 @dataclass
@@ -743,7 +741,7 @@ class Scheduler:
             CORRAL_VIRTUAL_GPUS="1" if all(s.device is None for s in slots) else "0",
             CORRAL_API_URL=self.config.url,
             CORRAL_JOB_TOKEN=token,
-            CORRAL_HEARTBEAT_INTERVAL=str(HEARTBEAT_INTERVAL),
+            CORRAL_HEARTBEAT_INTERVAL=str(self.config.heartbeat_interval),
             CORRAL_LEASE_SECONDS=str(self.config.heartbeat_timeout),
         )
         if spec.total_steps is not None:

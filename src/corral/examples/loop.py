@@ -1,0 +1,85 @@
+"""The training loop both examples share: resume, train, report, stop when told.
+
+Batches are a function of the step number (drawn from a generator seeded by
+``(seed, step)``), and the RNG state travels in the checkpoint, so a run that
+is preempted and resumed computes exactly what an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from corral.train import Session
+
+
+def parse_args(description: str, steps: int, argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=steps, help="training steps in all")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--step-time", type=float, default=0.0, help="extra seconds per step (to stand in for a larger model)"
+    )
+    parser.add_argument("--checkpoint-every", type=float, default=60.0, help="seconds")
+    parser.add_argument("--result", type=Path, default=None, help="write final metrics (JSON) here")
+    parser.add_argument("--log-every", type=int, default=50)
+    return parser.parse_args(argv)
+
+
+def train(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_step: Callable[[int], torch.Tensor],
+    evaluate: Callable[[], dict[str, float]],
+) -> dict[str, Any]:
+    """Run ``train_step(step)`` for steps [restored, args.steps); returns the final metrics."""
+    torch.set_num_threads(1)  # small models: one thread is fastest and deterministic
+    session = Session(model=model, optimizer=optimizer, checkpoint_every=args.checkpoint_every)
+    step = session.restore()
+    if step:
+        print(f"resumed from step {step}", flush=True)
+    while step < args.steps:
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(step)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if args.step_time > 0:
+            time.sleep(args.step_time)
+        session.report(step, loss=loss.item())
+        if step % args.log_every == 0:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+        if session.should_stop and step < args.steps:
+            print(f"stopping at step {step}: {session.stop_reason}", flush=True)
+            session.stop(step)
+    model.eval()
+    with torch.no_grad():
+        metrics: dict[str, Any] = {"final_step": step, **evaluate()}
+    session.finish(step)
+    print(json.dumps(metrics), flush=True)
+    result = args.result or _default_result()
+    if result is not None:
+        result.parent.mkdir(parents=True, exist_ok=True)
+        result.write_text(json.dumps(metrics))
+    return metrics
+
+
+def _default_result() -> Path | None:
+    folder = os.environ.get("CORRAL_CHECKPOINT_DIR")
+    return Path(folder) / "result.json" if folder else None
+
+
+def batch_rng(seed: int, step: int) -> Any:
+    import numpy as np
+
+    return np.random.default_rng([seed, step])

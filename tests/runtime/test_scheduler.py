@@ -1,0 +1,214 @@
+"""The live scheduler with real processes on virtual GPUs (no network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from corral.runtime.config import PrerunConfig
+from corral.runtime.store import EventRow, NodeRow
+from tests.runtime.harness import PY, Harness, auth, check_history, wait_for
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(tmp_path / "state")
+    yield h
+    h.close()
+
+
+def sleeper(seconds: float) -> list[str]:
+    return [PY, "-c", f"import time; time.sleep({seconds})"]
+
+
+def test_job_runs_with_its_environment(service: Harness, tmp_path: Path) -> None:
+    out = tmp_path / "env.json"
+    code = (
+        "import json, os, sys; "
+        f"json.dump({{k: v for k, v in os.environ.items() if k.startswith(('CORRAL_', 'CUDA'))}}, "
+        f"open({str(out)!r}, 'w'))"
+    )
+    job = service.submit(name="env", gpus=2, gpu_type="k80", command=[PY, "-c", code])
+    done = service.wait_state(job["id"], {"SUCCEEDED", "FAILED"})
+    assert done["status"] == "SUCCEEDED", done
+    env = json.loads(out.read_text())
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # virtual GPUs: the job runs on the CPU
+    assert env["CORRAL_GPU_TYPES"] == "K80,K80"
+    assert env["CORRAL_NUM_GPUS"] == "2"
+    assert env["CORRAL_JOB_ID"] == str(job["id"]) and env["CORRAL_ATTEMPT"] == "1"
+    assert env["CORRAL_WORLD_SIZE"] == "1" and env["CORRAL_RANK"] == "0"
+    assert env["CORRAL_CHECKPOINT_DIR"].endswith(f"jobs/{job['id']}/checkpoint")
+    gpus = [int(g) for g in env["CORRAL_GPU_IDS"].split(",")]
+    assert all(service.scheduler.slots[g].gpu_type == "K80" for g in gpus)
+    assert done["attempts"][0]["cause"] == "succeeded"
+    check_history(service.attempts())
+
+
+def test_argv_is_never_given_to_a_shell(service: Harness, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    job = service.submit(command=["echo", f"; touch {marker}", "$(touch x)"])
+    service.wait_state(job["id"], {"SUCCEEDED"})
+    log = service.client.get(f"/v1/jobs/{job['id']}/logs", headers=auth("alice")).text
+    assert log.strip() == f"; touch {marker} $(touch x)"
+    assert not marker.exists()
+
+
+def test_las_preempts_a_long_job_for_a_new_one(service: Harness) -> None:
+    long = service.submit(name="long", gpus=4, command=sleeper(2.5))
+    service.wait_state(long["id"], {"RUNNING"})
+    short = service.submit(name="short", gpus=1, command=sleeper(0.5))
+    jobs = service.wait_done([long["id"], short["id"]])
+    assert [j["status"] for j in jobs] == ["SUCCEEDED", "SUCCEEDED"]
+    first = jobs[0]["attempts"][0]
+    assert first["cause"] == "preempted"  # a plain script is killed and restarted
+    assert jobs[0]["preemptions"] >= 1
+    assert jobs[1]["attempts"][0]["start_time"] >= first["end_time"]
+    check_history(service.attempts())
+
+
+def test_failures_are_retried_with_backoff_then_fail(service: Harness) -> None:
+    job = service.submit(command=[PY, "-c", "raise SystemExit(3)"], max_retries=2)
+    done = service.wait_state(job["id"], {"FAILED"})
+    causes = [a["cause"] for a in done["attempts"]]
+    assert causes == ["user_error"] * 3
+    assert "user_error" in done["reason"] and done["exit_code"] == 3
+    gaps = [b["start_time"] - a["end_time"] for a, b in zip(done["attempts"], done["attempts"][1:])]
+    assert gaps[0] >= 0.2 and gaps[1] >= 0.4  # doubling back-off (0.2 s, then 0.4 s)
+
+
+def test_out_of_memory_and_missing_program_are_classified(service: Harness) -> None:
+    oom = service.submit(
+        command=[PY, "-c", "print('RuntimeError: CUDA out of memory.'); raise SystemExit(1)"],
+        max_retries=0,
+    )
+    missing = service.submit(command=["/no/such/program"], max_retries=0)
+    a, b = service.wait_done([oom["id"], missing["id"]])
+    assert a["attempts"][0]["cause"] == "oom"
+    assert b["attempts"][0]["cause"] == "user_error"
+    assert "cannot start" in b["attempts"][0]["detail"]
+
+
+def test_wall_time_limit_ends_in_timeout(service: Harness) -> None:
+    job = service.submit(command=sleeper(30), wall_time="1s")
+    done = service.wait_state(job["id"], {"TIMEOUT", "FAILED", "SUCCEEDED"}, timeout=20)
+    assert done["status"] == "TIMEOUT"
+    assert done["attempts"][0]["cause"] == "timeout"
+    assert done["end_time"] - done["first_start"] < 10
+
+
+def test_cancel_suspend_and_resume(service: Harness) -> None:
+    running = service.submit(command=sleeper(30))
+    service.wait_state(running["id"], {"RUNNING"})
+    r = service.client.post(f"/v1/jobs/{running['id']}/suspend", headers=auth("alice"))
+    assert r.status_code == 200
+    suspended = service.wait_state(running["id"], {"SUSPENDED"})
+    assert suspended["attempts"][0]["cause"] == "suspended"
+    assert service.job(running["id"])["position"] is None
+    r = service.client.post(f"/v1/jobs/{running['id']}/resume", headers=auth("alice"))
+    assert r.status_code == 200
+    service.wait_state(running["id"], {"RUNNING"})
+    r = service.client.post(f"/v1/jobs/{running['id']}/cancel", headers=auth("alice"))
+    done = service.wait_state(running["id"], {"CANCELLED"})
+    assert [a["cause"] for a in done["attempts"]] == ["suspended", "cancelled"]
+    check_history(service.attempts())
+
+
+def test_priority_orders_the_queue(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "state", policy="fifo", policy_options={})
+    try:
+        blocker = h.submit(gpus=4, command=sleeper(1.0))
+        h.wait_state(blocker["id"], {"RUNNING"})
+        low = h.submit(gpus=4, command=sleeper(0.1))
+        high = h.submit(gpus=4, command=sleeper(0.1))
+        assert h.job(low["id"])["position"] == 1
+        r = h.client.put(
+            f"/v1/jobs/{high['id']}/priority", json={"priority": 5}, headers=auth("alice")
+        )
+        assert r.status_code == 200 and r.json()["priority"] == 5
+        assert h.job(high["id"])["position"] == 1
+        jobs = h.wait_done([blocker["id"], low["id"], high["id"]])
+        assert jobs[2]["first_start"] < jobs[1]["first_start"]
+        check_history(h.attempts())
+    finally:
+        h.close()
+
+
+def test_prerun_catches_a_user_error_on_one_gpu(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "state", prerun=PrerunConfig(min_gpus=2, steps=2))
+    try:
+        bad = h.submit(gpus=4, command=[PY, "-c", "raise ValueError('typo')"], max_retries=3)
+        done = h.wait_state(bad["id"], {"FAILED"})
+        assert len(done["attempts"]) == 1  # no retries: the pre-run found a user error
+        attempt = done["attempts"][0]
+        assert attempt["phase"] == "prerun" and len(attempt["gpus"]) == 1
+        assert attempt["cause"] == "user_error"
+    finally:
+        h.close()
+
+
+def test_prerun_passes_then_the_gang_runs(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    h = Harness(tmp_path / "state", prerun=PrerunConfig(min_gpus=2, steps=2))
+    try:
+        job = h.submit(
+            gpus=3, command=[PY, "-m", "corral.examples.tiny_transformer", "--steps", "20"]
+        )
+        done = h.wait_state(job["id"], {"SUCCEEDED", "FAILED"}, timeout=120)
+        assert done["status"] == "SUCCEEDED", done
+        phases = [(a["phase"], len(a["gpus"]), a["cause"]) for a in done["attempts"]]
+        assert phases == [("prerun", 1, "prerun_ok"), ("main", 3, "succeeded")]
+        result = json.loads((h.config.state_dir / "jobs" / str(job["id"]) / "checkpoint" /
+                             "result.json").read_text())
+        assert result["final_step"] == 20  # the main run started from scratch
+    finally:
+        h.close()
+
+
+def test_lost_processes_count_against_the_node_which_drains(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "state", drain_after=1, policy="fifo", policy_options={})
+    try:
+        job = h.submit(gpus=1, gpu_type="V100", command=sleeper(30), max_retries=1)
+        h.wait_state(job["id"], {"RUNNING"})
+        pid = h.attempts()[0].pid
+        assert pid
+        os.killpg(pid, signal.SIGKILL)  # launcher and job die together: no exit record
+        wait_for(lambda: h.job(job["id"])["failures"] == 1, 20, "the loss to be seen")
+        first = h.job(job["id"])["attempts"][0]
+        assert first["cause"] == "node_failure"
+        with h.store.session() as s:
+            node = s.get(NodeRow, h.scheduler.node_of(first["gpus"][0]))
+            assert node is not None and node.state == "drained"
+            assert s.scalars(select(EventRow).where(EventRow.kind == "node_drained")).first()
+        # the retry needs a V100; the only V100 node is drained, so it waits
+        other = h.submit(gpus=1, gpu_type="K80", command=sleeper(0.1))
+        h.wait_state(other["id"], {"SUCCEEDED"})
+        assert h.job(job["id"])["status"] == "PENDING"
+        assert h.job(job["id"])["reason"] in ("Resources", "Priority")
+    finally:
+        h.close()
+
+
+def test_restart_adopts_running_jobs_and_requeues_nothing_twice(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "state")
+    try:
+        ids = [h.submit(gpus=1, command=sleeper(2.0))["id"] for _ in range(5)]
+        wait_for(lambda: sum(h.job(j)["status"] == "RUNNING" for j in ids) == 4, 20, "4 running")
+        h.crash()
+        h.submit(gpus=1, command=sleeper(0.1))  # submitted while the loop is down
+        h.restart()
+        jobs = h.wait_done(ids)
+        assert all(j["status"] == "SUCCEEDED" for j in jobs)
+        # the four running jobs were adopted, not restarted
+        assert sum(len(j["attempts"]) == 1 for j in jobs) == 5
+        with h.store.session() as s:
+            kinds = [e.kind for e in s.scalars(select(EventRow))]
+        assert kinds.count("adopted") == 4
+        check_history(h.attempts())
+    finally:
+        h.close()
