@@ -175,8 +175,7 @@ def test_lost_processes_count_against_the_node_which_drains(tmp_path: Path) -> N
     try:
         job = h.submit(gpus=1, gpu_type="V100", command=sleeper(30), max_retries=1)
         h.wait_state(job["id"], {"RUNNING"})
-        pid = h.attempts()[0].pid
-        assert pid
+        pid = wait_for(lambda: h.attempts()[0].pid, 10, "the pid to be recorded")
         os.killpg(pid, signal.SIGKILL)  # launcher and job die together: no exit record
         wait_for(lambda: h.job(job["id"])["failures"] == 1, 20, "the loss to be seen")
         first = h.job(job["id"])["attempts"][0]
@@ -195,7 +194,7 @@ def test_lost_processes_count_against_the_node_which_drains(tmp_path: Path) -> N
 
 
 def test_restart_adopts_running_jobs_and_requeues_nothing_twice(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "state")
+    h = Harness(tmp_path / "state", policy="fifo", policy_options={})
     try:
         ids = [h.submit(gpus=1, command=sleeper(2.0))["id"] for _ in range(5)]
         wait_for(lambda: sum(h.job(j)["status"] == "RUNNING" for j in ids) == 4, 20, "4 running")
