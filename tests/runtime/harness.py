@@ -7,6 +7,8 @@ on 4 virtual GPUs (2 V100, 2 K80).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -116,10 +118,8 @@ class Harness:
         self.crash()
         for a in self.attempts():
             if a.end_time is None and a.pid:
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(a.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
         self.store.dispose()
 
 
@@ -134,12 +134,12 @@ def check_history(attempts: list[AttemptRow]) -> None:
             by_gpu.setdefault(g, []).append((a.start_time, a.end_time, a.job_id))
     for gpu, spans in by_gpu.items():
         spans.sort()
-        for (s0, e0, j0), (s1, _, j1) in zip(spans, spans[1:], strict=False):
+        for (_s0, e0, j0), (s1, _, j1) in itertools.pairwise(spans):
             assert s1 >= e0, f"GPU {gpu}: job {j1} started at {s1} before job {j0} ended at {e0}"
     by_job: dict[int, list[AttemptRow]] = {}
     for a in attempts:
         by_job.setdefault(a.job_id, []).append(a)
     for job, rows in by_job.items():
         rows.sort(key=lambda r: r.number)
-        for before, after in zip(rows, rows[1:], strict=False):
+        for before, after in itertools.pairwise(rows):
             assert after.start_time >= before.end_time, f"job {job} ran two attempts at once"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -78,7 +79,7 @@ def test_failures_are_retried_with_backoff_then_fail(service: Harness) -> None:
     causes = [a["cause"] for a in done["attempts"]]
     assert causes == ["user_error"] * 3
     assert "user_error" in done["reason"] and done["exit_code"] == 3
-    gaps = [b["start_time"] - a["end_time"] for a, b in zip(done["attempts"], done["attempts"][1:])]
+    gaps = [b["start_time"] - a["end_time"] for a, b in itertools.pairwise(done["attempts"])]
     assert gaps[0] >= 0.2 and gaps[1] >= 0.4  # doubling back-off (0.2 s, then 0.4 s)
 
 
@@ -163,8 +164,11 @@ def test_prerun_passes_then_the_gang_runs(tmp_path: Path) -> None:
         assert done["status"] == "SUCCEEDED", done
         phases = [(a["phase"], len(a["gpus"]), a["cause"]) for a in done["attempts"]]
         assert phases == [("prerun", 1, "prerun_ok"), ("main", 3, "succeeded")]
-        result = json.loads((h.config.state_dir / "jobs" / str(job["id"]) / "checkpoint" /
-                             "result.json").read_text())
+        result = json.loads(
+            (
+                h.config.state_dir / "jobs" / str(job["id"]) / "checkpoint" / "result.json"
+            ).read_text()
+        )
         assert result["final_step"] == 20  # the main run started from scratch
     finally:
         h.close()

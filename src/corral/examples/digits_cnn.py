@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     loss_fn = nn.CrossEntropyLoss()
 
     def train_step(step: int) -> torch.Tensor:
-        pick = torch.as_tensor(batch_rng(args.seed, step).choice(len(y_train), BATCH, replace=False))
+        rng = batch_rng(args.seed, step)
+        pick = torch.as_tensor(rng.choice(len(y_train), BATCH, replace=False))
         return loss_fn(model(x_train[pick]), y_train[pick])
 
     def evaluate() -> dict[str, float]:

@@ -26,7 +26,7 @@ def parse_args(description: str, steps: int, argv: list[str] | None = None) -> a
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument(
-        "--step-time", type=float, default=0.0, help="extra seconds per step (to stand in for a larger model)"
+        "--step-time", type=float, default=0.0, help="extra seconds per step (a larger model)"
     )
     parser.add_argument("--checkpoint-every", type=float, default=60.0, help="seconds")
     parser.add_argument("--result", type=Path, default=None, help="write final metrics (JSON) here")

@@ -1,0 +1,93 @@
+"""Job specs and the service config: what is accepted, and errors that name the place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral.errors import InputError
+from corral.runtime.config import GpuGroup, load_config
+from corral.runtime.executor import GpuSlot, gpu_type_from_name, virtual_slots
+from corral.runtime.scheduler import cluster_from_slots
+from corral.runtime.specs import load_job_spec, parse_seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        (90, 90.0),
+        ("90", 90.0),
+        ("1h30m", 5400.0),
+        ("01:30:00", 5400.0),
+        ("2:00", 120.0),
+        ("1d", 86400.0),
+        ("45s", 45.0),
+    ],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "", "-5", "1:2:3:4", 0])
+def test_bad_durations(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_seconds(text)
+
+
+def test_job_spec_yaml_errors_name_file_line_field(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("name: x\ncommand: [python, train.py]\ngpus: -2\n")
+    with pytest.raises(InputError) as err:
+        load_job_spec(path)
+    assert str(err.value).startswith(f"{path}:3: field 'gpus'")
+    path.write_text("name: x\ncommand: python train.py\n")
+    with pytest.raises(
+        InputError, match=r"job.yaml:2: field 'command': give the command as a list"
+    ):
+        load_job_spec(path)
+    path.write_text("command: [a]\ngpu_type: v100\nwall_time: 1h\nenv: {A: '1'}\n")
+    spec = load_job_spec(path)
+    assert spec.gpu_type == "V100" and spec.wall_time == 3600.0 and spec.env == {"A": "1"}
+
+
+def test_config_errors_name_file_line_field(tmp_path: Path) -> None:
+    path = tmp_path / "corral.yaml"
+    path.write_text("policy: las\nusers:\n  - {name: a, token: short}\n")
+    with pytest.raises(InputError, match=r"corral.yaml:2: field 'users.0.token'"):
+        load_config(path)
+    path.write_text("policy: las\nport: 80000\nusers: [{name: a, token: long-enough}]\n")
+    with pytest.raises(InputError, match=r"corral.yaml:2: field 'port'"):
+        load_config(path)
+    path.write_text(
+        "state_dir: st\ngpus: [{type: v100, count: 2}]\nusers: [{name: a, token: long-enough}]\n"
+    )
+    config = load_config(path)
+    assert config.state_dir == tmp_path / "st"  # relative to the file
+    assert config.store_url == f"sqlite:///{tmp_path / 'st' / 'corral.db'}"
+    assert config.host == "127.0.0.1"
+
+
+def test_virtual_gpus_are_dense_and_grouped_by_node() -> None:
+    slots = virtual_slots([GpuGroup(type="V100", count=2), GpuGroup(type="K80", count=3)])
+    assert [s.id for s in slots] == [0, 1, 2, 3, 4]
+    assert [s.gpu_type for s in slots] == ["V100"] * 2 + ["K80"] * 3
+    cluster = cluster_from_slots(slots)
+    assert cluster.gpus_by_type() == {"K80": 3, "V100": 2}
+    assert [cluster.nodes[cluster.gpu_node[s.id]].name for s in slots] == [s.node for s in slots]
+    assert all(isinstance(s, GpuSlot) and s.device is None for s in slots)
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        ("Tesla V100-SXM2-16GB", "V100"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA A100-SXM4-40GB", "A100"),
+        ("Tesla K80", "K80"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA GeForce RTX 4090", "RTX4090"),
+    ],
+)
+def test_gpu_type_from_product_name(name: str, short: str) -> None:
+    assert gpu_type_from_name(name) == short
