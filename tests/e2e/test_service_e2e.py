@@ -1,0 +1,300 @@
+"""End to end: ``corral serve`` on 127.0.0.1 with 4 virtual GPUs of two types,
+real PyTorch jobs, the CLI, preemption, and ``kill -9`` of the service."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from corral.api.client import Client
+from corral.cli import app
+from corral.runtime.executor import free_port
+from corral.runtime.store import AttemptRow, EventRow, Store
+from tests.runtime.harness import PY, TERMINAL, TOKENS, check_history, wait_for
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+
+class Service:
+    """A ``corral serve`` process and a client of it."""
+
+    def __init__(self, folder: Path, policy: str, options: dict[str, Any]) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "state_dir": "state",
+            "policy": policy,
+            "policy_options": options,
+            "gpus": [{"type": "V100", "count": 2}, {"type": "K80", "count": 2}],
+            "users": [{"name": n, "token": t, "admin": n == "root"} for n, t in TOKENS.items()],
+            "stop_grace": 20,
+            "heartbeat_interval": 0.5,
+            "tick": 0.2,
+            "retry": {"backoff": 0.5, "backoff_max": 2},
+        }
+        self.config = folder / "corral.yaml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client = Client(self.url, TOKENS["alice"])
+        self.admin = Client(self.url, TOKENS["root"])
+
+    def start(self) -> None:
+        log = open(self.folder / "serve.log", "ab")  # noqa: SIM115 (kept open by the child)
+        self.proc = subprocess.Popen(
+            [PY, "-m", "corral.cli", "serve", "--config", str(self.config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+        def up() -> bool:
+            try:
+                return self.admin.json("GET", "/v1/health")["status"] == "ok"
+            except Exception:
+                return False
+
+        wait_for(up, 60, "the service to answer")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+    def store(self) -> Store:
+        return Store(f"sqlite:///{self.folder / 'state' / 'corral.db'}")
+
+    def attempts(self) -> list[AttemptRow]:
+        store = self.store()
+        try:
+            with store.session() as s:
+                return list(s.query(AttemptRow).order_by(AttemptRow.id))
+        finally:
+            store.dispose()
+
+    def events(self, kind: str) -> list[EventRow]:
+        store = self.store()
+        try:
+            with store.session() as s:
+                return list(s.query(EventRow).filter(EventRow.kind == kind))
+        finally:
+            store.dispose()
+
+    def wait_done(self, ids: list[int], timeout: float) -> list[dict[str, Any]]:
+        def done() -> bool:
+            return all(self.client.job(j)["status"] in TERMINAL for j in ids)
+
+        wait_for(done, timeout, f"jobs {ids} to end")
+        return [self.client.job(j) for j in ids]
+
+    def result(self, job_id: int) -> dict[str, Any]:
+        path = self.folder / "state" / "jobs" / str(job_id) / "checkpoint" / "result.json"
+        return json.loads(path.read_text())
+
+    def close(self) -> None:
+        self.stop()
+        for a in self.attempts():  # leave no process behind, whatever happened
+            if a.end_time is None and a.pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(a.pid, signal.SIGKILL)
+        self.client.close()
+        self.admin.close()
+
+
+@pytest.fixture
+def make_service(tmp_path: Path) -> Iterator[Any]:
+    made: list[Service] = []
+
+    def make(policy: str, **options: Any) -> Service:
+        service = Service(tmp_path, policy, options)
+        service.start()
+        made.append(service)
+        return service
+
+    yield make
+    for service in made:
+        service.close()
+
+
+def digits(steps: int, step_time: float = 0.02) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "corral.examples.digits_cnn",
+        "--steps",
+        str(steps),
+        "--step-time",
+        str(step_time),
+        "--log-every",
+        "50",
+    ]
+
+
+def transformer(steps: int, step_time: float = 0.02) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "corral.examples.tiny_transformer",
+        "--steps",
+        str(steps),
+        "--step-time",
+        str(step_time),
+        "--log-every",
+        "50",
+    ]
+
+
+def test_ten_mixed_jobs_under_tiresias(make_service: Any, tmp_path: Path) -> None:
+    service = make_service("tiresias-las", queues=2, thresholds=[8])
+    runner = CliRunner()
+    env = {"CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"]}
+    spec = tmp_path / "cnn.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cnn-yaml",
+                "command": digits(250),
+                "gpus": 1,
+                "gpu_type": "V100",
+                "total_steps": 250,
+            }
+        )
+    )
+    submitted = runner.invoke(app, ["submit", str(spec)], env=env)
+    assert submitted.exit_code == 0, submitted.output
+    ids = [int(submitted.output.split()[2])]
+    plain = runner.invoke(
+        app,
+        [
+            "submit",
+            "--gpus",
+            "1",
+            "--name",
+            "plain",
+            "--",
+            PY,
+            "-c",
+            "import time; time.sleep(4); print('plain done')",
+        ],
+        env=env,
+    )
+    assert plain.exit_code == 0, plain.output
+    ids.append(int(plain.output.split()[2]))
+    specs = [
+        {"name": "cnn-1", "command": digits(250), "gpus": 1},
+        {"name": "cnn-2", "command": digits(250), "gpus": 1, "gpu_type": "V100"},
+        {"name": "cnn-3", "command": digits(250), "gpus": 1},
+        {"name": "cnn-gang", "command": digits(150), "gpus": 4},
+        {"name": "tf-1", "command": transformer(200), "gpus": 2, "gpu_type": "K80"},
+        {"name": "tf-2", "command": transformer(200), "gpus": 2},
+        {"name": "tf-3", "command": transformer(150), "gpus": 1, "gpu_type": "K80"},
+        {"name": "plain-2", "command": [PY, "-c", "import time; time.sleep(3)"], "gpus": 2},
+    ]
+    ids += [service.client.submit(s)["id"] for s in specs]
+    queue = runner.invoke(app, ["queue"], env=env)
+    assert queue.exit_code == 0 and "cnn-gang" in queue.output
+    nodes = runner.invoke(app, ["nodes", "--json"], env=env)
+    assert {n["gpu_type"] for n in json.loads(nodes.output)} == {"V100", "K80"}
+
+    jobs = service.wait_done(ids, timeout=400)
+    assert [j["status"] for j in jobs] == ["SUCCEEDED"] * 10, [
+        (j["name"], j["reason"]) for j in jobs
+    ]
+    assert sum(j["preemptions"] for j in jobs) > 0, "tiresias should have preempted"
+    attempts = service.attempts()
+    check_history(attempts)
+    slots = {0: "V100", 1: "V100", 2: "K80", 3: "K80"}
+    for job in jobs:
+        for a in job["attempts"]:
+            if job["gpu_type"]:
+                assert {slots[g] for g in a["gpus"]} == {job["gpu_type"]}
+            assert len(a["gpus"]) == job["gpus"]
+        if job["name"].startswith(("cnn", "tf")):
+            steps = int(job["command"][job["command"].index("--steps") + 1])
+            result = service.result(job["id"])
+            assert result["final_step"] == steps
+            if job["name"].startswith("cnn"):
+                assert result["test_accuracy"] > 0.85
+            else:
+                assert result["test_loss"] < 0.8 * result["uniform_loss"]
+    resumed = [
+        j
+        for j in jobs
+        if j["name"] != "plain"
+        and j["preemptions"]
+        and any(a["steps_start"] > 0 for a in j["attempts"])
+    ]
+    assert resumed, "some preempted job should have resumed from its checkpoint"
+    logs = runner.invoke(app, ["logs", str(ids[1])], env=env)
+    assert "plain done" in logs.output
+    show = runner.invoke(app, ["show", str(ids[0])], env=env)
+    assert "SUCCEEDED" in show.output and "attempts" in show.output
+
+
+def test_preempted_job_matches_an_uninterrupted_run(make_service: Any, tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    subprocess.run(
+        digits(300, 0.0),
+        env={**os.environ, "CORRAL_CHECKPOINT_DIR": str(reference)},
+        check=True,
+        capture_output=True,
+    )
+    expected = json.loads((reference / "result.json").read_text())
+
+    service = make_service("las", quantum=1.0)
+    long = service.client.submit({"name": "long", "command": digits(300), "gpus": 4})
+    wait_for(lambda: service.client.job(long["id"])["steps"] >= 60, 120, "progress")
+    short = service.client.submit(
+        {"name": "short", "gpus": 4, "command": [PY, "-c", "import time; time.sleep(1)"]}
+    )
+    jobs = service.wait_done([long["id"], short["id"]], timeout=240)
+    assert [j["status"] for j in jobs] == ["SUCCEEDED", "SUCCEEDED"]
+    first, *rest = jobs[0]["attempts"]
+    assert first["cause"] == "preempted" and rest
+    assert first["exit_code"] == 75  # checkpointed and stopped at an iteration boundary
+    assert rest[0]["steps_start"] >= 60  # resumed from the checkpoint, not from scratch
+    got = service.result(long["id"])
+    assert got["final_step"] == expected["final_step"] == 300
+    assert abs(got["train_loss"] - expected["train_loss"]) < 1e-3
+    assert abs(got["test_accuracy"] - expected["test_accuracy"]) < 0.02
+    check_history(service.attempts())
+
+
+def test_kill_9_and_restart_loses_nothing(make_service: Any) -> None:
+    service = make_service("fifo")
+    ids = [
+        service.client.submit({"name": f"cnn-{k}", "command": digits(250), "gpus": 1})["id"]
+        for k in range(6)
+    ]
+    wait_for(lambda: sum(service.client.job(j)["steps"] > 20 for j in ids) >= 4, 120, "progress")
+    running = [j for j in ids if service.client.job(j)["status"] == "RUNNING"]
+    service.kill9()
+    time.sleep(1.0)
+    service.start()
+    jobs = service.wait_done(ids, timeout=300)
+    assert [j["status"] for j in jobs] == ["SUCCEEDED"] * 6
+    adopted = {e.job_id for e in service.events("adopted")}
+    assert set(running) <= adopted | {j["id"] for j in jobs if j["attempts"][0]["end_time"]}
+    assert len(adopted) >= 3
+    for job in jobs:
+        assert service.result(job["id"])["final_step"] == 250
+    check_history(service.attempts())
