@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test,examples]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -27,6 +28,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_speed.py
+	$(PY) benchmarks/service.py
 
 clean:
 	rm -rf $(VENV) demo-out runs .pytest_cache .ruff_cache

@@ -3,10 +3,8 @@ real PyTorch jobs, the CLI, preemption, and ``kill -9`` of the service."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,87 +15,26 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from corral.api.client import Client
 from corral.cli import app
-from corral.runtime.executor import free_port
-from corral.runtime.store import AttemptRow, EventRow, Store
+from corral.runtime.service_process import ServiceProcess
 from tests.runtime.harness import PY, TERMINAL, TOKENS, check_history, wait_for
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 
-class Service:
-    """A ``corral serve`` process and a client of it."""
+class Service(ServiceProcess):
+    """A ``corral serve`` process with this test module's users and settings."""
 
     def __init__(self, folder: Path, policy: str, options: dict[str, Any]) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {
-            "host": "127.0.0.1",
-            "port": self.port,
-            "state_dir": "state",
-            "policy": policy,
-            "policy_options": options,
-            "gpus": [{"type": "V100", "count": 2}, {"type": "K80", "count": 2}],
-            "users": [{"name": n, "token": t, "admin": n == "root"} for n, t in TOKENS.items()],
-            "stop_grace": 20,
-            "heartbeat_interval": 0.5,
-            "tick": 0.2,
-            "retry": {"backoff": 0.5, "backoff_max": 2},
-        }
-        self.config = folder / "corral.yaml"
-        self.config.write_text(yaml.safe_dump(config))
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.client = Client(self.url, TOKENS["alice"])
-        self.admin = Client(self.url, TOKENS["root"])
-
-    def start(self) -> None:
-        log = open(self.folder / "serve.log", "ab")  # noqa: SIM115 (kept open by the child)
-        self.proc = subprocess.Popen(
-            [PY, "-m", "corral.cli", "serve", "--config", str(self.config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        super().__init__(
+            folder,
+            policy,
+            options,
+            users=TOKENS,
+            stop_grace=20,
+            retry={"backoff": 0.5, "backoff_max": 2},
         )
-
-        def up() -> bool:
-            try:
-                return self.admin.json("GET", "/v1/health")["status"] == "ok"
-            except Exception:
-                return False
-
-        wait_for(up, 60, "the service to answer")
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(20)
-
-    def store(self) -> Store:
-        return Store(f"sqlite:///{self.folder / 'state' / 'corral.db'}")
-
-    def attempts(self) -> list[AttemptRow]:
-        store = self.store()
-        try:
-            with store.session() as s:
-                return list(s.query(AttemptRow).order_by(AttemptRow.id))
-        finally:
-            store.dispose()
-
-    def events(self, kind: str) -> list[EventRow]:
-        store = self.store()
-        try:
-            with store.session() as s:
-                return list(s.query(EventRow).filter(EventRow.kind == kind))
-        finally:
-            store.dispose()
 
     def wait_done(self, ids: list[int], timeout: float) -> list[dict[str, Any]]:
         def done() -> bool:
@@ -109,15 +46,6 @@ class Service:
     def result(self, job_id: int) -> dict[str, Any]:
         path = self.folder / "state" / "jobs" / str(job_id) / "checkpoint" / "result.json"
         return json.loads(path.read_text())
-
-    def close(self) -> None:
-        self.stop()
-        for a in self.attempts():  # leave no process behind, whatever happened
-            if a.end_time is None and a.pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(a.pid, signal.SIGKILL)
-        self.client.close()
-        self.admin.close()
 
 
 @pytest.fixture
@@ -165,6 +93,7 @@ def transformer(steps: int, step_time: float = 0.02) -> list[str]:
 
 def test_ten_mixed_jobs_under_tiresias(make_service: Any, tmp_path: Path) -> None:
     service = make_service("tiresias-las", queues=2, thresholds=[8])
+    assert service.users["alice"] == TOKENS["alice"]
     runner = CliRunner()
     env = {"CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"]}
     spec = tmp_path / "cnn.yaml"

@@ -46,7 +46,7 @@ def train(
     session = Session(model=model, optimizer=optimizer, checkpoint_every=args.checkpoint_every)
     step = session.restore()
     if step:
-        print(f"resumed from step {step}", flush=True)
+        print(f"resumed from step {step} at t={time.time():.3f}", flush=True)
     while step < args.steps:
         model.train()
         optimizer.zero_grad(set_to_none=True)

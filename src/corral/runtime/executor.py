@@ -210,6 +210,8 @@ class LocalExecutor(Executor):
     def launch(self, request: LaunchRequest) -> ProcessRef:
         request.dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
+        # `python` in a job means the service's own environment (where corral.train is)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.update(request.env)
         devices = [g.device for g in request.gpus]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(d for d in devices if d is not None)

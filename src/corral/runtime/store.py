@@ -19,7 +19,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text, create_engine, event, select
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    select,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -104,7 +115,7 @@ class NodeRow(Base):
     state: Mapped[str] = mapped_column(String(16), default="up")
     failures: Mapped[int] = mapped_column(Integer, default=0)
     """Node failures in a row (reset by a clean exit)."""
-    virtual: Mapped[bool] = mapped_column(Integer, default=0)
+    virtual: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class MetaRow(Base):

@@ -1,0 +1,183 @@
+"""The live service's speed: submissions per second, submit-to-start latency,
+and the preempt -> checkpoint -> resume cycle of the example jobs.
+
+Runs ``corral serve`` on 127.0.0.1 with 4 virtual GPUs (2 V100, 2 K80) in a
+temporary folder and talks to it over HTTP, as users do.
+
+1. Submissions: a blocker job holds all 4 GPUs; N jobs (default 1,000) are
+   submitted behind it through the API, one client, one request at a time,
+   then with 4 client threads. Also timed: until the scheduler has queued
+   them all (each has a pending reason other than "Submitted").
+2. Submit -> start on an idle cluster: submit -> the scheduler launches the
+   attempt (store), and submit -> the job's first line of Python runs.
+3. Preemption: an example job runs on all 4 GPUs under LAS; a 4-GPU job
+   arrives and preempts it. Timed: the stop order -> the job has saved its
+   checkpoint and exited; exit -> relaunch; relaunch -> training resumed
+   (after Python and PyTorch import and the checkpoint load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.runtime.service_process import ServiceProcess
+
+PY = sys.executable
+
+
+def wait(predicate: Any, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError("benchmark condition not met")
+
+
+def submissions(folder: Path, n: int) -> None:
+    service = ServiceProcess(folder / "submit", "fifo")
+    service.start()
+    try:
+        client = service.client
+        blocker = client.submit({"name": "blocker", "gpus": 4, "command": ["sleep", "600"]})
+        wait(lambda: client.job(blocker["id"])["status"] == "RUNNING")
+        spec = {"name": "queued", "gpus": 1, "command": ["true"]}
+        t0 = time.perf_counter()
+        ids = [client.submit(spec)["id"] for _ in range(n)]
+        serial = time.perf_counter() - t0
+        wait(lambda: all(j["reason"] != "Submitted" for j in client.jobs("PENDING")), 300)
+        ingested = time.perf_counter() - t0
+
+        threads, per = 4, n // 4
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            from corral.api.client import Client
+
+            try:
+                with Client(service.url, service.users["alice"]) as mine:
+                    for _ in range(per):
+                        mine.submit(spec)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        t1 = time.perf_counter()
+        pool = [threading.Thread(target=worker) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        parallel = time.perf_counter() - t1
+        if errors:
+            raise errors[0]
+        print(f"submissions ({n} jobs, 1 client):   {n / serial:8.1f} jobs/s ({serial:.2f} s)")
+        print(f"  queued by the scheduler after:    {ingested:8.2f} s")
+        print(
+            f"submissions ({threads * per} jobs, {threads} clients):  "
+            f"{threads * per / parallel:8.1f} jobs/s ({parallel:.2f} s)"
+        )
+        del ids
+    finally:
+        service.close()
+
+
+def start_latency(folder: Path, repeats: int) -> None:
+    service = ServiceProcess(folder / "latency", "fifo", tick=0.5)
+    service.start()
+    launch, first_line = [], []
+    try:
+        client = service.client
+        for _ in range(repeats):
+            job = client.submit(
+                {"name": "ping", "command": [PY, "-c", "import time; print(repr(time.time()))"]}
+            )
+            done = wait(lambda: (j := client.job(job["id"]))["status"] == "SUCCEEDED" and j)  # noqa: B023
+            started = float(client.logs(job["id"]).text.strip().splitlines()[-1])
+            launch.append(done["attempts"][0]["start_time"] - done["submit_time"])
+            first_line.append(started - done["submit_time"])
+    finally:
+        service.close()
+    print(
+        f"submit -> launch (idle cluster, {repeats} jobs):  "
+        f"median {1000 * statistics.median(launch):6.1f} ms, max {1000 * max(launch):6.1f} ms"
+    )
+    print(
+        f"submit -> job's first line:                 "
+        f"median {1000 * statistics.median(first_line):6.1f} ms, "
+        f"max {1000 * max(first_line):6.1f} ms"
+    )
+
+
+def preemption(folder: Path, example: str, repeats: int) -> None:
+    stop_to_exit, exit_to_launch, launch_to_train = [], [], []
+    for k in range(repeats):
+        service = ServiceProcess(
+            folder / f"preempt-{example}-{k}", "las", {"quantum": 1.0}, stop_grace=60
+        )
+        service.start()
+        try:
+            client = service.client
+            command = [
+                PY,
+                "-m",
+                f"corral.examples.{example}",
+                "--steps",
+                "400",
+                "--step-time",
+                "0.02",
+            ]
+            job = client.submit({"name": example, "gpus": 4, "command": command})
+            wait(lambda: client.job(job["id"])["steps"] >= 30)  # noqa: B023
+            client.submit({"name": "short", "gpus": 4, "command": ["true"]})
+            done = wait(
+                lambda: (j := client.job(job["id"]))["status"] == "SUCCEEDED" and j,  # noqa: B023
+                300,
+            )
+            first, second = done["attempts"][:2]
+            stop = next(e for e in done["events"] if e["kind"] == "stop")
+            resumed = re.search(
+                r"resumed from step \d+ at t=([\d.]+)", client.logs(job["id"], attempt=2).text
+            )
+            assert first["cause"] == "preempted" and resumed is not None
+            stop_to_exit.append(first["end_time"] - stop["time"])
+            exit_to_launch.append(second["start_time"] - first["end_time"])
+            launch_to_train.append(float(resumed.group(1)) - second["start_time"])
+        finally:
+            service.close()
+    med = statistics.median
+    print(f"{example}: stop order -> checkpointed and exited  {1000 * med(stop_to_exit):7.1f} ms")
+    print(
+        f"{example}: exit -> relaunch on the freed GPUs       "
+        f"{1000 * med(exit_to_launch):7.1f} ms (the preempting job ran in between)"
+    )
+    print(
+        f"{example}: relaunch -> training resumed           "
+        f"{1000 * med(launch_to_train):7.1f} ms (Python + PyTorch import + restore)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--preempt-repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        submissions(folder, args.jobs)
+        start_latency(folder, args.repeats)
+        for example in ("digits_cnn", "tiny_transformer"):
+            preemption(folder, example, args.preempt_repeats)
+
+
+if __name__ == "__main__":
+    main()

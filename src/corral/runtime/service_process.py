@@ -1,0 +1,119 @@
+"""Run ``corral serve`` as a child process on loopback (tests and benchmarks).
+
+Writes a config with virtual GPUs into a folder, starts the service, waits
+until it answers, and can stop it gracefully or with ``kill -9``. Whatever
+happens, :meth:`ServiceProcess.close` leaves no job process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from corral.api.client import Client
+from corral.runtime.executor import free_port
+from corral.runtime.store import AttemptRow, EventRow, Store
+
+
+class ServiceProcess:
+    def __init__(
+        self,
+        folder: Path,
+        policy: str,
+        options: dict[str, Any] | None = None,
+        users: dict[str, str] | None = None,
+        gpus: list[dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.users = users or {"alice": "alice-token-1", "root": "root-token-1"}
+        config = {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "state_dir": "state",
+            "policy": policy,
+            "policy_options": options or {},
+            "gpus": gpus or [{"type": "V100", "count": 2}, {"type": "K80", "count": 2}],
+            "users": [
+                {"name": n, "token": t, "admin": n == "root"} for n, t in self.users.items()
+            ],
+            "heartbeat_interval": 0.5,
+            "tick": 0.2,
+            **settings,
+        }
+        folder.mkdir(parents=True, exist_ok=True)
+        self.config = folder / "corral.yaml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.proc: subprocess.Popen[bytes] | None = None
+        first = next(iter(self.users))
+        self.client = Client(self.url, self.users[first])
+        self.admin = Client(self.url, self.users.get("root", self.users[first]))
+
+    def start(self, timeout: float = 60.0) -> None:
+        with open(self.folder / "serve.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "corral.cli", "serve", "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if self.admin.json("GET", "/v1/health")["status"] == "ok":
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError(f"the service did not start; see {self.folder / 'serve.log'}")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+    def store(self) -> Store:
+        return Store(f"sqlite:///{self.folder / 'state' / 'corral.db'}")
+
+    def attempts(self) -> list[AttemptRow]:
+        store = self.store()
+        try:
+            with store.session() as s:
+                return list(s.query(AttemptRow).order_by(AttemptRow.id))
+        finally:
+            store.dispose()
+
+    def events(self, kind: str | None = None) -> list[EventRow]:
+        store = self.store()
+        try:
+            with store.session() as s:
+                query = s.query(EventRow).order_by(EventRow.id)
+                if kind is not None:
+                    query = query.filter(EventRow.kind == kind)
+                return list(query)
+        finally:
+            store.dispose()
+
+    def close(self) -> None:
+        self.stop()
+        for a in self.attempts():
+            if a.end_time is None and a.pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(a.pid, signal.SIGKILL)
+        self.client.close()
+        self.admin.close()
