@@ -26,21 +26,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from corral.runtime.service_process import ServiceProcess
+from corral.runtime.service_process import ServiceProcess, wait_for
 
 PY = sys.executable
-
-
-def wait(predicate: Any, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError("benchmark condition not met")
 
 
 def submissions(folder: Path, n: int) -> None:
@@ -49,12 +38,12 @@ def submissions(folder: Path, n: int) -> None:
     try:
         client = service.client
         blocker = client.submit({"name": "blocker", "gpus": 4, "command": ["sleep", "600"]})
-        wait(lambda: client.job(blocker["id"])["status"] == "RUNNING")
+        wait_for(lambda: client.job(blocker["id"])["status"] == "RUNNING")
         spec = {"name": "queued", "gpus": 1, "command": ["true"]}
         t0 = time.perf_counter()
         ids = [client.submit(spec)["id"] for _ in range(n)]
         serial = time.perf_counter() - t0
-        wait(lambda: all(j["reason"] != "Submitted" for j in client.jobs("PENDING")), 300)
+        wait_for(lambda: all(j["reason"] != "Submitted" for j in client.jobs("PENDING")), 300)
         ingested = time.perf_counter() - t0
 
         threads, per = 4, n // 4
@@ -100,7 +89,7 @@ def start_latency(folder: Path, repeats: int) -> None:
             job = client.submit(
                 {"name": "ping", "command": [PY, "-c", "import time; print(repr(time.time()))"]}
             )
-            done = wait(lambda: (j := client.job(job["id"]))["status"] == "SUCCEEDED" and j)  # noqa: B023
+            done = wait_for(lambda: (j := client.job(job["id"]))["status"] == "SUCCEEDED" and j)  # noqa: B023
             started = float(client.logs(job["id"]).text.strip().splitlines()[-1])
             launch.append(done["attempts"][0]["start_time"] - done["submit_time"])
             first_line.append(started - done["submit_time"])
@@ -136,9 +125,9 @@ def preemption(folder: Path, example: str, repeats: int) -> None:
                 "0.02",
             ]
             job = client.submit({"name": example, "gpus": 4, "command": command})
-            wait(lambda: client.job(job["id"])["steps"] >= 30)  # noqa: B023
+            wait_for(lambda: client.job(job["id"])["steps"] >= 30)  # noqa: B023
             client.submit({"name": "short", "gpus": 4, "command": ["true"]})
-            done = wait(
+            done = wait_for(
                 lambda: (j := client.job(job["id"]))["status"] == "SUCCEEDED" and j,  # noqa: B023
                 300,
             )

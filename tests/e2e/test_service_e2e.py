@@ -63,11 +63,11 @@ def make_service(tmp_path: Path) -> Iterator[Any]:
         service.close()
 
 
-def digits(steps: int, step_time: float = 0.02) -> list[str]:
+def example(module: str, steps: int, step_time: float = 0.02) -> list[str]:
     return [
         PY,
         "-m",
-        "corral.examples.digits_cnn",
+        f"corral.examples.{module}",
         "--steps",
         str(steps),
         "--step-time",
@@ -75,20 +75,14 @@ def digits(steps: int, step_time: float = 0.02) -> list[str]:
         "--log-every",
         "50",
     ]
+
+
+def digits(steps: int, step_time: float = 0.02) -> list[str]:
+    return example("digits_cnn", steps, step_time)
 
 
 def transformer(steps: int, step_time: float = 0.02) -> list[str]:
-    return [
-        PY,
-        "-m",
-        "corral.examples.tiny_transformer",
-        "--steps",
-        str(steps),
-        "--step-time",
-        str(step_time),
-        "--log-every",
-        "50",
-    ]
+    return example("tiny_transformer", steps, step_time)
 
 
 def test_ten_mixed_jobs_under_tiresias(make_service: Any, tmp_path: Path) -> None:

@@ -7,14 +7,9 @@ on 4 virtual GPUs (2 V100, 2 K80).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
-import signal
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +19,10 @@ from corral.api.app import create_app
 from corral.runtime.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
 from corral.runtime.executor import LocalExecutor
 from corral.runtime.scheduler import Scheduler
+from corral.runtime.service_process import kill_open_attempts, wait_for
 from corral.runtime.store import AttemptRow, Store
+
+__all__ = ["wait_for"]
 
 PY = sys.executable
 TOKENS = {"alice": "alice-token-1", "bob": "bob-token-12", "root": "root-token-1"}
@@ -53,16 +51,6 @@ def make_config(state_dir: Path, **overrides: Any) -> ServiceConfig:
 
 def auth(user: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKENS[user]}"}
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Harness:
@@ -116,10 +104,7 @@ class Harness:
 
     def close(self) -> None:
         self.crash()
-        for a in self.attempts():
-            if a.end_time is None and a.pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(a.pid, signal.SIGKILL)
+        kill_open_attempts(self.attempts())
         self.store.dispose()
 
 

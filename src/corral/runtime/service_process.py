@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,25 @@ import yaml
 from corral.api.client import Client
 from corral.runtime.executor import free_port
 from corral.runtime.store import AttemptRow, EventRow, Store
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "a condition") -> Any:
+    """Poll ``predicate`` until it returns something true; that value, or TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def kill_open_attempts(attempts: list[AttemptRow]) -> None:
+    """SIGKILL the process group of every attempt still open (clean-up after a run)."""
+    for a in attempts:
+        if a.end_time is None and a.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(a.pid, signal.SIGKILL)
 
 
 class ServiceProcess:
@@ -111,9 +131,6 @@ class ServiceProcess:
 
     def close(self) -> None:
         self.stop()
-        for a in self.attempts():
-            if a.end_time is None and a.pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(a.pid, signal.SIGKILL)
+        kill_open_attempts(self.attempts())
         self.client.close()
         self.admin.close()
