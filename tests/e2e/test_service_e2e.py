@@ -185,6 +185,13 @@ def test_preempted_job_matches_an_uninterrupted_run(make_service: Any, tmp_path:
 
     service = make_service("las", quantum=1.0)
     long = service.client.submit({"name": "long", "command": digits(300), "gpus": 4})
+    follow = subprocess.Popen(
+        [PY, "-m", "corral.cli", "logs", "-f", str(long["id"])],
+        env={**os.environ, "CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     wait_for(lambda: service.client.job(long["id"])["steps"] >= 60, 120, "progress")
     short = service.client.submit(
         {"name": "short", "gpus": 4, "command": [PY, "-c", "import time; time.sleep(1)"]}
@@ -200,6 +207,9 @@ def test_preempted_job_matches_an_uninterrupted_run(make_service: Any, tmp_path:
     assert abs(got["train_loss"] - expected["train_loss"]) < 1e-3
     assert abs(got["test_accuracy"] - expected["test_accuracy"]) < 0.02
     check_history(service.attempts())
+    followed, _ = follow.communicate(timeout=60)  # `logs -f` ends with the job
+    assert "stopping at step" in followed and "--- attempt 2 ---" in followed
+    assert "resumed from step" in followed and '"final_step": 300' in followed
 
 
 def test_kill_9_and_restart_loses_nothing(make_service: Any) -> None:
