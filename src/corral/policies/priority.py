@@ -37,7 +37,7 @@ def priority_pass(
     if running_key is None or free >= int(state.gpus[pending].sum()):
         if free == 0:
             return builder
-        ranked = _rank(pending, pending_key(pending), state.priority)
+        ranked = _rank(pending, pending_key(pending), state)
         for i in ranked[greedy_fit(state.gpus[ranked], free)].tolist():
             builder.place(i, placement)
         return builder
@@ -49,7 +49,7 @@ def priority_pass(
     if len(run_keys) != len(pend_keys):
         raise ValueError("running and pending keys must have the same number of parts")
     keys = tuple(np.concatenate(pair) for pair in zip(run_keys, pend_keys, strict=True))
-    ranked = _rank(candidates, keys, state.priority)
+    ranked = _rank(candidates, keys, state)
     capacity = state.cluster.total_gpus - int(state.gpus[running[pin]].sum())
     take = greedy_fit(state.gpus[ranked], capacity)
     is_pending = state.status[ranked] == PENDING
@@ -65,9 +65,10 @@ def _as_tuple(keys: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ..
 
 
 def _rank(
-    jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], priority: np.ndarray
+    jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], state: SchedulerState
 ) -> np.ndarray:
     """Jobs sorted by user priority (higher first), then key(s), then index (= submit order)."""
     parts = _as_tuple(keys)
-    tiers = -priority[jobs]
-    return jobs[np.lexsort((jobs, *reversed(parts), tiers))]
+    if not state.tiered:  # traces have no priorities: skip the extra sort key
+        return jobs[np.lexsort((jobs, *reversed(parts)))]
+    return jobs[np.lexsort((jobs, *reversed(parts), -state.priority[jobs]))]

@@ -23,7 +23,6 @@ GPUs of adopted processes are taken before any new plan is made.
 
 from __future__ import annotations
 
-import math
 import secrets
 import signal
 import sys
@@ -402,8 +401,8 @@ class Scheduler:
         live = self.live
         i = live.index[a.job]
         st = live.state
+        # still running in the policy's view: it ended by itself, not by a plan's stop
         ours = st.status[i] == RUNNING and a.job not in self.starting
-        """Still running in the policy's view (it ended by itself)."""
         end = min(record.end or now, now)
         with self.store.session() as s:
             row = s.get(JobRow, a.job)
@@ -759,6 +758,3 @@ class Scheduler:
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""
         return dict(self.holders)
-
-    def wall_wakeup(self) -> float:
-        return self.next_wakeup if self.next_wakeup is not None else math.inf
