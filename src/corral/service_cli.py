@@ -19,7 +19,9 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from corral.api.views import LOG_CHUNK
 from corral.errors import CorralError
+from corral.model.jobs import JobStatus
 from corral.runtime.specs import JobSpec, load_job_spec
 
 UrlOpt = Annotated[
@@ -257,13 +259,13 @@ def register(app: typer.Typer, console: Console) -> None:
                 out.flush()
                 offset = int(response.headers.get("X-Next-Offset", offset))
                 finished = response.headers.get("X-Finished") == "1"
-                if response.content and len(response.content) >= (1 << 20):
+                if len(response.content) >= LOG_CHUNK:  # more of this file is waiting
                     continue
                 if not follow:
                     return
                 if finished:
                     job = client.job(job_id)
-                    if job["status"] in ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"):
+                    if JobStatus(job["status"]).terminal:
                         return
                     if attempt is None:
                         latest = client.logs(job_id, 0, None)

@@ -26,6 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from corral.api.views import (
+    LOG_CHUNK,
     AttemptView,
     EventView,
     Health,
@@ -41,9 +42,6 @@ from corral.runtime.config import ServiceConfig, UserConfig, hash_token
 from corral.runtime.scheduler import TERMINAL, Scheduler
 from corral.runtime.specs import JobSpec
 from corral.runtime.store import AttemptRow, EventRow, JobRow, NodeRow, Store
-
-LOG_CHUNK = 1 << 20
-"""Most bytes of log one request returns (clients page with ``offset``)."""
 
 _bearer = HTTPBearer(auto_error=False)
 

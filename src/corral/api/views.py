@@ -9,6 +9,9 @@ from pydantic import BaseModel, Field
 from corral.runtime.specs import JobSpec
 from corral.runtime.store import AttemptRow, EventRow, JobRow
 
+LOG_CHUNK = 1 << 20
+"""Most bytes of log one request returns (clients page with ``offset``)."""
+
 
 class JobView(BaseModel):
     id: int

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from corral.train import Session
@@ -79,7 +80,6 @@ def _default_result() -> Path | None:
     return Path(folder) / "result.json" if folder else None
 
 
-def batch_rng(seed: int, step: int) -> Any:
-    import numpy as np
-
+def batch_rng(seed: int, step: int) -> np.random.Generator:
+    """The generator of one step's batch: the same whether or not the run was interrupted."""
     return np.random.default_rng([seed, step])
