@@ -215,7 +215,7 @@ def test_preempted_job_matches_an_uninterrupted_run(make_service: Any, tmp_path:
 def test_kill_9_and_restart_loses_nothing(make_service: Any) -> None:
     service = make_service("fifo")
     ids = [
-        service.client.submit({"name": f"cnn-{k}", "command": digits(250), "gpus": 1})["id"]
+        service.client.submit({"name": f"cnn-{k}", "command": digits(250, 0.05), "gpus": 1})["id"]
         for k in range(6)
     ]
     wait_for(lambda: sum(service.client.job(j)["steps"] > 20 for j in ids) >= 4, 120, "progress")

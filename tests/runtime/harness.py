@@ -20,7 +20,7 @@ from corral.runtime.config import GpuGroup, RetryConfig, ServiceConfig, UserConf
 from corral.runtime.executor import LocalExecutor
 from corral.runtime.scheduler import Scheduler
 from corral.runtime.service_process import kill_open_attempts, wait_for
-from corral.runtime.store import AttemptRow, Store
+from corral.runtime.store import AttemptRow, EventRow, Store
 
 __all__ = ["wait_for"]
 
@@ -101,6 +101,10 @@ class Harness:
     def attempts(self) -> list[AttemptRow]:
         with self.store.session() as s:
             return list(s.query(AttemptRow).order_by(AttemptRow.id))
+
+    def events(self, kind: str) -> list[EventRow]:
+        with self.store.session() as s:
+            return list(s.query(EventRow).filter(EventRow.kind == kind).order_by(EventRow.id))
 
     def close(self) -> None:
         self.crash()

@@ -28,6 +28,15 @@ def sleeper(seconds: float) -> list[str]:
     return [PY, "-c", f"import time; time.sleep({seconds})"]
 
 
+def gated(gate: Path, limit: float = 60.0) -> list[str]:
+    """A job that runs until ``gate`` exists (at most ``limit`` s): timing-free ordering."""
+    code = (
+        "import os, sys, time; end = time.monotonic() + float(sys.argv[2])\n"
+        "while not os.path.exists(sys.argv[1]) and time.monotonic() < end: time.sleep(0.05)"
+    )
+    return [PY, "-c", code, str(gate), str(limit)]
+
+
 def test_job_runs_with_its_environment(service: Harness, tmp_path: Path) -> None:
     out = tmp_path / "env.json"
     code = (
@@ -60,10 +69,13 @@ def test_argv_is_never_given_to_a_shell(service: Harness, tmp_path: Path) -> Non
     assert not marker.exists()
 
 
-def test_las_preempts_a_long_job_for_a_new_one(service: Harness) -> None:
-    long = service.submit(name="long", gpus=4, command=sleeper(2.5))
+def test_las_preempts_a_long_job_for_a_new_one(service: Harness, tmp_path: Path) -> None:
+    gate = tmp_path / "release"
+    long = service.submit(name="long", gpus=4, command=gated(gate))
     service.wait_state(long["id"], {"RUNNING"})
     short = service.submit(name="short", gpus=1, command=sleeper(0.5))
+    service.wait_state(short["id"], {"SUCCEEDED"})
+    gate.touch()
     jobs = service.wait_done([long["id"], short["id"]])
     assert [j["status"] for j in jobs] == ["SUCCEEDED", "SUCCEEDED"]
     first = jobs[0]["attempts"][0]
@@ -123,7 +135,8 @@ def test_cancel_suspend_and_resume(service: Harness) -> None:
 def test_priority_orders_the_queue(tmp_path: Path) -> None:
     h = Harness(tmp_path / "state", policy="fifo", policy_options={})
     try:
-        blocker = h.submit(gpus=4, command=sleeper(1.0))
+        gate = tmp_path / "release"
+        blocker = h.submit(gpus=4, command=gated(gate))
         h.wait_state(blocker["id"], {"RUNNING"})
         low = h.submit(gpus=4, command=sleeper(0.1))
         high = h.submit(gpus=4, command=sleeper(0.1))
@@ -133,6 +146,7 @@ def test_priority_orders_the_queue(tmp_path: Path) -> None:
         )
         assert r.status_code == 200 and r.json()["priority"] == 5
         assert h.job(high["id"])["position"] == 1
+        gate.touch()
         jobs = h.wait_done([blocker["id"], low["id"], high["id"]])
         assert jobs[2]["first_start"] < jobs[1]["first_start"]
         check_history(h.attempts())
@@ -175,7 +189,8 @@ def test_prerun_passes_then_the_gang_runs(tmp_path: Path) -> None:
 
 
 def test_lost_processes_count_against_the_node_which_drains(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "state", drain_after=1, policy="fifo", policy_options={})
+    # LAS, not strict FIFO: the waiting V100 retry must not block the K80 job behind it
+    h = Harness(tmp_path / "state", drain_after=1)
     try:
         job = h.submit(gpus=1, gpu_type="V100", command=sleeper(30), max_retries=1)
         h.wait_state(job["id"], {"RUNNING"})
@@ -200,18 +215,19 @@ def test_lost_processes_count_against_the_node_which_drains(tmp_path: Path) -> N
 def test_restart_adopts_running_jobs_and_requeues_nothing_twice(tmp_path: Path) -> None:
     h = Harness(tmp_path / "state", policy="fifo", policy_options={})
     try:
-        ids = [h.submit(gpus=1, command=sleeper(2.0))["id"] for _ in range(5)]
+        gate = tmp_path / "release"
+        ids = [h.submit(gpus=1, command=gated(gate))["id"] for _ in range(5)]
         wait_for(lambda: sum(h.job(j)["status"] == "RUNNING" for j in ids) == 4, 20, "4 running")
         h.crash()
-        h.submit(gpus=1, command=sleeper(0.1))  # submitted while the loop is down
+        late = h.submit(gpus=1, command=sleeper(0.1))  # submitted while the loop is down
         h.restart()
-        jobs = h.wait_done(ids)
+        wait_for(lambda: len(h.events("adopted")) == 4, 20, "the four to be adopted")
+        gate.touch()
+        jobs = h.wait_done([*ids, late["id"]])
         assert all(j["status"] == "SUCCEEDED" for j in jobs)
-        # the four running jobs were adopted, not restarted
-        assert sum(len(j["attempts"]) == 1 for j in jobs) == 5
-        with h.store.session() as s:
-            kinds = [e.kind for e in s.scalars(select(EventRow))]
-        assert kinds.count("adopted") == 4
+        # every job ran once: the four running ones were adopted, not restarted
+        assert sum(len(j["attempts"]) == 1 for j in jobs) == 6
+        assert len(h.events("adopted")) == 4
         check_history(h.attempts())
     finally:
         h.close()
