@@ -298,3 +298,30 @@ def register(app: typer.Typer, console: Console) -> None:
                 ",".join(map(str, n["jobs"])),
             )
         console.print(table)
+
+    def _set_node(
+        name: str, verb: str, reason: str | None, url: str | None, token: str | None
+    ) -> None:
+        with _client(url, token) as client:
+            node = client.node_state(name, verb, reason)
+        console.print(f"node {node['name']} is {node['state']}", highlight=False)
+
+    @app.command()
+    def drain(
+        node: Annotated[str, typer.Argument(help="node name (see 'corral nodes')")],
+        reason: Annotated[str | None, typer.Option(help="why, kept in the event history")] = None,
+        url: UrlOpt = None,
+        token: TokenOpt = None,
+    ) -> None:
+        """Admin: start nothing more on a node; jobs running there run to their end."""
+        _set_node(node, "drain", reason, url, token)
+
+    @app.command()
+    def undrain(
+        node: Annotated[str, typer.Argument(help="node name (see 'corral nodes')")],
+        reason: Annotated[str | None, typer.Option(help="why, kept in the event history")] = None,
+        url: UrlOpt = None,
+        token: TokenOpt = None,
+    ) -> None:
+        """Admin: put a drained node back in service (its failure count starts again)."""
+        _set_node(node, "resume", reason, url, token)

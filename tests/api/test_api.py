@@ -83,6 +83,22 @@ def test_users_act_on_their_own_jobs_admins_on_all(api: tuple[TestClient, Store]
     assert client.post(f"{url}/cancel", headers=auth("root")).status_code == 200
 
 
+def test_only_admins_raise_priority(api: tuple[TestClient, Store]) -> None:
+    client, _ = api
+    r = client.post("/v1/jobs", json={**GOOD, "priority": 5}, headers=auth("alice"))
+    assert r.status_code == 403 and "admin" in r.json()["detail"]
+    assert count_jobs(client) == 0
+    job = client.post("/v1/jobs", json=GOOD, headers=auth("alice")).json()
+    url = f"/v1/jobs/{job['id']}/priority"
+    assert client.put(url, json={"priority": 1}, headers=auth("alice")).status_code == 403
+    r = client.put(url, json={"priority": -3}, headers=auth("alice"))  # lowering is fine
+    assert r.status_code == 200 and r.json()["priority"] == -3
+    r = client.put(url, json={"priority": 7}, headers=auth("root"))
+    assert r.status_code == 200 and r.json()["priority"] == 7
+    r = client.post("/v1/jobs", json={**GOOD, "priority": 9}, headers=auth("root"))
+    assert r.status_code == 201 and r.json()["priority"] == 9
+
+
 def test_unknown_job_is_404_and_wrong_state_409(api: tuple[TestClient, Store]) -> None:
     client, _ = api
     assert client.get("/v1/jobs/99", headers=auth("alice")).status_code == 404

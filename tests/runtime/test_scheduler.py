@@ -142,7 +142,7 @@ def test_priority_orders_the_queue(tmp_path: Path) -> None:
         high = h.submit(gpus=4, command=sleeper(0.1))
         assert h.job(low["id"])["position"] == 1
         r = h.client.put(
-            f"/v1/jobs/{high['id']}/priority", json={"priority": 5}, headers=auth("alice")
+            f"/v1/jobs/{high['id']}/priority", json={"priority": 5}, headers=auth("root")
         )
         assert r.status_code == 200 and r.json()["priority"] == 5
         assert h.job(high["id"])["position"] == 1
@@ -231,3 +231,29 @@ def test_restart_adopts_running_jobs_and_requeues_nothing_twice(tmp_path: Path) 
         check_history(h.attempts())
     finally:
         h.close()
+
+
+def test_an_admin_drains_and_resumes_a_node(service: Harness, tmp_path: Path) -> None:
+    nodes = service.client.get("/v1/nodes", headers=auth("alice")).json()
+    v100 = next(n["name"] for n in nodes if n["gpu_type"] == "V100")
+    url = f"/v1/nodes/{v100}"
+    assert service.client.post(f"{url}/drain", headers=auth("alice")).status_code == 403
+    assert service.client.post("/v1/nodes/nowhere/drain", headers=auth("root")).status_code == 404
+    gate = tmp_path / "release"
+    running = service.submit(gpus=1, gpu_type="V100", command=gated(gate))
+    service.wait_state(running["id"], {"RUNNING"})
+    r = service.client.post(f"{url}/drain", json={"reason": "fan"}, headers=auth("root"))
+    assert r.status_code == 200 and r.json()["state"] == "drained"
+    assert r.json()["jobs"] == [running["id"]]  # what runs there goes on
+    waiting = service.submit(gpus=1, gpu_type="V100", command=sleeper(0.1))
+    other = service.submit(gpus=1, gpu_type="K80", command=sleeper(0.1))
+    service.wait_state(other["id"], {"SUCCEEDED"})
+    gate.touch()
+    service.wait_state(running["id"], {"SUCCEEDED"})
+    assert service.job(waiting["id"])["status"] == "PENDING"  # a free V100, but drained
+    r = service.client.post(f"{url}/resume", headers=auth("root"))
+    assert r.status_code == 200 and r.json()["state"] == "up"
+    service.wait_state(waiting["id"], {"SUCCEEDED"})
+    kinds = [(e.kind, e.detail.get("reason")) for e in service.events("node_drained")]
+    assert kinds == [("node_drained", "fan")] and service.events("node_resumed")
+    check_history(service.attempts())

@@ -34,6 +34,7 @@ from corral.api.views import (
     HeartbeatBody,
     JobDetail,
     JobView,
+    NodeStateBody,
     NodeView,
     PriorityBody,
 )
@@ -96,7 +97,6 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     if scheduler is not None:
         gpus_by_type = scheduler.cluster.gpus_by_type()
 
-
     def job_or_404(s: Session, job_id: int) -> JobRow:
         row = s.get(JobRow, job_id)
         if row is None:
@@ -150,8 +150,18 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     def whoami(user: User) -> dict[str, object]:
         return {"user": user.name, "admin": user.admin}
 
+    def check_priority(priority: int, user: UserConfig) -> None:
+        """Raising priority is the operators' lever (as in Slurm): users may only lower it."""
+        if priority > config.max_user_priority and not user.admin:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"priority {priority} is above {config.max_user_priority}, the most a user "
+                "may set; ask an admin",
+            )
+
     @app.post("/v1/jobs", response_model=JobView, status_code=201, tags=["jobs"])
     def submit(spec: JobSpec, user: User) -> JobView:
+        check_priority(spec.priority, user)
         if gpus_by_type:
             if spec.gpu_type is not None and spec.gpu_type not in gpus_by_type:
                 have = ", ".join(gpus_by_type)
@@ -249,6 +259,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     def set_priority(job_id: int, body: PriorityBody, user: User) -> JobView:
         with store.session() as s:
             row = owned(s, job_id, user)
+            check_priority(body.priority, user)
             if row.status in TERMINAL:
                 raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is {row.status}")
             row.priority = body.priority
@@ -303,28 +314,54 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         }
         return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
-    @app.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"])
-    def nodes(user: User) -> list[NodeView]:
-        use = scheduler.gpu_use() if scheduler is not None else {}
+    def jobs_by_node() -> dict[str, list[int]]:
         by_node: dict[str, list[int]] = {}
         if scheduler is not None:
-            for gpu, job in use.items():
+            for gpu, job in scheduler.gpu_use().items():
                 by_node.setdefault(scheduler.node_of(gpu), []).append(job)
+        return by_node
+
+    @app.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"])
+    def nodes(user: User) -> list[NodeView]:
+        by_node = jobs_by_node()
         with store.session() as s:
             rows = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
-            return [
-                NodeView(
-                    name=r.name,
-                    gpu_type=r.gpu_type,
-                    gpus=r.gpus,
-                    gpus_in_use=len(by_node.get(r.name, [])),
-                    state=r.state,
-                    failures=r.failures,
-                    virtual=bool(r.virtual),
-                    jobs=sorted(set(by_node.get(r.name, []))),
+            return [NodeView.of(r, by_node.get(r.name, [])) for r in rows]
+
+    def set_node_state(name: str, user: UserConfig, state: str, reason: str | None) -> NodeView:
+        if not user.admin:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN, "only an admin may drain or resume nodes"
+            )
+        before = scheduler.passes if scheduler is not None else 0
+        with store.session() as s:
+            row = s.get(NodeRow, name)
+            if row is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no node {name}")
+            if row.state == "gone":
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT, f"node {name} is no longer in the configuration"
                 )
-                for r in rows
-            ]
+            row.state = state
+            if state == "up":
+                row.failures = 0
+            kind = "node_drained" if state == "drained" else "node_resumed"
+            store.event(s, kind, None, node=name, by=user.name, reason=reason)
+        if scheduler is not None:
+            scheduler.nodes_changed()
+            scheduler.wait_passes(before)
+        with store.session() as s:
+            return NodeView.of(s.get(NodeRow, name), jobs_by_node().get(name, []))
+
+    @app.post("/v1/nodes/{name}/drain", response_model=NodeView, tags=["cluster"])
+    def drain(name: str, user: User, body: NodeStateBody | None = None) -> NodeView:
+        """Admin: start nothing more on the node; what runs there runs to its end."""
+        return set_node_state(name, user, "drained", body.reason if body else None)
+
+    @app.post("/v1/nodes/{name}/resume", response_model=NodeView, tags=["cluster"])
+    def resume_node(name: str, user: User, body: NodeStateBody | None = None) -> NodeView:
+        """Admin: put a drained node back in service and reset its failure count."""
+        return set_node_state(name, user, "up", body.reason if body else None)
 
     @app.get("/v1/events", response_model=list[EventView], tags=["service"])
     def events(

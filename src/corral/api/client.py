@@ -93,3 +93,7 @@ class Client:
 
     def nodes(self) -> list[dict[str, Any]]:
         return self.json("GET", "/v1/nodes")
+
+    def node_state(self, name: str, verb: str, reason: str | None = None) -> dict[str, Any]:
+        """``verb`` is ``drain`` or ``resume`` (admins only)."""
+        return self.json("POST", f"/v1/nodes/{name}/{verb}", json={"reason": reason})

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from corral.runtime.specs import JobSpec
-from corral.runtime.store import AttemptRow, EventRow, JobRow
+from corral.runtime.store import AttemptRow, EventRow, JobRow, NodeRow
 
 LOG_CHUNK = 1 << 20
 """Most bytes of log one request returns (clients page with ``offset``)."""
@@ -131,6 +131,24 @@ class NodeView(BaseModel):
     failures: int
     virtual: bool
     jobs: list[int]
+
+    @classmethod
+    def of(cls, row: NodeRow, jobs: list[int]) -> NodeView:
+        return cls(
+            name=row.name,
+            gpu_type=row.gpu_type,
+            gpus=row.gpus,
+            gpus_in_use=len(jobs),
+            state=row.state,
+            failures=row.failures,
+            virtual=bool(row.virtual),
+            jobs=sorted(set(jobs)),
+        )
+
+
+class NodeStateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(None, max_length=500)
 
 
 class PriorityBody(BaseModel):

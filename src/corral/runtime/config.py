@@ -104,6 +104,9 @@ class ServiceConfig(BaseModel):
     heartbeat_interval: float = Field(5.0, gt=0, description="seconds between a job's heartbeats")
     tick: float = Field(0.5, gt=0, le=60, description="longest sleep of the scheduler loop")
     drain_after: int = Field(3, ge=1, description="node failures in a row before a node drains")
+    max_user_priority: int = Field(
+        0, description="highest priority a non-admin may give a job (admins: any)"
+    )
     api_url: str | None = Field(None, description="URL jobs use to reach the API (default: listen)")
 
     @model_validator(mode="after")

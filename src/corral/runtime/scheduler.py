@@ -131,6 +131,7 @@ class Scheduler:
         self._passes = 0
         self._cv = threading.Condition()
         self.errors = 0
+        self._nodes_dirty = False
 
     # ----------------------------------------------------------- helpers
     def _new_policy(self) -> Policy:
@@ -141,6 +142,11 @@ class Scheduler:
         return t - self.store.epoch
 
     def notify(self) -> None:
+        self.wake.set()
+
+    def nodes_changed(self) -> None:
+        """An admin drained or resumed a node: re-read node states on the next pass."""
+        self._nodes_dirty = True
         self.wake.set()
 
     @property
@@ -183,6 +189,9 @@ class Scheduler:
         changed |= self._arrivals(now)
         changed |= self._requests(now)
         changed |= self._end_backoffs(now)
+        if self._nodes_dirty:
+            self._nodes_dirty = False
+            self._sync_drained()
         due = self.next_wakeup is not None and now >= self.next_wakeup
         if changed or self.dirty or due:
             self._schedule(now)
@@ -325,14 +334,24 @@ class Scheduler:
                 row.state = "gone"
 
     def _sync_drained(self) -> None:
-        """Keep the GPUs of drained nodes away from the policy (taken once they are free)."""
+        """Keep the GPUs of drained nodes away from the policy (taken once they are free).
+
+        Jobs already running on a node that is drained run to their end, as
+        under Slurm's DRAIN; a node put back up returns its GPUs at once.
+        """
         with self.store.session() as s:
             drained = {r.name for r in s.scalars(select(NodeRow).where(NodeRow.state == "drained"))}
         free = self.live.state.free
+        back = [g for g in self.reserved if self.slots[g].node not in drained]
+        if back:
+            free.release(back)
+            self.reserved.difference_update(back)
+            self.dirty = True
         for slot in self.slots:
             if slot.node in drained and slot.id not in self.reserved and free.mask[slot.id]:
                 free.take([slot.id])
                 self.reserved.add(slot.id)
+                self.dirty = True
 
     # --------------------------------------------------------- polling
     def _poll(self, now: float) -> bool:

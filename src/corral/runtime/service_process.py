@@ -64,9 +64,7 @@ class ServiceProcess:
             "policy": policy,
             "policy_options": options or {},
             "gpus": gpus or [{"type": "V100", "count": 2}, {"type": "K80", "count": 2}],
-            "users": [
-                {"name": n, "token": t, "admin": n == "root"} for n, t in self.users.items()
-            ],
+            "users": [{"name": n, "token": t, "admin": n == "root"} for n, t in self.users.items()],
             "heartbeat_interval": 0.5,
             "tick": 0.2,
             **settings,
