@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pandas as pd
 import pytest
 
@@ -9,6 +11,7 @@ from corral.model.cluster import Cluster, Node, assign_racks
 from corral.model.jobs import JobTable
 from corral.policies import make_policy
 from corral.sim.engine import SimConfig, SimResult, Simulator
+from tests import postgres
 
 Row = tuple[float, int, float] | tuple[float, int, float, str]
 """(submit, gpus, duration) or (submit, gpus, duration, model)."""
@@ -51,3 +54,22 @@ def finish_times(result: SimResult) -> dict[str, float]:
 @pytest.fixture
 def small_cluster() -> Cluster:
     return uniform(2, 4)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str | None]:
+    with postgres.server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The service's store: None (SQLite in the state folder) or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield None
+        return
+    server = request.getfixturevalue("postgres_server")
+    if server is None:
+        pytest.skip(postgres.WHY_SKIPPED)
+    with postgres.fresh_database(server) as url:
+        yield url

@@ -14,8 +14,8 @@ from tests.runtime.harness import PY, auth, make_config
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[TestClient, Store]]:
-    config = make_config(tmp_path / "state")
+def api(tmp_path: Path, store_url: str | None) -> Iterator[tuple[TestClient, Store]]:
+    config = make_config(tmp_path / "state", store=store_url)
     store = Store(config.store_url)
     yield TestClient(create_app(config, store)), store
     store.dispose()

@@ -28,12 +28,15 @@ pytest.importorskip("sklearn")
 class Service(ServiceProcess):
     """A ``corral serve`` process with this test module's users and settings."""
 
-    def __init__(self, folder: Path, policy: str, options: dict[str, Any]) -> None:
+    def __init__(
+        self, folder: Path, policy: str, options: dict[str, Any], store: str | None = None
+    ) -> None:
         super().__init__(
             folder,
             policy,
             options,
             users=TOKENS,
+            store=store,
             stop_grace=20,
             retry={"backoff": 0.5, "backoff_max": 2},
         )
@@ -54,8 +57,8 @@ class Service(ServiceProcess):
 def make_service(tmp_path: Path) -> Iterator[Any]:
     made: list[Service] = []
 
-    def make(policy: str, **options: Any) -> Service:
-        service = Service(tmp_path, policy, options)
+    def make(policy: str, store: str | None = None, **options: Any) -> Service:
+        service = Service(tmp_path, policy, options, store=store)
         service.start()
         made.append(service)
         return service
@@ -228,8 +231,9 @@ def test_preempted_job_matches_an_uninterrupted_run(make_service: Any, tmp_path:
     assert "resumed from step" in followed and '"final_step": 300' in followed
 
 
-def test_kill_9_and_restart_loses_nothing(make_service: Any) -> None:
-    service = make_service("fifo")
+def test_kill_9_and_restart_loses_nothing(store_url: str | None, make_service: Any) -> None:
+    # store_url comes first so that its database outlives the service (teardown is LIFO)
+    service = make_service("fifo", store=store_url)
     ids = [
         service.client.submit({"name": f"cnn-{k}", "command": digits(250, 0.05), "gpus": 1})["id"]
         for k in range(6)

@@ -61,8 +61,9 @@ class Harness:
 
     def _start(self) -> None:
         self.scheduler = Scheduler(self.config, self.store, LocalExecutor(self.config.gpus))
+        self.scheduler.recover()  # as ``corral serve`` does, before the API answers
         self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.scheduler.run, args=(self.stop_event,))
+        self.thread = threading.Thread(target=self.scheduler.run, args=(self.stop_event, False))
         self.thread.start()
         self.client = TestClient(create_app(self.config, self.store, self.scheduler))
 

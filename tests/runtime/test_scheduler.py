@@ -18,8 +18,8 @@ from tests.runtime.harness import PY, Harness, auth, check_history, wait_for
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[Harness]:
-    h = Harness(tmp_path / "state")
+def service(tmp_path: Path, store_url: str | None) -> Iterator[Harness]:
+    h = Harness(tmp_path / "state", store=store_url)
     yield h
     h.close()
 
@@ -212,8 +212,10 @@ def test_lost_processes_count_against_the_node_which_drains(tmp_path: Path) -> N
         h.close()
 
 
-def test_restart_adopts_running_jobs_and_requeues_nothing_twice(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "state", policy="fifo", policy_options={})
+def test_restart_adopts_running_jobs_and_requeues_nothing_twice(
+    tmp_path: Path, store_url: str | None
+) -> None:
+    h = Harness(tmp_path / "state", policy="fifo", policy_options={}, store=store_url)
     try:
         gate = tmp_path / "release"
         ids = [h.submit(gpus=1, command=gated(gate))["id"] for _ in range(5)]

@@ -39,7 +39,7 @@ def hash_token(token: str) -> str:
 
 class UserConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     token: str | None = Field(None, min_length=8)
     token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     admin: bool = False
@@ -59,9 +59,9 @@ class GpuGroup(BaseModel):
     """Virtual GPUs of one type (a machine without GPUs runs jobs on the CPU)."""
 
     model_config = ConfigDict(extra="forbid")
-    type: str
+    type: str = Field(min_length=1, max_length=32)
     count: int = Field(ge=1, le=1024)
-    node: str | None = None
+    node: str | None = Field(None, min_length=1, max_length=128)
 
     @field_validator("type")
     @classmethod

@@ -163,9 +163,13 @@ class Scheduler:
         return self.slots[gpu].node
 
     # ------------------------------------------------------------ loop
-    def run(self, stop: threading.Event) -> None:
-        """Recover, then step until ``stop`` is set (processes keep running after)."""
-        self.recover()
+    def run(self, stop: threading.Event, recover: bool = True) -> None:
+        """Recover (unless done already), then step until ``stop`` is set.
+
+        Processes keep running after the loop stops.
+        """
+        if recover:
+            self.recover()
         while not stop.is_set():
             try:
                 self.step()

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 
 import uvicorn
+from sqlalchemy.engine import make_url
 
 from corral.api.app import create_app
 from corral.runtime.config import ServiceConfig
@@ -29,8 +30,9 @@ def build(config: ServiceConfig) -> tuple[Store, Scheduler]:
 def serve(config: ServiceConfig, announce: Callable[[str], None] = print) -> None:
     store, scheduler = build(config)
     stop = threading.Event()
+    scheduler.recover()  # before the API answers: nodes, adopted jobs and queue are known
     loop = threading.Thread(
-        target=scheduler.run, args=(stop,), name="corral-scheduler", daemon=True
+        target=scheduler.run, args=(stop, False), name="corral-scheduler", daemon=True
     )
     app = create_app(config, store, scheduler)
     server = uvicorn.Server(
@@ -41,7 +43,7 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print) -> Non
     types = ", ".join(f"{n} {t}" for t, n in scheduler.cluster.gpus_by_type().items())
     announce(
         f"corral: serving {config.url} (policy {config.policy}; GPUs: {types}; "
-        f"store {config.store_url})"
+        f"store {make_url(config.store_url).render_as_string(hide_password=True)})"
     )
     loop.start()
     try:

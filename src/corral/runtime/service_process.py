@@ -72,6 +72,7 @@ class ServiceProcess:
         folder.mkdir(parents=True, exist_ok=True)
         self.config = folder / "corral.yaml"
         self.config.write_text(yaml.safe_dump(config))
+        self.store_url = settings.get("store") or f"sqlite:///{folder / 'state' / 'corral.db'}"
         self.proc: subprocess.Popen[bytes] | None = None
         first = next(iter(self.users))
         self.client = Client(self.url, self.users[first])
@@ -106,7 +107,7 @@ class ServiceProcess:
             self.proc.wait(20)
 
     def store(self) -> Store:
-        return Store(f"sqlite:///{self.folder / 'state' / 'corral.db'}")
+        return Store(self.store_url)
 
     def attempts(self) -> list[AttemptRow]:
         store = self.store()

@@ -47,7 +47,7 @@ class JobRow(Base):
     user: Mapped[str] = mapped_column(String(64), index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16), index=True)
-    reason: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     """Why a job waits (PENDING) or how it ended (terminal states)."""
     priority: Mapped[int] = mapped_column(Integer, default=0)
     submit_time: Mapped[float] = mapped_column(Float)
