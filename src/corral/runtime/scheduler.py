@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from corral.model.cluster import Cluster, Node
@@ -542,7 +542,15 @@ class Scheduler:
         with self.store.session() as s:
             rows = list(s.scalars(select(JobRow).where(JobRow.request.is_not(None))))
             for row in rows:
-                request, row.request = row.request, None
+                request = row.request
+                # Cleared only if unchanged: a request the API records meanwhile
+                # (a cancel after a suspend) stays for the next pass.
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.id == row.id, JobRow.request == request)
+                    .values(request=None)
+                    .execution_options(synchronize_session=False)
+                )
                 i = live.index.get(row.id)
                 if i is None or row.status in TERMINAL:
                     continue
