@@ -7,7 +7,8 @@ temporary folder and talks to it over HTTP, as users do.
 1. Submissions: a blocker job holds all 4 GPUs; N jobs (default 1,000) are
    submitted behind it through the API, one client, one request at a time,
    then with 4 client threads. Also timed: until the scheduler has queued
-   them all (each has a pending reason other than "Submitted").
+   them all (each has a pending reason other than "Submitted"). ``--store``
+   runs this part on another database (PostgreSQL).
 2. Submit -> start on an idle cluster: submit -> the scheduler launches the
    attempt (store), and submit -> the job's first line of Python runs.
 3. Preemption: an example job runs on all 4 GPUs under LAS; a 4-GPU job
@@ -32,11 +33,13 @@ from corral.runtime.service_process import ServiceProcess, wait_for
 PY = sys.executable
 
 
-def submissions(folder: Path, n: int) -> None:
-    service = ServiceProcess(folder / "submit", "fifo")
+def submissions(folder: Path, n: int, store: str | None) -> None:
+    service = ServiceProcess(folder / "submit", "fifo", store=store)
     service.start()
     try:
         client = service.client
+        if client.jobs("PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED,TIMEOUT,SUSPENDED"):
+            raise SystemExit(f"the store {store} already holds jobs: give an empty database")
         blocker = client.submit({"name": "blocker", "gpus": 4, "command": ["sleep", "600"]})
         wait_for(lambda: client.job(blocker["id"])["status"] == "RUNNING")
         spec = {"name": "queued", "gpus": 1, "command": ["true"]}
@@ -159,10 +162,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--preempt-repeats", type=int, default=3)
+    parser.add_argument(
+        "--store",
+        help="SQLAlchemy URL of an empty database for the submission benchmark "
+        "(e.g. postgresql+psycopg://user@/db?host=/run/postgresql); default SQLite",
+    )
+    parser.add_argument("--only-submissions", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        submissions(folder, args.jobs)
+        print(f"store: {args.store or 'SQLite (WAL) in the state folder'}")
+        submissions(folder, args.jobs, args.store)
+        if args.only_submissions:
+            return
         start_latency(folder, args.repeats)
         for example in ("digits_cnn", "tiny_transformer"):
             preemption(folder, example, args.preempt_repeats)
