@@ -7,13 +7,16 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Update, select
+from sqlalchemy.orm import Session
 
 from corral.runtime.config import PrerunConfig
-from corral.runtime.store import EventRow, NodeRow
+from corral.runtime.store import EventRow, JobRow, NodeRow
 from tests.runtime.harness import PY, Harness, auth, check_history, wait_for
 
 
@@ -259,3 +262,49 @@ def test_an_admin_drains_and_resumes_a_node(service: Harness, tmp_path: Path) ->
     kinds = [(e.kind, e.detail.get("reason")) for e in service.events("node_drained")]
     assert kinds == [("node_drained", "fan")] and service.events("node_resumed")
     check_history(service.attempts())
+
+
+def test_a_request_recorded_during_a_pass_is_not_lost(
+    tmp_path: Path, store_url: str | None
+) -> None:
+    h = Harness(tmp_path / "state", store=store_url)
+    try:
+        job = h.submit(command=gated(tmp_path / "never"))
+        h.wait_state(job["id"], {"RUNNING"})
+        h.crash()  # passes are driven by hand from here
+        with h.store.session() as s:
+            s.get(JobRow, job["id"]).request = "suspend"
+        original = h.store.session
+        injected = []
+
+        @contextmanager
+        def racing_session() -> Iterator[Session]:
+            """The API records a cancel just as the pass clears the suspend it read.
+
+            White-box: the cancel is committed right before the pass's UPDATE
+            of the request column, the window the conditional clear closes.
+            """
+            with original() as s:
+                execute = s.execute
+
+                def execute_after_cancel(statement: Any, *args: Any, **kwargs: Any) -> Any:
+                    if isinstance(statement, Update) and not injected:
+                        with original() as api:
+                            api.get(JobRow, job["id"]).request = "cancel"
+                        injected.append(True)
+                    return execute(statement, *args, **kwargs)
+
+                s.execute = execute_after_cancel  # type: ignore[method-assign]
+                yield s
+
+        h.store.session = racing_session  # type: ignore[method-assign]
+        h.scheduler._requests(h.scheduler.clock())
+        h.store.session = original  # type: ignore[method-assign]
+        assert injected
+        with h.store.session() as s:
+            assert s.get(JobRow, job["id"]).request == "cancel"
+        h.restart()
+        done = h.wait_state(job["id"], {"CANCELLED"})  # the suspend was carried out first
+        assert [a["cause"] for a in done["attempts"]] == ["suspended"]
+    finally:
+        h.close()
