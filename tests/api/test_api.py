@@ -107,6 +107,30 @@ def test_unknown_job_is_404_and_wrong_state_409(api: tuple[TestClient, Store]) -
     assert r.status_code == 409
 
 
+def test_out_of_range_ids_and_malformed_bodies_are_client_errors(
+    api: tuple[TestClient, Store],
+) -> None:
+    """Found by fuzzing the OpenAPI schema: these were 500s (integer overflow)."""
+    client, _ = api
+    huge = 2**70
+    for method, url in [
+        ("GET", f"/v1/jobs/{huge}"),
+        ("POST", f"/v1/jobs/{huge}/cancel"),
+        ("GET", f"/v1/events?after={huge}"),
+        ("GET", f"/v1/jobs/1/logs?offset={huge}"),
+    ]:
+        r = client.request(method, url, headers=auth("root"))
+        assert r.status_code == 422, (url, r.status_code)
+    r = client.post(
+        "/v1/jobs",
+        content=b"a\xff{",
+        headers={**auth("alice"), "Content-Type": "application/json"},
+    )
+    assert r.status_code in (400, 422) and "detail" in r.json()
+    documented = client.get("/openapi.json").json()["paths"]["/v1/jobs/{job_id}/cancel"]["post"]
+    assert {"401", "403", "404", "409"} <= set(documented["responses"])
+
+
 def test_heartbeat_needs_the_attempt_token(api: tuple[TestClient, Store]) -> None:
     client, _ = api
     job = client.post("/v1/jobs", json=GOOD, headers=auth("alice")).json()

@@ -18,9 +18,10 @@ import hmac
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -28,6 +29,7 @@ from sqlalchemy.orm import Session
 from corral.api.views import (
     LOG_CHUNK,
     AttemptView,
+    ErrorView,
     EventView,
     Health,
     HeartbeatAnswer,
@@ -83,6 +85,27 @@ def caller(
 
 
 User = Annotated[UserConfig, Depends(caller)]
+
+MAX_ID = 2**63 - 1
+"""The largest id the store's integer columns hold (SQLite INTEGER, SQL BIGINT)."""
+JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="job id")]
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers a route gives (all carry ``detail``)."""
+    meaning = {
+        400: "the body is not valid JSON",
+        401: "missing or unknown token",
+        403: "not the caller's job, or an admin's action",
+        404: "no such job or node",
+        409: "not possible in the job's or node's state",
+    }
+    return {code: {"model": ErrorView, "description": meaning[code]} for code in codes}
+
+
+AUTH = _errors(401)
+ON_JOB = _errors(401, 403, 404, 409)
+WITH_BODY = _errors(400, 401, 403, 404, 409)
 
 
 def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None = None) -> FastAPI:
@@ -146,7 +169,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
             version=_version(),
         )
 
-    @app.get("/v1/whoami", tags=["service"])
+    @app.get("/v1/whoami", tags=["service"], responses=AUTH)
     def whoami(user: User) -> dict[str, object]:
         return {"user": user.name, "admin": user.admin}
 
@@ -159,7 +182,13 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
                 "may set; ask an admin",
             )
 
-    @app.post("/v1/jobs", response_model=JobView, status_code=201, tags=["jobs"])
+    @app.post(
+        "/v1/jobs",
+        response_model=JobView,
+        status_code=201,
+        tags=["jobs"],
+        responses=_errors(400, 401, 403),
+    )
     def submit(spec: JobSpec, user: User) -> JobView:
         check_priority(spec.priority, user)
         if gpus_by_type:
@@ -197,7 +226,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
             scheduler.notify()
         return view
 
-    @app.get("/v1/jobs", response_model=list[JobView], tags=["jobs"])
+    @app.get("/v1/jobs", response_model=list[JobView], tags=["jobs"], responses=AUTH)
     def queue(
         user: User,
         state: Annotated[str | None, Query(description="comma-separated states")] = None,
@@ -212,7 +241,13 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
                 if unknown:
                     raise HTTPException(
                         status.HTTP_422_UNPROCESSABLE_CONTENT,
-                        detail=[{"loc": ["query", "state"], "msg": f"unknown state {unknown[0]}"}],
+                        detail=[
+                            {
+                                "loc": ["query", "state"],
+                                "msg": f"unknown state {unknown[0]}",
+                                "type": "value_error",
+                            }
+                        ],
                     )
                 query = query.where(JobRow.status.in_(wanted))
             else:
@@ -223,8 +258,10 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
             where = positions(s)
             return [JobView.of(r, where.get(r.id)) for r in reversed(rows)]
 
-    @app.get("/v1/jobs/{job_id}", response_model=JobDetail, tags=["jobs"])
-    def show(job_id: int, user: User) -> JobDetail:
+    @app.get(
+        "/v1/jobs/{job_id}", response_model=JobDetail, tags=["jobs"], responses=_errors(401, 404)
+    )
+    def show(job_id: JobId, user: User) -> JobDetail:
         with store.session() as s:
             row = job_or_404(s, job_id)
             attempts = s.scalars(
@@ -243,20 +280,22 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
 
     live_states = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
 
-    @app.post("/v1/jobs/{job_id}/cancel", response_model=JobView, tags=["jobs"])
-    def cancel(job_id: int, user: User) -> JobView:
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+    def cancel(job_id: JobId, user: User) -> JobView:
         return request(job_id, user, "cancel", live_states | {JobStatus.SUSPENDED})
 
-    @app.post("/v1/jobs/{job_id}/suspend", response_model=JobView, tags=["jobs"])
-    def suspend(job_id: int, user: User) -> JobView:
+    @app.post("/v1/jobs/{job_id}/suspend", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+    def suspend(job_id: JobId, user: User) -> JobView:
         return request(job_id, user, "suspend", live_states)
 
-    @app.post("/v1/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"])
-    def resume(job_id: int, user: User) -> JobView:
+    @app.post("/v1/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+    def resume(job_id: JobId, user: User) -> JobView:
         return request(job_id, user, "resume", {JobStatus.SUSPENDED, JobStatus.RUNNING})
 
-    @app.put("/v1/jobs/{job_id}/priority", response_model=JobView, tags=["jobs"])
-    def set_priority(job_id: int, body: PriorityBody, user: User) -> JobView:
+    @app.put(
+        "/v1/jobs/{job_id}/priority", response_model=JobView, tags=["jobs"], responses=WITH_BODY
+    )
+    def set_priority(job_id: JobId, body: PriorityBody, user: User) -> JobView:
         with store.session() as s:
             row = owned(s, job_id, user)
             check_priority(body.priority, user)
@@ -265,12 +304,22 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
             row.priority = body.priority
         return request(job_id, user, "priority", live_states | {JobStatus.SUSPENDED})
 
-    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
+    @app.get(
+        "/v1/jobs/{job_id}/logs",
+        tags=["jobs"],
+        responses={
+            200: {
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+                "description": "a chunk of the log",
+            },
+            **_errors(401, 403, 404),
+        },
+    )
     def logs(
-        job_id: int,
+        job_id: JobId,
         user: User,
-        attempt: Annotated[int | None, Query(ge=1)] = None,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        attempt: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+        offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     ) -> Response:
         """A chunk of an attempt's log (the latest attempt by default).
 
@@ -321,7 +370,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
                 by_node.setdefault(scheduler.node_of(gpu), []).append(job)
         return by_node
 
-    @app.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"])
+    @app.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"], responses=AUTH)
     def nodes(user: User) -> list[NodeView]:
         by_node = jobs_by_node()
         with store.session() as s:
@@ -353,21 +402,25 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         with store.session() as s:
             return NodeView.of(s.get(NodeRow, name), jobs_by_node().get(name, []))
 
-    @app.post("/v1/nodes/{name}/drain", response_model=NodeView, tags=["cluster"])
+    @app.post(
+        "/v1/nodes/{name}/drain", response_model=NodeView, tags=["cluster"], responses=WITH_BODY
+    )
     def drain(name: str, user: User, body: NodeStateBody | None = None) -> NodeView:
         """Admin: start nothing more on the node; what runs there runs to its end."""
         return set_node_state(name, user, "drained", body.reason if body else None)
 
-    @app.post("/v1/nodes/{name}/resume", response_model=NodeView, tags=["cluster"])
+    @app.post(
+        "/v1/nodes/{name}/resume", response_model=NodeView, tags=["cluster"], responses=WITH_BODY
+    )
     def resume_node(name: str, user: User, body: NodeStateBody | None = None) -> NodeView:
         """Admin: put a drained node back in service and reset its failure count."""
         return set_node_state(name, user, "up", body.reason if body else None)
 
-    @app.get("/v1/events", response_model=list[EventView], tags=["service"])
+    @app.get("/v1/events", response_model=list[EventView], tags=["service"], responses=AUTH)
     def events(
         user: User,
-        job: int | None = None,
-        after: Annotated[int, Query(ge=0)] = 0,
+        job: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+        after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
         limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
     ) -> list[EventView]:
         with store.session() as s:
@@ -377,8 +430,13 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
             rows = s.scalars(query.order_by(EventRow.id).limit(limit))
             return [EventView.of(e) for e in rows]
 
-    @app.post("/v1/jobs/{job_id}/heartbeat", response_model=HeartbeatAnswer, tags=["jobs"])
-    def heartbeat(job_id: int, body: HeartbeatBody, request_: Request) -> HeartbeatAnswer:
+    @app.post(
+        "/v1/jobs/{job_id}/heartbeat",
+        response_model=HeartbeatAnswer,
+        tags=["jobs"],
+        responses=_errors(400, 401),
+    )
+    def heartbeat(job_id: JobId, body: HeartbeatBody, request_: Request) -> HeartbeatAnswer:
         token = request_.headers.get("authorization", "").removeprefix("Bearer ").strip()
         now = time.time()
         with store.session() as s:

@@ -13,6 +13,12 @@ LOG_CHUNK = 1 << 20
 """Most bytes of log one request returns (clients page with ``offset``)."""
 
 
+class ErrorView(BaseModel):
+    """Every error answer: a message for people (422s carry pydantic's list instead)."""
+
+    detail: str
+
+
 class JobView(BaseModel):
     id: int
     name: str
@@ -156,7 +162,7 @@ class PriorityBody(BaseModel):
 
 
 class HeartbeatBody(BaseModel):
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=2**63 - 1)
     step: float = Field(ge=0)
     throughput: float | None = None
     loss: float | None = None
