@@ -146,7 +146,7 @@ def register(app: typer.Typer, console: Console) -> None:
         if as_json:
             console.print_json(json.dumps(jobs))
             return
-        table = Table(title=f"{len(jobs)} jobs")
+        table = Table(title=f"{len(jobs)} job{'' if len(jobs) == 1 else 's'}")
         for column in ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "submit"):
             table.add_column(column)
         for j in jobs:
