@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
@@ -123,6 +124,8 @@ class Scheduler:
         """Jobs waiting out a retry back-off -> when they may run again."""
         self.reserved: set[int] = set()
         """GPUs of drained nodes, taken away from the policy."""
+        self.usable = np.ones(len(self.slots), dtype=bool)
+        """GPUs on nodes that are not drained (busy or not)."""
         self.reasons: dict[int, str | None] = {}
         self.seen = 0
         self.next_wakeup: float | None = None
@@ -345,6 +348,7 @@ class Scheduler:
         """
         with self.store.session() as s:
             drained = {r.name for r in s.scalars(select(NodeRow).where(NodeRow.state == "drained"))}
+        self.usable = np.array([slot.node not in drained for slot in self.slots], dtype=bool)
         free = self.live.state.free
         back = [g for g in self.reserved if self.slots[g].node not in drained]
         if back:
@@ -662,16 +666,24 @@ class Scheduler:
             self._stop(a, why, now)
 
     def _update_reasons(self) -> None:
-        """Why each queued job waits: Resources (not enough free GPUs of its kind)
-        or Priority (enough are free, but the policy ranks others first)."""
+        """Why each queued job waits, in Slurm's words: ReqNodeNotAvail (drained
+        nodes leave too few GPUs of its kind even when all are idle), Resources
+        (not enough free GPUs of its kind) or Priority (enough are free, but
+        the policy ranks others first)."""
         st = self.live.state
         by_type = st.free.by_type()
+        type_ids = self.cluster.gpu_type_id[self.usable]
+        usable = np.bincount(type_ids, minlength=len(self.cluster.gpu_type_names))
         changes: dict[int, str] = {}
         for i in st.pending:
             job = self.live.ids[i]
             req = int(st.type_req[i])
             free = st.free.total if req < 0 else int(by_type[req])
-            reason = "Resources" if free < st.gpus[i] else "Priority"
+            can_have = len(type_ids) if req < 0 else int(usable[req])
+            if can_have < st.gpus[i]:
+                reason = "ReqNodeNotAvail"
+            else:
+                reason = "Resources" if free < st.gpus[i] else "Priority"
             if self.reasons.get(job) != reason:
                 changes[job] = reason
         if not changes:
