@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from corral.model.jobs import JobStatus
 from corral.runtime.service_process import ServiceProcess, wait_for
 
 PY = sys.executable
@@ -38,7 +39,7 @@ def submissions(folder: Path, n: int, store: str | None) -> None:
     service.start()
     try:
         client = service.client
-        if client.jobs("PENDING,RUNNING,SUCCEEDED,FAILED,CANCELLED,TIMEOUT,SUSPENDED"):
+        if client.jobs(",".join(JobStatus.__members__)):
             raise SystemExit(f"the store {store} already holds jobs: give an empty database")
         blocker = client.submit({"name": "blocker", "gpus": 4, "command": ["sleep", "600"]})
         wait_for(lambda: client.job(blocker["id"])["status"] == "RUNNING")

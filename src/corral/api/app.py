@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from corral.api.views import (
     LOG_CHUNK,
+    MAX_ID,
     AttemptView,
     ErrorView,
     EventView,
@@ -86,8 +87,6 @@ def caller(
 
 User = Annotated[UserConfig, Depends(caller)]
 
-MAX_ID = 2**63 - 1
-"""The largest id the store's integer columns hold (SQLite INTEGER, SQL BIGINT)."""
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="job id")]
 
 

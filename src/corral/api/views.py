@@ -12,6 +12,9 @@ from corral.runtime.store import AttemptRow, EventRow, JobRow, NodeRow
 LOG_CHUNK = 1 << 20
 """Most bytes of log one request returns (clients page with ``offset``)."""
 
+MAX_ID = 2**63 - 1
+"""The largest id the store's integer columns hold (SQLite INTEGER, SQL BIGINT)."""
+
 
 class ErrorView(BaseModel):
     """Every error answer: a message for people (422s carry pydantic's list instead)."""
@@ -162,7 +165,7 @@ class PriorityBody(BaseModel):
 
 
 class HeartbeatBody(BaseModel):
-    attempt: int = Field(ge=1, le=2**63 - 1)
+    attempt: int = Field(ge=1, le=MAX_ID)
     step: float = Field(ge=0)
     throughput: float | None = None
     loss: float | None = None
