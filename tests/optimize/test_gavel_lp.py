@@ -73,11 +73,36 @@ def test_max_throughput_puts_each_job_where_it_gains_most() -> None:
 def test_finish_time_fairness_equalises_rho() -> None:
     p = AllocationProblem(np.ones((2, 1)), np.array([1, 1]), np.array([1]))
     total = np.array([100.0, 100.0])
-    x, rho = finish_time_fairness(p, np.zeros(2), total, total)
+    x, rho = finish_time_fairness(p, np.zeros(2), total)
     assert_feasible(p, x)
     # alone on half the GPU each takes 200 s; sharing it, each also takes 200 s: rho 1
     assert rho == pytest.approx(1.0, rel=1e-3)
     assert x[:, 0] == pytest.approx([0.5, 0.5], abs=1e-3)
+
+
+def test_max_min_weighs_throughput_by_gang_size_as_gavel_does() -> None:
+    # 4 GPUs of one type, a 4-GPU job and four 1-GPU jobs, equal speeds: Gavel
+    # multiplies normalised throughput by the scale factor, so equal levels are
+    # equal GPU-time: the gang gets 0.2 of the time, each 1-GPU job 0.8
+    p = AllocationProblem(np.ones((5, 1)), np.array([4, 1, 1, 1, 1]), np.array([4]))
+    x = max_min_fairness(p)
+    assert_feasible(p, x)
+    assert x[:, 0] == pytest.approx([0.2, 0.8, 0.8, 0.8, 0.8], abs=1e-5)
+
+
+def test_isolated_share_divides_the_equal_share_by_the_scale_factor() -> None:
+    # two jobs on 4 GPUs: 1/2 of the cluster is 2 GPUs; the 4-GPU job holds
+    # them half of the time, the 1-GPU job all of the time (capped at 1)
+    p = AllocationProblem(np.full((2, 1), 3.0), np.array([4, 1]), np.array([4]))
+    assert p.isolated_throughput() == pytest.approx([1.5, 3.0])
+
+
+def test_finish_time_fairness_counts_the_isolated_time_already_spent() -> None:
+    # one job alone, which has run 100 s (isolated it would also have taken
+    # 100 s) and has 100 steps left at 1 step/s: rho = (100 + 100) / (100 + 100)
+    p = AllocationProblem(np.ones((1, 1)), np.array([1]), np.array([1]))
+    _, rho = finish_time_fairness(p, np.array([100.0]), np.array([100.0]), np.array([100.0]))
+    assert rho == pytest.approx(1.0, rel=1e-3)
 
 
 def test_packed_max_min_uses_a_pair_that_gains() -> None:

@@ -115,3 +115,37 @@ def test_packed_variant_packs_measured_pairs() -> None:
     alone = sim(jobs, cluster("V100"), "gavel")
     makespan = lambda r: float(r.state.finish_time.max())  # noqa: E731
     assert makespan(result) < makespan(alone)
+
+
+def test_max_min_gives_gangs_time_in_proportion_to_their_size_per_class() -> None:
+    # One 4-GPU server, a 4-GPU job and four 1-GPU jobs of one type, each
+    # 10 h alone. Gavel weighs normalised throughput by the scale factor, so
+    # equal levels mean equal GPU-time: the gang gets 0.2 of the time and each
+    # 1-GPU job 0.8. The 1-GPU jobs finish at 10 h / 0.8 = 12.5 h; the gang has
+    # done a quarter of its work by then and finishes alone at 20 h. (Equal
+    # time shares, corral's old reading, finish every job at 20 h.)
+    job = "ResNet-18 (batch size 64)"
+    jobs = typed([(0, 4, 36_000, job)] + [(0, 1, 36_000, job)] * 4)
+    where = Cluster("v", assign_racks([Node("n0", "V100", 4)], 16))
+    result = sim(jobs, where, "gavel", fill_between_rounds=0)
+    jct = result.state.finish_time - result.state.submit
+    assert jct[1:] == pytest.approx([45_000] * 4, rel=0.02)
+    assert jct[0] == pytest.approx(72_000, rel=0.02)
+
+
+def test_a_job_arriving_after_a_reset_waits_for_the_reset_window() -> None:
+    # The allocation is re-solved only when the job set changed and 1,920 s
+    # passed since the last reset; a job arriving at 500 s on a busy cluster
+    # first runs at the first round boundary after 1,920 s + the first reset.
+    job = "ResNet-18 (batch size 64)"
+    jobs = typed([(0, 1, 36_000, job), (100, 1, 36_000, job), (500, 1, 36_000, job)])
+    where = cluster("V100", "V100")
+    result = sim(jobs, where, "gavel", fill_between_rounds=0)
+    first = result.state.first_start
+    # the reset at time 0 does not count (as in Gavel): the job arriving at
+    # 100 s is in the reset at the 360 s boundary; the next one may come only
+    # from 360 + 1,920 s on, at the round boundary of 2,520 s
+    assert first[1] == pytest.approx(360.0)
+    assert first[2] >= 360.0 + 1920.0
+    windowless = sim(jobs, where, "gavel", fill_between_rounds=0, reset_window=0)
+    assert windowless.state.first_start[2] < first[2]

@@ -8,13 +8,19 @@ type). Every allocation obeys: a job runs at most all of the time
 (``sum_j gpus_j X[j, t] <= count_t``). Each objective is Gavel's:
 
 * **max-min fairness**: maximise the least weighted normalised throughput,
-  throughput / (weight x throughput on an equal 1/n share of the cluster);
-  then, holding that level, maximise the total (so no capacity idles when
+  scale factor x throughput / (weight x throughput on the proportional
+  share, each type in proportion to its size). Multiplying by the scale
+  factor (GPUs per job) is Gavel's: a job on 4 GPUs reaches the level of a
+  1-GPU job with a quarter of the time, so equal levels mean equal GPU-time.
+  Then, holding that level, maximise the total (so no capacity idles when
   others could use it: Gavel's water-filling intent, in one extra LP).
   The heterogeneity-agnostic variant sees every type as equally fast.
 * **finish-time fairness**: minimise the largest rho = (elapsed + remaining
-  steps / throughput) / (time alone on a 1/n share). For a fixed rho the
-  constraints are linear, so rho is found by bisection over feasibility LPs.
+  steps / throughput) / (time it would have taken isolated so far +
+  remaining steps / isolated throughput). The isolated share is Gavel's: 1/n
+  of every type divided by the job's scale factor (capped at all of the
+  time). For a fixed rho the constraints are linear, so rho is found by
+  bisection over feasibility LPs.
 * **min makespan**: maximise v with throughput_j >= remaining_j x v; the
   makespan is 1/v.
 * **max throughput**: maximise the sum of throughputs, each normalised by the
@@ -64,13 +70,19 @@ class AllocationProblem:
         (a measured speed of 0 means it does not fit in the GPU's memory)."""
         return (self.gpus[:, None] <= self.capacity[None, :]) & (self.throughput > 0)
 
-    def equal_share_throughput(self) -> np.ndarray:
-        """Each job's throughput on an equal 1/n share of the cluster, spread over
-        the types in proportion to their sizes."""
-        total = float(self.capacity.sum())
-        share = min(1.0, total / max(float(self.gpus.sum()), 1.0))
-        mix = self.capacity / total
-        return share * (self.throughput * self.fits()) @ mix
+    def proportional_throughput(self) -> np.ndarray:
+        """Each job's throughput on all of the time, spread over the types in
+        proportion to their sizes (Gavel's max-min normaliser)."""
+        mix = self.capacity / max(float(self.capacity.sum()), 1.0)
+        return (self.throughput * self.fits()) @ mix
+
+    def isolated_throughput(self) -> np.ndarray:
+        """Each job's throughput on an equal 1/n share of every type, divided by
+        its scale factor and capped at all of the time (Gavel's isolated
+        baseline, the reference of finish-time fairness)."""
+        x = self.capacity[None, :] / max(self.n, 1) / self.gpus[:, None].astype(float)
+        x = x / np.maximum(x.sum(axis=1, keepdims=True), 1.0)
+        return ((self.throughput * self.fits()) * x).sum(axis=1)
 
 
 def _solve(
@@ -136,8 +148,7 @@ def max_min_fairness(p: AllocationProblem, agnostic: bool = False) -> np.ndarray
         return done
     if agnostic:
         return _agnostic(p)
-    weights = p.weights if p.weights is not None else np.ones(p.n)
-    norm = np.maximum(p.equal_share_throughput(), _TOL) * weights
+    norm = _max_min_norm(p)
     scale = 1.0 / norm
     base, rhs = _base_rows(p, 1)
     rows = _throughput_rows(p, scale, 1).tolil()
@@ -152,6 +163,13 @@ def max_min_fairness(p: AllocationProblem, agnostic: bool = False) -> np.ndarray
     level = float(x[-1]) * (1 - 1e-6)
     floor = _throughput_rows(p, scale, 0)[np.flatnonzero(can_run)]
     return _max_total(p, floor, np.full(floor.shape[0], -level), norm)
+
+
+def _max_min_norm(p: AllocationProblem) -> np.ndarray:
+    """What a job's throughput is divided by in max-min fairness: weight x
+    proportional throughput / scale factor."""
+    weights = p.weights if p.weights is not None else np.ones(p.n)
+    return np.maximum(p.proportional_throughput(), _TOL) * weights / p.gpus.astype(float)
 
 
 def _agnostic(p: AllocationProblem) -> np.ndarray:
@@ -205,14 +223,22 @@ def finish_time_fairness(
     p: AllocationProblem,
     elapsed: np.ndarray,
     remaining: np.ndarray,
-    total: np.ndarray,
+    isolated_so_far: np.ndarray | None = None,
     iterations: int = 30,
 ) -> tuple[np.ndarray, float]:
-    """Minimise the largest finish-time fairness rho; returns (X, rho)."""
+    """Minimise the largest finish-time fairness rho; returns (X, rho).
+
+    ``elapsed``: seconds since each job arrived; ``remaining``: its steps
+    left; ``isolated_so_far``: the seconds its progress so far would have
+    taken on its isolated share (Gavel accumulates this over its solves;
+    zero for a job that has not run).
+    """
     if (done := _empty(p)) is not None:
         return done, 0.0
+    if isolated_so_far is None:
+        isolated_so_far = np.zeros(p.n)
     can_run = p.fits().any(axis=1)
-    isolated = total / np.maximum(p.equal_share_throughput(), _TOL)
+    isolated = isolated_so_far + remaining / np.maximum(p.isolated_throughput(), _TOL)
     best = np.maximum(p.throughput.max(axis=1), _TOL)
     lo = float(np.max(((elapsed + remaining / best) / isolated)[can_run], initial=0.0))
     base, rhs = _base_rows(p, 0)
@@ -262,8 +288,7 @@ def max_min_fairness_packed(p: AllocationProblem) -> np.ndarray:
         raise CorralError("the packed allocation needs combinations with their throughputs")
     n, k = p.n, p.k
     m = len(p.combos)
-    weights = p.weights if p.weights is not None else np.ones(n)
-    norm = np.maximum(p.equal_share_throughput(), _TOL) * weights
+    norm = _max_min_norm(p)
     combo_gpus = np.array([p.gpus[c[0]] for c in p.combos], dtype=float)
     fits = combo_gpus[:, None] <= p.capacity[None, :]
     job_r, job_c, thr_v = [], [], []

@@ -2,16 +2,30 @@
 
 Each policy solves one of Gavel's allocation problems
 (:mod:`corral.optimize.gavel_lp`) for the jobs present, giving ``X[j, t]``,
-the fraction of time job ``j`` should spend on GPU type ``t``. The LP is
-solved again whenever jobs arrive or finish. Gavel's mechanism turns ``X``
-into leases: every ``round`` seconds (360 s by default) the (job, type)
-pairs are ranked by priority = ``X[j, t]`` / the fraction of its time the job
-has actually received on ``t`` since it arrived (never-served pairs first),
-and taken greedily while the type has GPUs for the gang; a job runs on one
-type in a round. A job given the same type again keeps its GPUs (no
-restart). Between rounds, GPUs freed by finishing jobs go to the waiting
-pairs in the same priority order (Gavel itself leaves them idle until the
-round ends).
+the fraction of time job ``j`` should spend on GPU type ``t``. Gavel's
+mechanism turns ``X`` into leases, and corral follows its definitions:
+
+* **Resets.** ``X`` is re-solved only at a round boundary when the set of
+  jobs changed *and* at least ``reset_window`` seconds (Gavel's 1,920 s)
+  passed since the last reset; a job that arrived since then waits for the
+  next reset (it has no share yet). A reset forgets the time each job
+  received and starts every (job, type) with a small equal credit, half a
+  round, so priorities compare what happened since the reset only. What a
+  job should have received but did not is carried as its deficit, the
+  tie-breaker. ``reset_window=0`` re-solves at every change.
+* **Rounds.** Every ``round`` seconds (360 s) each type's (job, type) pairs
+  are ranked by priority = ``X[j, t]`` / (the job's time on ``t`` / all
+  jobs' time on ``t``, both since the reset), then deficit, then ``X``; the
+  types' lists are walked fastest type first, and a pair is taken while the
+  type has GPUs for the gang (a pair with ``X = 0`` only takes what the
+  others leave). A job runs on one type in a round, and keeps its GPUs when
+  it gets the same type again (no restart). A round also starts at once when
+  nothing runs, as Gavel's next round starts when the last job of the
+  previous one ends.
+* **Between rounds** GPUs freed by finishing jobs go to waiting pairs in the
+  same order (``fill_between_rounds=1``, corral's default); Gavel leaves them
+  idle until the round ends (``fill_between_rounds=0``, what the
+  ``gavel-sim`` preset sets).
 
 The space-sharing variant ranks combinations (a job alone, or a measured
 pair sharing one gang, packed at the pair's measured speeds) the same way.
@@ -38,6 +52,8 @@ from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, place_wide_jobs, wider_than_any_type
 
 Combo = tuple[int, ...]
+DEFAULT_RESET_WINDOW = 1920.0
+"""Gavel's simulator: the least time between two resets of the allocation."""
 
 
 class GavelPolicy(Policy):
@@ -55,23 +71,35 @@ class GavelPolicy(Policy):
         placement: PlacementStrategy | None = None,
         round: float = 360.0,
         fill_between_rounds: int = 1,
+        reset_window: float = DEFAULT_RESET_WINDOW,
         **params: Any,
     ) -> None:
         super().__init__(placement, **params)
         if round <= 0:
             raise ValueError(f"round must be positive, got {round}")
+        if reset_window < 0:
+            raise ValueError(f"reset_window must be >= 0, got {reset_window}")
         self.round = float(round)
         self.fill_between_rounds = bool(fill_between_rounds)
+        self.reset_window = float(reset_window)
         self.received: np.ndarray | None = None
-        """Seconds each job has run on each GPU type (jobs x types)."""
-        self._combo_received: dict[tuple[Combo, int], float] = {}
+        """Seconds each job has run on each GPU type since it arrived (jobs x types)."""
+        self._time: dict[tuple[Combo, int], float] = {}
+        """Seconds each combination ran on each type since the last reset (plus the credit)."""
+        self._type_time = np.zeros(0)
+        """Seconds all combinations ran on each type since the last reset (plus credits)."""
+        self._deficit: dict[tuple[Combo, int], float] = {}
+        self._last_reset: float | None = None
+        self._dirty = False
         self._last = 0.0
         self._round_end = -np.inf
         self._active_key: tuple[int, int, int] | None = None
         self._combos: list[Combo] = []
         self._x = np.zeros((0, 0))
+        self._type_order: list[int] = []
         self.solves = 0
         self.rounds = 0
+        self.resets = 0
 
     # --------------------------------------------------------- allocation
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
@@ -92,6 +120,47 @@ class GavelPolicy(Policy):
         self._combos = [(int(j),) for j in active]
         self._x = x
 
+    @property
+    def credit(self) -> float:
+        """Time every (combination, type) starts with at a reset: half a round."""
+        return self.round / 2.0
+
+    def _reset(self, state: SchedulerState, active: np.ndarray) -> None:
+        """Re-solve, carry what each pair missed as its deficit, restart the clocks."""
+        now = state.now
+        credit = self.credit
+        alive = set(active.tolist())
+        deficit: dict[tuple[Combo, int], float] = {}
+        if self._last_reset is not None:
+            since = now - self._last_reset
+            for r, combo in enumerate(self._combos):
+                if not all(j in alive for j in combo):
+                    continue
+                for t in range(self._x.shape[1]):
+                    key = (combo, t)
+                    got = self._time.get(key, credit) - credit
+                    deficit[key] = self._deficit.get(key, 0.0) + self._x[r, t] * since - got
+        self._deficit = deficit
+        if len(active):
+            self._solve(state, active)
+        else:
+            self._combos, self._x = [], np.zeros((0, 0))
+        k = len(state.cluster.gpu_type_names)
+        self._time = {(c, t): credit for c in self._combos for t in range(k)}
+        self._type_time = np.full(k, credit * len(self._combos))
+        # fastest type first, as Gavel walks V100, P100, K80
+        speed = state.type_speed[active].sum(axis=0) if len(active) else np.zeros(k)
+        self._type_order = [int(t) for t in np.argsort(-speed, kind="stable")]
+        self._last_reset = now
+        self._dirty = False
+        self.resets += 1
+
+    def _may_reset(self, now: float) -> bool:
+        """Gavel's test: the window has passed, or no reset happened yet; like
+        Gavel, a reset at time 0 (the first arrival) does not open a window."""
+        last = self._last_reset
+        return last is None or last == 0.0 or now - last >= self.reset_window - 1e-9
+
     # --------------------------------------------------------- mechanism
     def _account(self, state: SchedulerState) -> None:
         n, k = len(state.gpus), len(state.cluster.gpu_type_names)
@@ -102,6 +171,7 @@ class GavelPolicy(Policy):
         if dt <= 0:
             return
         type_of = state.cluster.gpu_type_id
+        credit = self.credit
         for i in state.running:
             gpus = state.alloc[i]
             assert gpus is not None
@@ -109,48 +179,66 @@ class GavelPolicy(Policy):
             self.received[i, t] += dt
             host = int(state.host[i])
             if host >= 0:
-                key = (tuple(sorted((host, i))), t)
-                self._combo_received[key] = self._combo_received.get(key, 0.0) + dt
+                combo: Combo = tuple(sorted((host, i)))
             elif state.guest[i] < 0:
-                key = ((i,), t)
-                self._combo_received[key] = self._combo_received.get(key, 0.0) + dt
+                combo = (i,)
+            else:
+                continue  # a host's pair is counted once, from its guest
+            key = (combo, t)
+            self._time[key] = self._time.get(key, credit) + dt
+            self._type_time[t] += dt
 
     def _priorities(self, state: SchedulerState) -> list[tuple[Combo, int]]:
-        """(combination, type) pairs with a positive share, best priority first."""
-        now = state.now
-        ranked: list[tuple[float, float, int, Combo, int]] = []
-        rows, cols = np.nonzero(self._x > 1e-6)
-        for r, t in zip(rows.tolist(), cols.tolist(), strict=True):
-            combo = self._combos[r]
-            share = float(self._x[r, t])
-            elapsed = max(now - float(state.submit[list(combo)].max()), 1e-9)
-            got = self._combo_received.get((combo, t), 0.0) / elapsed
-            priority = np.inf if got <= 0 else share / got
-            ranked.append((-priority, -share, int(min(combo)), combo, t))
-        ranked.sort()
-        return [(combo, t) for *_, combo, t in ranked]
+        """(combination, type) pairs that can run, in Gavel's order: each type's
+        list (fastest type first) by priority, deficit, share, all descending."""
+        order: list[tuple[Combo, int]] = []
+        speed = state.type_speed
+        for t in self._type_order:
+            ranked: list[tuple[float, float, float, int, Combo]] = []
+            total = float(self._type_time[t])
+            for r, combo in enumerate(self._combos):
+                if any(speed[j, t] <= 0 for j in combo):
+                    continue
+                share = float(self._x[r, t])
+                if share <= 1e-9:
+                    priority = 0.0
+                else:
+                    fraction = self._time.get((combo, t), 0.0) / total if total > 0 else 0.0
+                    priority = share / fraction if fraction > 0 else share * 1e9
+                deficit = self._deficit.get((combo, t), 0.0)
+                ranked.append((-priority, -deficit, -share, min(combo), combo))
+            ranked.sort()
+            order.extend((combo, t) for *_, combo in ranked)
+        return order
 
     def schedule(self, state: SchedulerState) -> Plan:
+        if not len(self._type_time):
+            self._type_time = np.zeros(len(state.cluster.gpu_type_names))
         self._account(state)
         active = np.sort(np.concatenate([state.pending.array(), state.running.array()]))
         key = (
             (len(active), int(active.sum()), int((active * active).sum())) if len(active) else None
         )
-        changed = key != self._active_key
-        if changed:
+        if key != self._active_key:
             self._active_key = key
-            if len(active):
-                self._solve(state, active)
-            else:
-                self._combos, self._x = [], np.zeros((0, 0))
+            self._dirty = True
         builder = PlanBuilder(state)
-        if state.now >= self._round_end:
+        now = state.now
+        idle = not len(state.running)
+        if now >= self._round_end or (idle and len(state.pending)):
+            if self._dirty and self._may_reset(now):
+                self._reset(state, active)
             self.rounds += 1
-            self._round_end = state.now + self.round
+            self._round_end = now + self.round
             self._assign(state, builder, reassign=True)
         elif self.fill_between_rounds and len(state.pending) and state.free.total:
             self._assign(state, builder, reassign=False)
-        wake = self._round_end if len(active) else None
+        wake = None
+        if len(active):
+            wake = self._round_end
+            if idle and not builder.plan.starts and self._last_reset is not None:
+                # nothing can run until the allocation is reset: wake then
+                wake = max(self._last_reset + self.reset_window, now + 1e-6)
         return builder.build(wake)
 
     def _assign(self, state: SchedulerState, builder: PlanBuilder, reassign: bool) -> None:
@@ -231,12 +319,32 @@ class GavelFinishTimeFairness(GavelPolicy):
     name = "gavel-finish-time-fairness"
     description = "Gavel: minimise the worst finish-time fairness rho (Themis' metric), LPs"
 
+    def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
+        super().__init__(placement, **params)
+        self._isolated_so_far: dict[int, float] = {}
+        """Seconds each job's progress so far would have taken isolated (Gavel's
+        running sum: at each solve, the steps made since the last one over the
+        isolated throughput of then)."""
+        self._last_remaining: dict[int, tuple[float, float]] = {}
+        """At the last solve: each job's steps left and isolated throughput."""
+
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
         remaining = np.maximum(state.total_steps[jobs] - state.done_steps(jobs), 1e-9)
         elapsed = state.now - state.submit[jobs]
-        x, _ = finish_time_fairness(
-            self._problem(state, jobs), elapsed, remaining, state.total_steps[jobs]
-        )
+        problem = self._problem(state, jobs)
+        isolated = problem.isolated_throughput()
+        so_far = np.zeros(len(jobs))
+        seen: dict[int, tuple[float, float]] = {}
+        for r, j in enumerate(jobs.tolist()):
+            before = self._last_remaining.get(j)
+            total = self._isolated_so_far.get(j, 0.0)
+            if before is not None and before[1] > 0:
+                total += (before[0] - float(remaining[r])) / before[1]
+            self._isolated_so_far[j] = so_far[r] = total
+            seen[j] = (float(remaining[r]), float(isolated[r]))
+        self._isolated_so_far = {j: self._isolated_so_far[j] for j in seen}
+        self._last_remaining = seen
+        x, _ = finish_time_fairness(problem, elapsed, remaining, so_far)
         return x
 
 
@@ -267,9 +375,10 @@ class GavelMaxMinPacked(GavelPolicy):
         placement: PlacementStrategy | None = None,
         round: float = 360.0,
         fill_between_rounds: int = 1,
+        reset_window: float = DEFAULT_RESET_WINDOW,
         partners: int = 3,
     ) -> None:
-        super().__init__(placement, round, fill_between_rounds)
+        super().__init__(placement, round, fill_between_rounds, reset_window)
         self.partners = int(partners)
         self.table: ThroughputTable = gavel_throughputs()
 

@@ -25,6 +25,11 @@ SIM_PRESETS: dict[str, str] = {
         "constraints or locality slowdown, no switching cost, 3 queues at 3250/7200 "
         "GPU-seconds, Gittins from yarn-gput1000 with delta 3250 (ties: latest first)"
     ),
+    "gavel-sim": (
+        "the assumptions of Gavel's published simulator: every gang at its measured "
+        "throughput wherever it is placed, no switching cost, 360 s rounds that leave GPUs "
+        "freed mid-round idle, the allocation reset at most every 1,920 s"
+    ),
 }
 
 
@@ -62,7 +67,10 @@ class RunSpec:
         self.measured_locality = False
         self.switch_cost = 0.0
         defaults: dict[str, Any] = {}
-        if self.policy.startswith("tiresias"):
+        if self.preset == "gavel-sim":
+            if self.policy.startswith("gavel"):
+                defaults = {"round": 360.0, "fill_between_rounds": 0, "reset_window": 1920.0}
+        elif self.policy.startswith("tiresias"):
             defaults = {"queues": 3, "thresholds": "3250,7200,18000"}
             if self.policy == "tiresias-gittins":
                 defaults |= {"distribution": "yarn-gput1000", "delta": 3250.0, "ties": "lifo"}
