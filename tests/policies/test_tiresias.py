@@ -175,3 +175,32 @@ def test_bad_options_are_clear_errors() -> None:
         make_policy("tiresias-las", queues=4, thresholds="100,200")
     with pytest.raises(CorralError, match="no such file"):
         make_policy("tiresias-gittins", distribution="/nonexistent.csv")
+
+
+def test_list_order_puts_a_demoted_running_job_behind_those_waiting_in_its_queue() -> None:
+    # One GPU, two queues split at 1000 GPU-s. A runs from 0; B arrives at 10
+    # and waits behind it. At 1000 A drops to queue 1 and B preempts it. At
+    # 2000 B drops to queue 1 too. Tiresias' simulator appends B to the end of
+    # queue 1, behind the waiting A, so A runs again (2000-6000) and B waits
+    # (6000-10000). corral's default keeps the running B ahead of waiting jobs
+    # of its queue: B runs on (1000-6000), then A (6000-10000).
+    rows = [(0, 1, 5000), (10, 1, 5000)]
+    opts = {"queues": 2, "thresholds": "1000"}
+    peer = finish_times(run(rows, uniform(1, 1), "tiresias-las", queue_order="list", **opts))
+    assert peer == pytest.approx({"j0": 6000.0, "j1": 10000.0})
+    own = finish_times(run(rows, uniform(1, 1), "tiresias-las", **opts))
+    assert own == pytest.approx({"j0": 10000.0, "j1": 6000.0})
+
+
+def test_run_time_wakeup_notices_a_gang_demotion_late() -> None:
+    # A 4-GPU job crosses 1000 GPU-s after 250 s. Computing the crossing from
+    # run time (the peer's quirk), the simulator wakes only at ceil(1000 - 0)
+    # / 4 = 250 s too, but after a first event at 100 s it wakes at 100 +
+    # ceil((1000 - 100) / 4) = 325 s: the newcomer waiting in queue 0 gets the
+    # GPUs 75 s late. Exact wake-ups give them to it at 250 s.
+    rows = [(0, 4, 5000), (100, 4, 50)]
+    opts = {"queues": 2, "thresholds": "1000"}
+    exact = run(rows, uniform(1, 4), "tiresias-las", **opts)
+    late = run(rows, uniform(1, 4), "tiresias-las", demotion_wakeup="run-time", **opts)
+    assert exact.state.first_start[1] == pytest.approx(250.0)
+    assert late.state.first_start[1] == pytest.approx(325.0)

@@ -22,6 +22,20 @@ models on neither list follow ``unknown_models`` (``consolidate`` or ``any``).
 Defaults are those of Tiresias' simulator: 3 queues, thresholds 3250 / 7200 /
 18000 GPU-seconds (with K queues the first K-1 thresholds are used, so the
 default demotes at 3250 and 7200), Gittins delta 3250.
+
+Two options reproduce how Tiresias' published simulator behaves where it
+differs from the policy as described (``--preset tiresias-sim`` sets both):
+
+* ``queue_order=list``: each queue is a list. Arriving, demoted and promoted
+  jobs are appended at its end, behind the jobs already waiting there (so a
+  demoted job that is still running is walked after them in the next pass),
+  and after each pass running jobs move ahead of waiting ones, each group in
+  its list order. The default, ``entry``, keeps a running job ahead of the
+  waiting jobs of its queue at all times, in order of queue entry.
+* ``demotion_wakeup=run-time``: the simulator computes when a running job will
+  next cross a threshold from its run time instead of its GPU time, so a
+  multi-GPU job's demotion is noticed only at the next event after it
+  happens (its own quirk; the default, ``exact``, wakes at the crossing).
 """
 
 from __future__ import annotations
@@ -71,7 +85,15 @@ class TiresiasLas(Policy):
         thresholds: Any = DEFAULT_THRESHOLDS,
         promote_knob: float = 0.0,
         unknown_models: str = "consolidate",
+        queue_order: str = "entry",
+        demotion_wakeup: str = "exact",
     ) -> None:
+        if queue_order not in ("entry", "list"):
+            raise ValueError(f"queue_order must be 'entry' or 'list', got {queue_order}")
+        if demotion_wakeup not in ("exact", "run-time"):
+            raise ValueError(
+                f"demotion_wakeup must be 'exact' or 'run-time', got {demotion_wakeup}"
+            )
         try:
             default = ModelAware(unknown_models)
         except CorralError as exc:
@@ -87,11 +109,16 @@ class TiresiasLas(Policy):
         self.queues = int(queues)
         self.thresholds = np.asarray(limits[: self.queues - 1], dtype=np.float64)
         self.promote_knob = float(promote_knob)
+        self.list_order = queue_order == "list"
+        self.run_time_wakeup = demotion_wakeup == "run-time"
         self._n = -1
 
-    ordered = False
-    """True when the within-queue key alone orders jobs (Gittins); False keeps
-    running jobs ahead of waiting ones of the same queue (LAS)."""
+    @property
+    def ordered(self) -> bool:
+        """True when the within-queue key alone orders jobs (Gittins, or list
+        order); False keeps running jobs ahead of waiting ones of the same
+        queue (LAS)."""
+        return self.list_order
 
     # ------------------------------------------------------------ per job
     def _init(self, n: int) -> None:
@@ -107,6 +134,9 @@ class TiresiasLas(Policy):
         self.svc = np.zeros(n)
         """Queue service (GPU-seconds since the last promotion), refreshed each pass."""
         self._mark = np.zeros(n, dtype=bool)
+        self.pos = np.zeros(n)
+        """List order: a job's place in its queue's list (``queue_order=list``)."""
+        self._appended = 0.0
 
     def queue_service(self, state: SchedulerState, idx: np.ndarray) -> np.ndarray:
         """Service of jobs seen this pass (running or pending when the pass began)."""
@@ -140,6 +170,13 @@ class TiresiasLas(Policy):
         moved = new_q != self.queue[both]
         arrived = self.queue[both] < 0
         self.entry[both[moved]] = np.where(arrived[moved], state.submit[both[moved]], now)
+        if self.list_order and moved.any():
+            # appended at the end of their new queue: arrivals first, then the
+            # jobs that moved between queues, each in submit order
+            new = both[moved]
+            new = new[np.lexsort((new, ~arrived[moved]))]
+            self.pos[new] = self._appended + np.arange(len(new))
+            self._appended += len(new)
         self.queue[both] = new_q
 
     def _next_change(
@@ -152,8 +189,14 @@ class TiresiasLas(Policy):
         lower = q < self.queues - 1
         if lower.any():
             r = running[lower]
-            left = self.thresholds[q[lower]] - self.queue_service(state, r)
-            best = min(best, float(np.min(now + np.maximum(left, 0.0) / state.gpus[r])))
+            gpus = state.gpus[r]
+            service = self.queue_service(state, r)
+            if self.run_time_wakeup:  # the peer's reading: run time against GPU-time limits
+                left = np.ceil(np.maximum(self.thresholds[q[lower]] - service / gpus, 0.0) / gpus)
+                best = min(best, float(np.min(now + left)))
+            else:
+                left = self.thresholds[q[lower]] - service
+                best = min(best, float(np.min(now + np.maximum(left, 0.0) / gpus)))
         if self.promote_knob > 0 and len(pending):
             executed = (state.attained_base[pending] - self.base[pending]) / state.gpus[pending]
             waited = now - self.ref[pending] - executed
@@ -167,8 +210,8 @@ class TiresiasLas(Policy):
     def within_queue_key(
         self, state: SchedulerState, idx: np.ndarray, running: bool
     ) -> tuple[np.ndarray, ...]:
-        """FIFO by queue entry, running jobs ahead of waiting ones."""
-        return (self.entry[idx],)
+        """FIFO by queue entry, running jobs ahead of waiting ones (or list order)."""
+        return (self.pos[idx] if self.list_order else self.entry[idx],)
 
     def schedule(self, state: SchedulerState) -> Plan:
         n = len(state.submit)
@@ -200,6 +243,12 @@ class TiresiasLas(Policy):
         mark[starts] = True
         still_pending = np.concatenate((pending[~mark[pending]], stops))
         mark[starts] = False
+        if self.list_order:
+            # running jobs move ahead of waiting ones, each group in list order
+            for group in (now_running, still_pending):
+                ordered = group[np.argsort(self.pos[group], kind="stable")]
+                self.pos[ordered] = self._appended + np.arange(len(ordered))
+                self._appended += len(ordered)
         wake = self._next_change(state, now_running, still_pending)
         return builder.build(wake if np.isfinite(wake) and wake > state.now else None)
 
@@ -221,8 +270,18 @@ class TiresiasGittins(TiresiasLas):
         distribution: str = "online",
         delta: float = DEFAULT_DELTA,
         ties: str = "fifo",
+        queue_order: str = "entry",
+        demotion_wakeup: str = "exact",
     ) -> None:
-        super().__init__(placement, queues, thresholds, promote_knob, unknown_models)
+        super().__init__(
+            placement,
+            queues,
+            thresholds,
+            promote_knob,
+            unknown_models,
+            queue_order,
+            demotion_wakeup,
+        )
         if ties not in ("fifo", "lifo"):
             raise ValueError(f"ties must be 'fifo' or 'lifo', got {ties}")
         self.ties = ties
@@ -239,7 +298,9 @@ class TiresiasGittins(TiresiasLas):
         self._seen = 0
         self._cache = np.zeros(0)
 
-    ordered = True
+    @property
+    def ordered(self) -> bool:
+        return True
 
     def _init(self, n: int) -> None:
         super()._init(n)

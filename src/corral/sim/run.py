@@ -23,7 +23,9 @@ SIM_PRESETS: dict[str, str] = {
     "tiresias-sim": (
         "the assumptions of Tiresias' published simulator: GPU counting without placement "
         "constraints or locality slowdown, no switching cost, 3 queues at 3250/7200 "
-        "GPU-seconds, Gittins from yarn-gput1000 with delta 3250 (ties: latest first)"
+        "GPU-seconds, Gittins from yarn-gput1000 with delta 3250 (ties: latest first), its "
+        "queues as lists (a demoted job joins the end of its new queue) and its wake-up for "
+        "demotions computed from run time"
     ),
     "gavel-sim": (
         "the assumptions of Gavel's published simulator: every gang at its measured "
@@ -71,7 +73,12 @@ class RunSpec:
             if self.policy.startswith("gavel"):
                 defaults = {"round": 360.0, "fill_between_rounds": 0, "reset_window": 1920.0}
         elif self.policy.startswith("tiresias"):
-            defaults = {"queues": 3, "thresholds": "3250,7200,18000"}
+            defaults = {
+                "queues": 3,
+                "thresholds": "3250,7200,18000",
+                "queue_order": "list",
+                "demotion_wakeup": "run-time",
+            }
             if self.policy == "tiresias-gittins":
                 defaults |= {"distribution": "yarn-gput1000", "delta": 3250.0, "ties": "lifo"}
         self.policy_options = defaults | self.policy_options
