@@ -2,6 +2,10 @@
 
 Errors caused by input (a bad trace row, an unknown preset, a wrong flag) are
 printed as one message and exit with status 2; they never show a traceback.
+
+The command must start fast (``corral --help``, ``corral queue``): the
+simulator's modules (numpy, pandas, scipy, matplotlib) are imported inside the
+commands that use them, and the help texts read light modules only.
 """
 
 from __future__ import annotations
@@ -14,31 +18,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from corral.errors import CorralError
-from corral.model.cluster import Cluster
-from corral.model.cluster_specs import PRESETS, load_cluster
-from corral.model.jobs import JobTable
-from corral.perf.profiles import load_profiles
-from corral.perf.speeds import SpeedModel
 from corral.perf.switching import SWITCH_MECHANISMS
-from corral.perf.throughputs import ThroughputTable
-from corral.placement.registry import PLACEMENTS
-from corral.policies import POLICIES, policy_options
-from corral.rounds.output import write_round_run
-from corral.rounds.planners import ROUND_PLANNERS
 from corral.service_cli import register as register_service_verbs
-from corral.sim.output import write_run
-from corral.sim.report import write_report
-from corral.sim.run import SIM_PRESETS, RunSpec, parse_policy_options, simulate, simulate_rounds
-from corral.traces import FORMATS, LoadReport, TraceOptions, load_trace
-from corral.traces.philly import PhillyFilter
+from corral.sim.presets import SIM_PRESETS
+from corral.traces.formats import FORMATS
+
+if TYPE_CHECKING:
+    from corral.model.cluster import Cluster
+    from corral.model.jobs import JobTable
+    from corral.perf.throughputs import ThroughputTable
+    from corral.sim.run import RunSpec
 
 app = typer.Typer(
     add_completion=False,
@@ -78,7 +74,7 @@ ScaleOpt = Annotated[
 RackOpt = Annotated[int | None, typer.Option(help="nodes per rack for presets (default 16)")]
 PlacementOpt = Annotated[
     str | None,
-    typer.Option(help=f"placement: {', '.join(PLACEMENTS)} (default: the policy's own)"),
+    typer.Option(help="placement strategy (see 'corral policies'; default: the policy's own)"),
 ]
 FailureOpt = Annotated[
     float, typer.Option(help="chance that one attempt of a job fails (0 = no failures)")
@@ -160,6 +156,12 @@ class RunArgs:
 
     def workload(self) -> tuple[JobTable, Cluster]:
         """Load the cluster and the trace, and say what was loaded."""
+        from corral.model.cluster_specs import load_cluster
+        from corral.perf.speeds import SpeedModel
+        from corral.traces.loading import TraceOptions, load_trace
+        from corral.traces.philly import PhillyFilter
+        from corral.traces.rows import LoadReport
+
         with _user_errors():
             machines = load_cluster(
                 self.cluster, rack_size=self.rack_size, scale=self.cluster_scale
@@ -185,6 +187,8 @@ class RunArgs:
                 highlight=False,
                 soft_wrap=True,
             )
+        for note in report.notes:
+            err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
         console.print(f"cluster  {machines.describe()}", highlight=False)
         console.print(
             f"trace    {jobs.source}: {len(jobs)} jobs over {jobs.span() / 86400:.1f} days, "
@@ -195,6 +199,8 @@ class RunArgs:
 
     def spec(self, policy: str) -> RunSpec:
         """One policy's run settings."""
+        from corral.sim.run import RunSpec, parse_policy_options
+
         return RunSpec(
             policy=policy,
             placement=self.placement,
@@ -215,6 +221,8 @@ class RunArgs:
         if self.profiles is None:
             return None
         if self._profiles is None:
+            from corral.perf.profiles import load_profiles
+
             with _user_errors():
                 self._profiles = load_profiles(self.profiles)
         return self._profiles
@@ -283,6 +291,11 @@ def _run_and_write(
     jobs: JobTable, machines: Cluster, spec: RunSpec, run: RunArgs, out: Path, extra: dict[str, Any]
 ) -> dict[str, Any]:
     """Run one policy (gang engine or round model) and write its files."""
+    from corral.rounds.output import write_round_run
+    from corral.rounds.planners import ROUND_PLANNERS
+    from corral.sim.output import write_run
+    from corral.sim.run import simulate_rounds
+
     if spec.policy in ROUND_PLANNERS:
         with _user_errors():
             result = simulate_rounds(jobs, machines, spec)
@@ -293,6 +306,10 @@ def _run_and_write(
 
 
 def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bool) -> Any:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from corral.sim.run import simulate
+
     if not show_progress:
         return simulate(jobs, machines, spec)
     with Progress(
@@ -379,6 +396,8 @@ def compare(
         "switch cost": run.switch_cost,
         "seed": run.seed,
     }
+    from corral.sim.report import write_report
+
     with _user_errors():
         path = write_report(out, summaries, context)
     console.print(_summary_table(summaries))
@@ -386,6 +405,9 @@ def compare(
 
 
 def _check_policy_names(names: list[str]) -> None:
+    from corral.policies import POLICIES
+    from corral.rounds.planners import ROUND_PLANNERS
+
     known = [*POLICIES, *ROUND_PLANNERS]
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -395,26 +417,78 @@ def _check_policy_names(names: list[str]) -> None:
 
 
 @app.command("policies")
-def list_policies() -> None:
-    """List every policy and placement strategy."""
+def list_policies(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """List every policy and placement strategy.
+
+    Piped into another program it prints tab-separated lines with every name
+    and option in full (a table would be cut to the terminal's width).
+    """
+    from corral.placement.registry import PLACEMENTS
+    from corral.policies import POLICIES, policy_options
+    from corral.rounds.planners import ROUND_PLANNERS
+
+    rows: list[dict[str, Any]] = []
+    for name, cls in POLICIES.items():
+        rows.append(
+            {
+                "name": name,
+                "oracle": cls.oracle,
+                "model": "gang",
+                "description": cls.description,
+                "options": policy_options(cls),
+            }
+        )
+    for name, planner in ROUND_PLANNERS.items():
+        rows.append(
+            {
+                "name": name,
+                "oracle": False,
+                "model": "round",
+                "description": planner.description,
+                "options": policy_options(planner),  # type: ignore[arg-type]
+            }
+        )
+    places = [{"name": name, "description": cls.description} for name, cls in PLACEMENTS.items()]
+    if as_json:
+        print(json.dumps({"policies": rows, "placements": places}, indent=2, default=str))
+        return
+
+    def options_text(options: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in options.items()) or "-"
+
+    if not console.is_terminal:
+        print("kind\tname\toracle\tmodel\tdescription\toptions")
+        for row in rows:
+            oracle = "yes" if row["oracle"] else "no"
+            print(
+                f"policy\t{row['name']}\t{oracle}\t{row['model']}\t"
+                f"{row['description']}\t{options_text(row['options'])}"
+            )
+        for place in places:
+            print(f"placement\t{place['name']}\t-\t-\t{place['description']}\t-")
+        return
     table = Table(title="policies")
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("oracle")
     table.add_column("description")
     table.add_column("options (--policy-opt key=value)")
-    for name, cls in POLICIES.items():
-        options = ", ".join(f"{k}={v}" for k, v in policy_options(cls).items()) or "-"
-        table.add_row(name, "yes" if cls.oracle else "no", cls.description, options)
-    for name, planner in ROUND_PLANNERS.items():
-        options = ", ".join(f"{k}={v}" for k, v in policy_options(planner).items()) or "-"  # type: ignore[arg-type]
-        table.add_row(name, "no", f"{planner.description} [round model]", options)
+    for row in rows:
+        suffix = " [round model]" if row["model"] == "round" else ""
+        table.add_row(
+            row["name"],
+            "yes" if row["oracle"] else "no",
+            row["description"] + suffix,
+            options_text(row["options"]),
+        )
     console.print(table)
-    places = Table(title="placements (--placement)")
-    places.add_column("name")
-    places.add_column("description")
-    for name, cls in PLACEMENTS.items():
-        places.add_row(name, cls.description)
-    console.print(places)
+    placements = Table(title="placements (--placement)")
+    placements.add_column("name", no_wrap=True)
+    placements.add_column("description")
+    for place in places:
+        placements.add_row(place["name"], place["description"])
+    console.print(placements)
 
 
 @app.command("clusters")
@@ -424,6 +498,8 @@ def list_clusters(
     rack_size: RackOpt = None,
 ) -> None:
     """List the cluster presets, or describe one cluster."""
+    from corral.model.cluster_specs import PRESETS, load_cluster
+
     if describe:
         with _user_errors():
             machines = load_cluster(describe, rack_size=rack_size, scale=cluster_scale)

@@ -12,17 +12,18 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from corral.api.views import LOG_CHUNK
+from corral.api.limits import LOG_CHUNK
 from corral.errors import CorralError
-from corral.model.jobs import JobStatus
-from corral.runtime.specs import JobSpec, load_job_spec
+from corral.model.status import JobStatus
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 UrlOpt = Annotated[
     str | None, typer.Option("--url", help="service URL (default: $CORRAL_URL or 127.0.0.1:8470)")
@@ -92,6 +93,10 @@ def register(app: typer.Typer, console: Console) -> None:
     ) -> None:
         fields: dict[str, Any] = {}
         command = list(ctx.args)
+        from pydantic import ValidationError
+
+        from corral.runtime.specs import JobSpec, load_job_spec
+
         if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
             fields = load_job_spec(spec_file).model_dump(exclude_unset=True)
         elif spec_file is not None:  # the first word of the command, after '--'

@@ -6,14 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.api.limits import LOG_CHUNK as LOG_CHUNK
+from corral.api.limits import MAX_ID as MAX_ID
 from corral.runtime.specs import JobSpec
 from corral.runtime.store import AttemptRow, EventRow, JobRow, NodeRow
-
-LOG_CHUNK = 1 << 20
-"""Most bytes of log one request returns (clients page with ``offset``)."""
-
-MAX_ID = 2**63 - 1
-"""The largest id the store's integer columns hold (SQLite INTEGER, SQL BIGINT)."""
 
 
 class ErrorView(BaseModel):

@@ -9,13 +9,13 @@ duration becomes a generic job doing 1 step/s on its reference allocation, so
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from corral.errors import CorralError
+from corral.model.status import JobStatus
 
 if TYPE_CHECKING:
     from corral.perf.speeds import SpeedModel
@@ -34,6 +34,8 @@ COLUMNS: dict[str, str] = {
     "vc": "str: virtual cluster / queue",
     "user": "str: owner",
     "weight": "float: priority weight (weighted JCT)",
+    "batch_mode": "str: batch-size schedule ('static'; Shockwave's traces also name "
+    "'gns' or 'accordion', carried and reported, not modelled)",
 }
 
 _DEFAULTS: dict[str, object] = {
@@ -42,27 +44,8 @@ _DEFAULTS: dict[str, object] = {
     "vc": "default",
     "user": "",
     "weight": 1.0,
+    "batch_mode": "static",
 }
-
-
-class JobStatus(StrEnum):
-    """Life-cycle states, shared by the simulator and the live service."""
-
-    PENDING = "PENDING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-
-    @property
-    def terminal(self) -> bool:
-        return self in _TERMINAL
-
-
-_TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMEOUT}
 
 
 class JobTable:
@@ -162,7 +145,7 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     out["duration"] = out["duration"].astype(float)
     out["total_steps"] = out["total_steps"].astype(float)
     out["weight"] = out["weight"].astype(float)
-    for column in ("job_type", "model", "vc", "user"):
+    for column in ("job_type", "model", "vc", "user", "batch_mode"):
         out[column] = out[column].fillna("").astype(str)
     if out["job_id"].duplicated().any():
         dup = out.loc[out["job_id"].duplicated(), "job_id"].iloc[0]
@@ -177,3 +160,6 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     if len(out):
         out["submit_time"] = out["submit_time"] - out["submit_time"].iloc[0]
     return out
+
+
+__all__ = ["JobStatus", "JobTable"]

@@ -1,6 +1,17 @@
-"""How fast a job runs on an allocation, and what switching it costs."""
+"""How fast a job runs on an allocation, and what switching it costs.
 
-from corral.perf.locality import LocalityModel
-from corral.perf.switching import SWITCH_MECHANISMS, switch_cost_seconds
+Names load on first use (see :mod:`corral.lazy`).
+"""
+
+from __future__ import annotations
+
+from corral.lazy import lazy_exports
+
+_WHERE = {
+    "SWITCH_MECHANISMS": "corral.perf.switching",
+    "LocalityModel": "corral.perf.locality",
+    "switch_cost_seconds": "corral.perf.switching",
+}
+__getattr__ = lazy_exports("corral.perf", _WHERE)
 
 __all__ = ["SWITCH_MECHANISMS", "LocalityModel", "switch_cost_seconds"]

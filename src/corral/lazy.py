@@ -1,0 +1,23 @@
+"""Package namespaces whose names load on first use.
+
+The CLI must start in a fraction of a second, and numpy, pandas and scipy
+take over a second to import; a package's ``__init__`` therefore names where
+each export lives and imports it only when it is asked for (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+def lazy_exports(package: str, where: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that imports ``where[name]`` and returns its ``name``."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module '{package}' has no attribute {name!r}")
+        return getattr(importlib.import_module(where[name]), name)
+
+    return __getattr__

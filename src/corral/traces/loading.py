@@ -1,0 +1,131 @@
+"""Resolving a ``--trace`` value: files in any format, bundled traces, generators.
+
+``--trace`` takes ``philly`` (the bundled trace), ``tiresias-60`` (Tiresias'
+60-job trace, bundled), ``synthetic[:jobs=N,load=X]``,
+``gavel-synthetic[:jobs=N,rate=R,...]`` (Gavel's typed workload) or a path;
+a file's format is recognised from its first line, and ``--trace-format``
+overrides that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from corral.data import data_path
+from corral.errors import CorralError, InputError
+from corral.model.jobs import JobTable
+from corral.traces.canonical import load_canonical
+from corral.traces.formats import FORMATS
+from corral.traces.gavel import LAYOUTS, layout_of, load_gavel
+from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
+from corral.traces.job_types import assign_job_types
+from corral.traces.philly import PHILLY_HEADER, PhillyFilter, load_philly
+from corral.traces.pollux import POLLUX_COLUMNS, load_pollux
+from corral.traces.rows import LoadReport
+from corral.traces.synthetic import SyntheticSpec, generate
+from corral.traces.tiresias import load_tiresias
+
+
+@dataclass
+class TraceOptions:
+    fmt: str | None = None
+    skip_bad: bool = False
+    philly: PhillyFilter = field(default_factory=PhillyFilter)
+    max_jobs: int | None = None
+    seed: int = 0
+    job_types: str | None = None
+    """Give generic jobs measured types (see :mod:`corral.traces.job_types`)."""
+
+
+def detect_format(path: str) -> str:
+    """The format of a trace file, from its first line."""
+    opener = open
+    if path.endswith(".gz"):
+        import gzip
+
+        opener = gzip.open  # type: ignore[assignment]
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            first = fh.readline().rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise InputError(path, 1, None, "not a text file") from None
+    if not first.strip():
+        raise InputError(path, 1, None, "the first line is empty; cannot tell the trace format")
+    header = [c.strip() for c in first.split(",")]
+    if header == PHILLY_HEADER:
+        return "philly"
+    if header == POLLUX_COLUMNS:
+        return "pollux"
+    if header[:3] == ["job_id", "num_gpu", "submit_time"]:
+        return "tiresias"
+    if "submit_time" in header and "num_gpus" in header:
+        return "canonical"
+    if (layout := layout_of(first)) is not None:
+        return layout
+    raise InputError(
+        path,
+        1,
+        None,
+        "cannot tell the trace format from the first line; "
+        f"name it with --trace-format ({', '.join(FORMATS)})",
+    )
+
+
+def load_trace(
+    spec: str,
+    total_gpus: int,
+    options: TraceOptions | None = None,
+    report: LoadReport | None = None,
+) -> JobTable:
+    """Resolve a ``--trace`` value into a job table."""
+    options = options or TraceOptions()
+    table = _load(spec, total_gpus, options, report)
+    if options.job_types:
+        table = assign_job_types(table, options.job_types, options.seed)
+    return table
+
+
+def _load(
+    spec: str,
+    total_gpus: int,
+    options: TraceOptions,
+    report: LoadReport | None,
+) -> JobTable:
+    text = spec.strip()
+    if text.lower() == "philly":
+        filt = options.philly
+        if options.max_jobs is not None:
+            filt = PhillyFilter(filt.vcs, filt.start, filt.end, options.max_jobs)
+        return load_philly(None, filt, options.skip_bad, report)
+    if text.lower() == "tiresias-60":
+        text = str(data_path("tiresias", "60_job.csv"))
+        options = TraceOptions(**{**options.__dict__, "fmt": "tiresias"})
+    if text.lower().startswith("gavel-synthetic"):
+        table = generate_gavel(GavelWorkload.parse(text, options.seed))
+        return table.head(options.max_jobs) if options.max_jobs is not None else table
+    if text.lower().startswith("synthetic"):
+        table = generate(SyntheticSpec.parse(text, options.seed), total_gpus)
+        return table.head(options.max_jobs) if options.max_jobs is not None else table
+    path = Path(text)
+    if not path.is_file():
+        raise CorralError(
+            f"trace '{spec}': no such file (or use 'philly', 'tiresias-60' or 'synthetic')"
+        )
+    fmt = (options.fmt or detect_format(text)).lower()
+    report = report or LoadReport(text)
+    if fmt == "philly":
+        table = load_philly(text, options.philly, options.skip_bad, report)
+    elif fmt == "tiresias":
+        table = load_tiresias(text, options.skip_bad, report)
+    elif fmt in LAYOUTS:
+        table = load_gavel(text, options.skip_bad, report, layout=fmt)
+    elif fmt == "pollux":
+        table = load_pollux(text, options.skip_bad, report)
+    elif fmt == "canonical":
+        table = load_canonical(text, options.skip_bad, report)
+    else:
+        raise CorralError(f"unknown trace format '{fmt}' (choose from {', '.join(FORMATS)})")
+    if options.max_jobs is not None and fmt != "philly":
+        table = table.head(options.max_jobs)
+    return table
