@@ -102,9 +102,56 @@ def test_gavel_trace(tmp_path):
     )
     with pytest.raises(InputError, match=r"g2.trace:2: field 'total_steps': must be positive"):
         load_trace(bad, 8)
-    odd = write(tmp_path, "g3.trace", GAVEL_ROW.format(steps=346, sf=3, t=0))
-    with pytest.raises(InputError, match=r"g3.trace:1: field 'job_type': no measured throughput"):
+    # a scale factor Gavel did not measure scales linearly from the one below
+    three = load_trace(write(tmp_path, "g3.trace", GAVEL_ROW.format(steps=346, sf=3, t=0)), 8)
+    two = load_trace(write(tmp_path, "g4.trace", GAVEL_ROW.format(steps=346, sf=2, t=0)), 8)
+    assert three.df["duration"].iloc[0] == pytest.approx(two.df["duration"].iloc[0] * 2 / 3)
+    odd = write(
+        tmp_path, "g5.trace", GAVEL_ROW.format(steps=346, sf=1, t=0).replace("Transformer", "Tx")
+    )
+    with pytest.raises(InputError, match=r"g5.trace:1: field 'job_type': no measured throughput"):
         load_trace(odd, 8, TraceOptions(fmt="gavel"))
+
+
+MSR_ROW = "LM (batch size 20)\tpython3 main.py\t--steps\t1\t{steps}\t{t}\t{sf}\n"
+SHOCKWAVE_ROW = (
+    "LM (batch size 20)\tpython3 main.py\tlanguage_modeling\t--steps\t1\t{steps}\t{sf}\t"
+    "{mode}\t1\t-1.000000\t1418\t{t}\n"
+)
+
+
+def test_gavel_msr_trace(tmp_path):
+    # Gavel's older Philly-derived traces: 7 fields, arrival before scale factor;
+    # rows of scale factor 0 are skipped as Gavel skips them; 12 GPUs extrapolate
+    rows = [(100, 0, 1), (200, 5, 0), (300, 9, 12)]
+    path = write(
+        tmp_path, "m.trace", "".join(MSR_ROW.format(steps=a, t=b, sf=c) for a, b, c in rows)
+    )
+    assert detect_format(path) == "gavel-msr"
+    report = LoadReport(path)
+    table = load_trace(path, 64, report=report)
+    assert table.df["num_gpus"].tolist() == [1, 12]
+    assert table.df["submit_time"].tolist() == [0.0, 9.0]
+    assert table.df["total_steps"].tolist() == [100.0, 300.0]
+    assert any("scale factor 0" in note for note in report.notes)
+    bad = write(tmp_path, "m2.trace", MSR_ROW.format(steps=1, t="soon", sf=1))
+    with pytest.raises(InputError, match=r"m2.trace:1: field 'arrival_time'"):
+        load_trace(bad, 64)
+
+
+def test_shockwave_trace_carries_batch_size_modes(tmp_path):
+    rows = [(100, 1, "gns", 0), (200, 2, "accordion", 5), (300, 1, "static", 9)]
+    text = "".join(SHOCKWAVE_ROW.format(steps=a, sf=b, mode=c, t=d) for a, b, c, d in rows)
+    path = write(tmp_path, "s.trace", text)
+    assert detect_format(path) == "shockwave"
+    report = LoadReport(path)
+    table = load_trace(path, 8, report=report)
+    assert table.df["batch_mode"].tolist() == ["gns", "accordion", "static"]
+    assert table.df["num_gpus"].tolist() == [1, 2, 1]
+    assert any("gns 1" in note for note in report.notes)
+    bad = write(tmp_path, "s2.trace", SHOCKWAVE_ROW.format(steps=1, sf=1, mode="magic", t=0))
+    with pytest.raises(InputError, match=r"s2.trace:1: field 'mode': batch-size mode 'magic'"):
+        load_trace(bad, 8)
 
 
 def test_pollux_workload(tmp_path):

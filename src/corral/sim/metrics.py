@@ -36,6 +36,7 @@ def jobs_frame(result: SimResult) -> pd.DataFrame:
             "attained_service": s.attained_base,
             "switch_overhead": s.overhead,
             "vc": result.jobs.df["vc"].to_numpy(),
+            "batch_mode": result.jobs.df["batch_mode"].to_numpy(),
         }
     )
 
@@ -78,6 +79,9 @@ def summarise(result: SimResult, extra: dict[str, Any] | None = None) -> dict[st
         "passes": result.passes,
         "wall_s": result.wall_s,
     }
+    modes = result.jobs.df["batch_mode"].value_counts()
+    if set(modes.index) != {"static"}:  # Shockwave's dynamic batch sizes: carried, not modelled
+        summary["batch_size_modes"] = {str(k): int(v) for k, v in modes.items()}
     if extra:
         summary.update(extra)
     return summary

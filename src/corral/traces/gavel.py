@@ -1,9 +1,25 @@
-"""Gavel's ``.trace`` format: tab-separated, no header, one job per line.
+"""Gavel's ``.trace`` format and its two relatives: tab-separated, no header.
 
-Fields: job_type, command, working_dir, num_steps_arg, needs_data_dir,
-total_steps, scale_factor, priority_weight, SLO, arrival_time. The job's
-reference duration is its steps at its measured V100 throughput (Gavel's
-reference GPU) with its scale factor, from the bundled Gavel table.
+Three layouts, told apart by their number of fields:
+
+* **gavel** (10): job_type, command, working_dir, num_steps_arg,
+  needs_data_dir, total_steps, scale_factor, priority_weight, SLO,
+  arrival_time.
+* **gavel-msr** (7): Gavel's older per-virtual-cluster traces derived from
+  Philly (``traces/msr/``): job_type, command, num_steps_arg,
+  needs_data_dir, total_steps, arrival_time, scale_factor. Rows with scale
+  factor 0 are skipped, as Gavel skips them.
+* **shockwave** (12): Shockwave's dynamic traces: job_type, command,
+  working_dir, num_steps_arg, needs_data_dir, total_steps, scale_factor,
+  mode, priority_weight, SLO, duration, arrival_time. ``mode`` is the
+  job's batch-size schedule (``static``, ``gns``, ``accordion``): it is
+  carried in the job table's ``batch_mode`` and reported; corral's
+  performance models run every job at its trace batch size for now.
+
+A job's reference duration is its steps at its measured V100 throughput
+(Gavel's reference GPU) at its scale factor; scale factors Gavel did not
+measure (the MSR traces have 12, 16, 32, ...) scale linearly from the largest
+measured one below, as the speed model does everywhere.
 """
 
 from __future__ import annotations
@@ -11,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from corral.errors import CorralError, InputError
+from corral.errors import InputError
 from corral.model.jobs import JobTable
-from corral.perf.throughputs import gavel_throughputs
+from corral.perf.speeds import SpeedModel
 from corral.traces.rows import LoadReport, RowChecker, read_text_frame
 
 GAVEL_FIELDS = [
@@ -28,31 +44,66 @@ GAVEL_FIELDS = [
     "SLO",
     "arrival_time",
 ]
-REFERENCE_GPU = "V100"
+MSR_FIELDS = [
+    "job_type",
+    "command",
+    "num_steps_arg",
+    "needs_data_dir",
+    "total_steps",
+    "arrival_time",
+    "scale_factor",
+]
+SHOCKWAVE_FIELDS = [
+    "job_type",
+    "command",
+    "working_dir",
+    "num_steps_arg",
+    "needs_data_dir",
+    "total_steps",
+    "scale_factor",
+    "mode",
+    "priority_weight",
+    "SLO",
+    "duration",
+    "arrival_time",
+]
+LAYOUTS = {"gavel": GAVEL_FIELDS, "gavel-msr": MSR_FIELDS, "shockwave": SHOCKWAVE_FIELDS}
+"""Each layout by name, with its fields in order."""
+BATCH_MODES = ("static", "gns", "accordion")
+"""Shockwave's batch-size schedules."""
 
 
-def load_gavel(path: str, skip_bad: bool = False, report: LoadReport | None = None) -> JobTable:
+def layout_of(first_line: str) -> str | None:
+    """The layout whose field count the line has (None: none of them)."""
+    fields = first_line.count("\t") + 1
+    return next((name for name, cols in LAYOUTS.items() if len(cols) == fields), None)
+
+
+def load_gavel(
+    path: str, skip_bad: bool = False, report: LoadReport | None = None, layout: str = "gavel"
+) -> JobTable:
     report = report or LoadReport(path)
-    raw, first = read_text_frame(path, sep="\t", header=False, names=GAVEL_FIELDS)
+    raw, first = read_text_frame(path, sep="\t", header=False, names=LAYOUTS[layout])
     check = RowChecker(path, raw, first, skip_bad)
     job_type = check.text("job_type")
     steps = check.number("total_steps", positive=True)
-    scale = check.number("scale_factor", integer=True, minimum=1)
-    weight = check.number("priority_weight", positive=True)
+    if layout == "gavel-msr":
+        scale = check.number("scale_factor", integer=True, minimum=0)
+        idle = (scale == 0).to_numpy()
+        if idle.any():
+            report.notes.append(f"{int(idle.sum())} row(s) with scale factor 0 skipped (as Gavel)")
+        weight = pd.Series(1.0, index=raw.index)
+    else:
+        scale = check.number("scale_factor", integer=True, minimum=1)
+        idle = np.zeros(len(raw), dtype=bool)
+        weight = check.number("priority_weight", positive=True)
     arrival = check.number("arrival_time", minimum=0)
-    table = gavel_throughputs()
-    rate = np.full(len(raw), np.nan)
-    for row, (name, sf) in enumerate(zip(job_type, scale, strict=True)):
-        if check.bad[row] or pd.isna(sf):
-            continue
-        try:
-            rate[row] = table.steps_per_second(name, REFERENCE_GPU, int(sf))
-        except CorralError:
-            line = int(raw["__row"].iloc[row]) + first
-            problem = f"no measured throughput for '{name}' at scale factor {int(sf)}"
-            if not skip_bad:
-                raise InputError(path, line, "job_type", problem) from None
-            check.bad[row] = True
+    mode = pd.Series("static", index=raw.index)
+    if layout == "shockwave":
+        mode = check.text("mode").str.lower()
+        unknown = ~mode.isin(BATCH_MODES).to_numpy()
+        check.flag(unknown, "mode", f"batch-size mode '{{value}}' is not one of {BATCH_MODES}")
+    rate = _reference_rates(path, raw, first, check, job_type, scale, idle, skip_bad)
     df = pd.DataFrame(
         {
             "job_id": "gavel-" + raw["__row"].astype(str),
@@ -62,8 +113,45 @@ def load_gavel(path: str, skip_bad: bool = False, report: LoadReport | None = No
             "duration": steps / rate,
             "job_type": job_type,
             "weight": weight,
+            "batch_mode": mode,
         }
     )
-    out = JobTable(check.keep(df, report), source=path)
+    good = check.keep(df.assign(_idle=idle), report)
+    out = JobTable(good.loc[~good["_idle"]].drop(columns="_idle"), source=path)
     report.kept = len(out)
+    modes = out.df["batch_mode"].value_counts()
+    if set(modes.index) - {"static"}:
+        counts = ", ".join(f"{k} {v}" for k, v in modes.items())
+        report.notes.append(
+            f"batch-size modes ({counts}) carried and reported; every job runs at its trace "
+            "batch size (no batch-size model yet)"
+        )
     return out
+
+
+def _reference_rates(
+    path: str,
+    raw: pd.DataFrame,
+    first: int,
+    check: RowChecker,
+    job_type: pd.Series,
+    scale: pd.Series,
+    idle: np.ndarray,
+    skip_bad: bool,
+) -> np.ndarray:
+    """Steps/s of each row's job on V100s at its scale factor (NaN where unknown)."""
+    speeds = SpeedModel()
+    rate = np.full(len(raw), np.nan)
+    for row, (name, sf) in enumerate(zip(job_type, scale, strict=True)):
+        if check.bad[row] or idle[row] or pd.isna(sf):
+            continue
+        value = speeds.reference_speed(name, int(sf))
+        if value is None or value <= 0:
+            line = int(raw["__row"].iloc[row]) + first
+            problem = f"no measured throughput for '{name}'"
+            if not skip_bad:
+                raise InputError(path, line, "job_type", problem)
+            check.bad[row] = True
+            continue
+        rate[row] = value
+    return rate

@@ -40,7 +40,7 @@ class RowChecker:
         self.bad = np.zeros(len(raw), dtype=bool)
         self.first_problem: tuple[int, str, str] | None = None
 
-    def _flag(self, mask: np.ndarray, column: str, problem: str) -> None:
+    def flag(self, mask: np.ndarray, column: str, problem: str) -> None:
         mask = mask & ~self.bad
         if not mask.any():
             return
@@ -56,13 +56,13 @@ class RowChecker:
     def text(self, column: str, required: bool = True) -> pd.Series:
         values = self.raw[column].fillna("").astype(str).str.strip()
         if required:
-            self._flag((values == "").to_numpy(), column, "is empty")
+            self.flag((values == "").to_numpy(), column, "is empty")
         return values
 
     def unique(self, values: pd.Series, column: str) -> None:
         """Flag rows whose (non-empty) value repeats an earlier row's."""
         dup = (values.duplicated() & (values != "")).to_numpy()
-        self._flag(dup, column, "repeats an earlier job id '{value}'")
+        self.flag(dup, column, "repeats an earlier job id '{value}'")
 
     def number(
         self,
@@ -77,22 +77,22 @@ class RowChecker:
         values = pd.to_numeric(text, errors="coerce")
         empty = (text == "").to_numpy()
         if required:
-            self._flag(empty, column, "is empty")
+            self.flag(empty, column, "is empty")
         bad = values.isna().to_numpy() & ~empty
-        self._flag(bad, column, "expected a number, got '{value}'")
+        self.flag(bad, column, "expected a number, got '{value}'")
         finite = np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
-        self._flag(~finite & ~values.isna().to_numpy(), column, "must be finite, got '{value}'")
+        self.flag(~finite & ~values.isna().to_numpy(), column, "must be finite, got '{value}'")
         if integer:
             frac = (values % 1 != 0).fillna(False).to_numpy()
-            self._flag(frac, column, "expected a whole number, got '{value}'")
+            self.flag(frac, column, "expected a whole number, got '{value}'")
         if minimum is not None:
-            self._flag(
+            self.flag(
                 (values < minimum).fillna(False).to_numpy(),
                 column,
                 f"must be >= {minimum:g}, got '{{value}}'",
             )
         if positive:
-            self._flag(
+            self.flag(
                 (values <= 0).fillna(False).to_numpy(), column, "must be positive, got '{value}'"
             )
         return values
@@ -100,7 +100,7 @@ class RowChecker:
     def timestamp(self, column: str) -> pd.Series:
         text = self.raw[column].fillna("").astype(str).str.strip()
         values = pd.to_datetime(text, errors="coerce", format="mixed")
-        self._flag(values.isna().to_numpy(), column, "expected a date and time, got '{value}'")
+        self.flag(values.isna().to_numpy(), column, "expected a date and time, got '{value}'")
         return values
 
     def keep(self, df: pd.DataFrame, report: LoadReport) -> pd.DataFrame:
