@@ -25,6 +25,24 @@ def test_policies_lists_every_policy():
         assert name in result.output
 
 
+def test_policies_piped_prints_full_names_and_json():
+    from corral.policies import POLICIES
+    from corral.rounds.planners import ROUND_PLANNERS
+
+    # a pipe, not a terminal: one tab-separated line per policy, nothing cut
+    piped = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "policies"], capture_output=True, text=True, check=True
+    )
+    names = {line.split("\t")[1] for line in piped.stdout.splitlines()[1:]}
+    assert set(POLICIES) | set(ROUND_PLANNERS) <= names
+    assert "gavel-max-min-fairness-agnostic" in names
+    listed = json.loads(runner.invoke(app, ["policies", "--json"]).output)
+    by_name = {p["name"]: p for p in listed["policies"]}
+    assert by_name["gavel"]["options"]["reset_window"] == 1920.0
+    assert by_name["srtf"]["oracle"] is True
+    assert {p["name"] for p in listed["placements"]} >= {"consolidate", "count"}
+
+
 def test_sim_writes_jobs_and_summary(tmp_path):
     out = tmp_path / "run"
     result = runner.invoke(
