@@ -155,6 +155,10 @@ class GavelPolicy(Policy):
         self._dirty = False
         self.resets += 1
 
+    def _round_type_order(self) -> list[int]:
+        """The order in which a round walks the types' lists: fastest first."""
+        return self._type_order
+
     def _may_reset(self, now: float) -> bool:
         """Gavel's test: the window has passed, or no reset happened yet; like
         Gavel, a reset at time 0 (the first arrival) does not open a window."""
@@ -193,7 +197,7 @@ class GavelPolicy(Policy):
         list (fastest type first) by priority, deficit, share, all descending."""
         order: list[tuple[Combo, int]] = []
         speed = state.type_speed
-        for t in self._type_order:
+        for t in self._round_type_order():
             ranked: list[tuple[float, float, float, int, Combo]] = []
             total = float(self._type_time[t])
             for r, combo in enumerate(self._combos):
@@ -311,8 +315,18 @@ class GavelMaxMinAgnostic(GavelPolicy):
     name = "gavel-max-min-fairness-agnostic"
     description = "Gavel's heterogeneity-agnostic max-min fairness (every GPU type alike)"
 
+    def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
+        super().__init__(placement, **params)
+        self._shuffle = np.random.default_rng(0)
+
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
         return max_min_fairness(self._problem(state, jobs), agnostic=True)
+
+    def _round_type_order(self) -> list[int]:
+        """Blind to speed, Gavel shuffles the types' order each time it ranks (seeded)."""
+        order = list(self._type_order)
+        self._shuffle.shuffle(order)
+        return order
 
 
 class GavelFinishTimeFairness(GavelPolicy):
