@@ -114,6 +114,23 @@ def test_compare_writes_a_self_contained_report(tmp_path):
     assert 'src="http' not in page
 
 
+def test_compare_in_parallel_processes_matches_one_at_a_time(tmp_path):
+    args = ["compare", "--policies", "fifo,las,tiresias-las", "--trace"]
+    args += ["synthetic:jobs=120,load=1.2", "--cluster", "uniform:3x4:V100", "--no-progress"]
+    tables = []
+    for workers in ("1", "2"):
+        out = tmp_path / workers
+        result = runner.invoke(app, [*args, "--parallel", workers, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        rows = (out / "comparison.csv").read_text().splitlines()
+        # every column but the last (wall seconds) must agree
+        tables.append([row.rsplit(",", 1)[0] for row in rows])
+    assert tables[0] == tables[1]
+    assert [row.split(",")[0] for row in tables[1][1:]] == ["fifo", "las", "tiresias-las"]
+    bad = runner.invoke(app, [*args, "--parallel", "0", "--out", str(tmp_path / "x")])
+    assert bad.exit_code != 0 and "--parallel" in bad.output
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     code = "from corral.cli import main; main()"
     return subprocess.run(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -288,7 +289,12 @@ def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def _run_and_write(
-    jobs: JobTable, machines: Cluster, spec: RunSpec, run: RunArgs, out: Path, extra: dict[str, Any]
+    jobs: JobTable,
+    machines: Cluster,
+    spec: RunSpec,
+    progress: bool,
+    out: Path,
+    extra: dict[str, Any],
 ) -> dict[str, Any]:
     """Run one policy (gang engine or round model) and write its files."""
     from corral.rounds.output import write_round_run
@@ -300,7 +306,7 @@ def _run_and_write(
         with _user_errors():
             result = simulate_rounds(jobs, machines, spec)
             return write_round_run(result, out, jobs.offered_load(machines.total_gpus), extra)
-    sim_result = _run_one(jobs, machines, spec, run.progress)
+    sim_result = _run_one(jobs, machines, spec, progress)
     with _user_errors():
         return write_run(sim_result, out, extra)
 
@@ -357,7 +363,7 @@ def sim(
     _check_policy_names([name])
     jobs, machines = run.workload()
     summary = _run_and_write(
-        jobs, machines, run.spec(name), run, out, {"trace": jobs.source, "seed": run.seed}
+        jobs, machines, run.spec(name), run.progress, out, {"trace": jobs.source, "seed": run.seed}
     )
     console.print(_summary_table([summary]))
     console.print(f"wrote {out}/jobs.csv, {out}/summary.json", highlight=False)
@@ -369,23 +375,40 @@ def compare(
     run: RunArgs,
     policies: Annotated[str, typer.Option(help="comma-separated policy names")] = "fifo,srtf,las",
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/compare"),
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--parallel",
+            "-j",
+            min=1,
+            help="policies run at once, each in its own process (default: one per CPU core)",
+        ),
+    ] = None,
 ) -> None:
-    """Run the same workload under several policies and write a comparison report."""
+    """Run the same workload under several policies and write a comparison report.
+
+    Policies run side by side in separate processes (``--parallel 1`` runs
+    them one after another in this process, with a progress bar each); the
+    results do not depend on how many run at once.
+    """
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     if not names:
         raise CorralError("--policies names no policy")
     _check_policy_names(names)
     jobs, machines = run.workload()
-    summaries = []
-    for name in names:
-        extra = {"trace": jobs.source, "seed": run.seed, "run_dir": name}
-        summary = _run_and_write(jobs, machines, run.spec(name), run, out / name, extra)
-        summaries.append(summary)
-        console.print(
-            f"  {summary['policy']}: avg JCT {summary['avg_jct_s'] / 3600:,.2f} h "
-            f"({summary['wall_s']:.1f} s wall)",
-            highlight=False,
-        )
+    tasks = [
+        (name, run.spec(name), {"trace": jobs.source, "seed": run.seed, "run_dir": name})
+        for name in names
+    ]
+    workers = min(len(tasks), parallel or os.cpu_count() or 1)
+    summaries: list[dict[str, Any]] = []
+    if workers <= 1:
+        for name, spec, extra in tasks:
+            summary = _run_and_write(jobs, machines, spec, run.progress, out / name, extra)
+            summaries.append(summary)
+            _print_done(summary)
+    else:
+        summaries = _compare_in_processes(jobs, machines, tasks, out, workers)
     context = {
         "trace": jobs.source,
         "jobs": len(jobs),
@@ -402,6 +425,52 @@ def compare(
         path = write_report(out, summaries, context)
     console.print(_summary_table(summaries))
     console.print(f"wrote {out}/comparison.csv and {path}", highlight=False)
+
+
+def _print_done(summary: dict[str, Any]) -> None:
+    console.print(
+        f"  {summary['policy']}: avg JCT {summary['avg_jct_s'] / 3600:,.2f} h "
+        f"({summary['wall_s']:.1f} s wall)",
+        highlight=False,
+    )
+
+
+def _compare_in_processes(
+    jobs: JobTable,
+    machines: Cluster,
+    tasks: list[tuple[str, RunSpec, dict[str, Any]]],
+    out: Path,
+    workers: int,
+) -> list[dict[str, Any]]:
+    """Run each policy in a worker process; summaries come back in the policies' order.
+
+    Workers are forked where the platform allows, so the loaded trace is
+    shared rather than copied; a policy's error stops the comparison with
+    that policy's message.
+    """
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {
+            pool.submit(_run_and_write, jobs, machines, spec, False, out / name, extra): k
+            for k, (name, spec, extra) in enumerate(tasks)
+        }
+        results: dict[int, dict[str, Any]] = {}
+        pending = set(futures)
+        with console.status(f"running {len(tasks)} policies, {workers} at a time") as status:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if future.exception() is not None:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                    summary = future.result()
+                    results[futures[future]] = summary
+                    _print_done(summary)
+                    status.update(f"{len(results)} of {len(tasks)} policies done")
+    return [results[k] for k in range(len(tasks))]
 
 
 def _check_policy_names(names: list[str]) -> None:
