@@ -495,16 +495,18 @@ def list_policies(
     and option in full (a table would be cut to the terminal's width).
     """
     from corral.placement.registry import PLACEMENTS
-    from corral.policies import POLICIES, policy_options
+    from corral.policies import POLICIES, live_refusal, live_support, policy_options
     from corral.rounds.planners import ROUND_PLANNERS
 
     rows: list[dict[str, Any]] = []
     for name, cls in POLICIES.items():
+        note = live_support(cls)
         rows.append(
             {
                 "name": name,
                 "oracle": cls.oracle,
                 "model": "gang",
+                "live": f"yes; {note}" if note else "yes",
                 "description": cls.description,
                 "options": policy_options(cls),
             }
@@ -515,6 +517,7 @@ def list_policies(
                 "name": name,
                 "oracle": False,
                 "model": "round",
+                "live": f"no; {live_refusal(name)}",
                 "description": planner.description,
                 "options": policy_options(planner),  # type: ignore[arg-type]
             }
@@ -528,19 +531,20 @@ def list_policies(
         return ", ".join(f"{k}={v}" for k, v in options.items()) or "-"
 
     if not console.is_terminal:
-        print("kind\tname\toracle\tmodel\tdescription\toptions")
+        print("kind\tname\toracle\tmodel\tlive\tdescription\toptions")
         for row in rows:
             oracle = "yes" if row["oracle"] else "no"
             print(
-                f"policy\t{row['name']}\t{oracle}\t{row['model']}\t"
+                f"policy\t{row['name']}\t{oracle}\t{row['model']}\t{row['live']}\t"
                 f"{row['description']}\t{options_text(row['options'])}"
             )
         for place in places:
-            print(f"placement\t{place['name']}\t-\t-\t{place['description']}\t-")
+            print(f"placement\t{place['name']}\t-\t-\t-\t{place['description']}\t-")
         return
     table = Table(title="policies")
     table.add_column("name", no_wrap=True)
     table.add_column("oracle")
+    table.add_column("live (corral serve)")
     table.add_column("description")
     table.add_column("options (--policy-opt key=value)")
     for row in rows:
@@ -548,10 +552,12 @@ def list_policies(
         table.add_row(
             row["name"],
             "yes" if row["oracle"] else "no",
+            "yes*" if row["live"].startswith("yes;") else row["live"].split(";")[0],
             row["description"] + suffix,
             options_text(row["options"]),
         )
     console.print(table)
+    console.print("yes*: runs live with differences; 'corral policies --json' says which.")
     placements = Table(title="placements (--placement)")
     placements.add_column("name", no_wrap=True)
     placements.add_column("description")

@@ -200,6 +200,9 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
                 raise field_error(
                     "gpus", f"asks for {spec.gpus} GPUs; the cluster has {limit} {kind}GPUs"
                 )
+        if config.vcs is not None and spec.vc is not None and spec.vc not in config.vcs:
+            have = ", ".join(config.vcs)
+            raise field_error("vc", f"no virtual cluster '{spec.vc}' here (there are {have})")
         if spec.workdir is not None and not Path(spec.workdir).is_dir():
             raise field_error("workdir", f"{spec.workdir} is not a directory on the service's host")
         prerun = spec.prerun_steps

@@ -88,6 +88,13 @@ class SchedulerState:
         with np.errstate(divide="ignore", invalid="ignore"):
             ref = self.total_steps / self.duration
         self.ref_speed = np.where(np.isfinite(ref) & (ref > 0), ref, 1.0)
+        self.estimated = np.zeros(n, dtype=bool)
+        """True where the duration is a stand-in estimate (live jobs that gave none)."""
+        self.known_in_advance = True
+        """Every job, with its size of work, is known up front (a trace); the live
+        service sets False: jobs appear as they are submitted."""
+        self.vc: list[str] = df["vc"].fillna("").astype(str).tolist()
+        """Virtual cluster (queue, account) of each job."""
         """Steps per second on the job's reference allocation (1 for generic jobs)."""
         self.speeds = speeds
         self._type_speed: np.ndarray | None = None

@@ -48,6 +48,36 @@ def policy_options(cls: type[Policy]) -> dict[str, Any]:
     }
 
 
+ROUND_MODEL_LIVE = (
+    "plans task-level rounds (a job's iterations spread over GPUs of any type), which the "
+    "service cannot run until jobs can switch between standby workers; simulate it with "
+    "'corral sim', or serve a gang policy such as allox or gavel"
+)
+
+
+def live_refusal(name: str) -> str | None:
+    """Why ``corral serve`` cannot run the policy named ``name`` (None: it can)."""
+    key = name.strip().lower()
+    if key in POLICIES:
+        return None
+    from corral.rounds.planners import ROUND_PLANNERS
+
+    if key in ROUND_PLANNERS:
+        return f"policy '{name}' {ROUND_MODEL_LIVE}"
+    return f"unknown policy '{name}' (choose from {', '.join(POLICIES)}; see 'corral policies')"
+
+
+def live_support(cls: type[Policy]) -> str:
+    """What the policy's live version does differently from the simulator ("" when nothing)."""
+    notes = [cls.live_note] if cls.live_note else []
+    if cls.oracle or cls.reads_durations:
+        notes.append(
+            "durations come from a job's 'duration' (or 'wall_time'), else an estimate "
+            "from its owner's finished jobs"
+        )
+    return "; ".join(notes)
+
+
 def make_policy(name: str, placement: str | None = None, seed: int = 0, **options: Any) -> Policy:
     """A policy by name with a placement strategy by name (None: the policy's default)."""
     try:
@@ -63,4 +93,12 @@ def make_policy(name: str, placement: str | None = None, seed: int = 0, **option
         raise CorralError(f"policy '{name}': {exc}") from None
 
 
-__all__ = ["POLICIES", "PlanBuilder", "Policy", "make_policy", "policy_options"]
+__all__ = [
+    "POLICIES",
+    "PlanBuilder",
+    "Policy",
+    "live_refusal",
+    "live_support",
+    "make_policy",
+    "policy_options",
+]

@@ -90,6 +90,10 @@ class Policy(ABC):
     """True when the policy uses what a real scheduler cannot know (durations)."""
     elastic: ClassVar[bool] = False
     """True when the policy may run a job on a multiple of the GPUs it asked for."""
+    reads_durations: ClassVar[bool] = False
+    """True when the policy ranks by work left (oracles, finish-time fairness)."""
+    live_note: ClassVar[str] = ""
+    """What ``corral serve`` does differently from the simulator for this policy."""
 
     def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
         if params:

@@ -57,6 +57,10 @@ PAIR_GPU = ("V100", True)
 
 class Gandiva(Policy):
     name = "gandiva"
+    live_note = (
+        "packing and time-slicing are not carried out live (a job the plan packs waits for "
+        "GPUs of its own); growing onto idle GPUs is"
+    )
     description = (
         "time-slicing in quanta, packing by measured pair throughput, migration, grow-shrink"
     )

@@ -12,7 +12,9 @@ mechanism turns ``X`` into leases, and corral follows its definitions:
   received and starts every (job, type) with a small equal credit, half a
   round, so priorities compare what happened since the reset only. What a
   job should have received but did not is carried as its deficit, the
-  tie-breaker. ``reset_window=0`` re-solves at every change.
+  tie-breaker. ``reset_window=0`` re-solves at every change, which is the
+  default live (unless set): the window is the simulator's, and a job
+  submitted to a shared cluster should not wait half an hour for a share.
 * **Rounds.** Every ``round`` seconds (360 s) each type's (job, type) pairs
   are ranked by priority = ``X[j, t]`` / (the job's time on ``t`` / all
   jobs' time on ``t``, both since the reset), then deficit, then ``X``; the
@@ -71,17 +73,19 @@ class GavelPolicy(Policy):
         placement: PlacementStrategy | None = None,
         round: float = 360.0,
         fill_between_rounds: int = 1,
-        reset_window: float = DEFAULT_RESET_WINDOW,
+        reset_window: float | None = None,
         **params: Any,
     ) -> None:
         super().__init__(placement, **params)
         if round <= 0:
             raise ValueError(f"round must be positive, got {round}")
-        if reset_window < 0:
+        if reset_window is not None and reset_window < 0:
             raise ValueError(f"reset_window must be >= 0, got {reset_window}")
         self.round = float(round)
         self.fill_between_rounds = bool(fill_between_rounds)
-        self.reset_window = float(reset_window)
+        self.reset_window_option = reset_window
+        """As given; None: Gavel's 1,920 s in simulation, 0 live (see :meth:`_window`)."""
+        self.reset_window = DEFAULT_RESET_WINDOW if reset_window is None else float(reset_window)
         self.received: np.ndarray | None = None
         """Seconds each job has run on each GPU type since it arrived (jobs x types)."""
         self._time: dict[tuple[Combo, int], float] = {}
@@ -216,6 +220,10 @@ class GavelPolicy(Policy):
         return order
 
     def schedule(self, state: SchedulerState) -> Plan:
+        if self.reset_window_option is None and not state.known_in_advance:
+            # live, a job that arrives is allocated at the next round rather
+            # than after Gavel's simulator window (a half-hour wait on a shared cluster)
+            self.reset_window = 0.0
         if not len(self._type_time):
             self._type_time = np.zeros(len(state.cluster.gpu_type_names))
         self._account(state)
@@ -331,6 +339,7 @@ class GavelMaxMinAgnostic(GavelPolicy):
 
 class GavelFinishTimeFairness(GavelPolicy):
     name = "gavel-finish-time-fairness"
+    reads_durations = True
     description = "Gavel: minimise the worst finish-time fairness rho (Themis' metric), LPs"
 
     def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
@@ -364,6 +373,7 @@ class GavelFinishTimeFairness(GavelPolicy):
 
 class GavelMinMakespan(GavelPolicy):
     name = "gavel-min-makespan"
+    reads_durations = True
     description = "Gavel: finish the jobs present as early as possible (LP)"
 
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
@@ -381,6 +391,7 @@ class GavelMaxThroughput(GavelPolicy):
 
 class GavelMaxMinPacked(GavelPolicy):
     name = "gavel-max-min-fairness-packed"
+    live_note = "pairs are not packed live (a job the plan packs waits for GPUs of its own)"
     description = "Gavel with space sharing: max-min fairness where measured pairs may share a gang"
     packed = True
 
@@ -389,7 +400,7 @@ class GavelMaxMinPacked(GavelPolicy):
         placement: PlacementStrategy | None = None,
         round: float = 360.0,
         fill_between_rounds: int = 1,
-        reset_window: float = DEFAULT_RESET_WINDOW,
+        reset_window: float | None = None,
         partners: int = 3,
     ) -> None:
         super().__init__(placement, round, fill_between_rounds, reset_window)

@@ -21,7 +21,10 @@ has passed (``backoff`` seconds, doubling per failed try, at most
 ``backoff_max``), as YARN's delay scheduling does.
 
 Quotas are given as ``vc=GPUs`` pairs, or default to each VC's share of the
-trace's GPU-time demand (the trace does not record the real quotas). Failures
+trace's GPU-time demand (the trace does not record the real quotas). Live,
+jobs name their VC in the spec (``vc``), quotas come from the service's
+``vcs`` setting, and without it every VC seen so far gets an equal share; a
+VC with no quota only borrows idle GPUs. Failures
 and retries are the engine's (``SimConfig.failure_rate`` / ``max_retries``).
 """
 
@@ -39,8 +42,10 @@ from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
 
 
-def parse_quotas(text: str | None) -> dict[str, float] | None:
-    """``vc=GPUs`` pairs separated by commas; None means "from demand"."""
+def parse_quotas(text: str | dict[str, float] | None) -> dict[str, float] | None:
+    """``vc=GPUs`` pairs separated by commas (or a mapping); None means "from demand"."""
+    if isinstance(text, dict):
+        text = ",".join(f"{name}={gpus}" for name, gpus in text.items())
     if text is None or not str(text).strip():
         return None
     out: dict[str, float] = {}
@@ -81,7 +86,7 @@ class Philly(Policy):
     def __init__(
         self,
         placement: PlacementStrategy | None = None,
-        quotas: str | None = None,
+        quotas: str | dict[str, float] | None = None,
         relax_after: Any = "300,900",
         backoff: float = 60.0,
         backoff_max: float = 480.0,
@@ -104,15 +109,46 @@ class Philly(Policy):
     def _init(self, state: SchedulerState) -> None:
         n = len(state.submit)
         self._n = n
-        names = state.jobs.df["vc"].fillna("").astype(str).to_numpy()
-        self.vc_names, self.vc = np.unique(names, return_inverse=True)
-        total = state.cluster.total_gpus
-        if self.quota_spec is None:
-            self.quota = demand_quotas(self.vc, state.gpus * state.duration, total)
-        else:
-            self.quota = np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
+        self.vc = np.full(n, -1, dtype=np.int64)
+        """Each job's VC id (index into ``vc_names``; -1 until the job is seen)."""
+        self.vc_names: list[str] = []
+        self.quota = np.zeros(0)
         self.next_try = np.zeros(n)
         self.tries = np.zeros(n, dtype=np.int64)
+        self.why: dict[int, str] = {}
+        """Why each job's last try to start failed (pending reasons, live)."""
+        if state.known_in_advance:
+            # a trace: every job, its VC and its demand are known up front
+            names, ids = np.unique(np.asarray(state.vc, dtype=str), return_inverse=True)
+            self.vc_names = [str(v) for v in names]
+            self.vc[:] = ids
+            if self.quota_spec is None:
+                total = state.cluster.total_gpus
+                self.quota = demand_quotas(self.vc, state.gpus * state.duration, total)
+            else:
+                self.quota = np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
+
+    def _see(self, state: SchedulerState, jobs: np.ndarray) -> None:
+        """Give VC ids to jobs seen for the first time (live, VCs appear as jobs
+        name them); quotas follow the configured ones, or equal shares."""
+        new = jobs[self.vc[jobs] < 0]
+        if not len(new):
+            return
+        index = {name: k for k, name in enumerate(self.vc_names)}
+        grew = False
+        for i in new.tolist():
+            name = state.vc[i] or "default"
+            if name not in index:
+                index[name] = len(self.vc_names)
+                self.vc_names.append(name)
+                grew = True
+            self.vc[i] = index[name]
+        if grew:
+            if self.quota_spec is not None:
+                self.quota = np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
+            else:
+                share = state.cluster.total_gpus / len(self.vc_names)
+                self.quota = np.full(len(self.vc_names), share)
 
     def quotas(self) -> dict[str, float]:
         return {str(v): float(q) for v, q in zip(self.vc_names, self.quota, strict=True)}
@@ -132,6 +168,8 @@ class Philly(Policy):
             return builder.build()
         now = state.now
         running = state.running.array()
+        self._see(state, pending)
+        self._see(state, running)
         usage = np.bincount(
             self.vc[running], weights=state.gpus[running], minlength=len(self.quota)
         )
@@ -155,8 +193,19 @@ class Philly(Policy):
                 usage[v] += g
             else:
                 failed.append(i)
-        failed.extend(self._lend(builder, state, waiting, usage))
-        self._back_off(state, np.asarray(failed, dtype=np.int64))
+        over_quota = self._lend(builder, state, waiting, usage)
+        why = self.why
+        blocked = set(due[~possible & ~within].tolist())  # over quota, nothing idle to borrow
+        for i in failed:
+            if i in blocked:
+                why[i] = "QuotaExceeded"
+            else:  # Locality: enough GPUs are free, only not close enough together yet
+                why[i] = "Locality" if builder.free.total >= state.gpus[i] else "Resources"
+        for i in over_quota:
+            why[i] = "QuotaExceeded"
+        # a job backing off keeps the reason its last try failed for
+        builder.plan.waits = {i: why.get(i, "Backoff") for i in pending.tolist()}
+        self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
         return builder.build(self._next_wakeup(state, pending))
 
     def _lend(
@@ -191,6 +240,11 @@ class Philly(Policy):
         strategy given with ``--placement`` is used as it is)."""
         if int(state.gpus[i]) > free.total:
             return None
+        bound = int(state.type_req[i])
+        if bound >= 0:  # a job bound to a GPU type is placed among those only
+            free = free.of_type(bound)
+            if int(state.gpus[i]) > free.total:
+                return None
         if isinstance(self.placement, RelaxedLocality):
             return self.placement.choose_level(free, int(state.gpus[i]), self.level(state, i))
         return self.placement.choose_for(free, state, i)
@@ -201,6 +255,7 @@ class Philly(Policy):
             return False
         builder.start(i, gpus)
         self.tries[i] = 0
+        self.why.pop(i, None)
         return True
 
     def _reclaim(

@@ -12,6 +12,7 @@ class Sjf(Policy):
     name = "sjf"
     description = "shortest job first by known duration, no preemption, skips jobs that do not fit"
     oracle = True
+    reads_durations = True
 
     def schedule(self, state: SchedulerState) -> Plan:
         return priority_pass(state, self.placement, state.remaining_time).build()
@@ -21,6 +22,7 @@ class Srtf(Policy):
     name = "srtf"
     description = "shortest remaining time first by known duration, preemptive"
     oracle = True
+    reads_durations = True
 
     def schedule(self, state: SchedulerState) -> Plan:
         key = state.remaining_time

@@ -326,8 +326,11 @@ class TiresiasGittins(TiresiasLas):
     ) -> tuple[np.ndarray, ...]:
         """Highest index first; equal indices in submit order (or reversed, ``ties=lifo``)."""
         service = self.queue_service(state, idx)
-        if self.table is None:  # nothing learned yet: least attained first
-            primary = service
+        if self.table is None:
+            # nothing learned yet: every index is equal, so jobs keep their
+            # order (a least-attained key here would swap a running job for a
+            # waiting one at every pass; live, passes come every few seconds)
+            primary = np.zeros(len(idx))
         elif running:
             primary = -self.table.index(service)
         else:

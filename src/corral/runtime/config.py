@@ -22,6 +22,7 @@ means the same whichever directory the service is started from.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from corral.errors import InputError
 from corral.model.cluster import normalise_gpu_type
 from corral.yamlio import load_yaml, validation_error
+
+_VC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def hash_token(token: str) -> str:
@@ -108,6 +111,47 @@ class ServiceConfig(BaseModel):
         0, description="highest priority a non-admin may give a job (admins: any)"
     )
     api_url: str | None = Field(None, description="URL jobs use to reach the API (default: listen)")
+    default_duration: float = Field(
+        3600.0,
+        gt=0,
+        description="expected run time of a job that gives none and whose owner has no "
+        "finished jobs yet (policies that rank by work left read it)",
+    )
+    vcs: dict[str, float] | None = Field(
+        None,
+        description="virtual clusters and their GPU quotas (philly); jobs name one with 'vc'. "
+        "Unset: every VC a job names gets an equal share",
+    )
+
+    @field_validator("default_duration", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> float:
+        from corral.runtime.specs import parse_seconds
+
+        return parse_seconds(value)
+
+    @field_validator("vcs")
+    @classmethod
+    def _vcs(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("name at least one virtual cluster, or leave vcs out")
+        for name, gpus in value.items():
+            if not _VC_NAME.match(name):
+                raise ValueError(f"'{name}' is not a valid virtual cluster name")
+            if not gpus >= 0 or gpus == float("inf"):
+                raise ValueError(f"quota of '{name}' must be a number of GPUs >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _runnable_policy(self) -> ServiceConfig:
+        from corral.policies import live_refusal
+
+        reason = live_refusal(self.policy)
+        if reason is not None:
+            raise ValueError(reason)
+        return self
 
     @model_validator(mode="after")
     def _unique_users(self) -> ServiceConfig:

@@ -24,6 +24,8 @@ from corral.model.jobs import JobTable
 from corral.model.state import FUTURE, PENDING, REJECTED, RUNNING, SchedulerState
 
 MIN_CAPACITY = 256
+DEFAULT_VC = "default"
+"""The virtual cluster of a job whose spec names none."""
 
 
 class LiveJobs:
@@ -39,6 +41,7 @@ class LiveJobs:
         )
         self.state = SchedulerState(cluster, placeholders)
         st = self.state
+        st.known_in_advance = False
         for name in ("submit", "gpus", "total_steps", "duration", "weight", "ref_speed"):
             setattr(st, name, getattr(st, name).copy())  # the table's columns are read-only
         self.index: dict[int, int] = {}
@@ -59,8 +62,17 @@ class LiveJobs:
         weight: float = 1.0,
         job_type: str = "generic",
         gpu_type: str | None = None,
+        duration: float = np.inf,
+        estimated: bool = False,
+        vc: str = DEFAULT_VC,
     ) -> int:
-        """Give a job a slot (held: call :meth:`arrive` to queue it)."""
+        """Give a job a slot (held: call :meth:`arrive` to queue it).
+
+        ``duration`` is the expected run time in seconds; live jobs run at one
+        step per second in the state, so it is also their total steps and
+        policies that rank by work left read it as they do in the simulator.
+        ``estimated`` says it is a stand-in, not the owner's figure.
+        """
         if self.full:
             raise OverflowError("no free slot; rebuild with a larger capacity")
         i = len(self.ids)
@@ -71,6 +83,11 @@ class LiveJobs:
         st.submit[i] = submit
         st.gpus[i] = gpus
         st.weight[i] = weight
+        st.duration[i] = duration
+        st.total_steps[i] = duration
+        st.ref_speed[i] = 1.0
+        st.estimated[i] = estimated
+        st.vc[i] = vc
         st.job_type[i] = job_type
         st.type_req[i] = (
             st.cluster.gpu_type_names.index(gpu_type)

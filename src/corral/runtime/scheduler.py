@@ -41,9 +41,10 @@ from corral.model.cluster import Cluster, Node
 from corral.model.jobs import JobStatus
 from corral.model.plan import Plan
 from corral.model.state import PENDING, RUNNING
-from corral.policies import make_policy
+from corral.policies import POLICIES, make_policy, policy_options
 from corral.policies.base import Policy
 from corral.runtime.config import ServiceConfig, hash_token
+from corral.runtime.estimates import expected_duration
 from corral.runtime.executor import (
     Executor,
     ExitRecord,
@@ -56,7 +57,7 @@ from corral.runtime.executor import (
 )
 from corral.runtime.exits import Cause, classify
 from corral.runtime.launcher import NOT_STARTED
-from corral.runtime.live_state import MIN_CAPACITY, LiveJobs
+from corral.runtime.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
 from corral.runtime.specs import JobSpec
 from corral.runtime.store import AttemptRow, JobRow, NodeRow, Store
 
@@ -138,7 +139,12 @@ class Scheduler:
 
     # ----------------------------------------------------------- helpers
     def _new_policy(self) -> Policy:
-        return make_policy(self.config.policy, self.config.placement, **self.config.policy_options)
+        options = dict(self.config.policy_options)
+        if self.config.vcs is not None and "quotas" in policy_options(
+            POLICIES[self.config.policy.strip().lower()]
+        ):
+            options.setdefault("quotas", self.config.vcs)
+        return make_policy(self.config.policy, self.config.placement, **options)
 
     def rel(self, t: float) -> float:
         """Wall-clock time as the policy's clock (seconds since the store's epoch)."""
@@ -266,7 +272,7 @@ class Scheduler:
         live = self.live
         attained = self._attained(s, [r.id for r in rows])
         for row in rows:
-            i = self._add(row)
+            i = self._add(s, row)
             live.state.attained_base[i] = attained.get(row.id, 0.0)
             live.state.preemptions[i] = row.preemptions
             live.state.failures[i] = row.failures
@@ -299,9 +305,10 @@ class Scheduler:
             out[att.job_id] = out.get(att.job_id, 0.0) + len(att.gpus) * span
         return out
 
-    def _add(self, row: JobRow) -> int:
+    def _add(self, s: Session, row: JobRow) -> int:
         spec = JobSpec.model_validate(row.spec)
         gpus = 1 if row.phase == "prerun" else spec.gpus
+        duration, estimated = expected_duration(s, spec, row.user, self.config.default_duration)
         return self.live.add(
             row.id,
             self.rel(row.submit_time),
@@ -310,6 +317,9 @@ class Scheduler:
             weight=spec.weight,
             job_type=spec.job_type,
             gpu_type=spec.gpu_type,
+            duration=duration,
+            estimated=estimated,
+            vc=spec.vc or DEFAULT_VC,
         )
 
     def _rebuild(self) -> None:
@@ -531,7 +541,7 @@ class Scheduler:
                     rebuild = True
                     break
                 if row.status not in TERMINAL and row.id not in self.live.index:
-                    i = self._add(row)
+                    i = self._add(s, row)
                     if row.status != JobStatus.SUSPENDED:
                         self.live.arrive(i, self.rel(now))
                 self.seen = row.id
@@ -624,7 +634,7 @@ class Scheduler:
             soonest = self.rel(min(self.backoff.values()))
             wake = soonest if wake is None else min(wake, soonest)
         self.next_wakeup = None if wake is None else self.store.epoch + wake
-        self._update_reasons()
+        self._update_reasons(plan.waits)
 
     def _apply(self, plan: Plan, now: float) -> None:
         live, st = self.live, self.live.state
@@ -665,11 +675,12 @@ class Scheduler:
         for a, why in stops:
             self._stop(a, why, now)
 
-    def _update_reasons(self) -> None:
+    def _update_reasons(self, waits: dict[int, str]) -> None:
         """Why each queued job waits, in Slurm's words: ReqNodeNotAvail (drained
-        nodes leave too few GPUs of its kind even when all are idle), Resources
-        (not enough free GPUs of its kind) or Priority (enough are free, but
-        the policy ranks others first)."""
+        nodes leave too few GPUs of its kind even when all are idle), the
+        policy's own reason where it gives one (QuotaExceeded, Locality,
+        Backoff), Resources (not enough free GPUs of its kind) or Priority
+        (enough are free, but the policy ranks others first)."""
         st = self.live.state
         by_type = st.free.by_type()
         type_ids = self.cluster.gpu_type_id[self.usable]
@@ -682,6 +693,8 @@ class Scheduler:
             can_have = len(type_ids) if req < 0 else int(usable[req])
             if can_have < st.gpus[i]:
                 reason = "ReqNodeNotAvail"
+            elif i in waits:
+                reason = waits[i]
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if self.reasons.get(job) != reason:

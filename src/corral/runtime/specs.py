@@ -66,6 +66,18 @@ class JobSpec(BaseModel):
     weight: float = Field(1.0, gt=0, description="weight in weighted-JCT objectives")
     max_retries: int = Field(2, ge=0, le=100, description="failed attempts retried")
     wall_time: float | None = Field(None, description="seconds (or 1h30m, HH:MM:SS) per attempt")
+    duration: float | None = Field(
+        None,
+        description="expected run time (seconds, 1h30m or HH:MM:SS), for policies that rank "
+        "by work left; unset: wall_time, else an estimate from the owner's finished jobs",
+    )
+    vc: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="virtual cluster (Slurm's account, Kueue's queue) whose quota it uses",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = Field(None, description="working directory (default: the service's)")
     total_steps: int | None = Field(None, ge=1, description="steps to the end (for progress)")
@@ -87,9 +99,9 @@ class JobSpec(BaseModel):
     def _gpu_type(cls, value: str | None) -> str | None:
         return None if value is None or not value.strip() else normalise_gpu_type(value)
 
-    @field_validator("wall_time", mode="before")
+    @field_validator("wall_time", "duration", mode="before")
     @classmethod
-    def _wall_time(cls, value: Any) -> float | None:
+    def _seconds(cls, value: Any) -> float | None:
         return None if value is None else parse_seconds(value)
 
     @field_validator("env")

@@ -1,0 +1,57 @@
+"""How long a live job is expected to run, for policies that rank by work left.
+
+SRTF, SJF, Themis, AlloX and Gavel's finish-time fairness read a job's
+duration. In the simulator the trace gives it; live, the owner may give it
+(``duration``, else the ``wall_time`` limit as Slurm's backfill does).
+Otherwise the median run time of the owner's last finished jobs stands in,
+or the service's ``default_duration`` when the owner has none, and the
+state marks the figure as an estimate.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.model.status import JobStatus
+from corral.runtime.specs import JobSpec
+from corral.runtime.store import AttemptRow, JobRow
+
+HISTORY = 20
+"""Finished jobs of the owner the estimate looks at (the most recent)."""
+
+
+def run_time_history(s: Session, user: str, limit: int = HISTORY) -> list[float]:
+    """Run time (seconds summed over attempts) of the owner's last succeeded jobs."""
+    jobs = list(
+        s.scalars(
+            select(JobRow.id)
+            .where(JobRow.user == user, JobRow.status == JobStatus.SUCCEEDED)
+            .order_by(JobRow.id.desc())
+            .limit(limit)
+        )
+    )
+    if not jobs:
+        return []
+    spent: dict[int, float] = {}
+    for att in s.scalars(
+        select(AttemptRow).where(AttemptRow.job_id.in_(jobs), AttemptRow.end_time.is_not(None))
+    ):
+        spent[att.job_id] = spent.get(att.job_id, 0.0) + max(
+            (att.end_time or att.start_time) - att.start_time, 0.0
+        )
+    return [t for t in spent.values() if t > 0]
+
+
+def expected_duration(s: Session, spec: JobSpec, user: str, default: float) -> tuple[float, bool]:
+    """(seconds, estimated): the owner's figure, or a stand-in marked as such."""
+    if spec.duration is not None:
+        return spec.duration, False
+    if spec.wall_time is not None:
+        return spec.wall_time, False
+    history = run_time_history(s, user)
+    if history:
+        return statistics.median(history), True
+    return default, True
