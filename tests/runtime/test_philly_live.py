@@ -59,8 +59,6 @@ def test_lending_and_reclaiming_between_two_vcs(philly: Harness) -> None:
 
 
 def test_unknown_vc_is_refused_at_submit(philly: Harness) -> None:
-    response = philly.client.post(
-        "/v1/jobs", json=sleeper("nope", 1, "x"), headers=auth("alice")
-    )
+    response = philly.client.post("/v1/jobs", json=sleeper("nope", 1, "x"), headers=auth("alice"))
     assert response.status_code == 422
     assert "vc" in response.text and "research" in response.text
