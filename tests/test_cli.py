@@ -38,8 +38,11 @@ def test_policies_piped_prints_full_names_and_json():
     assert "gavel-max-min-fairness-agnostic" in names
     listed = json.loads(runner.invoke(app, ["policies", "--json"]).output)
     by_name = {p["name"]: p for p in listed["policies"]}
-    assert by_name["gavel"]["options"]["reset_window"] == 1920.0
+    assert by_name["gavel"]["options"]["round"] == 360.0
     assert by_name["srtf"]["oracle"] is True
+    assert by_name["srtf"]["live"].startswith("yes; durations come from")
+    assert by_name["las"]["live"] == "yes"
+    assert by_name["hare"]["live"].startswith("no; ") and "task-level" in by_name["hare"]["live"]
     assert {p["name"] for p in listed["placements"]} >= {"consolidate", "count"}
 
 
