@@ -31,9 +31,6 @@ class Plan:
     """Speed multipliers of started jobs (e.g. a job grown onto more GPUs)."""
     overheads: dict[int, float] = field(default_factory=dict)
     """Seconds a start costs instead of the engine's switch cost (e.g. a migration)."""
-    waits: dict[int, str] = field(default_factory=dict)
-    """Why some waiting jobs wait, in the policy's words (e.g. ``QuotaExceeded``,
-    ``Locality``, ``Backoff``); the live service shows them as pending reasons."""
     free_after: FreeGPUs | None = None
     """The free GPUs once the plan is carried out, when the plan was built
     against a scratch copy (PlanBuilder does); executors adopt it instead of

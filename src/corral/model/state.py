@@ -88,6 +88,7 @@ class SchedulerState:
         with np.errstate(divide="ignore", invalid="ignore"):
             ref = self.total_steps / self.duration
         self.ref_speed = np.where(np.isfinite(ref) & (ref > 0), ref, 1.0)
+        """Steps per second on the job's reference allocation (1 for generic jobs)."""
         self.estimated = np.zeros(n, dtype=bool)
         """True where the duration is a stand-in estimate (live jobs that gave none)."""
         self.known_in_advance = True
@@ -95,7 +96,6 @@ class SchedulerState:
         service sets False: jobs appear as they are submitted."""
         self.vc: list[str] = df["vc"].fillna("").astype(str).tolist()
         """Virtual cluster (queue, account) of each job."""
-        """Steps per second on the job's reference allocation (1 for generic jobs)."""
         self.speeds = speeds
         self._type_speed: np.ndarray | None = None
         self.status = np.zeros(n, dtype=np.int8)

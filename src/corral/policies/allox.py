@@ -33,6 +33,7 @@ from corral.policies.base import PlanBuilder, Policy, place_wide_jobs
 
 class Allox(Policy):
     name: ClassVar[str] = "allox"
+    reads_durations = True
     description: ClassVar[str] = (
         "AlloX: min-cost matching of waiting jobs to (GPU type, position) slots, non-preemptive"
     )

@@ -110,6 +110,12 @@ class Policy(ABC):
     def schedule(self, state: SchedulerState) -> Plan:
         """Decide what runs next."""
 
+    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
+        """Why waiting jobs wait, in the policy's words (e.g. ``QuotaExceeded``),
+        where it knows better than "not enough GPUs"; the live service shows
+        them as pending reasons. Asked only live, so the simulator pays nothing."""
+        return {}
+
 
 def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
     """Walk jobs in priority order, taking each whose GPUs still fit (others are skipped).

@@ -59,7 +59,7 @@ class Gandiva(Policy):
     name = "gandiva"
     live_note = (
         "packing and time-slicing are not carried out live (a job the plan packs waits for "
-        "GPUs of its own); growing onto idle GPUs is"
+        "GPUs of its own)"
     )
     description = (
         "time-slicing in quanta, packing by measured pair throughput, migration, grow-shrink"

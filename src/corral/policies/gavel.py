@@ -84,7 +84,8 @@ class GavelPolicy(Policy):
         self.round = float(round)
         self.fill_between_rounds = bool(fill_between_rounds)
         self.reset_window_option = reset_window
-        """As given; None: Gavel's 1,920 s in simulation, 0 live (see :meth:`_window`)."""
+        """As given; None: Gavel's 1,920 s in simulation, 0 live (set in :meth:`schedule`,
+        which is the first place the policy learns which it serves)."""
         self.reset_window = DEFAULT_RESET_WINDOW if reset_window is None else float(reset_window)
         self.received: np.ndarray | None = None
         """Seconds each job has run on each GPU type since it arrived (jobs x types)."""

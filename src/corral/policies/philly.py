@@ -126,7 +126,7 @@ class Philly(Policy):
                 total = state.cluster.total_gpus
                 self.quota = demand_quotas(self.vc, state.gpus * state.duration, total)
             else:
-                self.quota = np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
+                self.quota = self._quotas_by_name()
 
     def _see(self, state: SchedulerState, jobs: np.ndarray) -> None:
         """Give VC ids to jobs seen for the first time (live, VCs appear as jobs
@@ -145,10 +145,20 @@ class Philly(Policy):
             self.vc[i] = index[name]
         if grew:
             if self.quota_spec is not None:
-                self.quota = np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
+                self.quota = self._quotas_by_name()
             else:
                 share = state.cluster.total_gpus / len(self.vc_names)
                 self.quota = np.full(len(self.vc_names), share)
+
+    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
+        """A job backing off keeps the reason its last try failed for."""
+        if self._n != len(state.submit):
+            return {}
+        return {i: self.why.get(i, "Backoff") for i in state.pending}
+
+    def _quotas_by_name(self) -> np.ndarray:
+        assert self.quota_spec is not None
+        return np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
 
     def quotas(self) -> dict[str, float]:
         return {str(v): float(q) for v, q in zip(self.vc_names, self.quota, strict=True)}
@@ -203,8 +213,6 @@ class Philly(Policy):
                 why[i] = "Locality" if builder.free.total >= state.gpus[i] else "Resources"
         for i in over_quota:
             why[i] = "QuotaExceeded"
-        # a job backing off keeps the reason its last try failed for
-        builder.plan.waits = {i: why.get(i, "Backoff") for i in pending.tolist()}
         self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
         return builder.build(self._next_wakeup(state, pending))
 

@@ -33,6 +33,7 @@ Bids = dict[int, tuple[np.ndarray, float]]
 
 class Themis(Policy):
     name: ClassVar[str] = "themis"
+    reads_durations = True
     description: ClassVar[str] = (
         "Themis: leases to the jobs with the worst finish-time fairness by a "
         "partial-allocation auction, leftovers work-conserving"

@@ -17,13 +17,13 @@ from sqlalchemy.orm import Session
 
 from corral.model.status import JobStatus
 from corral.runtime.specs import JobSpec
-from corral.runtime.store import AttemptRow, JobRow
+from corral.runtime.store import JobRow, Store
 
 HISTORY = 20
 """Finished jobs of the owner the estimate looks at (the most recent)."""
 
 
-def run_time_history(s: Session, user: str, limit: int = HISTORY) -> list[float]:
+def run_time_history(store: Store, s: Session, user: str, limit: int = HISTORY) -> list[float]:
     """Run time (seconds summed over attempts) of the owner's last succeeded jobs."""
     jobs = list(
         s.scalars(
@@ -33,25 +33,19 @@ def run_time_history(s: Session, user: str, limit: int = HISTORY) -> list[float]
             .limit(limit)
         )
     )
-    if not jobs:
-        return []
-    spent: dict[int, float] = {}
-    for att in s.scalars(
-        select(AttemptRow).where(AttemptRow.job_id.in_(jobs), AttemptRow.end_time.is_not(None))
-    ):
-        spent[att.job_id] = spent.get(att.job_id, 0.0) + max(
-            (att.end_time or att.start_time) - att.start_time, 0.0
-        )
+    spent = store.closed_attempt_seconds(s, jobs)
     return [t for t in spent.values() if t > 0]
 
 
-def expected_duration(s: Session, spec: JobSpec, user: str, default: float) -> tuple[float, bool]:
+def expected_duration(
+    store: Store, s: Session, spec: JobSpec, user: str, default: float
+) -> tuple[float, bool]:
     """(seconds, estimated): the owner's figure, or a stand-in marked as such."""
     if spec.duration is not None:
         return spec.duration, False
     if spec.wall_time is not None:
         return spec.wall_time, False
-    history = run_time_history(s, user)
+    history = run_time_history(store, s, user)
     if history:
         return statistics.median(history), True
     return default, True

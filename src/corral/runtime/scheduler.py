@@ -270,7 +270,7 @@ class Scheduler:
         """Give every live job a slot and put it where it belongs (queue, running, held)."""
         now = self.clock()
         live = self.live
-        attained = self._attained(s, [r.id for r in rows])
+        attained = self.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
         for row in rows:
             i = self._add(s, row)
             live.state.attained_base[i] = attained.get(row.id, 0.0)
@@ -293,22 +293,12 @@ class Scheduler:
             elif row.id in self.starting:
                 live.start(i, self.starting[row.id])
 
-    def _attained(self, s: Session, jobs: list[int]) -> dict[int, float]:
-        out: dict[int, float] = {}
-        if not jobs:
-            return out
-        closed = s.scalars(
-            select(AttemptRow).where(AttemptRow.job_id.in_(jobs), AttemptRow.end_time.is_not(None))
-        )
-        for att in closed:
-            span = max((att.end_time or att.start_time) - att.start_time, 0.0)
-            out[att.job_id] = out.get(att.job_id, 0.0) + len(att.gpus) * span
-        return out
-
     def _add(self, s: Session, row: JobRow) -> int:
         spec = JobSpec.model_validate(row.spec)
         gpus = 1 if row.phase == "prerun" else spec.gpus
-        duration, estimated = expected_duration(s, spec, row.user, self.config.default_duration)
+        duration, estimated = expected_duration(
+            self.store, s, spec, row.user, self.config.default_duration
+        )
         return self.live.add(
             row.id,
             self.rel(row.submit_time),
@@ -634,7 +624,7 @@ class Scheduler:
             soonest = self.rel(min(self.backoff.values()))
             wake = soonest if wake is None else min(wake, soonest)
         self.next_wakeup = None if wake is None else self.store.epoch + wake
-        self._update_reasons(plan.waits)
+        self._update_reasons(self.policy.waiting_reasons(self.live.state))
 
     def _apply(self, plan: Plan, now: float) -> None:
         live, st = self.live, self.live.state

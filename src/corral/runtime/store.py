@@ -165,6 +165,22 @@ class Store:
     def event(self, session: Session, kind: str, job_id: int | None = None, **detail: Any) -> None:
         session.add(EventRow(time=time.time(), job_id=job_id, kind=kind, detail=detail))
 
+    def closed_attempt_seconds(
+        self, session: Session, jobs: list[int], per_gpu: bool = False
+    ) -> dict[int, float]:
+        """Seconds each job's ended attempts ran, summed (x their GPUs when ``per_gpu``:
+        the 2D attained service policies rank by)."""
+        out: dict[int, float] = {}
+        if not jobs:
+            return out
+        closed = session.scalars(
+            select(AttemptRow).where(AttemptRow.job_id.in_(jobs), AttemptRow.end_time.is_not(None))
+        )
+        for att in closed:
+            span = max((att.end_time or att.start_time) - att.start_time, 0.0)
+            out[att.job_id] = out.get(att.job_id, 0.0) + (len(att.gpus) if per_gpu else 1) * span
+        return out
+
     def open_attempts(self, session: Session) -> list[AttemptRow]:
         return list(session.scalars(select(AttemptRow).where(AttemptRow.end_time.is_(None))))
 
