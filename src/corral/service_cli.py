@@ -59,12 +59,27 @@ def register(app: typer.Typer, console: Console) -> None:
     @app.command()
     def serve(
         config: Annotated[Path, typer.Option("--config", "-c", help="service config (YAML)")],
+        standby: Annotated[
+            bool,
+            typer.Option(
+                help="wait for the store's lock and take over when its holder stops "
+                "(a backup controller) instead of exiting"
+            ),
+        ] = False,
     ) -> None:
-        """Run the scheduler and its REST API (jobs keep running if it stops)."""
+        """Run the scheduler and its REST API (jobs keep running if it stops).
+
+        One service per store: a second one exits at once naming the holder,
+        unless started with --standby."""
         from corral.runtime.config import load_config
         from corral.runtime.server import serve as run_service
 
-        run_service(load_config(config), announce=lambda line: console.print(line, highlight=False))
+        run_service(
+            load_config(config),
+            announce=lambda line: console.print(line, highlight=False),
+            config_path=config,
+            standby=standby,
+        )
 
     @app.command(
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},

@@ -49,7 +49,7 @@ class Service(ServiceProcess):
         return [self.client.job(j) for j in ids]
 
     def result(self, job_id: int) -> dict[str, Any]:
-        path = self.folder / "state" / "jobs" / str(job_id) / "checkpoint" / "result.json"
+        path = self.folder / "state-jobs" / str(job_id) / "checkpoint" / "result.json"
         return json.loads(path.read_text())
 
 

@@ -183,7 +183,7 @@ def test_prerun_passes_then_the_gang_runs(tmp_path: Path) -> None:
         assert phases == [("prerun", 1, "prerun_ok"), ("main", 3, "succeeded")]
         result = json.loads(
             (
-                h.config.state_dir / "jobs" / str(job["id"]) / "checkpoint" / "result.json"
+                h.config.job_root / str(job["id"]) / "checkpoint" / "result.json"
             ).read_text()
         )
         assert result["final_step"] == 20  # the main run started from scratch

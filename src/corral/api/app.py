@@ -22,10 +22,12 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
 from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from corral.api.guards import BodyLimit, validation_error
 from corral.api.views import (
     LOG_CHUNK,
     MAX_ID,
@@ -98,6 +100,8 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         403: "not the caller's job, or an admin's action",
         404: "no such job or node",
         409: "not possible in the job's or node's state",
+        413: "the request body is too large",
+        429: "the caller has too many jobs not yet ended",
     }
     return {code: {"model": ErrorView, "description": meaning[code]} for code in codes}
 
@@ -115,6 +119,8 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         description="GPU cluster scheduler for deep-learning training jobs.",
     )
     app.state.users = {u.digest: u for u in config.users}
+    app.add_middleware(BodyLimit)
+    app.add_exception_handler(RequestValidationError, validation_error)
     gpus_by_type: dict[str, int] = {}
     if scheduler is not None:
         gpus_by_type = scheduler.cluster.gpus_by_type()
@@ -186,7 +192,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         response_model=JobView,
         status_code=201,
         tags=["jobs"],
-        responses=_errors(400, 401, 403),
+        responses=_errors(400, 401, 403, 413, 429),
     )
     def submit(spec: JobSpec, user: User) -> JobView:
         check_priority(spec.priority, user)
@@ -203,13 +209,28 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         if config.vcs is not None and spec.vc is not None and spec.vc not in config.vcs:
             have = ", ".join(config.vcs)
             raise field_error("vc", f"no virtual cluster '{spec.vc}' here (there are {have})")
-        if spec.workdir is not None and not Path(spec.workdir).is_dir():
-            raise field_error("workdir", f"{spec.workdir} is not a directory on the service's host")
+        if spec.workdir is not None:
+            where = Path(spec.workdir).resolve()
+            if not where.is_dir():
+                raise field_error(
+                    "workdir", f"{spec.workdir} is not a directory on the service's host"
+                )
+            if where.is_relative_to(config.state_dir.resolve()):
+                raise field_error("workdir", "jobs may not run inside the service's state_dir")
         prerun = spec.prerun_steps
         if prerun is None:
             rule = config.prerun
             prerun = rule.steps if rule.min_gpus and spec.gpus >= rule.min_gpus else 0
         with store.session() as s:
+            queued = s.scalar(
+                select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
+            )
+            if (queued or 0) >= config.max_jobs_per_user:
+                raise HTTPException(
+                    status.HTTP_429_TOO_MANY_REQUESTS,
+                    f"{user.name} has {queued} jobs not yet ended, the most allowed "
+                    f"(max_jobs_per_user); wait for some to end",
+                )
             row = JobRow(
                 name=spec.name,
                 user=user.name,
@@ -231,13 +252,18 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     @app.get("/v1/jobs", response_model=list[JobView], tags=["jobs"], responses=AUTH)
     def queue(
         user: User,
-        state: Annotated[str | None, Query(description="comma-separated states")] = None,
+        state: Annotated[
+            str | None,
+            Query(max_length=200, description="comma-separated states, or 'all' (default: live)"),
+        ] = None,
         mine: bool = False,
         limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
     ) -> list[JobView]:
         with store.session() as s:
             query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
-            if state:
+            if state and state.strip().lower() == "all":
+                pass
+            elif state:
                 wanted = [x.strip().upper() for x in state.split(",") if x.strip()]
                 unknown = [x for x in wanted if x not in JobStatus.__members__]
                 if unknown:
@@ -273,9 +299,12 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
                 select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id)
             )
             base = JobView.of(row, positions(s).get(job_id))
+            spec = dict(row.spec)
+            if row.user != user.name and not user.admin and spec.get("env"):
+                spec["env"] = {key: "(hidden)" for key in spec["env"]}
             return JobDetail(
                 **base.model_dump(),
-                spec=row.spec,
+                spec=spec,
                 attempts=[AttemptView.of(a) for a in attempts],
                 events=[EventView.of(e) for e in events],
             )

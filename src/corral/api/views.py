@@ -122,7 +122,9 @@ class EventView(BaseModel):
 
 
 class JobDetail(JobView):
-    spec: dict[str, Any]
+    spec: dict[str, Any] = Field(
+        description="as submitted; its env is shown to the job's owner and admins only"
+    )
     attempts: list[AttemptView]
     events: list[EventView]
 
@@ -157,10 +159,12 @@ class NodeStateBody(BaseModel):
 
 
 class PriorityBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     priority: int = Field(ge=-1000, le=1000)
 
 
 class HeartbeatBody(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
     attempt: int = Field(ge=1, le=MAX_ID)
     step: float = Field(ge=0)
     throughput: float | None = None

@@ -4,7 +4,8 @@ Example::
 
     host: 127.0.0.1          # loopback unless you mean to expose the API
     port: 8470
-    state_dir: corral-state  # store, logs and checkpoints (relative to this file)
+    state_dir: corral-state  # store and logs, private to the service (relative to this file)
+    jobs_dir: null           # jobs' own folders; default corral-state-jobs beside it
     store: null              # SQLAlchemy URL; default sqlite in state_dir
     policy: tiresias-las
     policy_options: {queues: 2, thresholds: [600]}
@@ -12,7 +13,7 @@ Example::
     #  - {type: V100, count: 2}
     #  - {type: K80, count: 2}
     users:
-      - {name: alice, token: "s3cret-a"}
+      - {name: alice, token: "s3cret-a", unix_user: alice}  # as root: jobs run as alice
       - {name: admin, token_sha256: "<hex>", admin: true}
 
 Relative paths are resolved against the directory of the file, so a config
@@ -46,6 +47,13 @@ class UserConfig(BaseModel):
     token: str | None = Field(None, min_length=8)
     token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     admin: bool = False
+    unix_user: str | None = Field(
+        None,
+        min_length=1,
+        max_length=32,
+        pattern=r"^[A-Za-z_][A-Za-z0-9._-]*\$?$",
+        description="Unix account the user's jobs run as (the service must run as root)",
+    )
 
     @model_validator(mode="after")
     def _one_token(self) -> UserConfig:
@@ -91,6 +99,11 @@ class ServiceConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8470, ge=0, le=65535)
     state_dir: Path = Path("corral-state")
+    jobs_dir: Path | None = Field(
+        None,
+        description="jobs' own folders (working directory, checkpoints), one per job; "
+        "default: '<state_dir>-jobs' beside the state directory, never inside it",
+    )
     store: str | None = None
     policy: str = "tiresias-las"
     policy_options: dict[str, Any] = Field(default_factory=dict)
@@ -109,6 +122,9 @@ class ServiceConfig(BaseModel):
     drain_after: int = Field(3, ge=1, description="node failures in a row before a node drains")
     max_user_priority: int = Field(
         0, description="highest priority a non-admin may give a job (admins: any)"
+    )
+    max_jobs_per_user: int = Field(
+        10000, ge=1, description="jobs a user may have not yet ended (Slurm's MaxSubmitJobs)"
     )
     api_url: str | None = Field(None, description="URL jobs use to reach the API (default: listen)")
     default_duration: float = Field(
@@ -156,13 +172,22 @@ class ServiceConfig(BaseModel):
     @model_validator(mode="after")
     def _unique_users(self) -> ServiceConfig:
         names = [u.name for u in self.users]
-        if len(set(names)) != len(names):
-            raise ValueError("user names must be unique")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"user names must be unique: {', '.join(twice)} appear twice")
+        digests = [u.digest for u in self.users]
+        shared = sorted({u.name for u in self.users if digests.count(u.digest) > 1})
+        if shared:
+            raise ValueError(f"users {', '.join(shared)} have the same token; give each its own")
         return self
 
     @property
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.state_dir / 'corral.db'}"
+
+    @property
+    def job_root(self) -> Path:
+        return self.jobs_dir or self.state_dir.with_name(f"{self.state_dir.name}-jobs")
 
     @property
     def url(self) -> str:
@@ -184,4 +209,11 @@ def load_config(path: str | Path) -> ServiceConfig:
     base = path.resolve().parent
     if not config.state_dir.is_absolute():
         config.state_dir = base / config.state_dir
+    if config.jobs_dir is not None and not config.jobs_dir.is_absolute():
+        config.jobs_dir = base / config.jobs_dir
+    state, jobs = config.state_dir.resolve(), config.job_root.resolve()
+    if jobs == state or jobs.is_relative_to(state) or state.is_relative_to(jobs):
+        raise InputError(
+            str(path), None, "jobs_dir", "jobs' folders must be outside the state directory"
+        )
     return config

@@ -29,7 +29,12 @@ from pathlib import Path
 
 from corral.errors import CorralError
 from corral.runtime.config import GpuGroup
-from corral.runtime.launcher import EXIT_FILE, PID_FILE, write_atomic
+from corral.runtime.identity import RunAs
+from corral.runtime.launcher import EXIT_FILE, PID_FILE, Confinement, write_atomic
+
+PASSED_ENV = ("LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR", "CUDA_HOME")
+"""The service's variables a job inherits (locale, libraries); nothing else of the
+service's environment (its secrets, database URLs) reaches a job."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,11 @@ class LaunchRequest:
     gpus: tuple[GpuSlot, ...]
     dir: Path
     log: Path
+    run_as: RunAs | None = None
+    """The Unix user the job runs as (None: the service's own)."""
+    cpus: int | None = None
+    memory: int | None = None
+    """Bytes."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,67 @@ def write_exit_record(folder: Path, exit_code: int, detail: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     record = {"exit_code": exit_code, "signal": None, "detail": detail, "end_time": None}
     write_atomic(folder / EXIT_FILE, json.dumps(record))
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a process group has a member that is not a zombie."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                text = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            fields = text[text.rfind(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def job_environment(request: LaunchRequest) -> dict[str, str]:
+    """A job's variables: a clean base, its identity, its spec's env and its GPUs."""
+    env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith("LC_")}
+    # `python` in a job means the service's own environment (where corral.train is)
+    path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])
+    if request.run_as is not None:
+        who = request.run_as
+        env.update(HOME=who.home, USER=who.name, LOGNAME=who.name)
+    else:
+        for key in ("HOME", "USER", "LOGNAME"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+    env.update(request.env)
+    devices = [g.device for g in request.gpus]
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(d for d in devices if d is not None)
+    return env
+
+
+def cpus_near(gpus: tuple[GpuSlot, ...], slots: list[GpuSlot], count: int) -> list[int]:
+    """``count`` CPUs for a job, taken first from its GPUs' share of the machine.
+
+    The machine's CPUs are split evenly among the GPUs of this host (as Slurm
+    binds cores to GPUs), so jobs on different GPUs get different CPUs without
+    any record of who has which; a job asking for more takes its neighbours'."""
+    available = sorted(os.sched_getaffinity(0))
+    local = [s.id for s in slots if s.device is not None] or [s.id for s in slots]
+    per = len(available) / max(len(local), 1)
+    order: list[int] = []
+    for gpu in gpus:
+        k = local.index(gpu.id) if gpu.id in local else 0
+        lo, hi = int(k * per), max(int((k + 1) * per), int(k * per) + 1)
+        order += [available[c % len(available)] for c in range(lo, hi)]
+    order += available
+    out: list[int] = []
+    for cpu in order:
+        if cpu not in out:
+            out.append(cpu)
+        if len(out) == min(count, len(available)):
+            break
+    return out
 
 
 def free_port() -> int:
@@ -209,13 +280,15 @@ class LocalExecutor(Executor):
 
     def launch(self, request: LaunchRequest) -> ProcessRef:
         request.dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        # `python` in a job means the service's own environment (where corral.train is)
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env.update(request.env)
-        devices = [g.device for g in request.gpus]
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(d for d in devices if d is not None)
-        argv = [sys.executable, "-m", "corral.runtime.launcher", str(request.dir), "--"]
+        env = job_environment(request)
+        conf = Confinement(memory=request.memory, cpu_quota=request.cpus)
+        if request.run_as is not None:
+            who = request.run_as
+            conf.uid, conf.gid, conf.groups = who.uid, who.gid, list(who.groups)
+        if request.cpus:
+            conf.cpus = cpus_near(request.gpus, self._slots, request.cpus)
+        argv = [sys.executable, "-m", "corral.runtime.launcher", str(request.dir)]
+        argv += [*conf.options(), "--"]
         with open(request.log, "ab") as log:
             child = subprocess.Popen(
                 argv + request.argv,
@@ -241,6 +314,10 @@ class LocalExecutor(Executor):
         if child is not None and child.poll() is not None:  # reap our own children
             del self._children[ref.pid]
         if self._same(ref):
+            return None
+        if group_alive(ref.pid):  # the launcher died (kill -9) but the job's processes live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(ref.pid, signal.SIGKILL)  # its GPUs are released only once they end
             return None
         return read_exit_record(folder) or ExitRecord(
             None, None, "the process vanished without an exit record", lost=True

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from corral.runtime.executor import ExitRecord
 from corral.runtime.launcher import NOT_STARTED
-from corral.train.session import STOPPED_EXIT
+from corral.train.session import PRERUN_EXIT, STOPPED_EXIT
 
 
 class Cause(StrEnum):
@@ -67,14 +67,16 @@ def classify(stop: str | None, record: ExitRecord, phase: str, log: Path) -> tup
     """The cause of an attempt's end and a line for people."""
     code, sig = record.exit_code, record.signal
     how = f"exit code {code}" if code is not None else f"signal {sig}" if sig else "no record"
-    if code == 0 and phase == "main" and stop != "hung":
+    if code == 0 and stop != "hung":
+        if phase == "prerun":  # it ignored the pre-run and did all its work on one GPU
+            return Cause.SUCCEEDED, "ran to its end in its 1-GPU pre-run (no corral.train)"
         return Cause.SUCCEEDED, how if stop is None else f"finished while being stopped ({stop})"
+    if code == PRERUN_EXIT and phase == "prerun":
+        return Cause.PRERUN_OK, how
     if stop in STOPS:
         return STOPS[stop], f"stopped by the scheduler ({stop}; {how})"
     if record.lost:
         return Cause.NODE_FAILURE, record.detail or "the process vanished"
-    if code == 0:
-        return Cause.PRERUN_OK, how
     if code == STOPPED_EXIT:
         return Cause.PREEMPTED, "the job checkpointed and stopped itself (it will be requeued)"
     if code == NOT_STARTED:

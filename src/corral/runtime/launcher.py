@@ -1,28 +1,55 @@
-"""The small parent of every job process: records how the job ended.
+"""The small parent of every job process: confines the job and records how it ended.
 
-The service starts ``python -m corral.runtime.launcher DIR -- argv...`` in a
-new session (its own process group) instead of the job itself. The launcher
-runs the argv (directly, no shell), waits for it and writes ``DIR/exit.json``
-atomically. The exit status therefore survives the service: a service killed
-with ``kill -9`` and restarted reads it from the file, which a process that is
-not the job's parent could not otherwise learn. SIGTERM and SIGINT sent to
-the group reach the job; the launcher ignores them and keeps waiting.
+The service starts ``python -m corral.runtime.launcher DIR [OPTIONS] -- argv...``
+in a new session (its own process group) instead of the job itself. The
+launcher runs the argv (directly, no shell), waits for it and writes
+``DIR/exit.json`` atomically. The exit status therefore survives the service:
+a service killed with ``kill -9`` and restarted reads it from the file, which
+a process that is not the job's parent could not otherwise learn. SIGTERM and
+SIGINT sent to the group reach the job; the launcher ignores them and keeps
+waiting.
+
+The launcher also keeps the job inside its allocation:
+
+- **Nothing outlives the job.** The launcher is a child subreaper: whatever
+  the job leaves behind (``sleep 47 &``, a daemon that called ``setsid``) is
+  re-parented to it, and once the job's main process ends every remaining
+  descendant, process-group member and cgroup member is killed and reaped
+  *before* the exit record is written, so the GPUs are never released while
+  a process of the job still runs. The job gets ``SIGKILL`` if the launcher
+  itself dies (``PR_SET_PDEATHSIG``), so it cannot overlap the next attempt.
+- **Identity.** ``--uid/--gid/--groups`` run the job as another Unix user
+  (the service runs as root; the launcher stays root to write the record).
+- **CPUs and memory** (Slurm's ``--cpus-per-task`` and ``--mem``): with cgroups
+  v2 delegated to the service, a cgroup per attempt with ``cpu.max`` and
+  ``memory.max``; otherwise the job is pinned to its CPUs
+  (``sched_setaffinity``) and its data segment capped (``RLIMIT_DATA``, which
+  counts private writable mappings but not the large address-space
+  reservations CUDA makes).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 EXIT_FILE = "exit.json"
 PID_FILE = "launcher.pid"
 NOT_STARTED = 127
 """Exit code when the program could not be started (as a shell reports it)."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_CLEANUP_SECONDS = 10.0
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -35,37 +62,237 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class Confinement:
+    """Who the job runs as and what it may use (parsed from the launcher's options)."""
+
+    uid: int | None = None
+    gid: int | None = None
+    groups: list[int] = field(default_factory=list)
+    cpus: list[int] = field(default_factory=list)
+    """CPU ids the job may run on (empty: any)."""
+    cpu_quota: int | None = None
+    """CPUs' worth of time per period (cgroup ``cpu.max``)."""
+    memory: int | None = None
+    """Bytes."""
+
+    def options(self) -> list[str]:
+        """The launcher's command-line options that give this confinement."""
+        out: list[str] = []
+        if self.uid is not None:
+            out += ["--uid", str(self.uid), "--gid", str(self.gid)]
+            out += ["--groups", ",".join(map(str, self.groups))]
+        if self.cpus:
+            out += ["--cpus", ",".join(map(str, self.cpus))]
+        if self.cpu_quota:
+            out += ["--cpu-quota", str(self.cpu_quota)]
+        if self.memory:
+            out += ["--memory", str(self.memory)]
+        return out
+
+
+def parse(args: list[str]) -> tuple[Path, Confinement, list[str]] | None:
+    """DIR, confinement and argv from the command line; None when malformed."""
+    if "--" not in args or args.index("--") < 1:
+        return None
+    cut = args.index("--")
+    head, argv = args[:cut], args[cut + 1 :]
+    if not argv or len(head) % 2 != 1:
+        return None
+    conf = Confinement()
+    ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+    try:
+        for key, value in zip(head[1::2], head[2::2], strict=True):
+            if key == "--uid":
+                conf.uid = int(value)
+            elif key == "--gid":
+                conf.gid = int(value)
+            elif key == "--groups":
+                conf.groups = ints(value)
+            elif key == "--cpus":
+                conf.cpus = ints(value)
+            elif key == "--cpu-quota":
+                conf.cpu_quota = int(value)
+            elif key == "--memory":
+                conf.memory = int(value)
+            else:
+                return None
+    except ValueError:
+        return None
+    return Path(head[0]), conf, argv
+
+
 def main(args: list[str]) -> int:
-    if len(args) < 3 or args[1] != "--":
-        print("usage: python -m corral.runtime.launcher DIR -- PROGRAM [ARGS...]", file=sys.stderr)
+    parsed = parse(args)
+    if parsed is None:
+        print(
+            "usage: python -m corral.runtime.launcher DIR [--uid N --gid N --groups N,..] "
+            "[--cpus N,..] [--cpu-quota N] [--memory BYTES] -- PROGRAM [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
-    folder = Path(args[0])
-    argv = args[2:]
+    folder, conf, argv = parsed
     write_atomic(folder / PID_FILE, str(os.getpid()))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    cgroup = _cgroup(folder, conf)
     record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
+    me = os.getpid()
     try:
-        # The job gets the default handlers back, so a plain script dies on SIGTERM.
-        child = subprocess.Popen(argv, restore_signals=True, preexec_fn=_default_signals)
-    except OSError as exc:
-        print(f"corral: cannot start {argv[0]!r}: {exc.strerror or exc}", file=sys.stderr)
-        record.update(exit_code=NOT_STARTED, detail=f"cannot start {argv[0]!r}: {exc}")
+        child = subprocess.Popen(
+            argv,
+            restore_signals=True,
+            preexec_fn=lambda: _in_child(conf, cgroup is None, me),
+            user=conf.uid,
+            group=conf.gid,
+            extra_groups=conf.groups if conf.uid is not None else None,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        print(f"corral: cannot start {argv[0]!r}: {_why(exc)}", file=sys.stderr)
+        record.update(exit_code=NOT_STARTED, detail=f"cannot start {argv[0]!r}: {_why(exc)}")
     else:
-        code = child.wait()
+        code = _wait(child)
         if code < 0:
             record["signal"] = -code
         else:
             record["exit_code"] = code
+    left = _kill_leftovers(cgroup)
+    if left:
+        record["detail"] = f"killed {left} process(es) the job left running"
+    _drop_cgroup(cgroup)
     record["end_time"] = time.time()
     write_atomic(folder / EXIT_FILE, json.dumps(record))
     code = record["exit_code"]
     return int(code) if isinstance(code, int) else 128 + int(record["signal"] or 0)
 
 
-def _default_signals() -> None:
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc)
+
+
+def _wait(child: subprocess.Popen[bytes]) -> int:
+    """The main process's status (as a subreaper, orphans are reaped later, not here)."""
+    while True:
+        try:
+            _, status = os.waitpid(child.pid, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return child.returncode if child.returncode is not None else 0
+        return os.waitstatus_to_exitcode(status)
+
+
+def _in_child(conf: Confinement, rlimits: bool, launcher: int) -> None:
+    """In the job's process, after its user and groups are set, before it runs."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
+    if os.getppid() != launcher:  # the launcher died before the line above took effect
+        os._exit(NOT_STARTED)
+    if conf.cpus:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, conf.cpus)
+    if rlimits and conf.memory:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_DATA, (conf.memory, conf.memory))
+
+
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _members() -> set[int]:
+    """Other processes of this job: its process group (when the launcher leads it, as the
+    service starts it), and children of the subreaper."""
+    me = os.getpid()
+    group = me if os.getpgid(0) == me else -1
+    out: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        pid, state, ppid, pgrp = int(entry.name), fields[0], int(fields[1]), int(fields[2])
+        if pid != me and state not in ("Z", "X") and (pgrp == group or ppid == me):
+            out.add(pid)
+    return out
+
+
+def _kill_leftovers(cgroup: Path | None) -> int:
+    """SIGKILL and reap every process the job left; how many there were."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + _CLEANUP_SECONDS
+    while time.monotonic() < deadline:
+        alive = _members() | _cgroup_members(cgroup)
+        if not alive:
+            break
+        killed |= alive
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        _reap()
+        time.sleep(0.02)
+    _reap()
+    return len(killed)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# ------------------------------------------------------------- cgroups v2
+def _cgroup(folder: Path, conf: Confinement) -> Path | None:
+    """A cgroup v2 for this attempt with the job's limits, the launcher moved into it;
+    None where cgroups v2 is not delegated to us (the job then gets rlimits)."""
+    if not (conf.memory or conf.cpu_quota):
+        return None
+    base = CGROUP_ROOT / "corral"
+    try:
+        controllers = (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+        if not {"memory", "cpu"} <= set(controllers):
+            return None
+        base.mkdir(exist_ok=True)
+        (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory +cpu")
+        (base / "cgroup.subtree_control").write_text("+memory +cpu")
+        group = base / f"{folder.parent.name}-{folder.name}-{os.getpid()}"
+        group.mkdir()
+        if conf.memory:
+            (group / "memory.max").write_text(str(conf.memory))
+        if conf.cpu_quota:
+            (group / "cpu.max").write_text(f"{conf.cpu_quota * 100000} 100000")
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        return None
+    return group
+
+
+def _cgroup_members(cgroup: Path | None) -> set[int]:
+    if cgroup is None:
+        return set()
+    try:
+        pids = {int(x) for x in (cgroup / "cgroup.procs").read_text().split()}
+    except (OSError, ValueError):
+        return set()
+    return pids - {os.getpid()}
+
+
+def _drop_cgroup(cgroup: Path | None) -> None:
+    if cgroup is None:
+        return
+    with contextlib.suppress(OSError):
+        (CGROUP_ROOT / "cgroup.procs").write_text(str(os.getpid()))
+        cgroup.rmdir()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ from corral.runtime.executor import (
     write_exit_record,
 )
 from corral.runtime.exits import Cause, classify
+from corral.runtime.identity import check_identities, job_folder
 from corral.runtime.launcher import NOT_STARTED
 from corral.runtime.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
 from corral.runtime.specs import JobSpec
@@ -128,6 +129,10 @@ class Scheduler:
         self.usable = np.ones(len(self.slots), dtype=bool)
         """GPUs on nodes that are not drained (busy or not)."""
         self.reasons: dict[int, str | None] = {}
+        self.preempted: set[int] = set()
+        """Queued jobs whose last attempt was preempted (their reason says so)."""
+        self.identities = check_identities(config)
+        """API user -> Unix user their jobs run as (the service runs as root)."""
         self.seen = 0
         self.next_wakeup: float | None = None
         self.dirty = True
@@ -273,6 +278,8 @@ class Scheduler:
         attained = self.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
         for row in rows:
             i = self._add(s, row)
+            if row.reason == "Preempted":
+                self.preempted.add(row.id)
             live.state.attained_base[i] = attained.get(row.id, 0.0)
             live.state.preemptions[i] = row.preemptions
             live.state.failures[i] = row.failures
@@ -464,6 +471,7 @@ class Scheduler:
                 else:
                     st.gpus[i] = spec.gpus
             elif cause == Cause.PREEMPTED:
+                self.preempted.add(a.job)
                 row.preemptions += 1
                 row.status = JobStatus.STARTING if a.job in self.starting else JobStatus.PENDING
                 row.reason = None if a.job in self.starting else "Preempted"
@@ -641,6 +649,7 @@ class Scheduler:
                     row = s.get(JobRow, job)
                     if row is not None and job not in self.attempts:
                         row.status, row.gpus, row.reason = JobStatus.PENDING, None, "Preempted"
+                        self.preempted.add(job)
                 if job in self.attempts and self.attempts[job].stop is None:
                     stops.append((self.attempts[job], "preempt"))
             for i, gpus in plan.starts.items():
@@ -685,6 +694,8 @@ class Scheduler:
                 reason = "ReqNodeNotAvail"
             elif i in waits:
                 reason = waits[i]
+            elif job in self.preempted:
+                reason = "Preempted"
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if self.reasons.get(job) != reason:
@@ -729,20 +740,33 @@ class Scheduler:
             s.flush()
             attempt_id = att.id
             row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), None
+            self.preempted.discard(job)
             row.last_heartbeat = None
             if row.first_start is None:
                 row.first_start = now
             self.reasons[job] = None
             self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
+            run_as = self.identities.get(row.user)
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
         self.attempts[job] = a
         for g in gpus:
             self.holders[g] = job
         folder.mkdir(parents=True, exist_ok=True)
         try:
+            own = job_folder(self.config, job, run_as)
             a.ref = self.executor.launch(
-                LaunchRequest(spec.command, env, spec.workdir, self._slots(gpus), folder, a.log)
+                LaunchRequest(
+                    spec.command,
+                    env,
+                    spec.workdir or str(own),
+                    self._slots(gpus),
+                    folder,
+                    a.log,
+                    run_as=run_as,
+                    cpus=spec.cpus,
+                    memory=spec.memory * 2**20 if spec.memory else None,
+                )
             )
         except OSError as exc:
             write_exit_record(folder, NOT_STARTED, f"cannot launch: {exc}")
@@ -764,7 +788,7 @@ class Scheduler:
         folder: Path,
         token: str,
     ) -> dict[str, str]:
-        base = self.config.state_dir / "jobs" / str(row.id)
+        base = self.config.job_root / str(row.id)
         checkpoints = base / ("prerun" if row.phase == "prerun" else "checkpoint")
         slots = self._slots(gpus)
         env = dict(spec.env)
@@ -773,7 +797,7 @@ class Scheduler:
             CORRAL_JOB_NAME=row.name,
             CORRAL_USER=row.user,
             CORRAL_ATTEMPT=str(number),
-            CORRAL_ATTEMPT_DIR=str(folder),
+            CORRAL_JOB_DIR=str(base),
             CORRAL_CHECKPOINT_DIR=str(checkpoints),
             CORRAL_RANK="0",
             CORRAL_LOCAL_RANK="0",

@@ -3,31 +3,100 @@
 The loop runs in a thread beside uvicorn's event loop. Stopping the service
 (Ctrl-C, SIGTERM) stops scheduling and the API but leaves running jobs
 alone: a restarted service adopts them, as it does after a crash.
+
+Start-up is ordered so that a service which cannot run changes nothing: it
+takes the store's lock (one scheduler per store), then binds its port, and
+only then opens the store and adopts running jobs.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 from sqlalchemy.engine import make_url
 
 from corral.api.app import create_app
+from corral.errors import CorralError
 from corral.runtime.config import ServiceConfig
 from corral.runtime.executor import LocalExecutor
+from corral.runtime.identity import isolation_warning
 from corral.runtime.scheduler import Scheduler
 from corral.runtime.store import Store
+from corral.runtime.store_lock import StoreLock, holder_line
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) if needed and make it 0700: the service's alone."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o700)
+    except OSError as exc:
+        raise CorralError(f"state_dir: cannot use {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CorralError(f"state_dir: {path} is not writable by this user")
+
+
+def private_file(path: Path | None, announce: Callable[[str], None]) -> None:
+    """Tighten a config holding tokens to 0600 (as ssh insists for its keys), and say so."""
+    if path is None or not path.exists():
+        return
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077 and path.stat().st_uid == os.geteuid():
+        path.chmod(mode & 0o700)
+        announce(f"corral: {path} holds tokens; made it private (mode {mode & 0o700:o})")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, taken before the store is touched (a busy port changes nothing)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise CorralError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
 
 
 def build(config: ServiceConfig) -> tuple[Store, Scheduler]:
-    config.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(config.state_dir)
     store = Store(config.store_url)
     executor = LocalExecutor(config.gpus)
     return store, Scheduler(config, store, executor)
 
 
-def serve(config: ServiceConfig, announce: Callable[[str], None] = print) -> None:
+def serve(
+    config: ServiceConfig,
+    announce: Callable[[str], None] = print,
+    config_path: Path | None = None,
+    standby: bool = False,
+) -> None:
+    private_dir(config.state_dir)
+    private_file(config_path, announce)
+    lock = StoreLock(config.store_url, config.state_dir, holder_line(config.url))
+    lock.acquire(wait=standby, on_wait=announce)
+    try:
+        sock = bind(config.host, config.port)
+        try:
+            _run(config, sock, lock, announce)
+        finally:
+            sock.close()
+    finally:
+        lock.release()
+
+
+def _run(
+    config: ServiceConfig, sock: socket.socket, lock: StoreLock, announce: Callable[[str], None]
+) -> None:
     store, scheduler = build(config)
     stop = threading.Event()
     scheduler.recover()  # before the API answers: nodes, adopted jobs and queue are known
@@ -36,20 +105,38 @@ def serve(config: ServiceConfig, announce: Callable[[str], None] = print) -> Non
     )
     app = create_app(config, store, scheduler)
     server = uvicorn.Server(
-        uvicorn.Config(
-            app, host=config.host, port=config.port, log_level="warning", access_log=False
-        )
+        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    )
+    watch = threading.Thread(
+        target=_watch_lock, args=(lock, server, stop, announce), name="corral-lock", daemon=True
     )
     types = ", ".join(f"{n} {t}" for t, n in scheduler.cluster.gpus_by_type().items())
     announce(
         f"corral: serving {config.url} (policy {config.policy}; GPUs: {types}; "
         f"store {make_url(config.store_url).render_as_string(hide_password=True)})"
     )
+    warning = isolation_warning(config)
+    if warning:
+        announce(f"corral: {warning}")
     loop.start()
+    watch.start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         stop.set()
         scheduler.notify()
         loop.join(timeout=10)
         store.dispose()
+
+
+def _watch_lock(
+    lock: StoreLock, server: uvicorn.Server, stop: threading.Event, announce: Callable[[str], None]
+) -> None:
+    """Stop scheduling at once if the store's lock is lost (its database session ended):
+    a standby may be taking over."""
+    while not stop.wait(5.0):
+        if not lock.alive():
+            announce("corral: lost the store's lock (database session ended); stopping")
+            stop.set()
+            server.should_exit = True
+            return

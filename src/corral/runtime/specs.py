@@ -24,6 +24,32 @@ RESERVED_ENV_PREFIX = "CORRAL_"
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
+
+MAX_ARGS = 1024
+MAX_COMMAND_BYTES = 16 * 1024
+"""The command's arguments together (real commands are well under; the kernel's
+own limit is about 2 MB, and every listing of the queue carries commands)."""
+MAX_ENV_VARS = 256
+MAX_ENV_BYTES = 64 * 1024
+MAX_PATH = 4096
+
+
+def parse_memory(value: Any) -> int:
+    """MiB from a number (MiB, Slurm's default unit) or ``512M``, ``16G``, ``1.5T``."""
+    if isinstance(value, bool):
+        raise ValueError("expected an amount of memory")
+    if isinstance(value, int | float):
+        mib = float(value)
+    else:
+        match = _MEMORY.match(str(value).strip())
+        if match is None:
+            raise ValueError(f"'{value}' is not an amount of memory (e.g. 16G, 512M, 4096)")
+        number, unit = float(match.group(1)), match.group(2).upper()
+        mib = number * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2}[unit]
+    if not 1 <= mib <= 1024**3:  # between 1 MiB and 1 PiB
+        raise ValueError("memory must be between 1M and 1P")
+    return int(mib)
 
 
 def parse_seconds(value: Any) -> float:
@@ -55,13 +81,19 @@ def parse_seconds(value: Any) -> float:
 class JobSpec(BaseModel):
     """A training job as its owner describes it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field("job", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    command: list[str] = Field(min_length=1, description="argv; run directly, never by a shell")
+    command: list[str] = Field(
+        min_length=1, max_length=MAX_ARGS, description="argv; run directly, never by a shell"
+    )
     gpus: int = Field(1, ge=1, le=4096, description="GPUs of the gang")
-    gpu_type: str | None = Field(None, description="run only on this GPU type (any when unset)")
-    job_type: str = Field("generic", min_length=1, description="throughput-profile key")
+    gpu_type: str | None = Field(
+        None, max_length=32, description="run only on this GPU type (any when unset)"
+    )
+    job_type: str = Field(
+        "generic", min_length=1, max_length=64, description="throughput-profile key"
+    )
     priority: int = Field(0, ge=-1000, le=1000, description="higher runs first among equals")
     weight: float = Field(1.0, gt=0, description="weight in weighted-JCT objectives")
     max_retries: int = Field(2, ge=0, le=100, description="failed attempts retried")
@@ -78,8 +110,18 @@ class JobSpec(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="virtual cluster (Slurm's account, Kueue's queue) whose quota it uses",
     )
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = Field(None, description="working directory (default: the service's)")
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    workdir: str | None = Field(
+        None,
+        max_length=MAX_PATH,
+        description="working directory (an absolute path; default: the job's own folder)",
+    )
+    cpus: int | None = Field(
+        None, ge=1, le=4096, description="CPUs (Slurm's --cpus-per-task; unset: no limit)"
+    )
+    memory: int | None = Field(
+        None, description="memory in MiB, or 16G, 512M (Slurm's --mem; unset: no limit)"
+    )
     total_steps: int | None = Field(None, ge=1, description="steps to the end (for progress)")
     prerun_steps: int | None = Field(
         None, ge=0, description="iterations of a 1-GPU pre-run first (0: none; unset: config)"
@@ -92,7 +134,25 @@ class JobSpec(BaseModel):
             raise ValueError("the program (first element) is empty")
         if any("\x00" in part for part in value):
             raise ValueError("arguments may not contain NUL bytes")
+        size = sum(len(part.encode()) + 1 for part in value)
+        if size > MAX_COMMAND_BYTES:
+            raise ValueError(
+                f"the command is {size} bytes; the most is {MAX_COMMAND_BYTES} "
+                "(put long arguments in a file the job reads)"
+            )
         return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, value: str | None) -> str | None:
+        if value is not None and ("\x00" in value or not value.startswith("/")):
+            raise ValueError("give an absolute path")
+        return value
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> int | None:
+        return None if value is None else parse_memory(value)
 
     @field_validator("gpu_type")
     @classmethod
@@ -112,6 +172,11 @@ class JobSpec(BaseModel):
                 raise ValueError(f"'{key}' is not a valid variable name")
             if key.startswith(RESERVED_ENV_PREFIX):
                 raise ValueError(f"'{key}': {RESERVED_ENV_PREFIX}* variables are set by corral")
+            if "\x00" in value[key]:
+                raise ValueError(f"'{key}': values may not contain NUL bytes")
+        size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in value.items())
+        if size > MAX_ENV_BYTES:
+            raise ValueError(f"the environment is {size} bytes; the most is {MAX_ENV_BYTES}")
         return value
 
 

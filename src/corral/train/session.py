@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -46,6 +47,10 @@ from corral.train.checkpoint import Stateful
 STOPPED_EXIT = 75
 """Exit code of a job that stopped at the scheduler's request after checkpointing
 (EX_TEMPFAIL: "try again later"); the scheduler requeues it."""
+
+PRERUN_EXIT = 76
+"""Exit code of a job whose 1-GPU pre-run passed. A job that exits 0 in its pre-run
+did not use this library (it ignored the pre-run): it ran to its end, so it is done."""
 
 
 class Session:
@@ -122,8 +127,8 @@ class Session:
         """Progress after an iteration: feeds heartbeats and periodic checkpoints."""
         with self._lock:
             self.step = int(step)
-            if loss is not None:
-                self.loss = float(loss)
+            if loss is not None:  # a diverged loss (nan, inf) is reported as none
+                self.loss = float(loss) if math.isfinite(float(loss)) else None
             mark_t, mark_step = self._rate_mark
             elapsed = time.monotonic() - mark_t
             if elapsed >= 1.0:
@@ -156,7 +161,7 @@ class Session:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        os._exit(0 if prerun_done else STOPPED_EXIT)
+        os._exit(PRERUN_EXIT if prerun_done else STOPPED_EXIT)
 
     def finish(self, step: int | None = None) -> None:
         """The loop is done: a last heartbeat with the final step."""

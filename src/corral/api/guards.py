@@ -1,0 +1,89 @@
+"""What the API refuses before a route runs: oversized bodies, and validation errors
+answered as plain JSON (never a 500 because the offending input was NaN or huge)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_BODY = 1 << 20
+"""Bytes a request body may have (a job spec is a few KiB at most)."""
+
+
+class BodyLimit:
+    """Answer 413 to a body over ``limit`` bytes, by its Content-Length or as it streams."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared < 0 or declared > self.limit:
+                    await self._refuse(send)
+                    return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        response = JSONResponse(
+            {"detail": f"the request body is over {self.limit} bytes"},
+            status_code=status.HTTP_413_CONTENT_TOO_LARGE,
+        )
+        await response({"type": "http"}, _nothing, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _nothing() -> Message:
+    return {"type": "http.disconnect"}
+
+
+async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    """422 with pydantic's list of errors, each its place, message and kind only: the
+    input itself is left out (it may be NaN, which JSON cannot carry, or megabytes)."""
+    assert isinstance(exc, RequestValidationError)
+    detail: list[dict[str, Any]] = []
+    for error in exc.errors():
+        detail.append(
+            {
+                "loc": [str(p) if not isinstance(p, int) else p for p in error.get("loc", ())],
+                "msg": str(error.get("msg", "invalid")),
+                "type": str(error.get("type", "value_error")),
+            }
+        )
+    return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)

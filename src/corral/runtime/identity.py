@@ -1,0 +1,92 @@
+"""Whom a job runs as: isolation of jobs from each other and from the service.
+
+A service started as root runs each user's jobs as the Unix user the config
+maps them to (``users: [{name: alice, unix_user: alice, ...}]``), with that
+user's groups and home; the launcher drops privileges just before the job's
+program starts. Otherwise every job runs as the service's own user, and the
+service says at start that jobs are not isolated from each other.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.errors import CorralError
+from corral.runtime.config import ServiceConfig
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """A Unix identity a job's processes take."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+def lookup(unix_user: str) -> RunAs:
+    """A Unix account by name, with its supplementary groups; CorralError if absent."""
+    try:
+        entry = pwd.getpwnam(unix_user)
+    except KeyError:
+        raise CorralError(f"unix_user '{unix_user}' is not a user on this machine") from None
+    groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
+    return RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir)
+
+
+def check_identities(config: ServiceConfig) -> dict[str, RunAs]:
+    """API user -> Unix identity of their jobs, checked before the service starts."""
+    mapped = {u.name: u.unix_user for u in config.users if u.unix_user}
+    if mapped and os.geteuid() != 0:
+        raise CorralError(
+            "users: unix_user is set, but jobs can run as other users only when the service "
+            "runs as root"
+        )
+    out = {}
+    for name, unix_user in mapped.items():
+        who = lookup(unix_user)
+        if who.uid == 0:
+            raise CorralError(
+                f"user '{name}': unix_user '{unix_user}' is root; jobs never run as root"
+            )
+        out[name] = who
+    return out
+
+
+def isolation_warning(config: ServiceConfig) -> str | None:
+    """The line the service prints when jobs are not isolated from each other."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if os.geteuid() != 0:
+        return (
+            f"jobs run as '{me}', the service's user, and are not isolated from each other; "
+            "run the service as root and give each user a unix_user to isolate them"
+        )
+    bare = [u.name for u in config.users if not u.unix_user]
+    if bare:
+        return (
+            f"the jobs of {', '.join(bare)} run as root: give each user a unix_user "
+            "(jobs then run as that user, isolated from each other and from the service)"
+        )
+    return None
+
+
+def job_folder(config: ServiceConfig, job: int, run_as: RunAs | None) -> Path:
+    """The job's own folder (its default working directory and checkpoints), outside
+    the state directory and owned by the user the job runs as.
+
+    The folder of all jobs can be entered but not listed (0711), so a job
+    reaches its own folder and cannot see which others exist; each job's
+    folder is 0700."""
+    root = config.job_root
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o711)
+    folder = root / str(job)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if run_as is not None:
+        os.chown(folder, run_as.uid, run_as.gid)
+    return folder
