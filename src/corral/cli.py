@@ -115,6 +115,12 @@ def main() -> None:
     except CorralError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except OSError as exc:  # a file or socket the user named: a message, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(
+            f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False, soft_wrap=True
+        )
+        sys.exit(2)
 
 
 @contextmanager

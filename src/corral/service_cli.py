@@ -249,11 +249,11 @@ def register(app: typer.Typer, console: Console) -> None:
         """Put a suspended job back in the queue."""
         _act("resume", job_id, url, token)
 
-    @app.command("set-priority")
+    @app.command("set-priority", context_settings={"ignore_unknown_options": True})
     def set_priority(
         job_id: int, priority: int, url: UrlOpt = None, token: TokenOpt = None
     ) -> None:
-        """Change a job's priority (higher runs first)."""
+        """Change a job's priority (higher runs first; negative lowers it: set-priority 6 -5)."""
         with _client(url, token) as client:
             job = client.set_priority(job_id, priority)
         console.print(f"job {job_id}: priority {job['priority']}", highlight=False)

@@ -37,7 +37,17 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file; syntax errors become :class:`InputError` with the line."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(str(path), None, None, f"cannot read it: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(
+            str(path), line, None, f"not UTF-8 text (byte 0x{data[exc.start]:02x})"
+        ) from None
     return parse_yaml(text, str(path))
 
 

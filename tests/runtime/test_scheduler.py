@@ -182,9 +182,7 @@ def test_prerun_passes_then_the_gang_runs(tmp_path: Path) -> None:
         phases = [(a["phase"], len(a["gpus"]), a["cause"]) for a in done["attempts"]]
         assert phases == [("prerun", 1, "prerun_ok"), ("main", 3, "succeeded")]
         result = json.loads(
-            (
-                h.config.job_root / str(job["id"]) / "checkpoint" / "result.json"
-            ).read_text()
+            (h.config.job_root / str(job["id"]) / "checkpoint" / "result.json").read_text()
         )
         assert result["final_step"] == 20  # the main run started from scratch
     finally:

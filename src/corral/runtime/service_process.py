@@ -51,9 +51,14 @@ class ServiceProcess:
         options: dict[str, Any] | None = None,
         users: dict[str, str] | None = None,
         gpus: list[dict[str, Any]] | None = None,
+        unix_users: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        name: str = "serve",
         **settings: Any,
     ) -> None:
         self.folder = folder
+        self.name = name
+        self.env = env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.users = users or {"alice": "alice-token-1", "root": "root-token-1"}
@@ -64,13 +69,17 @@ class ServiceProcess:
             "policy": policy,
             "policy_options": options or {},
             "gpus": gpus or [{"type": "V100", "count": 2}, {"type": "K80", "count": 2}],
-            "users": [{"name": n, "token": t, "admin": n == "root"} for n, t in self.users.items()],
+            "users": [
+                {"name": n, "token": t, "admin": n == "root"}
+                | ({"unix_user": unix_users[n]} if unix_users and n in unix_users else {})
+                for n, t in self.users.items()
+            ],
             "heartbeat_interval": 0.5,
             "tick": 0.2,
             **settings,
         }
         folder.mkdir(parents=True, exist_ok=True)
-        self.config = folder / "corral.yaml"
+        self.config = folder / ("corral.yaml" if name == "serve" else f"{name}.yaml")
         self.config.write_text(yaml.safe_dump(config))
         self.store_url = settings.get("store") or f"sqlite:///{folder / 'state' / 'corral.db'}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -78,14 +87,29 @@ class ServiceProcess:
         self.client = Client(self.url, self.users[first])
         self.admin = Client(self.url, self.users.get("root", self.users[first]))
 
-    def start(self, timeout: float = 60.0) -> None:
-        with open(self.folder / "serve.log", "ab") as log:
+    @property
+    def log(self) -> Path:
+        return self.folder / f"{self.name}.log"
+
+    def start(self, timeout: float = 60.0, *args: str) -> None:
+        """Start ``corral serve`` (with ``args``, e.g. ``--standby``) and wait until it answers."""
+        self.launch(*args)
+        self.wait_ready(timeout)
+
+    def launch(self, *args: str) -> None:
+        """Start ``corral serve`` without waiting for it."""
+        env = {**os.environ, **self.env} if self.env else None
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "corral.cli", "serve", "--config", str(self.config)],
+                [sys.executable, "-m", "corral.cli", "serve", "--config", str(self.config), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=env,
             )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
@@ -94,7 +118,7 @@ class ServiceProcess:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.1)
-        raise RuntimeError(f"the service did not start; see {self.folder / 'serve.log'}")
+        raise RuntimeError(f"the service did not start; see {self.log}")
 
     def kill9(self) -> None:
         assert self.proc is not None
