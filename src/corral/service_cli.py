@@ -42,6 +42,17 @@ def _when(t: float | None) -> str:
     return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
+def _span(seconds: float | None) -> str:
+    """Seconds as sacct prints them: [D-]HH:MM:SS."""
+    if seconds is None:
+        return "-"
+    whole = round(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
 def _steps(job: dict[str, Any]) -> str:
     done = int(job["steps"])
     return f"{done}/{job['total_steps']}" if job.get("total_steps") else str(done)
@@ -83,22 +94,61 @@ def register(app: typer.Typer, console: Console) -> None:
 
     @app.command(
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-        help="Submit a job: 'corral submit job.yaml' or 'corral submit --gpus 2 -- python x.py'.",
+        help="Submit a job: 'corral submit job.yaml', 'corral submit train.sh' (reads its "
+        "#CORRAL directives, as sbatch reads #SBATCH) or 'corral submit --gpus 2 -- python x.py'.",
     )
     def submit(
         ctx: typer.Context,
         spec_file: Annotated[
-            str | None, typer.Argument(help="job spec (YAML); flags override it")
+            str | None,
+            typer.Argument(help="job spec (YAML) or batch script; flags override it"),
         ] = None,
-        name: Annotated[str | None, typer.Option(help="job name")] = None,
+        name: Annotated[str | None, typer.Option("--name", "-J", help="job name")] = None,
         gpus: Annotated[int | None, typer.Option(help="GPUs of the gang")] = None,
         gpu_type: Annotated[str | None, typer.Option(help="run only on this GPU type")] = None,
         job_type: Annotated[str | None, typer.Option(help="throughput-profile key")] = None,
-        priority: Annotated[int | None, typer.Option(help="higher runs first")] = None,
+        priority: Annotated[
+            int | None, typer.Option(help="higher runs first (negative: after others)")
+        ] = None,
         max_retries: Annotated[int | None, typer.Option(help="failed attempts retried")] = None,
-        wall_time: Annotated[str | None, typer.Option(help="limit per attempt: 3600, 1h")] = None,
+        wall_time: Annotated[
+            str | None, typer.Option("--wall-time", "--time", "-t", help="limit per attempt: 1h")
+        ] = None,
+        duration: Annotated[
+            str | None, typer.Option(help="expected run time, for policies that rank by it")
+        ] = None,
         total_steps: Annotated[int | None, typer.Option(help="steps to the end")] = None,
-        workdir: Annotated[str | None, typer.Option(help="working directory")] = None,
+        workdir: Annotated[
+            str | None, typer.Option("--workdir", "--chdir", "-D", help="working directory")
+        ] = None,
+        array: Annotated[
+            str | None,
+            typer.Option("--array", "-a", help="one task per index: 0-9, 1,3,5, 0-20:5"),
+        ] = None,
+        dependency: Annotated[
+            str | None,
+            typer.Option("--dependency", "-d", help="as sbatch: afterok:12:13,after:9"),
+        ] = None,
+        after: Annotated[
+            list[str] | None, typer.Option(help="start after job ID has started")
+        ] = None,
+        afterok: Annotated[
+            list[str] | None, typer.Option(help="start after job ID succeeded")
+        ] = None,
+        afterany: Annotated[list[str] | None, typer.Option(help="start after job ID ended")] = None,
+        output: Annotated[
+            str | None,
+            typer.Option("--output", "-o", help="output file: %j job, %a index, %A array, %x name"),
+        ] = None,
+        cpus: Annotated[
+            int | None, typer.Option("--cpus", "--cpus-per-task", "-c", help="CPUs")
+        ] = None,
+        memory: Annotated[
+            str | None, typer.Option("--mem", "--memory", help="memory: 16G, 512M")
+        ] = None,
+        vc: Annotated[
+            str | None, typer.Option("--vc", "--account", "-A", help="virtual cluster")
+        ] = None,
         env: Annotated[
             list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")
         ] = None,
@@ -110,10 +160,15 @@ def register(app: typer.Typer, console: Console) -> None:
         command = list(ctx.args)
         from pydantic import ValidationError
 
+        from corral.runtime.directives import add_dependency, script_fields
         from corral.runtime.specs import JobSpec, load_job_spec
 
         if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
             fields = load_job_spec(spec_file).model_dump(exclude_unset=True)
+        elif spec_file is not None and Path(spec_file).is_file():  # a batch script
+            fields = script_fields(Path(spec_file))
+            fields["command"] = fields["command"] + command
+            command = []
         elif spec_file is not None:  # the first word of the command, after '--'
             command.insert(0, spec_file)
         if command:
@@ -126,19 +181,31 @@ def register(app: typer.Typer, console: Console) -> None:
             "priority": priority,
             "max_retries": max_retries,
             "wall_time": wall_time,
+            "duration": duration,
             "total_steps": total_steps,
             "workdir": str(Path(workdir).resolve()) if workdir else None,
+            "array": array,
+            "dependency": dependency,
+            "output": str(Path(output).absolute()) if output else None,
+            "cpus": cpus,
+            "memory": memory,
+            "vc": vc,
         }
         fields.update({k: v for k, v in flags.items() if v is not None})
+        for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):
+            for item in ids or []:
+                add_dependency(fields, kind, item)
         for item in env or []:
             key, sep, value = item.partition("=")
             if not sep:
                 raise CorralError(f"--env {item}: give KEY=VALUE")
             fields.setdefault("env", {})[key] = value
         if "command" not in fields:
-            raise CorralError("no command: give a job spec or the command after '--'")
+            raise CorralError("no command: give a job spec, a script, or the command after '--'")
         if "workdir" not in fields:
             fields["workdir"] = str(Path.cwd())
+        if isinstance(fields.get("output"), str) and not fields["output"].startswith("/"):
+            fields["output"] = str(Path(fields["output"]).absolute())
         try:
             spec = JobSpec.model_validate(fields)
         except ValidationError as exc:
@@ -147,6 +214,16 @@ def register(app: typer.Typer, console: Console) -> None:
             job = client.submit(spec.model_dump(mode="json", exclude_unset=True))
         if as_json:
             console.print_json(json.dumps(job))
+        elif job.get("array_tasks"):
+            tasks = job["array_tasks"]
+            console.print(
+                f"submitted array job {job['id']} ({job['name']}): {len(tasks)} tasks, "
+                f"jobs {tasks[0]}-{tasks[-1]}"
+                if tasks == list(range(tasks[0], tasks[-1] + 1))
+                else f"submitted array job {job['id']} ({job['name']}): jobs "
+                + ",".join(map(str, tasks)),
+                highlight=False,
+            )
         else:
             console.print(f"submitted job {job['id']} ({job['name']})", highlight=False)
 
@@ -183,6 +260,65 @@ def register(app: typer.Typer, console: Console) -> None:
                 _when(j["submit_time"]),
             )
         console.print(table)
+
+    @app.command()
+    def history(
+        user: Annotated[str | None, typer.Option("--user", "-u", help="this user's jobs")] = None,
+        all_users: Annotated[
+            bool, typer.Option("--all-users", help="every user's jobs, with totals per user")
+        ] = False,
+        since: Annotated[
+            str | None, typer.Option(help="submitted in the last ... (1d, 12h, 30m)")
+        ] = None,
+        url: UrlOpt = None,
+        token: TokenOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Finished and running jobs with wait, elapsed time and GPU-hours (like sacct)."""
+        from corral.runtime.specs import parse_seconds
+
+        start = 0.0
+        if since:
+            try:
+                start = time.time() - parse_seconds(since)
+            except ValueError as exc:
+                raise CorralError(f"--since {since}: {exc}") from None
+        with _client(url, token) as client:
+            rows = client.history(user, all_users, start)
+        if as_json:
+            console.print_json(json.dumps(rows))
+            return
+        table = Table(title=f"{len(rows)} job{'' if len(rows) == 1 else 's'}")
+        columns = ("id", "name", "user", "state", "gpus", "submit", "wait", "elapsed")
+        for column in (*columns, "GPU-h", "tries", "exit"):
+            table.add_column(column, justify="right" if column in ("GPU-h", "tries") else "left")
+        totals: dict[str, list[float]] = {}
+        for r in rows:
+            table.add_row(
+                str(r["id"]),
+                r["name"],
+                r["user"],
+                r["status"],
+                str(r["gpus"]),
+                _when(r["submit_time"]),
+                _span(r["wait"]),
+                _span(r["elapsed"]),
+                f"{r['gpu_hours']:.2f}",
+                str(r["attempts"]),
+                "-" if r["exit_code"] is None else str(r["exit_code"]),
+            )
+            total = totals.setdefault(r["user"], [0, 0.0, 0.0])
+            total[0] += 1
+            total[1] += r["elapsed"]
+            total[2] += r["gpu_hours"]
+        console.print(table)
+        if totals:
+            per_user = Table(title="per user")
+            for column in ("user", "jobs", "elapsed", "GPU-h"):
+                per_user.add_column(column)
+            for name, (jobs, elapsed, gpu_hours) in sorted(totals.items()):
+                per_user.add_row(name, str(int(jobs)), _span(elapsed), f"{gpu_hours:.2f}")
+            console.print(per_user)
 
     @app.command()
     def show(

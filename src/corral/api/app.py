@@ -37,6 +37,7 @@ from corral.api.views import (
     Health,
     HeartbeatAnswer,
     HeartbeatBody,
+    HistoryView,
     JobDetail,
     JobView,
     NodeStateBody,
@@ -46,7 +47,7 @@ from corral.api.views import (
 from corral.model.jobs import JobStatus
 from corral.runtime.config import ServiceConfig, UserConfig, hash_token
 from corral.runtime.scheduler import TERMINAL, Scheduler
-from corral.runtime.specs import JobSpec
+from corral.runtime.specs import JobSpec, array_indices
 from corral.runtime.store import AttemptRow, EventRow, JobRow, NodeRow, Store
 
 _bearer = HTTPBearer(auto_error=False)
@@ -217,6 +218,14 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
                 )
             if where.is_relative_to(config.state_dir.resolve()):
                 raise field_error("workdir", "jobs may not run inside the service's state_dir")
+        if spec.array_index is not None or spec.array_job is not None:
+            field = "array_index" if spec.array_index is not None else "array_job"
+            raise field_error(field, "set by corral for the tasks of an array; give 'array'")
+        if spec.output is not None and Path(spec.output).resolve().is_relative_to(
+            config.state_dir.resolve()
+        ):
+            raise field_error("output", "a job's output may not go inside the state_dir")
+        indices = array_indices(spec.array) if spec.array else [None]
         prerun = spec.prerun_steps
         if prerun is None:
             rule = config.prerun
@@ -225,26 +234,42 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
             queued = s.scalar(
                 select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
             )
-            if (queued or 0) >= config.max_jobs_per_user:
+            if (queued or 0) + len(indices) > config.max_jobs_per_user:
                 raise HTTPException(
                     status.HTTP_429_TOO_MANY_REQUESTS,
-                    f"{user.name} has {queued} jobs not yet ended, the most allowed "
-                    f"(max_jobs_per_user); wait for some to end",
+                    f"{user.name} has {queued} jobs not yet ended; {len(indices)} more would "
+                    f"pass {config.max_jobs_per_user}, the most allowed (max_jobs_per_user)",
                 )
-            row = JobRow(
-                name=spec.name,
-                user=user.name,
-                spec=spec.model_dump(mode="json"),
-                status=JobStatus.PENDING,
-                reason="Submitted",
-                priority=spec.priority,
-                submit_time=time.time(),
-                phase="prerun" if prerun else "main",
-            )
-            s.add(row)
-            s.flush()
-            store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
-            view = JobView.of(row)
+            wanted = sorted({i for group in spec.dependency.values() for i in group})
+            if wanted:
+                known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(wanted))))
+                missing = [i for i in wanted if i not in known]
+                if missing:
+                    raise field_error("dependency", f"no job {missing[0]}")
+            rows: list[JobRow] = []
+            for index in indices:
+                task = spec.model_copy(update={"array": None, "array_index": index})
+                row = JobRow(
+                    name=spec.name,
+                    user=user.name,
+                    spec=task.model_dump(mode="json"),
+                    status=JobStatus.PENDING,
+                    reason="Submitted",
+                    priority=spec.priority,
+                    submit_time=time.time(),
+                    phase="prerun" if prerun else "main",
+                )
+                s.add(row)
+                s.flush()
+                rows.append(row)
+            if spec.array:
+                for row in rows:
+                    row.spec = {**row.spec, "array_job": rows[0].id}
+            for row in rows:
+                store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
+            view = JobView.of(rows[0])
+            if spec.array:
+                view.array_tasks = [r.id for r in rows]
         if scheduler is not None:
             scheduler.notify()
         return view
@@ -285,6 +310,53 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
             rows = list(s.scalars(query))
             where = positions(s)
             return [JobView.of(r, where.get(r.id)) for r in reversed(rows)]
+
+    @app.get("/v1/history", response_model=list[HistoryView], tags=["jobs"], responses=AUTH)
+    def history(
+        user: User,
+        of: Annotated[
+            str | None, Query(max_length=64, description="this user's jobs (default: yours)")
+        ] = None,
+        all_users: bool = False,
+        since: Annotated[
+            float, Query(ge=0, le=1e12, description="submitted at or after (Unix time)")
+        ] = 0.0,
+        limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
+    ) -> list[HistoryView]:
+        """Accounting: every job's wait, run time and GPU-hours (Slurm's sacct)."""
+        now = time.time()
+        with store.session() as s:
+            query = select(JobRow).where(JobRow.submit_time >= since)
+            if not all_users:
+                query = query.where(JobRow.user == (of or user.name))
+            rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit)))
+            ids = [r.id for r in rows]
+            spans: dict[int, list[tuple[float, int]]] = {}
+            for att in s.scalars(select(AttemptRow).where(AttemptRow.job_id.in_(ids))):
+                span = max((att.end_time or now) - att.start_time, 0.0)
+                spans.setdefault(att.job_id, []).append((span, len(att.gpus)))
+            out = []
+            for row in reversed(rows):
+                ran = spans.get(row.id, [])
+                out.append(
+                    HistoryView(
+                        id=row.id,
+                        name=row.name,
+                        user=row.user,
+                        status=row.status,
+                        gpus=int(row.spec.get("gpus", 1)),
+                        submit_time=row.submit_time,
+                        first_start=row.first_start,
+                        end_time=row.end_time,
+                        wait=None if row.first_start is None else row.first_start - row.submit_time,
+                        elapsed=sum(span for span, _ in ran),
+                        gpu_hours=sum(span * n for span, n in ran) / 3600,
+                        attempts=len(ran),
+                        preemptions=row.preemptions,
+                        exit_code=row.exit_code,
+                    )
+                )
+            return out
 
     @app.get(
         "/v1/jobs/{job_id}", response_model=JobDetail, tags=["jobs"], responses=_errors(401, 404)

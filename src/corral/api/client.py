@@ -83,6 +83,14 @@ class Client:
             params["state"] = state
         return self.json("GET", "/v1/jobs", params=params)
 
+    def history(
+        self, of: str | None = None, all_users: bool = False, since: float = 0.0
+    ) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"all_users": all_users, "since": since, "limit": 100000}
+        if of:
+            params["of"] = of
+        return self.json("GET", "/v1/history", params=params)
+
     def action(self, job_id: int, verb: str) -> dict[str, Any]:
         return self.json("POST", f"/v1/jobs/{job_id}/{verb}")
 

@@ -44,6 +44,12 @@ class JobView(BaseModel):
     preemptions: int
     max_retries: int
     exit_code: int | None
+    array_job: int | None = Field(None, description="the array's first job (array tasks)")
+    array_index: int | None = Field(None, description="this task's index (array tasks)")
+    dependency: dict[str, list[int]] = Field(default_factory=dict)
+    array_tasks: list[int] | None = Field(
+        None, description="on submitting an array: the ids of its tasks"
+    )
 
     @classmethod
     def of(cls, row: JobRow, position: int | None = None) -> JobView:
@@ -74,6 +80,9 @@ class JobView(BaseModel):
             preemptions=row.preemptions,
             max_retries=spec.max_retries,
             exit_code=row.exit_code,
+            array_job=spec.array_job,
+            array_index=spec.array_index,
+            dependency=dict(spec.dependency),
         )
 
 
@@ -184,3 +193,22 @@ class Health(BaseModel):
     gpus: dict[str, int]
     passes: int
     version: str
+
+
+class HistoryView(BaseModel):
+    """One job in the accounting history (Slurm's sacct)."""
+
+    id: int
+    name: str
+    user: str
+    status: str
+    gpus: int
+    submit_time: float
+    first_start: float | None
+    end_time: float | None
+    wait: float | None = Field(description="seconds from submission to the first start")
+    elapsed: float = Field(description="seconds its attempts ran, summed")
+    gpu_hours: float = Field(description="GPU-hours its attempts held, summed")
+    attempts: int
+    preemptions: int
+    exit_code: int | None

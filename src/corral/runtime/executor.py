@@ -60,6 +60,8 @@ class LaunchRequest:
     cpus: int | None = None
     memory: int | None = None
     """Bytes."""
+    output: str | None = None
+    """The job's output file (None: the attempt's log)."""
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,9 @@ class LocalExecutor(Executor):
     def launch(self, request: LaunchRequest) -> ProcessRef:
         request.dir.mkdir(parents=True, exist_ok=True)
         env = job_environment(request)
-        conf = Confinement(memory=request.memory, cpu_quota=request.cpus)
+        conf = Confinement(
+            memory=request.memory, cpu_quota=request.cpus, cwd=request.cwd, output=request.output
+        )
         if request.run_as is not None:
             who = request.run_as
             conf.uid, conf.gid, conf.groups = who.uid, who.gid, list(who.groups)
@@ -292,7 +296,7 @@ class LocalExecutor(Executor):
         with open(request.log, "ab") as log:
             child = subprocess.Popen(
                 argv + request.argv,
-                cwd=request.cwd,
+                cwd=request.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -75,6 +75,10 @@ class Confinement:
     """CPUs' worth of time per period (cgroup ``cpu.max``)."""
     memory: int | None = None
     """Bytes."""
+    cwd: str | None = None
+    """Working directory, entered as the job's user (so it must be theirs to enter)."""
+    output: str | None = None
+    """File the job's output goes to, opened as the job's user (Slurm's --output)."""
 
     def options(self) -> list[str]:
         """The launcher's command-line options that give this confinement."""
@@ -88,6 +92,10 @@ class Confinement:
             out += ["--cpu-quota", str(self.cpu_quota)]
         if self.memory:
             out += ["--memory", str(self.memory)]
+        if self.cwd:
+            out += ["--cwd", self.cwd]
+        if self.output:
+            out += ["--output", self.output]
         return out
 
 
@@ -115,6 +123,10 @@ def parse(args: list[str]) -> tuple[Path, Confinement, list[str]] | None:
                 conf.cpu_quota = int(value)
             elif key == "--memory":
                 conf.memory = int(value)
+            elif key == "--cwd":
+                conf.cwd = value
+            elif key == "--output":
+                conf.output = value
             else:
                 return None
     except ValueError:
@@ -127,7 +139,8 @@ def main(args: list[str]) -> int:
     if parsed is None:
         print(
             "usage: python -m corral.runtime.launcher DIR [--uid N --gid N --groups N,..] "
-            "[--cpus N,..] [--cpu-quota N] [--memory BYTES] -- PROGRAM [ARGS...]",
+            "[--cpus N,..] [--cpu-quota N] [--memory BYTES] [--cwd DIR] [--output FILE] "
+            "-- PROGRAM [ARGS...]",
             file=sys.stderr,
         )
         return 2
@@ -190,6 +203,20 @@ def _in_child(conf: Confinement, rlimits: bool, launcher: int) -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
     if os.getppid() != launcher:  # the launcher died before the line above took effect
         os._exit(NOT_STARTED)
+    for what, path in (("working directory", conf.cwd), ("output", conf.output)):
+        if path is None:
+            continue
+        try:
+            if what == "output":
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.close(fd)
+            else:
+                os.chdir(path)
+        except OSError as exc:
+            os.write(2, f"corral: cannot use {what} {path}: {exc.strerror}\n".encode())
+            os._exit(NOT_STARTED)
     if conf.cpus:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, conf.cpus)

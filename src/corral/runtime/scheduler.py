@@ -23,6 +23,7 @@ GPUs of adopted processes are taken before any new plan is made.
 
 from __future__ import annotations
 
+import re
 import secrets
 import signal
 import sys
@@ -100,6 +101,50 @@ def cluster_from_slots(slots: list[GpuSlot]) -> Cluster:
     return Cluster("live", nodes)
 
 
+def output_path(spec: JobSpec, job: int, user: str) -> str | None:
+    """The job's ``output`` with Slurm's patterns filled in: %j job, %a array index,
+    %A array job, %x name, %u user, %% a percent sign."""
+    if spec.output is None:
+        return None
+    values = {
+        "j": str(job),
+        "a": str(spec.array_index) if spec.array_index is not None else "",
+        "A": str(spec.array_job or job),
+        "x": spec.name,
+        "u": user,
+        "%": "%",
+    }
+    return re.sub(r"%([jaAxu%])", lambda m: values[m.group(1)], spec.output)
+
+
+def dependency_verdict(
+    dependency: dict[str, list[int]], known: dict[int, tuple[str, bool]]
+) -> tuple[str, str]:
+    """'ready', 'wait' or 'never' (with why) for a dependency, from the other jobs'
+    (state, has started): Slurm's after, afterany, afterok and afternotok."""
+    for kind, ids in dependency.items():
+        for other in ids:
+            if other not in known:
+                return "never", f"job {other} is gone"
+            state, started = known[other]
+            ended = state in TERMINAL
+            if kind == "after" and not (started or ended):
+                return "wait", ""
+            if kind == "afterany" and not ended:
+                return "wait", ""
+            if kind == "afterok":
+                if ended and state != JobStatus.SUCCEEDED:
+                    return "never", f"job {other} ended {state}"
+                if not ended:
+                    return "wait", ""
+            if kind == "afternotok":
+                if state == JobStatus.SUCCEEDED:
+                    return "never", f"job {other} succeeded"
+                if not ended:
+                    return "wait", ""
+    return "ready", ""
+
+
 class Scheduler:
     def __init__(
         self,
@@ -129,6 +174,8 @@ class Scheduler:
         self.usable = np.ones(len(self.slots), dtype=bool)
         """GPUs on nodes that are not drained (busy or not)."""
         self.reasons: dict[int, str | None] = {}
+        self.blocked: dict[int, dict[str, list[int]]] = {}
+        """Queued jobs waiting for other jobs (their dependency), kept from the policy."""
         self.preempted: set[int] = set()
         """Queued jobs whose last attempt was preempted (their reason says so)."""
         self.identities = check_identities(config)
@@ -207,6 +254,7 @@ class Scheduler:
         changed |= self._arrivals(now)
         changed |= self._requests(now)
         changed |= self._end_backoffs(now)
+        changed |= self._dependencies(now)
         if self._nodes_dirty:
             self._nodes_dirty = False
             self._sync_drained()
@@ -291,8 +339,11 @@ class Scheduler:
             if row.eligible_at > now and row.id not in self.attempts:
                 self.backoff[row.id] = row.eligible_at
                 continue
-            live.arrive(i, self.rel(now))
             a = self.attempts.get(row.id)
+            if a is None and row.id not in self.starting:
+                self._enqueue(row, i, now)
+                continue
+            live.arrive(i, self.rel(now))
             if a is not None and a.stop is None:
                 live.start(i, a.gpus, since=self.rel(a.started))
             elif a is not None and a.stop == "suspend":
@@ -541,7 +592,7 @@ class Scheduler:
                 if row.status not in TERMINAL and row.id not in self.live.index:
                     i = self._add(s, row)
                     if row.status != JobStatus.SUSPENDED:
-                        self.live.arrive(i, self.rel(now))
+                        self._enqueue(row, i, now)
                 self.seen = row.id
         if rebuild:
             self._rebuild()
@@ -573,6 +624,7 @@ class Scheduler:
                 elif request == "cancel":
                     self.starting.pop(row.id, None)
                     self.backoff.pop(row.id, None)
+                    self.blocked.pop(row.id, None)
                     live.close(i)
                     if a is not None:
                         stops.append((a, "cancel"))
@@ -582,6 +634,7 @@ class Scheduler:
                 elif request == "suspend" and row.status != JobStatus.SUSPENDED:
                     self.starting.pop(row.id, None)
                     self.backoff.pop(row.id, None)
+                    self.blocked.pop(row.id, None)
                     live.hold(i)
                     if a is not None:
                         stops.append((a, "suspend"))
@@ -597,11 +650,57 @@ class Scheduler:
                         live.arrive(i, self.rel(now))
                     elif row.status == JobStatus.SUSPENDED:
                         row.status, row.reason = JobStatus.PENDING, None
-                        live.arrive(i, self.rel(now))
+                        self._enqueue(row, i, now)
         for a, why in stops:
             if why == "cancel" or a.stop in (None, "preempt"):
                 self._stop(a, why, now)
         return bool(rows)
+
+    def _enqueue(self, row: JobRow, i: int, now: float) -> None:
+        """Queue a job for the policy, or hold it while its dependency is unmet."""
+        dependency = JobSpec.model_validate(row.spec).dependency
+        if dependency and row.first_start is None:
+            self.blocked[row.id] = dict(dependency)
+            row.reason = "Dependency"
+            self.reasons[row.id] = row.reason
+        else:
+            self.live.arrive(i, self.rel(now))
+
+    def _dependencies(self, now: float) -> bool:
+        """Queue the held jobs whose dependency is met; cancel those whose never can be."""
+        if not self.blocked:
+            return False
+        wanted = {j for dep in self.blocked.values() for ids in dep.values() for j in ids}
+        with self.store.session() as s:
+            known = {
+                r.id: (r.status, r.first_start is not None)
+                for r in s.execute(
+                    select(JobRow.id, JobRow.status, JobRow.first_start).where(
+                        JobRow.id.in_(wanted)
+                    )
+                )
+            }
+            changed = False
+            for job, dependency in list(self.blocked.items()):
+                verdict, why = dependency_verdict(dependency, known)
+                if verdict == "wait":
+                    continue
+                del self.blocked[job]
+                changed = True
+                row = s.get(JobRow, job)
+                i = self.live.index.get(job)
+                if row is None or i is None or row.status in TERMINAL:
+                    continue
+                if verdict == "ready":
+                    row.reason = None
+                    self.live.arrive(i, self.rel(now))
+                else:
+                    self.live.close(i)
+                    row.status, row.end_time = JobStatus.CANCELLED, now
+                    row.reason = f"DependencyNeverSatisfied ({why})"
+                    self.store.event(s, "dependency_never_satisfied", job, why=why)
+                self.reasons[job] = row.reason
+        return changed
 
     def _end_backoffs(self, now: float) -> bool:
         due = [job for job, t in self.backoff.items() if t <= now]
@@ -748,6 +847,7 @@ class Scheduler:
             self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
             run_as = self.identities.get(row.user)
+            row_user = row.user
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
         self.attempts[job] = a
         for g in gpus:
@@ -766,6 +866,7 @@ class Scheduler:
                     run_as=run_as,
                     cpus=spec.cpus,
                     memory=spec.memory * 2**20 if spec.memory else None,
+                    output=output_path(spec, job, row_user),
                 )
             )
         except OSError as exc:
@@ -815,6 +916,9 @@ class Scheduler:
         )
         if spec.total_steps is not None:
             env["CORRAL_TOTAL_STEPS"] = str(spec.total_steps)
+        if spec.array_index is not None:
+            env["CORRAL_ARRAY_INDEX"] = str(spec.array_index)
+            env["CORRAL_ARRAY_JOB_ID"] = str(spec.array_job or row.id)
         if row.phase == "prerun":
             env["CORRAL_PRERUN_STEPS"] = str(self._prerun_steps(spec))
         return env

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -33,6 +33,48 @@ own limit is about 2 MB, and every listing of the queue carries commands)."""
 MAX_ENV_VARS = 256
 MAX_ENV_BYTES = 64 * 1024
 MAX_PATH = 4096
+MAX_ARRAY = 1000
+"""Tasks one array submission may create (Slurm's MaxArraySize is 1001 by default)."""
+_ARRAY = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*$")
+
+DependencyKind = Literal["after", "afterany", "afterok", "afternotok"]
+"""Slurm's dependency kinds: after the other job started (or ended without starting),
+after it ended, after it succeeded, after it failed."""
+
+
+def array_indices(text: str) -> list[int]:
+    """Task indices of an array: ``0-9``, ``1,3,5``, ``0-20:5`` (start-end:step)."""
+    if not _ARRAY.match(text.replace(" ", "")):
+        raise ValueError(f"'{text}' is not an array (e.g. 0-9, 1,3,5 or 0-20:5)")
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        bounds, _, step = part.partition(":")
+        lo, _, hi = bounds.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if last < first or (step and int(step) < 1):
+            raise ValueError(f"'{part}': give start-end with start <= end and a step >= 1")
+        if last - first > MAX_ARRAY * max(int(step or 1), 1):
+            raise ValueError(f"an array has at most {MAX_ARRAY} tasks")
+        out.update(range(first, last + 1, int(step or 1)))
+        if len(out) > MAX_ARRAY:
+            raise ValueError(f"an array has at most {MAX_ARRAY} tasks")
+    return sorted(out)
+
+
+def parse_dependency(text: str) -> dict[str, list[int]]:
+    """Slurm's ``--dependency`` form: ``afterok:12:13,after:9``."""
+    out: dict[str, list[int]] = {}
+    for part in text.replace(" ", "").split(","):
+        kind, *ids = part.split(":")
+        if kind not in DependencyKind.__args__ or not ids:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"'{part}' is not a dependency (e.g. afterok:12, after:9:10, afterany:7)"
+            )
+        try:
+            out.setdefault(kind, []).extend(int(i) for i in ids)
+        except ValueError:
+            raise ValueError(f"'{part}': job ids are numbers") from None
+    return out
 
 
 def parse_memory(value: Any) -> int:
@@ -126,6 +168,24 @@ class JobSpec(BaseModel):
     prerun_steps: int | None = Field(
         None, ge=0, description="iterations of a 1-GPU pre-run first (0: none; unset: config)"
     )
+    dependency: dict[DependencyKind, list[int]] = Field(
+        default_factory=dict,
+        description="jobs to wait for, as Slurm's --dependency: {afterok: [12], after: [9]}",
+    )
+    array: str | None = Field(
+        None,
+        max_length=200,
+        description="submit one task per index (0-9, 1,3,5, 0-20:5); each task sees "
+        "CORRAL_ARRAY_INDEX",
+    )
+    array_index: int | None = Field(None, ge=0, description="set by corral: this task's index")
+    array_job: int | None = Field(None, ge=1, description="set by corral: the array's first job")
+    output: str | None = Field(
+        None,
+        max_length=MAX_PATH,
+        description="file for the job's output instead of the service's log (absolute; "
+        "%j job id, %a array index, %A array job, %x name, %u user)",
+    )
 
     @field_validator("command")
     @classmethod
@@ -145,6 +205,35 @@ class JobSpec(BaseModel):
     @field_validator("workdir")
     @classmethod
     def _workdir(cls, value: str | None) -> str | None:
+        if value is not None and ("\x00" in value or not value.startswith("/")):
+            raise ValueError("give an absolute path")
+        return value
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        ids = [i for group in value.values() for i in group]
+        if len(ids) > 100:
+            raise ValueError("a job waits for at most 100 others")
+        if any(not 1 <= i < 2**63 for i in ids):
+            raise ValueError("job ids are positive")
+        return {kind: sorted(set(group)) for kind, group in value.items() if group}
+
+    @field_validator("dependency", mode="before")
+    @classmethod
+    def _dependency_text(cls, value: Any) -> Any:
+        return parse_dependency(value) if isinstance(value, str) else value
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, value: str | None) -> str | None:
+        if value is not None:
+            array_indices(value)
+        return value
+
+    @field_validator("output")
+    @classmethod
+    def _output(cls, value: str | None) -> str | None:
         if value is not None and ("\x00" in value or not value.startswith("/")):
             raise ValueError("give an absolute path")
         return value

@@ -1,0 +1,134 @@
+"""Batch scripts with ``#CORRAL`` directives, as ``sbatch`` reads ``#SBATCH`` lines.
+
+``corral submit train.sh`` reads the options from lines such as::
+
+    #!/bin/bash
+    #CORRAL --gpus 2 --gpu-type V100
+    #CORRAL --name bert --time 2:00:00 --array 0-9 --output /home/me/logs/%x-%A_%a.out
+
+at the top of the script (directives after the first command are ignored, as
+sbatch does), and runs the script with the interpreter its ``#!`` line names.
+Options given on the command line win over the script's.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from corral.errors import InputError
+
+DIRECTIVE = "#CORRAL"
+
+_FIELDS: dict[str, str] = {
+    "--name": "name",
+    "-J": "name",
+    "--job-name": "name",
+    "--gpus": "gpus",
+    "-G": "gpus",
+    "--gpu-type": "gpu_type",
+    "--job-type": "job_type",
+    "--priority": "priority",
+    "--max-retries": "max_retries",
+    "--wall-time": "wall_time",
+    "--time": "wall_time",
+    "-t": "wall_time",
+    "--duration": "duration",
+    "--total-steps": "total_steps",
+    "--workdir": "workdir",
+    "--chdir": "workdir",
+    "-D": "workdir",
+    "--array": "array",
+    "-a": "array",
+    "--dependency": "dependency",
+    "-d": "dependency",
+    "--output": "output",
+    "-o": "output",
+    "--cpus": "cpus",
+    "--cpus-per-task": "cpus",
+    "-c": "cpus",
+    "--mem": "memory",
+    "--memory": "memory",
+    "--vc": "vc",
+    "--account": "vc",
+    "-A": "vc",
+}
+"""Options a directive may give -> the job spec's field (sbatch's spellings too)."""
+_DEPENDS = {"--after": "after", "--afterok": "afterok", "--afterany": "afterany"}
+_DEPENDS["--afternotok"] = "afternotok"
+
+
+def add_dependency(fields: dict[str, Any], kind: str, ids: str) -> None:
+    """Add ``ids`` (``12`` or ``12:13``) to the spec's dependency of ``kind``."""
+    text = fields.get("dependency")
+    if isinstance(text, dict):  # from a YAML spec: {afterok: [12]}
+        text = ",".join(f"{k}:{':'.join(map(str, v))}" for k, v in text.items() if v)
+    merged = f"{text},{kind}:{ids}" if isinstance(text, str) and text else f"{kind}:{ids}"
+    fields["dependency"] = merged
+
+
+def parse_options(words: list[str], source: str, line: int | None) -> dict[str, Any]:
+    """Spec fields from sbatch-like options (``--gpus 2``, ``--gpus=2``, ``-e K=V``)."""
+    fields: dict[str, Any] = {}
+    k = 0
+    while k < len(words):
+        word = words[k]
+        name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if not eq:
+            if k + 1 >= len(words):
+                raise InputError(source, line, name, "needs a value")
+            value = words[k + 1]
+            k += 1
+        k += 1
+        if name in ("--env", "-e", "--export"):
+            key, sep, val = value.partition("=")
+            if not sep:
+                raise InputError(source, line, name, f"'{value}': give KEY=VALUE")
+            fields.setdefault("env", {})[key] = val
+        elif name in _DEPENDS:
+            add_dependency(fields, _DEPENDS[name], value)
+        elif _FIELDS.get(name) == "dependency" and fields.get("dependency"):
+            fields["dependency"] = f"{fields['dependency']},{value}"
+        elif name in _FIELDS:
+            fields[_FIELDS[name]] = value
+        else:
+            raise InputError(source, line, name, "not an option corral knows")
+    return fields
+
+
+def script_fields(path: Path) -> dict[str, Any]:
+    """The spec a batch script gives: its directives, and a command that runs it."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(str(path), None, None, "not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(str(path), None, None, f"cannot read it: {exc.strerror}") from None
+    fields: dict[str, Any] = {}
+    lines = text.splitlines()
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if number == 1 and line.startswith("#!"):
+            continue
+        if line.startswith(DIRECTIVE):
+            try:
+                words = shlex.split(line[len(DIRECTIVE) :], comments=True)
+            except ValueError as exc:
+                raise InputError(
+                    str(path), number, None, f"cannot read the directive: {exc}"
+                ) from None
+            found = parse_options(words, str(path), number)
+            env = {**fields.get("env", {}), **found.pop("env", {})}
+            if "dependency" in found and "dependency" in fields:
+                found["dependency"] = f"{fields['dependency']},{found['dependency']}"
+            fields.update(found)
+            if env:
+                fields["env"] = env
+        elif line and not line.startswith("#"):
+            break  # the first command ends the directives
+    interpreter = ["sh"]
+    if lines and lines[0].startswith("#!"):
+        interpreter = shlex.split(lines[0][2:].strip()) or ["sh"]
+    fields["command"] = [*interpreter, str(path.resolve())]
+    return fields

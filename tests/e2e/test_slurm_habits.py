@@ -1,0 +1,132 @@
+"""What Slurm users expect: batch scripts with directives, job arrays, dependencies,
+output files and accounting (``corral serve`` on loopback, driven by the CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.errors import InputError
+from corral.runtime.directives import script_fields
+from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.runtime.specs import JobSpec, array_indices
+from tests.runtime.harness import TERMINAL, TOKENS
+
+PY = sys.executable
+
+
+def test_directives_are_read_from_the_top_of_a_script(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        "#CORRAL --gpus 2 --gpu-type v100 -J bert\n"
+        "#CORRAL --time=1:30:00 --array 0-4:2 -e A=1\n"
+        "# a comment between directives\n"
+        "#CORRAL --env B=2 --afterok 7 --dependency after:3\n"
+        "echo hello\n"
+        "#CORRAL --gpus 8\n"
+    )
+    fields = script_fields(script)
+    spec = JobSpec.model_validate(fields)
+    assert spec.command == ["/usr/bin/env", "bash", str(script.resolve())]
+    assert (spec.gpus, spec.gpu_type, spec.name) == (2, "V100", "bert")  # the last line is after
+    assert spec.wall_time == 5400 and spec.env == {"A": "1", "B": "2"}
+    assert spec.dependency == {"afterok": [7], "after": [3]}
+    assert array_indices(spec.array or "") == [0, 2, 4]
+    (tmp_path / "bad.sh").write_text("#CORRAL --gpus 2 --colour blue\n")
+    with pytest.raises(InputError, match=r"bad.sh:1: field '--colour'"):
+        script_fields(tmp_path / "bad.sh")
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    made = ServiceProcess(
+        tmp_path, "fifo", users=TOKENS, retry={"backoff": 0.2, "backoff_max": 1}, stop_grace=5
+    )
+    made.start()
+    yield made
+    made.close()
+
+
+def corral(service: ServiceProcess, *args: str, user: str = "alice") -> str:
+    env = {**os.environ, "CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS[user]}
+    done = subprocess.run(
+        [PY, "-m", "corral.cli", *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def ended(service: ServiceProcess, ids: list[int], timeout: float = 60) -> list[dict[str, Any]]:
+    wait_for(
+        lambda: all(service.admin.job(j)["status"] in TERMINAL for j in ids), timeout, f"{ids}"
+    )
+    return [service.admin.job(j) for j in ids]
+
+
+def test_an_array_from_a_script_writes_one_output_per_task(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "task.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"#CORRAL --name sweep --array 1-3 --output {logs}/%x-%A_%a.out\n"
+        'echo "task $CORRAL_ARRAY_INDEX of $CORRAL_ARRAY_JOB_ID"\n'
+    )
+    job = json.loads(corral(service, "submit", str(script), "--json"))
+    tasks = job["array_tasks"]
+    assert len(tasks) == 3 and job["array_index"] == 1
+    for done in ended(service, tasks):
+        assert done["status"] == "SUCCEEDED", done
+    for index, task in zip((1, 2, 3), tasks, strict=True):
+        text = (logs / f"sweep-{tasks[0]}_{index}.out").read_text()
+        assert text == f"task {index} of {tasks[0]}\n"
+        assert service.admin.job(task)["array_job"] == tasks[0]
+
+
+def test_dependencies_hold_a_job_and_an_unmeetable_one_is_cancelled(
+    service: ServiceProcess,
+) -> None:
+    first = service.client.submit({"command": ["sleep", "2"], "name": "first"})
+    broken = service.client.submit({"command": ["false"], "name": "broken", "max_retries": 0})
+    out = corral(service, "submit", "--afterok", str(first["id"]), "--json", "--", "true")
+    then = json.loads(out)
+    assert service.client.job(then["id"])["reason"] == "Dependency"
+    never = service.client.submit({"command": ["true"], "dependency": f"afterok:{broken['id']}"})
+    rescue = service.client.submit(
+        {"command": ["true"], "dependency": {"afternotok": [broken["id"]]}}
+    )
+    a, b, c, d = ended(service, [first["id"], then["id"], never["id"], rescue["id"]])
+    assert b["status"] == "SUCCEEDED" and b["first_start"] >= a["end_time"]
+    assert c["status"] == "CANCELLED" and c["reason"].startswith("DependencyNeverSatisfied")
+    assert d["status"] == "SUCCEEDED"
+    refused = httpx.post(
+        f"{service.url}/v1/jobs",
+        json={"command": ["true"], "dependency": {"afterok": [999]}},
+        headers={"Authorization": f"Bearer {TOKENS['alice']}"},
+    )
+    assert refused.status_code == 422 and "no job 999" in refused.text
+
+
+def test_history_reports_elapsed_time_and_gpu_hours(service: ServiceProcess) -> None:
+    job = service.client.submit({"command": ["sleep", "1.5"], "gpus": 2})
+    ended(service, [job["id"]])
+    rows = json.loads(corral(service, "history", "--json"))
+    row = next(r for r in rows if r["id"] == job["id"])
+    assert row["status"] == "SUCCEEDED" and row["attempts"] == 1
+    assert 1.4 <= row["elapsed"] < 10
+    assert row["gpu_hours"] == pytest.approx(2 * row["elapsed"] / 3600)
+    table = corral(service, "history", "--all-users")
+    assert "per user" in table and "alice" in table
+    assert json.loads(corral(service, "history", "--json", user="bob")) == []
