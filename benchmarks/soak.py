@@ -13,6 +13,8 @@ two attempts at once; no job may have two attempts open at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import random
 import tempfile
 import time
@@ -84,10 +86,8 @@ def main() -> None:
                 if acknowledged and rng.random() < 0.03:
                     victim = rng.choice(acknowledged[-200:])
                     verb = rng.choice(["cancel", "suspend", "suspend", "resume"])
-                    try:
+                    with contextlib.suppress(httpx.HTTPError):
                         http.post(f"/v1/jobs/{victim}/{verb}")
-                    except httpx.HTTPError:
-                        pass
             # suspended jobs are resumed so every job can end
             deadline = time.monotonic() + args.timeout
             while time.monotonic() < deadline:
@@ -123,10 +123,10 @@ def report(service: ServiceProcess, acknowledged: list[int], submit_seconds: flo
             by_gpu.setdefault(g, []).append((a.start_time, end, a.job_id))
     for spans in by_gpu.values():
         spans.sort()
-        double += sum(1 for x, y in zip(spans, spans[1:], strict=False) if y[0] < x[1] - 1e-6)
+        double += sum(1 for x, y in itertools.pairwise(spans) if y[0] < x[1] - 1e-6)
     for spans in by_job.values():
         spans.sort()
-        double += sum(1 for x, y in zip(spans, spans[1:], strict=False) if y[0] < x[1] - 1e-6)
+        double += sum(1 for x, y in itertools.pairwise(spans) if y[0] < x[1] - 1e-6)
     twice = sum(
         1
         for job in {a.job_id for a in attempts}
