@@ -83,7 +83,7 @@ def register(app: typer.Typer, console: Console) -> None:
         One service per store: a second one exits at once naming the holder,
         unless started with --standby."""
         from corral.runtime.config import load_config
-        from corral.runtime.server import serve as run_service
+        from corral.service import serve as run_service
 
         run_service(
             load_config(config),

@@ -1,5 +1,8 @@
 """``corral serve``: the scheduler loop and the API in one process.
 
+This module wires the layers together (store, executor, scheduler, API), so
+it sits above them all: nothing in ``runtime`` imports the API.
+
 The loop runs in a thread beside uvicorn's event loop. Stopping the service
 (Ctrl-C, SIGTERM) stops scheduling and the API but leaves running jobs
 alone: a restarted service adopts them, as it does after a crash.
