@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,7 +145,14 @@ def test_as_root_jobs_run_as_their_users_unix_account(services: Any, tmp_path: P
         nobody = pwd.getpwnam("nobody")
     except KeyError:
         pytest.skip("no 'nobody' account")
-    service = services(unix_users={"alice": "nobody", "bob": "nobody", "root": "nobody"})
+    accounts = {"alice": "nobody", "bob": "nobody", "root": "nobody"}
+    refused = services(name="refused", unix_users=accounts)  # jobs_dir beside a private tmp
+    refused.launch()
+    assert refused.proc is not None and refused.proc.wait(30) == 2
+    assert "who cannot enter" in refused.log.read_text()
+    jobs = Path(tempfile.mkdtemp(prefix="corral-jobs-"))
+    jobs.chmod(0o711)  # where the admin would put it: every unix_user may enter
+    service = services(unix_users=accounts, jobs_dir=str(jobs))
     service.start()
     # the service's Python may live where 'nobody' cannot go: probe with the shell
     probe = (
@@ -157,9 +166,11 @@ def test_as_root_jobs_run_as_their_users_unix_account(services: Any, tmp_path: P
     done = wait_done(service, job["id"])
     assert done["status"] == "SUCCEEDED", done
     text = service.client.logs(job["id"], 0, None).text
-    assert f"uid {nobody.pw_uid} cwd {tmp_path}/state-jobs/{job['id']}" in text
+    assert f"uid {nobody.pw_uid} cwd {jobs}/{job['id']}" in text
     assert "READ" not in text and text.count("DENIED") == 2
     assert "not isolated" not in service.log.read_text()
+    service.close()
+    shutil.rmtree(jobs, ignore_errors=True)
 
 
 # ---------------------------------------------------------- nothing escapes

@@ -54,8 +54,33 @@ def check_identities(config: ServiceConfig) -> dict[str, RunAs]:
             raise CorralError(
                 f"user '{name}': unix_user '{unix_user}' is root; jobs never run as root"
             )
+        blocked = first_unreachable(config.job_root, who)
+        if blocked is not None:
+            raise CorralError(
+                f"jobs_dir: the jobs of '{name}' run as '{unix_user}', who cannot enter "
+                f"{blocked}; put jobs_dir where every unix_user can reach it "
+                "(e.g. /var/lib/corral-jobs)"
+            )
         out[name] = who
     return out
+
+
+def first_unreachable(path: Path, who: RunAs) -> Path | None:
+    """The first existing folder on the way to ``path`` that ``who`` may not enter."""
+    for folder in [*reversed(path.absolute().parents), path.absolute()]:
+        try:
+            info = folder.stat()
+        except OSError:
+            return None  # created later by the service, with modes it sets
+        if info.st_uid == who.uid:
+            bit = 0o100
+        elif info.st_gid in who.groups or info.st_gid == who.gid:
+            bit = 0o010
+        else:
+            bit = 0o001
+        if not info.st_mode & bit:
+            return folder
+    return None
 
 
 def isolation_warning(config: ServiceConfig) -> str | None:
