@@ -42,6 +42,16 @@ def _when(t: float | None) -> str:
     return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
+def _is_script(path: Path) -> bool:
+    """A text file (a batch script, whose directives are read), not a program binary."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(1024)
+    except OSError:
+        return False
+    return path.is_file() and b"\0" not in head
+
+
 def _span(seconds: float | None) -> str:
     """Seconds as sacct prints them: [D-]HH:MM:SS."""
     if seconds is None:
@@ -165,7 +175,7 @@ def register(app: typer.Typer, console: Console) -> None:
 
         if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
             fields = load_job_spec(spec_file).model_dump(exclude_unset=True)
-        elif spec_file is not None and Path(spec_file).is_file():  # a batch script
+        elif spec_file is not None and _is_script(Path(spec_file)):  # a batch script
             fields = script_fields(Path(spec_file))
             fields["command"] = fields["command"] + command
             command = []
