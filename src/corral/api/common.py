@@ -1,0 +1,124 @@
+"""What every route shares: the service's parts (config, store, scheduler) as a
+dependency, the caller's identity, and the lookups and errors routes repeat."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi import Path as PathParam
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.api.views import MAX_ID, ErrorView
+from corral.model.jobs import JobStatus
+from corral.runtime.config import ServiceConfig, UserConfig, hash_token
+from corral.runtime.scheduler import Scheduler
+from corral.runtime.store import JobRow, Store
+
+
+@dataclass
+class Context:
+    """The parts of the service the routes work on (one per app)."""
+
+    config: ServiceConfig
+    store: Store
+    scheduler: Scheduler | None = None
+    gpus_by_type: dict[str, int] = field(default_factory=dict)
+
+
+def context(request: Request) -> Context:
+    return request.app.state.context
+
+
+Ctx = Annotated[Context, Depends(context)]
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def service_version() -> str:
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def field_error(field: str, message: str) -> HTTPException:
+    """A 422 shaped like pydantic's, so clients read every validation error one way."""
+    return HTTPException(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        detail=[{"loc": ["body", field], "msg": message, "type": "value_error"}],
+    )
+
+
+def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> UserConfig:
+    """The user a bearer token belongs to; 401 for a missing or unknown token."""
+    if credentials is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing token (Authorization: Bearer <token>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    digest = hash_token(credentials.credentials)
+    for known, user in request.app.state.users.items():
+        if hmac.compare_digest(known, digest):
+            return user
+    raise HTTPException(
+        status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+User = Annotated[UserConfig, Depends(caller)]
+
+JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="job id")]
+
+
+def error_answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers a route gives (all carry ``detail``)."""
+    meaning = {
+        400: "the body is not valid JSON",
+        401: "missing or unknown token",
+        403: "not the caller's job, or an admin's action",
+        404: "no such job or node",
+        409: "not possible in the job's or node's state",
+        413: "the request body is too large",
+        429: "the caller has too many jobs not yet ended",
+    }
+    return {code: {"model": ErrorView, "description": meaning[code]} for code in codes}
+
+
+AUTH = error_answers(401)
+ON_JOB = error_answers(401, 403, 404, 409)
+WITH_BODY = error_answers(400, 401, 403, 404, 409)
+
+
+def job_or_404(s: Session, job_id: int) -> JobRow:
+    row = s.get(JobRow, job_id)
+    if row is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
+    return row
+
+
+def owned(s: Session, job_id: int, user: UserConfig) -> JobRow:
+    row = job_or_404(s, job_id)
+    if row.user != user.name and not user.admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"job {job_id} belongs to {row.user}; you are {user.name}",
+        )
+    return row
+
+
+def positions(s: Session) -> dict[int, int]:
+    waiting = s.execute(
+        select(JobRow.id, JobRow.priority).where(JobRow.status == JobStatus.PENDING)
+    ).all()
+    ranked = sorted(waiting, key=lambda r: (-r.priority, r.id))
+    return {r.id: k + 1 for k, r in enumerate(ranked)}

@@ -1,0 +1,394 @@
+"""Routes on jobs: submit, list, show, act on them, their logs, heartbeats, history."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from sqlalchemy import func, select
+
+from corral.api.common import (
+    AUTH,
+    ON_JOB,
+    WITH_BODY,
+    Context,
+    Ctx,
+    JobId,
+    User,
+    error_answers,
+    field_error,
+    job_or_404,
+    owned,
+    positions,
+)
+from corral.api.views import (
+    LOG_CHUNK,
+    MAX_ID,
+    AttemptView,
+    EventView,
+    HeartbeatAnswer,
+    HeartbeatBody,
+    HistoryView,
+    JobDetail,
+    JobView,
+    PriorityBody,
+)
+from corral.model.jobs import JobStatus
+from corral.runtime.config import UserConfig, hash_token
+from corral.runtime.scheduler import TERMINAL
+from corral.runtime.specs import JobSpec, array_indices
+from corral.runtime.store import AttemptRow, EventRow, JobRow
+
+router = APIRouter()
+LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
+
+
+def check_priority(ctx: Context, priority: int, user: UserConfig) -> None:
+    """Raising priority is the operators' lever (as in Slurm): users may only lower it."""
+    if priority > ctx.config.max_user_priority and not user.admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"priority {priority} is above {ctx.config.max_user_priority}, the most a user "
+            "may set; ask an admin",
+        )
+
+
+def ask_scheduler(
+    ctx: Context, job_id: int, user: UserConfig, action: str, allowed: set[str]
+) -> JobView:
+    """Record an action for the scheduler loop, wake it, and wait for a pass to show it."""
+    before = ctx.scheduler.passes if ctx.scheduler is not None else 0
+    with ctx.store.session() as s:
+        row = owned(s, job_id, user)
+        if row.status not in allowed:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, f"job {job_id} is {row.status}; cannot {action}"
+            )
+        if row.request != "cancel":  # a cancel is never overridden
+            row.request = action
+        ctx.store.event(s, "requested", job_id, action=action, by=user.name)
+    if ctx.scheduler is not None:
+        ctx.scheduler.notify()
+        ctx.scheduler.wait_passes(before)
+    with ctx.store.session() as s:
+        return JobView.of(job_or_404(s, job_id))
+
+
+@router.post(
+    "/v1/jobs",
+    response_model=JobView,
+    status_code=201,
+    tags=["jobs"],
+    responses=error_answers(400, 401, 403, 413, 429),
+)
+def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
+    check_priority(ctx, spec.priority, user)
+    if ctx.gpus_by_type:
+        if spec.gpu_type is not None and spec.gpu_type not in ctx.gpus_by_type:
+            have = ", ".join(ctx.gpus_by_type)
+            raise field_error("gpu_type", f"no {spec.gpu_type} GPUs here (there are {have})")
+        limit = ctx.gpus_by_type[spec.gpu_type] if spec.gpu_type else sum(ctx.gpus_by_type.values())
+        if spec.gpus > limit:
+            kind = f"{spec.gpu_type} " if spec.gpu_type else ""
+            raise field_error(
+                "gpus", f"asks for {spec.gpus} GPUs; the cluster has {limit} {kind}GPUs"
+            )
+    if ctx.config.vcs is not None and spec.vc is not None and spec.vc not in ctx.config.vcs:
+        have = ", ".join(ctx.config.vcs)
+        raise field_error("vc", f"no virtual cluster '{spec.vc}' here (there are {have})")
+    if spec.workdir is not None:
+        where = Path(spec.workdir).resolve()
+        if not where.is_dir():
+            raise field_error("workdir", f"{spec.workdir} is not a directory on the service's host")
+        if where.is_relative_to(ctx.config.state_dir.resolve()):
+            raise field_error("workdir", "jobs may not run inside the service's state_dir")
+    if spec.array_index is not None or spec.array_job is not None:
+        field = "array_index" if spec.array_index is not None else "array_job"
+        raise field_error(field, "set by corral for the tasks of an array; give 'array'")
+    if spec.output is not None and Path(spec.output).resolve().is_relative_to(
+        ctx.config.state_dir.resolve()
+    ):
+        raise field_error("output", "a job's output may not go inside the state_dir")
+    indices = array_indices(spec.array) if spec.array else [None]
+    prerun = spec.prerun_steps
+    if prerun is None:
+        rule = ctx.config.prerun
+        prerun = rule.steps if rule.min_gpus and spec.gpus >= rule.min_gpus else 0
+    with ctx.store.session() as s:
+        queued = s.scalar(
+            select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
+        )
+        if (queued or 0) + len(indices) > ctx.config.max_jobs_per_user:
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                f"{user.name} has {queued} jobs not yet ended; {len(indices)} more would "
+                f"pass {ctx.config.max_jobs_per_user}, the most allowed (max_jobs_per_user)",
+            )
+        wanted = sorted({i for group in spec.dependency.values() for i in group})
+        if wanted:
+            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(wanted))))
+            missing = [i for i in wanted if i not in known]
+            if missing:
+                raise field_error("dependency", f"no job {missing[0]}")
+        rows: list[JobRow] = []
+        for index in indices:
+            task = spec.model_copy(update={"array": None, "array_index": index})
+            row = JobRow(
+                name=spec.name,
+                user=user.name,
+                spec=task.model_dump(mode="json"),
+                status=JobStatus.PENDING,
+                reason="Submitted",
+                priority=spec.priority,
+                submit_time=time.time(),
+                phase="prerun" if prerun else "main",
+            )
+            s.add(row)
+            s.flush()
+            rows.append(row)
+        if spec.array:
+            for row in rows:
+                row.spec = {**row.spec, "array_job": rows[0].id}
+        for row in rows:
+            ctx.store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
+        view = JobView.of(rows[0])
+        if spec.array:
+            view.array_tasks = [r.id for r in rows]
+    if ctx.scheduler is not None:
+        ctx.scheduler.notify()
+    return view
+
+
+@router.get("/v1/jobs", response_model=list[JobView], tags=["jobs"], responses=AUTH)
+def queue(
+    ctx: Ctx,
+    user: User,
+    state: Annotated[
+        str | None,
+        Query(max_length=200, description="comma-separated states, or 'all' (default: live)"),
+    ] = None,
+    mine: bool = False,
+    limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
+) -> list[JobView]:
+    with ctx.store.session() as s:
+        query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+        if state and state.strip().lower() == "all":
+            pass
+        elif state:
+            wanted = [x.strip().upper() for x in state.split(",") if x.strip()]
+            unknown = [x for x in wanted if x not in JobStatus.__members__]
+            if unknown:
+                raise HTTPException(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    detail=[
+                        {
+                            "loc": ["query", "state"],
+                            "msg": f"unknown state {unknown[0]}",
+                            "type": "value_error",
+                        }
+                    ],
+                )
+            query = query.where(JobRow.status.in_(wanted))
+        else:
+            query = query.where(JobRow.status.not_in(TERMINAL))
+        if mine:
+            query = query.where(JobRow.user == user.name)
+        rows = list(s.scalars(query))
+        where = positions(s)
+        return [JobView.of(r, where.get(r.id)) for r in reversed(rows)]
+
+
+@router.get("/v1/history", response_model=list[HistoryView], tags=["jobs"], responses=AUTH)
+def history(
+    ctx: Ctx,
+    user: User,
+    of: Annotated[
+        str | None, Query(max_length=64, description="this user's jobs (default: yours)")
+    ] = None,
+    all_users: bool = False,
+    since: Annotated[
+        float, Query(ge=0, le=1e12, description="submitted at or after (Unix time)")
+    ] = 0.0,
+    limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
+) -> list[HistoryView]:
+    """Accounting: every job's wait, run time and GPU-hours (Slurm's sacct)."""
+    now = time.time()
+    with ctx.store.session() as s:
+        query = select(JobRow).where(JobRow.submit_time >= since)
+        if not all_users:
+            query = query.where(JobRow.user == (of or user.name))
+        rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit)))
+        ids = [r.id for r in rows]
+        spans: dict[int, list[tuple[float, int]]] = {}
+        for att in s.scalars(select(AttemptRow).where(AttemptRow.job_id.in_(ids))):
+            span = max((att.end_time or now) - att.start_time, 0.0)
+            spans.setdefault(att.job_id, []).append((span, len(att.gpus)))
+        out = []
+        for row in reversed(rows):
+            ran = spans.get(row.id, [])
+            out.append(
+                HistoryView(
+                    id=row.id,
+                    name=row.name,
+                    user=row.user,
+                    status=row.status,
+                    gpus=int(row.spec.get("gpus", 1)),
+                    submit_time=row.submit_time,
+                    first_start=row.first_start,
+                    end_time=row.end_time,
+                    wait=None if row.first_start is None else row.first_start - row.submit_time,
+                    elapsed=sum(span for span, _ in ran),
+                    gpu_hours=sum(span * n for span, n in ran) / 3600,
+                    attempts=len(ran),
+                    preemptions=row.preemptions,
+                    exit_code=row.exit_code,
+                )
+            )
+        return out
+
+
+@router.get(
+    "/v1/jobs/{job_id}", response_model=JobDetail, tags=["jobs"], responses=error_answers(401, 404)
+)
+def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
+    with ctx.store.session() as s:
+        row = job_or_404(s, job_id)
+        attempts = s.scalars(
+            select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)
+        )
+        events = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
+        base = JobView.of(row, positions(s).get(job_id))
+        spec = dict(row.spec)
+        if row.user != user.name and not user.admin and spec.get("env"):
+            spec["env"] = {key: "(hidden)" for key in spec["env"]}
+        return JobDetail(
+            **base.model_dump(),
+            spec=spec,
+            attempts=[AttemptView.of(a) for a in attempts],
+            events=[EventView.of(e) for e in events],
+        )
+
+
+@router.post("/v1/jobs/{job_id}/cancel", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+def cancel(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    return ask_scheduler(ctx, job_id, user, "cancel", LIVE_STATES | {JobStatus.SUSPENDED})
+
+
+@router.post("/v1/jobs/{job_id}/suspend", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    return ask_scheduler(ctx, job_id, user, "suspend", LIVE_STATES)
+
+
+@router.post("/v1/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+def resume(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    return ask_scheduler(ctx, job_id, user, "resume", {JobStatus.SUSPENDED, JobStatus.RUNNING})
+
+
+@router.put(
+    "/v1/jobs/{job_id}/priority", response_model=JobView, tags=["jobs"], responses=WITH_BODY
+)
+def set_priority(ctx: Ctx, job_id: JobId, body: PriorityBody, user: User) -> JobView:
+    with ctx.store.session() as s:
+        row = owned(s, job_id, user)
+        check_priority(ctx, body.priority, user)
+        if row.status in TERMINAL:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is {row.status}")
+        row.priority = body.priority
+    return ask_scheduler(ctx, job_id, user, "priority", LIVE_STATES | {JobStatus.SUSPENDED})
+
+
+@router.get(
+    "/v1/jobs/{job_id}/logs",
+    tags=["jobs"],
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "a chunk of the log",
+        },
+        **error_answers(401, 403, 404),
+    },
+)
+def logs(
+    ctx: Ctx,
+    job_id: JobId,
+    user: User,
+    attempt: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> Response:
+    """A chunk of an attempt's log (the latest attempt by default).
+
+    Headers: ``X-Attempt``, ``X-Next-Offset`` (ask again from there to
+    follow) and ``X-Finished`` (1 once the attempt has ended).
+    """
+    with ctx.store.session() as s:
+        row = owned(s, job_id, user)
+        query = select(AttemptRow).where(AttemptRow.job_id == job_id)
+        if attempt is not None:
+            query = query.where(AttemptRow.number == attempt)
+        att = s.scalars(query.order_by(AttemptRow.number.desc()).limit(1)).first()
+        if att is None:
+            if attempt is not None:
+                raise HTTPException(
+                    status.HTTP_404_NOT_FOUND, f"job {job_id} has no attempt {attempt}"
+                )
+            finished = row.status in TERMINAL
+            return Response(
+                b"",
+                headers={
+                    "X-Next-Offset": "0",
+                    "X-Finished": str(int(finished)),
+                    "X-Attempt": "0",
+                },
+            )
+        path = Path(att.dir) / "log.txt"
+        finished = att.end_time is not None
+        number = att.number
+    data = b""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(LOG_CHUNK)
+    except OSError:
+        pass
+    headers = {
+        "X-Attempt": str(number),
+        "X-Next-Offset": str(offset + len(data)),
+        "X-Finished": str(int(finished and len(data) < LOG_CHUNK)),
+    }
+    return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+@router.post(
+    "/v1/jobs/{job_id}/heartbeat",
+    response_model=HeartbeatAnswer,
+    tags=["jobs"],
+    responses=error_answers(400, 401),
+)
+def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -> HeartbeatAnswer:
+    token = request_.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    now = time.time()
+    with ctx.store.session() as s:
+        att = s.scalars(
+            select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.number == body.attempt)
+        ).first()
+        if att is None or not hmac.compare_digest(att.token_sha256, hash_token(token)):
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "not this attempt's token",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if att.end_time is None:
+            row = job_or_404(s, job_id)
+            row.steps = body.step
+            row.throughput = body.throughput
+            row.loss = body.loss
+            if body.checkpoint_step is not None:
+                row.checkpoint_step = body.checkpoint_step
+            row.last_heartbeat = now
+        stop = att.stop is not None or att.end_time is not None
+        return HeartbeatAnswer(
+            stop=stop, why=att.stop, lease_until=now + ctx.config.heartbeat_timeout
+        )
