@@ -1,12 +1,4 @@
-"""The ``corral`` command.
-
-Errors caused by input (a bad trace row, an unknown preset, a wrong flag) are
-printed as one message and exit with status 2; they never show a traceback.
-
-The command must start fast (``corral --help``, ``corral queue``): the
-simulator's modules (numpy, pandas, scipy, matplotlib) are imported inside the
-commands that use them, and the help texts read light modules only.
-"""
+"""The simulator's verbs: ``corral sim``, ``compare``, ``policies``, ``clusters``."""
 
 from __future__ import annotations
 
@@ -14,7 +6,6 @@ import functools
 import inspect
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,12 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from corral.cli.app import app, console, err_console
 from corral.errors import CorralError
 from corral.perf.switching import SWITCH_MECHANISMS
-from corral.service_cli import register as register_service_verbs
 from corral.sim.presets import SIM_PRESETS
 from corral.traces.formats import FORMATS
 
@@ -37,13 +27,6 @@ if TYPE_CHECKING:
     from corral.perf.throughputs import ThroughputTable
     from corral.sim.run import RunSpec
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="corral: GPU cluster scheduling for deep-learning training (simulator and service).",
-)
-console = Console()
-err_console = Console(stderr=True)
 
 TraceOpt = Annotated[
     str, typer.Option(help="'philly', 'tiresias-60', 'synthetic[:jobs=N,load=X]' or a trace file")
@@ -107,20 +90,6 @@ CheckOpt = Annotated[
     bool, typer.Option(help="check the simulator's invariants after every pass (slow)")
 ]
 ProgressOpt = Annotated[bool, typer.Option(help="show a progress bar")]
-
-
-def main() -> None:
-    try:
-        app()
-    except CorralError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except OSError as exc:  # a file or socket the user named: a message, not a traceback
-        where = f"{exc.filename}: " if exc.filename else ""
-        err_console.print(
-            f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False, soft_wrap=True
-        )
-        sys.exit(2)
 
 
 @contextmanager
@@ -594,9 +563,3 @@ def list_clusters(
         table.add_row(name, text)
     console.print(table)
     console.print("Or a path to a YAML cluster spec or a Tiresias cluster CSV.")
-
-
-register_service_verbs(app, console)
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,12 @@
+"""The ``corral`` command: the simulator's verbs (:mod:`corral.cli.sim`) and the
+service's (:mod:`corral.cli.service`) on one Typer app (:mod:`corral.cli.app`).
+
+Importing the verb modules registers their commands; the simulator's come
+first in ``corral --help``."""
+
+# isort: skip_file
+from corral.cli.app import app, console, main
+from corral.cli import sim
+from corral.cli import service
+
+__all__ = ["app", "console", "main", "service", "sim"]

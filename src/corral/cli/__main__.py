@@ -1,0 +1,5 @@
+"""``python -m corral.cli``."""
+
+from corral.cli import main
+
+main()

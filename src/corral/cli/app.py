@@ -1,0 +1,40 @@
+"""The ``corral`` command.
+
+Errors caused by input (a bad trace row, an unknown preset, a wrong flag) are
+printed as one message and exit with status 2; they never show a traceback.
+
+The command must start fast (``corral --help``, ``corral queue``): the
+simulator's modules (numpy, pandas, scipy, matplotlib) are imported inside the
+commands that use them, and the help texts read light modules only.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from corral.errors import CorralError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="corral: GPU cluster scheduling for deep-learning training (simulator and service).",
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except CorralError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except OSError as exc:  # a file or socket the user named: a message, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(
+            f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False, soft_wrap=True
+        )
+        sys.exit(2)

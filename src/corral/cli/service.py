@@ -1,0 +1,496 @@
+"""The service's CLI verbs: ``corral serve``, ``submit``, ``queue``, ``show``, ...
+
+Every verb except ``serve`` talks to the service through the REST API (the
+URL and token come from ``--url``/``--token`` or ``CORRAL_URL``/``CORRAL_TOKEN``),
+so a user needs no access to the store or the machine the service runs on.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from corral.api.limits import LOG_CHUNK
+from corral.cli.app import app, console
+from corral.errors import CorralError
+from corral.model.status import JobStatus
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+UrlOpt = Annotated[
+    str | None, typer.Option("--url", help="service URL (default: $CORRAL_URL or 127.0.0.1:8470)")
+]
+TokenOpt = Annotated[str | None, typer.Option("--token", help="API token (default: $CORRAL_TOKEN)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+
+
+def _client(url: str | None, token: str | None) -> Any:
+    from corral.api.client import Client
+
+    return Client(url, token)
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def _is_script(path: Path) -> bool:
+    """A text file (a batch script, whose directives are read), not a program binary."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(1024)
+    except OSError:
+        return False
+    return path.is_file() and b"\0" not in head
+
+
+def _span(seconds: float | None) -> str:
+    """Seconds as sacct prints them: [D-]HH:MM:SS."""
+    if seconds is None:
+        return "-"
+    whole = round(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def _steps(job: dict[str, Any]) -> str:
+    done = int(job["steps"])
+    return f"{done}/{job['total_steps']}" if job.get("total_steps") else str(done)
+
+
+def _spec_error(exc: ValidationError) -> CorralError:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return CorralError(f"job spec: field '{loc}': {err['msg']}")
+
+
+@app.command()
+def serve(
+    config: Annotated[Path, typer.Option("--config", "-c", help="service config (YAML)")],
+    standby: Annotated[
+        bool,
+        typer.Option(
+            help="wait for the store's lock and take over when its holder stops "
+            "(a backup controller) instead of exiting"
+        ),
+    ] = False,
+) -> None:
+    """Run the scheduler and its REST API (jobs keep running if it stops).
+
+    One service per store: a second one exits at once naming the holder,
+    unless started with --standby."""
+    from corral.runtime.config import load_config
+    from corral.service import serve as run_service
+
+    run_service(
+        load_config(config),
+        announce=lambda line: console.print(line, highlight=False),
+        config_path=config,
+        standby=standby,
+    )
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    help="Submit a job: 'corral submit job.yaml', 'corral submit train.sh' (reads its "
+    "#CORRAL directives, as sbatch reads #SBATCH) or 'corral submit --gpus 2 -- python x.py'.",
+)
+def submit(
+    ctx: typer.Context,
+    spec_file: Annotated[
+        str | None,
+        typer.Argument(help="job spec (YAML) or batch script; flags override it"),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", "-J", help="job name")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs of the gang")] = None,
+    gpu_type: Annotated[str | None, typer.Option(help="run only on this GPU type")] = None,
+    job_type: Annotated[str | None, typer.Option(help="throughput-profile key")] = None,
+    priority: Annotated[
+        int | None, typer.Option(help="higher runs first (negative: after others)")
+    ] = None,
+    max_retries: Annotated[int | None, typer.Option(help="failed attempts retried")] = None,
+    wall_time: Annotated[
+        str | None, typer.Option("--wall-time", "--time", "-t", help="limit per attempt: 1h")
+    ] = None,
+    duration: Annotated[
+        str | None, typer.Option(help="expected run time, for policies that rank by it")
+    ] = None,
+    total_steps: Annotated[int | None, typer.Option(help="steps to the end")] = None,
+    workdir: Annotated[
+        str | None, typer.Option("--workdir", "--chdir", "-D", help="working directory")
+    ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option("--array", "-a", help="one task per index: 0-9, 1,3,5, 0-20:5"),
+    ] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option("--dependency", "-d", help="as sbatch: afterok:12:13,after:9"),
+    ] = None,
+    after: Annotated[list[str] | None, typer.Option(help="start after job ID has started")] = None,
+    afterok: Annotated[list[str] | None, typer.Option(help="start after job ID succeeded")] = None,
+    afterany: Annotated[list[str] | None, typer.Option(help="start after job ID ended")] = None,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="output file: %j job, %a index, %A array, %x name"),
+    ] = None,
+    cpus: Annotated[
+        int | None, typer.Option("--cpus", "--cpus-per-task", "-c", help="CPUs")
+    ] = None,
+    memory: Annotated[
+        str | None, typer.Option("--mem", "--memory", help="memory: 16G, 512M")
+    ] = None,
+    vc: Annotated[
+        str | None, typer.Option("--vc", "--account", "-A", help="virtual cluster")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")
+    ] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    fields: dict[str, Any] = {}
+    command = list(ctx.args)
+    from pydantic import ValidationError
+
+    from corral.runtime.directives import add_dependency, script_fields
+    from corral.runtime.specs import JobSpec, load_job_spec
+
+    if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
+        fields = load_job_spec(spec_file).model_dump(exclude_unset=True)
+    elif spec_file is not None and _is_script(Path(spec_file)):  # a batch script
+        fields = script_fields(Path(spec_file))
+        fields["command"] = fields["command"] + command
+        command = []
+    elif spec_file is not None:  # the first word of the command, after '--'
+        command.insert(0, spec_file)
+    if command:
+        fields["command"] = command
+    flags = {
+        "name": name,
+        "gpus": gpus,
+        "gpu_type": gpu_type,
+        "job_type": job_type,
+        "priority": priority,
+        "max_retries": max_retries,
+        "wall_time": wall_time,
+        "duration": duration,
+        "total_steps": total_steps,
+        "workdir": str(Path(workdir).resolve()) if workdir else None,
+        "array": array,
+        "dependency": dependency,
+        "output": str(Path(output).absolute()) if output else None,
+        "cpus": cpus,
+        "memory": memory,
+        "vc": vc,
+    }
+    fields.update({k: v for k, v in flags.items() if v is not None})
+    for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):
+        for item in ids or []:
+            add_dependency(fields, kind, item)
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CorralError(f"--env {item}: give KEY=VALUE")
+        fields.setdefault("env", {})[key] = value
+    if "command" not in fields:
+        raise CorralError("no command: give a job spec, a script, or the command after '--'")
+    if "workdir" not in fields:
+        fields["workdir"] = str(Path.cwd())
+    if isinstance(fields.get("output"), str) and not fields["output"].startswith("/"):
+        fields["output"] = str(Path(fields["output"]).absolute())
+    try:
+        spec = JobSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise _spec_error(exc) from None
+    with _client(url, token) as client:
+        job = client.submit(spec.model_dump(mode="json", exclude_unset=True))
+    if as_json:
+        console.print_json(json.dumps(job))
+    elif job.get("array_tasks"):
+        tasks = job["array_tasks"]
+        console.print(
+            f"submitted array job {job['id']} ({job['name']}): {len(tasks)} tasks, "
+            f"jobs {tasks[0]}-{tasks[-1]}"
+            if tasks == list(range(tasks[0], tasks[-1] + 1))
+            else f"submitted array job {job['id']} ({job['name']}): jobs "
+            + ",".join(map(str, tasks)),
+            highlight=False,
+        )
+    else:
+        console.print(f"submitted job {job['id']} ({job['name']})", highlight=False)
+
+
+@app.command()
+def queue(
+    state: Annotated[
+        str | None, typer.Option(help="states to list, e.g. RUNNING,PENDING (default: live)")
+    ] = None,
+    mine: Annotated[bool, typer.Option(help="only my jobs")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs with their state, queue position and pending reason."""
+    with _client(url, token) as client:
+        jobs = client.jobs(state, mine)
+    if as_json:
+        console.print_json(json.dumps(jobs))
+        return
+    table = Table(title=f"{len(jobs)} job{'' if len(jobs) == 1 else 's'}")
+    for column in ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "submit"):
+        table.add_column(column)
+    for j in jobs:
+        kind = f" {j['gpu_type']}" if j["gpu_type"] else ""
+        table.add_row(
+            str(j["id"]),
+            j["name"],
+            j["user"],
+            j["status"],
+            f"{j['gpus']}{kind}",
+            str(j["position"] or "-"),
+            j["reason"] or "",
+            _steps(j),
+            _when(j["submit_time"]),
+        )
+    console.print(table)
+
+
+@app.command()
+def history(
+    user: Annotated[str | None, typer.Option("--user", "-u", help="this user's jobs")] = None,
+    all_users: Annotated[
+        bool, typer.Option("--all-users", help="every user's jobs, with totals per user")
+    ] = False,
+    since: Annotated[
+        str | None, typer.Option(help="submitted in the last ... (1d, 12h, 30m)")
+    ] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Finished and running jobs with wait, elapsed time and GPU-hours (like sacct)."""
+    from corral.runtime.specs import parse_seconds
+
+    start = 0.0
+    if since:
+        try:
+            start = time.time() - parse_seconds(since)
+        except ValueError as exc:
+            raise CorralError(f"--since {since}: {exc}") from None
+    with _client(url, token) as client:
+        rows = client.history(user, all_users, start)
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table(title=f"{len(rows)} job{'' if len(rows) == 1 else 's'}")
+    columns = ("id", "name", "user", "state", "gpus", "submit", "wait", "elapsed")
+    for column in (*columns, "GPU-h", "tries", "exit"):
+        table.add_column(column, justify="right" if column in ("GPU-h", "tries") else "left")
+    totals: dict[str, list[float]] = {}
+    for r in rows:
+        table.add_row(
+            str(r["id"]),
+            r["name"],
+            r["user"],
+            r["status"],
+            str(r["gpus"]),
+            _when(r["submit_time"]),
+            _span(r["wait"]),
+            _span(r["elapsed"]),
+            f"{r['gpu_hours']:.2f}",
+            str(r["attempts"]),
+            "-" if r["exit_code"] is None else str(r["exit_code"]),
+        )
+        total = totals.setdefault(r["user"], [0, 0.0, 0.0])
+        total[0] += 1
+        total[1] += r["elapsed"]
+        total[2] += r["gpu_hours"]
+    console.print(table)
+    if totals:
+        per_user = Table(title="per user")
+        for column in ("user", "jobs", "elapsed", "GPU-h"):
+            per_user.add_column(column)
+        for name, (jobs, elapsed, gpu_hours) in sorted(totals.items()):
+            per_user.add_row(name, str(int(jobs)), _span(elapsed), f"{gpu_hours:.2f}")
+        console.print(per_user)
+
+
+@app.command()
+def show(
+    job_id: Annotated[int, typer.Argument(help="job id")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A job's state, attempts and history."""
+    with _client(url, token) as client:
+        job = client.job(job_id)
+    if as_json:
+        console.print_json(json.dumps(job))
+        return
+    lines = [
+        f"job {job['id']} '{job['name']}' of {job['user']}: {job['status']}"
+        + (f" ({job['reason']})" if job["reason"] else ""),
+        f"  command   {' '.join(job['command'])}",
+        f"  gpus      {job['gpus']} {job['gpu_type'] or 'any type'}"
+        + (f" on {job['assigned_gpus']}" if job["assigned_gpus"] else ""),
+        f"  priority  {job['priority']}   retries {job['failures']}/{job['max_retries']}"
+        f"   preemptions {job['preemptions']}",
+        f"  progress  {_steps(job)} steps"
+        + (f", {job['throughput']:.2f} steps/s" if job["throughput"] else "")
+        + (f", loss {job['loss']:.4f}" if job["loss"] is not None else ""),
+        f"  submitted {_when(job['submit_time'])}  started {_when(job['first_start'])}"
+        f"  ended {_when(job['end_time'])}",
+    ]
+    console.print("\n".join(lines), highlight=False)
+    if job["attempts"]:
+        table = Table(title="attempts")
+        for column in ("#", "phase", "gpus", "start", "end", "cause", "detail"):
+            table.add_column(column)
+        for a in job["attempts"]:
+            table.add_row(
+                str(a["number"]),
+                a["phase"],
+                ",".join(map(str, a["gpus"])),
+                _when(a["start_time"]),
+                _when(a["end_time"]),
+                a["cause"] or "running",
+                a["detail"] or "",
+            )
+        console.print(table)
+
+
+def _act(verb: str, job_id: int, url: str | None, token: str | None) -> None:
+    with _client(url, token) as client:
+        job = client.action(job_id, verb)
+    reason = f" ({job['reason']})" if job["reason"] else ""
+    console.print(f"job {job_id}: {job['status']}{reason}", highlight=False)
+
+
+@app.command()
+def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Cancel a job (a running one is stopped)."""
+    _act("cancel", job_id, url, token)
+
+
+@app.command()
+def suspend(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Checkpoint and stop a job, and keep it out of the queue until resumed."""
+    _act("suspend", job_id, url, token)
+
+
+@app.command()
+def resume(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Put a suspended job back in the queue."""
+    _act("resume", job_id, url, token)
+
+
+@app.command("set-priority", context_settings={"ignore_unknown_options": True})
+def set_priority(job_id: int, priority: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+    """Change a job's priority (higher runs first; negative lowers it: set-priority 6 -5)."""
+    with _client(url, token) as client:
+        job = client.set_priority(job_id, priority)
+    console.print(f"job {job_id}: priority {job['priority']}", highlight=False)
+
+
+@app.command()
+def logs(
+    job_id: int,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing")] = False,
+    attempt: Annotated[int | None, typer.Option(help="attempt number (default latest)")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print a job's log (follows new attempts with -f)."""
+    out = sys.stdout.buffer
+    offset, current = 0, attempt
+    with _client(url, token) as client:
+        while True:
+            response = client.logs(job_id, offset, current)
+            shown = int(response.headers.get("X-Attempt", "0"))
+            if current is None and shown:
+                current = shown  # stay on this attempt's file; newer ones are announced
+            out.write(response.content)
+            out.flush()
+            offset = int(response.headers.get("X-Next-Offset", offset))
+            finished = response.headers.get("X-Finished") == "1"
+            if len(response.content) >= LOG_CHUNK:  # more of this file is waiting
+                continue
+            if not follow:
+                return
+            if finished:
+                job = client.job(job_id)
+                if JobStatus(job["status"]).terminal:
+                    return
+                if attempt is None:
+                    latest = client.logs(job_id, 0, None)
+                    number = int(latest.headers.get("X-Attempt", "0"))
+                    if number != shown and number:
+                        out.write(f"--- attempt {number} ---\n".encode())
+                        offset, current = 0, number
+                        continue
+            time.sleep(0.5)
+
+
+@app.command()
+def nodes(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """The cluster's nodes, GPUs and what runs on them."""
+    with _client(url, token) as client:
+        rows = client.nodes()
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table(title="nodes")
+    for column in ("node", "type", "gpus", "in use", "state", "jobs"):
+        table.add_column(column)
+    for n in rows:
+        kind = f"{n['gpu_type']} (virtual)" if n["virtual"] else n["gpu_type"]
+        table.add_row(
+            n["name"],
+            kind,
+            str(n["gpus"]),
+            str(n["gpus_in_use"]),
+            n["state"],
+            ",".join(map(str, n["jobs"])),
+        )
+    console.print(table)
+
+
+def _set_node(name: str, verb: str, reason: str | None, url: str | None, token: str | None) -> None:
+    with _client(url, token) as client:
+        node = client.node_state(name, verb, reason)
+    console.print(f"node {node['name']} is {node['state']}", highlight=False)
+
+
+@app.command()
+def drain(
+    node: Annotated[str, typer.Argument(help="node name (see 'corral nodes')")],
+    reason: Annotated[str | None, typer.Option(help="why, kept in the event history")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Admin: start nothing more on a node; jobs running there run to their end."""
+    _set_node(node, "drain", reason, url, token)
+
+
+@app.command()
+def undrain(
+    node: Annotated[str, typer.Argument(help="node name (see 'corral nodes')")],
+    reason: Annotated[str | None, typer.Option(help="why, kept in the event history")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Admin: put a drained node back in service (its failure count starts again)."""
+    _set_node(node, "resume", reason, url, token)
