@@ -1,0 +1,159 @@
+"""Launching attempts: the attempt row before the process, the job's environment,
+identity, folder and limits."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from corral.model.jobs import JobStatus
+from corral.runtime.config import hash_token
+from corral.runtime.executor import (
+    LaunchRequest,
+    free_port,
+    write_exit_record,
+)
+from corral.runtime.identity import job_folder
+from corral.runtime.launcher import NOT_STARTED
+from corral.runtime.loop_base import Attempt, LoopBase
+from corral.runtime.specs import JobSpec
+from corral.runtime.store import AttemptRow, JobRow
+
+
+def output_path(spec: JobSpec, job: int, user: str) -> str | None:
+    """The job's ``output`` with Slurm's patterns filled in: %j job, %a array index,
+    %A array job, %x name, %u user, %% a percent sign."""
+    if spec.output is None:
+        return None
+    values = {
+        "j": str(job),
+        "a": str(spec.array_index) if spec.array_index is not None else "",
+        "A": str(spec.array_job or job),
+        "x": spec.name,
+        "u": user,
+        "%": "%",
+    }
+    return re.sub(r"%([jaAxu%])", lambda m: values[m.group(1)], spec.output)
+
+
+class Launching(LoopBase):
+    """Starting the processes the plan placed once their GPUs are free."""
+
+    def _launch_ready(self, now: float) -> None:
+        for job, gpus in list(self.starting.items()):
+            if job in self.attempts or any(g in self.holders for g in gpus):
+                continue
+            del self.starting[job]
+            self._launch(job, gpus, now)
+
+    def _launch(self, job: int, gpus: tuple[int, ...], now: float) -> None:
+        config = self.config
+        token = secrets.token_urlsafe(24)
+        with self.store.session() as s:
+            row = s.get(JobRow, job)
+            assert row is not None
+            spec = JobSpec.model_validate(row.spec)
+            number = (s.scalar(select(func.count()).where(AttemptRow.job_id == job)) or 0) + 1
+            folder = config.state_dir / "jobs" / str(job) / f"attempt-{number}"
+            att = AttemptRow(
+                job_id=job,
+                number=number,
+                phase=row.phase,
+                gpus=list(gpus),
+                start_time=now,
+                dir=str(folder),
+                token_sha256=hash_token(token),
+                steps_start=row.checkpoint_step or 0.0,
+            )
+            s.add(att)
+            s.flush()
+            attempt_id = att.id
+            row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), None
+            self.preempted.discard(job)
+            row.last_heartbeat = None
+            if row.first_start is None:
+                row.first_start = now
+            self.reasons[job] = None
+            self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
+            env = self._env(row, spec, number, gpus, folder, token)
+            run_as = self.identities.get(row.user)
+            row_user = row.user
+        a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
+        self.attempts[job] = a
+        for g in gpus:
+            self.holders[g] = job
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            own = job_folder(self.config, job, run_as)
+            a.ref = self.executor.launch(
+                LaunchRequest(
+                    spec.command,
+                    env,
+                    spec.workdir or str(own),
+                    self._slots(gpus),
+                    folder,
+                    a.log,
+                    run_as=run_as,
+                    cpus=spec.cpus,
+                    memory=spec.memory * 2**20 if spec.memory else None,
+                    output=output_path(spec, job, row_user),
+                )
+            )
+        except OSError as exc:
+            write_exit_record(folder, NOT_STARTED, f"cannot launch: {exc}")
+            return
+        with self.store.session() as s:
+            att = s.get(AttemptRow, attempt_id)
+            if att is not None:
+                att.pid, att.pid_start = a.ref.pid, a.ref.pid_start
+
+    def _env(
+        self,
+        row: JobRow,
+        spec: JobSpec,
+        number: int,
+        gpus: tuple[int, ...],
+        folder: Path,
+        token: str,
+    ) -> dict[str, str]:
+        base = self.config.job_root / str(row.id)
+        checkpoints = base / ("prerun" if row.phase == "prerun" else "checkpoint")
+        slots = self._slots(gpus)
+        env = dict(spec.env)
+        env.update(
+            CORRAL_JOB_ID=str(row.id),
+            CORRAL_JOB_NAME=row.name,
+            CORRAL_USER=row.user,
+            CORRAL_ATTEMPT=str(number),
+            CORRAL_JOB_DIR=str(base),
+            CORRAL_CHECKPOINT_DIR=str(checkpoints),
+            CORRAL_RANK="0",
+            CORRAL_LOCAL_RANK="0",
+            CORRAL_WORLD_SIZE="1",
+            CORRAL_MASTER_ADDR="127.0.0.1",
+            CORRAL_MASTER_PORT=str(free_port()),
+            CORRAL_NUM_GPUS=str(len(gpus)),
+            CORRAL_GPU_IDS=",".join(str(g) for g in gpus),
+            CORRAL_GPU_TYPES=",".join(s.gpu_type for s in slots),
+            CORRAL_VIRTUAL_GPUS="1" if all(s.device is None for s in slots) else "0",
+            CORRAL_API_URL=self.config.url,
+            CORRAL_JOB_TOKEN=token,
+            CORRAL_HEARTBEAT_INTERVAL=str(self.config.heartbeat_interval),
+            CORRAL_LEASE_SECONDS=str(self.config.heartbeat_timeout),
+        )
+        if spec.total_steps is not None:
+            env["CORRAL_TOTAL_STEPS"] = str(spec.total_steps)
+        if spec.array_index is not None:
+            env["CORRAL_ARRAY_INDEX"] = str(spec.array_index)
+            env["CORRAL_ARRAY_JOB_ID"] = str(spec.array_job or row.id)
+        if row.phase == "prerun":
+            env["CORRAL_PRERUN_STEPS"] = str(self._prerun_steps(spec))
+        return env
+
+    def _prerun_steps(self, spec: JobSpec) -> int:
+        if spec.prerun_steps:
+            return spec.prerun_steps
+        return self.config.prerun.steps

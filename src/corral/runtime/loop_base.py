@@ -1,0 +1,150 @@
+"""What the scheduler loop knows: its parts, its view of jobs and GPUs, and the
+small helpers every stage of the loop uses (see :mod:`corral.runtime.scheduler`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from corral.model.cluster import Cluster, Node
+from corral.model.jobs import JobStatus
+from corral.policies import POLICIES, make_policy, policy_options
+from corral.policies.base import Policy
+from corral.runtime.config import ServiceConfig
+from corral.runtime.executor import (
+    Executor,
+    GpuSlot,
+    ProcessRef,
+)
+from corral.runtime.identity import check_identities
+from corral.runtime.live_state import LiveJobs
+from corral.runtime.store import Store
+
+TERMINAL = [s.value for s in JobStatus if s.terminal]
+
+
+@dataclass
+class Attempt:
+    """A process in flight, as the loop tracks it."""
+
+    job: int
+    id: int
+    number: int
+    phase: str
+    ref: ProcessRef | None
+    gpus: tuple[int, ...]
+    dir: Path
+    started: float
+    wall_limit: float | None
+    stop: str | None = None
+    kill_at: float | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "log.txt"
+
+
+def cluster_from_slots(slots: list[GpuSlot]) -> Cluster:
+    """The policy's cluster: one node per executor node, GPUs numbered as the slots."""
+    nodes: list[Node] = []
+    for slot in slots:
+        if nodes and nodes[-1].name == slot.node:
+            last = nodes[-1]
+            if last.gpu_type != slot.gpu_type:
+                raise ValueError(f"node {slot.node} mixes GPU types")
+            nodes[-1] = Node(last.name, last.gpu_type, last.gpus + 1)
+        else:
+            nodes.append(Node(slot.node, slot.gpu_type, 1))
+    return Cluster("live", nodes)
+
+
+class LoopBase:
+    """The scheduler loop's state; the stages are mixins over it."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        store: Store,
+        executor: Executor,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.executor = executor
+        self.clock = clock
+        self.slots = executor.slots()
+        self.cluster = cluster_from_slots(self.slots)
+        self.live = LiveJobs(self.cluster)
+        self.policy = self._new_policy()
+        self.attempts: dict[int, Attempt] = {}
+        """Job id -> its process in flight."""
+        self.starting: dict[int, tuple[int, ...]] = {}
+        """Jobs the plan started whose process is not launched yet (GPUs still in use)."""
+        self.holders: dict[int, int] = {}
+        """GPU -> job whose process runs on it (physical use, not the plan's view)."""
+        self.backoff: dict[int, float] = {}
+        """Jobs waiting out a retry back-off -> when they may run again."""
+        self.reserved: set[int] = set()
+        """GPUs of drained nodes, taken away from the policy."""
+        self.usable = np.ones(len(self.slots), dtype=bool)
+        """GPUs on nodes that are not drained (busy or not)."""
+        self.reasons: dict[int, str | None] = {}
+        self.blocked: dict[int, dict[str, list[int]]] = {}
+        """Queued jobs waiting for other jobs (their dependency), kept from the policy."""
+        self.preempted: set[int] = set()
+        """Queued jobs whose last attempt was preempted (their reason says so)."""
+        self.identities = check_identities(config)
+        """API user -> Unix user their jobs run as (the service runs as root)."""
+        self.seen = 0
+        self.next_wakeup: float | None = None
+        self.dirty = True
+        self.wake = threading.Event()
+        self._passes = 0
+        self._cv = threading.Condition()
+        self.errors = 0
+        self._nodes_dirty = False
+
+    def _new_policy(self) -> Policy:
+        options = dict(self.config.policy_options)
+        if self.config.vcs is not None and "quotas" in policy_options(
+            POLICIES[self.config.policy.strip().lower()]
+        ):
+            options.setdefault("quotas", self.config.vcs)
+        return make_policy(self.config.policy, self.config.placement, **options)
+
+    def rel(self, t: float) -> float:
+        """Wall-clock time as the policy's clock (seconds since the store's epoch)."""
+        return t - self.store.epoch
+
+    def notify(self) -> None:
+        self.wake.set()
+
+    def nodes_changed(self) -> None:
+        """An admin drained or resumed a node: re-read node states on the next pass."""
+        self._nodes_dirty = True
+        self.wake.set()
+
+    @property
+    def passes(self) -> int:
+        with self._cv:
+            return self._passes
+
+    def wait_passes(self, after: int, timeout: float = 5.0) -> bool:
+        """Wait until the loop has completed a pass that began after pass ``after``."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self._passes >= after + 2, timeout)
+
+    def node_of(self, gpu: int) -> str:
+        return self.slots[gpu].node
+
+    def _slots(self, gpus: Iterable[int]) -> tuple[GpuSlot, ...]:
+        return tuple(self.slots[g] for g in gpus)
+
+    def gpu_use(self) -> dict[int, int]:
+        """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""
+        return dict(self.holders)

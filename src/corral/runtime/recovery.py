@@ -1,0 +1,176 @@
+"""Rebuilding the loop's view from the store after a start or a crash: nodes,
+adopted processes, queued and held jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from corral.model.jobs import JobStatus
+from corral.runtime.estimates import expected_duration
+from corral.runtime.executor import (
+    ProcessRef,
+)
+from corral.runtime.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
+from corral.runtime.loop_base import TERMINAL, Attempt, LoopBase
+from corral.runtime.specs import JobSpec
+from corral.runtime.store import JobRow, NodeRow
+
+
+class Recovery(LoopBase):
+    """Recovery and resynchronisation from the store."""
+
+    def recover(self) -> None:
+        """Rebuild the scheduler's view from the store and adopt live processes."""
+        now = self.clock()
+        with self.store.session() as s:
+            self._sync_nodes(s)
+            self.seen = s.scalar(select(func.max(JobRow.id))) or 0
+            rows = self._live_rows(s)
+            open_attempts = {a.job_id: a for a in self.store.open_attempts(s)}
+            for row in rows:
+                att = open_attempts.get(row.id)
+                if att is not None:
+                    ref = (
+                        ProcessRef(att.pid, att.pid_start or "")
+                        if att.pid
+                        else self.executor.pid_from(Path(att.dir))
+                    )
+                    alive = ref is not None and self.executor.adopt(ref)
+                    self.attempts[row.id] = Attempt(
+                        row.id,
+                        att.id,
+                        att.number,
+                        att.phase,
+                        ref,
+                        tuple(att.gpus),
+                        Path(att.dir),
+                        att.start_time,
+                        JobSpec.model_validate(row.spec).wall_time,
+                        stop=att.stop,
+                    )
+                    for g in att.gpus:
+                        self.holders[g] = row.id
+                    row.status = JobStatus.RUNNING
+                    self.store.event(
+                        s, "adopted" if alive else "found_ended", row.id, attempt=att.number
+                    )
+                elif row.status in (JobStatus.STARTING, JobStatus.RUNNING):
+                    row.status = JobStatus.PENDING
+                    row.gpus = None
+                    row.reason = "Requeued (service restarted)"
+                    self.store.event(s, "requeued", row.id, why="service restarted before launch")
+            self._load(s, rows)
+        for a in self.attempts.values():  # a stop in progress goes on
+            if a.stop is not None and a.ref is not None:
+                self._signal_stop(a, now)
+        self._sync_drained()
+        self.dirty = True
+
+    def _live_rows(self, s: Session) -> list[JobRow]:
+        return list(
+            s.scalars(select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id))
+        )
+
+    def _load(self, s: Session, rows: list[JobRow]) -> None:
+        """Give every live job a slot and put it where it belongs (queue, running, held)."""
+        now = self.clock()
+        live = self.live
+        attained = self.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
+        for row in rows:
+            i = self._add(s, row)
+            if row.reason == "Preempted":
+                self.preempted.add(row.id)
+            live.state.attained_base[i] = attained.get(row.id, 0.0)
+            live.state.preemptions[i] = row.preemptions
+            live.state.failures[i] = row.failures
+            if row.status == JobStatus.SUSPENDED:
+                continue
+            if row.id in self.attempts and self.attempts[row.id].stop in ("cancel", "timeout"):
+                live.close(i)
+                continue
+            if row.eligible_at > now and row.id not in self.attempts:
+                self.backoff[row.id] = row.eligible_at
+                continue
+            a = self.attempts.get(row.id)
+            if a is None and row.id not in self.starting:
+                self._enqueue(row, i, now)
+                continue
+            live.arrive(i, self.rel(now))
+            if a is not None and a.stop is None:
+                live.start(i, a.gpus, since=self.rel(a.started))
+            elif a is not None and a.stop == "suspend":
+                live.hold(i)
+            elif row.id in self.starting:
+                live.start(i, self.starting[row.id])
+
+    def _add(self, s: Session, row: JobRow) -> int:
+        spec = JobSpec.model_validate(row.spec)
+        gpus = 1 if row.phase == "prerun" else spec.gpus
+        duration, estimated = expected_duration(
+            self.store, s, spec, row.user, self.config.default_duration
+        )
+        return self.live.add(
+            row.id,
+            self.rel(row.submit_time),
+            gpus,
+            priority=row.priority,
+            weight=spec.weight,
+            job_type=spec.job_type,
+            gpu_type=spec.gpu_type,
+            duration=duration,
+            estimated=estimated,
+            vc=spec.vc or DEFAULT_VC,
+        )
+
+    def _rebuild(self) -> None:
+        """More jobs than slots: a larger state holding the live jobs only, and a fresh policy."""
+        with self.store.session() as s:
+            rows = self._live_rows(s)
+            self.live = LiveJobs(self.cluster, max(MIN_CAPACITY, 2 * (len(rows) + 1)))
+            self.policy = self._new_policy()
+            self.backoff.clear()
+            self._load(s, rows)
+            self.seen = max([self.seen, *(r.id for r in rows)])
+        self.reserved.clear()
+        self._sync_drained()
+        self.dirty = True
+
+    def _sync_nodes(self, s: Session) -> None:
+        counts: dict[str, tuple[str, int, bool]] = {}
+        for slot in self.slots:
+            _, n, _ = counts.get(slot.node, (slot.gpu_type, 0, False))
+            counts[slot.node] = (slot.gpu_type, n + 1, slot.device is None)
+        for name, (gpu_type, n, virtual) in counts.items():
+            row = s.get(NodeRow, name)
+            if row is None:
+                s.add(NodeRow(name=name, gpu_type=gpu_type, gpus=n, state="up", virtual=virtual))
+            else:
+                row.gpu_type, row.gpus, row.virtual = gpu_type, n, virtual
+        for row in s.scalars(select(NodeRow)):
+            if row.name not in counts:
+                row.state = "gone"
+
+    def _sync_drained(self) -> None:
+        """Keep the GPUs of drained nodes away from the policy (taken once they are free).
+
+        Jobs already running on a node that is drained run to their end, as
+        under Slurm's DRAIN; a node put back up returns its GPUs at once.
+        """
+        with self.store.session() as s:
+            drained = {r.name for r in s.scalars(select(NodeRow).where(NodeRow.state == "drained"))}
+        self.usable = np.array([slot.node not in drained for slot in self.slots], dtype=bool)
+        free = self.live.state.free
+        back = [g for g in self.reserved if self.slots[g].node not in drained]
+        if back:
+            free.release(back)
+            self.reserved.difference_update(back)
+            self.dirty = True
+        for slot in self.slots:
+            if slot.node in drained and slot.id not in self.reserved and free.mask[slot.id]:
+                free.take([slot.id])
+                self.reserved.add(slot.id)
+                self.dirty = True

@@ -1,0 +1,342 @@
+"""How jobs change state in the loop: attempts ending (classified and recorded),
+submissions, API requests, dependencies and retry back-offs."""
+
+from __future__ import annotations
+
+import signal
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from corral.model.jobs import JobStatus
+from corral.model.state import RUNNING
+from corral.runtime.executor import (
+    ExitRecord,
+    read_exit_record,
+)
+from corral.runtime.exits import Cause, classify
+from corral.runtime.loop_base import TERMINAL, Attempt, LoopBase
+from corral.runtime.specs import JobSpec
+from corral.runtime.store import AttemptRow, JobRow, NodeRow
+
+
+def dependency_verdict(
+    dependency: dict[str, list[int]], known: dict[int, tuple[str, bool]]
+) -> tuple[str, str]:
+    """'ready', 'wait' or 'never' (with why) for a dependency, from the other jobs'
+    (state, has started): Slurm's after, afterany, afterok and afternotok."""
+    for kind, ids in dependency.items():
+        for other in ids:
+            if other not in known:
+                return "never", f"job {other} is gone"
+            state, started = known[other]
+            ended = state in TERMINAL
+            if kind == "after" and not (started or ended):
+                return "wait", ""
+            if kind == "afterany" and not ended:
+                return "wait", ""
+            if kind == "afterok":
+                if ended and state != JobStatus.SUCCEEDED:
+                    return "never", f"job {other} ended {state}"
+                if not ended:
+                    return "wait", ""
+            if kind == "afternotok":
+                if state == JobStatus.SUCCEEDED:
+                    return "never", f"job {other} succeeded"
+                if not ended:
+                    return "wait", ""
+    return "ready", ""
+
+
+class Transitions(LoopBase):
+    """Attempt ends, arrivals, requests, dependencies, back-offs."""
+
+    def _poll(self, now: float) -> bool:
+        if not self.attempts:
+            return False
+        changed = False
+        with self.store.session() as s:
+            beats = dict(
+                s.execute(
+                    select(JobRow.id, JobRow.last_heartbeat).where(
+                        JobRow.id.in_(list(self.attempts))
+                    )
+                ).all()
+            )
+        for job, a in list(self.attempts.items()):
+            record = (
+                self.executor.poll(a.ref, a.dir)
+                if a.ref is not None
+                else read_exit_record(a.dir) or ExitRecord(None, None, "never started", lost=True)
+            )
+            if record is not None:
+                self._ended(a, record, now)
+                changed = True
+                continue
+            if a.stop is None:
+                beat = beats.get(job)
+                if a.wall_limit is not None and now - a.started >= a.wall_limit:
+                    self._stop(a, "timeout", now)
+                    self.live.close(self.live.index[job])
+                    changed = True
+                elif beat is not None and now - beat > self.config.heartbeat_timeout:
+                    self._stop(a, "hung", now, grace=0.0)
+            if a.kill_at is not None and now >= a.kill_at and a.ref is not None:
+                self.executor.kill(a.ref)
+                a.kill_at = None
+        return changed
+
+    def _stop(self, a: Attempt, why: str, now: float, grace: float | None = None) -> None:
+        """Ask an attempt to stop (recorded first, so a restart carries the stop on)."""
+        a.stop = why
+        with self.store.session() as s:
+            att = s.get(AttemptRow, a.id)
+            if att is not None:
+                att.stop = why
+            row = s.get(JobRow, a.job)
+            if row is not None:
+                row.reason = {"preempt": "Preempting", "suspend": "Suspending"}.get(
+                    why, why.capitalize()
+                )
+            self.store.event(s, "stop", a.job, attempt=a.number, why=why)
+        self._signal_stop(a, now, grace)
+
+    def _signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None:
+        if a.ref is None:
+            return
+        grace = self.config.stop_grace if grace is None else grace
+        self.executor.signal(a.ref, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        a.kill_at = now + grace
+
+    def _ended(self, a: Attempt, record: ExitRecord, now: float) -> None:
+        cause, detail = classify(a.stop, record, a.phase, a.log)
+        del self.attempts[a.job]
+        for g in a.gpus:
+            if self.holders.get(g) == a.job:
+                del self.holders[g]
+        live = self.live
+        i = live.index[a.job]
+        st = live.state
+        # still running in the policy's view: it ended by itself, not by a plan's stop
+        ours = st.status[i] == RUNNING and a.job not in self.starting
+        end = min(record.end or now, now)
+        with self.store.session() as s:
+            row = s.get(JobRow, a.job)
+            att = s.get(AttemptRow, a.id)
+            assert row is not None and att is not None
+            spec = JobSpec.model_validate(row.spec)
+            att.end_time = max(end, att.start_time)
+            att.exit_code, att.signal = record.exit_code, record.signal
+            att.cause, att.detail = cause.value, detail
+            att.steps_end = row.steps
+            self._count_node(s, a, cause)
+            if a.job not in self.starting:
+                row.gpus = None
+            row.exit_code = record.exit_code
+            if cause in (Cause.SUCCEEDED, Cause.CANCELLED, Cause.TIMEOUT):
+                self.starting.pop(a.job, None)
+                live.close(i)
+                row.status = {
+                    Cause.SUCCEEDED: JobStatus.SUCCEEDED,
+                    Cause.CANCELLED: JobStatus.CANCELLED,
+                    Cause.TIMEOUT: JobStatus.TIMEOUT,
+                }[cause]
+                row.end_time = end
+                row.gpus = None
+                row.reason = None if cause == Cause.SUCCEEDED else detail
+            elif cause == Cause.PRERUN_OK:
+                row.phase = "main"
+                row.status = JobStatus.PENDING
+                row.reason = "Resources"
+                if ours:
+                    live.requeue(i, spec.gpus)
+                else:
+                    st.gpus[i] = spec.gpus
+            elif cause == Cause.PREEMPTED:
+                self.preempted.add(a.job)
+                row.preemptions += 1
+                row.status = JobStatus.STARTING if a.job in self.starting else JobStatus.PENDING
+                row.reason = None if a.job in self.starting else "Preempted"
+            elif cause == Cause.SUSPENDED:
+                row.status = JobStatus.SUSPENDED
+                row.reason = "Suspended"
+            else:
+                row.failures += 1
+                final = row.failures > spec.max_retries or (
+                    a.phase == "prerun" and cause == Cause.USER_ERROR
+                )
+                self.starting.pop(a.job, None)
+                row.gpus = None
+                if final:
+                    live.close(i)
+                    row.status = JobStatus.FAILED
+                    row.end_time = end
+                    row.reason = f"{cause.value}: {detail}"
+                else:
+                    live.hold(i)
+                    delay = min(
+                        self.config.retry.backoff * 2 ** (row.failures - 1),
+                        self.config.retry.backoff_max,
+                    )
+                    row.eligible_at = now + delay
+                    self.backoff[a.job] = row.eligible_at
+                    row.status = JobStatus.PENDING
+                    row.reason = (
+                        f"BackOff (retry {row.failures} of {spec.max_retries} after "
+                        f"{cause.value}, {delay:.0f}s)"
+                    )
+            self.reasons[a.job] = row.reason
+            self.store.event(
+                s,
+                "attempt_end",
+                a.job,
+                attempt=a.number,
+                cause=cause.value,
+                detail=detail,
+                exit_code=record.exit_code,
+            )
+        self._sync_drained()
+
+    def _count_node(self, s: Session, a: Attempt, cause: Cause) -> None:
+        """Node failures in a row drain a node; a clean exit resets the count."""
+        for name in {self.node_of(g) for g in a.gpus}:
+            node = s.get(NodeRow, name)
+            if node is None:
+                continue
+            if cause == Cause.NODE_FAILURE:
+                node.failures += 1
+                if node.failures >= self.config.drain_after and node.state == "up":
+                    node.state = "drained"
+                    self.store.event(s, "node_drained", None, node=name, failures=node.failures)
+            elif cause in (Cause.SUCCEEDED, Cause.PRERUN_OK):
+                node.failures = 0
+
+    def _arrivals(self, now: float) -> bool:
+        rebuild = False
+        with self.store.session() as s:
+            rows = list(s.scalars(select(JobRow).where(JobRow.id > self.seen).order_by(JobRow.id)))
+            for row in rows:
+                if self.live.full:
+                    rebuild = True
+                    break
+                if row.status not in TERMINAL and row.id not in self.live.index:
+                    i = self._add(s, row)
+                    if row.status != JobStatus.SUSPENDED:
+                        self._enqueue(row, i, now)
+                self.seen = row.id
+        if rebuild:
+            self._rebuild()
+        return bool(rows)
+
+    def _requests(self, now: float) -> bool:
+        """Carry out the API's requests (the API only records them in the store)."""
+        live = self.live
+        stops: list[tuple[Attempt, str]] = []
+        with self.store.session() as s:
+            rows = list(s.scalars(select(JobRow).where(JobRow.request.is_not(None))))
+            for row in rows:
+                request = row.request
+                # Cleared only if unchanged: a request the API records meanwhile
+                # (a cancel after a suspend) stays for the next pass.
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.id == row.id, JobRow.request == request)
+                    .values(request=None)
+                    .execution_options(synchronize_session=False)
+                )
+                i = live.index.get(row.id)
+                if i is None or row.status in TERMINAL:
+                    continue
+                a = self.attempts.get(row.id)
+                self.store.event(s, f"request_{request}", row.id)
+                if request == "priority":
+                    live.set_priority(i, row.priority)
+                elif request == "cancel":
+                    self.starting.pop(row.id, None)
+                    self.backoff.pop(row.id, None)
+                    self.blocked.pop(row.id, None)
+                    live.close(i)
+                    if a is not None:
+                        stops.append((a, "cancel"))
+                    else:
+                        row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
+                        row.reason = "cancelled by request"
+                elif request == "suspend" and row.status != JobStatus.SUSPENDED:
+                    self.starting.pop(row.id, None)
+                    self.backoff.pop(row.id, None)
+                    self.blocked.pop(row.id, None)
+                    live.hold(i)
+                    if a is not None:
+                        stops.append((a, "suspend"))
+                    else:
+                        row.status, row.gpus, row.reason = JobStatus.SUSPENDED, None, "Suspended"
+                elif request == "resume":
+                    if a is not None and a.stop == "suspend":
+                        # still checkpointing: it goes back to the queue when it exits
+                        a.stop = "preempt"
+                        att = s.get(AttemptRow, a.id)
+                        if att is not None:
+                            att.stop = "preempt"
+                        live.arrive(i, self.rel(now))
+                    elif row.status == JobStatus.SUSPENDED:
+                        row.status, row.reason = JobStatus.PENDING, None
+                        self._enqueue(row, i, now)
+        for a, why in stops:
+            if why == "cancel" or a.stop in (None, "preempt"):
+                self._stop(a, why, now)
+        return bool(rows)
+
+    def _enqueue(self, row: JobRow, i: int, now: float) -> None:
+        """Queue a job for the policy, or hold it while its dependency is unmet."""
+        dependency = JobSpec.model_validate(row.spec).dependency
+        if dependency and row.first_start is None:
+            self.blocked[row.id] = dict(dependency)
+            row.reason = "Dependency"
+            self.reasons[row.id] = row.reason
+        else:
+            self.live.arrive(i, self.rel(now))
+
+    def _dependencies(self, now: float) -> bool:
+        """Queue the held jobs whose dependency is met; cancel those whose never can be."""
+        if not self.blocked:
+            return False
+        wanted = {j for dep in self.blocked.values() for ids in dep.values() for j in ids}
+        with self.store.session() as s:
+            known = {
+                r.id: (r.status, r.first_start is not None)
+                for r in s.execute(
+                    select(JobRow.id, JobRow.status, JobRow.first_start).where(
+                        JobRow.id.in_(wanted)
+                    )
+                )
+            }
+            changed = False
+            for job, dependency in list(self.blocked.items()):
+                verdict, why = dependency_verdict(dependency, known)
+                if verdict == "wait":
+                    continue
+                del self.blocked[job]
+                changed = True
+                row = s.get(JobRow, job)
+                i = self.live.index.get(job)
+                if row is None or i is None or row.status in TERMINAL:
+                    continue
+                if verdict == "ready":
+                    row.reason = None
+                    self.live.arrive(i, self.rel(now))
+                else:
+                    self.live.close(i)
+                    row.status, row.end_time = JobStatus.CANCELLED, now
+                    row.reason = f"DependencyNeverSatisfied ({why})"
+                    self.store.event(s, "dependency_never_satisfied", job, why=why)
+                self.reasons[job] = row.reason
+        return changed
+
+    def _end_backoffs(self, now: float) -> bool:
+        due = [job for job, t in self.backoff.items() if t <= now]
+        for job in due:
+            del self.backoff[job]
+            i = self.live.index.get(job)
+            if i is not None:
+                self.live.arrive(i, self.rel(now))
+        return bool(due)
