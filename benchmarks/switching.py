@@ -1,0 +1,114 @@
+"""Cold against warm task switching, for the example models.
+
+    python benchmarks/switching.py              # 20 switches of each kind per model
+    python benchmarks/switching.py --switches 5 --models digits
+
+**Cold** is today's preemption: the outgoing job writes its checkpoint to
+disk, and a new process starts, imports PyTorch, builds the model and
+optimiser and reads the checkpoint, until it is ready to run its next step
+(timed from the save to the new process saying it is ready).
+
+**Warm** is a standby worker (:class:`corral.train.task.WarmWorker`) holding
+two jobs of the model and alternating between them, one step each: the
+outgoing job's state is parked in host memory, the incoming one's restored
+(timed around the switch only; on a GPU this includes moving the tensors).
+
+Prints median and p95 per model and kind; the last line is the smallest
+cold/warm ratio over the models measured, as ``<ratio>x``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from corral.train import checkpoint
+from corral.train.task import WarmWorker, load_factory
+
+MODELS = {
+    "digits": "corral.examples.tasks:digits",
+    "tiny_transformer": "corral.examples.tasks:tiny_transformer",
+    "resnet50": "corral.examples.tasks:resnet50",
+}
+READY = (
+    "import sys, torch; torch.set_num_threads(1)\n"
+    "from corral.train import checkpoint\n"
+    "from corral.train.task import load_factory\n"
+    "task = load_factory(sys.argv[1])()\n"
+    "checkpoint.restore(checkpoint.load(__import__('pathlib').Path(sys.argv[2])), task.objects)\n"
+    "print('ready', flush=True)\n"
+)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def cold(factory: str, switches: int) -> list[float]:
+    task = load_factory(factory)()
+    task.step(0)
+    times = []
+    with tempfile.TemporaryDirectory() as folder:
+        for _ in range(switches):
+            start = time.perf_counter()
+            checkpoint.save(Path(folder), 1, task.objects, {})
+            child = subprocess.Popen(
+                [sys.executable, "-c", READY, factory, folder],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert child.stdout is not None
+            line = child.stdout.readline()
+            times.append(time.perf_counter() - start)
+            child.wait()
+            if line.strip() != "ready":
+                raise RuntimeError(f"the cold start of {factory} failed")
+    return times
+
+
+def warm(factory: str, switches: int, device: str) -> list[float]:
+    worker = WarmWorker(device=device)
+    worker.admit("a", factory, seed=1)
+    worker.admit("b", factory, seed=2)
+    times = []
+    for k in range(switches + 2):
+        took = worker.switch_to("a" if k % 2 == 0 else "b")
+        worker.run(1)
+        if k >= 2:  # the first switch of each job moves it to the device for the first time
+            times.append(took)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--switches", type=int, default=20)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
+    print(f"device: {where}; {args.switches} switches of each kind per model")
+    print(f"{'model':<18}{'params':>12}{'kind':>6}{'median ms':>12}{'p95 ms':>10}")
+    ratios = []
+    for name in args.models.split(","):
+        factory = MODELS[name]
+        params = sum(p.numel() for p in load_factory(factory)().model.parameters())
+        cold_times = cold(factory, args.switches)
+        warm_times = warm(factory, args.switches, args.device)
+        for kind, times in (("cold", cold_times), ("warm", warm_times)):
+            median = statistics.median(times) * 1e3
+            print(f"{name:<18}{params:>12,}{kind:>6}{median:>12.3f}{p95(times) * 1e3:>10.3f}")
+        ratios.append(statistics.median(cold_times) / statistics.median(warm_times))
+    print(f"{min(ratios):.0f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""The example models as warm-switchable tasks (see :mod:`corral.train.task`).
+
+``digits``, ``tiny_transformer`` and ``resnet50`` build a model, its
+optimiser and a ``step(n)`` whose batch depends only on ``n``, so a job
+switched in and out of a worker any number of times computes what an
+uninterrupted run computes. ``resnet50`` is ResNet-50's architecture (25.6
+million parameters, bottleneck blocks [3, 4, 6, 3]) on small synthetic
+images: the model size the switching benchmark needs, without downloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from corral.examples.loop import batch_rng
+from corral.train.checkpoint import Stateful
+
+
+@dataclass
+class LoopTask:
+    """A model, its optimiser and a step function: the :class:`~corral.train.task.Task` shape."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_of_step: Any
+
+    @property
+    def objects(self) -> dict[str, Stateful]:
+        return {"model": self.model, "optimizer": self.optimizer}
+
+    def step(self, step: int) -> float:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_of_step(step)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.item())
+
+
+def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64) -> LoopTask:
+    from sklearn.datasets import load_digits
+
+    from corral.examples.digits_cnn import DigitsCNN
+
+    data = load_digits()
+    x = torch.tensor(data.images / 16.0, dtype=torch.float32).unsqueeze(1)
+    y = torch.tensor(data.target, dtype=torch.long)
+    torch.manual_seed(seed)
+    model = DigitsCNN()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def loss_of_step(step: int) -> torch.Tensor:
+        pick = torch.as_tensor(batch_rng(seed, step).choice(len(y), batch, replace=False))
+        return loss_fn(model(x[pick]), y[pick])
+
+    return LoopTask(model, optimizer, loss_of_step)
+
+
+def tiny_transformer(seed: int = 0, lr: float = 3e-3) -> LoopTask:
+    from corral.examples.tiny_transformer import BATCH, VOCAB, TinyTransformer, sequences
+
+    torch.manual_seed(seed)
+    model = TinyTransformer()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def loss_of_step(step: int) -> torch.Tensor:
+        tokens = sequences(batch_rng(seed, step), BATCH)
+        logits = model(tokens[:, :-1])
+        return loss_fn(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+
+    return LoopTask(model, optimizer, loss_of_step)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, inputs: int, width: int, stride: int) -> None:
+        super().__init__()
+        out = width * 4
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, width, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(width, out, 1, bias=False),
+            nn.BatchNorm2d(out),
+        )
+        self.skip: nn.Module = nn.Identity()
+        if stride != 1 or inputs != out:
+            self.skip = nn.Sequential(
+                nn.Conv2d(inputs, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+class ResNet50(nn.Module):
+    """ResNet-50's layout: a 7x7 stem, bottleneck stages [3, 4, 6, 3], 1000 classes."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        ]
+        inputs = 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for k in range(blocks):
+                layers.append(Bottleneck(inputs, width, stride if k == 0 else 1))
+                inputs = width * 4
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(inputs, classes)]
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def resnet50(seed: int = 0, lr: float = 0.01, batch: int = 2, size: int = 64) -> LoopTask:
+    torch.manual_seed(seed)
+    model = ResNet50()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def loss_of_step(step: int) -> torch.Tensor:
+        rng = batch_rng(seed, step)
+        images = torch.as_tensor(rng.standard_normal((batch, 3, size, size)), dtype=torch.float32)
+        labels = torch.as_tensor(rng.integers(0, 1000, batch))
+        return loss_fn(model(images), labels)
+
+    return LoopTask(model, optimizer, loss_of_step)
