@@ -65,3 +65,23 @@ def test_a_bad_factory_is_named() -> None:
         load_factory("corral.examples.tasks:nothing")
     with pytest.raises(KeyError, match="not resident"):
         WarmWorker().switch_to("ghost")
+
+
+def test_a_task_runs_cold_as_a_job_and_resumes_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.train import checkpoint
+    from corral.train.run_task import main
+
+    torch.set_num_threads(1)
+    worker = WarmWorker()  # stopped warm after 10 steps: its checkpoint is where it left
+    worker.admit("a", DIGITS, seed=6)
+    worker.switch_to("a")
+    worker.run(10)
+    worker.checkpoint("a", tmp_path)
+    monkeypatch.setenv("CORRAL_CHECKPOINT_DIR", str(tmp_path))
+    assert main([DIGITS, "--steps", "20", "--kw", "seed=6"]) == 0  # resumes cold at step 10
+    saved = checkpoint.load(tmp_path)
+    assert saved is not None and saved["step"] == 20
+    assert same(saved["state"]["model"], run_alone(6, 20))
+    assert main(["corral.examples.tasks", "--steps", "1"]) == 2

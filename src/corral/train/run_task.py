@@ -1,0 +1,62 @@
+"""Run a task (see :mod:`corral.train.task`) as an ordinary job process.
+
+    python -m corral.train.run_task corral.examples.tasks:digits --steps 400 --kw seed=3
+
+The same task a standby worker switches warm runs here cold: resumed from
+its checkpoint, reporting heartbeats, checkpointing and exiting when the
+scheduler asks it to stop, exactly as a hand-written loop on
+:class:`corral.train.Session` would. The final state is saved as the last
+checkpoint: it is the job's result. Keyword values are read as JSON where
+they parse (numbers, booleans), else kept as strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from corral.train.session import Session
+from corral.train.task import load_factory
+
+
+def keyword(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"'{text}': give NAME=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("factory", help="module:function building the task")
+    parser.add_argument("--steps", type=int, required=True, help="steps in all")
+    parser.add_argument("--kw", type=keyword, action="append", default=[], help="NAME=VALUE")
+    parser.add_argument("--checkpoint-every", type=float, default=300.0, help="seconds")
+    args = parser.parse_args(argv)
+    try:
+        factory = load_factory(args.factory)
+    except (ImportError, ValueError) as exc:
+        print(f"corral: {exc}", file=sys.stderr)
+        return 2
+    task = factory(**dict(args.kw))
+    session = Session(checkpoint_every=args.checkpoint_every, **task.objects)
+    step = session.restore()
+    while step < args.steps:
+        loss = task.step(step)
+        step += 1
+        session.report(step, loss=loss)
+        if session.should_stop and step < args.steps:
+            session.stop(step)
+    session.save(step)  # the trained state is the job's result
+    session.finish(step)
+    print(json.dumps({"final_step": step}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
