@@ -60,7 +60,8 @@ class Harness:
         self._start()
 
     def _start(self) -> None:
-        self.scheduler = Scheduler(self.config, self.store, LocalExecutor(self.config.gpus))
+        executor = LocalExecutor(self.config.gpus, self.config.workers.standby)
+        self.scheduler = Scheduler(self.config, self.store, executor)
         self.scheduler.recover()  # as ``corral serve`` does, before the API answers
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.scheduler.run, args=(self.stop_event, False))

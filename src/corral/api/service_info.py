@@ -25,12 +25,14 @@ router = APIRouter()
 
 @router.get("/v1/health", response_model=Health, tags=["service"])
 def health(ctx: Ctx) -> Health:
+    pool = getattr(ctx.scheduler.executor, "pool", None) if ctx.scheduler is not None else None
     return Health(
         status="ok",
         policy=ctx.config.policy,
         gpus=ctx.gpus_by_type,
         passes=ctx.scheduler.passes if ctx.scheduler is not None else 0,
         version=service_version(),
+        standby_ready=pool.ready() if pool is not None else 0,
     )
 
 

@@ -193,6 +193,7 @@ class Health(BaseModel):
     gpus: dict[str, int]
     passes: int
     version: str
+    standby_ready: int = Field(0, description="idle standby workers ready for a task job")
 
 
 class HistoryView(BaseModel):

@@ -49,6 +49,7 @@ def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64) -> LoopTask:
     data = load_digits()
     x = torch.tensor(data.images / 16.0, dtype=torch.float32).unsqueeze(1)
     y = torch.tensor(data.target, dtype=torch.long)
+    torch.set_num_threads(1)  # small models: one thread is fastest, and results reproduce
     torch.manual_seed(seed)
     model = DigitsCNN()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -64,6 +65,7 @@ def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64) -> LoopTask:
 def tiny_transformer(seed: int = 0, lr: float = 3e-3) -> LoopTask:
     from corral.examples.tiny_transformer import BATCH, VOCAB, TinyTransformer, sequences
 
+    torch.set_num_threads(1)
     torch.manual_seed(seed)
     model = TinyTransformer()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -86,6 +86,15 @@ class RetryConfig(BaseModel):
     backoff_max: float = Field(600.0, ge=0, description="cap of the doubling back-off")
 
 
+class WorkersConfig(BaseModel):
+    """Standby workers (PipeSwitch): processes with PyTorch loaded, for jobs given as tasks."""
+
+    model_config = ConfigDict(extra="forbid")
+    standby: int = Field(
+        0, ge=0, le=8, description="idle workers kept per GPU (0: off; each holds PyTorch)"
+    )
+
+
 class PrerunConfig(BaseModel):
     """A few iterations on one GPU before a large gang is allocated."""
 
@@ -113,6 +122,7 @@ class ServiceConfig(BaseModel):
     users: list[UserConfig] = Field(min_length=1)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     prerun: PrerunConfig = Field(default_factory=PrerunConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
     stop_grace: float = Field(30.0, ge=0, description="seconds from SIGTERM to SIGKILL")
     heartbeat_timeout: float = Field(
         300.0, gt=0, description="a job that heartbeated, then fell silent this long, is hung"

@@ -31,6 +31,7 @@ from corral.errors import CorralError
 from corral.runtime.config import GpuGroup
 from corral.runtime.identity import RunAs
 from corral.runtime.launcher import EXIT_FILE, PID_FILE, Confinement, write_atomic
+from corral.runtime.standby import StandbyPool
 
 PASSED_ENV = ("LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR", "CUDA_HOME")
 """The service's variables a job inherits (locale, libraries); nothing else of the
@@ -62,6 +63,8 @@ class LaunchRequest:
     """Bytes."""
     output: str | None = None
     """The job's output file (None: the attempt's log)."""
+    warm_argv: list[str] | None = None
+    """A task job's runner arguments: it may start in a standby worker."""
 
 
 @dataclass(frozen=True)
@@ -264,7 +267,9 @@ def virtual_slots(groups: list[GpuGroup]) -> list[GpuSlot]:
 class LocalExecutor(Executor):
     """Processes on this machine, one process group per attempt."""
 
-    def __init__(self, gpus: str | list[GpuGroup]) -> None:
+    def __init__(
+        self, gpus: str | list[GpuGroup], standby: int = 0, standby_log: Path | None = None
+    ) -> None:
         if gpus == "auto":
             self._slots = discover_nvidia()
             if not self._slots:
@@ -276,6 +281,8 @@ class LocalExecutor(Executor):
             assert isinstance(gpus, list)
             self._slots = virtual_slots(gpus)
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.pool = StandbyPool(standby * len(self._slots), standby_log) if standby else None
+        self.warm_starts = 0
 
     def slots(self) -> list[GpuSlot]:
         return list(self._slots)
@@ -291,6 +298,17 @@ class LocalExecutor(Executor):
             conf.uid, conf.gid, conf.groups = who.uid, who.gid, list(who.groups)
         if request.cpus:
             conf.cpus = cpus_near(request.gpus, self._slots, request.cpus)
+        if request.warm_argv is not None and self.pool is not None:
+            worker = self.pool.take()
+            if worker is not None:
+                pid = self.pool.assign(
+                    worker, request.dir, request.log, conf, env, request.warm_argv
+                )
+                self._children[pid] = worker.process
+                self.warm_starts += 1
+                self.pool.refill()
+                return ProcessRef(pid, process_start(pid) or "")
+            self.pool.refill()
         argv = [sys.executable, "-m", "corral.runtime.launcher", str(request.dir)]
         argv += [*conf.options(), "--"]
         with open(request.log, "ab") as log:

@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,8 +48,8 @@ PID_FILE = "launcher.pid"
 NOT_STARTED = 127
 """Exit code when the program could not be started (as a shell reports it)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 _CLEANUP_SECONDS = 10.0
 
 
@@ -145,27 +146,46 @@ def main(args: list[str]) -> int:
         )
         return 2
     folder, conf, argv = parsed
-    write_atomic(folder / PID_FILE, str(os.getpid()))
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    cgroup = _cgroup(folder, conf)
-    record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
-    me = os.getpid()
-    try:
+    started: list[subprocess.Popen[bytes]] = []  # kept: a dropped Popen may reap our child
+
+    def start(child_setup: Callable[[], None]) -> int:
         child = subprocess.Popen(
             argv,
             restore_signals=True,
-            preexec_fn=lambda: _in_child(conf, cgroup is None, me),
+            preexec_fn=child_setup,
             user=conf.uid,
             group=conf.gid,
             extra_groups=conf.groups if conf.uid is not None else None,
         )
+        started.append(child)
+        return child.pid
+
+    return supervise(folder, conf, start, what=argv[0])
+
+
+def supervise(
+    folder: Path,
+    conf: Confinement,
+    start: Callable[[Callable[[], None]], int],
+    what: str = "the job",
+) -> int:
+    """Be an attempt's launcher: ``start(child_setup)`` starts the job's process (calling
+    ``child_setup`` in it once its identity is set) and returns its pid; then wait for
+    it, kill what it left and write the exit record. Returns the launcher's exit code."""
+    write_atomic(folder / PID_FILE, str(os.getpid()))
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    cgroup = _cgroup(folder, conf)
+    record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
+    me = os.getpid()
+    try:
+        pid = start(lambda: _in_child(conf, cgroup is None, me))
     except (OSError, subprocess.SubprocessError) as exc:
-        print(f"corral: cannot start {argv[0]!r}: {_why(exc)}", file=sys.stderr)
-        record.update(exit_code=NOT_STARTED, detail=f"cannot start {argv[0]!r}: {_why(exc)}")
+        print(f"corral: cannot start {what!r}: {_why(exc)}", file=sys.stderr)
+        record.update(exit_code=NOT_STARTED, detail=f"cannot start {what!r}: {_why(exc)}")
     else:
-        code = _wait(child)
+        code = _wait(pid)
         if code < 0:
             record["signal"] = -code
         else:
@@ -184,15 +204,15 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc)
 
 
-def _wait(child: subprocess.Popen[bytes]) -> int:
+def _wait(pid: int) -> int:
     """The main process's status (as a subreaper, orphans are reaped later, not here)."""
     while True:
         try:
-            _, status = os.waitpid(child.pid, 0)
+            _, status = os.waitpid(pid, 0)
         except InterruptedError:
             continue
         except ChildProcessError:
-            return child.returncode if child.returncode is not None else 0
+            return 0
         return os.waitstatus_to_exitcode(status)
 
 
@@ -200,7 +220,7 @@ def _in_child(conf: Confinement, rlimits: bool, launcher: int) -> None:
     """In the job's process, after its user and groups are set, before it runs."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
     if os.getppid() != launcher:  # the launcher died before the line above took effect
         os._exit(NOT_STARTED)
     for what, path in (("working directory", conf.cwd), ("output", conf.output)):
@@ -225,7 +245,7 @@ def _in_child(conf: Confinement, rlimits: bool, launcher: int) -> None:
             resource.setrlimit(resource.RLIMIT_DATA, (conf.memory, conf.memory))
 
 
-def _prctl(option: int, value: int) -> None:
+def prctl(option: int, value: int) -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 

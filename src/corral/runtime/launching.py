@@ -100,6 +100,7 @@ class Launching(LoopBase):
                     cpus=spec.cpus,
                     memory=spec.memory * 2**20 if spec.memory else None,
                     output=output_path(spec, job, row_user),
+                    warm_argv=spec.warm_argv(),
                 )
             )
         except OSError as exc:

@@ -9,11 +9,19 @@ a shell, so no quoting or injection can change what runs.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from corral.errors import InputError
 from corral.model.cluster import normalise_gpu_type
@@ -120,6 +128,42 @@ def parse_seconds(value: Any) -> float:
     return seconds
 
 
+TASK_RUNNER = ["python", "-m", "corral.train.run_task"]
+"""The command of a job given as a task (``python`` is the service's own)."""
+
+
+class TaskSpec(BaseModel):
+    """A job given as a task factory (see :mod:`corral.train.task`): it can start in a
+    standby worker and be switched warm."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    factory: str = Field(
+        max_length=200,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
+        description="module:function building the task, e.g. corral.examples.tasks:digits",
+    )
+    steps: int = Field(ge=1, le=10**12, description="steps in all")
+    kwargs: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, max_length=64, description="keyword arguments of the factory"
+    )
+
+    @field_validator("kwargs")
+    @classmethod
+    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not key.isidentifier():
+                raise ValueError(f"'{key}' is not a keyword argument name")
+        return value
+
+    def argv(self) -> list[str]:
+        """The task runner's arguments (after ``python -m corral.train.run_task``)."""
+        out = [self.factory, "--steps", str(self.steps)]
+        for key, value in self.kwargs.items():
+            out += ["--kw", f"{key}={json.dumps(value)}"]
+        return out
+
+
 class JobSpec(BaseModel):
     """A training job as its owner describes it."""
 
@@ -127,7 +171,12 @@ class JobSpec(BaseModel):
 
     name: str = Field("job", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     command: list[str] = Field(
-        min_length=1, max_length=MAX_ARGS, description="argv; run directly, never by a shell"
+        min_length=1,
+        max_length=MAX_ARGS,
+        description="argv; run directly, never by a shell (unset for a task: its runner)",
+    )
+    task: TaskSpec | None = Field(
+        None, description="the job as a task factory, startable in a standby worker"
     )
     gpus: int = Field(1, ge=1, le=4096, description="GPUs of the gang")
     gpu_type: str | None = Field(
@@ -186,6 +235,22 @@ class JobSpec(BaseModel):
         description="file for the job's output instead of the service's log (absolute; "
         "%j job id, %a array index, %A array job, %x name, %u user)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_command(cls, data: Any) -> Any:
+        """A task needs no command: its runner is the command."""
+        if isinstance(data, dict) and data.get("command") is None and data.get("task"):
+            task = TaskSpec.model_validate(data["task"])
+            data = {**data, "command": [*TASK_RUNNER, *task.argv()]}
+            data.setdefault("total_steps", task.steps)
+        return data
+
+    def warm_argv(self) -> list[str] | None:
+        """The task runner's arguments when this job may start in a standby worker."""
+        if self.task is None or self.command != [*TASK_RUNNER, *self.task.argv()]:
+            return None
+        return self.task.argv()
 
     @field_validator("command")
     @classmethod

@@ -1,0 +1,215 @@
+"""Standby workers: processes with Python and PyTorch already loaded, waiting for a job.
+
+Starting a training process cold costs seconds before its first step: a new
+interpreter, importing PyTorch and the job's code, then building the model
+and reading the checkpoint. PipeSwitch keeps *standby workers* with that
+environment initialised, so a switch only loads the job. corral does the
+same for jobs given as a task (``task: {factory: module:function, steps: N}``
+in the spec; see :mod:`corral.train.task`): with ``workers: {standby: N}`` in
+the config, the executor keeps N idle workers per GPU.
+
+A standby worker (``python -m corral.runtime.standby FD``) imports PyTorch
+and corral's training code, says it is ready on its socket and waits. To
+launch an attempt the executor sends it the attempt's folder, confinement,
+environment and task arguments, with the attempt's log as a passed file
+descriptor. From then on the worker *is* that attempt's launcher: it forks
+the job (which runs the task in the already-initialised interpreter, after
+taking the job's Unix identity and limits), waits for it, kills whatever it
+left, and writes the exit record, exactly as :mod:`corral.runtime.launcher`
+does for a cold start. An idle worker dies with the service; a busy one, like
+any launcher, outlives it so the restarted service can adopt the job.
+
+Only CUDA is left to the job (a forked process must not inherit a CUDA
+context), so on a GPU the job still creates its context on its first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.runtime.launcher import (
+    NOT_STARTED,
+    PR_SET_PDEATHSIG,
+    Confinement,
+    parse,
+    prctl,
+    supervise,
+)
+
+READY = b"R"
+WARM_MARK = "corral: started in a standby worker (interpreter and PyTorch already loaded)"
+
+
+def main(fd: int) -> int:
+    """Wait for one assignment on socket ``fd``, then run it as its launcher."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # idle: go with the service
+    sock = socket.socket(fileno=fd)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    import torch  # noqa: F401 - the point of a standby worker: loaded before it is needed
+
+    import corral.train.run_task  # noqa: F401
+
+    sock.sendall(READY)
+    try:
+        message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+    except OSError:
+        return 0
+    sock.close()
+    if not message or not fds:
+        return 0  # the service went away before giving work
+    prctl(PR_SET_PDEATHSIG, 0)  # from here on this is an attempt: it outlives the service
+    assignment = json.loads(message)
+    log = fds[0]
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    parsed = parse([assignment["dir"], *assignment["options"], "--", *assignment["argv"]])
+    if parsed is None:
+        print("corral: a standby worker got a malformed assignment", file=sys.stderr)
+        return 2
+    folder, conf, argv = parsed
+    env = assignment["env"]
+    return supervise(folder, conf, lambda child_setup: _fork_task(conf, env, argv, child_setup))
+
+
+def _fork_task(
+    conf: Confinement, env: dict[str, str], argv: list[str], child_setup: Callable[[], None]
+) -> int:
+    """Fork the job: identity, limits and environment, then the task in this interpreter."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        if conf.uid is not None:
+            os.setgroups(conf.groups)
+            os.setgid(conf.gid if conf.gid is not None else conf.uid)
+            os.setuid(conf.uid)
+        child_setup()
+        os.environ.clear()
+        os.environ.update(env)
+        print(WARM_MARK, flush=True)
+        from corral.train.run_task import main as run_task
+
+        code = run_task(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+@dataclass
+class Idle:
+    """A standby worker waiting for work, and the service's end of its socket."""
+
+    process: subprocess.Popen[bytes]
+    sock: socket.socket
+    ready: bool = False
+
+
+class StandbyPool:
+    """Idle standby workers the executor launches task jobs into."""
+
+    def __init__(self, size: int, log: Path | None = None) -> None:
+        self.size = size
+        self.log = log
+        self.idle: list[Idle] = []
+        self.refill()
+
+    def refill(self) -> None:
+        """Start workers until ``size`` are idle (they become ready in the background)."""
+        self.idle = [w for w in self.idle if w.process.poll() is None]
+        while len(self.idle) < self.size:
+            ours, theirs = socket.socketpair()
+            out = open(self.log, "ab") if self.log is not None else subprocess.DEVNULL  # noqa: SIM115
+            try:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "corral.runtime.standby", str(theirs.fileno())],
+                    pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            finally:
+                theirs.close()
+                if out is not subprocess.DEVNULL:
+                    out.close()  # type: ignore[union-attr]
+            ours.setblocking(False)
+            self.idle.append(Idle(process, ours))
+
+    def ready(self) -> int:
+        """How many idle workers are ready now."""
+        return sum(self._is_ready(w) for w in list(self.idle))
+
+    def take(self) -> Idle | None:
+        """A ready idle worker (removed from the pool), or None if none is ready yet."""
+        for worker in list(self.idle):
+            if self._is_ready(worker):
+                self.idle.remove(worker)
+                return worker
+        return None
+
+    @staticmethod
+    def _is_ready(worker: Idle) -> bool:
+        if not worker.ready:
+            with contextlib.suppress(BlockingIOError, InterruptedError, OSError):
+                worker.ready = worker.sock.recv(1) == READY
+        return worker.ready and worker.process.poll() is None
+
+    def assign(
+        self,
+        worker: Idle,
+        folder: Path,
+        log_path: Path,
+        conf: Confinement,
+        env: dict[str, str],
+        argv: list[str],
+    ) -> int:
+        """Hand an attempt to ``worker``; its pid (the attempt's launcher from now on)."""
+        message = json.dumps(
+            {"dir": str(folder), "options": conf.options(), "env": env, "argv": argv}
+        ).encode()
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            worker.sock.setblocking(True)
+            socket.send_fds(worker.sock, [message], [log])
+        finally:
+            os.close(log)
+            worker.sock.close()
+        return worker.process.pid
+
+    def close(self) -> None:
+        for worker in self.idle:
+            worker.sock.close()
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.kill()
+            worker.process.wait()
+        self.idle = []
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
+        print("usage: python -m corral.runtime.standby FD", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(main(int(sys.argv[1])))
+    except KeyboardInterrupt:
+        sys.exit(NOT_STARTED)
