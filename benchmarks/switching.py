@@ -13,6 +13,10 @@ two jobs of the model and alternating between them, one step each: the
 outgoing job's state is parked in host memory, the incoming one's restored
 (timed around the switch only; on a GPU this includes moving the tensors).
 
+**Standby** is what ``corral serve`` does live with ``workers: {standby: N}``:
+a one-step task job launched through the executor, from launch to exit,
+started cold (new interpreter) or in a standby worker (PyTorch loaded).
+
 Prints median and p95 per model and kind; the last line is the smallest
 cold/warm ratio over the models measured, as ``<ratio>x``.
 """
@@ -87,6 +91,47 @@ def warm(factory: str, switches: int, device: str) -> list[float]:
     return times
 
 
+def job_start(factory: str, repeats: int, standby: bool) -> list[float]:
+    """Launch-to-exit seconds of a one-step task job through the local executor."""
+    from corral.runtime.config import GpuGroup
+    from corral.runtime.executor import LaunchRequest, LocalExecutor
+    from corral.runtime.specs import JobSpec
+
+    spec = JobSpec.model_validate({"task": {"factory": factory, "steps": 1}})
+    executor = LocalExecutor(
+        [GpuGroup(type="V100", count=1)], standby=1 if standby else 0, preload=["sklearn.datasets"]
+    )
+    times = []
+    with tempfile.TemporaryDirectory() as folder:
+        for k in range(repeats):
+            if executor.pool is not None:
+                while executor.pool.ready() < 1:
+                    time.sleep(0.05)
+            attempt = Path(folder) / f"attempt-{k}"
+            attempt.mkdir()
+            env = {"CORRAL_CHECKPOINT_DIR": str(attempt / "checkpoint")}
+            start = time.perf_counter()
+            ref = executor.launch(
+                LaunchRequest(
+                    spec.command,
+                    env,
+                    folder,
+                    tuple(executor.slots()),
+                    attempt,
+                    attempt / "log.txt",
+                    warm_argv=spec.warm_argv() if standby else None,
+                )
+            )
+            while (record := executor.poll(ref, attempt)) is None:
+                time.sleep(0.01)
+            times.append(time.perf_counter() - start)
+            if record.exit_code != 0:
+                raise RuntimeError((attempt / "log.txt").read_text())
+    if executor.pool is not None:
+        executor.pool.close()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--switches", type=int, default=20)
@@ -107,6 +152,15 @@ def main() -> None:
             median = statistics.median(times) * 1e3
             print(f"{name:<18}{params:>12,}{kind:>6}{median:>12.3f}{p95(times) * 1e3:>10.3f}")
         ratios.append(statistics.median(cold_times) / statistics.median(warm_times))
+    print()
+    print("a one-step task job through the executor, launch to exit:")
+    print(f"{'model':<18}{'start':>10}{'median ms':>12}{'p95 ms':>10}")
+    repeats = max(3, args.switches // 4)
+    for name in args.models.split(","):
+        for kind, standby in (("cold", False), ("standby", True)):
+            times = job_start(MODELS[name], repeats, standby)
+            median = statistics.median(times) * 1e3
+            print(f"{name:<18}{kind:>10}{median:>12.1f}{p95(times) * 1e3:>10.1f}")
     print(f"{min(ratios):.0f}x")
 
 

@@ -93,6 +93,19 @@ class WorkersConfig(BaseModel):
     standby: int = Field(
         0, ge=0, le=8, description="idle workers kept per GPU (0: off; each holds PyTorch)"
     )
+    preload: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="modules a standby worker imports ahead (e.g. sklearn.datasets)",
+    )
+
+    @field_validator("preload")
+    @classmethod
+    def _modules(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not all(part.isidentifier() for part in name.split(".")):
+                raise ValueError(f"'{name}' is not a module name")
+        return value
 
 
 class PrerunConfig(BaseModel):

@@ -268,7 +268,11 @@ class LocalExecutor(Executor):
     """Processes on this machine, one process group per attempt."""
 
     def __init__(
-        self, gpus: str | list[GpuGroup], standby: int = 0, standby_log: Path | None = None
+        self,
+        gpus: str | list[GpuGroup],
+        standby: int = 0,
+        standby_log: Path | None = None,
+        preload: list[str] | None = None,
     ) -> None:
         if gpus == "auto":
             self._slots = discover_nvidia()
@@ -281,7 +285,9 @@ class LocalExecutor(Executor):
             assert isinstance(gpus, list)
             self._slots = virtual_slots(gpus)
         self._children: dict[int, subprocess.Popen[bytes]] = {}
-        self.pool = StandbyPool(standby * len(self._slots), standby_log) if standby else None
+        self.pool = (
+            StandbyPool(standby * len(self._slots), standby_log, preload) if standby else None
+        )
         self.warm_starts = 0
 
     def slots(self) -> list[GpuSlot]:

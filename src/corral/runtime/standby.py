@@ -50,16 +50,33 @@ READY = b"R"
 WARM_MARK = "corral: started in a standby worker (interpreter and PyTorch already loaded)"
 
 
-def main(fd: int) -> int:
+def warm_up(preload: list[str]) -> None:
+    """Load what a training job needs before its first step: PyTorch, corral's runner,
+    the modules PyTorch imports lazily on first use (an optimiser's first step
+    pulls in its compiler stack, over a second), and any modules the config names."""
+    import importlib
+
+    import torch
+
+    import corral.train.run_task  # noqa: F401
+
+    weight = torch.zeros(4, requires_grad=True)
+    for optimizer in (torch.optim.SGD([weight], lr=0.1), torch.optim.Adam([weight])):
+        (weight * 2).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for name in preload:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def main(fd: int, preload: list[str]) -> int:
     """Wait for one assignment on socket ``fd``, then run it as its launcher."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # idle: go with the service
     sock = socket.socket(fileno=fd)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    import torch  # noqa: F401 - the point of a standby worker: loaded before it is needed
-
-    import corral.train.run_task  # noqa: F401
-
+    warm_up(preload)
     sock.sendall(READY)
     try:
         message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
@@ -127,9 +144,12 @@ class Idle:
 class StandbyPool:
     """Idle standby workers the executor launches task jobs into."""
 
-    def __init__(self, size: int, log: Path | None = None) -> None:
+    def __init__(
+        self, size: int, log: Path | None = None, preload: list[str] | None = None
+    ) -> None:
         self.size = size
         self.log = log
+        self.preload = preload or []
         self.idle: list[Idle] = []
         self.refill()
 
@@ -141,7 +161,13 @@ class StandbyPool:
             out = open(self.log, "ab") if self.log is not None else subprocess.DEVNULL  # noqa: SIM115
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "corral.runtime.standby", str(theirs.fileno())],
+                    [
+                        sys.executable,
+                        "-m",
+                        "corral.runtime.standby",
+                        str(theirs.fileno()),
+                        *self.preload,
+                    ],
                     pass_fds=[theirs.fileno()],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
@@ -206,10 +232,10 @@ class StandbyPool:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
-        print("usage: python -m corral.runtime.standby FD", file=sys.stderr)
+    if len(sys.argv) < 2 or not sys.argv[1].isdigit():
+        print("usage: python -m corral.runtime.standby FD [MODULE...]", file=sys.stderr)
         sys.exit(2)
     try:
-        sys.exit(main(int(sys.argv[1])))
+        sys.exit(main(int(sys.argv[1]), sys.argv[2:]))
     except KeyboardInterrupt:
         sys.exit(NOT_STARTED)
