@@ -127,6 +127,7 @@ class ResNet50(nn.Module):
 
 
 def resnet50(seed: int = 0, lr: float = 0.01, batch: int = 2, size: int = 64) -> LoopTask:
+    torch.set_num_threads(1)
     torch.manual_seed(seed)
     model = ResNet50()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)

@@ -236,6 +236,11 @@ if __name__ == "__main__":
         print("usage: python -m corral.runtime.standby FD [MODULE...]", file=sys.stderr)
         sys.exit(2)
     try:
-        sys.exit(main(int(sys.argv[1]), sys.argv[2:]))
+        code = main(int(sys.argv[1]), sys.argv[2:])
     except KeyboardInterrupt:
-        sys.exit(NOT_STARTED)
+        code = NOT_STARTED
+    # The exit record is written: skip tearing down PyTorch (up to a second), since
+    # the service counts the attempt running until this process is gone.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
