@@ -56,6 +56,13 @@ def check_priority(ctx: Context, priority: int, user: UserConfig) -> None:
         )
 
 
+def left(ctx: Context, row: JobRow) -> tuple[float, str] | None:
+    """The work the policy believes a live job has left (None once it has ended)."""
+    if ctx.scheduler is None or row.status in TERMINAL:
+        return None
+    return ctx.scheduler.remaining(row.id)
+
+
 def ask_scheduler(
     ctx: Context, job_id: int, user: UserConfig, action: str, allowed: set[str]
 ) -> JobView:
@@ -198,7 +205,7 @@ def queue(
             query = query.where(JobRow.user == user.name)
         rows = list(s.scalars(query))
         where = positions(s)
-        return [JobView.of(r, where.get(r.id)) for r in reversed(rows)]
+        return [JobView.of(r, where.get(r.id), left(ctx, r)) for r in reversed(rows)]
 
 
 @router.get("/v1/history", response_model=list[HistoryView], tags=["jobs"], responses=AUTH)
@@ -260,7 +267,7 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
             select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)
         )
         events = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
-        base = JobView.of(row, positions(s).get(job_id))
+        base = JobView.of(row, positions(s).get(job_id), left(ctx, row))
         spec = dict(row.spec)
         if row.user != user.name and not user.admin and spec.get("env"):
             spec["env"] = {key: "(hidden)" for key in spec["env"]}

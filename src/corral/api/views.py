@@ -18,6 +18,14 @@ class ErrorView(BaseModel):
     detail: str
 
 
+class RemainingView(BaseModel):
+    seconds: float
+    source: str = Field(
+        description="heartbeats (steps left / throughput), duration or wall_time (the "
+        "owner's), history (median of the owner's past jobs) or default (the config's)"
+    )
+
+
 class JobView(BaseModel):
     id: int
     name: str
@@ -50,9 +58,17 @@ class JobView(BaseModel):
     array_tasks: list[int] | None = Field(
         None, description="on submitting an array: the ids of its tasks"
     )
+    remaining: RemainingView | None = Field(
+        None, description="the work left the policy believes (queued and running jobs)"
+    )
 
     @classmethod
-    def of(cls, row: JobRow, position: int | None = None) -> JobView:
+    def of(
+        cls,
+        row: JobRow,
+        position: int | None = None,
+        remaining: tuple[float, str] | None = None,
+    ) -> JobView:
         spec = JobSpec.model_validate(row.spec)
         return cls(
             id=row.id,
@@ -83,6 +99,9 @@ class JobView(BaseModel):
             array_job=spec.array_job,
             array_index=spec.array_index,
             dependency=dict(spec.dependency),
+            remaining=None
+            if remaining is None
+            else RemainingView(seconds=remaining[0], source=remaining[1]),
         )
 
 

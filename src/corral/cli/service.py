@@ -354,6 +354,9 @@ def show(
         f"  submitted {_when(job['submit_time'])}  started {_when(job['first_start'])}"
         f"  ended {_when(job['end_time'])}",
     ]
+    if job.get("remaining"):
+        left = job["remaining"]
+        lines.append(f"  remaining {_span(left['seconds'])} (from {left['source']})")
     console.print("\n".join(lines), highlight=False)
     if job["attempts"]:
         table = Table(title="attempts")

@@ -6,6 +6,10 @@ duration. In the simulator the trace gives it; live, the owner may give it
 Otherwise the median run time of the owner's last finished jobs stands in,
 or the service's ``default_duration`` when the owner has none, and the
 state marks the figure as an estimate.
+
+Once a job that gives its ``total_steps`` reports heartbeats, its remaining
+time is measured instead: steps left over its reported throughput. That
+figure replaces the owner's guess (the policy is told it is no estimate).
 """
 
 from __future__ import annotations
@@ -37,15 +41,28 @@ def run_time_history(store: Store, s: Session, user: str, limit: int = HISTORY) 
     return [t for t in spent.values() if t > 0]
 
 
+ESTIMATED = {"history", "default"}
+"""Sources of a duration that are stand-ins, not the owner's figure or a measurement."""
+
+
 def expected_duration(
     store: Store, s: Session, spec: JobSpec, user: str, default: float
-) -> tuple[float, bool]:
-    """(seconds, estimated): the owner's figure, or a stand-in marked as such."""
+) -> tuple[float, str]:
+    """(seconds, source): the owner's figure (``duration``, ``wall_time``), or a stand-in
+    (``history``, ``default``)."""
     if spec.duration is not None:
-        return spec.duration, False
+        return spec.duration, "duration"
     if spec.wall_time is not None:
-        return spec.wall_time, False
+        return spec.wall_time, "wall_time"
     history = run_time_history(store, s, user)
     if history:
-        return statistics.median(history), True
-    return default, True
+        return statistics.median(history), "history"
+    return default, "default"
+
+
+def measured_remaining(goal: float, steps: float, throughput: float | None) -> float | None:
+    """Seconds left from heartbeats: steps to the goal over steps per second (None if
+    the job has not reported a throughput yet)."""
+    if throughput is None or not throughput > 0:
+        return None
+    return max(goal - steps, 0.0) / throughput

@@ -96,6 +96,10 @@ class LoopBase:
         self.reasons: dict[int, str | None] = {}
         self.blocked: dict[int, dict[str, list[int]]] = {}
         """Queued jobs waiting for other jobs (their dependency), kept from the policy."""
+        self.goals: dict[int, int] = {}
+        """Jobs that gave their total steps -> that goal (heartbeats measure the rest)."""
+        self.duration_source: dict[int, str] = {}
+        """Where each job's expected run time comes from (see runtime.estimates)."""
         self.preempted: set[int] = set()
         """Queued jobs whose last attempt was preempted (their reason says so)."""
         self.identities = check_identities(config)
@@ -144,6 +148,18 @@ class LoopBase:
 
     def _slots(self, gpus: Iterable[int]) -> tuple[GpuSlot, ...]:
         return tuple(self.slots[g] for g in gpus)
+
+    def remaining(self, job: int) -> tuple[float, str] | None:
+        """The seconds of work the policy believes a queued or running job has left,
+        and where the figure comes from; None for jobs the loop does not hold."""
+        i = self.live.index.get(job)
+        if i is None:
+            return None
+        st = self.live.state
+        seconds = float(st.remaining_time(np.array([i]))[0])
+        if not np.isfinite(seconds):
+            return None
+        return seconds, self.duration_source.get(job, "default")
 
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
-from corral.runtime.estimates import expected_duration
+from corral.runtime.estimates import ESTIMATED, expected_duration
 from corral.runtime.executor import (
     ProcessRef,
 )
@@ -110,9 +110,12 @@ class Recovery(LoopBase):
     def _add(self, s: Session, row: JobRow) -> int:
         spec = JobSpec.model_validate(row.spec)
         gpus = 1 if row.phase == "prerun" else spec.gpus
-        duration, estimated = expected_duration(
+        duration, source = expected_duration(
             self.store, s, spec, row.user, self.config.default_duration
         )
+        self.duration_source[row.id] = source
+        if spec.total_steps is not None:
+            self.goals[row.id] = spec.total_steps
         return self.live.add(
             row.id,
             self.rel(row.submit_time),
@@ -122,7 +125,7 @@ class Recovery(LoopBase):
             job_type=spec.job_type,
             gpu_type=spec.gpu_type,
             duration=duration,
-            estimated=estimated,
+            estimated=source in ESTIMATED,
             vc=spec.vc or DEFAULT_VC,
         )
 

@@ -35,10 +35,12 @@ import threading
 import traceback
 
 import numpy as np
+from sqlalchemy import select
 
 from corral.model.jobs import JobStatus
 from corral.model.plan import Plan
-from corral.model.state import PENDING, RUNNING
+from corral.model.state import FUTURE, PENDING, RUNNING
+from corral.runtime.estimates import measured_remaining
 from corral.runtime.launching import Launching
 from corral.runtime.loop_base import TERMINAL, Attempt, cluster_from_slots
 from corral.runtime.recovery import Recovery
@@ -97,6 +99,7 @@ class Scheduler(Recovery, Transitions, Launching):
         st = self.live.state
         st.now = self.rel(now)
         self.dirty = False
+        self._observe_progress()
         try:
             plan = self.policy.schedule(st)
         except Exception as exc:
@@ -153,6 +156,35 @@ class Scheduler(Recovery, Transitions, Launching):
                 self.store.event(s, "allocated", job, gpus=list(gpus))
         for a, why in stops:
             self._stop(a, why, now)
+
+    def _observe_progress(self) -> None:
+        """Jobs that gave total steps and report heartbeats: their remaining time becomes
+        the measured one (steps left / throughput), replacing the guess policies read."""
+        st = self.live.state
+        live = []
+        for job in list(self.goals):
+            i = self.live.index.get(job)
+            if i is None or st.status[i] not in (PENDING, RUNNING):
+                if job not in self.live.index or st.status[i] not in (FUTURE,):
+                    del self.goals[job]  # ended (a held job keeps its goal)
+                continue
+            live.append(job)
+        if not live:
+            return
+        with self.store.session() as s:
+            rows = s.execute(
+                select(JobRow.id, JobRow.steps, JobRow.throughput).where(
+                    JobRow.id.in_(live), JobRow.throughput.is_not(None)
+                )
+            ).all()
+        for job, steps, throughput in rows:
+            left = measured_remaining(self.goals[job], steps, throughput)
+            if left is None:
+                continue
+            i = self.live.index[job]
+            st.total_steps[i] = float(st.done_steps(np.array([i]))[0]) + left
+            st.estimated[i] = False
+            self.duration_source[job] = "heartbeats"
 
     def _update_reasons(self, waits: dict[int, str]) -> None:
         """Why each queued job waits, in Slurm's words: ReqNodeNotAvail (drained
