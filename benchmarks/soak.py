@@ -100,6 +100,11 @@ def main() -> None:
                 time.sleep(1.0)
             http.close()
             report(service, acknowledged, submit_seconds)
+        except Exception:
+            if service.log.exists():  # the folder goes with the run: show why first
+                print(f"--- end of {service.log.name} ---")
+                print(service.log.read_text()[-4000:])
+            raise
         finally:
             service.close()
 
