@@ -46,15 +46,25 @@ ESTIMATED = {"history", "default"}
 
 
 def expected_duration(
-    store: Store, s: Session, spec: JobSpec, user: str, default: float
+    store: Store,
+    s: Session,
+    spec: JobSpec,
+    user: str,
+    default: float,
+    histories: dict[str, list[float]] | None = None,
 ) -> tuple[float, str]:
     """(seconds, source): the owner's figure (``duration``, ``wall_time``), or a stand-in
-    (``history``, ``default``)."""
+    (``history``, ``default``). ``histories`` caches owners' histories across the jobs
+    of one batch (a recovery reads thousands of jobs of a few users)."""
     if spec.duration is not None:
         return spec.duration, "duration"
     if spec.wall_time is not None:
         return spec.wall_time, "wall_time"
-    history = run_time_history(store, s, user)
+    if histories is None:
+        histories = {}
+    if user not in histories:
+        histories[user] = run_time_history(store, s, user)
+    history = histories[user]
     if history:
         return statistics.median(history), "history"
     return default, "default"

@@ -80,8 +80,9 @@ class Recovery(LoopBase):
         now = self.clock()
         live = self.live
         attained = self.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
+        histories: dict[str, list[float]] = {}
         for row in rows:
-            i = self._add(s, row)
+            i = self._add(s, row, histories)
             if row.reason == "Preempted":
                 self.preempted.add(row.id)
             live.state.attained_base[i] = attained.get(row.id, 0.0)
@@ -107,11 +108,11 @@ class Recovery(LoopBase):
             elif row.id in self.starting:
                 live.start(i, self.starting[row.id])
 
-    def _add(self, s: Session, row: JobRow) -> int:
+    def _add(self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None) -> int:
         spec = JobSpec.model_validate(row.spec)
         gpus = 1 if row.phase == "prerun" else spec.gpus
         duration, source = expected_duration(
-            self.store, s, spec, row.user, self.config.default_duration
+            self.store, s, spec, row.user, self.config.default_duration, histories
         )
         self.duration_source[row.id] = source
         if spec.total_steps is not None:

@@ -213,6 +213,7 @@ class Transitions(LoopBase):
 
     def _arrivals(self, now: float) -> bool:
         rebuild = False
+        histories: dict[str, list[float]] = {}
         with self.store.session() as s:
             rows = list(s.scalars(select(JobRow).where(JobRow.id > self.seen).order_by(JobRow.id)))
             for row in rows:
@@ -220,7 +221,7 @@ class Transitions(LoopBase):
                     rebuild = True
                     break
                 if row.status not in TERMINAL and row.id not in self.live.index:
-                    i = self._add(s, row)
+                    i = self._add(s, row, histories)
                     if row.status != JobStatus.SUSPENDED:
                         self._enqueue(row, i, now)
                 self.seen = row.id
