@@ -308,3 +308,21 @@ def test_a_request_recorded_during_a_pass_is_not_lost(
         assert [a["cause"] for a in done["attempts"]] == ["suspended"]
     finally:
         h.close()
+
+
+def test_a_restart_with_a_queue_longer_than_the_first_block_of_slots(tmp_path: Path) -> None:
+    """Recovery sizes the policy's state to the queue (a soak restart found it overflowing)."""
+    from corral.runtime.live_state import MIN_CAPACITY
+
+    h = Harness(tmp_path / "state")
+    try:
+        ids = [
+            h.submit(command=sleeper(60), gpus=4, name=f"q{k}")["id"]
+            for k in range(MIN_CAPACITY + 20)
+        ]
+        h.restart()
+        assert h.scheduler.live.capacity > len(ids)
+        assert {h.job(j)["status"] for j in ids} <= {"PENDING", "STARTING", "RUNNING"}
+        assert h.job(ids[-1])["position"] is not None
+    finally:
+        h.close()

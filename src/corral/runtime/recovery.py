@@ -30,6 +30,8 @@ class Recovery(LoopBase):
             self._sync_nodes(s)
             self.seen = s.scalar(select(func.max(JobRow.id))) or 0
             rows = self._live_rows(s)
+            if len(rows) >= self.live.capacity:  # a long queue: room for it and more
+                self.live = LiveJobs(self.cluster, max(MIN_CAPACITY, 2 * (len(rows) + 1)))
             open_attempts = {a.job_id: a for a in self.store.open_attempts(s)}
             for row in rows:
                 att = open_attempts.get(row.id)
