@@ -311,3 +311,31 @@ def test_a_preempted_job_says_preempted(services: Any) -> None:
     wait_for(
         lambda: service.client.job(first["id"])["reason"] == "Preempted", 30, "Preempted reason"
     )
+
+
+def test_cpus_and_memory_limit_the_job(services: Any) -> None:
+    """Without delegated cgroups v2 (as on this test machine): CPU affinity and RLIMIT_DATA."""
+    service = services()
+    service.start()
+    probe = (
+        "import os, resource; print('cpus', len(os.sched_getaffinity(0)), "
+        "'data', resource.getrlimit(resource.RLIMIT_DATA)[0])"
+    )
+    job = service.client.submit({"command": [PY, "-c", probe], "cpus": 1, "memory": "512M"})
+    done = wait_done(service, job["id"])
+    assert done["status"] == "SUCCEEDED", done
+    text = service.client.logs(job["id"], 0, None).text
+    in_cgroup = Path("/sys/fs/cgroup/corral").is_dir()
+    if not in_cgroup:
+        assert f"cpus 1 data {512 * 2**20}" in text, text
+    else:
+        assert "cpus 1" in text, text
+    hog = service.client.submit(
+        {
+            "command": [PY, "-c", "x = bytearray(400 * 2**20); print('allocated')"],
+            "memory": "256M",
+            "max_retries": 0,
+        }
+    )
+    ended = wait_done(service, hog["id"])
+    assert ended["status"] == "FAILED" and ended["attempts"][0]["cause"] == "oom", ended
