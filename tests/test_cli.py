@@ -27,7 +27,7 @@ def test_policies_lists_every_policy():
 
 def test_policies_piped_prints_full_names_and_json():
     from corral.policies import POLICIES
-    from corral.rounds.planners import ROUND_PLANNERS
+    from corral.sim.rounds.planners import ROUND_PLANNERS
 
     # a pipe, not a terminal: one tab-separated line per policy, nothing cut
     piped = subprocess.run(

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from corral.policies import POLICIES
-from corral.rounds.planners import ROUND_PLANNERS
 from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.sim.rounds.planners import ROUND_PLANNERS
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 SHORT_TIME_SCALE: dict[str, dict[str, Any]] = {

@@ -272,9 +272,9 @@ def _run_and_write(
     extra: dict[str, Any],
 ) -> dict[str, Any]:
     """Run one policy (gang engine or round model) and write its files."""
-    from corral.rounds.output import write_round_run
-    from corral.rounds.planners import ROUND_PLANNERS
     from corral.sim.output import write_run
+    from corral.sim.rounds.output import write_round_run
+    from corral.sim.rounds.planners import ROUND_PLANNERS
     from corral.sim.run import simulate_rounds
 
     if spec.policy in ROUND_PLANNERS:
@@ -450,7 +450,7 @@ def _compare_in_processes(
 
 def _check_policy_names(names: list[str]) -> None:
     from corral.policies import POLICIES
-    from corral.rounds.planners import ROUND_PLANNERS
+    from corral.sim.rounds.planners import ROUND_PLANNERS
 
     known = [*POLICIES, *ROUND_PLANNERS]
     unknown = [n for n in names if n not in known]
@@ -471,7 +471,7 @@ def list_policies(
     """
     from corral.placement.registry import PLACEMENTS
     from corral.policies import POLICIES, live_refusal, live_support, policy_options
-    from corral.rounds.planners import ROUND_PLANNERS
+    from corral.sim.rounds.planners import ROUND_PLANNERS
 
     rows: list[dict[str, Any]] = []
     for name, cls in POLICIES.items():

@@ -60,7 +60,7 @@ def live_refusal(name: str) -> str | None:
     key = name.strip().lower()
     if key in POLICIES:
         return None
-    from corral.rounds.planners import ROUND_PLANNERS
+    from corral.sim.rounds.planners import ROUND_PLANNERS
 
     if key in ROUND_PLANNERS:
         return f"policy '{name}' {ROUND_MODEL_LIVE}"

@@ -1,26 +1,52 @@
 """Writing a run's results: ``jobs.csv``, ``summary.json`` and ``timeline.csv``.
 
-``jobs.csv`` depends only on the inputs and the seed (byte for byte); timing
-figures such as ``wall_s`` go to ``summary.json`` only.
+Both engines write through :func:`write_outputs`, so a gang-engine run and a
+round-model run (Hare's) carry the same files, columns and keys, and
+``corral compare`` puts them side by side. ``jobs.csv`` depends only on the
+inputs and the seed (byte for byte); timing figures such as ``wall_s`` go to
+``summary.json`` only.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corral.sim.engine import SimResult
-from corral.sim.metrics import jobs_frame, summarise, timeline_frame
+import pandas as pd
+
+if TYPE_CHECKING:
+    from corral.sim.engine import SimResult
+
+
+@dataclass
+class RunOutput:
+    """What either engine's run produces: per-job rows, a timeline and a summary."""
+
+    jobs: pd.DataFrame
+    timeline: pd.DataFrame
+    summary: dict[str, Any]
+
+
+def write_outputs(output: RunOutput, out_dir: str | Path) -> dict[str, Any]:
+    """Write a run's three files; its summary."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    output.jobs.to_csv(out / "jobs.csv", index=False, float_format="%.3f")
+    output.timeline.to_csv(out / "timeline.csv", index=False, float_format="%.4f")
+    (out / "summary.json").write_text(json.dumps(output.summary, indent=2) + "\n", encoding="utf-8")
+    return output.summary
+
+
+def sim_output(result: SimResult, extra: dict[str, Any] | None = None) -> RunOutput:
+    """A gang-engine run as the common output."""
+    from corral.sim.metrics import jobs_frame, summarise, timeline_frame
+
+    return RunOutput(jobs_frame(result), timeline_frame(result), summarise(result, extra))
 
 
 def write_run(
     result: SimResult, out_dir: str | Path, extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jobs_frame(result).to_csv(out / "jobs.csv", index=False, float_format="%.3f")
-    timeline_frame(result).to_csv(out / "timeline.csv", index=False, float_format="%.4f")
-    summary = summarise(result, extra)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return summary
+    return write_outputs(sim_output(result, extra), out_dir)

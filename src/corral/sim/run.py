@@ -18,7 +18,7 @@ from corral.sim.engine import SimConfig, SimResult, Simulator
 from corral.sim.presets import SIM_PRESETS
 
 if TYPE_CHECKING:
-    from corral.rounds.simulator import RoundResult
+    from corral.sim.rounds.simulator import RoundResult
 
 
 @dataclass
@@ -90,7 +90,7 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     A bare key applies to every policy that takes it; values are numbers where
     they parse as numbers.
     """
-    from corral.rounds.planners import ROUND_PLANNERS
+    from corral.sim.rounds.planners import ROUND_PLANNERS
 
     cls = POLICIES.get(policy) or ROUND_PLANNERS.get(policy)
     accepted = set(policy_options(cls)) if cls else set()
@@ -129,9 +129,9 @@ def simulate(
 
 def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundResult:
     """Run a round-model planner (hare, sched-allox, sched-homo) on the workload."""
-    from corral.rounds.planners import ROUND_PLANNERS
-    from corral.rounds.simulator import RoundSimulator
-    from corral.rounds.workload import build_workload
+    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.sim.rounds.simulator import RoundSimulator
+    from corral.sim.rounds.workload import build_workload
 
     cls = ROUND_PLANNERS[spec.policy]
     try:

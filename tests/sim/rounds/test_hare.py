@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.optimize.hare_lp import relaxation
-from corral.rounds.planners import ROUND_PLANNERS, HarePlanner
-from corral.rounds.simulator import RoundSimulator
-from corral.rounds.workload import RoundWorkload
+from corral.sim.rounds.planners import ROUND_PLANNERS, HarePlanner
+from corral.sim.rounds.simulator import RoundSimulator
+from corral.sim.rounds.workload import RoundWorkload
 
 
 def workload(

@@ -1,20 +1,20 @@
-"""Writing a round-model run in the same files as a gang-engine run.
+"""A round-model run as the common output of :mod:`corral.sim.output`.
 
-``jobs.csv``, ``timeline.csv`` and ``summary.json`` carry the same columns
-and keys as :mod:`corral.sim.output`, so ``corral compare`` can put Hare and
-its baselines in one report beside the gang-engine policies.
+Its ``jobs.csv``, ``timeline.csv`` and ``summary.json`` carry the same
+columns and keys as a gang-engine run's, so ``corral compare`` can put Hare
+and its baselines in one report beside the gang-engine policies.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from corral.rounds.simulator import RoundResult
+from corral.sim.output import RunOutput, write_outputs
+from corral.sim.rounds.simulator import RoundResult
 
 
 def round_jobs_frame(result: RoundResult) -> pd.DataFrame:
@@ -90,16 +90,17 @@ def summarise_rounds(result: RoundResult, offered_load: float) -> dict[str, Any]
     return summary
 
 
+def round_output(
+    result: RoundResult, offered_load: float, extra: dict[str, Any] | None = None
+) -> RunOutput:
+    summary = summarise_rounds(result, offered_load) | (extra or {})
+    return RunOutput(round_jobs_frame(result), round_timeline(result), summary)
+
+
 def write_round_run(
     result: RoundResult,
     out_dir: str | Path,
     offered_load: float,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    round_jobs_frame(result).to_csv(out / "jobs.csv", index=False, float_format="%.3f")
-    round_timeline(result).to_csv(out / "timeline.csv", index=False, float_format="%.4f")
-    summary = summarise_rounds(result, offered_load) | (extra or {})
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return summary
+    return write_outputs(round_output(result, offered_load, extra), out_dir)
