@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from corral.cli import app
 from corral.runtime.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import TERMINAL, TOKENS
 
@@ -39,6 +41,9 @@ def test_srtf_ranks_a_running_job_by_its_measured_remaining_time(tmp_path: Path)
         )
         assert shown["seconds"] < 600  # seconds of steps left, not the hour guessed
         assert service.client.job(short["id"])["remaining"]["source"] == "duration"
+        env = {"CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"], "COLUMNS": "200"}
+        listed = CliRunner().invoke(app, ["queue"], env=env)
+        assert listed.exit_code == 0 and "left" in listed.output and "00:01:00" in listed.output
         for job in (long_guess, short):
             wait_for(lambda j=job: service.client.job(j["id"])["status"] in TERMINAL, 120)
         fast, then = service.client.job(long_guess["id"]), service.client.job(short["id"])

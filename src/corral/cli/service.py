@@ -63,6 +63,14 @@ def _span(seconds: float | None) -> str:
     return f"{days}-{text}" if days else text
 
 
+def _left(remaining: dict[str, Any] | None) -> str:
+    """Work left as the policy sees it (squeue's TIME_LEFT); '~' marks a stand-in figure."""
+    if not remaining:
+        return "-"
+    guess = "~" if remaining["source"] in ("history", "default") else ""
+    return guess + _span(remaining["seconds"])
+
+
 def _steps(job: dict[str, Any]) -> str:
     done = int(job["steps"])
     return f"{done}/{job['total_steps']}" if job.get("total_steps") else str(done)
@@ -249,7 +257,8 @@ def queue(
         console.print_json(json.dumps(jobs))
         return
     table = Table(title=f"{len(jobs)} job{'' if len(jobs) == 1 else 's'}")
-    for column in ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "submit"):
+    columns = ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "left", "submit")
+    for column in columns:
         table.add_column(column)
     for j in jobs:
         kind = f" {j['gpu_type']}" if j["gpu_type"] else ""
@@ -262,6 +271,7 @@ def queue(
             str(j["position"] or "-"),
             j["reason"] or "",
             _steps(j),
+            _left(j.get("remaining")),
             _when(j["submit_time"]),
         )
     console.print(table)
