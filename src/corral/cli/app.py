@@ -10,6 +10,7 @@ commands that use them, and the help texts read light modules only.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -22,7 +23,18 @@ app = typer.Typer(
     no_args_is_help=True,
     help="corral: GPU cluster scheduling for deep-learning training (simulator and service).",
 )
-console = Console()
+
+
+def _console() -> Console:
+    """The output console; piped into another program it never cuts a field to fit 80
+    columns (a table then reads as wide as its content, or $COLUMNS when set)."""
+    made = Console()
+    if not made.is_terminal and "COLUMNS" not in os.environ:
+        made = Console(width=250)
+    return made
+
+
+console = _console()
 err_console = Console(stderr=True)
 
 
