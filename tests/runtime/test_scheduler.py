@@ -326,3 +326,20 @@ def test_a_restart_with_a_queue_longer_than_the_first_block_of_slots(tmp_path: P
         assert h.job(ids[-1])["position"] is not None
     finally:
         h.close()
+
+
+def test_a_checkpoint_from_before_job_folders_is_carried_over(tmp_path: Path) -> None:
+    """Checkpoints used to live in the state directory; a job resumed after an upgrade
+    finds its checkpoint in its own folder."""
+    from corral.runtime.identity import job_folder
+
+    h = Harness(tmp_path / "state")
+    try:
+        old = h.config.state_dir / "jobs" / "7" / "checkpoint"
+        old.mkdir(parents=True)
+        (old / "checkpoint.pt").write_bytes(b"saved")
+        folder = job_folder(h.config, 7, None)
+        assert (folder / "checkpoint" / "checkpoint.pt").read_bytes() == b"saved"
+        assert not old.exists()
+    finally:
+        h.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,18 @@ def job_folder(config: ServiceConfig, job: int, run_as: RunAs | None) -> Path:
     root.chmod(0o711)
     folder = root / str(job)
     folder.mkdir(mode=0o700, exist_ok=True)
+    moved = []
+    for name in ("checkpoint", "prerun"):  # from before jobs had folders of their own
+        old = config.state_dir / "jobs" / str(job) / name
+        if old.is_dir() and not (folder / name).exists():
+            shutil.move(str(old), str(folder / name))
+            moved.append(folder / name)
     if run_as is not None:
-        os.chown(folder, run_as.uid, run_as.gid)
+        os.chown(folder, run_as.uid, run_as.gid, follow_symlinks=False)
+        # only what the service itself just moved in: never walk what a job wrote there,
+        # which may hold links to files the job's user must not be given
+        for top in moved:
+            for where, dirs, files in os.walk(top, followlinks=False):
+                for name in [where, *(os.path.join(where, f) for f in dirs + files)]:
+                    os.chown(name, run_as.uid, run_as.gid, follow_symlinks=False)
     return folder
