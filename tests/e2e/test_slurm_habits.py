@@ -87,8 +87,14 @@ def test_an_array_from_a_script_writes_one_output_per_task(
     job = json.loads(corral(service, "submit", str(script), "--json"))
     tasks = job["array_tasks"]
     assert len(tasks) == 3 and job["array_index"] == 1
+    after = json.loads(
+        corral(service, "submit", "--afterok", str(tasks[0]), "--json", "--", "true")
+    )
+    assert after["dependency"] == {"afterok": tasks}  # the array's id stands for every task
     for done in ended(service, tasks):
         assert done["status"] == "SUCCEEDED", done
+    last = max(t["end_time"] for t in ended(service, tasks))
+    assert ended(service, [after["id"]])[0]["first_start"] >= last
     for index, task in zip((1, 2, 3), tasks, strict=True):
         text = (logs / f"sweep-{tasks[0]}_{index}.out").read_text()
         assert text == f"task {index} of {tasks[0]}\n"

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from corral.api.common import (
     AUTH,
@@ -54,6 +55,29 @@ def check_priority(ctx: Context, priority: int, user: UserConfig) -> None:
             f"priority {priority} is above {ctx.config.max_user_priority}, the most a user "
             "may set; ask an admin",
         )
+
+
+def with_whole_arrays(
+    s: Session, dependency: dict[str, list[int]], known: dict[int, JobRow]
+) -> dict[str, list[int]]:
+    """As Slurm reads it, an array's job id (its first task's) stands for every task."""
+    out: dict[str, list[int]] = {}
+    for kind, ids in dependency.items():
+        expanded: set[int] = set()
+        for job in ids:
+            expanded.add(job)
+            first = known[job]
+            if first.spec.get("array_job") == job:
+                siblings = s.execute(
+                    select(JobRow.id, JobRow.spec).where(
+                        JobRow.user == first.user,
+                        JobRow.id > job,
+                        JobRow.submit_time <= first.submit_time + 60,
+                    )
+                )
+                expanded |= {r.id for r in siblings if r.spec.get("array_job") == job}
+        out[kind] = sorted(expanded)
+    return out
 
 
 def left(ctx: Context, row: JobRow) -> tuple[float, str] | None:
@@ -136,10 +160,13 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
             )
         wanted = sorted({i for group in spec.dependency.values() for i in group})
         if wanted:
-            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(wanted))))
+            known = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(wanted)))}
             missing = [i for i in wanted if i not in known]
             if missing:
                 raise field_error("dependency", f"no job {missing[0]}")
+            spec = spec.model_copy(
+                update={"dependency": with_whole_arrays(s, spec.dependency, known)}
+            )
         rows: list[JobRow] = []
         for index in indices:
             task = spec.model_copy(update={"array": None, "array_index": index})
