@@ -267,9 +267,9 @@ class JobSpec(BaseModel):
             )
         return value
 
-    @field_validator("workdir")
+    @field_validator("workdir", "output")
     @classmethod
-    def _workdir(cls, value: str | None) -> str | None:
+    def _absolute(cls, value: str | None) -> str | None:
         if value is not None and ("\x00" in value or not value.startswith("/")):
             raise ValueError("give an absolute path")
         return value
@@ -294,13 +294,6 @@ class JobSpec(BaseModel):
     def _array(cls, value: str | None) -> str | None:
         if value is not None:
             array_indices(value)
-        return value
-
-    @field_validator("output")
-    @classmethod
-    def _output(cls, value: str | None) -> str | None:
-        if value is not None and ("\x00" in value or not value.startswith("/")):
-            raise ValueError("give an absolute path")
         return value
 
     @field_validator("memory", mode="before")
