@@ -7,21 +7,41 @@ else, a service that is not running.
 
 from __future__ import annotations
 
+import http.client
+import json as jsonlib
 import os
+from dataclasses import dataclass
+from email.message import Message
 from typing import Any
-
-import httpx
+from urllib.parse import urlencode, urlsplit
 
 from corral.errors import CorralError
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 
 
-def describe_error(response: httpx.Response) -> str:
+@dataclass
+class Answer:
+    """One HTTP answer: status, headers (case-insensitive ``get``) and body."""
+
+    status_code: int
+    reason_phrase: str
+    headers: Message
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return jsonlib.loads(self.content)
+
+
+def describe_error(response: Answer) -> str:
     """One line from an error answer (pydantic's 422 list included)."""
     try:
         detail = response.json().get("detail")
-    except ValueError:
+    except (ValueError, AttributeError):
         detail = response.text.strip() or response.reason_phrase
     if isinstance(detail, list):
         parts = []
@@ -36,16 +56,29 @@ def describe_error(response: httpx.Response) -> str:
     return f"{detail}{hint} [HTTP {response.status_code}]"
 
 
+def _query(params: dict[str, Any] | None) -> str:
+    if not params:
+        return ""
+    plain = {k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()}
+    return "?" + urlencode(plain)
+
+
 class Client:
+    """Calls on one kept-alive connection, with the standard library only: a CLI
+    command starts faster without an HTTP package to import."""
+
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
         self.url = (url or os.environ.get("CORRAL_URL") or DEFAULT_URL).rstrip("/")
         token = token or os.environ.get("CORRAL_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # loading the CA bundle costs a tenth of a second per command: only for https
-        secure = self.url.lower().startswith("https:")
-        self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, verify=secure
-        )
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CorralError(f"'{self.url}' is not a service URL (http://host:port)")
+        self._secure = parts.scheme == "https"
+        self._host, self._port = parts.hostname, parts.port
+        self._base = parts.path.rstrip("/")
+        self._timeout = timeout
+        self._conn: http.client.HTTPConnection | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -54,18 +87,51 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
-    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise CorralError(
-                f"cannot reach the corral service at {self.url} ({exc}); is 'corral serve' running?"
-            ) from None
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
+            self._conn = kind(self._host, self._port, timeout=self._timeout)
+        return self._conn
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+    ) -> Answer:
+        body = None if json is None else jsonlib.dumps(json).encode()
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        target = self._base + path + _query(params)
+        for attempt in (1, 2):
+            reused = self._conn is not None
+            conn = self._connection()
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                raw = conn.getresponse()
+                response = Answer(raw.status, raw.reason, raw.headers, raw.read())
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                self.close()  # a kept-alive connection the server had closed: once more
+                if attempt == 2 or not reused:
+                    raise self._unreachable(exc) from None
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                raise self._unreachable(exc) from None
         if response.status_code >= 400:
             raise CorralError(describe_error(response))
         return response
+
+    def _unreachable(self, exc: BaseException) -> CorralError:
+        return CorralError(
+            f"cannot reach the corral service at {self.url} ({exc}); is 'corral serve' running?"
+        )
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.call(method, path, **kwargs).json()
@@ -97,7 +163,7 @@ class Client:
     def set_priority(self, job_id: int, priority: int) -> dict[str, Any]:
         return self.json("PUT", f"/v1/jobs/{job_id}/priority", json={"priority": priority})
 
-    def logs(self, job_id: int, offset: int = 0, attempt: int | None = None) -> httpx.Response:
+    def logs(self, job_id: int, offset: int = 0, attempt: int | None = None) -> Answer:
         params: dict[str, Any] = {"offset": offset}
         if attempt is not None:
             params["attempt"] = attempt
