@@ -23,7 +23,7 @@ def test_the_listening_socket_is_tcp_so_answers_are_not_held_by_nagle() -> None:
 def test_a_taken_port_is_a_message() -> None:
     first = bind("127.0.0.1", 0)
     try:
-        with pytest.raises(CorralError, match="cannot listen on 127.0.0.1"):
+        with pytest.raises(CorralError, match=r"cannot listen on 127\.0\.0\.1"):
             bind("127.0.0.1", first.getsockname()[1])
     finally:
         first.close()
