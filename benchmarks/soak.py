@@ -18,6 +18,7 @@ import itertools
 import random
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -132,11 +133,8 @@ def report(service: ServiceProcess, acknowledged: list[int], submit_seconds: flo
     for spans in by_job.values():
         spans.sort()
         double += sum(1 for x, y in itertools.pairwise(spans) if y[0] < x[1] - 1e-6)
-    twice = sum(
-        1
-        for job in {a.job_id for a in attempts}
-        if sum(1 for a in attempts if a.job_id == job and a.cause == "succeeded") > 1
-    )
+    succeeded = Counter(a.job_id for a in attempts if a.cause == "succeeded")
+    twice = sum(1 for count in succeeded.values() if count > 1)
     states: dict[str, int] = {}
     for j in acknowledged:
         states[status.get(j, "missing")] = states.get(status.get(j, "missing"), 0) + 1

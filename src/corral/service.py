@@ -73,7 +73,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def build(config: ServiceConfig) -> tuple[Store, Scheduler]:
-    private_dir(config.state_dir)
+    """The store, executor and scheduler (the state directory exists and is private)."""
     store = Store(config.store_url)
     executor = LocalExecutor(config.gpus, config.workers.standby, config.state_dir / "standby.log")
     return store, Scheduler(config, store, executor)

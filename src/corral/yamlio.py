@@ -37,6 +37,12 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file; syntax errors become :class:`InputError` with the line."""
+    return parse_yaml(read_text(path), str(path))
+
+
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text file a user named; unreadable or not UTF-8 is an :class:`InputError`
+    (with the line of the first bad byte)."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -48,7 +54,7 @@ def load_yaml(path: str | Path) -> Any:
         raise InputError(
             str(path), line, None, f"not UTF-8 text (byte 0x{data[exc.start]:02x})"
         ) from None
-    return parse_yaml(text, str(path))
+    return text
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -4,6 +4,7 @@ isolated, bounded input, and errors as messages (``corral serve`` on loopback)."
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -289,7 +290,7 @@ def test_negative_priority_and_state_all_from_the_cli(services: Any) -> None:
     assert service.client.job(slow["id"])["priority"] == -5
     listed = run("queue", "--state", "all", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert {"quick", "slow"} <= {j["name"] for j in __import__("json").loads(listed.stdout)}
+    assert {"quick", "slow"} <= {j["name"] for j in json.loads(listed.stdout)}
 
 
 def test_a_plain_job_in_a_prerun_runs_once(services: Any) -> None:

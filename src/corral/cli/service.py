@@ -206,7 +206,7 @@ def submit(
     fields.update({k: v for k, v in flags.items() if v is not None})
     for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):
         for item in ids or []:
-            add_dependency(fields, kind, item)
+            add_dependency(fields, f"{kind}:{item}")
     for item in env or []:
         key, sep, value = item.partition("=")
         if not sep:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import InputError
+from corral.yamlio import read_text
 
 DIRECTIVE = "#CORRAL"
 
@@ -55,22 +56,23 @@ _FIELDS: dict[str, str] = {
     "-A": "vc",
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
-_DEPENDS = {"--after": "after", "--afterok": "afterok", "--afterany": "afterany"}
-_DEPENDS["--afternotok"] = "afternotok"
+_DEPENDS = {f"--{kind}": kind for kind in ("after", "afterok", "afterany", "afternotok")}
 
 
-def add_dependency(fields: dict[str, Any], kind: str, ids: str) -> None:
-    """Add ``ids`` (``12`` or ``12:13``) to the spec's dependency of ``kind``."""
-    text = fields.get("dependency")
-    if isinstance(text, dict):  # from a YAML spec: {afterok: [12]}
-        text = ",".join(f"{k}:{':'.join(map(str, v))}" for k, v in text.items() if v)
-    merged = f"{text},{kind}:{ids}" if isinstance(text, str) and text else f"{kind}:{ids}"
-    fields["dependency"] = merged
+def add_dependency(fields: dict[str, Any], text: str) -> None:
+    """Add dependencies in Slurm's form (``afterok:12:13,after:9``) to the spec's."""
+    have = fields.get("dependency")
+    if isinstance(have, dict):  # from a YAML spec: {afterok: [12]}
+        have = ",".join(f"{k}:{':'.join(map(str, v))}" for k, v in have.items() if v)
+    fields["dependency"] = f"{have},{text}" if have else text
 
 
-def parse_options(words: list[str], source: str, line: int | None) -> dict[str, Any]:
-    """Spec fields from sbatch-like options (``--gpus 2``, ``--gpus=2``, ``-e K=V``)."""
-    fields: dict[str, Any] = {}
+def parse_options(
+    words: list[str], source: str, line: int | None, fields: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Spec fields from sbatch-like options (``--gpus 2``, ``--gpus=2``, ``-e K=V``),
+    added to ``fields`` (env and dependencies accumulate; other options replace)."""
+    fields = {} if fields is None else fields
     k = 0
     while k < len(words):
         word = words[k]
@@ -87,9 +89,9 @@ def parse_options(words: list[str], source: str, line: int | None) -> dict[str, 
                 raise InputError(source, line, name, f"'{value}': give KEY=VALUE")
             fields.setdefault("env", {})[key] = val
         elif name in _DEPENDS:
-            add_dependency(fields, _DEPENDS[name], value)
-        elif _FIELDS.get(name) == "dependency" and fields.get("dependency"):
-            fields["dependency"] = f"{fields['dependency']},{value}"
+            add_dependency(fields, f"{_DEPENDS[name]}:{value}")
+        elif _FIELDS.get(name) == "dependency":
+            add_dependency(fields, value)
         elif name in _FIELDS:
             fields[_FIELDS[name]] = value
         else:
@@ -99,12 +101,7 @@ def parse_options(words: list[str], source: str, line: int | None) -> dict[str, 
 
 def script_fields(path: Path) -> dict[str, Any]:
     """The spec a batch script gives: its directives, and a command that runs it."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(str(path), None, None, "not UTF-8 text") from None
-    except OSError as exc:
-        raise InputError(str(path), None, None, f"cannot read it: {exc.strerror}") from None
+    text = read_text(path)
     fields: dict[str, Any] = {}
     lines = text.splitlines()
     for number, raw in enumerate(lines, start=1):
@@ -118,13 +115,7 @@ def script_fields(path: Path) -> dict[str, Any]:
                 raise InputError(
                     str(path), number, None, f"cannot read the directive: {exc}"
                 ) from None
-            found = parse_options(words, str(path), number)
-            env = {**fields.get("env", {}), **found.pop("env", {})}
-            if "dependency" in found and "dependency" in fields:
-                found["dependency"] = f"{fields['dependency']},{found['dependency']}"
-            fields.update(found)
-            if env:
-                fields["env"] = env
+            parse_options(words, str(path), number, fields)
         elif line and not line.startswith("#"):
             break  # the first command ends the directives
     interpreter = ["sh"]

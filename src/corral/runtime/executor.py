@@ -30,7 +30,13 @@ from pathlib import Path
 from corral.errors import CorralError
 from corral.runtime.config import GpuGroup
 from corral.runtime.identity import RunAs
-from corral.runtime.launcher import EXIT_FILE, PID_FILE, Confinement, write_atomic
+from corral.runtime.launcher import (
+    EXIT_FILE,
+    PID_FILE,
+    Confinement,
+    live_processes,
+    write_atomic,
+)
 from corral.runtime.standby import StandbyPool
 
 PASSED_ENV = ("LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR", "CUDA_HOME")
@@ -149,16 +155,7 @@ def group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                text = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rfind(")") + 2 :].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                return True
-    return False
+    return any(pgrp == pgid for _, _, pgrp in live_processes())
 
 
 def job_environment(request: LaunchRequest) -> dict[str, str]:
@@ -288,7 +285,6 @@ class LocalExecutor(Executor):
         self.pool = (
             StandbyPool(standby * len(self._slots), standby_log, preload) if standby else None
         )
-        self.warm_starts = 0
 
     def slots(self) -> list[GpuSlot]:
         return list(self._slots)
@@ -311,7 +307,6 @@ class LocalExecutor(Executor):
                     worker, request.dir, request.log, conf, env, request.warm_argv
                 )
                 self._children[pid] = worker.process
-                self.warm_starts += 1
                 self.pool.refill()
                 return ProcessRef(pid, process_start(pid) or "")
             self.pool.refill()

@@ -39,7 +39,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,20 +84,22 @@ class Confinement:
     def options(self) -> list[str]:
         """The launcher's command-line options that give this confinement."""
         out: list[str] = []
-        if self.uid is not None:
-            out += ["--uid", str(self.uid), "--gid", str(self.gid)]
-            out += ["--groups", ",".join(map(str, self.groups))]
-        if self.cpus:
-            out += ["--cpus", ",".join(map(str, self.cpus))]
-        if self.cpu_quota:
-            out += ["--cpu-quota", str(self.cpu_quota)]
-        if self.memory:
-            out += ["--memory", str(self.memory)]
-        if self.cwd:
-            out += ["--cwd", self.cwd]
-        if self.output:
-            out += ["--output", self.output]
+        for name in _OPTION_NAMES:
+            value = getattr(self, name)
+            if value is None or value == []:
+                continue
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            out += [_option(name), text]
         return out
+
+
+_OPTION_NAMES = ("uid", "gid", "groups", "cpus", "cpu_quota", "memory", "cwd", "output")
+_LISTS = {"groups", "cpus"}
+_TEXTS = {"cwd", "output"}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def parse(args: list[str]) -> tuple[Path, Confinement, list[str]] | None:
@@ -109,27 +111,18 @@ def parse(args: list[str]) -> tuple[Path, Confinement, list[str]] | None:
     if not argv or len(head) % 2 != 1:
         return None
     conf = Confinement()
-    ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+    by_option = {_option(name): name for name in _OPTION_NAMES}
     try:
-        for key, value in zip(head[1::2], head[2::2], strict=True):
-            if key == "--uid":
-                conf.uid = int(value)
-            elif key == "--gid":
-                conf.gid = int(value)
-            elif key == "--groups":
-                conf.groups = ints(value)
-            elif key == "--cpus":
-                conf.cpus = ints(value)
-            elif key == "--cpu-quota":
-                conf.cpu_quota = int(value)
-            elif key == "--memory":
-                conf.memory = int(value)
-            elif key == "--cwd":
-                conf.cwd = value
-            elif key == "--output":
-                conf.output = value
-            else:
+        for key, text in zip(head[1::2], head[2::2], strict=True):
+            name = by_option.get(key)
+            if name is None:
                 return None
+            value: object = text
+            if name in _LISTS:
+                value = [int(x) for x in text.split(",") if x]
+            elif name not in _TEXTS:
+                value = int(text)
+            setattr(conf, name, value)
     except ValueError:
         return None
     return Path(head[0]), conf, argv
@@ -250,12 +243,9 @@ def prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def _members() -> set[int]:
-    """Other processes of this job: its process group (when the launcher leads it, as the
-    service starts it), and children of the subreaper."""
-    me = os.getpid()
-    group = me if os.getpgid(0) == me else -1
-    out: set[int] = set()
+def live_processes() -> Iterator[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process that is not a zombie, from /proc
+    (processes that end while it is read are skipped)."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -264,10 +254,18 @@ def _members() -> set[int]:
         except OSError:
             continue
         fields = text[text.rfind(")") + 2 :].split()
-        pid, state, ppid, pgrp = int(entry.name), fields[0], int(fields[1]), int(fields[2])
-        if pid != me and state not in ("Z", "X") and (pgrp == group or ppid == me):
-            out.add(pid)
-    return out
+        if fields[0] not in ("Z", "X"):
+            yield int(entry.name), int(fields[1]), int(fields[2])
+
+
+def _members() -> set[int]:
+    """Other processes of this job: its process group (when the launcher leads it, as the
+    service starts it), and children of the subreaper."""
+    me = os.getpid()
+    group = me if os.getpgid(0) == me else -1
+    return {
+        pid for pid, ppid, pgrp in live_processes() if pid != me and (pgrp == group or ppid == me)
+    }
 
 
 def _kill_leftovers(cgroup: Path | None) -> int:

@@ -80,7 +80,6 @@ class Launching(LoopBase):
             self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
             run_as = self.identities.get(row.user)
-            row_user = row.user
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
         self.attempts[job] = a
         for g in gpus:
@@ -99,7 +98,7 @@ class Launching(LoopBase):
                     run_as=run_as,
                     cpus=spec.cpus,
                     memory=spec.memory * 2**20 if spec.memory else None,
-                    output=output_path(spec, job, row_user),
+                    output=output_path(spec, job, row.user),
                     warm_argv=spec.warm_argv(),
                 )
             )

@@ -31,7 +31,7 @@ class Recovery(LoopBase):
             self.seen = s.scalar(select(func.max(JobRow.id))) or 0
             rows = self._live_rows(s)
             if len(rows) >= self.live.capacity:  # a long queue: room for it and more
-                self.live = LiveJobs(self.cluster, max(MIN_CAPACITY, 2 * (len(rows) + 1)))
+                self.live = self._live_for(len(rows))
             open_attempts = {a.job_id: a for a in self.store.open_attempts(s)}
             for row in rows:
                 att = open_attempts.get(row.id)
@@ -132,11 +132,15 @@ class Recovery(LoopBase):
             vc=spec.vc or DEFAULT_VC,
         )
 
+    def _live_for(self, jobs: int) -> LiveJobs:
+        """A policy state with room for ``jobs`` live jobs and as many again."""
+        return LiveJobs(self.cluster, max(MIN_CAPACITY, 2 * (jobs + 1)))
+
     def _rebuild(self) -> None:
         """More jobs than slots: a larger state holding the live jobs only, and a fresh policy."""
         with self.store.session() as s:
             rows = self._live_rows(s)
-            self.live = LiveJobs(self.cluster, max(MIN_CAPACITY, 2 * (len(rows) + 1)))
+            self.live = self._live_for(len(rows))
             self.policy = self._new_policy()
             self.backoff.clear()
             self._load(s, rows)

@@ -164,11 +164,11 @@ class Scheduler(Recovery, Transitions, Launching):
         live = []
         for job in list(self.goals):
             i = self.live.index.get(job)
-            if i is None or st.status[i] not in (PENDING, RUNNING):
-                if job not in self.live.index or st.status[i] not in (FUTURE,):
-                    del self.goals[job]  # ended (a held job keeps its goal)
-                continue
-            live.append(job)
+            status = st.status[i] if i is not None else None
+            if status in (PENDING, RUNNING):
+                live.append(job)
+            elif status != FUTURE:  # ended (a held job keeps its goal)
+                del self.goals[job]
         if not live:
             return
         with self.store.session() as s:

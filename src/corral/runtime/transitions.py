@@ -253,9 +253,7 @@ class Transitions(LoopBase):
                 if request == "priority":
                     live.set_priority(i, row.priority)
                 elif request == "cancel":
-                    self.starting.pop(row.id, None)
-                    self.backoff.pop(row.id, None)
-                    self.blocked.pop(row.id, None)
+                    self._forget_waiting(row.id)
                     live.close(i)
                     if a is not None:
                         stops.append((a, "cancel"))
@@ -263,9 +261,7 @@ class Transitions(LoopBase):
                         row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
                         row.reason = "cancelled by request"
                 elif request == "suspend" and row.status != JobStatus.SUSPENDED:
-                    self.starting.pop(row.id, None)
-                    self.backoff.pop(row.id, None)
-                    self.blocked.pop(row.id, None)
+                    self._forget_waiting(row.id)
                     live.hold(i)
                     if a is not None:
                         stops.append((a, "suspend"))
@@ -286,6 +282,12 @@ class Transitions(LoopBase):
             if why == "cancel" or a.stop in (None, "preempt"):
                 self._stop(a, why, now)
         return bool(rows)
+
+    def _forget_waiting(self, job: int) -> None:
+        """A job leaves every wait the loop keeps for it: launch, back-off, dependency."""
+        self.starting.pop(job, None)
+        self.backoff.pop(job, None)
+        self.blocked.pop(job, None)
 
     def _enqueue(self, row: JobRow, i: int, now: float) -> None:
         """Queue a job for the policy, or hold it while its dependency is unmet."""
