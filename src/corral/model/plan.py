@@ -24,6 +24,11 @@ class Plan:
     """Starts that share a running job's GPUs: guest -> (host, guest speed
     factor, host speed factor), the factors being the pair's measured
     throughputs relative to each job alone."""
+    timeslices: dict[int, float] = field(default_factory=dict)
+    """Shared GPU sets whose two jobs take turns instead of running at once:
+    guest -> quantum (seconds). The simulator runs such a pair at the averaged
+    rate its ``packs`` or ``respeeds`` give; the live service alternates the
+    two, suspending one and resuming the other at each quantum boundary."""
     respeeds: dict[int, float] = field(default_factory=dict)
     """Running jobs whose speed changes: factor relative to their speed alone
     (e.g. a packed pair found not to help, now time-sliced instead)."""

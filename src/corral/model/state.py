@@ -116,6 +116,16 @@ class SchedulerState:
         """For a host: the job packed onto its GPUs."""
         self.shared_gpu_seconds = 0.0
         """Service given to guests on GPUs their hosts already count as busy."""
+        self.observed_speed = np.full(n, np.nan)
+        """Live only: a running job's speed measured from its heartbeats while it
+        shares its GPUs, relative to its speed measured alone (NaN where not
+        measured). The simulator's speeds come from its model, so it leaves
+        these NaN; a policy that judges sharing (Gandiva) prefers them."""
+        self.reports_speed = np.zeros(n, dtype=bool)
+        """Live only: the job reports its throughput in heartbeats."""
+        self.measures_speed = False
+        """True when the engine measures speeds (the live service); policies may
+        then try sharing that no model vouches for and judge it by measurement."""
         self.queued_since = np.zeros(n, dtype=np.float64)
         self.first_start = np.full(n, np.nan)
         self.finish_time = np.full(n, np.nan)
@@ -248,16 +258,15 @@ class SchedulerState:
         now = self.now
         gpus = self.alloc[i]
         assert gpus is not None
-        if self.guest[i] >= 0:
-            raise RuntimeError(
-                f"job {self.job_ids[i]} leaves while job {self.guest[i]} is packed on it"
-            )
         service = len(gpus) * (now - self.seg_start[i])
         host = int(self.host[i])
+        guest = int(self.guest[i])
         if host >= 0:
             self.guest[host] = -1
             self.host[i] = -1
             self.shared_gpu_seconds += service
+        elif guest >= 0:
+            self._hand_over(i, guest)
         else:
             if release:
                 self.free.release(gpus)
@@ -267,6 +276,21 @@ class SchedulerState:
         self.steps_done[i] += max(now - self.progress_start[i], 0.0) * self.speed[i]
         self.alloc[i] = None
         self.held[i] = 0
+
+    def _hand_over(self, host: int, guest: int) -> None:
+        """A host leaves while a job is packed on it: the guest keeps running and
+        takes the GPUs over (as in Gandiva, where the job left on a GPU simply
+        continues). Its service so far was given on GPUs its host counted as
+        busy; from now on the GPUs are busy on its account."""
+        now = self.now
+        gpus = self.alloc[guest]
+        assert gpus is not None
+        service = len(gpus) * (now - self.seg_start[guest])
+        self.attained_base[guest] += service
+        self.shared_gpu_seconds += service
+        self.seg_start[guest] = now
+        self.guest[host] = -1
+        self.host[guest] = -1
 
     def preempt(self, i: int, release: bool = True) -> None:
         self._close_segment(i, release)

@@ -92,6 +92,9 @@ class Policy(ABC):
     """True when the policy may run a job on a multiple of the GPUs it asked for."""
     reads_durations: ClassVar[bool] = False
     """True when the policy ranks by work left (oracles, finish-time fairness)."""
+    shares_gpus: ClassVar[bool] = False
+    """True when the policy may pack two jobs on one GPU set (the live service
+    then measures the jobs' speeds from their heartbeats for it to judge)."""
     live_note: ClassVar[str] = ""
     """What ``corral serve`` does differently from the simulator for this policy."""
 

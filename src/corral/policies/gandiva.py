@@ -36,6 +36,11 @@ slow on long traces.
 
 Packing needs job types that Gavel measured (``--job-types gavel`` gives
 Philly's generic jobs such types); pairs of unknown types are time-sliced.
+Live, the service measures instead of assuming: a pair is judged by the
+throughputs its jobs report while packed, relative to what they reported
+alone (kept if they add up to more than ``1 + observed_margin``), and pairs
+of unknown types are tried too when the host reports its throughput. A job
+whose host leaves carries on alone on the GPUs.
 """
 
 from __future__ import annotations
@@ -57,9 +62,13 @@ PAIR_GPU = ("V100", True)
 
 class Gandiva(Policy):
     name = "gandiva"
+    shares_gpus = True
     live_note = (
-        "packing and time-slicing are not carried out live (a job the plan packs waits for "
-        "GPUs of its own)"
+        "time-slicing suspends and resumes the pair's processes at quantum boundaries "
+        "(corral.train jobs pause at an iteration boundary, others get SIGSTOP/SIGCONT); "
+        "packed jobs run as two process groups on the same GPUs; packing is judged from "
+        "the jobs' heartbeat throughputs (pairs Gavel did not measure are tried when both "
+        "report them); migration is checkpoint, stop and start elsewhere"
     )
     description = (
         "time-slicing in quanta, packing by measured pair throughput, migration, grow-shrink"
@@ -77,6 +86,7 @@ class Gandiva(Policy):
         migration: int = 1,
         grow: int = 1,
         grow_efficiency: float = 0.8,
+        observed_margin: float = 0.05,
     ) -> None:
         super().__init__(placement or Consolidate())
         if quantum <= 0:
@@ -97,6 +107,11 @@ class Gandiva(Policy):
         self.migration = bool(migration)
         self.grow = bool(grow)
         self.grow_efficiency = float(grow_efficiency)
+        if observed_margin < 0:
+            raise ValueError(f"observed_margin must be >= 0, got {observed_margin}")
+        self.observed_margin = float(observed_margin)
+        """Measured speeds are noisy: a pair judged by them stays packed only if
+        its normalised throughputs add up to more than 1 + this."""
         self.table: ThroughputTable = gavel_throughputs()
         self.bad_pairs: set[tuple[str, str]] = set()
         self.packed_at: dict[int, float] = {}
@@ -124,6 +139,23 @@ class Gandiva(Policy):
         if measured is None or hk not in alone or gk not in alone or min(measured) <= 0:
             return None  # not measured, or the pair does not fit on one GPU together
         return measured[0] / alone[hk], measured[1] / alone[gk]
+
+    def observed_factors(
+        self, state: SchedulerState, host: int, guest: int
+    ) -> tuple[float, float] | None:
+        """(host, guest) speed packed relative to alone, as measured live (None: not
+        measured). A guest never measured alone is taken to slow down as much as
+        its host (the interference is measured on the host)."""
+        h = float(state.observed_speed[host])
+        if not math.isfinite(h):
+            return None
+        g = float(state.observed_speed[guest])
+        return h, g if math.isfinite(g) else h
+
+    def _may_probe(self, state: SchedulerState, host: int, guest: int) -> bool:
+        """Live, a pair no table vouches for may be tried when the host reports its
+        speed, so that the trial can be judged by measurement (Gandiva's introspection)."""
+        return state.measures_speed and bool(state.reports_speed[host])
 
     @property
     def slice_factor(self) -> float:
@@ -182,8 +214,13 @@ class Gandiva(Policy):
                 continue
             del self.packed_at[guest]
             host = int(state.host[guest])
-            factors = self.pair_factors(state, host, guest)
-            if factors is not None and sum(factors) > 1.0:
+            observed = self.observed_factors(state, host, guest)
+            if observed is not None:
+                keep = sum(observed) > 1.0 + self.observed_margin
+            else:
+                factors = self.pair_factors(state, host, guest)
+                keep = factors is not None and sum(factors) > 1.0
+            if keep:
                 self.mode[guest] = "pack"
                 continue
             pair = (state.job_type[host], state.job_type[guest])
@@ -196,6 +233,7 @@ class Gandiva(Policy):
                 continue
             builder.plan.respeeds[guest] = self.slice_factor
             builder.plan.respeeds[host] = self.slice_factor
+            builder.plan.timeslices[guest] = self.quantum
             self.mode[guest] = "slice"
 
     def _oversubscribe(
@@ -231,11 +269,14 @@ class Gandiva(Policy):
             if not same or i in plan.starts or state.status[i] != PENDING:
                 continue
             pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
-            if self.packing and (state.job_type[i], size) in measured:
+            if self.packing:
+                known = (state.job_type[i], size) in measured
                 for k, h in enumerate(same):
                     if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
                         continue
-                    pair = self.pair_factors(state, h, i)
+                    pair = self.pair_factors(state, h, i) if known else None
+                    if pair is None and self.probe and self._may_probe(state, h, i):
+                        pair = (1.0, 1.0)  # unknown: measured during the trial
                     if pair is None or (not self.probe and sum(pair) <= 1.0):
                         continue
                     pick, mode, factors = k, "probe" if self.probe else "pack", pair
@@ -248,6 +289,8 @@ class Gandiva(Policy):
             if not same:
                 del by_size[size]
             builder.pack(i, host, factors[1], factors[0])
+            if mode == "slice":
+                builder.plan.timeslices[i] = self.quantum
             self.mode[i] = mode
             if mode == "probe":
                 self.packed_at[i] = state.now

@@ -137,6 +137,12 @@ class ServiceConfig(BaseModel):
     prerun: PrerunConfig = Field(default_factory=PrerunConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     stop_grace: float = Field(30.0, ge=0, description="seconds from SIGTERM to SIGKILL")
+    pause_grace: float = Field(
+        2.0,
+        ge=0,
+        description="seconds a job using corral.train has to pause at an iteration "
+        "boundary (time-slicing) before its processes are stopped where they are",
+    )
     heartbeat_timeout: float = Field(
         300.0, gt=0, description="a job that heartbeated, then fell silent this long, is hung"
     )

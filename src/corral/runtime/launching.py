@@ -44,7 +44,8 @@ class Launching(LoopBase):
 
     def _launch_ready(self, now: float) -> None:
         for job, gpus in list(self.starting.items()):
-            if job in self.attempts or any(g in self.holders for g in gpus):
+            host = self.packed_on.get(job)  # a packed guest shares its host's GPUs
+            if job in self.attempts or any(self.holders.get(g, host) != host for g in gpus):
                 continue
             del self.starting[job]
             self._launch(job, gpus, now)
@@ -82,8 +83,13 @@ class Launching(LoopBase):
             run_as = self.identities.get(row.user)
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
         self.attempts[job] = a
-        for g in gpus:
-            self.holders[g] = job
+        self.share_changed[job] = now
+        host = self.packed_on.get(job)
+        if host is None:
+            for g in gpus:
+                self.holders[g] = job
+        else:
+            self.share_changed[host] = now
         folder.mkdir(parents=True, exist_ok=True)
         try:
             own = job_folder(self.config, job, run_as)

@@ -42,6 +42,7 @@ class LiveJobs:
         self.state = SchedulerState(cluster, placeholders)
         st = self.state
         st.known_in_advance = False
+        st.measures_speed = True
         for name in ("submit", "gpus", "total_steps", "duration", "weight", "ref_speed"):
             setattr(st, name, getattr(st, name).copy())  # the table's columns are read-only
         self.index: dict[int, int] = {}
@@ -107,10 +108,13 @@ class LiveJobs:
         self.state.now = now
         self.state.arrive(i)
 
-    def start(self, i: int, gpus: tuple[int, ...], since: float | None = None) -> None:
-        """A pending job starts on ``gpus`` (``since``: when it really began, on adoption)."""
+    def start(
+        self, i: int, gpus: tuple[int, ...], since: float | None = None, host: int = -1
+    ) -> None:
+        """A pending job starts on ``gpus`` (``since``: when it really began, on
+        adoption; ``host``: the running job whose GPUs it shares, when packed)."""
         st = self.state
-        st.start(i, gpus, speed=1.0, overhead=0.0)
+        st.start(i, gpus, speed=1.0, overhead=0.0, host=host)
         if since is not None:
             st.seg_start[i] = since
             st.progress_start[i] = since

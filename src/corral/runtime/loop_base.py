@@ -43,10 +43,40 @@ class Attempt:
     wall_limit: float | None
     stop: str | None = None
     kill_at: float | None = None
+    paused_at: float | None = None
+    """When its processes were paused for another job's time slice (None: running)."""
+    paused_total: float = 0.0
+    """Seconds spent paused so far (they do not count against its wall time)."""
+    resumed_at: float = 0.0
+    """When it was last resumed (its heartbeats restart from then)."""
+    force_pause_at: float | None = None
+    """When to stop its processes where they are if it has not paused by itself."""
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def ran_for(self, now: float) -> float:
+        """Seconds it has run, not counting time paused."""
+        paused = self.paused_total + (now - self.paused_at if self.paused_at is not None else 0.0)
+        return now - self.started - paused
 
     @property
     def log(self) -> Path:
         return self.dir / "log.txt"
+
+
+@dataclass
+class Turns:
+    """Two jobs on one GPU set taking turns (Gandiva's time-slicing), by job id."""
+
+    host: int
+    guest: int
+    quantum: float
+    turn: int
+    """The job whose turn it is."""
+    switch_at: float | None = None
+    """When the turn passes to the other (None until both processes run)."""
 
 
 def cluster_from_slots(slots: list[GpuSlot]) -> Cluster:
@@ -100,6 +130,19 @@ class LoopBase:
         """Jobs that gave their total steps -> that goal (heartbeats measure the rest)."""
         self.duration_source: dict[int, str] = {}
         """Where each job's expected run time comes from (see runtime.estimates)."""
+        self.packed_on: dict[int, int] = {}
+        """Job -> the job whose GPUs it shares (a packed guest -> its host)."""
+        self.turns: dict[int, Turns] = {}
+        """Time-sliced pairs, by guest: whose turn it is and until when."""
+        self.alone_rates: dict[int, float] = {}
+        """Job -> its throughput (steps/s) last measured while it ran alone."""
+        self.share_changed: dict[int, float] = {}
+        """Job -> when its attempt began or its sharing last changed (its
+        throughput is read as alone or shared only from a while after)."""
+        self.beating: set[int] = set()
+        """Jobs whose current attempt has sent a heartbeat (it uses corral.train)."""
+        self.turn_wakeup: float | None = None
+        """When the next time-sliced pair swaps turns."""
         self.preempted: set[int] = set()
         """Queued jobs whose last attempt was preempted (their reason says so)."""
         self.identities = check_identities(config)

@@ -3,6 +3,7 @@ adopted processes, queued and held jobs."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
+from corral.model.state import RUNNING
 from corral.runtime.estimates import ESTIMATED, expected_duration
 from corral.runtime.executor import (
     ProcessRef,
@@ -54,8 +56,12 @@ class Recovery(LoopBase):
                         JobSpec.model_validate(row.spec).wall_time,
                         stop=att.stop,
                     )
-                    for g in att.gpus:
-                        self.holders[g] = row.id
+                    sharing = {self.holders[g] for g in att.gpus if g in self.holders}
+                    if len(sharing) == 1 and alive:  # two jobs packed on these GPUs
+                        self.packed_on[row.id] = sharing.pop()
+                    else:
+                        for g in att.gpus:
+                            self.holders[g] = row.id
                     row.status = JobStatus.RUNNING
                     self.store.event(
                         s, "adopted" if alive else "found_ended", row.id, attempt=att.number
@@ -66,8 +72,10 @@ class Recovery(LoopBase):
                     row.reason = "Requeued (service restarted)"
                     self.store.event(s, "requeued", row.id, why="service restarted before launch")
             self._load(s, rows)
-        for a in self.attempts.values():  # a stop in progress goes on
-            if a.stop is not None and a.ref is not None:
+        for a in self.attempts.values():
+            if a.ref is not None:  # one paused for a time slice runs again
+                self.executor.signal(a.ref, signal.SIGCONT)
+            if a.stop is not None and a.ref is not None:  # a stop in progress goes on
                 self._signal_stop(a, now)
         self._sync_drained()
         self.dirty = True
@@ -104,7 +112,11 @@ class Recovery(LoopBase):
                 continue
             live.arrive(i, self.rel(now))
             if a is not None and a.stop is None:
-                live.start(i, a.gpus, since=self.rel(a.started))
+                host = self.packed_on.get(row.id)
+                h = live.index.get(host, -1) if host is not None else -1
+                if h >= 0 and live.state.status[h] != RUNNING:
+                    h = -1
+                live.start(i, a.gpus, since=self.rel(a.started), host=h)
             elif a is not None and a.stop == "suspend":
                 live.hold(i)
             elif row.id in self.starting:

@@ -72,8 +72,9 @@ class Scheduler(Recovery, Transitions, Launching):
                 except Exception:
                     traceback.print_exc(file=sys.stderr)
             timeout = self.config.tick
-            if self.next_wakeup is not None:
-                timeout = min(timeout, max(self.next_wakeup - self.clock(), 0.0))
+            for at in (self.next_wakeup, self.turn_wakeup):
+                if at is not None:
+                    timeout = min(timeout, max(at - self.clock(), 0.0))
             self.wake.wait(timeout)
             self.wake.clear()
 
@@ -91,6 +92,7 @@ class Scheduler(Recovery, Transitions, Launching):
         if changed or self.dirty or due:
             self._schedule(now)
         self._launch_ready(self.clock())
+        self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
         with self._cv:
             self._passes += 1
             self._cv.notify_all()
@@ -100,6 +102,8 @@ class Scheduler(Recovery, Transitions, Launching):
         st.now = self.rel(now)
         self.dirty = False
         self._observe_progress()
+        if self.policy.shares_gpus:
+            self._observe_speeds(now)
         try:
             plan = self.policy.schedule(st)
         except Exception as exc:
@@ -129,6 +133,7 @@ class Scheduler(Recovery, Transitions, Launching):
                 live.preempt(i)
                 if job in self.starting:
                     del self.starting[job]
+                    self.packed_on.pop(job, None)
                     row = s.get(JobRow, job)
                     if row is not None and job not in self.attempts:
                         row.status, row.gpus, row.reason = JobStatus.PENDING, None, "Preempted"
@@ -137,15 +142,19 @@ class Scheduler(Recovery, Transitions, Launching):
                     stops.append((self.attempts[job], "preempt"))
             for i, gpus in plan.starts.items():
                 job = live.ids[i]
-                if i in plan.packs or st.status[i] != PENDING:
-                    self.store.event(s, "start_skipped", job, why="GPU sharing is not run live")
+                host = plan.packs[i][0] if i in plan.packs else -1
+                if st.status[i] != PENDING or (host >= 0 and st.status[host] != RUNNING):
+                    self.store.event(s, "start_skipped", job, why="not pending")
                     continue
                 req = int(st.type_req[i])
                 if req >= 0 and any(self.cluster.gpu_type_id[g] != req for g in gpus):
                     self.store.event(s, "start_skipped", job, why=f"needs {names[req]} GPUs")
                     continue
                 gpus = tuple(int(g) for g in gpus)
-                live.start(i, gpus)
+                live.start(i, gpus, host=host)
+                if host >= 0:
+                    self.packed_on[job] = live.ids[host]
+                    self.store.event(s, "packed", job, on=live.ids[host])
                 self.starting[job] = gpus
                 row = s.get(JobRow, job)
                 if row is not None:
@@ -154,6 +163,8 @@ class Scheduler(Recovery, Transitions, Launching):
                     row.gpus, row.reason = list(gpus), None
                     self.reasons[job] = None
                 self.store.event(s, "allocated", job, gpus=list(gpus))
+        if plan.timeslices:
+            self._timeslice(plan, now)
         for a, why in stops:
             self._stop(a, why, now)
 

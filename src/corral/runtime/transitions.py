@@ -15,7 +15,8 @@ from corral.runtime.executor import (
     read_exit_record,
 )
 from corral.runtime.exits import Cause, classify
-from corral.runtime.loop_base import TERMINAL, Attempt, LoopBase
+from corral.runtime.loop_base import TERMINAL, Attempt
+from corral.runtime.sharing import Sharing
 from corral.runtime.specs import JobSpec
 from corral.runtime.store import AttemptRow, JobRow, NodeRow
 
@@ -48,7 +49,7 @@ def dependency_verdict(
     return "ready", ""
 
 
-class Transitions(LoopBase):
+class Transitions(Sharing):
     """Attempt ends, arrivals, requests, dependencies, back-offs."""
 
     def _poll(self, now: float) -> bool:
@@ -73,14 +74,21 @@ class Transitions(LoopBase):
                 self._ended(a, record, now)
                 changed = True
                 continue
+            beat = beats.get(job)
+            if beat is not None:
+                self.beating.add(job)
             if a.stop is None:
-                beat = beats.get(job)
-                if a.wall_limit is not None and now - a.started >= a.wall_limit:
+                if a.wall_limit is not None and a.ran_for(now) >= a.wall_limit:
                     self._stop(a, "timeout", now)
                     self.live.close(self.live.index[job])
                     changed = True
-                elif beat is not None and now - beat > self.config.heartbeat_timeout:
+                elif (
+                    beat is not None
+                    and not a.paused
+                    and now - max(beat, a.resumed_at) > self.config.heartbeat_timeout
+                ):
                     self._stop(a, "hung", now, grace=0.0)
+            self._force_pauses(a, now)
             if a.kill_at is not None and now >= a.kill_at and a.ref is not None:
                 self.executor.kill(a.ref)
                 a.kill_at = None
@@ -107,13 +115,17 @@ class Transitions(LoopBase):
         grace = self.config.stop_grace if grace is None else grace
         self.executor.signal(a.ref, signal.SIGTERM if grace > 0 else signal.SIGKILL)
         a.kill_at = now + grace
+        if a.paused:  # a paused job must run to act on the signal
+            self._resume(a, now)
 
     def _ended(self, a: Attempt, record: ExitRecord, now: float) -> None:
         cause, detail = classify(a.stop, record, a.phase, a.log)
         del self.attempts[a.job]
+        self.beating.discard(a.job)
         for g in a.gpus:
             if self.holders.get(g) == a.job:
                 del self.holders[g]
+        self._hand_over(a.job, now)
         live = self.live
         i = live.index[a.job]
         st = live.state

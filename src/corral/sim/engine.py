@@ -9,8 +9,8 @@ again, speed from the locality model. The engine, not the policy, owns the
 bookkeeping, so a buggy plan (a GPU given twice, a job started twice) raises.
 
 Plans may also pack a job onto a running job's GPUs (both then run at their
-measured shared speeds until one leaves; a guest whose host leaves is
-preempted), change running jobs' speeds, and give elastic policies a multiple
+measured shared speeds until one leaves; a guest whose host leaves
+carries on alone on the GPUs), change running jobs' speeds, and give elastic policies a multiple
 of the GPUs a job asked for. With ``failure_rate`` set, an attempt may fail at
 a drawn step count: its progress is lost and it is retried up to
 ``max_retries`` times.
@@ -294,14 +294,14 @@ class Simulator:
     def _leave(self, i: int) -> None:
         """Before job ``i`` stops running: end any packing it is part of.
 
-        A guest on it is preempted (it must leave the GPUs with its host); a
-        host it was packed on goes back to its speed alone.
+        A guest on it goes on alone, at its speed alone (the state hands it the
+        GPUs as ``i`` leaves); a host it was packed on goes back to its speed
+        alone.
         """
         state = self.state
         guest = int(state.guest[i])
         if guest >= 0:
-            state.preempt(guest, release=False)
-            self._version[guest] += 1
+            self._respeed(guest, state.base_speed[guest])
         host = int(state.host[i])
         if host >= 0:  # the state unlinks the pair as the guest's segment closes
             self._respeed(host, state.base_speed[host])

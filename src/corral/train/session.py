@@ -13,6 +13,11 @@
         if session.should_stop:          # preempted, suspended, lease ended, pre-run done
             session.stop(step)           # checkpoint (not in a pre-run) and exit
 
+Time-slicing: the scheduler asks a job to pause with SIGTSTP; the session
+pauses the process at the next ``report`` (an iteration boundary, as Gandiva
+suspends at a mini-batch boundary) and it carries on where it was when the
+scheduler resumes it (SIGCONT).
+
 ``report`` is cheap: it records progress, and a background thread sends it
 to the service as a heartbeat every few seconds (the heartbeat also renews
 the job's lease and may carry a stop order). The scheduler preempts with
@@ -83,9 +88,15 @@ class Session:
         self.throughput: float | None = None
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self._pause_asked = False
+        self._woken = False
+        """Resumed after a pause: the throughput window restarts, so time paused
+        is not read as a slow step."""
         if threading.current_thread() is threading.main_thread():
             for sig in stop_signals:
                 signal.signal(sig, self._on_signal)
+            signal.signal(signal.SIGTSTP, self._on_pause)
+            signal.signal(signal.SIGCONT, self._on_continue)
         self._thread: threading.Thread | None = None
         if self.api_url and self._token and self.job_id:
             self._thread = threading.Thread(target=self._beat_loop, daemon=True)
@@ -126,6 +137,9 @@ class Session:
     def report(self, step: int, loss: float | None = None) -> None:
         """Progress after an iteration: feeds heartbeats and periodic checkpoints."""
         with self._lock:
+            if self._woken:
+                self._woken = False
+                self._rate_mark = (time.monotonic(), self.step)
             self.step = int(step)
             if loss is not None:  # a diverged loss (nan, inf) is reported as none
                 self.loss = float(loss) if math.isfinite(float(loss)) else None
@@ -137,6 +151,8 @@ class Session:
         due = time.monotonic() - self._last_save >= self.checkpoint_every
         if due and self.prerun_steps is None:
             self.save(step)
+        if self._pause_asked:
+            self._pause()
 
     def save(self, step: int, **extra: Any) -> None:
         """Checkpoint now (atomically)."""
@@ -178,6 +194,18 @@ class Session:
     # ---------------------------------------------------------- internals
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._stop_reason = f"signal {signal.Signals(signum).name}"
+
+    def _on_pause(self, _signum: int, _frame: Any) -> None:
+        self._pause_asked = True
+
+    def _on_continue(self, _signum: int, _frame: Any) -> None:
+        self._pause_asked = False
+        self._woken = True
+
+    def _pause(self) -> None:
+        """Pause the whole process here, at an iteration boundary, until SIGCONT."""
+        self._pause_asked = False
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     def _beat_loop(self) -> None:
         while not self._done.wait(self.heartbeat_interval):

@@ -1,0 +1,180 @@
+"""GPU sharing live: packed jobs, time-slicing by pause and resume, and the
+speeds a sharing policy judges by, measured from heartbeats.
+
+A plan may pack a job onto a running job's GPUs (Gandiva, Gavel's packed
+max-min fairness): the guest's processes are launched on the same GPUs while
+the host's keep running. A pair the plan marks as time-sliced takes turns
+instead: at each quantum boundary one job's process group is paused and the
+other's resumed. A job using :mod:`corral.train` is asked first (SIGTSTP; the
+session pauses itself at its next iteration boundary, as Gandiva suspends at
+a mini-batch boundary) and stopped where it is after ``pause_grace``; other
+jobs get SIGSTOP and SIGCONT. A paused job's lease and wall time stand still.
+
+When a host ends, its guest carries on alone and takes the GPUs over (the
+state hands them over; :meth:`Sharing._hand_over` does the same for the
+processes). Speeds: for a policy that shares GPUs, the throughput each job
+reports is kept as its speed alone while it runs unshared, and read against
+that while it runs packed; the ratio is what the policy sees as
+``observed_speed``, in place of a table's figure.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+from sqlalchemy import select
+
+from corral.model.plan import Plan
+from corral.model.state import RUNNING
+from corral.runtime.loop_base import Attempt, LoopBase, Turns
+from corral.runtime.store import JobRow
+
+
+class Sharing(LoopBase):
+    """Packs, turns and measured speeds (a stage of the loop)."""
+
+    # ------------------------------------------------------------ pairs
+    def _hand_over(self, job: int, now: float) -> None:
+        """``job``'s attempt ended: a guest packed on it keeps the GPUs; a host it
+        was packed on runs alone again."""
+        host = self.packed_on.pop(job, None)
+        if host is not None:
+            self.share_changed[host] = now
+        for guest, on in list(self.packed_on.items()):
+            if on != job:
+                continue
+            del self.packed_on[guest]
+            self.share_changed[guest] = now
+            a = self.attempts.get(guest)
+            if a is not None:
+                for g in a.gpus:
+                    self.holders.setdefault(g, guest)
+
+    def _take_turns(self, now: float) -> float | None:
+        """Pause and resume time-sliced pairs as their turns come; returns when
+        the next turn passes (None: no pair takes turns)."""
+        soonest: float | None = None
+        for guest, t in list(self.turns.items()):
+            ga, ha = self.attempts.get(t.guest), self.attempts.get(t.host)
+            paired = self.packed_on.get(guest) == t.host
+            waiting = paired and ga is None and guest in self.starting and ha is not None
+            if waiting:  # the guest is not launched yet: the host runs meanwhile
+                continue
+            if not paired or ga is None or ha is None or ga.stop or ha.stop:
+                for a in (ga, ha):  # the pair is over or leaving: nobody stays paused
+                    if a is not None and a.paused:
+                        self._resume(a, now)
+                del self.turns[guest]
+                continue
+            if t.switch_at is None:
+                t.switch_at = now + t.quantum
+            elif now >= t.switch_at:
+                t.turn = t.host if t.turn == t.guest else t.guest
+                t.switch_at = now + t.quantum
+            run, wait = (ga, ha) if t.turn == t.guest else (ha, ga)
+            if not wait.paused:
+                self._pause(wait, now)
+            if run.paused:
+                self._resume(run, now)
+            soonest = t.switch_at if soonest is None else min(soonest, t.switch_at)
+        return soonest
+
+    def _timeslice(self, plan: Plan, now: float) -> None:
+        """Pairs the plan time-slices start taking turns: a new guest gets the
+        first turn; a packed pair judged not to help lets its host go first (the
+        event records the speeds it was judged by, where measured)."""
+        st = self.live.state
+        with self.store.session() as s:
+            for i, quantum in plan.timeslices.items():
+                guest = self.live.ids[i]
+                host = self.packed_on.get(guest)
+                if host is None or guest in self.turns:
+                    continue
+                new = i in plan.starts
+                self.turns[guest] = Turns(host, guest, quantum, turn=guest if new else host)
+                h = self.live.index[host]
+                measured = {
+                    "host_speed": float(st.observed_speed[h]),
+                    "guest_speed": float(st.observed_speed[i]),
+                }
+                self.store.event(
+                    s,
+                    "timeslice",
+                    guest,
+                    on=host,
+                    quantum=quantum,
+                    **{k: round(v, 3) for k, v in measured.items() if np.isfinite(v)},
+                )
+
+    def _pause(self, a: Attempt, now: float) -> None:
+        if a.ref is None:
+            return
+        a.paused_at = now
+        cooperative = a.job in self.beating
+        if cooperative:  # corral.train pauses at its next iteration boundary
+            self.executor.signal(a.ref, signal.SIGTSTP)
+            a.force_pause_at = now + self.config.pause_grace
+        else:
+            self.executor.signal(a.ref, signal.SIGSTOP)
+        self._note(a, "pause", "TimeSliced", cooperative=cooperative)
+
+    def _resume(self, a: Attempt, now: float) -> None:
+        if a.paused_at is None:
+            return
+        a.paused_total += now - a.paused_at
+        a.paused_at = None
+        a.force_pause_at = None
+        a.resumed_at = now
+        self.share_changed[a.job] = now
+        if a.ref is not None:
+            self.executor.signal(a.ref, signal.SIGCONT)
+        self._note(a, "resume", None)
+
+    def _force_pauses(self, a: Attempt, now: float) -> None:
+        """A job asked to pause that has not reached an iteration boundary in time
+        is stopped where it is."""
+        if a.force_pause_at is not None and now >= a.force_pause_at and a.ref is not None:
+            self.executor.signal(a.ref, signal.SIGSTOP)
+            a.force_pause_at = None
+
+    def _note(self, a: Attempt, kind: str, reason: str | None, **data: object) -> None:
+        with self.store.session() as s:
+            row = s.get(JobRow, a.job)
+            if row is not None and row.status == "RUNNING":
+                row.reason = reason
+            self.store.event(s, kind, a.job, attempt=a.number, **data)
+
+    # ----------------------------------------------------------- speeds
+    def _observe_speeds(self, now: float) -> None:
+        """For a policy that shares GPUs: each running job's reported throughput,
+        as its speed alone while unshared and as a fraction of that while packed."""
+        st = self.live.state
+        st.observed_speed[:] = np.nan
+        running = [job for job in self.attempts if job in self.live.index]
+        if not running:
+            return
+        with self.store.session() as s:
+            rows = s.execute(
+                select(JobRow.id, JobRow.throughput, JobRow.last_heartbeat).where(
+                    JobRow.id.in_(running)
+                )
+            ).all()
+        settle = 1.0 + self.config.heartbeat_interval
+        for job, throughput, beat in rows:
+            i = self.live.index[job]
+            a = self.attempts[job]
+            st.reports_speed[i] = throughput is not None
+            if st.status[i] != RUNNING or throughput is None or beat is None or a.paused:
+                continue
+            since = max(self.share_changed.get(job, a.started), a.resumed_at)
+            if beat < since + settle:  # its figure may still cover the time before
+                continue
+            shared = st.host[i] >= 0 or st.guest[i] >= 0
+            if not shared:
+                self.alone_rates[job] = float(throughput)
+            elif self.alone_rates.get(job, 0.0) > 0 and not self._sliced(job):
+                st.observed_speed[i] = float(throughput) / self.alone_rates[job]
+
+    def _sliced(self, job: int) -> bool:
+        return any(job in (t.host, t.guest) for t in self.turns.values())
