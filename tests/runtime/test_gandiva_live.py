@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from corral.runtime.config import GpuGroup
-from corral.runtime.store import EventRow
 from corral.runtime.service_process import ServiceProcess
+from corral.runtime.store import EventRow
 from tests.runtime.harness import PY, TERMINAL, Harness, wait_for
 
 JOB = str(Path(__file__).with_name("contention_job.py"))
