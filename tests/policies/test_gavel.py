@@ -149,3 +149,21 @@ def test_a_job_arriving_after_a_reset_waits_for_the_reset_window() -> None:
     assert first[2] >= 360.0 + 1920.0
     windowless = sim(jobs, where, "gavel", fill_between_rounds=0, reset_window=0)
     assert windowless.state.first_start[2] < first[2]
+
+
+@pytest.mark.parametrize("name", ["gavel-min-makespan", "gavel-finish-time-fairness"])
+def test_jobs_that_outran_their_estimate_leave_the_lp_bounded(name: str) -> None:
+    # live, every job present has run past its owner's estimate (nothing left by
+    # the estimate): the LP must still have a solution (it was unbounded once)
+    from corral.runtime.live_state import LiveJobs
+
+    cluster = Cluster("c", [Node("n0", "V100", 2)])
+    live = LiveJobs(cluster)
+    for k in range(2):
+        i = live.add(k, 0.0, 1, duration=1.0)
+        live.arrive(i, 0.0)
+    live.start(0, (0,))
+    live.start(1, (1,))
+    live.state.now = 50.0
+    plan = make_policy(name, round=2.0, reset_window=0.0).schedule(live.state)
+    assert plan is not None

@@ -58,6 +58,17 @@ DEFAULT_RESET_WINDOW = 1920.0
 """Gavel's simulator: the least time between two resets of the allocation."""
 
 
+MIN_REMAINING = 1e-3
+"""Steps of work a running job is taken to have left at least. Live, a job can
+outrun its owner's estimate; with nothing left its LP coefficient would fall
+below what the solver keeps (HiGHS drops |a| <= 1e-9) and the objective would
+be unbounded."""
+
+
+def remaining_steps(state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
+    return np.maximum(state.total_steps[jobs] - state.done_steps(jobs), MIN_REMAINING)
+
+
 class GavelPolicy(Policy):
     """Round-based realisation of an allocation; subclasses choose the LP."""
 
@@ -353,7 +364,7 @@ class GavelFinishTimeFairness(GavelPolicy):
         """At the last solve: each job's steps left and isolated throughput."""
 
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
-        remaining = np.maximum(state.total_steps[jobs] - state.done_steps(jobs), 1e-9)
+        remaining = remaining_steps(state, jobs)
         elapsed = state.now - state.submit[jobs]
         problem = self._problem(state, jobs)
         isolated = problem.isolated_throughput()
@@ -378,7 +389,7 @@ class GavelMinMakespan(GavelPolicy):
     description = "Gavel: finish the jobs present as early as possible (LP)"
 
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
-        remaining = np.maximum(state.total_steps[jobs] - state.done_steps(jobs), 1e-9)
+        remaining = remaining_steps(state, jobs)
         return min_makespan(self._problem(state, jobs), remaining)
 
 

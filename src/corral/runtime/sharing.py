@@ -127,9 +127,9 @@ class Sharing(LoopBase):
         a.force_pause_at = None
         a.resumed_at = now
         self.share_changed[a.job] = now
+        self._note(a, "resume", None)  # recorded before it runs again
         if a.ref is not None:
             self.executor.signal(a.ref, signal.SIGCONT)
-        self._note(a, "resume", None)
 
     def _force_pauses(self, a: Attempt, now: float) -> None:
         """A job asked to pause that has not reached an iteration boundary in time
