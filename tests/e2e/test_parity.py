@@ -1,0 +1,67 @@
+"""One policy code path, checked: every registered policy decides alike in the
+simulator and in the live service on the same 20-job trace (see
+:mod:`tests.e2e.parity` for the trace, the jobs and how the simulator is set
+to the service's measured launch and restart times).
+
+What is compared, and the tolerance stated for each:
+
+- **First-start order.** Two jobs count as out of order only when both runs
+  start them more than ``TIE`` (1 s) apart, in opposite orders; nearer starts
+  are ties that real timing decides (a process ends 50 ms later than
+  modelled; one pass sees two exits that the simulator sees at one instant).
+- **Who is preempted.** The sets of jobs preempted at least once; per-job
+  counts are not compared (a job preempted near a tie may be preempted once
+  more or less).
+- **Average JCT**, as the end-to-end check that nothing was lost on the way.
+
+Event-driven policies (ranking at arrivals and ends, or at their own quanta)
+must agree on order but for at most one misplaced job (the fewest jobs whose
+removal makes the orders agree: a 2-GPU gang waits for two GPUs to be free at
+once, and whether two ends fall in one pass or in two decides whether it gets
+them or a 1-GPU job slips in first), on the preempted set but for two jobs,
+and on average JCT within 10%. Policies that decide at clock boundaries
+(Gavel's rounds, Themis' leases, Philly's locality relaxed after fixed
+waiting times) re-decide whenever a boundary passes; a job that ends 50 ms on
+the other side of one changes that decision and everything after it, so they
+are held to a looser bound: at most 5 misplaced jobs, at most 8 jobs
+preempted in one run only, JCT within 25%. The bounds are the spread seen
+over repeated runs on a 2-core machine with margin, not targets; the figures
+of each run are in docs/validation/parity.md. (Gavel's live runs start the
+2-GPU jobs in another order than the simulator more often than jitter alone
+seems to explain; that page says what is known.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral.policies import POLICIES
+from tests.e2e.parity import compare, run_all
+
+CLOCK_DRIVEN = {name for name in POLICIES if name.startswith("gavel")} | {"themis", "philly"}
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, Any]:
+    return run_all(list(POLICIES))
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_simulator_and_service_decide_alike(name: str, outcomes: dict[str, Any]) -> None:
+    sim, live = outcomes[name]
+    c = compare(sim, live)
+    summary = (
+        f"{name}: misplaced {c.misplaced} (pairs {c.order_inversions}), preempted in one run only "
+        f"{sorted(c.preempted_differ)}, preemptions {c.preemptions}, mean JCT "
+        f"{c.mean_jct[0]:.2f} s simulated, {c.mean_jct[1]:.2f} s live"
+    )
+    if name in CLOCK_DRIVEN:
+        assert len(c.misplaced) <= 5, summary
+        assert len(c.preempted_differ) <= 8, summary
+        assert abs(c.jct_error) <= 0.25, summary
+    else:
+        assert len(c.misplaced) <= 1, summary
+        assert len(c.preempted_differ) <= 2, summary
+        assert abs(c.jct_error) <= 0.10, summary
