@@ -13,7 +13,7 @@ import pytest
 from corral.runtime.config import GpuGroup
 from corral.runtime.service_process import ServiceProcess
 from corral.runtime.store import EventRow
-from tests.runtime.harness import PY, TERMINAL, Harness, wait_for
+from tests.runtime.harness import PY, TERMINAL, Harness, auth, wait_for
 
 JOB = str(Path(__file__).with_name("contention_job.py"))
 QUANTUM = 2.0
@@ -159,3 +159,39 @@ def test_packing_that_does_not_help_becomes_time_slicing(served: ServiceProcess)
     assert any(e.detail.get("cooperative") for e in served.events("pause")), (
         "corral.train jobs are asked to pause at an iteration boundary"
     )
+
+
+def test_migration_frees_a_server_for_a_gang(tmp_path: Path) -> None:
+    """Two servers of 2 GPUs, one GPU free on each: a 2-GPU job waits for one
+    server, so Gandiva migrates the 1-GPU job off it (checkpoint, stop, start
+    on the other server) and the gang takes the server."""
+    h = Harness(tmp_path / "state", policy="gandiva", policy_options={"quantum": QUANTUM})
+    try:
+        job = str(Path(__file__).parents[1] / "e2e" / "parity_job.py")
+
+        def resumable(name: str, work: float, gpus: int = 1) -> int:
+            command = [PY, job, str(work), str(gpus), "0.8"]
+            return int(h.submit(name=name, command=command, gpus=gpus)["id"])
+
+        first = [resumable(f"j{k}", 60 if k in (0, 2) else 600) for k in range(4)]
+        for j in first:
+            h.wait_state(j, {"RUNNING"}, timeout=30)
+        placed = {h.job(j)["assigned_gpus"][0]: j for j in first}
+        assert sorted(placed) == [0, 1, 2, 3]
+        for gpu in (1, 3):  # free one GPU on each server
+            h.client.post(f"/v1/jobs/{placed[gpu]}/cancel", headers=auth("root"))
+            h.wait_state(placed[gpu], {"CANCELLED"}, timeout=30)
+        gang = resumable("gang", 1.0, gpus=2)
+        h.wait_state(gang, {"SUCCEEDED"}, timeout=60)
+        (gang_attempt,) = [a for a in h.attempts() if a.job_id == gang]
+        server = sorted(gang_attempt.gpus)
+        assert server in ([0, 1], [2, 3]), "the gang got one server"
+        mover = placed[server[0]]
+        moves = [a for a in h.attempts() if a.job_id == mover]
+        assert len(moves) == 2, "the 1-GPU job on that server was moved once"
+        assert moves[0].gpus == [server[0]] and moves[0].cause == "preempted"
+        assert moves[1].gpus[0] not in server and moves[1].end_time is None
+        assert gang_attempt.start_time >= moves[0].end_time  # no GPU used twice
+        assert h.job(mover)["status"] == "RUNNING"
+    finally:
+        h.close()

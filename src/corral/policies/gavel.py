@@ -403,7 +403,10 @@ class GavelMaxThroughput(GavelPolicy):
 
 class GavelMaxMinPacked(GavelPolicy):
     name = "gavel-max-min-fairness-packed"
-    live_note = "pairs are not packed live (a job the plan packs waits for GPUs of its own)"
+    live_note = (
+        "a packed pair runs as two process groups on the same GPUs; its speeds are Gavel's "
+        "measured ones, not re-measured live"
+    )
     description = "Gavel with space sharing: max-min fairness where measured pairs may share a gang"
     packed = True
 
