@@ -67,8 +67,8 @@ class Gandiva(Policy):
         "time-slicing suspends and resumes the pair's processes at quantum boundaries "
         "(corral.train jobs pause at an iteration boundary, others get SIGSTOP/SIGCONT); "
         "packed jobs run as two process groups on the same GPUs; packing is judged from "
-        "the jobs' heartbeat throughputs (pairs Gavel did not measure are tried when both "
-        "report them); migration is checkpoint, stop and start elsewhere"
+        "the jobs' heartbeat throughputs (pairs Gavel did not measure are tried when the "
+        "running job reports its throughput); migration is checkpoint, stop and start elsewhere"
     )
     description = (
         "time-slicing in quanta, packing by measured pair throughput, migration, grow-shrink"

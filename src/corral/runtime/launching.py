@@ -84,6 +84,10 @@ class Launching(LoopBase):
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
         self.attempts[job] = a
         self.share_changed[job] = now
+        i = self.live.index.get(job)
+        if i is not None:  # no progress before its process exists (as a switch cost)
+            st = self.live.state
+            st.progress_start[i] = max(st.progress_start[i], self.rel(now))
         host = self.packed_on.get(job)
         if host is None:
             for g in gpus:
