@@ -29,9 +29,9 @@ are held to a looser bound: at most 5 misplaced jobs, at most 8 jobs
 preempted in one run only, JCT within 30% (Gavel's finish-time fairness
 was 10-27% slower live over five runs). The bounds are the spread seen
 over repeated runs on a 2-core machine with margin, not targets; the figures
-of each run are in docs/validation/parity.md. (Gavel's live runs start the
-2-GPU jobs in another order than the simulator more often than jitter alone
-seems to explain; that page says what is known.)
+of each run are in docs/validation/parity.md. (Three live services run at a
+time; Gavel's LP passes then slow enough to move starts past round
+boundaries: run alone, gavel-max-min-fairness agrees exactly.)
 """
 
 from __future__ import annotations
