@@ -269,8 +269,8 @@ class Gandiva(Policy):
             if not same or i in plan.starts or state.status[i] != PENDING:
                 continue
             pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
-            if self.packing:
-                known = (state.job_type[i], size) in measured
+            known = (state.job_type[i], size) in measured
+            if self.packing and (known or state.measures_speed):  # else: nothing to try
                 for k, h in enumerate(same):
                     if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
                         continue

@@ -73,9 +73,10 @@ class Recovery(LoopBase):
                     self.store.event(s, "requeued", row.id, why="service restarted before launch")
             self._load(s, rows)
         for a in self.attempts.values():
-            if a.ref is not None:  # one paused for a time slice runs again
-                self.executor.signal(a.ref, signal.SIGCONT)
-            if a.stop is not None and a.ref is not None:  # a stop in progress goes on
+            if a.ref is None:
+                continue
+            self.executor.signal(a.ref, signal.SIGCONT)  # one paused for a time slice runs again
+            if a.stop is not None:  # a stop in progress goes on
                 self._signal_stop(a, now)
         self._sync_drained()
         self.dirty = True

@@ -11,7 +11,7 @@ a mini-batch boundary) and stopped where it is after ``pause_grace``; other
 jobs get SIGSTOP and SIGCONT. A paused job's lease and wall time stand still.
 
 When a host ends, its guest carries on alone and takes the GPUs over (the
-state hands them over; :meth:`Sharing._hand_over` does the same for the
+state hands them over; :meth:`Sharing._unpair` does the same for the
 processes). Speeds: for a policy that shares GPUs, the throughput each job
 reports is kept as its speed alone while it runs unshared, and read against
 that while it runs packed; the ratio is what the policy sees as
@@ -35,7 +35,7 @@ class Sharing(LoopBase):
     """Packs, turns and measured speeds (a stage of the loop)."""
 
     # ------------------------------------------------------------ pairs
-    def _hand_over(self, job: int, now: float) -> None:
+    def _unpair(self, job: int, now: float) -> None:
         """``job``'s attempt ended: a guest packed on it keeps the GPUs; a host it
         was packed on runs alone again."""
         host = self.packed_on.pop(job, None)
@@ -93,19 +93,15 @@ class Sharing(LoopBase):
                     continue
                 new = i in plan.starts
                 self.turns[guest] = Turns(host, guest, quantum, turn=guest if new else host)
-                h = self.live.index[host]
-                measured = {
-                    "host_speed": float(st.observed_speed[h]),
-                    "guest_speed": float(st.observed_speed[i]),
+                speeds = {
+                    f"{who}_speed": round(v, 3)
+                    for who, v in (
+                        ("host", float(st.observed_speed[self.live.index[host]])),
+                        ("guest", float(st.observed_speed[i])),
+                    )
+                    if np.isfinite(v)
                 }
-                self.store.event(
-                    s,
-                    "timeslice",
-                    guest,
-                    on=host,
-                    quantum=quantum,
-                    **{k: round(v, 3) for k, v in measured.items() if np.isfinite(v)},
-                )
+                self.store.event(s, "timeslice", guest, on=host, quantum=quantum, **speeds)
 
     def _pause(self, a: Attempt, now: float) -> None:
         if a.ref is None:

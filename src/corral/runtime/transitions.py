@@ -125,7 +125,7 @@ class Transitions(Sharing):
         for g in a.gpus:
             if self.holders.get(g) == a.job:
                 del self.holders[g]
-        self._hand_over(a.job, now)
+        self._unpair(a.job, now)
         live = self.live
         i = live.index[a.job]
         st = live.state
