@@ -297,12 +297,18 @@ def test_a_request_recorded_during_a_pass_is_not_lost(
                 s.execute = execute_after_cancel  # type: ignore[method-assign]
                 yield s
 
+        suspended = h.scheduler.attempts[job["id"]]
         h.store.session = racing_session  # type: ignore[method-assign]
         h.scheduler._requests(h.scheduler.clock())
         h.store.session = original  # type: ignore[method-assign]
         assert injected
         with h.store.session() as s:
             assert s.get(JobRow, job["id"]).request == "cancel"
+        # The suspend's process ends before the service comes back (a cancel that
+        # found it still checkpointing would rightly end the attempt as cancelled).
+        assert suspended.ref is not None
+        ex = h.scheduler.executor
+        wait_for(lambda: ex.poll(suspended.ref, suspended.dir) is not None, 30, "the suspend")
         h.restart()
         done = h.wait_state(job["id"], {"CANCELLED"})  # the suspend was carried out first
         assert [a["cause"] for a in done["attempts"]] == ["suspended"]
