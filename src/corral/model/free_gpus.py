@@ -18,9 +18,17 @@ class DoubleAllocation(RuntimeError):
 
 
 class FreeGPUs:
-    """Free GPUs of a cluster; cheap to copy so a policy can plan on a scratch copy."""
+    """Free GPUs of a cluster; cheap to copy so a policy can plan on a scratch copy.
 
-    __slots__ = ("cluster", "mask", "node_free", "total")
+    Besides the per-GPU mask and per-node counts that vectorised code reads,
+    it keeps two bitset indexes as Python integers, because the simulator
+    takes and releases GPUs hundreds of thousands of times per run and a
+    best-fit node must be found without scanning every node: ``_bits[node]``
+    has bit ``k`` set when the node's ``k``-th GPU is free, and
+    ``_with[c]`` has bit ``node`` set when the node has exactly ``c`` free GPUs.
+    """
+
+    __slots__ = ("_bits", "_with", "cluster", "mask", "node_free", "total")
 
     def __init__(self, cluster: Cluster, mask: np.ndarray | None = None) -> None:
         self.cluster = cluster
@@ -33,6 +41,13 @@ class FreeGPUs:
                 cluster.gpu_node[self.mask], minlength=cluster.num_nodes
             ).astype(np.int64)
         self.total = int(self.node_free.sum())
+        flags = self.mask.tolist()
+        self._bits: list[int] = []
+        for first, size in zip(cluster.node_first_gpu_list, cluster.node_gpus_list, strict=True):
+            self._bits.append(sum(1 << k for k in range(size) if flags[first + k]))
+        self._with: list[int] = [0] * (cluster.max_node_gpus + 1)
+        for node, count in enumerate(self.node_free.tolist()):
+            self._with[count] |= 1 << node
 
     def copy(self) -> FreeGPUs:
         new = FreeGPUs.__new__(FreeGPUs)
@@ -40,11 +55,13 @@ class FreeGPUs:
         new.mask = self.mask.copy()
         new.node_free = self.node_free.copy()
         new.total = self.total
+        new._bits = self._bits.copy()
+        new._with = self._with.copy()
         return new
 
     def take(self, gpus: Sequence[int]) -> None:
         mask = self.mask
-        if len(set(gpus)) != len(gpus):
+        if len(gpus) > 1 and len(set(gpus)) != len(gpus):
             raise DoubleAllocation(f"GPUs {list(gpus)} repeat an id")
         for g in gpus:
             if not mask[g]:
@@ -63,18 +80,50 @@ class FreeGPUs:
     def _update(self, gpus: Sequence[int], value: bool, sign: int) -> None:
         # Scalar loops: allocations are a few GPUs, where numpy's per-call
         # overhead would dominate.
-        gpu_node = self.cluster.gpu_node_list
-        mask, node_free = self.mask, self.node_free
+        cluster = self.cluster
+        gpu_node, firsts = cluster.gpu_node_list, cluster.node_first_gpu_list
+        mask, node_free, bits, with_count = self.mask, self.node_free, self._bits, self._with
         for g in gpus:
+            node = gpu_node[g]
             mask[g] = value
-            node_free[gpu_node[g]] += sign
+            count = int(node_free[node])
+            node_free[node] = count + sign
+            flag = 1 << node
+            with_count[count] ^= flag
+            with_count[count + sign] ^= flag
+            bits[node] ^= 1 << (g - firsts[node])
         self.total += sign * len(gpus)
+
+    def indexes_agree(self) -> bool:
+        """True when the counts and bitset indexes match the mask (invariant checks)."""
+        fresh = FreeGPUs(self.cluster, self.mask)
+        return (
+            fresh.total == self.total
+            and np.array_equal(fresh.node_free, self.node_free)
+            and fresh._bits == self._bits
+            and fresh._with == self._with
+        )
 
     def in_node(self, node: int, n: int) -> list[int]:
         """The first ``n`` free GPU ids of ``node``."""
         first = self.cluster.node_first_gpu_list[node]
-        flags = self.mask[first : first + self.cluster.node_gpus_list[node]].tolist()
-        return [first + k for k, free in enumerate(flags) if free][:n]
+        bits = self._bits[node]
+        out: list[int] = []
+        while bits and len(out) < n:
+            low = bits & -bits
+            out.append(first + low.bit_length() - 1)
+            bits ^= low
+        return out
+
+    def tightest_node(self, n: int) -> int:
+        """The node with the fewest free GPUs that still has ``n`` free (the
+        lowest-numbered among equals), or -1 when no node has ``n`` free."""
+        with_count = self._with
+        for count in range(max(n, 1), len(with_count)):
+            nodes = with_count[count]
+            if nodes:
+                return (nodes & -nodes).bit_length() - 1
+        return -1
 
     def rack_free(self) -> np.ndarray:
         """Free GPUs per rack (computed on demand: only multi-node placement asks)."""

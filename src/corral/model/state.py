@@ -47,12 +47,14 @@ class IndexSet:
         self._n += 1
 
     def remove(self, i: int) -> None:
-        p = self._pos[i]
-        last = self._items[self._n - 1]
-        self._items[p] = last
-        self._pos[last] = p
-        self._pos[i] = -1
-        self._n -= 1
+        items, pos = self._items, self._pos
+        p = int(pos[i])
+        n = self._n - 1
+        last = int(items[n])
+        items[p] = last
+        pos[last] = p
+        pos[i] = -1
+        self._n = n
 
     def array(self) -> np.ndarray:
         """The members (a copy: safe to keep while the set changes)."""
@@ -170,10 +172,8 @@ class SchedulerState:
 
     def attained(self, idx: np.ndarray) -> np.ndarray:
         """2D attained service (GPU-seconds held so far) of the given jobs, now."""
-        run = self.status[idx] == RUNNING
-        return self.attained_base[idx] + np.where(
-            run, self.held[idx] * (self.now - self.seg_start[idx]), 0.0
-        )
+        # ``held`` is 0 for every job not running, so no status test is needed
+        return self.attained_base[idx] + self.held[idx] * (self.now - self.seg_start[idx])
 
     def done_steps(self, idx: np.ndarray) -> np.ndarray:
         run = self.status[idx] == RUNNING
@@ -217,32 +217,39 @@ class SchedulerState:
         already account for this start (a plan's ``free_after``). ``host``
         packs the job onto a running job's GPUs (no GPUs are taken).
         """
+        # The simulator's hottest path (once per start): plain scalar reads and
+        # writes, no numpy calls.
+        n = len(gpus)
         if host >= 0:
             self.host[i] = host
             self.guest[host] = i
-        elif take:
-            self.free.take(gpus)
+        else:
+            if take:
+                self.free.take(gpus)
+            self.busy_gpus += n
         self.pending.remove(i)
-        pos = bisect.bisect_left(self.pending_order, i)
-        del self.pending_order[pos]
+        order = self.pending_order
+        del order[bisect.bisect_left(order, i)]
         self.running.add(i)
         self.status[i] = RUNNING
         self.alloc[i] = gpus
         now = self.now
-        self.attempt_steps[i] = self.steps_done[i]
+        done = float(self.steps_done[i])
+        self.attempt_steps[i] = done
         self.seg_start[i] = now
         self.progress_start[i] = now + overhead
         self.speed[i] = speed
         self.base_speed[i] = speed
-        self.max_speedup[i] = max(self.max_speedup[i], speed / self.ref_speed[i])
-        self.held[i] = len(gpus)
-        self.overhead[i] += overhead
-        if np.isnan(self.first_start[i]):
-            self.first_start[i] = now
-        if host < 0:
-            self.busy_gpus += len(gpus)
-        left = self.total_steps[i] - self.steps_done[i]
-        return now + overhead + left / speed
+        speedup = speed / float(self.ref_speed[i])
+        if speedup > self.max_speedup[i]:
+            self.max_speedup[i] = speedup
+        self.held[i] = n
+        if overhead:
+            self.overhead[i] += overhead
+        first = self.first_start
+        if first[i] != first[i]:  # NaN: its first start
+            first[i] = now
+        return now + overhead + (float(self.total_steps[i]) - done) / speed
 
     def respeed(self, i: int, speed: float) -> float:
         """Change a running job's speed from now on; returns its new finish time."""
@@ -258,7 +265,7 @@ class SchedulerState:
         now = self.now
         gpus = self.alloc[i]
         assert gpus is not None
-        service = len(gpus) * (now - self.seg_start[i])
+        service = len(gpus) * (now - float(self.seg_start[i]))
         host = int(self.host[i])
         guest = int(self.guest[i])
         if host >= 0:
@@ -273,7 +280,9 @@ class SchedulerState:
             self.busy_gpus -= len(gpus)
         self.running.remove(i)
         self.attained_base[i] += service
-        self.steps_done[i] += max(now - self.progress_start[i], 0.0) * self.speed[i]
+        ran = now - float(self.progress_start[i])
+        if ran > 0.0:
+            self.steps_done[i] += ran * float(self.speed[i])
         self.alloc[i] = None
         self.held[i] = 0
 

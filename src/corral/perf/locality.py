@@ -44,10 +44,11 @@ class LocalityModel:
         """Speed factor (<= 1) of a gang on these GPUs."""
         if len(gpus) <= 1:
             return 1.0
-        idx = np.asarray(gpus, dtype=np.int64)
-        nodes = cluster.gpu_node[idx]
-        if (nodes == nodes[0]).all():
+        gpu_node = cluster.gpu_node_list
+        first = gpu_node[gpus[0]]
+        if all(gpu_node[g] == first for g in gpus):
             return 1.0
+        nodes = cluster.gpu_node[np.asarray(gpus, dtype=np.int64)]
         racks = cluster.node_rack[nodes]
         same_rack = bool((racks == racks[0]).all())
         measured = pollux_model(model) if self.measured and model else None

@@ -135,10 +135,10 @@ class SpeedModel:
         ref_speed: float,
     ) -> float:
         """Steps/s of a gang on these GPUs."""
-        idx = np.asarray(gpus, dtype=np.int64)
         locality = self.locality.factor(cluster, gpus, model) if len(gpus) > 1 else 1.0
-        if not self.knows(job_type):
+        if not job_type or not self.knows(job_type):
             return ref_speed * locality
+        idx = np.asarray(gpus, dtype=np.int64)
         names = cluster.gpu_type_names
         type_ids = np.unique(cluster.gpu_type_id[idx]).tolist()
         n = len(gpus)

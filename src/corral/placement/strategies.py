@@ -17,7 +17,6 @@ from corral.model.free_gpus import FreeGPUs
 if TYPE_CHECKING:
     from corral.model.state import SchedulerState
 
-_NO_FIT = np.iinfo(np.int64).max
 
 
 class PlacementStrategy(ABC):
@@ -42,12 +41,11 @@ class Consolidate(PlacementStrategy):
     def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
         if n > free.total:
             return None
-        node_free = free.node_free
         if n <= free.cluster.max_node_gpus:
-            slack = np.where(node_free >= n, node_free, _NO_FIT)
-            best = int(slack.argmin())
-            if slack[best] != _NO_FIT:
+            best = free.tightest_node(n)
+            if best >= 0:
                 return free.in_node(best, n)
+        node_free = free.node_free
         rack_free = free.rack_free()
         racks = np.flatnonzero(rack_free >= n)
         if len(racks):

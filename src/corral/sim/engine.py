@@ -229,19 +229,28 @@ class Simulator:
             state.preempt(i, release=not adopt)
             self._version[i] += 1
         elastic = self.policy.elastic
+        gang_speed, switch_cost = self.config.speeds.gang_speed, self.config.switch_cost
+        status, asks, preemptions, failures = (
+            state.status,
+            state.gpus,
+            state.preemptions,
+            state.failures,
+        )
         for i, gpus in plan.starts.items():
-            if state.status[i] != PENDING:
+            if status[i] != PENDING:
                 raise PlanError(f"plan starts job {state.job_ids[i]}, which is not pending")
-            asked = int(state.gpus[i])
+            asked = int(asks[i])
             if len(gpus) != asked and not (elastic and len(gpus) % asked == 0):
                 raise PlanError(
                     f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; it asks for {asked}"
                 )
-            restart = state.preemptions[i] > 0 or state.failures[i] > 0
-            overhead = plan.overheads.get(i, self.config.switch_cost if restart else 0.0)
-            speed = plan.factors.get(i, 1.0) * self.config.speeds.gang_speed(
+            restart = preemptions[i] > 0 or failures[i] > 0
+            overhead = plan.overheads.get(i, switch_cost if restart else 0.0)
+            speed = gang_speed(
                 self.cluster, gpus, state.job_type[i], state.model[i], float(state.ref_speed[i])
             )
+            if plan.factors:
+                speed *= plan.factors.get(i, 1.0)
             if speed <= 0:
                 types = sorted({self.cluster.node_types[self.cluster.gpu_node[g]] for g in gpus})
                 raise PlanError(
@@ -256,12 +265,8 @@ class Simulator:
                 if state.guest[host] >= 0 or state.host[host] >= 0:
                     raise PlanError(f"plan packs job {state.job_ids[i]} on a GPU already shared")
             state.start(i, gpus, speed, overhead, take=not adopt, host=host)
-            rate = self.config.failure_rate
-            if rate > 0 and self._rng.random() < rate:
-                left = state.total_steps[i] - state.steps_done[i]
-                self._fail_steps[i] = state.steps_done[i] + self._rng.random() * left
-            else:
-                self._fail_steps[i] = np.nan
+            if self.config.failure_rate > 0:
+                self._draw_failure(i)
             self._push(i)
             if host >= 0:
                 self._respeed(i, state.base_speed[i] * guest_factor)
@@ -273,14 +278,24 @@ class Simulator:
         if plan.free_after is not None:
             state.free = plan.free_after
 
+    def _draw_failure(self, i: int) -> None:
+        """Decide whether the attempt just started fails, and at which step."""
+        state = self.state
+        if self._rng.random() < self.config.failure_rate:
+            left = state.total_steps[i] - state.steps_done[i]
+            self._fail_steps[i] = state.steps_done[i] + self._rng.random() * left
+        else:
+            self._fail_steps[i] = np.nan
+
     def _push(self, i: int) -> None:
         """Schedule the end of job ``i``'s attempt (finish, or failure if one was drawn)."""
         state = self.state
-        target = self._fail_steps[i]
-        fails = not np.isnan(target)
+        target = float(self._fail_steps[i])
+        fails = target == target  # not NaN
         if not fails:
-            target = state.total_steps[i]
-        at = state.progress_start[i] + max(target - state.steps_done[i], 0.0) / state.speed[i]
+            target = float(state.total_steps[i])
+        left = target - float(state.steps_done[i])
+        at = float(state.progress_start[i]) + (left if left > 0.0 else 0.0) / float(state.speed[i])
         heapq.heappush(self._heap, (at, i, int(self._version[i]), fails))
 
     def _respeed(self, i: int, speed: float) -> None:

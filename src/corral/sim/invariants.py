@@ -60,9 +60,8 @@ class InvariantChecker:
             raise InvariantViolation("free-GPU mask disagrees with allocations")
         if s.busy_gpus != len(held) or s.free.total != s.cluster.total_gpus - len(held):
             raise InvariantViolation("busy/free GPU counts disagree with allocations")
-        node_free = np.bincount(s.cluster.gpu_node[s.free.mask], minlength=s.cluster.num_nodes)
-        if not np.array_equal(node_free, s.free.node_free):
-            raise InvariantViolation("per-node free counts disagree with the free mask")
+        if not s.free.indexes_agree():
+            raise InvariantViolation("per-node free counts or indexes disagree with the free mask")
 
     def at_end(self, result: SimResult) -> None:
         s = self.state
