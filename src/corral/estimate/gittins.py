@@ -52,14 +52,16 @@ class GittinsTable:
     def index(self, attained: np.ndarray) -> np.ndarray:
         """G(a) for each attained service in ``attained`` (GPU-seconds)."""
         a = np.asarray(attained, dtype=np.float64)
-        n = len(self.sizes)
-        k = np.searchsorted(self.sizes, a, side="right")  # sizes <= a: already done
-        j = np.searchsorted(self.sizes, a + self.delta, side="right")  # done within delta
+        m, n = len(a), len(self.sizes)
+        # one search for both bounds: sizes <= a (already done), and sizes
+        # <= a + delta (done within delta)
+        kj = np.searchsorted(self.sizes, np.concatenate((a, a + self.delta)), side="right")
+        k, j = kj[:m], kj[m:]
         finishing = (j - k).astype(np.float64)
         expected = (self._prefix[j] - self._prefix[k]) - finishing * a + (n - j) * self.delta
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.where(expected > 0, finishing / expected, 0.0)
-        return np.where(k >= n, 0.0, out)
+        out = np.zeros(m)
+        np.divide(finishing, expected, out=out, where=(expected > 0) & (k < n))
+        return out
 
 
 def load_distribution(spec: str, delta: float = DEFAULT_DELTA) -> GittinsTable:

@@ -173,17 +173,20 @@ class Philly(Policy):
         if self._n != len(state.submit):
             self._init(state)
         builder = PlanBuilder(state)
-        pending = np.sort(state.pending.array())
+        pending = state.pending.array()
         if not len(pending):
             return builder.build()
         now = state.now
+        due = np.sort(pending[self.next_try[pending] <= now])
+        if not len(due):  # nobody's turn to try: only the next wake-up to find
+            return builder.build(self._next_wakeup(state, pending))
         running = state.running.array()
-        self._see(state, pending)
-        self._see(state, running)
+        if not state.known_in_advance:  # a trace's VCs are all known at the start
+            self._see(state, pending)
+            self._see(state, running)
         usage = np.bincount(
             self.vc[running], weights=state.gpus[running], minlength=len(self.quota)
         )
-        due = pending[self.next_try[pending] <= now]
         # Jobs that cannot start whatever happens in this pass fail at once
         # (vectorised): more GPUs than are free, plus those that could be
         # reclaimed from borrowers when the job is within its VC's quota.
@@ -194,16 +197,34 @@ class Philly(Policy):
         possible = need <= free_now + np.where(within, reclaimable, 0.0)
         failed: list[int] = due[~possible].tolist()
         waiting: list[int] = []
-        for i in due[possible].tolist():
-            v = self.vc[i]
-            g = int(state.gpus[i])
-            if usage[v] + g > self.quota[v]:
+        tried = due[possible]
+        quota = self.quota.tolist()
+        for i, v, g in zip(
+            tried.tolist(), self.vc[tried].tolist(), state.gpus[tried].tolist(), strict=True
+        ):
+            if usage[v] + g > quota[v]:
                 waiting.append(i)
             elif self._place(builder, state, i) or self._reclaim(builder, state, i, running, usage):
                 usage[v] += g
             else:
                 failed.append(i)
         over_quota = self._lend(builder, state, waiting, usage)
+        if not state.known_in_advance:  # reasons are shown live only
+            self._note_reasons(builder, state, due, possible, within, failed, over_quota)
+        self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
+        return builder.build(self._next_wakeup(state, pending))
+
+    def _note_reasons(
+        self,
+        builder: PlanBuilder,
+        state: SchedulerState,
+        due: np.ndarray,
+        possible: np.ndarray,
+        within: np.ndarray,
+        failed: list[int],
+        over_quota: list[int],
+    ) -> None:
+        """Why each job that tried and failed waits, for the live queue."""
         why = self.why
         blocked = set(due[~possible & ~within].tolist())  # over quota, nothing idle to borrow
         for i in failed:
@@ -213,8 +234,6 @@ class Philly(Policy):
                 why[i] = "Locality" if builder.free.total >= state.gpus[i] else "Resources"
         for i in over_quota:
             why[i] = "QuotaExceeded"
-        self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
-        return builder.build(self._next_wakeup(state, pending))
 
     def _lend(
         self, builder: PlanBuilder, state: SchedulerState, waiting: list[int], usage: np.ndarray
