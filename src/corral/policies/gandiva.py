@@ -261,16 +261,28 @@ class Gandiva(Policy):
         for h in hosts:
             by_size.setdefault(int(state.gpus[h]), []).append(h)
         measured = self.table.alone.get(PAIR_GPU, {})
-        for i in waiting:
+        # In the simulator a pair's fate depends on the two job types only, and
+        # hosts only leave the lists during a pass: a waiting job of a (type,
+        # size) that found no partner here will not find one later in the pass.
+        # (Live, a probe also depends on the host reporting its speed.)
+        hopeless: set[tuple[str, int]] = set()
+        if not by_size:
+            return
+        # the backlog can be long: only waiting jobs of a size some host has are walked
+        wait = np.asarray(waiting, dtype=np.int64)
+        wait = wait[np.isin(state.gpus[wait], list(by_size))]
+        for i, size in zip(wait.tolist(), state.gpus[wait].tolist(), strict=True):
             if not by_size:
                 break
-            size = int(state.gpus[i])
             same = by_size.get(size)
             if not same or i in plan.starts or state.status[i] != PENDING:
                 continue
             pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
-            known = (state.job_type[i], size) in measured
-            if self.packing and (known or state.measures_speed):  # else: nothing to try
+            kind = (state.job_type[i], size)
+            known = kind in measured
+            if kind in hopeless:
+                pass
+            elif self.packing and (known or state.measures_speed):  # else: nothing to try
                 for k, h in enumerate(same):
                     if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
                         continue
@@ -281,6 +293,8 @@ class Gandiva(Policy):
                         continue
                     pick, mode, factors = k, "probe" if self.probe else "pack", pair
                     break
+                if pick < 0 and not state.measures_speed:
+                    hopeless.add(kind)
             if pick < 0:
                 if self.timeslice == "quanta":  # it waits for its turn instead
                     continue
@@ -439,3 +453,4 @@ class Gandiva(Policy):
             leaving.add(i)
             self.counts["grows"] += 1
         return later
+
