@@ -197,7 +197,7 @@ def compare_tiresias(recorded: dict[str, Any]) -> list[dict[str, Any]]:
                 peer, source = run_tiresias(Path(checkout), theirs, trace), "re-run"
             else:
                 r = recorded[theirs]
-                peer = {"avg_jct_s": {"all": r["avg_jct_s"]}} | r
+                peer = r | {"avg_jct_s": {"all": r["avg_jct_s"]}}
                 source = "recorded"
             a, b = mine["avg_jct_s"]["all"], peer["avg_jct_s"]["all"]
             print(f"{theirs:17} {'avg JCT (s)':12} {b:10,.0f} {a:10,.0f} {ratio(a, b):>6}")
