@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corral.errors import CorralError
 from corral.model.cluster import Cluster, Node, assign_racks
@@ -69,3 +71,27 @@ def test_free_gpus_refuse_double_use():
 def test_unknown_placement():
     with pytest.raises(CorralError, match="unknown placement"):
         make_placement("nearest")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 6), st.integers(0, 10**6)), max_size=40))
+def test_free_gpu_indexes_follow_any_takes_and_releases(ops: list[tuple[bool, int, int]]) -> None:
+    """Whatever is taken and released, the bitset indexes agree with the mask, and
+    the tightest node is the one a scan of the per-node counts finds (the
+    fewest free GPUs that still fit, the lowest-numbered among equals)."""
+    nodes = [Node(f"n{k}", "V100", size) for k, size in enumerate([4, 8, 2, 8, 4])]
+    cluster = Cluster("mixed", assign_racks(nodes, 2), rack_size=2)
+    free = FreeGPUs(cluster)
+    held: list[list[int]] = []
+    for take, n, pick in ops:
+        if take or not held:
+            gpus = Consolidate().choose(free, n)
+            if gpus is not None:
+                free.take(gpus)
+                held.append(gpus)
+        else:
+            free.release(held.pop(pick % len(held)))
+        assert free.indexes_agree()
+        for want in range(1, cluster.max_node_gpus + 1):
+            fits = [(int(c), k) for k, c in enumerate(free.node_free) if c >= want]
+            assert free.tightest_node(want) == (min(fits)[1] if fits else -1)
