@@ -232,24 +232,6 @@ class TiresiasLas(Policy):
 
         builder = priority_pass(state, self.placement, key(False), running_key=key(True))
         plan = builder.plan
-        if not plan.starts and not plan.stops:
-            now_running, still_pending = running, pending
-        else:
-            now_running, still_pending = self._after_plan(state, plan, running, pending)
-        if self.list_order:
-            # running jobs move ahead of waiting ones, each group in list order
-            for group in (now_running, still_pending):
-                ordered = group[np.argsort(self.pos[group], kind="stable")]
-                self.pos[ordered] = self._appended + np.arange(len(ordered))
-                self._appended += len(ordered)
-        wake = self._next_change(state, now_running, still_pending)
-        return builder.build(wake if np.isfinite(wake) and wake > state.now else None)
-
-    def _after_plan(
-        self, state: SchedulerState, plan: Plan, running: np.ndarray, pending: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The jobs running and waiting once the plan is carried out; a job
-        starting for the first time since its last promotion starts its wait clock."""
         mark = self._mark
         starts = np.fromiter(plan.starts, dtype=np.int64, count=len(plan.starts))
         stops = np.asarray(plan.stops, dtype=np.int64)
@@ -261,7 +243,14 @@ class TiresiasLas(Policy):
         mark[starts] = True
         still_pending = np.concatenate((pending[~mark[pending]], stops))
         mark[starts] = False
-        return now_running, still_pending
+        if self.list_order:
+            # running jobs move ahead of waiting ones, each group in list order
+            for group in (now_running, still_pending):
+                ordered = group[np.argsort(self.pos[group], kind="stable")]
+                self.pos[ordered] = self._appended + np.arange(len(ordered))
+                self._appended += len(ordered)
+        wake = self._next_change(state, now_running, still_pending)
+        return builder.build(wake if np.isfinite(wake) and wake > state.now else None)
 
     def _before_pass(self, state: SchedulerState) -> None:
         """Hook for subclasses (the Gittins policy learns from finished jobs here)."""
