@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from corral.model.state import SchedulerState
 
 
-
 class PlacementStrategy(ABC):
     name: str = ""
     description: str = ""

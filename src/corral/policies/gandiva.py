@@ -260,14 +260,14 @@ class Gandiva(Policy):
         by_size: dict[int, list[int]] = {}
         for h in hosts:
             by_size.setdefault(int(state.gpus[h]), []).append(h)
+        if not by_size:
+            return
         measured = self.table.alone.get(PAIR_GPU, {})
         # In the simulator a pair's fate depends on the two job types only, and
         # hosts only leave the lists during a pass: a waiting job of a (type,
         # size) that found no partner here will not find one later in the pass.
         # (Live, a probe also depends on the host reporting its speed.)
         hopeless: set[tuple[str, int]] = set()
-        if not by_size:
-            return
         # the backlog can be long: only waiting jobs of a size some host has are walked
         wait = np.asarray(waiting, dtype=np.int64)
         wait = wait[np.isin(state.gpus[wait], list(by_size))]
@@ -280,9 +280,8 @@ class Gandiva(Policy):
             pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
             kind = (state.job_type[i], size)
             known = kind in measured
-            if kind in hopeless:
-                pass
-            elif self.packing and (known or state.measures_speed):  # else: nothing to try
+            tryable = self.packing and (known or state.measures_speed)  # else: nothing to try
+            if tryable and kind not in hopeless:
                 for k, h in enumerate(same):
                     if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
                         continue
@@ -453,4 +452,3 @@ class Gandiva(Policy):
             leaving.add(i)
             self.counts["grows"] += 1
         return later
-
