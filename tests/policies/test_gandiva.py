@@ -18,7 +18,7 @@ BAD_HOST, BAD_GUEST = "ResNet-18 (batch size 256)", "CycleGAN"
 """Measured together: 0.344 and 0.207 (sum 0.55): packing them loses throughput."""
 
 
-def typed_run(rows, cluster, **options) -> SimResult:  # type: ignore[no-untyped-def]
+def typed_run(rows, cluster, switch_cost=0.0, **options) -> SimResult:  # type: ignore[no-untyped-def]
     """Rows of (submit, gpus, duration, job_type)."""
     df = pd.DataFrame(
         {
@@ -30,7 +30,7 @@ def typed_run(rows, cluster, **options) -> SimResult:  # type: ignore[no-untyped
         }
     )
     policy = make_policy("gandiva", **options)
-    config = SimConfig(switch_cost=0.0, check_invariants=True)
+    config = SimConfig(switch_cost=switch_cost, check_invariants=True)
     return Simulator(JobTable(df), cluster, policy, config).run()
 
 
@@ -72,6 +72,20 @@ def test_explicit_quanta_rotate_jobs_in_turn() -> None:
     rate = finish_times(typed_run(pair, uniform(1, 1), slice_overhead=0.0, grow=0))
     assert turns == {"j0": pytest.approx(270), "j1": pytest.approx(300)}
     assert rate == {"j0": pytest.approx(300), "j1": pytest.approx(300)}
+
+
+def test_explicit_turns_are_quanta_of_progress_not_of_switching() -> None:
+    # A switch cost as long as the quantum used to fill every turn after the
+    # first ones with switching alone: two 61 s jobs never finished. A turn
+    # now lasts a quantum of progress: A 0-60, B 60-120 (first starts are
+    # free), A switches in 120-180 and ends at 181, B switches in 181-241 and
+    # ends at 242.
+    pair = [(0, 1, 61, "generic")] * 2
+    result = typed_run(
+        pair, uniform(1, 1), switch_cost=60.0, timeslice="quanta", grow=0, migration=0
+    )
+    assert finish_times(result) == {"j0": pytest.approx(181), "j1": pytest.approx(242)}
+    assert result.state.preemptions.tolist() == [1, 1]
 
 
 def test_time_slice_starts_late_arrival_at_once_and_speeds_up_when_alone() -> None:

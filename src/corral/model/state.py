@@ -105,6 +105,8 @@ class SchedulerState:
         self.attained_base = np.zeros(n, dtype=np.float64)
         self.seg_start = np.zeros(n, dtype=np.float64)
         self.progress_start = np.zeros(n, dtype=np.float64)
+        self.seg_overhead = np.zeros(n, dtype=np.float64)
+        """Switch overhead charged at the start of the current segment (no progress)."""
         self.speed = np.zeros(n, dtype=np.float64)
         self.base_speed = np.zeros(n, dtype=np.float64)
         """Speed of the current run without packing interference."""
@@ -238,6 +240,7 @@ class SchedulerState:
         self.attempt_steps[i] = done
         self.seg_start[i] = now
         self.progress_start[i] = now + overhead
+        self.seg_overhead[i] = overhead
         self.speed[i] = speed
         self.base_speed[i] = speed
         speedup = speed / float(self.ref_speed[i])

@@ -318,7 +318,8 @@ class Gandiva(Policy):
 
         When more GPUs are asked for than exist, a job that has run a quantum
         yields to the one that has waited longest; a job runs at least one
-        quantum once started. Exact, and costly on long traces.
+        quantum of progress once started (its switch-in time not counted).
+        Exact, and costly on long traces.
         """
         now = state.now
         running = np.array(
@@ -333,7 +334,13 @@ class Gandiva(Policy):
             for i in sorted(queued.tolist()):
                 self._place(state, builder, i, leaving)
             return
-        pinned = state.running_for(running) < self.quantum if len(running) else np.zeros(0, bool)
+        # a turn is a quantum of progress: time spent switching in does not count,
+        # or a switch cost as long as the quantum would leave every turn empty
+        pinned = (
+            state.running_for(running) - state.seg_overhead[running] < self.quantum
+            if len(running)
+            else np.zeros(0, bool)
+        )
         movable = running[~pinned]
         # longest waiting first; jobs that just ran (or are yielding now) go last
         keys = np.concatenate(
