@@ -45,6 +45,7 @@ whose host leaves carries on alone on the GPUs.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -178,24 +179,16 @@ class Gandiva(Policy):
                     leaving.add(i)
                     self.counts["shrinks"] += 1
         starts = builder.plan.starts
-        waiting: list[int] = []
         if self.timeslice == "quanta":
             self._rotate(state, builder, leaving)
-            waiting = [i for i in state.pending_order if i not in starts]
         else:
-            queue = sorted(leaving) + state.pending_order
-            for k, i in enumerate(queue):
+            for i in itertools.chain(sorted(leaving), state.pending_order):
                 if builder.free.total == 0:
-                    waiting.extend(queue[k:])  # jobs already started are skipped later
                     break
-                if i in starts:
-                    continue
-                if state.gpus[i] <= builder.free.total:
+                if i not in starts and state.gpus[i] <= builder.free.total:
                     self._place(state, builder, i, leaving)
-                if i not in starts:
-                    waiting.append(i)
-        if waiting:
-            self._oversubscribe(state, builder, waiting, leaving)
+        if len(state.pending) + len(leaving) > len(starts):  # jobs still wait
+            self._oversubscribe(state, builder, leaving)
         pending_left = len(state.pending) + len(leaving) - len(starts)
         grow_later = False
         if self.grow and pending_left == 0:
@@ -237,9 +230,15 @@ class Gandiva(Policy):
             self.mode[guest] = "slice"
 
     def _oversubscribe(
-        self, state: SchedulerState, builder: PlanBuilder, waiting: list[int], leaving: set[int]
+        self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]
     ) -> None:
-        """Share running jobs' GPUs with waiting jobs: packed if it may help, else sliced."""
+        """Share running jobs' GPUs with waiting jobs: packed if it may help, else sliced.
+
+        Waiting jobs are taken in submit order; a job shares only with a host
+        of its own size, so each size is matched on its own (the backlog can
+        be tens of thousands of jobs: only as many of each size as could find
+        a host are looked at), and the pairings are then made in submit order.
+        """
         plan = builder.plan
         ids = state.running.array()
         ids = ids[np.lexsort((ids, state.seg_start[ids]))]
@@ -262,45 +261,28 @@ class Gandiva(Policy):
             by_size.setdefault(int(state.gpus[h]), []).append(h)
         if not by_size:
             return
-        measured = self.table.alone.get(PAIR_GPU, {})
+        waiting = state.pending.array()
+        if plan.starts:
+            waiting = waiting[np.isin(waiting, list(plan.starts), invert=True)]
+        sizes = state.gpus[waiting]
+        pairings: list[tuple[int, int, str, tuple[float, float]]] = []
         # In the simulator a pair's fate depends on the two job types only, and
         # hosts only leave the lists during a pass: a waiting job of a (type,
         # size) that found no partner here will not find one later in the pass.
         # (Live, a probe also depends on the host reporting its speed.)
         hopeless: set[tuple[str, int]] = set()
-        # the backlog can be long: only waiting jobs of a size some host has are walked
-        wait = np.asarray(waiting, dtype=np.int64)
-        wait = wait[np.isin(state.gpus[wait], list(by_size))]
-        for i, size in zip(wait.tolist(), state.gpus[wait].tolist(), strict=True):
-            if not by_size:
-                break
-            same = by_size.get(size)
-            if not same or i in plan.starts or state.status[i] != PENDING:
-                continue
-            pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
-            kind = (state.job_type[i], size)
-            known = kind in measured
-            tryable = self.packing and (known or state.measures_speed)  # else: nothing to try
-            if tryable and kind not in hopeless:
-                for k, h in enumerate(same):
-                    if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
-                        continue
-                    pair = self.pair_factors(state, h, i) if known else None
-                    if pair is None and self.probe and self._may_probe(state, h, i):
-                        pair = (1.0, 1.0)  # unknown: measured during the trial
-                    if pair is None or (not self.probe and sum(pair) <= 1.0):
-                        continue
-                    pick, mode, factors = k, "probe" if self.probe else "pack", pair
+        for size, same in by_size.items():
+            jobs = waiting[sizes == size]
+            if self.timeslice != "quanta" and len(jobs) > len(same):
+                # every job finds a host (sliced at worst): the first ones take them all
+                jobs = np.partition(jobs, len(same) - 1)[: len(same)]
+            for i in np.sort(jobs).tolist():
+                if not same:
                     break
-                if pick < 0 and not state.measures_speed:
-                    hopeless.add(kind)
-            if pick < 0:
-                if self.timeslice == "quanta":  # it waits for its turn instead
-                    continue
-                pick = 0
-            host = same.pop(pick)
-            if not same:
-                del by_size[size]
+                pairing = self._pair(state, i, size, same, hopeless)
+                if pairing is not None:
+                    pairings.append(pairing)
+        for i, host, mode, factors in sorted(pairings):
             builder.pack(i, host, factors[1], factors[0])
             if mode == "slice":
                 builder.plan.timeslices[i] = self.quantum
@@ -312,6 +294,39 @@ class Gandiva(Policy):
             else:
                 self.pack_log.append((state.now, state.job_type[host], state.job_type[i]))
                 self.counts["packs"] += 1
+
+    def _pair(
+        self,
+        state: SchedulerState,
+        i: int,
+        size: int,
+        same: list[int],
+        hopeless: set[tuple[str, int]],
+    ) -> tuple[int, int, str, tuple[float, float]] | None:
+        """The host (taken from ``same``) waiting job ``i`` shares with, and how;
+        None when it waits for its turn instead (explicit time-slicing)."""
+        pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
+        kind = (state.job_type[i], size)
+        known = kind in self.table.alone.get(PAIR_GPU, {})
+        tryable = self.packing and (known or state.measures_speed)  # else: nothing to try
+        if tryable and kind not in hopeless:
+            for k, h in enumerate(same):
+                if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
+                    continue
+                pair = self.pair_factors(state, h, i) if known else None
+                if pair is None and self.probe and self._may_probe(state, h, i):
+                    pair = (1.0, 1.0)  # unknown: measured during the trial
+                if pair is None or (not self.probe and sum(pair) <= 1.0):
+                    continue
+                pick, mode, factors = k, "probe" if self.probe else "pack", pair
+                break
+            if pick < 0 and not state.measures_speed:
+                hopeless.add(kind)
+        if pick < 0:
+            if self.timeslice == "quanta":
+                return None
+            pick = 0
+        return i, same.pop(pick), mode, factors
 
     def _rotate(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
         """Explicit time-slicing (``timeslice=quanta``): one stop and start per turn.
