@@ -168,16 +168,18 @@ class Gandiva(Policy):
         builder = PlanBuilder(state)
         now = state.now
         leaving: set[int] = set()
-        for guest in [g for g in self.mode if state.host[g] < 0]:  # pairs that ended
-            del self.mode[guest]
-            self.packed_at.pop(guest, None)
+        if self.mode:
+            guests = np.fromiter(self.mode, dtype=np.int64, count=len(self.mode))
+            for guest in guests[state.host[guests] < 0].tolist():  # pairs that ended
+                del self.mode[guest]
+                self.packed_at.pop(guest, None)
         self._judge_probes(state, builder, leaving)
         if len(state.pending):
-            for i in state.running.array().tolist():
-                if state.held[i] > state.gpus[i]:
-                    builder.stop(i)
-                    leaving.add(i)
-                    self.counts["shrinks"] += 1
+            run = state.running.array()
+            for i in run[state.held[run] > state.gpus[run]].tolist():  # grown: shrink back
+                builder.stop(i)
+                leaving.add(i)
+                self.counts["shrinks"] += 1
         starts = builder.plan.starts
         if self.timeslice == "quanta":
             self._rotate(state, builder, leaving)
@@ -241,15 +243,11 @@ class Gandiva(Policy):
         """
         plan = builder.plan
         ids = state.running.array()
-        ids = ids[np.lexsort((ids, state.seg_start[ids]))]
-        running = [
-            h
-            for h in ids.tolist()
-            if h not in leaving
-            and state.host[h] < 0
-            and state.guest[h] < 0
-            and state.held[h] == state.gpus[h]
+        ids = ids[
+            (state.host[ids] < 0) & (state.guest[ids] < 0) & (state.held[ids] == state.gpus[ids])
         ]
+        ids = ids[np.lexsort((ids, state.seg_start[ids]))]
+        running = [h for h in ids.tolist() if h not in leaving]
         started = [
             h
             for h, gpus in plan.starts.items()
