@@ -48,6 +48,18 @@ from tests.e2e.parity import compare, run_all
 
 CLOCK_DRIVEN = {name for name in POLICIES if name.startswith("gavel")} | {"themis", "philly"}
 
+ONE_KNOWN_TIE = {"tiresias-las"}
+"""Policies for which the trace holds a tie that live timing decides, with
+everything after it following. For tiresias-las: jobs 3 and 5 end 60 ms apart
+in the simulator but within one live pass (job 5 starts 80 ms later live: the
+pass after job 0's exit comes about 0.1 s after it), so live the waiting 2-GPU
+job 7 gets both freed GPUs at once, where the simulator gives them one by one
+to the 1-GPU jobs 11 and 12. Job 7 then passes its queue's threshold and is
+preempted, and jobs 10, 13 and 16 start in another order: 4 misplaced jobs,
+2 more preemptions, JCT 17-20% above the simulator's. Seen in about half the
+runs of this policy; the other half agree exactly. Held to: at most 4
+misplaced, 3 preempted in one run only, JCT within 25%."""
+
 
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, Any]:
@@ -63,7 +75,11 @@ def test_simulator_and_service_decide_alike(name: str, outcomes: dict[str, Any])
         f"{sorted(c.preempted_differ)}, preemptions {c.preemptions}, mean JCT "
         f"{c.mean_jct[0]:.2f} s simulated, {c.mean_jct[1]:.2f} s live"
     )
-    if name in CLOCK_DRIVEN:
+    if name in ONE_KNOWN_TIE:
+        assert len(c.misplaced) <= 4, summary
+        assert len(c.preempted_differ) <= 3, summary
+        assert abs(c.jct_error) <= 0.25, summary
+    elif name in CLOCK_DRIVEN:
         assert len(c.misplaced) <= 5, summary
         assert len(c.preempted_differ) <= 8, summary
         assert abs(c.jct_error) <= 0.30, summary
