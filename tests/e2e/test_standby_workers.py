@@ -38,7 +38,10 @@ def test_a_task_job_starts_warm_is_preempted_and_ends_as_if_never_stopped(
             60,
             "one standby worker per GPU",
         )
-        task = {"factory": "corral.examples.tasks:digits", "steps": STEPS, "kwargs": {"seed": 3}}
+        # at least 8 s of training (step_time does not change what is computed), so
+        # the second job surely arrives, and preempts it, before it could end
+        kwargs = {"seed": 3, "step_time": 0.02}
+        task = {"factory": "corral.examples.tasks:digits", "steps": STEPS, "kwargs": kwargs}
         first = service.client.submit({"name": "task", "task": task, "gpus": 4})
         wait_for(lambda: service.client.job(first["id"])["steps"] > 20, 60, "the task to train")
         other = service.client.submit({"command": ["sleep", "2"], "gpus": 4})

@@ -10,6 +10,7 @@ images: the model size the switching benchmark needs, without downloads.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ class LoopTask:
     model: nn.Module
     optimizer: torch.optim.Optimizer
     loss_of_step: Any
+    step_time: float = 0.0
+    """Extra seconds per step (a larger model), as the scripts' ``--step-time``."""
 
     @property
     def objects(self) -> dict[str, Stateful]:
@@ -38,10 +41,12 @@ class LoopTask:
         loss = self.loss_of_step(step)
         loss.backward()
         self.optimizer.step()
+        if self.step_time > 0:
+            time.sleep(self.step_time)
         return float(loss.item())
 
 
-def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64) -> LoopTask:
+def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64, step_time: float = 0.0) -> LoopTask:
     from sklearn.datasets import load_digits
 
     from corral.examples.digits_cnn import DigitsCNN
@@ -59,7 +64,7 @@ def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64) -> LoopTask:
         pick = torch.as_tensor(batch_rng(seed, step).choice(len(y), batch, replace=False))
         return loss_fn(model(x[pick]), y[pick])
 
-    return LoopTask(model, optimizer, loss_of_step)
+    return LoopTask(model, optimizer, loss_of_step, step_time)
 
 
 def tiny_transformer(seed: int = 0, lr: float = 3e-3) -> LoopTask:
