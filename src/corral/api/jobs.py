@@ -418,6 +418,9 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
             row = job_or_404(s, job_id)
             row.steps = body.step
             row.throughput = body.throughput
+            row.throughput_since = (
+                None if body.throughput_age is None else now - body.throughput_age
+            )
             row.loss = body.loss
             if body.checkpoint_step is not None:
                 row.checkpoint_step = body.checkpoint_step

@@ -196,6 +196,9 @@ class HeartbeatBody(BaseModel):
     attempt: int = Field(ge=1, le=MAX_ID)
     step: float = Field(ge=0)
     throughput: float | None = None
+    throughput_age: float | None = Field(
+        None, ge=0, description="seconds since the window the throughput covers began"
+    )
     loss: float | None = None
     checkpoint_step: float | None = None
 

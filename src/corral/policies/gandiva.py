@@ -39,8 +39,9 @@ Philly's generic jobs such types); pairs of unknown types are time-sliced.
 Live, the service measures instead of assuming: a pair is judged by the
 throughputs its jobs report while packed, relative to what they reported
 alone (kept if they add up to more than ``1 + observed_margin``), and pairs
-of unknown types are tried too when the host reports its throughput. A job
-whose host leaves carries on alone on the GPUs.
+of unknown types are tried too when the host reports its throughput. The
+verdict waits, up to ``MEASURE_QUANTA`` quanta, for a figure measured wholly
+while both jobs ran. A job whose host leaves carries on alone on the GPUs.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ from corral.policies.base import PlanBuilder, Policy, greedy_fit
 
 PAIR_GPU = ("V100", True)
 """The measured pair table used: Gavel's V100, consolidated."""
+MEASURE_QUANTA = 5
+"""Live, how many quanta a packing trial may wait for its measured speed."""
 
 
 class Gandiva(Policy):
@@ -158,6 +161,17 @@ class Gandiva(Policy):
         speed, so that the trial can be judged by measurement (Gandiva's introspection)."""
         return state.measures_speed and bool(state.reports_speed[host])
 
+    def _measure_due(self, state: SchedulerState, host: int, since: float) -> bool:
+        """A host that reports its speed will be measured packed once a throughput
+        window lies wholly after both jobs began stepping together; under load that
+        can take longer than a quantum, so a trial waits for it (up to
+        ``MEASURE_QUANTA`` quanta) rather than be judged blind by the table."""
+        return (
+            state.measures_speed
+            and bool(state.reports_speed[host])
+            and state.now - since < MEASURE_QUANTA * self.quantum
+        )
+
     @property
     def slice_factor(self) -> float:
         """Speed of each job of a time-sliced pair, relative to running alone."""
@@ -207,9 +221,11 @@ class Gandiva(Policy):
         for guest, since in list(self.packed_at.items()):
             if state.now - since < self.quantum:
                 continue
-            del self.packed_at[guest]
             host = int(state.host[guest])
             observed = self.observed_factors(state, host, guest)
+            if observed is None and self._measure_due(state, host, since):
+                continue  # live, the pair's speed is not measured yet: judge it later
+            del self.packed_at[guest]
             if observed is not None:
                 keep = sum(observed) > 1.0 + self.observed_margin
             else:

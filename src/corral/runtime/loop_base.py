@@ -139,6 +139,9 @@ class LoopBase:
         self.share_changed: dict[int, float] = {}
         """Job -> when its attempt began or its sharing last changed (its
         throughput is read as alone or shared only from a while after)."""
+        self.stepping_since: dict[int, float] = {}
+        """Job -> when its current attempt's first throughput window began (it
+        was stepping from then: a partner's speed measured earlier was not shared)."""
         self.beating: set[int] = set()
         """Jobs whose current attempt has sent a heartbeat (it uses corral.train)."""
         self.turn_wakeup: float | None = None

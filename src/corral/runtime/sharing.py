@@ -15,7 +15,9 @@ state hands them over; :meth:`Sharing._unpair` does the same for the
 processes). Speeds: for a policy that shares GPUs, the throughput each job
 reports is kept as its speed alone while it runs unshared, and read against
 that while it runs packed; the ratio is what the policy sees as
-``observed_speed``, in place of a table's figure.
+``observed_speed``, in place of a table's figure. A figure counts only if the
+window it covers began after the job's sharing last changed and, packed,
+after its partner began stepping (heartbeats say how old their window is).
 """
 
 from __future__ import annotations
@@ -152,25 +154,47 @@ class Sharing(LoopBase):
             return
         with self.store.session() as s:
             rows = s.execute(
-                select(JobRow.id, JobRow.throughput, JobRow.last_heartbeat).where(
-                    JobRow.id.in_(running)
-                )
+                select(
+                    JobRow.id, JobRow.throughput, JobRow.throughput_since, JobRow.last_heartbeat
+                ).where(JobRow.id.in_(running))
             ).all()
-        settle = 1.0 + self.config.heartbeat_interval
-        for job, throughput, beat in rows:
+        for job, throughput, window, beat in rows:
+            started = self.attempts[job].started
+            first = window is not None and window >= started and throughput is not None
+            if first and beat is not None and self.stepping_since.get(job, -1.0) < started:
+                self.stepping_since[job] = window  # its attempt's first figure
+        # without the window's age (an older client), a figure may cover up to
+        # two one-second windows before the beat that carried it
+        settle = 2.0 + self.config.heartbeat_interval
+        for job, throughput, window, beat in rows:
             i = self.live.index[job]
             a = self.attempts[job]
             st.reports_speed[i] = throughput is not None
             if st.status[i] != RUNNING or throughput is None or beat is None or a.paused:
                 continue
             since = max(self.share_changed.get(job, a.started), a.resumed_at)
-            if beat < since + settle:  # its figure may still cover the time before
+            partner = int(st.host[i]) if st.host[i] >= 0 else int(st.guest[i])
+            shared = partner >= 0
+            if shared:
+                since = max(since, self._stepping_since(self.live.ids[partner], settle))
+            began = beat - settle if window is None else window
+            if began < since:  # its figure still covers time before the change
                 continue
-            shared = st.host[i] >= 0 or st.guest[i] >= 0
             if not shared:
                 self.alone_rates[job] = float(throughput)
             elif self.alone_rates.get(job, 0.0) > 0 and not self._sliced(job):
                 st.observed_speed[i] = float(throughput) / self.alone_rates[job]
+
+    def _stepping_since(self, job: int, settle: float) -> float:
+        """When ``job``'s current attempt began stepping: its first throughput
+        window; for a job that reports none, ``settle`` after its launch."""
+        a = self.attempts.get(job)
+        if a is None:
+            return float("inf")
+        began = self.stepping_since.get(job, -1.0)
+        if began >= a.started:
+            return began
+        return a.started + settle if job not in self.beating else float("inf")
 
     def _sliced(self, job: int) -> bool:
         return any(job in (t.host, t.guest) for t in self.turns.values())

@@ -5,7 +5,8 @@ pending reason, pending requests from the API), ``attempts`` (one row per
 process launch: GPUs, pid, exit, cause), ``events`` (an append-only history)
 and ``nodes``. ``meta`` keeps the service epoch (the zero of the scheduler's
 clock). Every change is one transaction, so a crash leaves either the old or
-the new state, never half of one.
+the new state, never half of one. A store written by an older release gains
+the nullable columns added since when it is opened (:func:`add_new_columns`).
 
 SQLite is the default (an embedded file, WAL mode so the API can read while
 the scheduler writes); any SQLAlchemy URL works, e.g. PostgreSQL.
@@ -29,7 +30,9 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    inspect,
     select,
+    text,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
@@ -65,6 +68,8 @@ class JobRow(Base):
     """An API request the scheduler has not carried out yet (cancel, suspend, resume)."""
     steps: Mapped[float] = mapped_column(Float, default=0.0)
     throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
+    throughput_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When the window the throughput covers began (None: the job did not say)."""
     loss: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)
     checkpoint_step: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -134,6 +139,28 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def add_new_columns(engine: Engine) -> list[str]:
+    """Add to existing tables the nullable columns this release defines and they
+    lack (``create_all`` makes missing tables only): a state directory written
+    by an older release keeps its jobs. Returns ``table.column`` for each added."""
+    existing = inspect(engine)
+    added: list[str] = []
+    with engine.begin() as connection:
+        for table in Base.metadata.sorted_tables:
+            if not existing.has_table(table.name):
+                continue
+            have = {c["name"] for c in existing.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have or not column.nullable:
+                    continue
+                kind = column.type.compile(dialect=engine.dialect)
+                connection.execute(
+                    text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}')
+                )
+                added.append(f"{table.name}.{column.name}")
+    return added
+
+
 class Store:
     """Sessions on the store, and the few queries more than one part needs."""
 
@@ -145,6 +172,7 @@ class Store:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         Base.metadata.create_all(self.engine)
+        add_new_columns(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.epoch = self._epoch()
 

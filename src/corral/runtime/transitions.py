@@ -122,6 +122,7 @@ class Transitions(Sharing):
         cause, detail = classify(a.stop, record, a.phase, a.log)
         del self.attempts[a.job]
         self.beating.discard(a.job)
+        self.stepping_since.pop(a.job, None)
         for g in a.gpus:
             if self.holders.get(g) == a.job:
                 del self.holders[g]

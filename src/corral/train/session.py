@@ -86,6 +86,10 @@ class Session:
         self._last_save = time.monotonic()
         self._rate_mark = (time.monotonic(), 0)
         self.throughput: float | None = None
+        self._throughput_from = self._rate_mark[0]
+        """When (monotonic) the window ``throughput`` covers began: heartbeats say
+        how old it is, so the service can tell a figure measured after a change
+        (packed, unpacked) from one that still covers time before it."""
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._pause_asked = False
@@ -147,6 +151,7 @@ class Session:
             elapsed = time.monotonic() - mark_t
             if elapsed >= 1.0:
                 self.throughput = (self.step - mark_step) / elapsed
+                self._throughput_from = mark_t
                 self._rate_mark = (time.monotonic(), self.step)
         due = time.monotonic() - self._last_save >= self.checkpoint_every
         if due and self.prerun_steps is None:
@@ -217,6 +222,9 @@ class Session:
                 "attempt": self.attempt,
                 "step": self.step,
                 "throughput": self.throughput,
+                "throughput_age": (
+                    None if self.throughput is None else time.monotonic() - self._throughput_from
+                ),
                 "loss": self.loss,
                 "checkpoint_step": self.saved_step,
             }
