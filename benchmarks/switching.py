@@ -18,7 +18,9 @@ a one-step task job launched through the executor, from launch to exit,
 started cold (new interpreter) or in a standby worker (PyTorch loaded).
 
 Prints median and p95 per model and kind; the last line is the smallest
-cold/warm ratio over the models measured, as ``<ratio>x``.
+cold/warm ratio over the models measured, as ``<ratio>x``. Writes the figures
+as this machine's switching profile (``--profile``; by default where
+``corral sim --switch-cost measured`` looks for it), unless ``--no-profile``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from corral.perf.switching import default_profile_path, write_profile
 from corral.train import checkpoint
 from corral.train.task import WarmWorker, load_factory
 
@@ -137,12 +140,17 @@ def main() -> None:
     parser.add_argument("--switches", type=int, default=20)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="where to write the switching profile"
+    )
+    parser.add_argument("--no-profile", action="store_true", help="write no profile")
     args = parser.parse_args()
     torch.set_num_threads(1)
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
     print(f"device: {where}; {args.switches} switches of each kind per model")
     print(f"{'model':<18}{'params':>12}{'kind':>6}{'median ms':>12}{'p95 ms':>10}")
     ratios = []
+    measured: dict[str, dict[str, float | int]] = {}
     for name in args.models.split(","):
         factory = MODELS[name]
         params = sum(p.numel() for p in load_factory(factory)().model.parameters())
@@ -152,6 +160,17 @@ def main() -> None:
             median = statistics.median(times) * 1e3
             print(f"{name:<18}{params:>12,}{kind:>6}{median:>12.3f}{p95(times) * 1e3:>10.3f}")
         ratios.append(statistics.median(cold_times) / statistics.median(warm_times))
+        measured[name] = {
+            "parameters": params,
+            "cold_median_s": statistics.median(cold_times),
+            "cold_p95_s": p95(cold_times),
+            "warm_median_s": statistics.median(warm_times),
+            "warm_p95_s": p95(warm_times),
+        }
+    if not args.no_profile:
+        path = args.profile or default_profile_path()
+        model = write_profile(path, where, args.switches, measured)
+        print(f"switching profile ({model}'s figures) written to {path}")
     print()
     print("a one-step task job through the executor, launch to exit:")
     print(f"{'model':<18}{'start':>10}{'median ms':>12}{'p95 ms':>10}")

@@ -289,3 +289,55 @@ def test_user_profiles_change_speeds_and_bad_ones_name_the_line(tmp_path):
     profiles.write_text("job_type,gpu_type,num_gpus,steps_per_second\nmy-net,V100,1,-3\n")
     bad = runner.invoke(app, [*args, "--profiles", str(profiles), "--out", str(out)])
     assert "profiles.csv:2: field 'steps_per_second'" in str(bad.exception)
+
+
+def test_sim_charges_the_switch_cost_this_machine_measured(tmp_path):
+    from corral.perf.switching import write_profile
+
+    profile = tmp_path / "switching.json"
+    model = {"parameters": 1, "cold_median_s": 3.0, "warm_median_s": 0.25}
+    write_profile(profile, "CPU", 20, {"resnet50": model})
+    common = ["--trace", "tiresias-60", "--cluster", "uniform:2x4:P100", "--policy", "las"]
+    common += ["--no-progress", "--check"]
+    runs = {}
+    for name, cost in (
+        ("measured", ["measured", "--switch-profile", str(profile)]),
+        ("s", ["0.25"]),
+    ):
+        result = runner.invoke(
+            app, ["sim", *common, "--switch-cost", *cost, "--out", str(tmp_path / name)]
+        )
+        assert result.exit_code == 0, result.output
+        runs[name] = json.loads((tmp_path / name / "summary.json").read_text())
+    assert (
+        "measured, 250.00 ms (warm switch of resnet50 on CPU"
+        in runner.invoke(
+            app,
+            [
+                "sim",
+                *common,
+                "--switch-cost",
+                "measured",
+                "--switch-profile",
+                str(profile),
+                "--out",
+                str(tmp_path / "again"),
+            ],
+        ).output
+    )
+    assert runs["measured"]["preemptions"] > 0 and runs["measured"]["switch_overhead_gpu_s"] > 0
+    for run in runs.values():
+        del run["wall_s"]
+    assert runs["measured"] == runs["s"]  # the profile's figure, charged as given in seconds
+    result = _cli(
+        "sim",
+        *common,
+        "--switch-cost",
+        "measured-cold",
+        "--switch-profile",
+        str(tmp_path / "none.json"),
+        "--out",
+        str(tmp_path / "x"),
+    )
+    assert result.returncode == 2 and "no switching profile at" in result.stderr
+    assert "Traceback" not in result.stderr

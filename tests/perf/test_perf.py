@@ -11,7 +11,13 @@ from corral.data import data_path
 from corral.errors import CorralError
 from corral.perf.locality import LocalityModel
 from corral.perf.pollux_models import step_time, steps_to_target
-from corral.perf.switching import SWITCH_MECHANISMS, switch_cost_seconds
+from corral.perf.switching import (
+    SWITCH_MECHANISMS,
+    default_profile_path,
+    read_profile,
+    switch_cost_seconds,
+    write_profile,
+)
 from corral.perf.throughputs import gavel_throughputs
 from tests.conftest import uniform
 
@@ -99,3 +105,43 @@ def test_locality_of_a_measured_model_comes_from_pollux_step_times():
     assert LocalityModel(0.9, 0.5, measured=False).factor(cluster, [3, 4], "bert") == 0.9
     # aliases: ResNet-50 is Pollux's ImageNet workload
     assert model.factor(cluster, [3, 4], "resnet50") == model.factor(cluster, [3, 4], "imagenet")
+
+
+def test_measured_switch_costs_come_from_the_profile_the_benchmark_writes(tmp_path, monkeypatch):
+    models = {
+        "digits": {"parameters": 10, "cold_median_s": 1.5, "warm_median_s": 0.0001},
+        "resnet50": {"parameters": 25_000_000, "cold_median_s": 4.0, "warm_median_s": 0.02},
+    }
+    path = tmp_path / "profile.json"
+    assert write_profile(path, "CPU", 20, models) == "resnet50"  # the largest model's figures
+    assert switch_cost_seconds("measured", path) == 0.02
+    assert switch_cost_seconds("Measured-Cold", path) == 4.0
+    monkeypatch.setenv("CORRAL_SWITCH_PROFILE", str(path))
+    assert default_profile_path() == path and switch_cost_seconds("measured") == 0.02
+    monkeypatch.setenv("CORRAL_SWITCH_PROFILE", str(tmp_path / "none.json"))
+    with pytest.raises(CorralError, match=r"no switching profile at .*benchmarks/switching\.py"):
+        switch_cost_seconds("measured")
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("{\n  nope", "profile.json:2: not valid JSON"),
+        ('{"format": "other"}', "field 'format'"),
+        ('{"format": "corral switching profile 1", "mechanisms": []}', "field 'mechanisms'"),
+        (
+            '{"format": "corral switching profile 1", "mechanisms": {"measured": -1,'
+            ' "measured-cold": 2}}',
+            "field 'mechanisms.measured': expected seconds >= 0, got -1",
+        ),
+        (
+            '{"format": "corral switching profile 1", "mechanisms": {"measured": 0.1}}',
+            "field 'mechanisms.measured-cold'",
+        ),
+    ],
+)
+def test_a_bad_switching_profile_is_named_with_its_field(tmp_path, text, where):
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    with pytest.raises(CorralError, match=where):
+        read_profile(path)

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from corral.cli.app import app, console, err_console
 from corral.errors import CorralError
-from corral.perf.switching import SWITCH_MECHANISMS
+from corral.perf.switching import MEASURED_MECHANISMS, SWITCH_MECHANISMS
 from corral.sim.presets import SIM_PRESETS
 from corral.traces.formats import FORMATS
 
@@ -70,7 +70,19 @@ PresetOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option(help="seed for every random choice")]
 SwitchOpt = Annotated[
-    str, typer.Option(help=f"seconds per preempt+restart, or one of {', '.join(SWITCH_MECHANISMS)}")
+    str,
+    typer.Option(
+        help="seconds per preempt+restart, or one of "
+        f"{', '.join([*SWITCH_MECHANISMS, *MEASURED_MECHANISMS])} (measured: this machine's "
+        "figures, from the profile benchmarks/switching.py writes)"
+    ),
+]
+SwitchProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="switching profile for --switch-cost measured[-cold] "
+        "(default: $CORRAL_SWITCH_PROFILE or ~/.config/corral/switching.json)"
+    ),
 ]
 CrossNodeOpt = Annotated[
     float, typer.Option(help="speed factor of a gang spread over nodes (unknown models)")
@@ -122,6 +134,7 @@ class RunArgs:
     max_retries: int
     seed: int
     switch_cost: str
+    switch_profile: Path | None
     cross_node_factor: float
     cross_rack_factor: float
     policy_opt: list[str] | None
@@ -166,12 +179,31 @@ class RunArgs:
         for note in report.notes:
             err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
         console.print(f"cluster  {machines.describe()}", highlight=False)
+        if self.switch_cost.strip().lower() in MEASURED_MECHANISMS:
+            console.print(f"switch   {self.switch_description()}", highlight=False)
         console.print(
             f"trace    {jobs.source}: {len(jobs)} jobs over {jobs.span() / 86400:.1f} days, "
             f"offered load {jobs.offered_load(machines.total_gpus):.3f}",
             highlight=False,
         )
         return jobs, machines
+
+    def switch_description(self) -> str:
+        """The switch cost as given; a measured one with its figure and source."""
+        from corral.perf.switching import default_profile_path, read_profile
+
+        name = self.switch_cost.strip().lower()
+        if name not in MEASURED_MECHANISMS:
+            return self.switch_cost
+        path = self.switch_profile or default_profile_path()
+        with _user_errors():
+            profile = read_profile(path)
+        seconds = float(profile["mechanisms"][name])
+        kind = "warm" if name == "measured" else "cold"
+        return (
+            f"{name}, {seconds * 1e3:.2f} ms ({kind} switch of {profile.get('model')} "
+            f"on {profile.get('device')}, from {path})"
+        )
 
     def spec(self, policy: str) -> RunSpec:
         """One policy's run settings."""
@@ -182,6 +214,7 @@ class RunArgs:
             placement=self.placement,
             seed=self.seed,
             switch_cost=self.switch_cost,
+            switch_profile=self.switch_profile,
             cross_node=self.cross_node_factor,
             cross_rack=self.cross_rack_factor,
             check_invariants=self.check,
@@ -222,6 +255,7 @@ def _run_options(
     max_retries: RetriesOpt = 3,
     seed: SeedOpt = 0,
     switch_cost: SwitchOpt = "kill-restart",
+    switch_profile: SwitchProfileOpt = None,
     cross_node_factor: CrossNodeOpt = 0.8,
     cross_rack_factor: CrossRackOpt = 0.7,
     policy_opt: PolicyOptOpt = None,
@@ -391,7 +425,7 @@ def compare(
         "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}",
         "placement": run.placement or "policy default",
         "preset": run.preset or "none",
-        "switch cost": run.switch_cost,
+        "switch cost": run.switch_description(),
         "seed": run.seed,
     }
     from corral.sim.report import write_report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from corral.errors import CorralError
@@ -28,6 +29,8 @@ class RunSpec:
     """None: the policy's own default placement."""
     seed: int = 0
     switch_cost: str | float | None = None
+    switch_profile: Path | None = None
+    """The switching profile the ``measured`` switch costs read (None: the default)."""
     cross_node: float = 0.8
     cross_rack: float = 0.7
     check_invariants: bool = False
@@ -71,7 +74,7 @@ class RunSpec:
 
     def config(self) -> SimConfig:
         return SimConfig(
-            switch_cost=switch_cost_seconds(self.switch_cost),
+            switch_cost=switch_cost_seconds(self.switch_cost, self.switch_profile),
             speeds=SpeedModel(
                 self.profiles if self.profiles is not None else gavel_throughputs(),
                 LocalityModel(self.cross_node, self.cross_rack, self.measured_locality),
@@ -139,7 +142,7 @@ def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundRes
     except TypeError as exc:
         raise CorralError(f"policy '{spec.policy}': {exc}") from None
     work = build_workload(jobs, cluster, spec.config().speeds)
-    result = RoundSimulator(work, planner, switch_cost_seconds(spec.switch_cost)).run()
+    result = RoundSimulator(work, planner, spec.config().switch_cost).run()
     if spec.check_invariants:
         result.check()
     return result
