@@ -53,6 +53,21 @@ def test_las_time_shares_by_attained_service_with_a_quantum():
     assert result.state.preemptions.tolist() == [2, 1]
 
 
+def test_las_minimum_run_is_a_quantum_of_progress_not_of_switching():
+    # Quantum 10 s, switch cost 30 s: counted from the start, the quantum ended
+    # inside the switch-in, so the two jobs took the GPU from each other with no
+    # progress and the run never ended. Now a restarted job runs 30 + 10 s:
+    # j0 0-10 and j1 10-20 (first starts are free), then turns of 40 s from 20,
+    # each giving 10 s of progress: j0 needs 9 of them (ends 60 + 8 x 80 = 700),
+    # j1 9 as well (ends 100 + 8 x 80 = 740).
+    result = run(
+        [(0.0, 1, 100.0), (1.0, 1, 100.0)], uniform(1, 1), "las", switch_cost=30.0, quantum=10.0
+    )
+    assert finish_times(result) == {"j0": 700.0, "j1": 740.0}
+    assert result.state.preemptions.tolist() == [9, 9]
+    assert result.state.overhead.tolist() == [270.0, 270.0]
+
+
 def test_las_attained_service_is_gpus_times_time():
     # j0 (2 GPUs) and j1 (1 GPU) both ran 100 s: 2D service is 200 and 100
     from corral.model.state import SchedulerState

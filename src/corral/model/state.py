@@ -191,6 +191,13 @@ class SchedulerState:
         """Seconds since each (running) job last started."""
         return self.now - self.seg_start[idx]
 
+    def progressing_for(self, idx: np.ndarray) -> np.ndarray:
+        """Seconds each (running) job has run since it last started, its switch-in
+        overhead not counted: a minimum-run quantum or a turn counts these, else a
+        switch cost as long as the quantum lets jobs take the GPUs from each other
+        before any of them progresses, and the run never ends."""
+        return self.now - self.seg_start[idx] - self.seg_overhead[idx]
+
     def allocations(self) -> dict[int, tuple[int, ...]]:
         return {i: self.alloc[i] for i in self.running}  # type: ignore[misc]
 

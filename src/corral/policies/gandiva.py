@@ -366,9 +366,7 @@ class Gandiva(Policy):
         # a turn is a quantum of progress: time spent switching in does not count,
         # or a switch cost as long as the quantum would leave every turn empty
         pinned = (
-            state.running_for(running) - state.seg_overhead[running] < self.quantum
-            if len(running)
-            else np.zeros(0, bool)
+            state.progressing_for(running) < self.quantum if len(running) else np.zeros(0, bool)
         )
         movable = running[~pinned]
         # longest waiting first; jobs that just ran (or are yielding now) go last

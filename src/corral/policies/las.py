@@ -2,7 +2,9 @@
 
 Priority is the GPU-seconds a job has received so far (GPUs x time run), so
 short and small jobs finish quickly without anyone knowing durations. A job
-that started runs at least ``quantum`` seconds before it can be preempted, and
+that started runs at least ``quantum`` seconds before it can be preempted
+(seconds of progress: its switch-in does not count, or a switch cost as long
+as the quantum would let jobs preempt each other before any progressed), and
 the policy re-ranks at every multiple of the quantum while jobs wait, so
 priorities that cross between events are acted on.
 
@@ -39,7 +41,7 @@ class Las(Policy):
             return state.attained_base[idx]
 
         def pinned(idx: np.ndarray) -> np.ndarray:
-            return state.running_for(idx) < self.quantum
+            return state.progressing_for(idx) < self.quantum
 
         builder = priority_pass(
             state, self.placement, pending_key, running_key=state.attained, pinned=pinned

@@ -88,6 +88,7 @@ class Launching(LoopBase):
         if i is not None:  # no progress before its process exists (as a switch cost)
             st = self.live.state
             st.progress_start[i] = max(st.progress_start[i], self.rel(now))
+            st.seg_overhead[i] = st.progress_start[i] - st.seg_start[i]
         host = self.packed_on.get(job)
         if host is None:
             for g in gpus:
