@@ -187,10 +187,6 @@ class SchedulerState:
         left = np.maximum(self.total_steps[idx] - self.done_steps(idx), 0.0)
         return left / self.ref_speed[idx]
 
-    def running_for(self, idx: np.ndarray) -> np.ndarray:
-        """Seconds since each (running) job last started."""
-        return self.now - self.seg_start[idx]
-
     def progressing_for(self, idx: np.ndarray) -> np.ndarray:
         """Seconds each (running) job has run since it last started, its switch-in
         overhead not counted: a minimum-run quantum or a turn counts these, else a

@@ -161,16 +161,13 @@ class Gandiva(Policy):
         speed, so that the trial can be judged by measurement (Gandiva's introspection)."""
         return state.measures_speed and bool(state.reports_speed[host])
 
-    def _measure_due(self, state: SchedulerState, host: int, since: float) -> bool:
+    def _measure_due(self, state: SchedulerState, host: int, guest: int, since: float) -> bool:
         """A host that reports its speed will be measured packed once a throughput
         window lies wholly after both jobs began stepping together; under load that
         can take longer than a quantum, so a trial waits for it (up to
         ``MEASURE_QUANTA`` quanta) rather than be judged blind by the table."""
-        return (
-            state.measures_speed
-            and bool(state.reports_speed[host])
-            and state.now - since < MEASURE_QUANTA * self.quantum
-        )
+        waited = state.now - since
+        return self._may_probe(state, host, guest) and waited < MEASURE_QUANTA * self.quantum
 
     @property
     def slice_factor(self) -> float:
@@ -223,7 +220,7 @@ class Gandiva(Policy):
                 continue
             host = int(state.host[guest])
             observed = self.observed_factors(state, host, guest)
-            if observed is None and self._measure_due(state, host, since):
+            if observed is None and self._measure_due(state, host, guest, since):
                 continue  # live, the pair's speed is not measured yet: judge it later
             del self.packed_at[guest]
             if observed is not None:

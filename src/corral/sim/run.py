@@ -141,8 +141,9 @@ def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundRes
         planner = cls(**spec.policy_options)
     except TypeError as exc:
         raise CorralError(f"policy '{spec.policy}': {exc}") from None
-    work = build_workload(jobs, cluster, spec.config().speeds)
-    result = RoundSimulator(work, planner, spec.config().switch_cost).run()
+    config = spec.config()
+    work = build_workload(jobs, cluster, config.speeds)
+    result = RoundSimulator(work, planner, config.switch_cost).run()
     if spec.check_invariants:
         result.check()
     return result
