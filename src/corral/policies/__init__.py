@@ -12,6 +12,7 @@ from corral.policies.base import PlanBuilder, Policy
 from corral.policies.fifo import Fifo
 from corral.policies.gandiva import Gandiva
 from corral.policies.gavel import GAVEL_POLICIES, GavelPolicy
+from corral.policies.hived import HiveD
 from corral.policies.las import Las
 from corral.policies.philly import Philly
 from corral.policies.shortest import Sjf, Srtf
@@ -28,6 +29,7 @@ POLICIES: dict[str, type[Policy]] = {
         TiresiasLas,
         TiresiasGittins,
         Philly,
+        HiveD,
         Gandiva,
         *GAVEL_POLICIES,
         Allox,

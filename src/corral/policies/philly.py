@@ -40,43 +40,9 @@ from corral.model.state import SchedulerState
 from corral.placement.relaxed import LEVELS, RelaxedLocality
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
+from corral.policies.vcs import VirtualClusters, demand_quotas, parse_quotas
 
-
-def parse_quotas(text: str | dict[str, float] | None) -> dict[str, float] | None:
-    """``vc=GPUs`` pairs separated by commas (or a mapping); None means "from demand"."""
-    if isinstance(text, dict):
-        text = ",".join(f"{name}={gpus}" for name, gpus in text.items())
-    if text is None or not str(text).strip():
-        return None
-    out: dict[str, float] = {}
-    for pair in str(text).split(","):
-        name, eq, value = pair.partition("=")
-        if not eq or not name.strip():
-            raise ValueError(f"quota '{pair}': expected vc=GPUs")
-        try:
-            gpus = float(value)
-        except ValueError:
-            raise ValueError(f"quota '{pair}': '{value}' is not a number") from None
-        if gpus < 0:
-            raise ValueError(f"quota '{pair}': GPUs must be >= 0")
-        out[name.strip()] = gpus
-    return out
-
-
-def demand_quotas(vcs: np.ndarray, gpu_seconds: np.ndarray, total_gpus: int) -> np.ndarray:
-    """Whole-GPU quotas proportional to each VC's demand, summing to the cluster.
-
-    Largest-remainder rounding, so no GPU is lost to rounding.
-    """
-    demand = np.bincount(vcs, weights=gpu_seconds)
-    if demand.sum() <= 0:
-        demand = np.ones_like(demand)
-    exact = total_gpus * demand / demand.sum()
-    quota = np.floor(exact)
-    short = int(total_gpus - quota.sum())
-    if short > 0:
-        quota[np.argsort(-(exact - quota), kind="stable")[:short]] += 1
-    return quota
+__all__ = ["Philly", "demand_quotas", "parse_quotas"]
 
 
 class Philly(Policy):
@@ -92,7 +58,7 @@ class Philly(Policy):
         backoff_max: float = 480.0,
     ) -> None:
         super().__init__(placement or RelaxedLocality())
-        self.quota_spec = parse_quotas(quotas)
+        self.vcs = VirtualClusters(quotas)
         steps = [float(v) for v in str(relax_after).replace("/", ",").split(",") if v.strip()]
         if len(steps) != len(LEVELS) - 1 or steps[0] < 0 or steps[1] < steps[0]:
             raise ValueError(
@@ -109,46 +75,25 @@ class Philly(Policy):
     def _init(self, state: SchedulerState) -> None:
         n = len(state.submit)
         self._n = n
-        self.vc = np.full(n, -1, dtype=np.int64)
-        """Each job's VC id (index into ``vc_names``; -1 until the job is seen)."""
-        self.vc_names: list[str] = []
-        self.quota = np.zeros(0)
+        self.vcs.ensure(state)
         self.next_try = np.zeros(n)
         self.tries = np.zeros(n, dtype=np.int64)
         self.why: dict[int, str] = {}
         """Why each job's last try to start failed (pending reasons, live)."""
-        if state.known_in_advance:
-            # a trace: every job, its VC and its demand are known up front
-            names, ids = np.unique(np.asarray(state.vc, dtype=str), return_inverse=True)
-            self.vc_names = [str(v) for v in names]
-            self.vc[:] = ids
-            if self.quota_spec is None:
-                total = state.cluster.total_gpus
-                self.quota = demand_quotas(self.vc, state.gpus * state.duration, total)
-            else:
-                self.quota = self._quotas_by_name()
 
-    def _see(self, state: SchedulerState, jobs: np.ndarray) -> None:
-        """Give VC ids to jobs seen for the first time (live, VCs appear as jobs
-        name them); quotas follow the configured ones, or equal shares."""
-        new = jobs[self.vc[jobs] < 0]
-        if not len(new):
-            return
-        index = {name: k for k, name in enumerate(self.vc_names)}
-        grew = False
-        for i in new.tolist():
-            name = state.vc[i] or "default"
-            if name not in index:
-                index[name] = len(self.vc_names)
-                self.vc_names.append(name)
-                grew = True
-            self.vc[i] = index[name]
-        if grew:
-            if self.quota_spec is not None:
-                self.quota = self._quotas_by_name()
-            else:
-                share = state.cluster.total_gpus / len(self.vc_names)
-                self.quota = np.full(len(self.vc_names), share)
+    @property
+    def vc(self) -> np.ndarray:
+        """Each job's VC id."""
+        return self.vcs.vc
+
+    @property
+    def quota(self) -> np.ndarray:
+        """Each VC's quota in GPUs."""
+        return self.vcs.quota
+
+    @property
+    def vc_names(self) -> list[str]:
+        return self.vcs.names
 
     def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
         """A job backing off keeps the reason its last try failed for."""
@@ -156,12 +101,8 @@ class Philly(Policy):
             return {}
         return {i: self.why.get(i, "Backoff") for i in state.pending}
 
-    def _quotas_by_name(self) -> np.ndarray:
-        assert self.quota_spec is not None
-        return np.array([self.quota_spec.get(v, 0.0) for v in self.vc_names])
-
     def quotas(self) -> dict[str, float]:
-        return {str(v): float(q) for v, q in zip(self.vc_names, self.quota, strict=True)}
+        return self.vcs.quotas()
 
     def level(self, state: SchedulerState, i: int) -> int:
         """How far job ``i``'s locality is relaxed, from how long it has waited."""
@@ -182,8 +123,8 @@ class Philly(Policy):
             return builder.build(self._next_wakeup(state, pending))
         running = state.running.array()
         if not state.known_in_advance:  # a trace's VCs are all known at the start
-            self._see(state, pending)
-            self._see(state, running)
+            self.vcs.see(state, pending)
+            self.vcs.see(state, running)
         usage = np.bincount(
             self.vc[running], weights=state.gpus[running], minlength=len(self.quota)
         )

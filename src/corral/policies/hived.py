@@ -1,0 +1,575 @@
+"""HiveD: virtual private clusters of cells, bound by buddy allocation.
+
+HiveD (Zhao et al., OSDI '20) observed a *sharing anomaly* in quota-based
+multi-tenant clusters: a virtual cluster (VC) with enough quota still waits,
+because the free GPUs it is owed are scattered over nodes by other tenants'
+jobs, and a gang needing one node or one PCIe switch cannot start. HiveD's
+fix is to guarantee each VC its quota in *cells* (GPU, GPU pair, socket, node:
+:mod:`corral.placement.cells`) rather than in GPU counts, and to bind a VC's
+cells to physical ones only while it uses them, by buddy allocation, so that
+any request the VC's private cluster could serve is served in the shared one
+(*sharing safety*).
+
+A pass, in submit order:
+
+1. **Guaranteed**: a job runs within its VC's cells when they can hold it:
+   in a cell its VC already holds (the fullest that fits: packing, as HiveD's
+   intra-VC scheduler does), else in a newly bound cell of the smallest level
+   that fits. The binding prefers physical cells with the fewest opportunistic
+   jobs on them (HiveD's lazy preemption); opportunistic jobs still in the
+   chosen GPUs are preempted. A job wider than a node takes whole node cells
+   of its VC (in one rack where possible).
+2. **Opportunistic**: a job its VC cannot hold now runs, at low priority, on
+   idle GPUs, first those in no VC's bound cells (far from guaranteed jobs, so
+   less likely to be preempted). Such a job is preempted whenever an owner's
+   guaranteed job needs its GPUs. ``opportunistic=False`` makes jobs wait.
+
+A bound cell is released when its last guaranteed job leaves, merging with its
+buddies. Failed hardware is kept out: ``bad_nodes`` (simulator) names nodes
+whose cells are never bound, and live, GPUs the service withholds (drained
+nodes) count as bad; a VC whose cells cannot all be bound on healthy hardware
+then waits ("CellsUnavailable"). Quotas are GPU counts per VC (as Philly's, see
+:mod:`corral.policies.vcs`), carved into whole cells of the cluster.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from corral.errors import CorralError
+from corral.model.free_gpus import FreeGPUs
+from corral.model.plan import Plan
+from corral.model.state import PENDING, RUNNING, IndexSet, SchedulerState
+from corral.placement.cells import BuddyAllocator, CellTree, carve, parse_sizes
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder, Policy
+from corral.policies.vcs import VirtualClusters
+
+GUARANTEED, OPPORTUNISTIC = 1, 2
+
+
+class HiveD(Policy):
+    name = "hived"
+    description = (
+        "VC quotas as topology cells bound by buddy allocation; opportunistic jobs on idle cells"
+    )
+    live_note = (
+        "VC quotas come from the service's 'vcs' setting (else equal shares, re-carved as "
+        "VCs appear); drained nodes count as bad hardware"
+    )
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        quotas: str | dict[str, float] | None = None,
+        cell_sizes: str = "auto",
+        opportunistic: Any = True,
+        bad_nodes: str = "",
+    ) -> None:
+        super().__init__(placement)
+        self.vcs = VirtualClusters(quotas)
+        self.sizes = parse_sizes(cell_sizes)
+        self.opportunistic = _flag(opportunistic, "opportunistic")
+        self.bad_node_names = [v.strip() for v in str(bad_nodes or "").split(",") if v.strip()]
+        self._n = -1
+        self._carved = -1
+        self.tree: CellTree | None = None
+
+    # ------------------------------------------------------------ set-up
+    def _init(self, state: SchedulerState) -> None:
+        cluster = state.cluster
+        n = len(state.submit)
+        self._n = n
+        if self.tree is None or self.tree.cluster is not cluster:
+            self.tree = CellTree(cluster, self.sizes)
+        tree = self.tree
+        self.vcs.ensure(state)
+        self.bad = np.zeros(cluster.total_gpus, dtype=bool)
+        names = {node.name: k for k, node in enumerate(cluster.nodes)}
+        for name in self.bad_node_names:
+            node = names.get(name)
+            if node is None and name.isdigit() and int(name) < cluster.num_nodes:
+                node = int(name)
+            if node is None:
+                raise CorralError(f"bad_nodes: cluster '{cluster.name}' has no node '{name}'")
+            first = int(cluster.node_first_gpu[node])
+            self.bad[first : first + int(cluster.node_gpus[node])] = True
+        self._configured_bad = self.bad.copy()
+        self._count_bad()
+        self.buddy = BuddyAllocator(tree, self._healthy)
+        self.kind = np.zeros(n, dtype=np.int8)
+        """GUARANTEED or OPPORTUNISTIC for the job's current (or last) attempt."""
+        self.guaranteed = IndexSet(n)
+        self.job_cells: dict[int, list[int]] = {}
+        self.cell_jobs: dict[int, set[int]] = {}
+        self.cell_vc: dict[int, int] = {}
+        self.g_used = np.full(cluster.total_gpus, -1, dtype=np.int64)
+        """The guaranteed job on each GPU (-1: none)."""
+        self.owner = np.full(cluster.total_gpus, -1, dtype=np.int64)
+        """The VC whose bound cell holds each GPU (-1: none)."""
+        self.tried = np.full(n, -1, dtype=np.int64)
+        """The VC version at a job's last failed guaranteed try (retry when it moves)."""
+        self.why: dict[int, str] = {}
+        self._vc_setup()
+
+    def _vc_setup(self) -> None:
+        """(Re)carve the VCs' cells from their quotas; keep what is bound."""
+        assert self.tree is not None
+        k = len(self.vcs.names)
+        quotas = {v: round(float(q)) for v, q in enumerate(self.vcs.quota)}
+        self.cells: dict[int, Counter[tuple[int, int]]] = carve(self.tree, quotas, self._healthy)
+        old_bound = getattr(self, "bound", {})
+        self.bound: dict[int, Counter[tuple[int, int]]] = {
+            v: old_bound.get(v, Counter()) for v in range(k)
+        }
+        old_used = getattr(self, "vc_used", np.zeros(0, dtype=np.int64))
+        self.vc_used = np.zeros(k, dtype=np.int64)
+        self.vc_used[: len(old_used)] = old_used
+        self.vc_cells_bound: dict[int, set[int]] = {
+            v: getattr(self, "vc_cells_bound", {}).get(v, set()) for v in range(k)
+        }
+        self.vc_owned = np.array(
+            [
+                sum(self.tree.chains[c].sizes[lv] * cnt for (c, lv), cnt in self.cells[v].items())
+                for v in range(k)
+            ],
+            dtype=np.int64,
+        )
+        self.vc_version = np.zeros(k, dtype=np.int64)
+        self.tried[:] = -1
+        self._carved = self.vcs.version
+
+    def _count_bad(self) -> None:
+        assert self.tree is not None
+        tree = self.tree
+        csum = np.concatenate(([0], np.cumsum(self.bad)))
+        self.cell_bad = csum[tree.first + tree.size] - csum[tree.first]
+
+    def _healthy(self, cell: int) -> bool:
+        return bool(self.cell_bad[cell] == 0)
+
+    def vc_cells(self) -> dict[str, dict[str, int]]:
+        """Each VC's cells, as "<type> x<node GPUs>: <cell size>" -> count (reports)."""
+        assert self.tree is not None
+        out: dict[str, dict[str, int]] = {}
+        for v, cells in self.cells.items():
+            row: dict[str, int] = {}
+            for (c, lv), cnt in sorted(cells.items()):
+                chain = self.tree.chains[c]
+                row[f"{chain.describe()}: {chain.sizes[lv]}-GPU"] = cnt
+            out[self.vcs.names[v]] = row
+        return out
+
+    def quotas(self) -> dict[str, float]:
+        return self.vcs.quotas()
+
+    # ------------------------------------------------------------ the pass
+    def schedule(self, state: SchedulerState) -> Plan:
+        if self._n != len(state.submit):
+            self._init(state)
+        builder = PlanBuilder(state)
+        if not state.known_in_advance:
+            self.vcs.see(state, state.pending.array())
+            self.vcs.see(state, state.running.array())
+            if self._carved != self.vcs.version:
+                self._vc_setup()
+            self._sync_health(state)
+        self._reconcile(state)
+        self._gpu_job: np.ndarray | None = None
+        pending = state.pending_order
+        if not pending:
+            return builder.build()
+        order = np.fromiter(pending, dtype=np.int64, count=len(pending))
+        vc = self.vcs.vc[order]
+        need = state.gpus[order]
+        room = self.vc_owned[vc] - self.vc_used[vc]
+        due = (room >= need) & (self.tried[order] != self.vc_version[vc])
+        live = not state.known_in_advance
+        if live:
+            self.why = {}
+        started: set[int] = set()
+        room_list = (self.vc_owned - self.vc_used).tolist()
+        for i, v, g in zip(order[due].tolist(), vc[due].tolist(), need[due].tolist(), strict=True):
+            if room_list[v] < g:
+                continue
+            if self._place_guaranteed(builder, state, i, v, g):
+                room_list[v] -= g
+                started.add(i)
+            else:
+                self.tried[i] = self.vc_version[v]
+        if self.opportunistic:
+            self._place_opportunistic(builder, state, order, started)
+        if live:
+            self._note_reasons(builder, state, order, room)
+        return builder.build()
+
+    # ------------------------------------------------------------ bookkeeping
+    def _reconcile(self, state: SchedulerState) -> None:
+        """Release the cells of guaranteed jobs that stopped; adopt running jobs
+        the policy does not know (live, after the service restarted)."""
+        tracked = self.guaranteed.array()
+        if len(tracked):
+            gone = tracked[state.status[tracked] != RUNNING]
+            for i in gone.tolist():
+                self._release(i)
+        running = state.running.array()
+        if len(running):
+            unknown = running[self.kind[running] == 0]
+            for i in np.sort(unknown).tolist():
+                self._adopt(state, i)
+
+    def _release(self, i: int) -> None:
+        tree = self.tree
+        assert tree is not None
+        self.guaranteed.remove(i)
+        self.kind[i] = 0
+        cells = self.job_cells.pop(i)
+        v = self.cell_vc[cells[0]]
+        freed = 0
+        for cell in cells:
+            jobs = self.cell_jobs[cell]
+            jobs.discard(i)
+            if not jobs:
+                self._unbind(cell)
+        for cell in cells:
+            for g in tree.gpus(cell):
+                if self.g_used[g] == i:
+                    self.g_used[g] = -1
+                    freed += 1
+        self.vc_used[v] -= freed
+        self.vc_version[v] += 1
+
+    def _bind_cell(self, v: int, cell: int) -> None:
+        tree = self.tree
+        assert tree is not None
+        self.cell_vc[cell] = v
+        self.cell_jobs[cell] = set()
+        self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] += 1
+        self.vc_cells_bound[v].add(cell)
+        first, size = tree.first_list[cell], tree.size_list[cell]
+        self.owner[first : first + size] = v
+
+    def _unbind(self, cell: int) -> None:
+        tree = self.tree
+        assert tree is not None
+        v = self.cell_vc.pop(cell)
+        del self.cell_jobs[cell]
+        self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] -= 1
+        self.vc_cells_bound[v].discard(cell)
+        first, size = tree.first_list[cell], tree.size_list[cell]
+        self.owner[first : first + size] = -1
+        self.buddy.release(cell)
+
+    def _record(self, i: int, v: int, gpus: list[int], cells: list[int]) -> None:
+        self.kind[i] = GUARANTEED
+        self.guaranteed.add(i)
+        self.job_cells[i] = cells
+        for cell in cells:
+            self.cell_jobs[cell].add(i)
+        self.g_used[gpus] = i
+        self.vc_used[v] += len(gpus)
+        self.vc_version[v] += 1
+
+    def _adopt(self, state: SchedulerState, i: int) -> None:
+        """A running job the policy did not start (recovery): guaranteed if its
+        GPUs lie in a cell its VC holds or may still bind, else opportunistic."""
+        tree = self.tree
+        assert tree is not None
+        gpus = list(state.alloc[i] or ())
+        v = int(self.vcs.vc[i])
+        if v >= 0 and gpus and all(self.g_used[g] < 0 for g in gpus):
+            cell = tree.smallest_containing(gpus)
+            if cell >= 0:
+                held = tree.ancestor(cell, tree.level_list[cell])
+                while held >= 0 and held not in self.cell_vc:
+                    held = tree.parent_list[held]
+                if held >= 0 and self.cell_vc[held] == v:
+                    self._record(i, v, gpus, [held])
+                    return
+                if held < 0:
+                    chain = tree.chain_list[cell]
+                    for lv in range(tree.level_list[cell], len(tree.chains[chain].sizes)):
+                        key = (chain, lv)
+                        if self.bound[v][key] < self.cells[v][key]:
+                            up = tree.ancestor(cell, lv)
+                            if self.buddy.take(up):
+                                self._bind_cell(v, up)
+                                self._record(i, v, gpus, [up])
+                                return
+        self.kind[i] = OPPORTUNISTIC
+
+    def _sync_health(self, state: SchedulerState) -> None:
+        """Live: GPUs neither free nor held by a running job are withheld (drained)."""
+        cluster = state.cluster
+        if state.busy_gpus + state.free.total >= cluster.total_gpus:
+            bad = self._configured_bad
+        else:
+            held = np.zeros(cluster.total_gpus, dtype=bool)
+            for gpus in state.allocations().values():
+                held[list(gpus)] = True
+            bad = self._configured_bad | (~state.free.mask & ~held)
+        if not np.array_equal(bad, self.bad):
+            self.bad = bad.copy()
+            self._count_bad()
+            self.vc_version += 1
+
+    # ------------------------------------------------------------ guaranteed
+    def _chains_for(self, state: SchedulerState, i: int) -> list[int]:
+        tree = self.tree
+        assert tree is not None
+        bound = int(state.type_req[i])
+        if bound < 0:
+            return list(range(len(tree.chains)))
+        name = state.cluster.gpu_type_names[bound]
+        return [c for c, ch in enumerate(tree.chains) if ch.gpu_type == name]
+
+    def _usable(self, builder: PlanBuilder) -> np.ndarray:
+        """GPUs a guaranteed job may take: no guaranteed job on them, healthy."""
+        return (self.g_used < 0) & ~self.bad
+
+    def _place_guaranteed(
+        self, builder: PlanBuilder, state: SchedulerState, i: int, v: int, g: int
+    ) -> bool:
+        tree = self.tree
+        assert tree is not None
+        usable = self._usable(builder)
+        best: tuple[tuple[int, int, int, int], int, int] | None = None
+        for c in self._chains_for(state, i):
+            chain = tree.chains[c]
+            if g > chain.node_gpus:
+                continue
+            level = next(lv for lv, s in enumerate(chain.sizes) if s >= g)
+            size = chain.sizes[level]
+            for cell in self.vc_cells_bound[v]:
+                if tree.chain_list[cell] != c or tree.level_list[cell] < level:
+                    continue
+                first, span = tree.first_list[cell], tree.size_list[cell]
+                avail = usable[first : first + span].reshape(-1, size).sum(axis=1)
+                spare = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
+                for k in np.flatnonzero(avail >= g).tolist():
+                    start = first + k * size
+                    busy = size - int(builder.free.mask[start : start + size].sum())
+                    key = (spare, int(avail[k]) - g, busy, start)
+                    if best is None or key < best[0]:
+                        best = (key, cell, start)
+        if best is not None:
+            _, cell, start = best
+            return self._start_in(builder, state, i, v, g, [cell], start, usable)
+        wide: list[int] = []
+        spare: list[tuple[int, int, int, int]] = []  # (cell size, chain, level, job's level)
+        for c in self._chains_for(state, i):
+            chain = tree.chains[c]
+            if g > chain.node_gpus:
+                wide.append(c)
+                continue
+            level = next(lv for lv, s in enumerate(chain.sizes) if s >= g)
+            for lv in range(level, len(chain.sizes)):
+                if self.bound[v][(c, lv)] < self.cells[v][(c, lv)]:
+                    spare.append((chain.sizes[lv], c, lv, level))
+                    break
+        for _, c, lv, level in sorted(spare):
+            cell = self.buddy.bind(c, lv, self._opp_cost(builder))
+            if cell < 0:
+                continue  # only bad hardware left for this cell
+            self._bind_cell(v, cell)
+            size = tree.chains[c].sizes[level]
+            first, span = tree.first_list[cell], tree.size_list[cell]
+            idle = builder.free.mask[first : first + span].reshape(-1, size)
+            start = first + size * int(np.argmax(idle.sum(axis=1)))
+            return self._start_in(builder, state, i, v, g, [cell], start, usable)
+        return any(self._place_wide(builder, state, i, v, g, c, usable) for c in wide)
+
+    def _place_wide(
+        self,
+        builder: PlanBuilder,
+        state: SchedulerState,
+        i: int,
+        v: int,
+        g: int,
+        c: int,
+        usable: np.ndarray,
+    ) -> bool:
+        """A job wider than a node: whole node cells of its VC, plus one cell for
+        the remainder; all newly bound, in one rack where the cells allow."""
+        tree = self.tree
+        assert tree is not None
+        chain = tree.chains[c]
+        top = chain.top
+        whole, rest = divmod(g, chain.node_gpus)
+        levels = [top] * whole
+        if rest:
+            fit = next(lv for lv, s in enumerate(chain.sizes) if s >= rest)
+            spare = [
+                lv for lv in range(fit, top) if self.bound[v][(c, lv)] < self.cells[v][(c, lv)]
+            ]
+            levels.append(spare[0] if spare else top)
+        if levels.count(top) > self.cells[v][(c, top)] - self.bound[v][(c, top)]:
+            return False
+        cost = self._opp_cost(builder)
+        rack_of = state.cluster.node_rack_list
+        cells: list[int] = []
+        for lv in levels:
+            rack = rack_of[tree.node_of(cells[0])] if cells else -1
+
+            def near(cell: int, rack: int = rack) -> float:
+                off = rack >= 0 and rack_of[tree.node_of(cell)] != rack
+                return cost(cell) + (1e6 if off else 0.0)
+
+            cell = self.buddy.bind(c, lv, near)
+            if cell < 0:
+                for back in cells:  # could not get them all: give back what was bound
+                    self.buddy.release(back)
+                return False
+            cells.append(cell)
+        for cell in cells:
+            self._bind_cell(v, cell)
+        gpus = [x for cell in cells for x in tree.gpus(cell)][:g]
+        return self._take(builder, state, i, v, gpus, cells)
+
+    def _opp_cost(self, builder: PlanBuilder):
+        """Binding cost of a cell: its GPUs busy with (opportunistic) jobs."""
+        mask = builder.free.mask
+        tree = self.tree
+        assert tree is not None
+        firsts, sizes = tree.first_list, tree.size_list
+
+        def cost(cell: int) -> float:
+            first, size = firsts[cell], sizes[cell]
+            return float(size - int(mask[first : first + size].sum()))
+
+        return cost
+
+    def _start_in(
+        self,
+        builder: PlanBuilder,
+        state: SchedulerState,
+        i: int,
+        v: int,
+        g: int,
+        cells: list[int],
+        start: int,
+        usable: np.ndarray,
+    ) -> bool:
+        """``g`` GPUs from the level cell beginning at ``start``: idle ones first,
+        then those of opportunistic jobs (which are preempted)."""
+        tree = self.tree
+        assert tree is not None
+        cell = cells[0]
+        chain = tree.chains[tree.chain_list[cell]]
+        size = next(s for s in chain.sizes if s >= g)
+        span = range(start, start + size)
+        mask = builder.free.mask
+        idle = [x for x in span if usable[x] and mask[x]]
+        taken = [x for x in span if usable[x] and not mask[x]]
+        gpus = (idle + taken)[:g]
+        return self._take(builder, state, i, v, gpus, cells)
+
+    def _take(
+        self,
+        builder: PlanBuilder,
+        state: SchedulerState,
+        i: int,
+        v: int,
+        gpus: list[int],
+        cells: list[int],
+    ) -> bool:
+        mask = builder.free.mask
+        victims: list[int] = []
+        for x in gpus:
+            if not mask[x]:
+                j = self._holder(state, builder, x)
+                if j is None:
+                    raise RuntimeError(f"GPU {x} is busy but no running job holds it")
+                if j not in victims:
+                    victims.append(j)
+        for j in victims:
+            builder.stop(j)
+        builder.start(i, gpus)
+        self._record(i, v, gpus, cells)
+        return True
+
+    def _holder(self, state: SchedulerState, builder: PlanBuilder, gpu: int) -> int | None:
+        """The opportunistic job running on ``gpu`` (not one this plan already stopped)."""
+        if self._gpu_job is None:
+            self._gpu_job = np.full(state.cluster.total_gpus, -1, dtype=np.int64)
+            for j, gpus in state.allocations().items():
+                if self.kind[j] == OPPORTUNISTIC:
+                    self._gpu_job[list(gpus)] = j
+        j = int(self._gpu_job[gpu])
+        if j < 0 or j in builder.plan.stops:
+            return None
+        return j
+
+    # ------------------------------------------------------------ opportunistic
+    def _place_opportunistic(
+        self, builder: PlanBuilder, state: SchedulerState, order: np.ndarray, started: set[int]
+    ) -> None:
+        free = builder.free
+        if free.total == 0:
+            return
+        mask = free.mask & ~self.bad
+        if not mask.any():
+            return
+        usable = FreeGPUs(state.cluster, mask)
+        outside = FreeGPUs(state.cluster, mask & (self.owner < 0))
+        gpus = state.gpus
+        for i in order.tolist():
+            if usable.total == 0:
+                break
+            g = int(gpus[i])
+            if i in started or g > usable.total:
+                continue
+            bound = int(state.type_req[i])
+            pools = (
+                (outside, usable) if bound < 0 else (outside.of_type(bound), usable.of_type(bound))
+            )
+            chosen = None
+            for pool in pools:
+                if g <= pool.total:
+                    chosen = self.placement.choose_for(pool, state, i)
+                    if chosen is not None:
+                        break
+            if chosen is None:
+                continue
+            builder.start(i, chosen)
+            usable.take(chosen)
+            outside_ids = [x for x in chosen if outside.mask[x]]
+            if outside_ids:
+                outside.take(outside_ids)
+            self.kind[i] = OPPORTUNISTIC
+
+    # ------------------------------------------------------------ reasons
+    def _note_reasons(
+        self, builder: PlanBuilder, state: SchedulerState, order: np.ndarray, room: np.ndarray
+    ) -> None:
+        starts = builder.plan.starts
+        for k, i in enumerate(order.tolist()):
+            if i in starts:
+                continue
+            if room[k] < state.gpus[i]:  # beyond its VC's cells: waits for idle GPUs
+                self.why[i] = "QuotaExceeded"
+            elif self.cell_bad.any():
+                self.why[i] = "CellsUnavailable"
+            else:
+                self.why[i] = "Resources"
+
+    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
+        if self._n != len(state.submit):
+            return {}
+        return {
+            i: self.why.get(i, "Resources") for i in state.pending if state.status[i] == PENDING
+        }
+
+
+def _flag(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false, got '{value}'")

@@ -1,0 +1,189 @@
+"""HiveD: cell levels, buddy allocation, sharing safety, the sharing anomaly,
+opportunistic jobs and their eviction, bad hardware."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import hypothesis.strategies as st
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from corral.errors import CorralError
+from corral.model.cluster import Cluster, Node, assign_racks
+from corral.model.jobs import JobTable
+from corral.placement.cells import BuddyAllocator, CellTree, carve, level_sizes
+from corral.policies import make_policy
+from corral.sim.engine import SimConfig, Simulator
+
+from ..conftest import uniform
+
+
+def vc_jobs(rows: list[tuple[float, int, float, str]]) -> JobTable:
+    """Jobs from (submit, gpus, duration, vc)."""
+    return JobTable(
+        pd.DataFrame(
+            {
+                "job_id": [f"j{k}" for k in range(len(rows))],
+                "submit_time": [r[0] for r in rows],
+                "num_gpus": [r[1] for r in rows],
+                "duration": [r[2] for r in rows],
+                "vc": [r[3] for r in rows],
+            }
+        )
+    )
+
+
+def simulate(rows, cluster, policy="hived", until=float("inf"), **options):  # type: ignore[no-untyped-def]
+    config = SimConfig(switch_cost=0.0, check_invariants=until == float("inf"), max_time=until)
+    return Simulator(vc_jobs(rows), cluster, make_policy(policy, **options), config).run()
+
+
+def test_levels_come_from_the_node_size_or_the_given_sizes() -> None:
+    assert level_sizes(8) == [1, 2, 4, 8]
+    assert level_sizes(2) == [1, 2]
+    assert level_sizes(6) == [1, 2, 6]
+    assert level_sizes(1) == [1]
+    assert level_sizes(8, [4, 8]) == [1, 4, 8]
+    assert level_sizes(8, [3, 4]) == [1, 4, 8]  # 3 does not divide 8: dropped
+
+
+def test_buddy_allocation_splits_and_merges_back() -> None:
+    tree = CellTree(uniform(2, 8))
+    buddy = BuddyAllocator(tree)
+    assert buddy.free_cells(0, 0) == 16
+    a = buddy.bind(0, 0)  # one GPU: splits a node down to a GPU
+    assert tree.size_list[a] == 1
+    # the split left one free cell per level below the node in that node
+    assert [len(buddy.free[0][lv]) for lv in range(4)] == [1, 1, 1, 1]
+    b = buddy.bind(0, 2)  # a 4-GPU cell: the split node's free half, not the other node
+    assert tree.node_of(b) == tree.node_of(a)
+    buddy.release(a)
+    buddy.release(b)
+    assert [len(buddy.free[0][lv]) for lv in range(4)] == [0, 0, 0, 2]
+
+
+def mixed_cluster() -> Cluster:
+    nodes = [Node(f"a{k}", "V100", 8) for k in range(3)] + [
+        Node(f"b{k}", "K80", 2) for k in range(4)
+    ]
+    return Cluster("mixed", assign_racks(nodes, 4), rack_size=4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shares=st.lists(st.integers(min_value=0, max_value=12), min_size=1, max_size=4),
+    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20), st.booleans()), max_size=80),
+)
+def test_sharing_safety_a_vc_always_obtains_the_cells_it_owns(shares, ops) -> None:
+    """Whatever the other VCs bind and release, a VC asking for a cell of a kind
+    it owns and has not bound gets one (HiveD's safety, with carved quotas)."""
+    tree = CellTree(mixed_cluster())
+    total = sum(shares) or 1
+    quotas = {v: s * tree.cluster.total_gpus // max(total, 1) for v, s in enumerate(shares)}
+    cells = carve(tree, quotas)
+    assert (
+        sum(
+            tree.chains[c].sizes[lv] * n for owned in cells.values() for (c, lv), n in owned.items()
+        )
+        <= tree.cluster.total_gpus
+    )
+    buddy = BuddyAllocator(tree)
+    bound: dict[int, list[int]] = {v: [] for v in cells}
+    for v, pick, release in ops:
+        if v not in cells:
+            continue
+        if release and bound[v]:
+            buddy.release(bound[v].pop(pick % len(bound[v])))
+            continue
+        held = Counter((tree.chain_list[c], tree.level_list[c]) for c in bound[v])
+        spare = [key for key, n in cells[v].items() if held[key] < n]
+        if not spare:
+            continue
+        chain, level = spare[pick % len(spare)]
+        cell = buddy.bind(chain, level)
+        assert cell >= 0, f"VC {v} owns a {(chain, level)} cell it cannot obtain"
+        bound[v].append(cell)
+    every = [c for cs in bound.values() for c in cs]
+    gpus = [g for c in every for g in tree.gpus(c)]
+    assert len(gpus) == len(set(gpus))  # no GPU in two bound cells
+
+
+def anomaly_rows() -> list[tuple[float, int, float, str]]:
+    """VC a fills the cluster with 1-GPU jobs (half on its own quota, half
+    borrowed); every other one ends at 100 s, leaving each node half free; then
+    VC b, whose quota is two whole nodes, asks for a node-sized gang."""
+    rows = [(0.0, 1, 100.0 if k % 2 == 0 else 10_000.0, "a") for k in range(32)]
+    rows.append((200.0, 8, 1000.0, "b"))
+    return rows
+
+
+def test_the_sharing_anomaly_under_quotas_and_its_fix_under_hived() -> None:
+    cluster = uniform(4, 8)
+    quotas = "a=16,b=16"
+    rows = anomaly_rows()
+    gang = len(rows) - 1
+    # Philly's quota scheduler: b is within its quota and 16 GPUs are free, yet
+    # no node has 8 free (a's jobs within its quota are not reclaimable), so the
+    # gang waits until its locality relaxes
+    philly = simulate(rows, cluster, "philly", quotas=quotas).state
+    assert philly.first_start[gang] - philly.submit[gang] >= 300.0
+    # HiveD: b's node cells are obtainable: the gang starts at once, on a whole
+    # node, evicting a's opportunistic jobs from it
+    hived = simulate(rows, cluster, quotas=quotas).state
+    assert hived.first_start[gang] == hived.submit[gang] == 200.0
+    assert hived.preemptions[:gang].sum() == 4  # the 4 long opportunistic jobs on that node
+    assert hived.finish_time[gang] == 1200.0
+    early = simulate(rows, cluster, quotas=quotas, until=300.0).state
+    assert len({cluster.gpu_node_list[g] for g in early.alloc[gang] or ()}) == 1
+    # and a's guaranteed jobs were never preempted: 16 of them packed on 2 nodes
+    assert (hived.preemptions[:gang] <= 1).all()
+
+
+def test_without_opportunistic_jobs_a_vc_only_uses_its_own_cells() -> None:
+    cluster = uniform(4, 8)
+    rows = anomaly_rows()
+    s = simulate(rows, cluster, quotas="a=16,b=16", opportunistic=False).state
+    starts = s.first_start[:32]
+    assert (starts == 0.0).sum() == 16  # a's quota; the rest wait for a's own cells
+    assert s.preemptions.sum() == 0
+    assert s.first_start[32] == 200.0
+
+
+def test_a_gang_wider_than_a_node_takes_whole_node_cells() -> None:
+    cluster = uniform(4, 8)
+    rows = [(0.0, 1, 50.0, "a"), (0.0, 16, 100.0, "b"), (10.0, 12, 100.0, "a")]
+    s = simulate(rows, cluster, quotas="a=24,b=8", opportunistic=False, until=20.0).state
+    # b owns one node cell: its 16-GPU gang cannot be guaranteed and waits
+    assert np.isnan(s.first_start[1])
+    # a owns 3 node cells; its 1-GPU job binds one, the 12-GPU gang binds the
+    # other two (one whole, one for the remaining 4 GPUs: a node cell, as a
+    # owns no 4-GPU cell)
+    held = Counter(cluster.gpu_node_list[g] for g in s.alloc[2] or ())
+    assert sorted(held.values()) == [4, 8]
+    assert cluster.gpu_node_list[(s.alloc[0] or ())[0]] not in held
+
+
+def test_bad_nodes_are_never_bound_and_cells_move_to_healthy_ones() -> None:
+    cluster = uniform(4, 8)
+    rows = [(0.0, 8, 100.0, "a"), (0.0, 8, 100.0, "a"), (0.0, 4, 100.0, "b")]
+    s = simulate(rows, cluster, quotas="a=16,b=8", bad_nodes="n0", until=50.0).state
+    # three healthy nodes for 2 + 1 node cells: everything starts at once, off n0
+    assert (s.first_start == 0.0).all()
+    for k in range(3):
+        assert all(cluster.gpu_node_list[g] != 0 for g in s.alloc[k] or ())
+    # with two nodes bad, b's node cell cannot be bound: b waits, a does not
+    s = simulate(rows, cluster, quotas="a=16,b=8", bad_nodes="n0,n1", until=50.0).state
+    assert s.first_start[0] == s.first_start[1] == 0.0
+    assert np.isnan(s.first_start[2])
+    with pytest.raises(CorralError, match="no node 'zz'"):
+        simulate(rows, cluster, quotas="a=16,b=8", bad_nodes="zz")
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(CorralError, match="opportunistic"):
+        make_policy("hived", opportunistic="maybe")
+    with pytest.raises(CorralError, match="cell_sizes"):
+        make_policy("hived", cell_sizes="a,b")

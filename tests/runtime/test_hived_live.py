@@ -1,0 +1,65 @@
+"""HiveD live: a VC's idle cells run other VCs' jobs opportunistically, and an
+owner's guaranteed job evicts them at once; the service restarting (as after
+``kill -9``) keeps the cells' bindings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.harness import PY, Harness, auth, wait_for
+
+
+@pytest.fixture
+def hived(tmp_path: Path) -> Any:
+    h = Harness(
+        tmp_path / "state", policy="hived", policy_options={}, vcs={"research": 2, "prod": 2}
+    )
+    yield h
+    h.close()
+
+
+def sleeper(vc: str, name: str, seconds: float = 120) -> dict[str, Any]:
+    return {
+        "name": name,
+        "command": [PY, "-c", f"import time; time.sleep({seconds})"],
+        "gpus": 1,
+        "vc": vc,
+    }
+
+
+def test_an_owner_evicts_opportunistic_jobs_from_its_cell(hived: Harness) -> None:
+    research = [hived.submit(**sleeper("research", f"r{k}"))["id"] for k in range(4)]
+    # research's cell is a 2-GPU node; prod's idle node runs its other two jobs
+    for job in research:
+        hived.wait_state(job, {"RUNNING"}, timeout=30)
+    before = {j: set(hived.job(j)["assigned_gpus"]) for j in research}
+    extra = hived.submit(**sleeper("research", "r-extra"))["id"]
+    wait_for(
+        lambda: hived.job(extra)["reason"] == "QuotaExceeded",
+        20,
+        "the fifth research job to wait, over its VC's cells and with nothing idle",
+    )
+    owner = hived.submit(**sleeper("prod", "p0"))["id"]
+    hived.wait_state(owner, {"RUNNING"}, timeout=30)
+    jobs = {j: hived.job(j) for j in research}
+    evicted = [j for j, row in jobs.items() if row["preemptions"] == 1]
+    assert len(evicted) == 1, jobs
+    assert sum(row["status"] == "RUNNING" for row in jobs.values()) == 3
+    # prod's job took the evicted job's GPU
+    assert before[evicted[0]] <= set(hived.job(owner)["assigned_gpus"])
+    # the service restarts: the cells are rebuilt from what runs, and prod's
+    # second job evicts the other opportunistic research job, not a guaranteed one
+    hived.restart()
+    second = hived.submit(**sleeper("prod", "p1"))["id"]
+    hived.wait_state(second, {"RUNNING"}, timeout=30)
+    jobs = {j: hived.job(j) for j in research}
+    assert sum(row["preemptions"] for row in jobs.values()) == 2, jobs
+    assert hived.job(owner)["status"] == "RUNNING"
+    queue = hived.client.get("/v1/jobs", headers=auth("root")).json()
+    reasons = {j["id"]: j["reason"] for j in queue if j["status"] == "PENDING"}
+    assert reasons[extra] == "QuotaExceeded"
+    for job in [*research, extra, owner, second]:
+        hived.client.post(f"/v1/jobs/{job}/cancel", headers=auth("root"))
