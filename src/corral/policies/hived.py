@@ -151,6 +151,12 @@ class HiveD(Policy):
     def _healthy(self, cell: int) -> bool:
         return bool(self.cell_bad[cell] == 0)
 
+    def prepare(self, state: SchedulerState) -> None:
+        """Carve the VCs' cells for this state's jobs and cluster now (reports
+        read ``cells`` before any pass; the first pass does it otherwise)."""
+        if self._n != len(state.submit):
+            self._init(state)
+
     def vc_cells(self) -> dict[str, dict[str, int]]:
         """Each VC's cells, as "<type> x<node GPUs>: <cell size>" -> count (reports)."""
         assert self.tree is not None

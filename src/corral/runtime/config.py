@@ -164,8 +164,8 @@ class ServiceConfig(BaseModel):
     )
     vcs: dict[str, float] | None = Field(
         None,
-        description="virtual clusters and their GPU quotas (philly); jobs name one with 'vc'. "
-        "Unset: every VC a job names gets an equal share",
+        description="virtual clusters and their GPU quotas (philly, hived); jobs name one "
+        "with 'vc'. Unset: every VC a job names gets an equal share",
     )
 
     @field_validator("default_duration", mode="before")

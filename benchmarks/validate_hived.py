@@ -1,0 +1,252 @@
+"""HiveD's headline claim re-run in simulation; writes docs/validation/hived.md.
+
+HiveD (OSDI '20) reports a *sharing anomaly* under quota schedulers: a virtual
+cluster (VC) waits longer in the shared cluster than it would in a private
+cluster of its quota, because the GPUs it is owed are fragmented by other
+tenants; with cells and buddy allocation no VC waits longer than in private
+(sharing safety), while idle cells still serve others opportunistically.
+
+Two experiments, each comparing per-VC queueing delay (start - submit) in:
+
+* ``private``: each VC alone on a cluster made of exactly its cells (hived, one
+  VC, nothing opportunistic): what the VC's quota guarantees;
+* ``philly``: Philly's quota scheduler (lending and reclaiming, locality
+  relaxed after 300 s / 900 s of waiting);
+* ``philly-strict``: the same, never relaxing locality (YARN-CS with gang
+  affinity, the baseline HiveD's paper measured against);
+* ``hived``: cells and buddy allocation, opportunistic jobs on idle cells.
+
+Experiment (i), the anomaly in shape: 64 GPUs (8 nodes x 8), VC ``small``
+(32 GPUs) submitting 1-GPU jobs beyond its quota, VC ``gang`` (32 GPUs)
+submitting 8-GPU jobs within its quota; Poisson arrivals, log-normal run
+times (median 1 h), 3 seeds. Experiment (ii): the whole Philly trace (82,247
+jobs) on Philly's cluster x 0.17 (422 GPUs), quotas = each VC's share of the
+trace's GPU-time demand, carved into cells.
+
+    python benchmarks/validate_hived.py [--seeds 0,1,2] [--workers 2] [--philly-jobs N]
+    python benchmarks/validate_hived.py --from-json docs/validation/data/hived-results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from validation_io import notes_for, validation_main
+
+SCHEMES: list[tuple[str, str, dict[str, Any]]] = [
+    ("philly", "philly", {}),
+    ("philly-strict", "philly", {"relax_after": "1e12,1e12"}),
+    ("hived", "hived", {}),
+]
+
+
+def anomaly_jobs(seed: int) -> Any:
+    """Experiment (i)'s workload: a small-job VC over its quota, a gang VC within it."""
+    import numpy as np
+    import pandas as pd
+
+    from corral.model.jobs import JobTable
+
+    rng = np.random.default_rng(seed)
+    horizon = 14 * 24 * 3600.0
+    rows = []
+    for vc, gpus, per_hour in (("small", 1, 40.0), ("gang", 8, 2.0)):
+        t = 0.0
+        while True:
+            t += rng.exponential(3600.0 / per_hour)
+            if t > horizon:
+                break
+            rows.append((t, gpus, float(3600.0 * rng.lognormal(0.0, 0.8)), vc))
+    frame = pd.DataFrame(rows, columns=["submit_time", "num_gpus", "duration", "vc"])
+    frame["job_id"] = [f"j{k}" for k in range(len(frame))]
+    return JobTable(frame, f"hived-anomaly-seed{seed}")
+
+
+def private_cluster(policy: Any, vc: int) -> Any:
+    """A cluster made of one VC's cells: each cell a node of its size and type."""
+    from corral.model.cluster import Cluster, Node
+
+    tree = policy.tree
+    nodes = []
+    for (chain, level), count in sorted(policy.cells[vc].items()):
+        ch = tree.chains[chain]
+        for k in range(count):
+            nodes.append(Node(f"{ch.gpu_type}-{ch.sizes[level]}-{k}", ch.gpu_type, ch.sizes[level]))
+    return Cluster(f"private-{policy.vcs.names[vc]}", nodes) if nodes else None
+
+
+def per_vc(state: Any) -> dict[str, dict[str, float]]:
+    import numpy as np
+
+    out: dict[str, dict[str, float]] = {}
+    vcs = np.asarray(state.vc)
+    wait = state.first_start - state.submit
+    for name in sorted(set(vcs.tolist())):
+        w = wait[vcs == name]
+        done = w[np.isfinite(w)]
+        out[name] = {
+            "jobs": len(w),
+            "unstarted": int(len(w) - len(done)),
+            "wait_min": float(done.mean() / 60) if len(done) else float("nan"),
+            "p95_min": float(np.percentile(done, 95) / 60) if len(done) else float("nan"),
+        }
+    return out
+
+
+def run(task: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    from corral.model.cluster_specs import load_cluster
+    from corral.model.state import SchedulerState
+    from corral.policies import make_policy
+    from corral.sim.run import RunSpec, simulate
+    from corral.traces import TraceOptions, load_trace
+
+    t0 = time.perf_counter()
+    if task["experiment"] == "anomaly":
+        cluster = load_cluster("uniform:8x8:V100")
+        jobs = anomaly_jobs(task["seed"])
+        quotas: dict[str, float] | None = {"small": 32, "gang": 32}
+    else:
+        cluster = load_cluster("philly", scale=0.17)
+        jobs = load_trace("philly", cluster.total_gpus, TraceOptions(max_jobs=task["jobs"]))
+        quotas = None
+    out = dict(task)
+    if task["scheme"] == "private":
+        # carve the shared cluster once, then run each VC alone on its cells
+        carver = make_policy("hived", quotas=quotas)
+        carver.prepare(SchedulerState(cluster, jobs))
+        table = {}
+        for v, name in enumerate(carver.vcs.names):
+            mine = jobs._replace(jobs.df[jobs.df["vc"] == name].copy())
+            private = private_cluster(carver, v)
+            if private is None or not len(mine):
+                table[name] = {"jobs": len(mine), "unstarted": len(mine), "wait_min": float("nan")}
+                continue
+            spec = RunSpec("hived", policy_options={"quotas": {name: private.total_gpus}})
+            state = simulate(mine, private, spec).state
+            table[name] = per_vc(state)[name]
+        out["vcs"] = table
+    else:
+        options = dict(task["options"])
+        if quotas is not None:
+            options["quotas"] = quotas
+        result = simulate(jobs, cluster, RunSpec(task["policy"], policy_options=options))
+        s = result.state
+        out["vcs"] = per_vc(s)
+        out["avg_jct_h"] = float(np.nanmean(s.finish_time - s.submit) / 3600)
+        out["avg_wait_min"] = float(np.nanmean(s.first_start - s.submit) / 60)
+        out["preemptions"] = int(s.preemptions.sum())
+        out["sim_s"] = round(result.wall_s, 1)
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--philly-jobs", type=int, default=0, help="0: the whole trace")
+
+
+def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = []
+    schemes = [("private", "hived", {}), *SCHEMES]
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for label, policy, options in schemes:
+            tasks.append(
+                {"experiment": "anomaly", "seed": seed, "scheme": label}
+                | {"policy": policy, "options": options, "jobs": None}
+            )
+    jobs = args.philly_jobs or None
+    for label, policy, options in schemes:
+        tasks.append(
+            {"experiment": "philly", "seed": 0, "scheme": label}
+            | {"policy": policy, "options": options, "jobs": jobs}
+        )
+    return tasks
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    import numpy as np
+
+    lines = [
+        "# HiveD: the sharing anomaly and sharing safety, re-run",
+        "",
+        "Generated by `benchmarks/validate_hived.py` (see its docstring for the set-up); "
+        "figures are queueing delay (start - submit), mean per VC, in minutes.",
+        "",
+    ]
+    schemes = ["private", "philly", "philly-strict", "hived"]
+    anomaly = [r for r in results if r["experiment"] == "anomaly"]
+    if anomaly:
+        seeds = sorted({r["seed"] for r in anomaly})
+        lines += [
+            "## (i) The anomaly in shape: 64 GPUs, a small-job VC over quota, a gang VC within it",
+            "",
+            f"Mean over seeds {', '.join(map(str, seeds))}.",
+            "",
+            "| VC | " + " | ".join(schemes) + " |",
+            "|---|" + "---:|" * len(schemes),
+        ]
+        for vc in ("small", "gang"):
+            cells = []
+            for scheme in schemes:
+                vals = [r["vcs"][vc]["wait_min"] for r in anomaly if r["scheme"] == scheme]
+                cells.append(f"{np.mean(vals):,.1f}" if vals else "-")
+            lines.append(f"| {vc} | " + " | ".join(cells) + " |")
+        lines += ["", "| scheme | avg JCT (h) | preemptions |", "|---|---:|---:|"]
+        for scheme in schemes[1:]:
+            rows = [r for r in anomaly if r["scheme"] == scheme]
+            jct = np.mean([r["avg_jct_h"] for r in rows])
+            pre = np.mean([r["preemptions"] for r in rows])
+            lines.append(f"| {scheme} | {jct:.2f} | {pre:,.0f} |")
+        lines.append("")
+    philly = {r["scheme"]: r for r in results if r["experiment"] == "philly"}
+    if philly:
+        lines += [
+            "## (ii) The whole Philly trace, 422 GPUs, quotas from demand",
+            "",
+            "| VC | jobs | " + " | ".join(schemes) + " |",
+            "|---|---:|" + "---:|" * len(schemes),
+        ]
+        names = sorted(philly["hived"]["vcs"])
+        anomalies = {s: 0 for s in schemes[1:]}
+        for vc in names:
+            cells = []
+            base = philly.get("private", {}).get("vcs", {}).get(vc, {}).get("wait_min")
+            for scheme in schemes:
+                row = philly.get(scheme, {}).get("vcs", {}).get(vc)
+                if row is None or not np.isfinite(row.get("wait_min", float("nan"))):
+                    cells.append("-")
+                    continue
+                w = row["wait_min"]
+                cells.append(f"{w:,.0f}")
+                if scheme != "private" and base is not None and np.isfinite(base):
+                    anomalies[scheme] += int(w > 1.1 * base + 1.0)
+            jobs = philly["hived"]["vcs"][vc]["jobs"]
+            lines.append(f"| {vc} | {jobs:,} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            "VCs waiting more than 10% (and a minute) longer than in their private cluster: "
+            + ", ".join(f"{s} {n}" for s, n in anomalies.items())
+            + ".",
+            "",
+            "| scheme | avg JCT (h) | avg wait (min) | preemptions | sim (s) |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for scheme in schemes[1:]:
+            r = philly.get(scheme)
+            if r:
+                lines.append(
+                    f"| {scheme} | {r['avg_jct_h']:.2f} | {r['avg_wait_min']:,.0f} | "
+                    f"{r['preemptions']:,} | {r['sim_s']} |"
+                )
+        lines.append("")
+    return "\n".join(lines + notes_for(__file__))
+
+
+if __name__ == "__main__":
+    validation_main(
+        "HiveD's sharing anomaly, re-run", "hived", add_arguments, make_tasks, run, render
+    )
