@@ -21,6 +21,7 @@ def test_options_round_trip_through_the_command_line() -> None:
         memory=2**30,
         cwd="/home/a",
         output="/home/a/out.txt",
+        nice=19,
     )
     parsed = parse(["/attempt", *conf.options(), "--", "python", "-c", "pass"])
     assert parsed is not None

@@ -34,6 +34,11 @@ class Plan:
     (e.g. a packed pair found not to help, now time-sliced instead)."""
     factors: dict[int, float] = field(default_factory=dict)
     """Speed multipliers of started jobs (e.g. a job grown onto more GPUs)."""
+    low_priority: dict[int, float] = field(default_factory=dict)
+    """Starts that run at low priority (AntMan's opportunistic jobs) -> the
+    fraction of each GPU's memory they may use: the live service lowers their
+    OS priority and passes the cap on; the simulator needs nothing more (their
+    speeds come with ``packs``)."""
     overheads: dict[int, float] = field(default_factory=dict)
     """Seconds a start costs instead of the engine's switch cost (e.g. a migration)."""
     free_after: FreeGPUs | None = None

@@ -51,6 +51,23 @@ class ThroughputTable:
                 f"no throughput for job type '{job_type}' at {scale} GPU(s) on {gpu_type}"
             ) from None
 
+    def relative_pair(
+        self,
+        a: tuple[str, int],
+        b: tuple[str, int],
+        gpu: tuple[str, bool] = ("V100", True),
+    ) -> tuple[float, float] | None:
+        """Throughputs of ``a`` and ``b`` (``(job_type, GPUs)``) packed on one GPU
+        set, each relative to running alone; None when the pair was not measured.
+        ``(0.0, 0.0)`` means measured not to fit together (out of GPU memory)."""
+        alone = self.alone.get(gpu, {})
+        measured = self.paired.get(gpu, {}).get(a, {}).get(b)
+        if measured is None or a not in alone or b not in alone:
+            return None
+        if min(measured) <= 0 or alone[a] <= 0 or alone[b] <= 0:
+            return 0.0, 0.0
+        return measured[0] / alone[a], measured[1] / alone[b]
+
 
 def parse_gavel_throughputs(raw: dict) -> ThroughputTable:
     table = ThroughputTable()

@@ -8,6 +8,7 @@ from typing import Any
 from corral.errors import CorralError
 from corral.placement.registry import make_placement
 from corral.policies.allox import Allox
+from corral.policies.antman import AntMan
 from corral.policies.base import PlanBuilder, Policy
 from corral.policies.fifo import Fifo
 from corral.policies.gandiva import Gandiva
@@ -30,6 +31,7 @@ POLICIES: dict[str, type[Policy]] = {
         TiresiasGittins,
         Philly,
         HiveD,
+        AntMan,
         Gandiva,
         *GAVEL_POLICIES,
         Allox,

@@ -135,14 +135,12 @@ class Gandiva(Policy):
         self, state: SchedulerState, host: int, guest: int
     ) -> tuple[float, float] | None:
         """(host, guest) throughput when packed, each relative to running alone."""
-        alone = self.table.alone.get(PAIR_GPU, {})
-        pairs = self.table.paired.get(PAIR_GPU, {})
         hk = (state.job_type[host], int(state.gpus[host]))
         gk = (state.job_type[guest], int(state.gpus[guest]))
-        measured = pairs.get(hk, {}).get(gk)
-        if measured is None or hk not in alone or gk not in alone or min(measured) <= 0:
+        rel = self.table.relative_pair(hk, gk, PAIR_GPU)
+        if rel is None or min(rel) <= 0:
             return None  # not measured, or the pair does not fit on one GPU together
-        return measured[0] / alone[hk], measured[1] / alone[gk]
+        return rel
 
     def observed_factors(
         self, state: SchedulerState, host: int, guest: int

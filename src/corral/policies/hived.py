@@ -516,12 +516,20 @@ class HiveD(Policy):
         free = builder.free
         if free.total == 0:
             return
+        gpus = state.gpus
+        fits = gpus[order] <= free.total
+        if not fits.any():  # the common case under load: nothing to place
+            return
+        order = order[fits]
+        if started:
+            order = order[~np.isin(order, list(started))]
+            if not len(order):
+                return
         mask = free.mask & ~self.bad
         if not mask.any():
             return
         usable = FreeGPUs(state.cluster, mask)
         outside = FreeGPUs(state.cluster, mask & (self.owner < 0))
-        gpus = state.gpus
         for i in order.tolist():
             if usable.total == 0:
                 break

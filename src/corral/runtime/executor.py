@@ -71,6 +71,8 @@ class LaunchRequest:
     """The job's output file (None: the attempt's log)."""
     warm_argv: list[str] | None = None
     """A task job's runner arguments: it may start in a standby worker."""
+    nice: int | None = None
+    """Niceness for the job's processes (opportunistic jobs: 19)."""
 
 
 @dataclass(frozen=True)
@@ -293,7 +295,11 @@ class LocalExecutor(Executor):
         request.dir.mkdir(parents=True, exist_ok=True)
         env = job_environment(request)
         conf = Confinement(
-            memory=request.memory, cpu_quota=request.cpus, cwd=request.cwd, output=request.output
+            memory=request.memory,
+            cpu_quota=request.cpus,
+            cwd=request.cwd,
+            output=request.output,
+            nice=request.nice,
         )
         if request.run_as is not None:
             who = request.run_as

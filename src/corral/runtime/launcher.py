@@ -80,6 +80,8 @@ class Confinement:
     """Working directory, entered as the job's user (so it must be theirs to enter)."""
     output: str | None = None
     """File the job's output goes to, opened as the job's user (Slurm's --output)."""
+    nice: int | None = None
+    """Niceness added to the job's processes (opportunistic jobs run at 19)."""
 
     def options(self) -> list[str]:
         """The launcher's command-line options that give this confinement."""
@@ -93,7 +95,7 @@ class Confinement:
         return out
 
 
-_OPTION_NAMES = ("uid", "gid", "groups", "cpus", "cpu_quota", "memory", "cwd", "output")
+_OPTION_NAMES = ("uid", "gid", "groups", "cpus", "cpu_quota", "memory", "cwd", "output", "nice")
 _LISTS = {"groups", "cpus"}
 _TEXTS = {"cwd", "output"}
 
@@ -233,6 +235,9 @@ def _in_child(conf: Confinement, rlimits: bool, launcher: int) -> None:
     if conf.cpus:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, conf.cpus)
+    if conf.nice:
+        with contextlib.suppress(OSError):
+            os.nice(conf.nice)
     if rlimits and conf.memory:
         with contextlib.suppress(OSError, ValueError):
             resource.setrlimit(resource.RLIMIT_DATA, (conf.memory, conf.memory))

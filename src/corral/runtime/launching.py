@@ -39,6 +39,10 @@ def output_path(spec: JobSpec, job: int, user: str) -> str | None:
     return re.sub(r"%([jaAxu%])", lambda m: values[m.group(1)], spec.output)
 
 
+LOW_PRIORITY_NICE = 19
+"""OS niceness of a low-priority (opportunistic) job's processes."""
+
+
 class Launching(LoopBase):
     """Starting the processes the plan placed once their GPUs are free."""
 
@@ -111,6 +115,7 @@ class Launching(LoopBase):
                     memory=spec.memory * 2**20 if spec.memory else None,
                     output=output_path(spec, job, row.user),
                     warm_argv=spec.warm_argv(),
+                    nice=LOW_PRIORITY_NICE if job in self.low_priority else None,
                 )
             )
         except OSError as exc:
@@ -162,6 +167,8 @@ class Launching(LoopBase):
             env["CORRAL_ARRAY_JOB_ID"] = str(spec.array_job or row.id)
         if row.phase == "prerun":
             env["CORRAL_PRERUN_STEPS"] = str(self._prerun_steps(spec))
+        if row.id in self.low_priority:  # an opportunistic job: leaves GPU memory to owners
+            env["CORRAL_GPU_MEMORY_FRACTION"] = f"{self.low_priority[row.id]:g}"
         return env
 
     def _prerun_steps(self, spec: JobSpec) -> int:

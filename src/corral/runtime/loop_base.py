@@ -146,6 +146,8 @@ class LoopBase:
         """Jobs whose current attempt has sent a heartbeat (it uses corral.train)."""
         self.turn_wakeup: float | None = None
         """When the next time-sliced pair swaps turns."""
+        self.low_priority: dict[int, float] = {}
+        """Jobs the plan started at low priority -> their GPU memory fraction."""
         self.preempted: set[int] = set()
         """Queued jobs whose last attempt was preempted (their reason says so)."""
         self.identities = check_identities(config)

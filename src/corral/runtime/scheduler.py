@@ -152,6 +152,10 @@ class Scheduler(Recovery, Transitions, Launching):
                     continue
                 gpus = tuple(int(g) for g in gpus)
                 live.start(i, gpus, host=host)
+                if i in plan.low_priority:
+                    self.low_priority[job] = plan.low_priority[i]
+                else:
+                    self.low_priority.pop(job, None)
                 if host >= 0:
                     self.packed_on[job] = live.ids[host]
                     self.store.event(s, "packed", job, on=live.ids[host])

@@ -58,6 +58,26 @@ PRERUN_EXIT = 76
 did not use this library (it ignored the pre-run): it ran to its end, so it is done."""
 
 
+def cap_gpu_memory(text: str | None) -> float | None:
+    """Apply the service's GPU memory cap to PyTorch's CUDA allocator on every
+    visible GPU (AntMan's opportunistic jobs leave the rest to the guaranteed
+    job they share with). Without PyTorch loaded, or without CUDA, nothing is
+    done (the figure is still returned)."""
+    if not text:
+        return None
+    try:
+        fraction = float(text)
+    except ValueError:
+        return None
+    if not 0.0 < fraction <= 1.0:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
+
+
 class Session:
     def __init__(
         self,
@@ -101,6 +121,8 @@ class Session:
                 signal.signal(sig, self._on_signal)
             signal.signal(signal.SIGTSTP, self._on_pause)
             signal.signal(signal.SIGCONT, self._on_continue)
+        self.memory_fraction = cap_gpu_memory(env.get("CORRAL_GPU_MEMORY_FRACTION"))
+        """The share of each GPU's memory this job may use (set for opportunistic jobs)."""
         self._thread: threading.Thread | None = None
         if self.api_url and self._token and self.job_id:
             self._thread = threading.Thread(target=self._beat_loop, daemon=True)

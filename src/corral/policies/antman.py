@@ -1,0 +1,372 @@
+"""AntMan: opportunistic jobs packed onto GPUs that guaranteed jobs under-use.
+
+AntMan (Xiao et al., OSDI '20) observed that in Alibaba's clusters most GPUs
+given to jobs sit partly idle, while jobs queue for whole GPUs. It splits jobs
+into *resource-guarantee* jobs (within their tenant's quota) and
+*opportunistic* ones, and lets an opportunistic job share a guaranteed job's
+GPUs: its memory and compute are capped and scaled at run time (GPU operators
+of the guaranteed job go first; the opportunistic job's tensors spill to host
+memory when the guaranteed job grows), so the guaranteed job keeps nearly its
+full speed and the GPU's idle cycles do useful work.
+
+A pass, in submit order:
+
+1. **Upgrade**: an opportunistic job running alone whose VC is back within its
+   quota becomes guaranteed (it is no longer evicted).
+2. **Guaranteed**: a job within its VC's quota (GPU counts per VC, as Philly's:
+   :mod:`corral.policies.vcs`) takes idle GPUs; failing that, it shares the
+   GPUs of an opportunistic job running alone on as many GPUs (the
+   opportunistic job shrinks, see below); failing that, opportunistic jobs are
+   evicted (most recently started first) until it can be placed.
+3. **Opportunistic**: a job beyond its quota takes idle GPUs, alone and at full
+   speed, but first in line for eviction; when none are idle it is packed onto
+   a guaranteed job running alone on as many GPUs, where both fit in memory,
+   choosing the host where it gets the most.
+
+Speeds of a shared GPU set: the guaranteed job keeps at least ``1 -
+slowdown`` of its speed alone (AntMan's priority for its operators; the paper
+reports near-zero interference). Where Gavel measured the pair packed, the
+pair's combined throughput (relative to alone) is what the two share, the
+guaranteed job taking its part first; otherwise the opportunistic job gets
+``idle_share`` of its speed alone (a stated model of the cycles a guaranteed
+job leaves idle). When the guaranteed job ends, the opportunistic one grows
+back to its full speed on the GPUs. Memory: Gavel's out-of-memory pairs never
+share; other pairs must fit in the GPU's memory with the opportunistic job
+squeezed to ``squeeze`` of its footprint (:mod:`corral.perf.memory`).
+
+Live, an opportunistic job runs at the lowest OS priority (nice 19) and may
+use ``memory_fraction`` of each GPU's memory (``CORRAL_GPU_MEMORY_FRACTION``;
+jobs using ``corral.train`` with PyTorch have it applied), so a guaranteed job
+packed onto its GPUs keeps the rest; it is evicted first, as in the simulator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from corral.model.plan import Plan
+from corral.model.state import PENDING, RUNNING, IndexSet, SchedulerState
+from corral.perf.memory import fits_together
+from corral.perf.throughputs import ThroughputTable, gavel_throughputs
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder, Policy
+from corral.policies.vcs import VirtualClusters
+
+GUARANTEED, OPPORTUNISTIC = 1, 2
+PAIR_GPU = ("V100", True)
+"""Gavel's pair measurements used: V100, consolidated (as Gandiva's)."""
+MIN_SHARE = 0.05
+"""An opportunistic job that would get less than this of its speed is not packed."""
+
+
+class AntMan(Policy):
+    name = "antman"
+    description = (
+        "guaranteed jobs within VC quotas; opportunistic jobs on idle GPUs or packed onto "
+        "under-used ones at low priority, shrunk or evicted when owners need them"
+    )
+    shares_gpus = True
+    live_note = (
+        "opportunistic jobs run at low OS priority (nice 19) with CORRAL_GPU_MEMORY_FRACTION "
+        "set (corral.train caps PyTorch's GPU memory to it; a job upgraded while running "
+        "keeps its low OS priority); VC quotas come from 'vcs'"
+    )
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        quotas: str | dict[str, float] | None = None,
+        slowdown: float = 0.05,
+        idle_share: float = 0.3,
+        squeeze: float = 0.5,
+        memory_fraction: float = 0.5,
+    ) -> None:
+        super().__init__(placement)
+        for name, value in (("slowdown", slowdown), ("idle_share", idle_share)):
+            if not 0.0 <= float(value) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        for name, value in (("squeeze", squeeze), ("memory_fraction", memory_fraction)):
+            if not 0.0 < float(value) <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+        self.memory_fraction = float(memory_fraction)
+        self.vcs = VirtualClusters(quotas)
+        self.slowdown = float(slowdown)
+        self.idle_share = float(idle_share)
+        self.squeeze = float(squeeze)
+        self.table: ThroughputTable = gavel_throughputs()
+        self._n = -1
+        self._shares: dict[tuple, tuple[float, float] | None] = {}
+        self.counts = {"packed": 0, "evicted": 0, "upgraded": 0}
+
+    def _init(self, state: SchedulerState) -> None:
+        n = len(state.submit)
+        self._n = n
+        self.vcs.ensure(state)
+        self.kind = np.zeros(n, dtype=np.int8)
+        self.tracked = IndexSet(n)
+        """Running jobs the policy has classified (released as they stop)."""
+        self.why: dict[int, str] = {}
+
+    def quotas(self) -> dict[str, float]:
+        return self.vcs.quotas()
+
+    # ------------------------------------------------------------ the pass
+    def schedule(self, state: SchedulerState) -> Plan:
+        if self._n != len(state.submit):
+            self._init(state)
+        builder = PlanBuilder(state)
+        if not state.known_in_advance:
+            self.vcs.see(state, state.pending.array())
+            self.vcs.see(state, state.running.array())
+        running = self._reconcile(state)
+        self._pool: dict[tuple[int, int], dict[str, list[int]]] | None = None
+        quota = self.vcs.quota
+        used = np.zeros(len(quota))
+        guaranteed = running[self.kind[running] == GUARANTEED]
+        np.add.at(used, self.vcs.vc[guaranteed], state.gpus[guaranteed])
+        self._upgrade(state, running, used)
+        pending = state.pending_order
+        if not pending:
+            return builder.build()
+        order = np.fromiter(pending, dtype=np.int64, count=len(pending))
+        vc, need = self.vcs.vc[order], state.gpus[order]
+        within = used[vc] + need <= quota[vc]
+        if not within.any() and builder.free.total == 0 and not self._can_pack(state):
+            return builder.build()  # nothing idle, nothing to share, nobody owed
+        live = not state.known_in_advance
+        if live:
+            self.why = {}
+        placed: set[int] = set()
+        used_list = used.tolist()
+        quota_list = quota.tolist()
+        for i, v, g in zip(order.tolist(), vc.tolist(), need.tolist(), strict=True):
+            if used_list[v] + g > quota_list[v]:
+                continue
+            if self._place_guaranteed(builder, state, i, g):
+                used_list[v] += g
+                placed.add(i)
+            elif live:
+                self.why[i] = "Resources"
+        for i in order.tolist():
+            if i in placed:
+                continue
+            v = int(self.vcs.vc[i])
+            if used_list[v] + int(state.gpus[i]) <= quota_list[v]:
+                continue  # owed GPUs but none could be had: waits as guaranteed
+            if self._place_opportunistic(builder, state, i):
+                placed.add(i)
+            elif live:
+                self.why[i] = "QuotaExceeded"
+        return builder.build()
+
+    # ------------------------------------------------------------ bookkeeping
+    def _reconcile(self, state: SchedulerState) -> np.ndarray:
+        """Forget jobs that stopped; classify running jobs the policy did not
+        start (live, after a restart) by their VC's quota, oldest first."""
+        tracked = self.tracked.array()
+        if len(tracked):
+            for i in tracked[state.status[tracked] != RUNNING].tolist():
+                self.tracked.remove(i)
+                self.kind[i] = 0
+        running = state.running.array()
+        unknown = np.sort(running[self.kind[running] == 0])
+        if len(unknown):
+            used = np.zeros(len(self.vcs.quota))
+            known = running[self.kind[running] == GUARANTEED]
+            np.add.at(used, self.vcs.vc[known], state.gpus[known])
+            for i in unknown.tolist():
+                v, g = int(self.vcs.vc[i]), int(state.gpus[i])
+                alone = state.host[i] < 0
+                if alone and used[v] + g <= self.vcs.quota[v]:
+                    used[v] += g
+                    self._track(i, GUARANTEED)
+                else:
+                    self._track(i, OPPORTUNISTIC)
+        return running
+
+    def _track(self, i: int, kind: int) -> None:
+        if self.kind[i] == 0:
+            self.tracked.add(i)
+        self.kind[i] = kind
+
+    def _upgrade(self, state: SchedulerState, running: np.ndarray, used: np.ndarray) -> None:
+        """Opportunistic jobs running alone whose VC has quota free again become
+        guaranteed (oldest first)."""
+        opp = running[(self.kind[running] == OPPORTUNISTIC) & (state.host[running] < 0)]
+        if not len(opp):
+            return
+        opp = opp[state.guest[opp] < 0]
+        vc = self.vcs.vc[opp]
+        room = self.vcs.quota[vc] - used[vc]
+        for i in np.sort(opp[room >= state.gpus[opp]]).tolist():
+            v, g = int(self.vcs.vc[i]), int(state.gpus[i])
+            if used[v] + g <= self.vcs.quota[v]:
+                used[v] += g
+                self.kind[i] = GUARANTEED
+                self.counts["upgraded"] += 1
+
+    def _can_pack(self, state: SchedulerState) -> bool:
+        """Some running job runs alone (a possible host or a shrinkable job)."""
+        running = state.running.array()
+        return bool(((state.host[running] < 0) & (state.guest[running] < 0)).any())
+
+    # ------------------------------------------------------------ speeds
+    def shares(
+        self, state: SchedulerState, guaranteed: int, opp: int
+    ) -> tuple[float, float] | None:
+        """(guaranteed, opportunistic) speed on a shared GPU set, each relative
+        to alone; None when they may not share (memory, or too little gain)."""
+        gpu_type = state.cluster.gpu_type_names[
+            int(state.cluster.gpu_type_id[(state.alloc[guaranteed] or state.alloc[opp])[0]])
+        ]
+        gk = (state.job_type[guaranteed], int(state.gpus[guaranteed]))
+        ok = (state.job_type[opp], int(state.gpus[opp]))
+        key = (gk, ok, gpu_type)
+        if key not in self._shares:
+            self._shares[key] = self._pair_shares(gk, ok, gpu_type)
+        return self._shares[key]
+
+    def _pair_shares(
+        self, gk: tuple[str, int], ok: tuple[str, int], gpu_type: str
+    ) -> tuple[float, float] | None:
+        measured = self.table.relative_pair(gk, ok, PAIR_GPU)
+        keep = 1.0 - self.slowdown
+        if measured is not None:
+            if min(measured) <= 0:
+                return None  # measured out of memory together
+            g, o = measured
+            guaranteed_share = min(1.0, max(g, keep))
+            opp_share = min(o, g + o - guaranteed_share)
+        else:
+            if not fits_together([gk[0], ok[0]], gpu_type, self.squeeze):
+                return None
+            guaranteed_share, opp_share = keep, self.idle_share
+        if opp_share < MIN_SHARE:
+            return None
+        return guaranteed_share, opp_share
+
+    # ------------------------------------------------------------ guaranteed
+    def _place_guaranteed(
+        self, builder: PlanBuilder, state: SchedulerState, i: int, g: int
+    ) -> bool:
+        if g <= builder.free.total and builder.place(i, self.placement):
+            self._track(i, GUARANTEED)
+            return True
+        # share an opportunistic job's GPUs (it shrinks) rather than evict it
+        found = self._partner(state, i, OPPORTUNISTIC, guaranteed_side=True)
+        if found is not None:
+            host, (mine, theirs) = found
+            builder.pack(i, host, mine, theirs)
+            self._unpool(state, host)
+            self._track(i, GUARANTEED)
+            self.counts["packed"] += 1
+            return True
+        return self._evict_for(builder, state, i, g)
+
+    def _evict_for(self, builder: PlanBuilder, state: SchedulerState, i: int, g: int) -> bool:
+        """Evict opportunistic jobs, latest started first, until job ``i`` fits."""
+        stopped = set(builder.plan.stops) | {h for h, _, _ in builder.plan.packs.values()}
+        victims = [
+            j
+            for j in state.running
+            if self.kind[j] == OPPORTUNISTIC
+            and j not in stopped
+            and state.host[j] < 0
+            and state.guest[j] < 0
+        ]
+        victims.sort(key=lambda j: (-state.seg_start[j], -j))
+        trial = builder.free.copy()
+        chosen: list[int] = []
+        for j in victims:
+            gpus = state.alloc[j]
+            if gpus is None:
+                continue
+            trial.release(gpus)
+            chosen.append(j)
+            if trial.total >= g and self.placement.choose_for(trial, state, i) is not None:
+                for k in chosen:
+                    builder.stop(k)
+                    self._unpool(state, k)
+                    self.counts["evicted"] += 1
+                if builder.place(i, self.placement):
+                    self._track(i, GUARANTEED)
+                    return True
+                return False
+        return False
+
+    def _alone(self, state: SchedulerState, kind: int, g: int) -> dict[str, list[int]]:
+        """Running jobs of ``kind`` on exactly ``g`` GPUs sharing with nobody
+        (and not stopped or shared by this plan), by job type: built once per
+        pass, so looking for a partner costs the number of job types, not jobs."""
+        if self._pool is None:
+            running = state.running.array()
+            alone = running[(state.host[running] < 0) & (state.guest[running] < 0)]
+            pool: dict[tuple[int, int], dict[str, list[int]]] = {}
+            for j, k, n in zip(
+                alone.tolist(), self.kind[alone].tolist(), state.gpus[alone].tolist(), strict=True
+            ):
+                pool.setdefault((k, n), {}).setdefault(state.job_type[j], []).append(j)
+            self._pool = pool
+        return self._pool.get((kind, g), {})
+
+    def _unpool(self, state: SchedulerState, j: int) -> None:
+        """Job ``j`` is stopped or shared by this plan: no longer a partner."""
+        group = self._alone(state, int(self.kind[j]), int(state.gpus[j])).get(state.job_type[j])
+        if group is not None and j in group:
+            group.remove(j)
+
+    def _partner(
+        self, state: SchedulerState, i: int, kind: int, guaranteed_side: bool
+    ) -> tuple[int, tuple[float, float]] | None:
+        """The running job of ``kind`` job ``i`` should share with, and the pair's
+        (guaranteed, opportunistic) shares: the partner type giving the newcomer
+        the most (a guaranteed newcomer keeps the most, an opportunistic one gets
+        the most), the earliest started of that type."""
+        g = int(state.gpus[i])
+        bound = int(state.type_req[i])
+        best: tuple[float, int, tuple[float, float]] | None = None
+        for group in self._alone(state, kind, g).values():
+            for j in group:
+                gpus = state.alloc[j]
+                if gpus is None:
+                    continue
+                if bound >= 0 and any(state.cluster.gpu_type_id[x] != bound for x in gpus):
+                    continue
+                pair = (i, j) if guaranteed_side else (j, i)
+                share = self.shares(state, *pair)
+                if share is not None:
+                    mine = share[0] if guaranteed_side else share[1]
+                    if best is None or mine > best[0]:
+                        best = (mine, j, share)
+                break  # one job of each type: the rest of the type share alike
+        return None if best is None else (best[1], best[2])
+
+    # ------------------------------------------------------------ opportunistic
+    def _place_opportunistic(self, builder: PlanBuilder, state: SchedulerState, i: int) -> bool:
+        g = int(state.gpus[i])
+        if g <= builder.free.total and builder.place(i, self.placement):
+            builder.plan.low_priority[i] = self.memory_fraction
+            self._track(i, OPPORTUNISTIC)
+            return True
+        found = self._partner(state, i, GUARANTEED, guaranteed_side=False)
+        if found is None:
+            return False
+        host, (theirs, mine) = found
+        builder.pack(i, host, mine, theirs)
+        builder.plan.low_priority[i] = self.memory_fraction
+        self._unpool(state, host)
+        self._track(i, OPPORTUNISTIC)
+        self.counts["packed"] += 1
+        return True
+
+    def opportunistic_jobs(self, state: SchedulerState) -> set[int]:
+        """Running jobs that are opportunistic now (live: low OS priority)."""
+        running = state.running.array()
+        return set(running[self.kind[running] == OPPORTUNISTIC].tolist())
+
+    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
+        if self._n != len(state.submit):
+            return {}
+        return {
+            i: self.why.get(i, "Resources") for i in state.pending if state.status[i] == PENDING
+        }
