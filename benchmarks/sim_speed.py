@@ -6,7 +6,9 @@ its own, and prints wall time, events per second and peak resident memory,
 each against its target on a 2-core machine: < 1 GB per run; <= 10 s for
 las, tiresias-las and tiresias-gittins, <= 15 s for gandiva and philly
 (gandiva runs with Gavel job types and Gandiva's 0.1 s suspend/resume, as in
-the validation); fifo has no target of its own.
+the validation; antman with Gavel job types, so that pairs have measured
+co-location speeds and footprints); fifo, hived and antman have no target of
+their own.
 
 It also times the first 10,000 Philly jobs on 64 GPUs (16 nodes x 4), the
 scale at which Tiresias' published simulator is quoted at 25-35 s, and prints
@@ -45,7 +47,8 @@ def one(policy: str, cluster: str, scale: float, max_jobs: int | None) -> dict:
     t0 = time.perf_counter()
     machines = load_cluster(cluster, scale=scale)
     gandiva = policy == "gandiva"
-    options = TraceOptions(max_jobs=max_jobs, job_types="gavel" if gandiva else None)
+    typed = policy in ("gandiva", "antman")
+    options = TraceOptions(max_jobs=max_jobs, job_types="gavel" if typed else None)
     jobs = load_trace("philly", machines.total_gpus, options)
     load_s = time.perf_counter() - t0
     result = simulate(jobs, machines, RunSpec(policy, switch_cost="gandiva" if gandiva else None))
@@ -77,7 +80,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--policies", default="fifo,las,philly,tiresias-las,tiresias-gittins,gandiva"
+        "--policies", default="fifo,las,philly,tiresias-las,tiresias-gittins,gandiva,hived,antman"
     )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--one", help=argparse.SUPPRESS)

@@ -8,15 +8,18 @@ tenants; with cells and buddy allocation no VC waits longer than in private
 
 Two experiments, each comparing per-VC queueing delay (start - submit) in:
 
-* ``private``: each VC alone on a cluster made of exactly its cells (hived, one
-  VC, nothing opportunistic): what the VC's quota guarantees;
+* ``private``: each VC alone on a cluster made of exactly its cells (hived,
+  one VC, using its own idle GPUs opportunistically): what the VC's quota
+  guarantees; ``private-guaranteed``: the same without opportunistic use;
 * ``philly``: Philly's quota scheduler (lending and reclaiming, locality
   relaxed after 300 s / 900 s of waiting);
 * ``philly-strict``: the same, never relaxing locality (YARN-CS with gang
   affinity, the baseline HiveD's paper measured against);
 * ``hived``: cells and buddy allocation, opportunistic jobs on idle cells;
 * ``hived-guaranteed``: the same without opportunistic jobs (each VC only ever
-  uses its own cells): sharing safety alone.
+  uses its own cells): sharing safety alone, against ``private-guaranteed``;
+  and both again with no locality slowdown (``-flat``), where the shared
+  cluster must reproduce every VC's private run exactly.
 
 Experiment (i), the anomaly in shape: 64 GPUs (8 nodes x 8), VC ``small``
 (32 GPUs) submitting 1-GPU jobs beyond its quota, VC ``gang`` (32 GPUs)
@@ -38,12 +41,28 @@ from typing import Any
 
 from validation_io import notes_for, validation_main
 
-SCHEMES: list[tuple[str, str, dict[str, Any]]] = [
-    ("philly", "philly", {}),
-    ("philly-strict", "philly", {"relax_after": "1e12,1e12"}),
-    ("hived", "hived", {}),
-    ("hived-guaranteed", "hived", {"opportunistic": False}),
+FLAT = {"cross_node": 1.0, "cross_rack": 1.0}
+"""No locality slowdown: a gang runs as fast wherever its GPUs are."""
+SCHEMES: list[tuple[str, str, dict[str, Any], dict[str, float]]] = [
+    # (label, policy, policy options, speed-model options); "private*" runs
+    # each VC alone on a cluster of its cells, under hived with those options
+    ("private", "hived", {}, {}),
+    ("private-guaranteed", "hived", {"opportunistic": False}, {}),
+    ("private-guaranteed-flat", "hived", {"opportunistic": False}, FLAT),
+    ("philly", "philly", {}, {}),
+    ("philly-strict", "philly", {"relax_after": "1e12,1e12"}, {}),
+    ("hived", "hived", {}, {}),
+    ("hived-guaranteed", "hived", {"opportunistic": False}, {}),
+    ("hived-guaranteed-flat", "hived", {"opportunistic": False}, FLAT),
 ]
+BASELINE = {
+    "philly": "private",
+    "philly-strict": "private",
+    "hived": "private",
+    "hived-guaranteed": "private-guaranteed",
+    "hived-guaranteed-flat": "private-guaranteed-flat",
+}
+"""Each shared scheme against the private cluster with the same VC scheduler."""
 
 
 def anomaly_jobs(seed: int) -> Any:
@@ -131,7 +150,8 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     for v, name in enumerate(carver.vcs.names):
         private = private_cluster(carver, v)
         capacity[name] = private.total_gpus if private is not None else 0
-    if task["scheme"] == "private":
+    speed = task["speed"]
+    if task["scheme"].startswith("private"):
         table = {}
         for v, name in enumerate(carver.vcs.names):
             mine = jobs._replace(jobs.df[jobs.df["vc"] == name].copy())
@@ -139,7 +159,8 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
             if private is None or not len(mine):
                 table[name] = {"jobs": len(mine), "wait_min": float("nan")}
                 continue
-            spec = RunSpec("hived", policy_options={"quotas": {name: private.total_gpus}})
+            options = task["options"] | {"quotas": {name: private.total_gpus}}
+            spec = RunSpec("hived", policy_options=options, **speed)
             state = simulate(mine, private, spec).state
             table[name] = per_vc(state, capacity)[name]
         out["vcs"] = table
@@ -147,7 +168,7 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
         options = dict(task["options"])
         if quotas is not None:
             options["quotas"] = quotas
-        result = simulate(jobs, cluster, RunSpec(task["policy"], policy_options=options))
+        result = simulate(jobs, cluster, RunSpec(task["policy"], policy_options=options, **speed))
         s = result.state
         out["vcs"] = per_vc(s, capacity)
         out["avg_jct_h"] = float(np.nanmean(s.finish_time - s.submit) / 3600)
@@ -165,22 +186,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
     tasks: list[dict[str, Any]] = []
-    schemes = [("private", "hived", {}), *SCHEMES]
     for seed in [int(s) for s in args.seeds.split(",")]:
-        for label, policy, options in schemes:
+        for label, policy, options, speed in SCHEMES:
             tasks.append(
-                {"experiment": "anomaly", "seed": seed, "scheme": label}
-                | {"policy": policy, "options": options, "jobs": None}
+                {"experiment": "anomaly", "seed": seed, "scheme": label, "policy": policy}
+                | {"options": options, "speed": speed, "jobs": None}
             )
     jobs = args.philly_jobs or None
-    for label, policy, options in schemes:
+    for label, policy, options, speed in SCHEMES:
         if label == "philly-strict":
             continue  # gangs wider than a rack's free nodes never start; the run takes hours
         tasks.append(
-            {"experiment": "philly", "seed": 0, "scheme": label}
-            | {"policy": policy, "options": options, "jobs": jobs}
+            {"experiment": "philly", "seed": 0, "scheme": label, "policy": policy}
+            | {"options": options, "speed": speed, "jobs": jobs}
         )
     return tasks
+
+
+def _wait_table(
+    runs: dict[str, dict[str, Any]], schemes: list[str], names: list[str], jobs: bool
+) -> tuple[list[str], dict[str, int]]:
+    """Rows of mean wait per VC, and per shared scheme the VCs that waited
+    more than 10% (and a minute) longer than on their private cluster."""
+    import numpy as np
+
+    head = "| VC | " + ("jobs (wider than its cells) | " if jobs else "")
+    lines = [
+        head + " | ".join(schemes) + " |",
+        "|---|" + ("---:|" if jobs else "") + "---:|" * len(schemes),
+    ]
+    anomalies = {s: 0 for s in schemes if s in BASELINE}
+    for vc in names:
+        cells = []
+        for scheme in schemes:
+            w = runs.get(scheme, {}).get(vc, {}).get("wait_min", float("nan"))
+            cells.append(f"{w:,.1f}" if np.isfinite(w) else "-")
+            base = runs.get(BASELINE.get(scheme, ""), {}).get(vc, {}).get("wait_min")
+            if scheme in anomalies and base is not None and np.isfinite(base):
+                anomalies[scheme] += int(np.isfinite(w) and w > 1.1 * base + 1.0)
+        lead = f"| {vc} | "
+        if jobs:
+            row = runs["hived"][vc]
+            lead += f"{row['jobs']:,} ({row['beyond_private']:,}) | "
+        lines.append(lead + " | ".join(cells) + " |")
+    return lines, anomalies
 
 
 def render(results: list[dict[str, Any]]) -> str:
@@ -192,70 +241,86 @@ def render(results: list[dict[str, Any]]) -> str:
         "Generated by `benchmarks/validate_hived.py` (see its docstring for the set-up); "
         "figures are queueing delay (start - submit), mean per VC, in minutes, over the "
         "jobs the VC's private cluster can run (no wider than its cells' GPUs; a wider "
-        "job only ever runs opportunistically in the shared cluster).",
+        "job only ever runs opportunistically in the shared cluster). `private` is each "
+        "VC alone on a cluster of its cells under hived (using its own idle GPUs "
+        "opportunistically), `private-guaranteed` the same without; `-flat` runs have "
+        "no locality slowdown.",
         "",
     ]
-    schemes = ["private", "philly", "philly-strict", "hived", "hived-guaranteed"]
+    main = ["private", "philly", "philly-strict", "hived"]
+    safety = ["private-guaranteed", "hived-guaranteed"]
+    flat = ["private-guaranteed-flat", "hived-guaranteed-flat"]
+
+    def counts(anomalies: dict[str, int]) -> str:
+        return ", ".join(f"{s} {n}" for s, n in anomalies.items())
+
     anomaly = [r for r in results if r["experiment"] == "anomaly"]
     if anomaly:
         seeds = sorted({r["seed"] for r in anomaly})
+        runs: dict[str, dict[str, Any]] = {}
+        for scheme in {r["scheme"] for r in anomaly}:
+            rows = [r for r in anomaly if r["scheme"] == scheme]
+            runs[scheme] = {
+                vc: {"wait_min": float(np.mean([r["vcs"][vc]["wait_min"] for r in rows]))}
+                for vc in ("small", "gang")
+            }
+        table, found = _wait_table(runs, main + safety, ["small", "gang"], jobs=False)
         lines += [
             "## (i) The anomaly in shape: 64 GPUs, a small-job VC over quota, a gang VC within it",
             "",
             f"Mean over seeds {', '.join(map(str, seeds))}.",
             "",
-            "| VC | " + " | ".join(schemes) + " |",
-            "|---|" + "---:|" * len(schemes),
+            *table,
+            "",
+            "| scheme | avg JCT (h) | preemptions |",
+            "|---|---:|---:|",
         ]
-        for vc in ("small", "gang"):
-            cells = []
-            for scheme in schemes:
-                vals = [r["vcs"][vc]["wait_min"] for r in anomaly if r["scheme"] == scheme]
-                cells.append(f"{np.mean(vals):,.1f}" if vals else "-")
-            lines.append(f"| {vc} | " + " | ".join(cells) + " |")
-        lines += ["", "| scheme | avg JCT (h) | preemptions |", "|---|---:|---:|"]
-        for scheme in schemes[1:]:
+        for scheme in ["philly", "philly-strict", "hived", "hived-guaranteed"]:
             rows = [r for r in anomaly if r["scheme"] == scheme]
             jct = np.mean([r["avg_jct_h"] for r in rows])
             pre = np.mean([r["preemptions"] for r in rows])
             lines.append(f"| {scheme} | {jct:.2f} | {pre:,.0f} |")
         lines.append("")
-    philly = {r["scheme"]: r for r in results if r["experiment"] == "philly"}
+    philly = {r["scheme"]: r["vcs"] for r in results if r["experiment"] == "philly"}
+    meta = {r["scheme"]: r for r in results if r["experiment"] == "philly"}
     if philly:
+        names = sorted(philly["hived"])
+        table, found = _wait_table(philly, [s for s in main if s in philly], names, jobs=True)
         lines += [
             "## (ii) The whole Philly trace, 422 GPUs, quotas from demand",
             "",
-            "| VC | jobs (wider than its cells) | " + " | ".join(schemes) + " |",
-            "|---|---:|" + "---:|" * len(schemes),
-        ]
-        names = sorted(philly["hived"]["vcs"])
-        anomalies = {s: 0 for s in schemes[1:]}
-        for vc in names:
-            cells = []
-            base = philly.get("private", {}).get("vcs", {}).get(vc, {}).get("wait_min")
-            for scheme in schemes:
-                row = philly.get(scheme, {}).get("vcs", {}).get(vc)
-                if row is None or not np.isfinite(row.get("wait_min", float("nan"))):
-                    cells.append("-")
-                    continue
-                w = row["wait_min"]
-                cells.append(f"{w:,.0f}")
-                if scheme != "private" and base is not None and np.isfinite(base):
-                    anomalies[scheme] += int(w > 1.1 * base + 1.0)
-            row = philly["hived"]["vcs"][vc]
-            jobs = f"{row['jobs']:,} ({row['beyond_private']:,})"
-            lines.append(f"| {vc} | {jobs} | " + " | ".join(cells) + " |")
-        lines += [
+            *table,
             "",
-            "VCs waiting more than 10% (and a minute) longer than in their private cluster: "
-            + ", ".join(f"{s} {n}" for s, n in anomalies.items())
-            + ".",
+            f"VCs waiting more than 10% (and a minute) longer than on their private cluster: "
+            f"{counts(found)}.",
+            "",
+            "Sharing safety alone (no opportunistic jobs, in the shared cluster or the "
+            "private ones), with the locality model and without it (`-flat`):",
+            "",
+        ]
+        table, found = _wait_table(philly, safety + flat, names, jobs=False)
+        same = sum(
+            philly["hived-guaranteed-flat"][vc].get("wait_min")
+            == philly["private-guaranteed-flat"][vc].get("wait_min")
+            for vc in names
+            if np.isfinite(philly["private-guaranteed-flat"][vc].get("wait_min", float("nan")))
+        )
+        total = sum(
+            np.isfinite(philly["private-guaranteed-flat"][vc].get("wait_min", float("nan")))
+            for vc in names
+        )
+        lines += [
+            *table,
+            "",
+            f"VCs waiting longer than on their private cluster: {counts(found)}. Without "
+            f"locality slowdowns, {same} of {total} VCs wait exactly as long as on their "
+            "private cluster (the same jobs start at the same instants).",
             "",
             "| scheme | avg JCT (h) | avg wait (min) | preemptions | sim (s) |",
             "|---|---:|---:|---:|---:|",
         ]
-        for scheme in schemes[1:]:
-            r = philly.get(scheme)
+        for scheme in ["philly", "hived", "hived-guaranteed"]:
+            r = meta.get(scheme)
             if r:
                 lines.append(
                     f"| {scheme} | {r['avg_jct_h']:.2f} | {r['avg_wait_min']:,.0f} | "

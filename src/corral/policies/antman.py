@@ -49,7 +49,7 @@ from corral.model.state import PENDING, RUNNING, IndexSet, SchedulerState
 from corral.perf.memory import fits_together
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy
+from corral.policies.base import PlanBuilder, Policy, in_order_until_failure
 from corral.policies.vcs import VirtualClusters
 
 GUARANTEED, OPPORTUNISTIC = 1, 2
@@ -103,6 +103,8 @@ class AntMan(Policy):
         self._n = n
         self.vcs.ensure(state)
         self.kind = np.zeros(n, dtype=np.int8)
+        self.first_kind = np.zeros(n, dtype=np.int8)
+        """How each job first started (GUARANTEED or OPPORTUNISTIC; reports)."""
         self.tracked = IndexSet(n)
         """Running jobs the policy has classified (released as they stop)."""
         self.why: dict[int, str] = {}
@@ -125,39 +127,78 @@ class AntMan(Policy):
         guaranteed = running[self.kind[running] == GUARANTEED]
         np.add.at(used, self.vcs.vc[guaranteed], state.gpus[guaranteed])
         self._upgrade(state, running, used)
-        pending = state.pending_order
-        if not pending:
+        if not len(state.pending):
             return builder.build()
-        order = np.fromiter(pending, dtype=np.int64, count=len(pending))
+        order = np.sort(state.pending.array())  # index order is submit order
         vc, need = self.vcs.vc[order], state.gpus[order]
         within = used[vc] + need <= quota[vc]
         if not within.any() and builder.free.total == 0 and not self._can_pack(state):
             return builder.build()  # nothing idle, nothing to share, nobody owed
-        live = not state.known_in_advance
-        if live:
-            self.why = {}
+        kinds = self._type_codes(state, order)
+        req = state.type_req[order] + 1
         placed: set[int] = set()
         used_list = used.tolist()
         quota_list = quota.tolist()
-        for i, v, g in zip(order.tolist(), vc.tolist(), need.tolist(), strict=True):
-            if used_list[v] + g > quota_list[v]:
-                continue
-            if self._place_guaranteed(builder, state, i, g):
-                used_list[v] += g
-                placed.add(i)
-            elif live:
-                self.why[i] = "Resources"
-        for i in order.tolist():
-            if i in placed:
-                continue
-            v = int(self.vcs.vc[i])
-            if used_list[v] + int(state.gpus[i]) <= quota_list[v]:
-                continue  # owed GPUs but none could be had: waits as guaranteed
-            if self._place_opportunistic(builder, state, i):
-                placed.add(i)
-            elif live:
-                self.why[i] = "QuotaExceeded"
+
+        def guaranteed(i: int) -> bool:
+            v, g = int(self.vcs.vc[i]), int(state.gpus[i])
+            if used_list[v] + g > quota_list[v] or not self._place_guaranteed(builder, state, i, g):
+                return False
+            used_list[v] += g
+            placed.add(i)
+            return True
+
+        # jobs alike (VC, size, model, GPU type asked) fare alike within a pass:
+        # after one fails, the others are not tried
+        classes = ((vc * 4096 + need) * (len(kinds) + 1) + kinds) * 64 + req
+        in_order_until_failure(order[within], classes[within], guaranteed)
+        # beyond its VC's quota (as it stands after this pass' guaranteed starts):
+        # opportunistic; owed jobs that found nothing wait as guaranteed
+        over = np.asarray(used_list)[vc] + need > quota[vc]
+        rest = over & ~np.isin(order, list(placed))
+        hosts = self._hosts_by_size(state)
+        rest &= (need <= builder.free.total) | np.isin(need, hosts)
+
+        def opportunistic(i: int) -> bool:
+            if not self._place_opportunistic(builder, state, i):
+                return False
+            placed.add(i)
+            return True
+
+        in_order_until_failure(
+            order[rest], ((need * (len(kinds) + 1) + kinds) * 64 + req)[rest], opportunistic
+        )
+        if not state.known_in_advance:
+            self.why = {
+                i: "QuotaExceeded" if o else "Resources"
+                for i, o in zip(order.tolist(), over.tolist(), strict=True)
+                if i not in placed
+            }
         return builder.build()
+
+    def _type_codes(self, state: SchedulerState, order: np.ndarray) -> np.ndarray:
+        """A small integer per job type for the given jobs (grouping jobs alike)."""
+        if state.known_in_advance:
+            if getattr(self, "_codes", None) is None or len(self._codes) != len(state.submit):
+                _, self._codes = np.unique(
+                    np.asarray(state.job_type, dtype=str), return_inverse=True
+                )
+            return self._codes[order]
+        names = self._names = getattr(self, "_names", {})
+        return np.array(
+            [names.setdefault(state.job_type[i], len(names)) for i in order.tolist()],
+            dtype=np.int64,
+        )
+
+    def _hosts_by_size(self, state: SchedulerState) -> np.ndarray:
+        """Gang sizes of the guaranteed jobs running alone (possible hosts)."""
+        running = state.running.array()
+        alone = running[
+            (self.kind[running] == GUARANTEED)
+            & (state.host[running] < 0)
+            & (state.guest[running] < 0)
+        ]
+        return np.unique(state.gpus[alone])
 
     # ------------------------------------------------------------ bookkeeping
     def _reconcile(self, state: SchedulerState) -> np.ndarray:
@@ -188,6 +229,8 @@ class AntMan(Policy):
         if self.kind[i] == 0:
             self.tracked.add(i)
         self.kind[i] = kind
+        if self.first_kind[i] == 0:
+            self.first_kind[i] = kind
 
     def _upgrade(self, state: SchedulerState, running: np.ndarray, used: np.ndarray) -> None:
         """Opportunistic jobs running alone whose VC has quota free again become

@@ -9,7 +9,9 @@ plan starts; no GPU is handed out twice).
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -144,6 +146,32 @@ def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
         left -= int(gpus_in_order[j])
         pos = j + 1
     return take
+
+
+def in_order_until_failure(
+    jobs: np.ndarray, classes: np.ndarray, attempt: Callable[[int], bool]
+) -> None:
+    """Try ``attempt`` on jobs in the given order, except that once a job of
+    some class fails, later jobs of that class are not tried.
+
+    For passes whose attempts can only get harder as the pass goes on (GPUs and
+    partners are used up), jobs alike fail alike; this makes a pass cost the
+    number of classes and successes, not the length of the queue. A heap of
+    each class's next job keeps the overall order.
+    """
+    if not len(jobs):
+        return
+    _, cls = np.unique(classes, return_inverse=True)
+    by_class = np.argsort(cls, kind="stable")
+    bounds = np.searchsorted(cls[by_class], np.arange(int(cls.max()) + 2))
+    by_class_list = by_class.tolist()
+    heap = [(by_class_list[bounds[k]], int(bounds[k]), k) for k in range(len(bounds) - 1)]
+    heapq.heapify(heap)
+    jobs_list = jobs.tolist()
+    while heap:
+        pos, at, k = heapq.heappop(heap)
+        if attempt(jobs_list[pos]) and at + 1 < bounds[k + 1]:
+            heapq.heappush(heap, (by_class_list[at + 1], at + 1, k))
 
 
 def wider_than_any_type(state: SchedulerState) -> np.ndarray:

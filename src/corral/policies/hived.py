@@ -34,6 +34,7 @@ then waits ("CellsUnavailable"). Quotas are GPU counts per VC (as Philly's, see
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from typing import Any
 
@@ -106,6 +107,10 @@ class HiveD(Policy):
         self.job_cells: dict[int, list[int]] = {}
         self.cell_jobs: dict[int, set[int]] = {}
         self.cell_vc: dict[int, int] = {}
+        self.cell_vid: dict[int, int] = {}
+        """Each bound cell's virtual cell: its rank among its VC's cells of that kind."""
+        self.virtual_free: dict[tuple[int, tuple[int, int]], list[int]] = {}
+        """(VC, kind) -> virtual cells given back (a heap), reused lowest first."""
         self.g_used = np.full(cluster.total_gpus, -1, dtype=np.int64)
         """The guaranteed job on each GPU (-1: none)."""
         self.owner = np.full(cluster.total_gpus, -1, dtype=np.int64)
@@ -139,6 +144,9 @@ class HiveD(Policy):
             dtype=np.int64,
         )
         self.vc_version = np.zeros(k, dtype=np.int64)
+        self.fail_version = np.full(k, -1, dtype=np.int64)
+        self.fail_size = np.zeros(k, dtype=np.int64)
+        """The smallest job of any type a VC failed to place at ``fail_version``."""
         self.tried[:] = -1
         self._carved = self.vcs.version
 
@@ -185,14 +193,22 @@ class HiveD(Policy):
             self._sync_health(state)
         self._reconcile(state)
         self._gpu_job: np.ndarray | None = None
-        pending = state.pending_order
-        if not pending:
+        if not len(state.pending):
             return builder.build()
-        order = np.fromiter(pending, dtype=np.int64, count=len(pending))
+        order = np.sort(state.pending.array())  # index order is submit order
         vc = self.vcs.vc[order]
         need = state.gpus[order]
         room = self.vc_owned[vc] - self.vc_used[vc]
-        due = (room >= need) & (self.tried[order] != self.vc_version[vc])
+        version = self.vc_version[vc]
+        # a VC that could not place a g-GPU job cannot place a larger one either
+        # (a cell with room for more has a sub-cell with room for fewer), until
+        # its cells change: only jobs of any type are skipped so
+        smaller = (self.fail_version[vc] != version) | (need < self.fail_size[vc])
+        due = (
+            (room >= need)
+            & (self.tried[order] != version)
+            & (smaller | (state.type_req[order] >= 0))
+        )
         live = not state.known_in_advance
         if live:
             self.why = {}
@@ -201,11 +217,20 @@ class HiveD(Policy):
         for i, v, g in zip(order[due].tolist(), vc[due].tolist(), need[due].tolist(), strict=True):
             if room_list[v] < g:
                 continue
+            typed = state.type_req[i] >= 0
+            now_version = self.vc_version[v]
+            if not typed and self.fail_version[v] == now_version and g >= self.fail_size[v]:
+                continue
             if self._place_guaranteed(builder, state, i, v, g):
                 room_list[v] -= g
                 started.add(i)
             else:
-                self.tried[i] = self.vc_version[v]
+                self.tried[i] = now_version
+                if not typed:
+                    if self.fail_version[v] != now_version:
+                        self.fail_version[v], self.fail_size[v] = now_version, g
+                    else:
+                        self.fail_size[v] = min(self.fail_size[v], g)
         if self.opportunistic:
             self._place_opportunistic(builder, state, order, started)
         if live:
@@ -251,6 +276,11 @@ class HiveD(Policy):
     def _bind_cell(self, v: int, cell: int) -> None:
         tree = self.tree
         assert tree is not None
+        key = (tree.chain_list[cell], tree.level_list[cell])
+        # the lowest virtual cell of this kind the VC has not bound: placement
+        # breaks ties by virtual cell, so a VC decides as on its private cluster
+        spare = self.virtual_free.setdefault((v, key), [])
+        self.cell_vid[cell] = heapq.heappop(spare) if spare else self.bound[v][key]
         self.cell_vc[cell] = v
         self.cell_jobs[cell] = set()
         self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] += 1
@@ -263,6 +293,8 @@ class HiveD(Policy):
         assert tree is not None
         v = self.cell_vc.pop(cell)
         del self.cell_jobs[cell]
+        key = (tree.chain_list[cell], tree.level_list[cell])
+        heapq.heappush(self.virtual_free.setdefault((v, key), []), self.cell_vid.pop(cell))
         self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] -= 1
         self.vc_cells_bound[v].discard(cell)
         first, size = tree.first_list[cell], tree.size_list[cell]
@@ -342,7 +374,7 @@ class HiveD(Policy):
         tree = self.tree
         assert tree is not None
         usable = self._usable(builder)
-        best: tuple[tuple[int, int, int, int], int, int] | None = None
+        best: tuple[tuple[int, int, int, tuple[int, int, int], int], int, int] | None = None
         for c in self._chains_for(state, i):
             chain = tree.chains[c]
             if g > chain.node_gpus:
@@ -355,10 +387,11 @@ class HiveD(Policy):
                 first, span = tree.first_list[cell], tree.size_list[cell]
                 avail = usable[first : first + span].reshape(-1, size).sum(axis=1)
                 spare = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
+                rank = (c, tree.level_list[cell], self.cell_vid[cell])
                 for k in np.flatnonzero(avail >= g).tolist():
                     start = first + k * size
                     busy = size - int(builder.free.mask[start : start + size].sum())
-                    key = (spare, int(avail[k]) - g, busy, start)
+                    key = (spare, int(avail[k]) - g, busy, rank, k)
                     if best is None or key < best[0]:
                         best = (key, cell, start)
         if best is not None:
