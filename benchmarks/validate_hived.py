@@ -314,7 +314,7 @@ def render(results: list[dict[str, Any]]) -> str:
             "",
             f"VCs waiting longer than on their private cluster: {counts(found)}. Without "
             f"locality slowdowns, {same} of {total} VCs wait exactly as long as on their "
-            "private cluster (the same jobs start at the same instants).",
+            "private cluster, to the last digit.",
             "",
             "| scheme | avg JCT (h) | avg wait (min) | preemptions | sim (s) |",
             "|---|---:|---:|---:|---:|",

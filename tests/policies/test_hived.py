@@ -187,3 +187,71 @@ def test_options_are_checked() -> None:
         make_policy("hived", opportunistic="maybe")
     with pytest.raises(CorralError, match="cell_sizes"):
         make_policy("hived", cell_sizes="a,b")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.floats(0, 2000, allow_nan=False),
+            st.sampled_from([1, 1, 2, 3, 4, 8, 16]),
+            st.floats(10, 3000, allow_nan=False),
+            st.sampled_from("abc"),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_each_vc_runs_exactly_as_on_its_private_cluster(rows) -> None:
+    """Sharing safety, end to end: without opportunistic jobs or locality
+    slowdowns, every job of every VC starts when it would on a private cluster
+    made of its VC's cells."""
+    from corral.model.state import SchedulerState
+    from corral.perf.locality import LocalityModel
+    from corral.perf.speeds import SpeedModel
+
+    cluster = mixed_cluster()
+    quotas = {"a": 16, "b": 10, "c": 6}
+    flat = SpeedModel(locality=LocalityModel(1.0, 1.0))
+    jobs = vc_jobs(rows)
+    carver = make_policy("hived", quotas=quotas)
+    carver.prepare(SchedulerState(cluster, jobs))
+    config = SimConfig(switch_cost=0.0, speeds=flat)
+    policy = make_policy("hived", quotas=quotas, opportunistic=False)
+    shared = Simulator(jobs, cluster, policy, config).run().state
+    for v, name in enumerate(carver.vcs.names):
+        kinds = [
+            (carver.tree.chains[c].gpu_type, carver.tree.chains[c].sizes[lv])
+            for (c, lv), count in sorted(carver.cells[v].items())
+            for _ in range(count)
+        ]
+        nodes = [Node(f"{name}-{k}", gpu_type, size) for k, (gpu_type, size) in enumerate(kinds)]
+        mine = jobs.df["vc"] == name
+        if not nodes or not mine.any():
+            continue
+        private_cluster = Cluster(f"private-{name}", nodes)
+        table = JobTable(jobs.df[mine].copy())
+        offset = float(jobs.df["submit_time"][mine].iloc[0])
+        options = {"quotas": {name: private_cluster.total_gpus}, "opportunistic": False}
+        alone = Simulator(table, private_cluster, make_policy("hived", **options), config).run()
+        expect = alone.state.first_start + offset
+        got = shared.first_start[mine.to_numpy()]
+        assert np.allclose(expect, got, equal_nan=True), (name, expect, got)
+
+
+def test_a_vc_breaks_ties_by_virtual_cell_as_on_its_private_cluster() -> None:
+    """VC a's first cell lands on node 1 and its second on node 0 (b held node
+    0 for a while). When a job fits both equally, it goes to a's first cell,
+    as it would on a's private cluster, not to the lower-numbered node; which
+    cell it fills decides when a's 2-GPU job can start."""
+    rows = [
+        (0.0, 2, 50.0, "b"),  # b's cell: node 0, for 50 s
+        (0.0, 1, 500.0, "a"),  # a's first cell: node 1
+        (0.0, 1, 2000.0, "a"),  # ... which it fills
+        (60.0, 1, 1000.0, "a"),  # a's second cell: node 0, free again
+        (70.0, 1, 3000.0, "a"),
+        (1100.0, 1, 5000.0, "a"),  # one GPU free in each of a's cells: the first
+        (1200.0, 2, 100.0, "a"),  # needs a whole cell: the second empties at 3070
+    ]
+    s = simulate(rows, uniform(4, 2), quotas="a=4,b=4", opportunistic=False).state
+    assert s.first_start[6] == 3070.0
