@@ -96,6 +96,9 @@ class AntMan(Policy):
         self.table: ThroughputTable = gavel_throughputs()
         self._n = -1
         self._shares: dict[tuple, tuple[float, float] | None] = {}
+        self._known: dict[tuple[int, int], dict[tuple[str, str], int]] = {}
+        """(kind, size) -> every partner group (job type, GPU type) seen, in order seen."""
+        self._rank_cache: dict[tuple, tuple[int, list]] = {}
         self.counts = {"packed": 0, "evicted": 0, "upgraded": 0}
 
     def _init(self, state: SchedulerState) -> None:
@@ -259,11 +262,18 @@ class AntMan(Policy):
     ) -> tuple[float, float] | None:
         """(guaranteed, opportunistic) speed on a shared GPU set, each relative
         to alone; None when they may not share (memory, or too little gain)."""
-        gpu_type = state.cluster.gpu_type_names[
-            int(state.cluster.gpu_type_id[(state.alloc[guaranteed] or state.alloc[opp])[0]])
-        ]
-        gk = (state.job_type[guaranteed], int(state.gpus[guaranteed]))
-        ok = (state.job_type[opp], int(state.gpus[opp]))
+        gpus = state.alloc[guaranteed] or state.alloc[opp]
+        assert gpus is not None
+        gpu_type = state.cluster.gpu_type_names[int(state.cluster.gpu_type_id[gpus[0]])]
+        return self._shares_of(
+            (state.job_type[guaranteed], int(state.gpus[guaranteed])),
+            (state.job_type[opp], int(state.gpus[opp])),
+            gpu_type,
+        )
+
+    def _shares_of(
+        self, gk: tuple[str, int], ok: tuple[str, int], gpu_type: str
+    ) -> tuple[float, float] | None:
         key = (gk, ok, gpu_type)
         if key not in self._shares:
             self._shares[key] = self._pair_shares(gk, ok, gpu_type)
@@ -337,52 +347,85 @@ class AntMan(Policy):
                 return False
         return False
 
-    def _alone(self, state: SchedulerState, kind: int, g: int) -> dict[str, list[int]]:
+    def _alone(self, state: SchedulerState, kind: int, g: int) -> dict[tuple[str, str], list[int]]:
         """Running jobs of ``kind`` on exactly ``g`` GPUs sharing with nobody
-        (and not stopped or shared by this plan), by job type: built once per
-        pass, so looking for a partner costs the number of job types, not jobs."""
+        (and not stopped or shared by this plan), by (job type, GPU type): built
+        once per pass, so looking for a partner costs the number of such groups,
+        not of jobs (jobs of a group share alike)."""
         if self._pool is None:
             running = state.running.array()
             alone = running[(state.host[running] < 0) & (state.guest[running] < 0)]
-            pool: dict[tuple[int, int], dict[str, list[int]]] = {}
+            names = state.cluster.gpu_type_names
+            type_of = state.cluster.gpu_type_id
+            pool: dict[tuple[int, int], dict[tuple[str, str], list[int]]] = {}
             for j, k, n in zip(
                 alone.tolist(), self.kind[alone].tolist(), state.gpus[alone].tolist(), strict=True
             ):
-                pool.setdefault((k, n), {}).setdefault(state.job_type[j], []).append(j)
+                gpus = state.alloc[j]
+                if gpus is None:
+                    continue
+                group = (state.job_type[j], names[int(type_of[gpus[0]])])
+                pool.setdefault((k, n), {}).setdefault(group, []).append(j)
+                known = self._known.setdefault((k, n), {})
+                known.setdefault(group, len(known))
             self._pool = pool
         return self._pool.get((kind, g), {})
 
     def _unpool(self, state: SchedulerState, j: int) -> None:
         """Job ``j`` is stopped or shared by this plan: no longer a partner."""
-        group = self._alone(state, int(self.kind[j]), int(state.gpus[j])).get(state.job_type[j])
-        if group is not None and j in group:
-            group.remove(j)
+        gpus = state.alloc[j]
+        if gpus is None:
+            return
+        names = state.cluster.gpu_type_names
+        group = (state.job_type[j], names[int(state.cluster.gpu_type_id[gpus[0]])])
+        members = self._alone(state, int(self.kind[j]), int(state.gpus[j])).get(group)
+        if members is not None and j in members:
+            members.remove(j)
 
     def _partner(
         self, state: SchedulerState, i: int, kind: int, guaranteed_side: bool
     ) -> tuple[int, tuple[float, float]] | None:
         """The running job of ``kind`` job ``i`` should share with, and the pair's
-        (guaranteed, opportunistic) shares: the partner type giving the newcomer
-        the most (a guaranteed newcomer keeps the most, an opportunistic one gets
-        the most), the earliest started of that type."""
+        (guaranteed, opportunistic) shares: the partner group giving the
+        newcomer the most (a guaranteed newcomer keeps the most, an
+        opportunistic one gets the most), the first member of that group."""
         g = int(state.gpus[i])
+        mine_type = state.job_type[i]
         bound = int(state.type_req[i])
-        best: tuple[float, int, tuple[float, float]] | None = None
-        for group in self._alone(state, kind, g).values():
-            for j in group:
-                gpus = state.alloc[j]
-                if gpus is None:
-                    continue
-                if bound >= 0 and any(state.cluster.gpu_type_id[x] != bound for x in gpus):
-                    continue
-                pair = (i, j) if guaranteed_side else (j, i)
-                share = self.shares(state, *pair)
-                if share is not None:
-                    mine = share[0] if guaranteed_side else share[1]
-                    if best is None or mine > best[0]:
-                        best = (mine, j, share)
-                break  # one job of each type: the rest of the type share alike
-        return None if best is None else (best[1], best[2])
+        wanted = state.cluster.gpu_type_names[bound] if bound >= 0 else None
+        pool = self._alone(state, kind, g)
+        for members_key, share in self._ranked(kind, g, mine_type, wanted, guaranteed_side):
+            members = pool.get(members_key)
+            if members:
+                return members[0], share
+        return None
+
+    def _ranked(
+        self, kind: int, g: int, mine_type: str, wanted: str | None, guaranteed_side: bool
+    ) -> list[tuple[tuple[str, str], tuple[float, float]]]:
+        """Every partner group ever seen for a newcomer of this type and size
+        that it may share with, best first (shares depend on types only, so
+        this is recomputed only when a new group appears)."""
+        known = self._known.get((kind, g), {})
+        key = (kind, g, mine_type, wanted, guaranteed_side)
+        cached = self._rank_cache.get(key)
+        if cached is not None and cached[0] == len(known):
+            return cached[1]
+        ranked = []
+        for (their_type, gpu_type), order in known.items():
+            if wanted is not None and gpu_type != wanted:
+                continue
+            if guaranteed_side:
+                share = self._shares_of((mine_type, g), (their_type, g), gpu_type)
+            else:
+                share = self._shares_of((their_type, g), (mine_type, g), gpu_type)
+            if share is not None:
+                mine = share[0] if guaranteed_side else share[1]
+                ranked.append((-mine, order, (their_type, gpu_type), share))
+        ranked.sort()
+        result = [(group, share) for _, _, group, share in ranked]
+        self._rank_cache[key] = (len(known), result)
+        return result
 
     # ------------------------------------------------------------ opportunistic
     def _place_opportunistic(self, builder: PlanBuilder, state: SchedulerState, i: int) -> bool:
