@@ -7,7 +7,6 @@ from collections import Counter
 
 import hypothesis.strategies as st
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -19,21 +18,7 @@ from corral.policies import make_policy
 from corral.sim.engine import SimConfig, Simulator
 
 from ..conftest import uniform
-
-
-def vc_jobs(rows: list[tuple[float, int, float, str]]) -> JobTable:
-    """Jobs from (submit, gpus, duration, vc)."""
-    return JobTable(
-        pd.DataFrame(
-            {
-                "job_id": [f"j{k}" for k in range(len(rows))],
-                "submit_time": [r[0] for r in rows],
-                "num_gpus": [r[1] for r in rows],
-                "duration": [r[2] for r in rows],
-                "vc": [r[3] for r in rows],
-            }
-        )
-    )
+from .test_philly import vc_jobs
 
 
 def simulate(rows, cluster, policy="hived", until=float("inf"), **options):  # type: ignore[no-untyped-def]

@@ -120,9 +120,7 @@ class AntMan(Policy):
         if self._n != len(state.submit):
             self._init(state)
         builder = PlanBuilder(state)
-        if not state.known_in_advance:
-            self.vcs.see(state, state.pending.array())
-            self.vcs.see(state, state.running.array())
+        self.vcs.see_live(state)
         running = self._reconcile(state)
         self._pool: dict[tuple[int, int], dict[str, list[int]]] | None = None
         quota = self.vcs.quota

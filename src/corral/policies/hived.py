@@ -185,9 +185,8 @@ class HiveD(Policy):
         if self._n != len(state.submit):
             self._init(state)
         builder = PlanBuilder(state)
+        self.vcs.see_live(state)
         if not state.known_in_advance:
-            self.vcs.see(state, state.pending.array())
-            self.vcs.see(state, state.running.array())
             if self._carved != self.vcs.version:
                 self._vc_setup()
             self._sync_health(state)

@@ -122,9 +122,7 @@ class Philly(Policy):
         if not len(due):  # nobody's turn to try: only the next wake-up to find
             return builder.build(self._next_wakeup(state, pending))
         running = state.running.array()
-        if not state.known_in_advance:  # a trace's VCs are all known at the start
-            self.vcs.see(state, pending)
-            self.vcs.see(state, running)
+        self.vcs.see_live(state)
         usage = np.bincount(
             self.vc[running], weights=state.gpus[running], minlength=len(self.quota)
         )

@@ -113,6 +113,13 @@ class VirtualClusters:
                 self.quota = np.full(len(self.names), share)
             self.version += 1
 
+    def see_live(self, state: SchedulerState) -> None:
+        """Live, name the VCs of the jobs waiting and running (a trace's are
+        all known from the start)."""
+        if not state.known_in_advance:
+            self.see(state, state.pending.array())
+            self.see(state, state.running.array())
+
     def _by_name(self) -> np.ndarray:
         assert self.spec is not None
         return np.array([self.spec.get(v, 0.0) for v in self.names])
