@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from corral.errors import CorralError
+from corral.placement.network import NetworkBestFit
 from corral.placement.relaxed import RelaxedLocality
 from corral.placement.sensitivity import ModelAware
 from corral.placement.strategies import (
@@ -22,6 +23,7 @@ PLACEMENTS: dict[str, type[PlacementStrategy]] = {
         RandomPlacement,
         ModelAware,
         RelaxedLocality,
+        NetworkBestFit,
     )
 }
 
