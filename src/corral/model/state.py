@@ -98,6 +98,8 @@ class SchedulerState:
         service sets False: jobs appear as they are submitted."""
         self.vc: list[str] = df["vc"].fillna("").astype(str).tolist()
         """Virtual cluster (queue, account) of each job."""
+        self.user: list[str] = df["user"].fillna("").astype(str).tolist()
+        """Owner of each job (estimators learn from an owner's past jobs)."""
         self.speeds = speeds
         self._type_speed: np.ndarray | None = None
         self.status = np.zeros(n, dtype=np.int8)

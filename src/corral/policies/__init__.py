@@ -15,6 +15,7 @@ from corral.policies.gandiva import Gandiva
 from corral.policies.gavel import GAVEL_POLICIES, GavelPolicy
 from corral.policies.hived import HiveD
 from corral.policies.las import Las
+from corral.policies.liquid import Liquid
 from corral.policies.philly import Philly
 from corral.policies.shortest import Sjf, Srtf
 from corral.policies.themis import Themis
@@ -32,6 +33,7 @@ POLICIES: dict[str, type[Policy]] = {
         Philly,
         HiveD,
         AntMan,
+        Liquid,
         Gandiva,
         *GAVEL_POLICIES,
         Allox,

@@ -66,6 +66,7 @@ class LiveJobs:
         duration: float = np.inf,
         estimated: bool = False,
         vc: str = DEFAULT_VC,
+        user: str = "",
     ) -> int:
         """Give a job a slot (held: call :meth:`arrive` to queue it).
 
@@ -89,6 +90,7 @@ class LiveJobs:
         st.ref_speed[i] = 1.0
         st.estimated[i] = estimated
         st.vc[i] = vc
+        st.user[i] = user
         st.job_type[i] = job_type
         st.type_req[i] = (
             st.cluster.gpu_type_names.index(gpu_type)

@@ -143,6 +143,7 @@ class Recovery(LoopBase):
             duration=duration,
             estimated=source in ESTIMATED,
             vc=spec.vc or DEFAULT_VC,
+            user=row.user,
         )
 
     def _live_for(self, jobs: int) -> LiveJobs:

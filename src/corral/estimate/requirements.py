@@ -1,0 +1,100 @@
+"""Liquid's resource-requirement estimation: a random forest trained online.
+
+Liquid estimates what a job will need from features users give (job type, key
+parameters such as the batch size, worker counts) with a random forest, trained
+on jobs that ran before (deep-learning jobs are run again and again). corral
+trains it online on the jobs that finished, and predicts the *run time* of a
+job on the GPUs it asked for: that is what pre-scheduling (which running job
+ends next) and fine-grained sharing (which jobs are small dev/test runs) need.
+
+Features: the job type, the batch size read from it (``ResNet-50 (batch size
+64)``), the GPUs asked for, and the owner's history (the mean log run time of
+their finished jobs, and how many there were). The forest is refitted every
+``refit_every`` finished jobs on the last ``window`` of them; until it has
+``min_samples`` it answers the owner's mean, else the overall median.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from corral.model.state import SchedulerState
+
+_BATCH = re.compile(r"\(batch size (\d+)\)")
+
+
+class RunTimeEstimator:
+    def __init__(
+        self,
+        min_samples: int = 50,
+        refit_every: int = 2000,
+        window: int = 4000,
+        trees: int = 20,
+        seed: int = 0,
+    ) -> None:
+        self.min_samples = min_samples
+        self.refit_every = refit_every
+        self.window = window
+        self.trees = trees
+        self.seed = seed
+        self._types: dict[str, int] = {}
+        self._users: dict[str, list[float]] = {}
+        """Owner -> [sum of log run times, count]."""
+        self._x: list[list[float]] = []
+        self._y: list[float] = []
+        self._since_fit = 0
+        self.model: Any = None
+        self.fits = 0
+
+    def features(self, state: SchedulerState, i: int) -> list[float]:
+        job_type = state.job_type[i]
+        code = self._types.setdefault(job_type, len(self._types))
+        match = _BATCH.search(job_type)
+        user = self._users.get(state.user[i])
+        mean = user[0] / user[1] if user else math.nan
+        count = user[1] if user else 0.0
+        return [float(code), float(match[1]) if match else 0.0, float(state.gpus[i]), mean, count]
+
+    def observe(self, state: SchedulerState, i: int, run_time: float) -> None:
+        """Learn from a job that finished after running ``run_time`` seconds."""
+        if not run_time > 0:
+            return
+        self._x.append(self.features(state, i))
+        self._y.append(math.log(run_time))
+        total = self._users.setdefault(state.user[i], [0.0, 0.0])
+        total[0] += math.log(run_time)
+        total[1] += 1.0
+        self._since_fit += 1
+        if len(self._y) >= self.min_samples and (
+            self.model is None or self._since_fit >= self.refit_every
+        ):
+            self._fit()
+
+    def _fit(self) -> None:
+        from sklearn.ensemble import RandomForestRegressor
+
+        x = np.nan_to_num(np.asarray(self._x[-self.window :]), nan=-1.0)
+        y = np.asarray(self._y[-self.window :])
+        model = RandomForestRegressor(
+            n_estimators=self.trees, max_depth=12, min_samples_leaf=3, random_state=self.seed
+        )
+        model.fit(x, y)
+        self.model = model
+        self._since_fit = 0
+        self.fits += 1
+        del self._x[: -self.window], self._y[: -self.window]
+
+    def predict(self, state: SchedulerState, idx: list[int]) -> np.ndarray:
+        """Expected run time (seconds) of each job of ``idx``."""
+        if not idx:
+            return np.zeros(0)
+        rows = np.nan_to_num(np.asarray([self.features(state, i) for i in idx]), nan=-1.0)
+        if self.model is not None:
+            return np.exp(self.model.predict(rows))
+        fallback = math.exp(float(np.median(self._y))) if self._y else 3600.0
+        means = rows[:, 3]
+        return np.where(means > 0, np.exp(np.clip(means, -50, 50)), fallback)
