@@ -82,9 +82,10 @@ class AntMan(Policy):
         memory_fraction: float = 0.5,
     ) -> None:
         super().__init__(placement)
-        for name, value in (("slowdown", slowdown), ("idle_share", idle_share)):
-            if not 0.0 <= float(value) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if not 0.0 <= float(slowdown) < 1.0:
+            raise ValueError(f"slowdown must be in [0, 1), got {slowdown}")
+        if not 0.0 <= float(idle_share) <= 1.0:  # 1: sharing costs nothing (virtual GPUs)
+            raise ValueError(f"idle_share must be in [0, 1], got {idle_share}")
         for name, value in (("squeeze", squeeze), ("memory_fraction", memory_fraction)):
             if not 0.0 < float(value) <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")

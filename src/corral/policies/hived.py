@@ -143,6 +143,23 @@ class HiveD(Policy):
             ],
             dtype=np.int64,
         )
+        chains = self.tree.chains
+        self.vc_largest = np.array(
+            [
+                max(
+                    [chains[c].sizes[lv] for (c, lv), cnt in self.cells[v].items() if cnt]
+                    + [
+                        cnt * chains[c].node_gpus
+                        for (c, lv), cnt in self.cells[v].items()
+                        if lv == chains[c].top
+                    ]
+                    + [0]
+                )
+                for v in range(k)
+            ],
+            dtype=np.int64,
+        )
+        """The largest gang each VC's cells can ever hold (one cell, or its node cells)."""
         self.vc_version = np.zeros(k, dtype=np.int64)
         self.fail_version = np.full(k, -1, dtype=np.int64)
         self.fail_size = np.zeros(k, dtype=np.int64)
@@ -231,7 +248,11 @@ class HiveD(Policy):
                     else:
                         self.fail_size[v] = min(self.fail_size[v], g)
         if self.opportunistic:
-            self._place_opportunistic(builder, state, order, started)
+            # only jobs beyond their VC's cells (its quota, or wider than its cells
+            # can ever hold): one its cells could hold waits for them, as on its
+            # private cluster (on idle GPUs, the VC's own later jobs would evict it)
+            beyond = (np.asarray(room_list)[vc] < need) | (self.vc_largest[vc] < need)
+            self._place_opportunistic(builder, state, order[beyond], started)
         if live:
             self._note_reasons(builder, state, order, room)
         return builder.build()
