@@ -19,10 +19,12 @@ A pass, in submit order:
    jobs on them (HiveD's lazy preemption); opportunistic jobs still in the
    chosen GPUs are preempted. A job wider than a node takes whole node cells
    of its VC (in one rack where possible).
-2. **Opportunistic**: a job its VC cannot hold now runs, at low priority, on
-   idle GPUs, first those in no VC's bound cells (far from guaranteed jobs, so
-   less likely to be preempted). Such a job is preempted whenever an owner's
-   guaranteed job needs its GPUs. ``opportunistic=False`` makes jobs wait.
+2. **Opportunistic**: a job beyond its VC's cells (over its quota, or wider
+   than its cells can ever hold) runs, at low priority, on idle GPUs, first
+   those in no VC's bound cells (far from guaranteed jobs, so less likely to
+   be preempted). Such a job is preempted whenever an owner's guaranteed job
+   needs its GPUs. A job its VC's cells could hold waits for them, as on its
+   private cluster. ``opportunistic=False`` makes every job wait.
 
 A bound cell is released when its last guaranteed job leaves, merging with its
 buddies. Failed hardware is kept out: ``bad_nodes`` (simulator) names nodes
