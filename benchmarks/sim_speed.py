@@ -7,7 +7,7 @@ each against its target on a 2-core machine: < 1 GB per run; <= 10 s for
 las, tiresias-las and tiresias-gittins, <= 15 s for gandiva and philly
 (gandiva runs with Gavel job types and Gandiva's 0.1 s suspend/resume, as in
 the validation; antman with Gavel job types, so that pairs have measured
-co-location speeds and footprints); fifo, hived and antman have no target of
+co-location speeds and footprints); fifo, hived, antman and liquid have no target of
 their own.
 
 It also times the first 10,000 Philly jobs on 64 GPUs (16 nodes x 4), the
@@ -80,7 +80,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--policies", default="fifo,las,philly,tiresias-las,tiresias-gittins,gandiva,hived,antman"
+        "--policies",
+        default="fifo,las,philly,tiresias-las,tiresias-gittins,gandiva,hived,antman,liquid",
     )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--one", help=argparse.SUPPRESS)
