@@ -61,6 +61,20 @@ runs of this policy; the other half agree exactly. Held to: at most 4
 misplaced, 3 preempted in one run only, JCT within 25%."""
 
 
+BACKFILL = {"hived", "liquid"}
+"""Queues that start later small jobs around a waiting gang, with no reservation
+for it (HiveD within a VC's cells, Liquid's first come first served that skips
+what does not fit). On this trace the 2-GPU jobs 7, 10, 13 and 16 wait for two
+GPUs of one node while 1-GPU jobs keep arriving: whenever one GPU frees, a
+1-GPU job takes it unless the other GPU of that node freed within the same
+pass. The simulator sees such ends at their exact instants, live passes group
+ends tens of milliseconds apart differently, and under load (a full test run)
+those gangs start later live, one after another: 3 or 4 misplaced jobs, all
+of them these gangs, JCT 11-12% above the simulator's; in other runs they
+agree exactly. Held to: at most 4 misplaced, 3 preempted in one run only,
+JCT within 20%."""
+
+
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, Any]:
     return run_all(list(POLICIES))
@@ -79,6 +93,10 @@ def test_simulator_and_service_decide_alike(name: str, outcomes: dict[str, Any])
         assert len(c.misplaced) <= 4, summary
         assert len(c.preempted_differ) <= 3, summary
         assert abs(c.jct_error) <= 0.25, summary
+    elif name in BACKFILL:
+        assert len(c.misplaced) <= 4, summary
+        assert len(c.preempted_differ) <= 3, summary
+        assert abs(c.jct_error) <= 0.20, summary
     elif name in CLOCK_DRIVEN:
         assert len(c.misplaced) <= 5, summary
         assert len(c.preempted_differ) <= 8, summary
