@@ -65,6 +65,8 @@ def test_opportunistic_jobs_run_low_and_owners_share_or_evict(
     p1 = antman.submit(**job("prod", "p1", out))["id"]
     antman.wait_state(p1, {"RUNNING"}, timeout=30)
     assert set(antman.job(p1)["assigned_gpus"]) == before
+    wait_for(lambda: antman.job(p1)["reason"] == "Shared", 10, "prod's job to show as shared")
+    assert antman.job(running_low[0])["reason"] == "Opportunistic"
     assert antman.job(running_low[0])["status"] == "RUNNING"
     assert any(e.job_id == p1 for e in antman.events("packed"))
     queue = antman.client.get("/v1/jobs", headers=auth("root")).json()

@@ -36,6 +36,15 @@ def test_an_owner_evicts_opportunistic_jobs_from_its_cell(hived: Harness) -> Non
     for job in research:
         hived.wait_state(job, {"RUNNING"}, timeout=30)
     before = {j: set(hived.job(j)["assigned_gpus"]) for j in research}
+    # the two on prod's node say how they run
+    wait_for(
+        lambda: (
+            sorted(str(hived.job(j)["reason"]) for j in research)
+            == ["None", "None", "Opportunistic", "Opportunistic"]
+        ),
+        10,
+        "two research jobs to show as opportunistic",
+    )
     extra = hived.submit(**sleeper("research", "r-extra"))["id"]
     wait_for(
         lambda: hived.job(extra)["reason"] == "QuotaExceeded",

@@ -31,7 +31,11 @@ class JobView(BaseModel):
     name: str
     user: str
     status: str
-    reason: str | None = Field(None, description="why it waits (PENDING) or how it ended")
+    reason: str | None = Field(
+        None,
+        description="why it waits (PENDING), how it runs where that is not the plain way "
+        "(RUNNING: Opportunistic, Shared) or how it ended",
+    )
     position: int | None = Field(None, description="place in the queue (PENDING jobs, from 1)")
     priority: int
     gpus: int

@@ -449,6 +449,11 @@ class AntMan(Policy):
         running = state.running.array()
         return set(running[self.kind[running] == OPPORTUNISTIC].tolist())
 
+    def running_notes(self, state: SchedulerState) -> dict[int, str]:
+        if self._n != len(state.submit):
+            return {}
+        return {i: "Opportunistic" for i in state.running if self.kind[i] == OPPORTUNISTIC}
+
     def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
         if self._n != len(state.submit):
             return {}

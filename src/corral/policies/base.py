@@ -121,6 +121,12 @@ class Policy(ABC):
         them as pending reasons. Asked only live, so the simulator pays nothing."""
         return {}
 
+    def running_notes(self, state: SchedulerState) -> dict[int, str]:
+        """How running jobs run where it is not the plain way (``Opportunistic``:
+        evicted first when owners need the GPUs); the live service shows them as
+        running jobs' reasons. Asked only live."""
+        return {}
+
 
 def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
     """Walk jobs in priority order, taking each whose GPUs still fit (others are skipped).

@@ -625,6 +625,11 @@ class HiveD(Policy):
             else:
                 self.why[i] = "Resources"
 
+    def running_notes(self, state: SchedulerState) -> dict[int, str]:
+        if self._n != len(state.submit):
+            return {}
+        return {i: "Opportunistic" for i in state.running if self.kind[i] == OPPORTUNISTIC}
+
     def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
         if self._n != len(state.submit):
             return {}

@@ -76,12 +76,13 @@ class Launching(LoopBase):
             s.add(att)
             s.flush()
             attempt_id = att.id
-            row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), None
+            note = self.start_notes.pop(job, None)  # how it runs (Opportunistic, Shared)
+            row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), note
             self.preempted.discard(job)
             row.last_heartbeat = None
             if row.first_start is None:
                 row.first_start = now
-            self.reasons[job] = None
+            self.reasons[job] = note
             self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
             run_as = self.identities.get(row.user)

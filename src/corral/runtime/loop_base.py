@@ -146,6 +146,9 @@ class LoopBase:
         """Jobs whose current attempt has sent a heartbeat (it uses corral.train)."""
         self.turn_wakeup: float | None = None
         """When the next time-sliced pair swaps turns."""
+        self.start_notes: dict[int, str | None] = {}
+        """How a job the plan started will run (Opportunistic, Shared), for its
+        row once it launches."""
         self.low_priority: dict[int, float] = {}
         """Jobs the plan started at low priority -> their GPU memory fraction."""
         self.preempted: set[int] = set()

@@ -119,7 +119,9 @@ class Scheduler(Recovery, Transitions, Launching):
             soonest = self.rel(min(self.backoff.values()))
             wake = soonest if wake is None else min(wake, soonest)
         self.next_wakeup = None if wake is None else self.store.epoch + wake
-        self._update_reasons(self.policy.waiting_reasons(self.live.state))
+        self._update_reasons(
+            self.policy.waiting_reasons(self.live.state), self.policy.running_notes(self.live.state)
+        )
 
     def _apply(self, plan: Plan, now: float) -> None:
         live, st = self.live, self.live.state
@@ -201,7 +203,7 @@ class Scheduler(Recovery, Transitions, Launching):
             st.estimated[i] = False
             self.duration_source[job] = "heartbeats"
 
-    def _update_reasons(self, waits: dict[int, str]) -> None:
+    def _update_reasons(self, waits: dict[int, str], notes: dict[int, str]) -> None:
         """Why each queued job waits, in Slurm's words: ReqNodeNotAvail (drained
         nodes leave too few GPUs of its kind even when all are idle), the
         policy's own reason where it gives one (QuotaExceeded, Locality,
@@ -211,7 +213,7 @@ class Scheduler(Recovery, Transitions, Launching):
         by_type = st.free.by_type()
         type_ids = self.cluster.gpu_type_id[self.usable]
         usable = np.bincount(type_ids, minlength=len(self.cluster.gpu_type_names))
-        changes: dict[int, str] = {}
+        changes: dict[int, str | None] = {}
         for i in st.pending:
             job = self.live.ids[i]
             req = int(st.type_req[i])
@@ -227,11 +229,20 @@ class Scheduler(Recovery, Transitions, Launching):
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if self.reasons.get(job) != reason:
                 changes[job] = reason
+        # running jobs: the policy's note (Opportunistic), else Shared when the
+        # job shares its GPUs with another, else nothing
+        for i in st.running:
+            job = self.live.ids[i]
+            note = notes.get(i) or ("Shared" if st.host[i] >= 0 or st.guest[i] >= 0 else None)
+            if job not in self.attempts:  # not launched yet: its row gets it at launch
+                self.start_notes[job] = note
+            elif self.reasons.get(job) != note:
+                changes[job] = note
         if not changes:
             return
         with self.store.session() as s:
             for job, reason in changes.items():
                 row = s.get(JobRow, job)
-                if row is not None and row.status == JobStatus.PENDING:
+                if row is not None and row.status in (JobStatus.PENDING, JobStatus.RUNNING):
                     row.reason = reason
                     self.reasons[job] = reason
