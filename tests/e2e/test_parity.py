@@ -75,9 +75,16 @@ agree exactly. Held to: at most 4 misplaced, 3 preempted in one run only,
 JCT within 20%."""
 
 
+SOLVES_LPS = {name for name in POLICIES if name.startswith("gavel")}
+"""Policies whose passes solve LPs: run one at a time after the others, since a
+pass slowed by other services moves starts past round boundaries (run beside
+two others, the gavel alias once had 9 jobs preempted in one run only)."""
+
+
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, Any]:
-    return run_all(list(POLICIES))
+    quick = [name for name in POLICIES if name not in SOLVES_LPS]
+    return run_all(quick) | run_all([name for name in POLICIES if name in SOLVES_LPS], parallel=1)
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
