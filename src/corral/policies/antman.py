@@ -45,21 +45,25 @@ from __future__ import annotations
 import numpy as np
 
 from corral.model.plan import Plan
-from corral.model.state import PENDING, RUNNING, IndexSet, SchedulerState
+from corral.model.state import RUNNING, IndexSet, SchedulerState
 from corral.perf.memory import fits_together
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, in_order_until_failure
-from corral.policies.vcs import VirtualClusters
+from corral.policies.vcs import (
+    GUARANTEED,
+    OPPORTUNISTIC,
+    QuotaClassReasons,
+    VirtualClusters,
+)
 
-GUARANTEED, OPPORTUNISTIC = 1, 2
 PAIR_GPU = ("V100", True)
 """Gavel's pair measurements used: V100, consolidated (as Gandiva's)."""
 MIN_SHARE = 0.05
 """An opportunistic job that would get less than this of its speed is not packed."""
 
 
-class AntMan(Policy):
+class AntMan(QuotaClassReasons, Policy):
     name = "antman"
     description = (
         "guaranteed jobs within VC quotas; opportunistic jobs on idle GPUs or packed onto "
@@ -443,20 +447,3 @@ class AntMan(Policy):
         self._track(i, OPPORTUNISTIC)
         self.counts["packed"] += 1
         return True
-
-    def opportunistic_jobs(self, state: SchedulerState) -> set[int]:
-        """Running jobs that are opportunistic now (live: low OS priority)."""
-        running = state.running.array()
-        return set(running[self.kind[running] == OPPORTUNISTIC].tolist())
-
-    def running_notes(self, state: SchedulerState) -> dict[int, str]:
-        if self._n != len(state.submit):
-            return {}
-        return {i: "Opportunistic" for i in state.running if self.kind[i] == OPPORTUNISTIC}
-
-    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
-        if self._n != len(state.submit):
-            return {}
-        return {
-            i: self.why.get(i, "Resources") for i in state.pending if state.status[i] == PENDING
-        }

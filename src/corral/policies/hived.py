@@ -45,16 +45,19 @@ import numpy as np
 from corral.errors import CorralError
 from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
-from corral.model.state import PENDING, RUNNING, IndexSet, SchedulerState
+from corral.model.state import RUNNING, IndexSet, SchedulerState
 from corral.placement.cells import BuddyAllocator, CellTree, carve, parse_sizes
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
-from corral.policies.vcs import VirtualClusters
+from corral.policies.vcs import (
+    GUARANTEED,
+    OPPORTUNISTIC,
+    QuotaClassReasons,
+    VirtualClusters,
+)
 
-GUARANTEED, OPPORTUNISTIC = 1, 2
 
-
-class HiveD(Policy):
+class HiveD(QuotaClassReasons, Policy):
     name = "hived"
     description = (
         "VC quotas as topology cells bound by buddy allocation; opportunistic jobs on idle cells"
@@ -386,7 +389,7 @@ class HiveD(Policy):
         name = state.cluster.gpu_type_names[bound]
         return [c for c, ch in enumerate(tree.chains) if ch.gpu_type == name]
 
-    def _usable(self, builder: PlanBuilder) -> np.ndarray:
+    def _usable(self) -> np.ndarray:
         """GPUs a guaranteed job may take: no guaranteed job on them, healthy."""
         return (self.g_used < 0) & ~self.bad
 
@@ -395,7 +398,7 @@ class HiveD(Policy):
     ) -> bool:
         tree = self.tree
         assert tree is not None
-        usable = self._usable(builder)
+        usable = self._usable()
         best: tuple[tuple[int, int, int, tuple[int, int, int], int], int, int] | None = None
         for c in self._chains_for(state, i):
             chain = tree.chains[c]
@@ -441,7 +444,7 @@ class HiveD(Policy):
             idle = builder.free.mask[first : first + span].reshape(-1, size)
             start = first + size * int(np.argmax(idle.sum(axis=1)))
             return self._start_in(builder, state, i, v, g, [cell], start, usable)
-        return any(self._place_wide(builder, state, i, v, g, c, usable) for c in wide)
+        return any(self._place_wide(builder, state, i, v, g, c) for c in wide)
 
     def _place_wide(
         self,
@@ -451,7 +454,6 @@ class HiveD(Policy):
         v: int,
         g: int,
         c: int,
-        usable: np.ndarray,
     ) -> bool:
         """A job wider than a node: whole node cells of its VC, plus one cell for
         the remainder; all newly bound, in one rack where the cells allow."""
@@ -624,18 +626,6 @@ class HiveD(Policy):
                 self.why[i] = "CellsUnavailable"
             else:
                 self.why[i] = "Resources"
-
-    def running_notes(self, state: SchedulerState) -> dict[int, str]:
-        if self._n != len(state.submit):
-            return {}
-        return {i: "Opportunistic" for i in state.running if self.kind[i] == OPPORTUNISTIC}
-
-    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
-        if self._n != len(state.submit):
-            return {}
-        return {
-            i: self.why.get(i, "Resources") for i in state.pending if state.status[i] == PENDING
-        }
 
 
 def _flag(value: Any, name: str) -> bool:

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from corral.model.state import SchedulerState
+from corral.model.state import PENDING, SchedulerState
+
+GUARANTEED, OPPORTUNISTIC = 1, 2
+"""How a job of a quota policy runs: within its VC's share, or at low priority
+on what others leave idle (evicted first)."""
 
 
 def parse_quotas(text: str | dict[str, float] | None) -> dict[str, float] | None:
@@ -126,3 +130,24 @@ class VirtualClusters:
 
     def quotas(self) -> dict[str, float]:
         return {str(v): float(q) for v, q in zip(self.names, self.quota, strict=True)}
+
+
+class QuotaClassReasons:
+    """The live reasons of a policy that runs jobs as GUARANTEED or OPPORTUNISTIC
+    (HiveD, AntMan): it keeps ``kind`` per job, ``why`` per waiting job and ``_n``."""
+
+    kind: np.ndarray
+    why: dict[int, str]
+    _n: int
+
+    def running_notes(self, state: SchedulerState) -> dict[int, str]:
+        if self._n != len(state.submit):
+            return {}
+        return {i: "Opportunistic" for i in state.running if self.kind[i] == OPPORTUNISTIC}
+
+    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
+        if self._n != len(state.submit):
+            return {}
+        return {
+            i: self.why.get(i, "Resources") for i in state.pending if state.status[i] == PENDING
+        }
