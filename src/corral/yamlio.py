@@ -76,4 +76,11 @@ def validation_error(source: str, raw: Any, exc: ValidationError, prefix: str = 
     line = None
     if isinstance(raw, LineDict):
         line = raw.line_of(field) if field else raw.line
+        # nested mappings (e.g. a cluster spec's links): the innermost key's line
+        node = raw
+        for part in loc:
+            if not isinstance(node, LineDict) or part not in node:
+                break
+            line = node.line_of(part) or line
+            node = node[part]
     return InputError(source, line, prefix + ".".join(loc) if loc else None, err["msg"])

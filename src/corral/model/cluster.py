@@ -38,6 +38,42 @@ class Node:
         return (self.gpu_type, self.gpus, self.cpus, self.memory_gb)
 
 
+@dataclass(frozen=True)
+class Links:
+    """What a gang's gradient traffic crosses: effective bandwidths (GB/s, each
+    direction) and per-hop latencies (seconds) inside a node, between nodes of a
+    rack and between racks.
+
+    The defaults are what the Pollux testbed's measurements imply for PyTorch's
+    data parallelism (``perf.communication.calibrate`` fits them; its test keeps
+    them within reach of the fit): far below the links' nominal rates (a 50 Gb/s
+    network carried ~0.55 GB/s of gradient sync), as real training stacks are.
+    Across racks half the in-rack rate (2:1 oversubscribed uplinks), an assumption.
+    """
+
+    intra_node: float = 2.17
+    cross_node: float = 0.55
+    cross_rack: float = 0.275
+    intra_latency: float = 6.5e-4
+    net_latency: float = 4.5e-4
+
+    def __post_init__(self) -> None:
+        for name in ("intra_node", "cross_node", "cross_rack"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise CorralError(f"link bandwidth {name} must be a positive GB/s, got {value}")
+        for name in ("intra_latency", "net_latency"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise CorralError(f"link latency {name} must be >= 0 seconds, got {value}")
+
+
+LINK_PRESETS = {"pcie": 2.17, "nvlink": 40.0}
+"""Named intra-node links for cluster specs (effective GB/s for gradient
+all-reduce): PCIe as the Pollux testbed measured; NVLink ~18x it, the ratio of
+NVLink 2 (V100, 150 GB/s) to PCIe 3 x16 (~8 GB/s nominal)."""
+
+
 def normalise_gpu_type(name: str) -> str:
     """GPU type names are case-insensitive; corral spells them upper case."""
     text = str(name).strip()
@@ -55,6 +91,7 @@ class Cluster:
         nodes: Sequence[Node],
         racks: Sequence[str] | None = None,
         rack_size: int | None = None,
+        links: Links | None = None,
     ) -> None:
         nodes = tuple(n for n in nodes if n.gpus > 0)
         if not nodes:
@@ -70,6 +107,7 @@ class Cluster:
                 f"cluster '{name}': a node names rack {n_racks - 1} of {len(racks or [])}"
             )
         self.rack_size = rack_size
+        self.links = links or Links()
         self.node_gpus = np.array([n.gpus for n in nodes], dtype=np.int64)
         self.node_rack = np.array([n.rack for n in nodes], dtype=np.int64)
         self.node_first_gpu = np.concatenate(([0], np.cumsum(self.node_gpus)[:-1])).astype(np.int64)
@@ -141,7 +179,10 @@ class Cluster:
             kept = biggest[:1]
         rack_size = self.rack_size or max(1, round(len(self.nodes) / len(self.racks)))
         return Cluster(
-            f"{self.name}x{factor:g}", assign_racks(kept, rack_size), rack_size=rack_size
+            f"{self.name}x{factor:g}",
+            assign_racks(kept, rack_size),
+            rack_size=rack_size,
+            links=self.links,
         )
 
 

@@ -18,11 +18,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from corral.data import data_path
 from corral.errors import CorralError, InputError
-from corral.model.cluster import DEFAULT_RACK_SIZE, Cluster, Node, assign_racks, normalise_gpu_type
+from corral.model.cluster import (
+    DEFAULT_RACK_SIZE,
+    LINK_PRESETS,
+    Cluster,
+    Links,
+    Node,
+    assign_racks,
+    normalise_gpu_type,
+)
 from corral.yamlio import LineDict, load_yaml, validation_error
 
 TIRESIAS_HEADER = [
@@ -197,11 +205,46 @@ class _NodeGroup(BaseModel):
     rack: str | None = None
 
 
+class _LinksSpec(BaseModel):
+    """Effective GB/s of gradient traffic; ``intra_node`` may name a preset."""
+
+    model_config = ConfigDict(extra="forbid")
+    intra_node: float = Field(default=Links.intra_node)
+    cross_node: float = Field(default=Links.cross_node, gt=0)
+    cross_rack: float = Field(default=Links.cross_rack, gt=0)
+    intra_latency: float = Field(default=Links.intra_latency, ge=0)
+    net_latency: float = Field(default=Links.net_latency, ge=0)
+
+    @field_validator("intra_node", mode="before")
+    @classmethod
+    def _preset_or_positive(cls, value: object) -> float:
+        if isinstance(value, str) and value.strip().lower() in LINK_PRESETS:
+            return LINK_PRESETS[value.strip().lower()]
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not number > 0:
+            presets = " or ".join(LINK_PRESETS)
+            raise ValueError(f"must be a positive GB/s, or {presets}; got {value!r}")
+        return number
+
+    def links(self) -> Links:
+        return Links(
+            intra_node=self.intra_node,
+            cross_node=self.cross_node,
+            cross_rack=self.cross_rack,
+            intra_latency=self.intra_latency,
+            net_latency=self.net_latency,
+        )
+
+
 class _ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
     rack_size: int = Field(default=DEFAULT_RACK_SIZE, ge=1)
     nodes: list[dict[str, Any]] = Field(min_length=1)
+    links: _LinksSpec | None = None
 
 
 def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
@@ -212,6 +255,10 @@ def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
     nodes:
       - {gpu_type: V100, gpus: 4, count: 16, cpus: 32, memory_gb: 256}
       - {gpu_type: K80, gpus: 8, count: 4, rack: old-rack}
+    links:                   # optional: effective GB/s of gradient traffic
+      intra_node: nvlink     # pcie | nvlink | GB/s
+      cross_node: 3.0
+      cross_rack: 1.5
     """
     doc = load_yaml(path)
     source = str(path)
@@ -259,7 +306,13 @@ def cluster_from_yaml(path: Path, rack_size: int | None = None) -> Cluster:
         n_auto_racks = max(n.rack for n in placed) + 1
         nodes.extend(replace(n, rack=n.rack + offset) for n in placed)
         rack_names.extend(f"rack{offset + r}" for r in range(n_auto_racks))
-    return Cluster(spec.name or path.stem, nodes, racks=rack_names, rack_size=size)
+    return Cluster(
+        spec.name or path.stem,
+        nodes,
+        racks=rack_names,
+        rack_size=size,
+        links=spec.links.links() if spec.links is not None else None,
+    )
 
 
 def _int_field(value: str, path: Path | str, line: int, field: str) -> int:

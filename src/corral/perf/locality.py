@@ -1,13 +1,11 @@
 """Slowdown of a gang spread over several nodes or racks.
 
-For a model Pollux measured (BERT, CIFAR-10/ResNet-18, DeepSpeech2,
-ImageNet/ResNet-50, NCF, YOLOv3), the factor is the measured step time on the
-fewest servers over the measured step time on as many servers as the gang
-spans, at the same number of GPUs (``spread_slowdown``); the measurements
-have no rack dimension, so a gang across racks is further slowed by
-``cross_rack / cross_node``. Gangs larger than Pollux spread (over 4 GPUs)
-and models we know nothing about use the configured factors: a gang on one
-node runs at full speed,
+For a model the communication model knows (Pollux's six: BERT, CIFAR-10 /
+ResNet-18, DeepSpeech2, ImageNet / ResNet-50, NCF, YOLOv3), the factor is its
+predicted step time on the fewest whole nodes over its step time as placed,
+over the cluster's links (``perf.communication``: fitted to Pollux's
+placement measurements, any gang size, racks included). Models it does not
+know use the configured factors: a gang on one node runs at full speed,
 across nodes of one rack at ``cross_node`` of it, and across racks at
 ``cross_rack``. The defaults are deliberately mild next to Pollux's
 measurements (4 GPUs split 2+2 over two nodes run 1.2-2.5x slower than on one
@@ -24,7 +22,7 @@ import numpy as np
 
 from corral.errors import CorralError
 from corral.model.cluster import Cluster
-from corral.perf.pollux_models import pollux_model, spread_slowdown
+from corral.perf.communication import model_profile, spread_factor
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class LocalityModel:
     cross_node: float = 0.8
     cross_rack: float = 0.7
     measured: bool = True
-    """Use Pollux's measurements for the models it measured."""
+    """Use the communication model for the models it knows."""
 
     def __post_init__(self) -> None:
         for name in ("cross_node", "cross_rack"):
@@ -48,12 +46,8 @@ class LocalityModel:
         first = gpu_node[gpus[0]]
         if all(gpu_node[g] == first for g in gpus):
             return 1.0
-        nodes = cluster.gpu_node[np.asarray(gpus, dtype=np.int64)]
-        racks = cluster.node_rack[nodes]
-        same_rack = bool((racks == racks[0]).all())
-        measured = pollux_model(model) if self.measured and model else None
-        if measured is not None:
-            spread = spread_slowdown(measured, len(gpus), len(np.unique(nodes)))
-            if spread is not None:
-                return spread if same_rack else spread * self.cross_rack / self.cross_node
-        return self.cross_node if same_rack else self.cross_rack
+        profile = model_profile(model) if self.measured and model else None
+        if profile is not None:
+            return spread_factor(profile, cluster, gpus)
+        racks = cluster.gpu_rack[np.asarray(gpus, dtype=np.int64)]
+        return self.cross_node if bool((racks == racks[0]).all()) else self.cross_rack

@@ -27,6 +27,8 @@ class StepSample:
     local_bsz: int
     step_time: float
     sync_time: float
+    per_node: tuple[int, ...]
+    """GPUs on each node (scalability runs: spread evenly)."""
 
 
 @cache
@@ -47,17 +49,21 @@ def step_samples(model: str) -> tuple[StepSample, ...]:
                     int(row["local_bsz"]),
                     float(row["step_time"]),
                     float(row["sync_time"]),
+                    tuple(digits),
                 )
             )
     with data_path("pollux", "models", model, "scalability.csv").open(encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
+            nodes, replicas = int(row["num_nodes"]), int(row["num_replicas"])
+            per, extra = divmod(replicas, nodes)
             out.append(
                 StepSample(
-                    int(row["num_nodes"]),
-                    int(row["num_replicas"]),
+                    nodes,
+                    replicas,
                     int(row["local_bsz"]),
                     float(row["step_time"]),
                     float(row["sync_time"]),
+                    tuple(per + (1 if i < extra else 0) for i in range(nodes)),
                 )
             )
     return tuple(out)
@@ -102,34 +108,3 @@ def pollux_model(name: str) -> str | None:
     key = name.strip().lower()
     key = MODEL_ALIASES.get(key, key)
     return key if key in POLLUX_MODELS else None
-
-
-@cache
-def spread_slowdown(model: str, replicas: int, nodes: int) -> float | None:
-    """Speed of ``replicas`` GPUs over ``nodes`` servers relative to the fewest servers.
-
-    Both step times are measured at the same replica count and the same local
-    batch size (the median of those measured there, a typical job); where the
-    exact node count was not measured the nearest one is used. Always in
-    (0, 1]: spreading never speeds a job up here, even where noise in the
-    measurements says it did. None when there is nothing to compare: the
-    replica count (or the nearest measured one) was measured on one node count
-    only, as Pollux's scalability runs beyond 4 GPUs were.
-    """
-    samples = step_samples(model)
-    counts = sorted({s.replicas for s in samples})
-    r = min(counts, key=lambda c: (abs(c - replicas), c))
-    same = [s for s in samples if s.replicas == r]
-    local = sorted(s.local_bsz for s in same)[len(same) // 2]
-    bsz = min({s.local_bsz for s in same}, key=lambda b: (abs(b - local), b))
-    at = [s for s in same if s.local_bsz == bsz]
-    fewest = min(s.nodes for s in at)
-    if len({s.nodes for s in at}) < 2:
-        return None
-    k = min({s.nodes for s in at}, key=lambda n: (abs(n - nodes), n))
-
-    def mean_step(n: int) -> float:
-        times = [s.step_time for s in at if s.nodes == n]
-        return sum(times) / len(times)
-
-    return min(1.0, mean_step(fewest) / mean_step(k))
