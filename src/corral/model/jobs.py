@@ -34,6 +34,7 @@ COLUMNS: dict[str, str] = {
     "vc": "str: virtual cluster / queue",
     "user": "str: owner",
     "weight": "float: priority weight (weighted JCT)",
+    "batch_size": "int: global batch size when known (training curves, scaling), else 0",
     "batch_mode": "str: batch-size schedule ('static'; Shockwave's traces also name "
     "'gns' or 'accordion', carried and reported, not modelled)",
 }
@@ -45,6 +46,7 @@ _DEFAULTS: dict[str, object] = {
     "user": "",
     "weight": 1.0,
     "batch_mode": "static",
+    "batch_size": 0,
 }
 
 
@@ -145,6 +147,7 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     out["duration"] = out["duration"].astype(float)
     out["total_steps"] = out["total_steps"].astype(float)
     out["weight"] = out["weight"].astype(float)
+    out["batch_size"] = out["batch_size"].fillna(0).astype(np.int64)
     for column in ("job_type", "model", "vc", "user", "batch_mode"):
         out[column] = out[column].fillna("").astype(str)
     if out["job_id"].duplicated().any():

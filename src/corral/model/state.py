@@ -87,6 +87,8 @@ class SchedulerState:
         self.weight = df["weight"].to_numpy(dtype=np.float64)
         self.model: list[str] = df["model"].tolist()
         self.job_type: list[str] = df["job_type"].tolist()
+        self.batch_size = df["batch_size"].to_numpy(dtype=np.int64)
+        """Global batch size where the trace gives it (0: unknown)."""
         with np.errstate(divide="ignore", invalid="ignore"):
             ref = self.total_steps / self.duration
         self.ref_speed = np.where(np.isfinite(ref) & (ref > 0), ref, 1.0)

@@ -88,15 +88,31 @@ def step_time(model: str, replicas: int, global_batch: int) -> float:
     return best.step_time
 
 
-@cache
 def steps_to_target(model: str, global_batch: int) -> int:
     """Steps a run at this global batch size takes to reach the target metric."""
+    return int(training_curve(model, global_batch)[0][-1])
+
+
+RISING_METRICS = {"bert": 100.0, "cifar10": 1.0, "imagenet": 1.0, "ncf": 1.0}
+"""Models whose validation metric rises (F1 in %, accuracy, hit rate), with its
+ceiling: their loss-like curve is ceiling - metric. DeepSpeech2's (word error
+rate) and YOLOv3's (validation loss) fall as they are."""
+
+
+@cache
+def training_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(steps, loss-like value) of a run at this global batch size, falling
+    towards its last point: the target the run trained to."""
     path = data_path("pollux", "models", model, f"validation-{global_batch}.csv")
     if not path.exists():
         raise CorralError(f"no Pollux training curve for {model} at batch size {global_batch}")
     with path.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    return int(float(rows[-1]["iteration"]))
+    steps = tuple(float(r["iteration"]) for r in rows)
+    metric = [float(r["metric"]) for r in rows]
+    ceiling = RISING_METRICS.get(model)
+    values = tuple(ceiling - m for m in metric) if ceiling is not None else tuple(metric)
+    return steps, values
 
 
 MODEL_ALIASES = {"resnet50": "imagenet", "resnet18": "cifar10"}

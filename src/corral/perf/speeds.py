@@ -34,6 +34,7 @@ import numpy as np
 
 from corral.errors import CorralError
 from corral.model.cluster import Cluster
+from corral.perf.communication import Span, model_profile
 from corral.perf.locality import LocalityModel
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 
@@ -125,6 +126,33 @@ class SpeedModel:
             if row is not None:
                 out[i] = row
         return out
+
+    def size_factor(
+        self, cluster: Cluster, job_type: str, model: str, asked: int, gpus: int, batch: int = 0
+    ) -> float:
+        """Speed on ``gpus`` GPUs (fewest nodes) relative to the ``asked`` ones, at
+        the job's global batch (a step does the same work at every size).
+
+        Policies that resize jobs (Optimus, Pollux) pass it with their plans.
+        A measured job type needs none (1.0): :meth:`gang_speed` reads the table
+        at the new size. A model the communication model knows scales as its
+        step time predicts (the local batch shrinking as GPUs are added); any
+        other job scales linearly, the usual optimistic assumption.
+        """
+        if gpus == asked:
+            return 1.0
+        if job_type and self.knows(job_type):
+            return 1.0
+        profile = model_profile(model) if model else None
+        if profile is None:
+            return gpus / asked
+        node = int(cluster.node_gpus.max())
+        total = batch or profile.typical_batch * asked
+
+        def step(w: int) -> float:
+            return profile.step_time(Span.packed(w, node), cluster.links, local_batch=total / w)
+
+        return step(asked) / step(gpus)
 
     def gang_speed(
         self,

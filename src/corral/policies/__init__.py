@@ -16,6 +16,7 @@ from corral.policies.gavel import GAVEL_POLICIES, GavelPolicy
 from corral.policies.hived import HiveD
 from corral.policies.las import Las
 from corral.policies.liquid import Liquid
+from corral.policies.optimus import Optimus
 from corral.policies.philly import Philly
 from corral.policies.shortest import Sjf, Srtf
 from corral.policies.themis import Themis
@@ -38,6 +39,7 @@ POLICIES: dict[str, type[Policy]] = {
         *GAVEL_POLICIES,
         Allox,
         Themis,
+        Optimus,
     )
 }
 POLICIES["gavel"] = GavelPolicy

@@ -92,6 +92,10 @@ class Policy(ABC):
     """True when the policy uses what a real scheduler cannot know (durations)."""
     elastic: ClassVar[bool] = False
     """True when the policy may run a job on a multiple of the GPUs it asked for."""
+    resizes: ClassVar[bool] = False
+    """True when the policy may run a job on any number of GPUs (Optimus, Pollux:
+    the job's ask is where it starts, not a gang it must keep); the speed of
+    another size comes with the plan's ``factors``."""
     reads_durations: ClassVar[bool] = False
     """True when the policy ranks by work left (oracles, finish-time fairness)."""
     shares_gpus: ClassVar[bool] = False

@@ -116,7 +116,11 @@ class Simulator:
         self._version = np.zeros(len(jobs), dtype=np.int64)
         self._fail_steps = np.full(len(jobs), np.nan)
         """Step count at which the current attempt fails (NaN: it will not)."""
-        self._checker = InvariantChecker(self.state) if self.config.check_invariants else None
+        self._checker = (
+            InvariantChecker(self.state, self.policy.resizes)
+            if self.config.check_invariants
+            else None
+        )
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
@@ -228,7 +232,7 @@ class Simulator:
             self._leave(i)
             state.preempt(i, release=not adopt)
             self._version[i] += 1
-        elastic = self.policy.elastic
+        elastic, resizes = self.policy.elastic, self.policy.resizes
         gang_speed, switch_cost = self.config.speeds.gang_speed, self.config.switch_cost
         status, asks, preemptions, failures = (
             state.status,
@@ -240,7 +244,7 @@ class Simulator:
             if status[i] != PENDING:
                 raise PlanError(f"plan starts job {state.job_ids[i]}, which is not pending")
             asked = int(asks[i])
-            if len(gpus) != asked and not (elastic and len(gpus) % asked == 0):
+            if len(gpus) != asked and not (resizes or (elastic and len(gpus) % asked == 0)):
                 raise PlanError(
                     f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; it asks for {asked}"
                 )

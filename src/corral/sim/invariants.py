@@ -24,8 +24,10 @@ class InvariantViolation(AssertionError):
 
 
 class InvariantChecker:
-    def __init__(self, state: SchedulerState) -> None:
+    def __init__(self, state: SchedulerState, any_size: bool = False) -> None:
         self.state = state
+        self.any_size = any_size
+        """The policy resizes jobs: a job may hold any number of GPUs."""
         self.finishes = np.zeros(len(state.submit), dtype=np.int64)
 
     def on_finish(self, i: int) -> None:
@@ -42,7 +44,11 @@ class InvariantChecker:
         held: list[int] = []
         for i in running:
             gpus = s.alloc[i]
-            if gpus is None or len(gpus) != s.held[i] or len(gpus) % s.gpus[i]:
+            if (
+                gpus is None
+                or len(gpus) != s.held[i]
+                or (len(gpus) % s.gpus[i] and not self.any_size)
+            ):
                 raise InvariantViolation(f"job {s.job_ids[i]} runs on {gpus}, asks {s.gpus[i]}")
             if s.seg_start[i] < s.submit[i]:
                 raise InvariantViolation(f"job {s.job_ids[i]} started before it was submitted")

@@ -53,6 +53,7 @@ def load_pollux(path: str, skip_bad: bool = False, report: LoadReport | None = N
             "duration": steps * seconds_per_step,
             "job_type": "pollux:" + app,
             "model": app,
+            "batch_size": batch,
         }
     )
     out = JobTable(check.keep(df, report), source=path)

@@ -1,0 +1,139 @@
+"""Optimus: the loss-curve and speed fits, the marginal-gain allocation, and the policy."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.estimate.convergence import LossCurve, SpeedCurve, fit_loss_curve, fit_speed
+from corral.model.jobs import JobTable
+from corral.policies.optimus import Optimus
+from corral.sim.engine import SimConfig, Simulator
+from corral.traces.pollux import load_pollux
+from tests.conftest import run, uniform
+
+
+@pytest.mark.parametrize(
+    "truth", [LossCurve(0.002, 0.5, 0.3), LossCurve(0.05, 0.2, 0.0), LossCurve(1e-4, 1.0, 2.0)]
+)
+def test_a_known_loss_curve_is_recovered(truth):
+    k = np.linspace(0, 20000, 200)
+    fit = fit_loss_curve(k, truth.loss(k))
+    assert fit is not None
+    assert fit.a == pytest.approx(truth.a, rel=0.02)
+    assert fit.b == pytest.approx(truth.b, rel=0.02)
+    assert fit.c == pytest.approx(truth.c, abs=1e-3 * max(truth.c, 1.0))
+
+
+def test_a_noisy_curve_predicts_its_convergence_from_half_of_it():
+    truth = LossCurve(0.002, 0.5, 0.3)
+    target = 0.35
+    total = truth.steps_to(target)
+    rng = np.random.default_rng(1)
+    k = np.arange(0, total / 2, 25.0)
+    fit = fit_loss_curve(k, truth.loss(k) + rng.normal(0, 0.01, len(k)))
+    assert fit is not None
+    assert fit.steps_to(target) == pytest.approx(total, rel=0.25)
+
+
+def test_loss_fits_refuse_what_they_cannot_fit():
+    assert fit_loss_curve([0, 1], [2.0, 1.0]) is None  # too few points
+    assert fit_loss_curve([0, 1, 2, 3], [1.0, 1.2, 1.4, 1.6]) is None  # rising: a = 0
+    assert LossCurve(0.01, 1.0, 0.5).steps_to(0.4) == math.inf  # below the asymptote
+    assert LossCurve(0.01, 1.0, 0.5).steps_to(2.0) == 0.0  # already there
+
+
+def test_a_known_speed_curve_is_recovered():
+    truth = SpeedCurve(1.0, 0.05, 0.01)
+    sizes = [1, 2, 4, 8, 16]
+    fit = fit_speed(sizes, [float(truth.speed(w)) for w in sizes])
+    assert fit is not None
+    for w in (1, 3, 12, 32):
+        assert float(fit.speed(w)) == pytest.approx(float(truth.speed(w)), rel=1e-6)
+    # one size seen: linear scaling from it
+    one = fit_speed([4], [2.0])
+    assert one is not None and float(one.speed(8)) == pytest.approx(4.0)
+    assert fit_speed([], []) is None
+
+
+curves = st.builds(
+    SpeedCurve,
+    st.floats(0.1, 10),
+    st.floats(0, 1),
+    st.floats(0, 0.5),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(1, 1000), curves), min_size=1, max_size=4),
+    st.integers(1, 7),
+)
+def test_marginal_gain_allocation_matches_brute_force(jobs, capacity):
+    """For speed curves of Optimus' form a job's time R t(w) is convex in w, so
+    handing GPUs out one at a time to the largest drop minimises the sum of
+    predicted completion times; checked against every allocation."""
+    remaining = {j: r for j, (r, _) in enumerate(jobs)}
+    speed = {j: c for j, (_, c) in enumerate(jobs)}
+    got = Optimus().allocate(remaining, speed, capacity, {})
+
+    def cost(alloc: dict[int, int]) -> float:
+        return sum(remaining[j] / float(speed[j].speed(w)) for j, w in alloc.items())
+
+    # the policy first gives one GPU to as many jobs as fit, shortest first
+    n = len(jobs)
+    assert sum(got.values()) <= capacity
+    if capacity >= n:
+        assert set(got) == set(range(n))
+        best = min(
+            cost(dict(enumerate(ws)))
+            for ws in itertools.product(range(1, capacity + 1), repeat=n)
+            if sum(ws) <= capacity
+        )
+        assert cost(got) == pytest.approx(best, rel=1e-9)
+    else:
+        assert len(got) == capacity and all(w == 1 for w in got.values())
+
+
+def test_pinned_jobs_keep_their_size_and_max_gpus_caps():
+    remaining = {0: 100.0, 1: 100.0}
+    speed = {0: SpeedCurve(1.0, 0.0, 0.0), 1: SpeedCurve(1.0, 0.0, 0.0)}
+    assert Optimus().allocate(remaining, speed, 8, {0: 1}) == {0: 1, 1: 7}
+    assert Optimus(max_gpus=3).allocate(remaining, speed, 8, {}) == {0: 3, 1: 3}
+
+
+def test_optimus_resizes_jobs_and_the_invariants_hold():
+    # two 1-GPU jobs on 8 GPUs: linear scaling makes Optimus grow both
+    result = run([(0.0, 1, 3600.0), (0.0, 1, 7200.0)], uniform(2, 4), "optimus")
+    s = result.state
+    assert (s.max_speedup > 1.0).all()
+    assert (s.finish_time < s.duration).all()
+
+
+def test_optimus_on_a_pollux_workload_predicts_from_the_curves(tmp_path):
+    trace = tmp_path / "w.csv"
+    trace.write_text(
+        "name,time,application,num_replicas,batch_size\n"
+        "a,0,cifar10,1,512\nb,60,imagenet,4,800\nc,120,ncf,2,1024\n"
+    )
+    jobs: JobTable = load_pollux(str(trace))
+    policy = Optimus()
+    result = Simulator(jobs, uniform(4, 4), policy, SimConfig(check_invariants=True)).run()
+    assert (result.state.status == 3).all()
+    assert policy.counts["fits"] > 0
+    # the curve's prediction is used: the job's total predicted from half of its curve
+    s = result.state
+    i = s.job_ids.index("a")
+    assert s.batch_size[i] == 512
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(Exception, match="interval"):
+        Optimus(interval=0)
+    with pytest.raises(Exception, match="min_change"):
+        Optimus(min_change=1.5)
