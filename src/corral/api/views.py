@@ -21,8 +21,10 @@ class ErrorView(BaseModel):
 class RemainingView(BaseModel):
     seconds: float
     source: str = Field(
-        description="heartbeats (steps left / throughput), duration or wall_time (the "
-        "owner's), history (median of the owner's past jobs) or default (the config's)"
+        description="heartbeats (steps left / throughput), convergence (the steps its "
+        "fitted loss curve needs to reach the target loss, over throughput), duration or "
+        "wall_time (the owner's), history (median of the owner's past jobs) or default "
+        "(the config's)"
     )
 
 

@@ -64,10 +64,11 @@ def _span(seconds: float | None) -> str:
 
 
 def _left(remaining: dict[str, Any] | None) -> str:
-    """Work left as the policy sees it (squeue's TIME_LEFT); '~' marks a stand-in figure."""
+    """Work left as the policy sees it (squeue's TIME_LEFT); '~' marks a stand-in or a
+    prediction (a loss curve's) rather than a measurement."""
     if not remaining:
         return "-"
-    guess = "~" if remaining["source"] in ("history", "default") else ""
+    guess = "~" if remaining["source"] in ("history", "default", "convergence") else ""
     return guess + _span(remaining["seconds"])
 
 
@@ -134,6 +135,10 @@ def submit(
         str | None, typer.Option(help="expected run time, for policies that rank by it")
     ] = None,
     total_steps: Annotated[int | None, typer.Option(help="steps to the end")] = None,
+    target_loss: Annotated[
+        float | None,
+        typer.Option(help="trains until its loss reaches this (work left predicted from it)"),
+    ] = None,
     workdir: Annotated[
         str | None, typer.Option("--workdir", "--chdir", "-D", help="working directory")
     ] = None,
@@ -195,6 +200,7 @@ def submit(
         "wall_time": wall_time,
         "duration": duration,
         "total_steps": total_steps,
+        "target_loss": target_loss,
         "workdir": str(Path(workdir).resolve()) if workdir else None,
         "array": array,
         "dependency": dependency,

@@ -7,6 +7,10 @@ so each candidate ``c`` below the lowest loss seen is solved by non-negative
 least squares (weighted so that residuals count in loss units); the best
 candidate is then polished by bounded least squares on the losses
 themselves. The steps a job needs are where the curve reaches its target.
+The form describes the decay after training gets going; a network fresh from
+random initialisation first sits on a plateau (the tiny transformer example
+does, for ~100 steps), which would bend the fit. So points before the loss
+first fell halfway from its first value to its lowest so far are left out.
 
 **Speed.** A data-parallel step on ``w`` GPUs at a fixed global batch takes
 ``t(w) = theta0 / w + theta1 + theta2 (w - 1)``: the work split ``w`` ways, a
@@ -57,6 +61,10 @@ def fit_loss_curve(
     y = np.asarray(losses, dtype=np.float64)
     keep = np.isfinite(k) & np.isfinite(y) & (k >= 0)
     k, y = k[keep], y[keep]
+    if len(y):
+        halfway = (y[0] + y.min()) / 2
+        start = int(np.argmax(y <= halfway))
+        k, y = k[start:], y[start:]
     if len(k) < MIN_POINTS or len(np.unique(k)) < MIN_POINTS:
         return None
     scale = float(k.max()) or 1.0
@@ -95,6 +103,22 @@ def fit_loss_curve(
     if a <= 1e-9 * max(b, 1e-12):  # flat over the points seen: no fall to predict from
         return None
     return LossCurve(a / scale, b, c)
+
+
+OVERSHOT = 1.1
+"""A job past the step its curve says it reaches its target at has not reached
+it yet: it is predicted to need this factor times the steps done."""
+
+
+def predicted_total_steps(curve: LossCurve | None, target: float, done: float) -> float | None:
+    """Steps a job needs in all to bring its loss to ``target``, from its fitted
+    curve (None: no curve, or the curve never gets there)."""
+    if curve is None:
+        return None
+    total = curve.steps_to(target)
+    if not math.isfinite(total):
+        return None
+    return total if total > done else max(done * OVERSHOT, done + 1.0)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,11 @@ import numpy as np
 import torch
 
 from corral.train import Session
+
+TARGET_WINDOW = 50
+"""Steps the target loss is averaged over (one step's loss is noisy). A resumed
+run refills the window first, so it stops where an uninterrupted run would, up
+to the steps it takes to refill."""
 
 
 def parse_args(description: str, steps: int, argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,6 +38,12 @@ def parse_args(description: str, steps: int, argv: list[str] | None = None) -> a
     parser.add_argument("--checkpoint-every", type=float, default=60.0, help="seconds")
     parser.add_argument("--result", type=Path, default=None, help="write final metrics (JSON) here")
     parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument(
+        "--target-loss",
+        type=float,
+        default=None,
+        help="stop once the training loss (averaged over the last 50 steps) is this low",
+    )
     return parser.parse_args(argv)
 
 
@@ -48,6 +60,7 @@ def train(
     step = session.restore()
     if step:
         print(f"resumed from step {step} at t={time.time():.3f}", flush=True)
+    recent: deque[float] = deque(maxlen=TARGET_WINDOW)
     while step < args.steps:
         model.train()
         optimizer.zero_grad(set_to_none=True)
@@ -60,6 +73,14 @@ def train(
         session.report(step, loss=loss.item())
         if step % args.log_every == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
+        recent.append(loss.item())
+        if (
+            args.target_loss is not None
+            and len(recent) == TARGET_WINDOW
+            and sum(recent) / TARGET_WINDOW <= args.target_loss
+        ):
+            print(f"reached the target loss {args.target_loss} at step {step}", flush=True)
+            break
         if session.should_stop and step < args.steps:
             print(f"stopping at step {step}: {session.stop_reason}", flush=True)
             session.stop(step)

@@ -46,7 +46,13 @@ from typing import Any
 import numpy as np
 
 from corral.errors import CorralError
-from corral.estimate.convergence import LossCurve, SpeedCurve, fit_loss_curve, fit_speed
+from corral.estimate.convergence import (
+    LossCurve,
+    SpeedCurve,
+    fit_loss_curve,
+    fit_speed,
+    predicted_total_steps,
+)
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.perf.pollux_models import pollux_model, training_curve
@@ -56,9 +62,6 @@ from corral.policies.base import PlanBuilder, Policy
 
 PRIOR_SECONDS = 3600.0
 """Work of a job with no curve before any job has finished (an hour at its speed)."""
-OVERSHOT = 1.1
-"""A job past the step its curve says it should have converged at is predicted
-to need this factor times the steps done: it has not reached its target yet."""
 
 
 class Optimus(Policy):
@@ -92,8 +95,8 @@ class Optimus(Policy):
         self.min_change = float(min_change)
         self.max_gpus = int(max_gpus)
         self._next_tick = -math.inf
-        self._loss_fits: dict[int, tuple[int, float]] = {}
-        """job -> (curve points fitted, predicted total steps)."""
+        self._loss_fits: dict[int, tuple[int, LossCurve | None]] = {}
+        """job -> (curve points fitted, the fit)."""
         self._speed_fits: dict[int, tuple[int, SpeedCurve]] = {}
         self._seen: dict[int, dict[int, float]] = {}
         """Live: job -> {GPUs: steps/s measured there}."""
@@ -124,13 +127,10 @@ class Optimus(Policy):
         cached = self._loss_fits.get(i)
         if cached is None or cached[0] != seen:
             fit: LossCurve | None = fit_loss_curve(steps[:seen], values[:seen]) if seen else None
-            total = fit.steps_to(values[-1]) if fit is not None else math.inf
-            self._loss_fits[i] = (seen, total)
+            self._loss_fits[i] = (seen, fit)
             self.counts["fits"] += 1
-        total = self._loss_fits[i][1]
-        if not math.isfinite(total):
-            return fallback
-        return total if total > done else max(done * OVERSHOT, done + 1.0)
+        total = predicted_total_steps(self._loss_fits[i][1], values[-1], done)
+        return fallback if total is None else total
 
     def speed_curve(self, state: SchedulerState, i: int, speeds: SpeedModel) -> SpeedCurve:
         """Steps/s of job ``i`` by GPU count, as Optimus believes it."""
@@ -251,7 +251,7 @@ class Optimus(Policy):
             alloc = self.allocate(remaining, curves, state.free.total, {})
         # carry it out: resized jobs stop, then everyone without GPUs is placed
         to_place: list[int] = []
-        for j in running:
+        for j in running if tick else ():
             want = alloc.get(j, 0)
             if want != len(state.alloc[j] or ()):
                 b.stop(j)

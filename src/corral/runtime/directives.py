@@ -37,6 +37,7 @@ _FIELDS: dict[str, str] = {
     "-t": "wall_time",
     "--duration": "duration",
     "--total-steps": "total_steps",
+    "--target-loss": "target_loss",
     "--workdir": "workdir",
     "--chdir": "workdir",
     "-D": "workdir",

@@ -10,15 +10,27 @@ state marks the figure as an estimate.
 Once a job that gives its ``total_steps`` reports heartbeats, its remaining
 time is measured instead: steps left over its reported throughput. That
 figure replaces the owner's guess (the policy is told it is no estimate).
+
+A job that trains to a ``target_loss`` gets Optimus' estimate: the loss curve
+its heartbeats trace (:class:`LossHistory`) is fitted, solved for the step at
+which it reaches the target, and the steps left go over the measured
+throughput (source ``convergence``). It stays an estimate for the policy.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from corral.estimate.convergence import (
+    MIN_POINTS,
+    LossCurve,
+    fit_loss_curve,
+    predicted_total_steps,
+)
 from corral.model.status import JobStatus
 from corral.runtime.specs import JobSpec
 from corral.runtime.store import JobRow, Store
@@ -76,3 +88,39 @@ def measured_remaining(goal: float, steps: float, throughput: float | None) -> f
     if throughput is None or not throughput > 0:
         return None
     return max(goal - steps, 0.0) / throughput
+
+
+MAX_POINTS = 400
+"""Loss points kept per job: beyond, every other one is dropped (the fit needs
+the curve's shape, not every heartbeat)."""
+
+
+@dataclass
+class LossHistory:
+    """The (step, loss) points a job's heartbeats reported, and its latest fit."""
+
+    target: float
+    steps: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    fitted_at: int = 0
+    curve: LossCurve | None = None
+
+    def add(self, step: float, loss: float | None) -> None:
+        """A heartbeat's point (ignored unless it is past the last one)."""
+        if loss is None or (self.steps and step <= self.steps[-1]):
+            return
+        self.steps.append(float(step))
+        self.losses.append(float(loss))
+        if len(self.steps) > MAX_POINTS:
+            self.steps, self.losses = self.steps[::2], self.losses[::2]
+            self.fitted_at = 0
+
+    def predicted_total(self, done: float) -> float | None:
+        """Steps the job needs in all, refitted once the points grew by a tenth."""
+        n = len(self.steps)
+        if n < MIN_POINTS:
+            return None
+        if self.fitted_at == 0 or n >= self.fitted_at * 1.1 + 1:
+            self.curve = fit_loss_curve(self.steps, self.losses)
+            self.fitted_at = n
+        return predicted_total_steps(self.curve, self.target, done)

@@ -16,6 +16,7 @@ from corral.model.jobs import JobStatus
 from corral.policies import POLICIES, make_policy, policy_options
 from corral.policies.base import Policy
 from corral.runtime.config import ServiceConfig
+from corral.runtime.estimates import LossHistory
 from corral.runtime.executor import (
     Executor,
     GpuSlot,
@@ -128,6 +129,10 @@ class LoopBase:
         """Queued jobs waiting for other jobs (their dependency), kept from the policy."""
         self.goals: dict[int, int] = {}
         """Jobs that gave their total steps -> that goal (heartbeats measure the rest)."""
+        self.loss_histories: dict[int, LossHistory] = {}
+        """Jobs that train to a target loss -> the loss curve their heartbeats trace."""
+        self.observed_at = 0.0
+        """When heartbeats' progress was last read into the policy's state."""
         self.duration_source: dict[int, str] = {}
         """Where each job's expected run time comes from (see runtime.estimates)."""
         self.packed_on: dict[int, int] = {}

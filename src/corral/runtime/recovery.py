@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
 from corral.model.state import RUNNING
-from corral.runtime.estimates import ESTIMATED, expected_duration
+from corral.runtime.estimates import ESTIMATED, LossHistory, expected_duration
 from corral.runtime.executor import (
     ProcessRef,
 )
@@ -132,6 +132,8 @@ class Recovery(LoopBase):
         self.duration_source[row.id] = source
         if spec.total_steps is not None:
             self.goals[row.id] = spec.total_steps
+        if spec.target_loss is not None and row.id not in self.loss_histories:
+            self.loss_histories[row.id] = LossHistory(spec.target_loss)
         return self.live.add(
             row.id,
             self.rel(row.submit_time),

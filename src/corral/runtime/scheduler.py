@@ -91,6 +91,12 @@ class Scheduler(Recovery, Transitions, Launching):
         due = self.next_wakeup is not None and now >= self.next_wakeup
         if changed or self.dirty or due:
             self._schedule(now)
+        elif (self.goals or self.loss_histories) and (
+            now - self.observed_at >= self.config.heartbeat_interval
+        ):
+            # between passes too, so the work left shown stays fresh
+            self._observe_progress()
+            self.observed_at = now
         self._launch_ready(self.clock())
         self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
         with self._cv:
@@ -102,6 +108,7 @@ class Scheduler(Recovery, Transitions, Launching):
         st.now = self.rel(now)
         self.dirty = False
         self._observe_progress()
+        self.observed_at = now
         if self.policy.shares_gpus:
             self._observe_speeds(now)
         try:
@@ -175,33 +182,50 @@ class Scheduler(Recovery, Transitions, Launching):
             self._stop(a, why, now)
 
     def _observe_progress(self) -> None:
-        """Jobs that gave total steps and report heartbeats: their remaining time becomes
-        the measured one (steps left / throughput), replacing the guess policies read."""
+        """Jobs that report heartbeats: their remaining time becomes the measured one.
+
+        A job that gave its total steps has steps left over its throughput; one
+        that trains to a target loss has the steps its fitted loss curve still
+        needs over its throughput (the nearer of the two when it gave both).
+        Either replaces the guess policies read."""
         st = self.live.state
         live = []
-        for job in list(self.goals):
+        for job in {*self.goals, *self.loss_histories}:
             i = self.live.index.get(job)
             status = st.status[i] if i is not None else None
             if status in (PENDING, RUNNING):
                 live.append(job)
             elif status != FUTURE:  # ended (a held job keeps its goal)
-                del self.goals[job]
+                self.goals.pop(job, None)
+                self.loss_histories.pop(job, None)
         if not live:
             return
         with self.store.session() as s:
             rows = s.execute(
-                select(JobRow.id, JobRow.steps, JobRow.throughput).where(
+                select(JobRow.id, JobRow.steps, JobRow.throughput, JobRow.loss).where(
                     JobRow.id.in_(live), JobRow.throughput.is_not(None)
                 )
             ).all()
-        for job, steps, throughput in rows:
-            left = measured_remaining(self.goals[job], steps, throughput)
-            if left is None:
+        for job, steps, throughput, loss in rows:
+            lefts: list[tuple[float, str]] = []
+            if job in self.goals:
+                left = measured_remaining(self.goals[job], steps, throughput)
+                if left is not None:
+                    lefts.append((left, "heartbeats"))
+            history = self.loss_histories.get(job)
+            if history is not None:
+                history.add(steps, loss)
+                total = history.predicted_total(steps)
+                left = None if total is None else measured_remaining(total, steps, throughput)
+                if left is not None:
+                    lefts.append((left, "convergence"))
+            if not lefts:
                 continue
+            left, source = min(lefts)
             i = self.live.index[job]
             st.total_steps[i] = float(st.done_steps(np.array([i]))[0]) + left
-            st.estimated[i] = False
-            self.duration_source[job] = "heartbeats"
+            st.estimated[i] = source == "convergence"
+            self.duration_source[job] = source
 
     def _update_reasons(self, waits: dict[int, str], notes: dict[int, str]) -> None:
         """Why each queued job waits, in Slurm's words: ReqNodeNotAvail (drained

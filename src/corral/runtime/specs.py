@@ -214,6 +214,12 @@ class JobSpec(BaseModel):
         None, description="memory in MiB, or 16G, 512M (Slurm's --mem; unset: no limit)"
     )
     total_steps: int | None = Field(None, ge=1, description="steps to the end (for progress)")
+    target_loss: float | None = Field(
+        None,
+        gt=0,
+        description="the job trains until its loss reaches this: its work left is predicted "
+        "from the loss curve its heartbeats report (Optimus' fit)",
+    )
     prerun_steps: int | None = Field(
         None, ge=0, description="iterations of a 1-GPU pre-run first (0: none; unset: config)"
     )
