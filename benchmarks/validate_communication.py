@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from validation_io import notes_for
 
 
@@ -206,9 +207,7 @@ def render(r: dict[str, Any]) -> str:
         "|---|---|---:|---:|",
     ]
     for w in r["nvlink"]:
-        out.append(
-            f"| {w['model']} | {w['placement']} | {w['pcie_s']:.3f} | {w['nvlink_s']:.3f} |"
-        )
+        out.append(f"| {w['model']} | {w['placement']} | {w['pcie_s']:.3f} | {w['nvlink_s']:.3f} |")
     out.append("")
     out += notes_for(__file__)
     return "\n".join(out)

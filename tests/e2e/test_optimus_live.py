@@ -12,7 +12,6 @@ steps/s) must be within 25% of the steps it really took.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
