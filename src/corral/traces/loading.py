@@ -1,7 +1,8 @@
 """Resolving a ``--trace`` value: files in any format, bundled traces, generators.
 
 ``--trace`` takes ``philly`` (the bundled trace), ``tiresias-60`` (Tiresias'
-60-job trace, bundled), ``synthetic[:jobs=N,load=X]``,
+60-job trace, bundled), ``pollux-1`` .. ``pollux-8`` (Pollux's 160-job
+workloads, bundled), ``synthetic[:jobs=N,load=X]``,
 ``gavel-synthetic[:jobs=N,rate=R,...]`` (Gavel's typed workload) or a path;
 a file's format is recognised from its first line, and ``--trace-format``
 overrides that.
@@ -9,6 +10,7 @@ overrides that.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,6 +103,9 @@ def _load(
     if text.lower() == "tiresias-60":
         text = str(data_path("tiresias", "60_job.csv"))
         options = TraceOptions(**{**options.__dict__, "fmt": "tiresias"})
+    if re.fullmatch(r"pollux-[1-8]", text.lower()):
+        text = str(data_path("pollux", "workloads", f"workload-{text[7:]}.csv"))
+        options = TraceOptions(**{**options.__dict__, "fmt": "pollux"})
     if text.lower().startswith("gavel-synthetic"):
         table = generate_gavel(GavelWorkload.parse(text, options.seed))
         return table.head(options.max_jobs) if options.max_jobs is not None else table
@@ -110,7 +115,8 @@ def _load(
     path = Path(text)
     if not path.is_file():
         raise CorralError(
-            f"trace '{spec}': no such file (or use 'philly', 'tiresias-60' or 'synthetic')"
+            f"trace '{spec}': no such file (or use 'philly', 'tiresias-60', 'pollux-1' .. "
+            "'pollux-8' or 'synthetic')"
         )
     fmt = (options.fmt or detect_format(text)).lower()
     report = report or LoadReport(text)
