@@ -95,6 +95,9 @@ class SchedulerState:
         """Steps per second on the job's reference allocation (1 for generic jobs)."""
         self.estimated = np.zeros(n, dtype=bool)
         """True where the duration is a stand-in estimate (live jobs that gave none)."""
+        self.curve_predicted = np.zeros(n, dtype=bool)
+        """True where the work is predicted from the job's own loss curve (live jobs
+        with a target loss; Optimus reads it)."""
         self.known_in_advance = True
         """Every job, with its size of work, is known up front (a trace); the live
         service sets False: jobs appear as they are submitted."""

@@ -28,13 +28,15 @@ Where the remaining steps come from:
   last value, what the run trained to. Optimus profiles a new job at a few
   sizes before it runs; here the profile is the performance model's speed at
   1, 2, 4, ... GPUs.
-* **Live**: the service's own best figure for the job (``state.total_steps``):
-  the loss curve fitted to the job's heartbeats when it states a
-  ``target_loss``, else steps left over measured throughput, else the owner's
-  guess. Speeds are those measured by heartbeats at each size it ran at.
-* Jobs with no curve (most traces) are predicted to need twice the work done
-  so far, and at least the median of finished jobs' work: the usual
-  least-attained-service guess, stated.
+* **Live**: the loss curve the service fits to the job's heartbeats when it
+  states a ``target_loss`` (``runtime.estimates.LossHistory``). Speeds are
+  those measured by heartbeats at each size it ran at, scaled so that the
+  size it asked for runs at its nominal speed.
+* Jobs with no curve (most traces, live jobs without a target loss) are
+  predicted to need twice the work done so far, and at least the median of
+  finished jobs' work: the usual least-attained-service guess, stated. Not
+  the trace's run time (an oracle) nor the owner's guess: the simulator and
+  the service then decide alike.
 """
 
 from __future__ import annotations
@@ -115,11 +117,14 @@ class Optimus(Policy):
             return None
 
     def predicted_total(self, state: SchedulerState, i: int, done: float, prior: float) -> float:
-        """Steps job ``i`` is predicted to need in all."""
-        if not state.known_in_advance:
-            return max(float(state.total_steps[i]), done)
-        curve = self._curve(state, i)
+        """Steps job ``i`` is predicted to need in all: from its loss curve where
+        there is one, else twice what it has done (at least the median finished
+        job's work). Never the trace's or the owner's figure: Optimus does not
+        take users' word for it."""
         fallback = max(2.0 * done, prior * float(state.ref_speed[i]))
+        if not state.known_in_advance:  # live: the service fits the heartbeats' curve
+            return max(float(state.total_steps[i]), done) if state.curve_predicted[i] else fallback
+        curve = self._curve(state, i)
         if curve is None:
             return fallback
         steps, values = curve
@@ -141,9 +146,14 @@ class Optimus(Policy):
             key = hash(tuple(sorted(seen.items())))
             cached = self._speed_fits.get(i)
             if cached is None or cached[0] != key:
-                fit = fit_speed(list(seen), list(seen.values())) if seen else None
                 asked = int(state.gpus[i])
-                fit = fit or SpeedCurve(asked / float(state.ref_speed[i]), 0.0, 0.0)
+                ref = float(state.ref_speed[i])
+                fit = fit_speed(list(seen), list(seen.values())) if seen else None
+                if fit is None:
+                    fit = SpeedCurve(asked / ref, 0.0, 0.0)
+                else:  # heartbeats count the job's own steps: rescale to the state's
+                    c = 1.0 / (ref * float(fit.step_time(asked)))
+                    fit = SpeedCurve(fit.theta0 * c, fit.theta1 * c, fit.theta2 * c)
                 self._speed_fits[i] = (key, fit)
             return self._speed_fits[i][1]
         cached = self._speed_fits.get(i)

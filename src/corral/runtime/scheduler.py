@@ -224,7 +224,7 @@ class Scheduler(Recovery, Transitions, Launching):
             left, source = min(lefts)
             i = self.live.index[job]
             st.total_steps[i] = float(st.done_steps(np.array([i]))[0]) + left
-            st.estimated[i] = source == "convergence"
+            st.estimated[i] = st.curve_predicted[i] = source == "convergence"
             self.duration_source[job] = source
 
     def _update_reasons(self, waits: dict[int, str], notes: dict[int, str]) -> None:
