@@ -15,8 +15,10 @@ Each scheduling interval (10 minutes by default, as in the paper) Optimus
    unless the change would alter their predicted remaining time by less than
    ``min_change`` (10%): churn has a price the model does not see.
 
-Between intervals, arriving jobs get free GPUs by the same rule; nobody is
-resized. A job's ask is where it starts, not a gang it must keep (Optimus'
+Between intervals, arriving jobs get free GPUs by the same rule and nobody is
+resized, except that a job arriving to no free GPU while running jobs hold
+more than they asked for has the GPUs re-divided at once (else it would wait
+out the interval behind jobs grown onto the whole cluster). A job's ask is where it starts, not a gang it must keep (Optimus'
 jobs are elastic), so the policy ``resizes``; the speed at another size is
 the performance model's (``SpeedModel.size_factor``).
 
@@ -222,7 +224,14 @@ class Optimus(Policy):
         now = state.now
         running = state.running.array().tolist()
         pending = list(state.pending_order)
-        tick = now >= self._next_tick
+        # a job that arrives to no free GPU while others hold more than they
+        # asked for does not wait for the interval: the GPUs are re-divided now
+        starved = (
+            bool(pending)
+            and state.free.total == 0
+            and any(state.held[j] > state.gpus[j] for j in running)
+        )
+        tick = now >= self._next_tick or starved
         if tick:
             self._next_tick = now + self.interval
         if not pending and not tick:
