@@ -80,7 +80,7 @@ def test_marginal_gain_allocation_matches_brute_force(jobs, capacity):
     predicted completion times; checked against every allocation."""
     remaining = {j: r for j, (r, _) in enumerate(jobs)}
     speed = {j: c for j, (_, c) in enumerate(jobs)}
-    got = Optimus().allocate(remaining, speed, capacity, {})
+    got = _allocate(Optimus(), remaining, speed, capacity, {})
 
     def cost(alloc: dict[int, int]) -> float:
         return sum(remaining[j] / float(speed[j].speed(w)) for j, w in alloc.items())
@@ -100,11 +100,23 @@ def test_marginal_gain_allocation_matches_brute_force(jobs, capacity):
         assert len(got) == capacity and all(w == 1 for w in got.values())
 
 
+def _allocate(
+    policy: Optimus,
+    remaining: dict[int, float],
+    speed: dict[int, SpeedCurve],
+    capacity: int,
+    pinned: dict[int, int],
+) -> dict[int, int]:
+    policy._remaining, policy._curves = remaining, speed
+    order = sorted(remaining, key=lambda j: (policy.cost(j, 1), j))
+    return policy.allocate(list(remaining), capacity, pinned, order)
+
+
 def test_pinned_jobs_keep_their_size_and_max_gpus_caps():
     remaining = {0: 100.0, 1: 100.0}
     speed = {0: SpeedCurve(1.0, 0.0, 0.0), 1: SpeedCurve(1.0, 0.0, 0.0)}
-    assert Optimus().allocate(remaining, speed, 8, {0: 1}) == {0: 1, 1: 7}
-    assert Optimus(max_gpus=3).allocate(remaining, speed, 8, {}) == {0: 3, 1: 3}
+    assert _allocate(Optimus(), remaining, speed, 8, {0: 1}) == {0: 1, 1: 7}
+    assert _allocate(Optimus(max_gpus=3), remaining, speed, 8, {}) == {0: 3, 1: 3}
 
 
 def test_optimus_resizes_jobs_and_the_invariants_hold():

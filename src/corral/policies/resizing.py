@@ -1,0 +1,218 @@
+"""What Optimus and Pollux share: jobs of any size, re-divided at intervals.
+
+Both policies decide how many GPUs each job gets by minimising a sum of
+per-job costs, one GPU at a time (the job whose cost drops most gets the
+next one), and carry the result out by resizing jobs: a resized job stops and
+restarts on its new GPUs from its checkpoint. Only the cost differs: Optimus
+minimises predicted completion times, Pollux a generalised mean of speed-ups.
+
+The pass, common to both:
+
+* every ``interval`` the whole allocation is re-divided, except that a
+  running job whose cost would change by less than ``min_change`` keeps its
+  size (restarts have a price the cost does not see);
+* between intervals, arriving jobs get free GPUs by the same rule and nobody
+  is resized, unless a job arrives to no free GPU while running jobs hold
+  more than they asked for: then the GPUs are re-divided at once;
+* a job is placed on its size's fewest nodes, or on fewer GPUs where
+  fragmentation leaves no room; its speed at that size comes with the plan's
+  ``factors``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from abc import abstractmethod
+from typing import Any
+
+import numpy as np
+
+from corral.errors import CorralError
+from corral.model.plan import Plan
+from corral.model.state import SchedulerState
+from corral.perf.speeds import SpeedModel
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder, Policy
+
+
+class ResizingPolicy(Policy):
+    """A policy that re-divides GPUs among jobs of any size (subclasses give the cost)."""
+
+    resizes = True
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        interval: float = 600.0,
+        min_change: float = 0.1,
+        max_gpus: int = 0,
+        **params: Any,
+    ) -> None:
+        super().__init__(placement, **params)
+        if not interval > 0:
+            raise CorralError(f"{self.name}: interval must be > 0 seconds, got {interval}")
+        if not 0 <= min_change < 1:
+            raise CorralError(f"{self.name}: min_change must be in [0, 1), got {min_change}")
+        if max_gpus < 0:
+            raise CorralError(f"{self.name}: max_gpus must be >= 0 (0: no cap), got {max_gpus}")
+        self.interval = float(interval)
+        self.min_change = float(min_change)
+        self.max_gpus = int(max_gpus)
+        self._next_tick = -math.inf
+        self.counts: dict[str, int] = {"resizes": 0}
+
+    # ---- what subclasses say -------------------------------------------------
+
+    @abstractmethod
+    def prepare(self, state: SchedulerState, jobs: list[int], speeds: SpeedModel) -> None:
+        """Compute what :meth:`cost` needs for these jobs, once per pass."""
+
+    @abstractmethod
+    def cost(self, j: int, gpus: int) -> float:
+        """Job ``j``'s share of the objective on ``gpus`` >= 1 GPUs (lower is better)."""
+
+    @abstractmethod
+    def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
+        """Order in which jobs get their first GPU when there are too few for all."""
+
+    def start_factor(self, state: SchedulerState, j: int, gpus: int, speeds: SpeedModel) -> float:
+        """Speed of job ``j`` on ``gpus`` GPUs relative to the size it asked for."""
+        return speeds.size_factor(
+            state.cluster,
+            state.job_type[j],
+            state.model[j],
+            int(state.gpus[j]),
+            gpus,
+            int(state.batch_size[j]),
+        )
+
+    def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
+        """A job starts on ``gpus`` GPUs (e.g. Pollux records its batch size)."""
+
+    # ---- shared -------------------------------------------------------------
+
+    @staticmethod
+    def model_speed(state: SchedulerState, i: int, w: int, speeds: SpeedModel) -> float:
+        """The performance model's steps/s of job ``i`` on ``w`` GPUs of one place."""
+        job_type = state.job_type[i]
+        if job_type and speeds.knows(job_type):
+            return float(speeds.reference_speed(job_type, w) or 0.0)
+        factor = speeds.size_factor(
+            state.cluster, job_type, state.model[i], int(state.gpus[i]), w, int(state.batch_size[i])
+        )
+        return float(state.ref_speed[i]) * factor
+
+    def allocate(
+        self, jobs: list[int], capacity: int, pinned: dict[int, int], order: list[int]
+    ) -> dict[int, int]:
+        """GPUs per job: pinned jobs keep theirs; the others get one each in
+        ``order`` while GPUs last, then each further GPU goes to the job whose
+        cost drops most. For costs convex in the GPU count this minimises the
+        sum of costs (tested against brute force)."""
+        alloc = dict(pinned)
+        left = capacity - sum(pinned.values())
+        cap = self.max_gpus or capacity
+        heap: list[tuple[float, int, int]] = []
+        for j in order:
+            if j in pinned:
+                continue
+            if left <= 0:
+                break
+            alloc[j] = 1
+            left -= 1
+            if cap > 1:
+                heap.append((self.cost(j, 2) - self.cost(j, 1), j, 1))
+        heapq.heapify(heap)
+        while left > 0 and heap:
+            delta, j, w = heapq.heappop(heap)
+            if delta >= 0:
+                break
+            alloc[j] = w + 1
+            left -= 1
+            if w + 1 < cap:
+                heapq.heappush(heap, (self.cost(j, w + 2) - self.cost(j, w + 1), j, w + 1))
+        return alloc
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        b = PlanBuilder(state)
+        running = state.running.array().tolist()
+        pending = list(state.pending_order)
+        starved = (
+            bool(pending)
+            and state.free.total == 0
+            and any(state.held[j] > state.gpus[j] for j in running)
+        )
+        tick = state.now >= self._next_tick or starved
+        if tick:
+            self._next_tick = state.now + self.interval
+        if not pending and not tick:
+            return b.build(self._next_tick if running else None)
+        jobs = running + pending if tick else pending
+        if not jobs:
+            return b.build(None)
+        speeds = state.speeds or SpeedModel()
+        self.prepare(state, jobs, speeds)
+        order = sorted(jobs, key=lambda j: (*self.admission_key(state, j), j))
+        if tick:
+            capacity = state.free.total + sum(len(state.alloc[j] or ()) for j in running)
+            pinned: dict[int, int] = {}
+            for _ in range(4):
+                alloc = self.allocate(jobs, capacity, pinned, order)
+                more = {
+                    j: len(state.alloc[j] or ())
+                    for j in running
+                    if j not in pinned and self._keeps_size(state, j, alloc.get(j, 0))
+                }
+                if not more:
+                    break
+                pinned |= more
+        else:
+            alloc = self.allocate(jobs, state.free.total, {}, order)
+        to_place: list[int] = []
+        for j in running if tick else ():
+            want = alloc.get(j, 0)
+            if want != len(state.alloc[j] or ()):
+                b.stop(j)
+                if want:
+                    to_place.append(j)
+                    self.counts["resizes"] += 1
+        to_place += [j for j in pending if alloc.get(j, 0) > 0]
+        to_place.sort(key=lambda j: (-alloc[j], j))
+        for j in to_place:
+            self._place(b, state, j, alloc[j], speeds)
+        return b.build(self._next_tick)
+
+    def _keeps_size(self, state: SchedulerState, j: int, want: int) -> bool:
+        """True when a running job should stay at its size: its cost would change
+        by less than ``min_change`` (a stop, ``want`` 0, always goes ahead)."""
+        now_w = len(state.alloc[j] or ())
+        if want == now_w or want == 0:
+            return want == now_w
+        before, after = self.cost(j, now_w), self.cost(j, want)
+        return abs(before - after) < self.min_change * abs(before)
+
+    def _place(
+        self, b: PlanBuilder, state: SchedulerState, j: int, want: int, speeds: SpeedModel
+    ) -> None:
+        """Start ``j`` on ``want`` GPUs, or on fewer where fragmentation leaves no room."""
+        bound = int(state.type_req[j])
+        free = b.free if bound < 0 else b.free.of_type(bound)
+        for w in range(min(want, free.total), 0, -1):
+            gpus = self.placement.choose(free, w)
+            if gpus is None:
+                continue
+            b.start(j, gpus)
+            factor = self.start_factor(state, j, w, speeds)
+            if factor != 1.0:
+                b.plan.factors[j] = factor
+            self.on_start(b, state, j, w)
+            return
+
+
+def median_finished_seconds(state: SchedulerState, default: float) -> float:
+    """Median run time (at reference speed) of the jobs finished so far."""
+    finished = np.flatnonzero(state.status == 3)  # DONE
+    if not len(finished):
+        return default
+    return float(np.median(state.total_steps[finished] / state.ref_speed[finished]))
