@@ -271,6 +271,9 @@ class SchedulerState:
             self.steps_done[i] += (now - self.progress_start[i]) * self.speed[i]
             self.progress_start[i] = now
         self.speed[i] = speed
+        speedup = speed / float(self.ref_speed[i])
+        if speedup > self.max_speedup[i]:
+            self.max_speedup[i] = speedup
         left = max(self.total_steps[i] - self.steps_done[i], 0.0)
         return self.progress_start[i] + left / speed
 

@@ -115,6 +115,39 @@ def training_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tu
     return steps, values
 
 
+@cache
+def noise_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(steps, gradient noise scale) along a run at this batch size.
+
+    The curves carry estimates of the squared gradient norm (``grad_sqr``) and
+    of the gradient variance at the run's batch (``grad_var``); the noise scale
+    in examples is ``batch x grad_var / grad_sqr`` (McCandlish et al.'s simple
+    noise scale, Pollux's phi). It grows as training goes on.
+    """
+    path = data_path("pollux", "models", model, f"validation-{global_batch}.csv")
+    if not path.exists():
+        raise CorralError(f"no Pollux training curve for {model} at batch size {global_batch}")
+    steps: list[float] = []
+    noise: list[float] = []
+    with path.open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            sqr, var = float(row["grad_sqr"]), float(row["grad_var"])
+            if sqr > 0 and var >= 0:
+                steps.append(float(row["iteration"]))
+                noise.append(global_batch * var / sqr)
+    return tuple(steps), tuple(noise)
+
+
+@cache
+def batch_limits(model: str) -> tuple[int, int]:
+    """(largest global batch trained to the target, largest local batch measured):
+    the range a batch-size search may use for this model."""
+    folder = data_path("pollux", "models", model)
+    batches = [int(p.stem.split("-")[1]) for p in folder.glob("validation-*.csv")]
+    local = max(s.local_bsz for s in step_samples(model))
+    return max(batches), local
+
+
 MODEL_ALIASES = {"resnet50": "imagenet", "resnet18": "cifar10"}
 """Pollux names its workloads by data set; these are the models they train."""
 

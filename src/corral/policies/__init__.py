@@ -18,6 +18,7 @@ from corral.policies.las import Las
 from corral.policies.liquid import Liquid
 from corral.policies.optimus import Optimus
 from corral.policies.philly import Philly
+from corral.policies.pollux import Pollux
 from corral.policies.shortest import Sjf, Srtf
 from corral.policies.themis import Themis
 from corral.policies.tiresias import TiresiasGittins, TiresiasLas
@@ -40,6 +41,7 @@ POLICIES: dict[str, type[Policy]] = {
         Allox,
         Themis,
         Optimus,
+        Pollux,
     )
 }
 POLICIES["gavel"] = GavelPolicy

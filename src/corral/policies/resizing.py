@@ -90,6 +90,10 @@ class ResizingPolicy(Policy):
     def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
         """A job starts on ``gpus`` GPUs (e.g. Pollux records its batch size)."""
 
+    def retune(self, builder: PlanBuilder, state: SchedulerState, kept: list[int]) -> None:
+        """At an interval, running jobs that keep their GPUs (e.g. Pollux re-picks
+        their batch size, changing their speed without a restart)."""
+
     # ---- shared -------------------------------------------------------------
 
     @staticmethod
@@ -170,6 +174,7 @@ class ResizingPolicy(Policy):
         else:
             alloc = self.allocate(jobs, state.free.total, {}, order)
         to_place: list[int] = []
+        kept: list[int] = []
         for j in running if tick else ():
             want = alloc.get(j, 0)
             if want != len(state.alloc[j] or ()):
@@ -177,6 +182,10 @@ class ResizingPolicy(Policy):
                 if want:
                     to_place.append(j)
                     self.counts["resizes"] += 1
+            else:
+                kept.append(j)
+        if kept:
+            self.retune(b, state, kept)
         to_place += [j for j in pending if alloc.get(j, 0) > 0]
         to_place.sort(key=lambda j: (-alloc[j], j))
         for j in to_place:

@@ -1,0 +1,87 @@
+"""Pollux's goodput: how fast a job really progresses at a size and batch size.
+
+Goodput = throughput (examples/s) x statistical efficiency. A larger batch
+processes more examples per second on more GPUs, but each example is worth
+less: with gradient noise scale phi (examples), training at batch M instead
+of the job's initial batch M0 needs ``(phi + M) / (phi + M0)`` times the
+examples (McCandlish et al.), so the efficiency of M is
+``E(M) = (phi + M0) / (phi + M)``. Small noise (early in training) makes large
+batches wasteful; as phi grows they become nearly free, which is when Pollux
+gives a job more GPUs and a larger batch.
+
+Throughput comes from the communication model (``perf.communication``): a
+step of global batch M on w GPUs of the fewest nodes takes the model's step
+time at local batch M/w. The batch is searched between M0 and the largest
+batch the model was trained to the target with, keeping the local batch
+within what was measured to fit (no gradient accumulation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from corral.model.cluster import Links
+from corral.perf.communication import ModelProfile, Span
+from corral.perf.pollux_models import batch_limits, noise_curve
+
+GRID = 24
+"""Batch sizes tried between the smallest and largest allowed (geometric)."""
+
+
+def efficiency(noise: float, initial: float, batch: float) -> float:
+    """Statistical efficiency of ``batch`` relative to ``initial`` at noise scale ``noise``."""
+    return (noise + initial) / (noise + batch)
+
+
+@dataclass(frozen=True)
+class GoodputModel:
+    """A job's goodput as a function of GPUs and batch size."""
+
+    profile: ModelProfile
+    links: Links
+    node_size: int
+    initial_batch: int
+    max_batch: int
+    max_local: int
+
+    def throughput(self, gpus: int, batch: float) -> float:
+        """Examples per second of ``gpus`` GPUs (fewest nodes) at global ``batch``."""
+        span = Span.packed(gpus, self.node_size)
+        return batch / self.profile.step_time(span, self.links, local_batch=batch / gpus)
+
+    def best(self, gpus: int, noise: float) -> tuple[float, float]:
+        """(batch, goodput in examples/s at the initial batch's efficiency) that
+        maximise goodput on ``gpus`` GPUs."""
+        low = float(self.initial_batch)
+        high = float(max(low, min(self.max_batch, gpus * self.max_local)))
+        batches = np.unique(np.geomspace(low, high, GRID)) if high > low else np.array([low])
+        goodputs = [
+            self.throughput(gpus, m) * efficiency(noise, self.initial_batch, m) for m in batches
+        ]
+        k = int(np.argmax(goodputs))
+        return float(batches[k]), float(goodputs[k])
+
+
+@cache
+def _limits(model: str) -> tuple[int, int]:
+    return batch_limits(model)
+
+
+def goodput_model(
+    profile: ModelProfile, links: Links, node_size: int, initial_batch: int
+) -> GoodputModel:
+    max_batch, max_local = _limits(profile.name)
+    return GoodputModel(profile, links, node_size, initial_batch, max_batch, max_local)
+
+
+def noise_at(model: str, batch: int, steps: float) -> float:
+    """The job's gradient noise scale after ``steps`` steps (its curve's last
+    point at or before them; the first point before any)."""
+    points, noise = noise_curve(model, batch)
+    if not points:
+        return float(batch)
+    k = max(int(np.searchsorted(np.asarray(points), steps, side="right")) - 1, 0)
+    return noise[k]

@@ -1,0 +1,183 @@
+"""Pollux (Qiao et al., OSDI 2021): co-adapt each job's GPUs and batch size to
+maximise goodput, cluster-wide a fair mean of the jobs' speed-ups.
+
+Every ``interval`` (60 s, as in the paper):
+
+1. each job's **speed-up** on w GPUs is its best goodput there (the batch
+   size that maximises throughput x statistical efficiency, ``perf.goodput``,
+   at its gradient noise scale now) over its best goodput on one GPU;
+2. the GPUs are divided to maximise the **generalised mean** of the speed-ups
+   with exponent ``p`` (-1 by default, the paper's: a harmonic mean that
+   keeps any job from being starved for the others' sake). Pollux searches
+   allocations with a genetic algorithm; corral hands GPUs out one at a time
+   to the job whose term gains most, which is exact when each job's term is
+   convex in its GPUs (``policies.resizing``, shared with Optimus);
+3. jobs resize (a restart) unless their speed-up would change by less than
+   ``min_change``; jobs that keep their GPUs re-pick their batch size, which
+   changes their speed without a restart, as Pollux's agents do.
+
+When there are more jobs than GPUs a p-mean with p < 0 is zero for every
+allocation; the oldest jobs then get one GPU each and the rest wait (Pollux
+keeps its queue first come first served too).
+
+Where goodput comes from: a job of a model the communication model knows,
+with its batch size (Pollux's workloads), gets Pollux's model: throughput
+from the fitted step times and statistical efficiency from the gradient
+noise scale its bundled training curve records at its progress. Any other job
+(a trace known only by durations, a live job) has no batch size to tune: its
+speed-up is the performance model's speed at w GPUs over one, linear for
+jobs nothing is known about.
+
+In the simulator a job's work is the steps its curve took at its initial
+batch size; at another batch a step does ``goodput / initial batch`` of them
+per second, so a larger batch helps only as far as its efficiency allows.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from corral.errors import CorralError
+from corral.model.cluster import Links
+from corral.model.state import SchedulerState
+from corral.perf.communication import model_profile
+from corral.perf.goodput import GoodputModel, goodput_model
+from corral.perf.pollux_models import noise_curve, pollux_model
+from corral.perf.speeds import SpeedModel
+from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder
+from corral.policies.resizing import ResizingPolicy
+
+
+@lru_cache(maxsize=65536)
+def _best(model: str, initial: int, node_size: int, links: Links, row: int, gpus: int) -> tuple:
+    """(batch, goodput) of a job at a point of its noise curve: shared by every
+    job of the same model and initial batch (passes ask it thousands of times)."""
+    profile = model_profile(model)
+    assert profile is not None
+    gm = goodput_model(profile, links, node_size, initial)
+    noise = noise_curve(model, initial)[1][row] if noise_curve(model, initial)[1] else initial
+    return gm.best(gpus, noise)
+
+
+class Pollux(ResizingPolicy):
+    name = "pollux"
+    description = (
+        "Pollux: each job's goodput (throughput x statistical efficiency) at its best batch "
+        "size; GPUs divided to maximise the generalised mean of speed-ups; jobs resize"
+    )
+    live_note = (
+        "live jobs have no batch size to tune: speed-ups come from the performance model "
+        "(linear for jobs it knows nothing about); a resize restarts the job from its checkpoint"
+    )
+
+    def __init__(
+        self,
+        placement: PlacementStrategy | None = None,
+        interval: float = 60.0,
+        min_change: float = 0.1,
+        max_gpus: int = 0,
+        p: float = -1.0,
+        **params: Any,
+    ) -> None:
+        super().__init__(placement, interval, min_change, max_gpus, **params)
+        if p == 0 or not -10 <= p <= 1:
+            raise CorralError(f"pollux: p must be in [-10, 1] and not 0, got {p}")
+        self.p = float(p)
+        self._rows: dict[int, int] = {}
+        """Job -> its noise curve's row now (goodput jobs only)."""
+        self._base: dict[int, float] = {}
+        """Job -> its best goodput (or speed) on one GPU."""
+        self._speeds: SpeedModel | None = None
+        self._state: SchedulerState | None = None
+        self._started: dict[int, float] = {}
+        """Running job -> the speed factor it started (or was last re-tuned) at."""
+        self.batches: dict[int, float] = {}
+        """Job -> the batch size it runs at now."""
+        self.counts["retunes"] = 0
+
+    # ---- goodput -------------------------------------------------------------
+
+    def _goodput_job(self, state: SchedulerState, j: int) -> str | None:
+        """The Pollux model of job ``j`` when its goodput can be modelled."""
+        model = pollux_model(state.model[j]) if state.model[j] else None
+        if model is None or state.batch_size[j] <= 0 or model_profile(model) is None:
+            return None
+        try:
+            noise_curve(model, int(state.batch_size[j]))
+        except CorralError:
+            return None
+        return model
+
+    def _rate(self, j: int, gpus: int) -> tuple[float, float]:
+        """(batch, goodput or speed) of job ``j`` on ``gpus`` GPUs now."""
+        state, speeds = self._state, self._speeds
+        assert state is not None and speeds is not None
+        model = self._goodput_job(state, j)
+        if model is None:
+            return float(state.batch_size[j]), self.model_speed(state, j, gpus, speeds)
+        node = int(state.cluster.node_gpus.max())
+        batch, goodput = _best(
+            model, int(state.batch_size[j]), node, state.cluster.links, self._rows[j], gpus
+        )
+        return float(batch), float(goodput)
+
+    def speedup(self, j: int, gpus: int) -> float:
+        return self._rate(j, gpus)[1] / self._base[j]
+
+    # ---- the resizing pass's hooks --------------------------------------------
+
+    def prepare(self, state: SchedulerState, jobs: list[int], speeds: SpeedModel) -> None:
+        self._state, self._speeds = state, speeds
+        done = state.done_steps(np.asarray(jobs, dtype=np.int64)).tolist()
+        for j, d in zip(jobs, done, strict=True):
+            model = self._goodput_job(state, j)
+            if model is not None:
+                steps = noise_curve(model, int(state.batch_size[j]))[0]
+                self._rows[j] = max(int(np.searchsorted(np.asarray(steps), d, "right")) - 1, 0)
+            self._base[j] = self._rate(j, 1)[1]
+
+    def cost(self, j: int, gpus: int) -> float:
+        s = self.speedup(j, gpus)
+        return s**self.p if self.p < 0 else -(s**self.p)
+
+    def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
+        return (float(state.submit[j]),)
+
+    def start_factor(self, state: SchedulerState, j: int, gpus: int, speeds: SpeedModel) -> float:
+        model = self._goodput_job(state, j)
+        if model is None:
+            factor = super().start_factor(state, j, gpus, speeds)
+        else:
+            factor = self._progress_factor(state, j, gpus)
+        self._started[j] = factor
+        return factor
+
+    def _progress_factor(self, state: SchedulerState, j: int, gpus: int) -> float:
+        """Steps (at the initial batch) per second at the best batch on ``gpus``
+        GPUs, relative to the initial batch on the GPUs asked for."""
+        batch, goodput = self._rate(j, gpus)
+        self.batches[j] = batch
+        model = self._goodput_job(state, j)
+        assert model is not None
+        profile = model_profile(model)
+        assert profile is not None
+        node = int(state.cluster.node_gpus.max())
+        gm: GoodputModel = goodput_model(
+            profile, state.cluster.links, node, int(state.batch_size[j])
+        )
+        asked = int(state.gpus[j])
+        return goodput / gm.throughput(asked, float(state.batch_size[j]))
+
+    def retune(self, builder: PlanBuilder, state: SchedulerState, kept: list[int]) -> None:
+        for j in kept:
+            if self._goodput_job(state, j) is None or j not in self._started:
+                continue
+            gpus = len(state.alloc[j] or ())
+            factor = self._progress_factor(state, j, gpus)
+            if abs(factor - self._started[j]) > 1e-9 * self._started[j]:
+                builder.plan.respeeds[j] = factor / self._started[j]
+                self.counts["retunes"] += 1
