@@ -61,7 +61,7 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = dict(task)
     if task["part"] == "sim":
-        out |= run_sim(task["workload"], task["policy"])
+        out |= run_sim(task["workload"], task["policy"], {})
     elif task["part"] == "curves":
         out |= score_curves()
     else:
@@ -70,7 +70,8 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_sim(workload: int, policy: str) -> dict[str, Any]:
+def run_sim(workload: int, policy: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One Pollux workload on the testbed's shape (``validate_pollux`` uses it too)."""
     import numpy as np
 
     from corral.model.cluster_specs import load_cluster
@@ -79,7 +80,8 @@ def run_sim(workload: int, policy: str) -> dict[str, Any]:
 
     cluster = load_cluster(CLUSTER)
     jobs = load_trace(f"pollux-{workload}", cluster.total_gpus)
-    result = simulate(jobs, cluster, RunSpec(policy, check_invariants=True))
+    spec = RunSpec(policy, check_invariants=True, policy_options=options)
+    result = simulate(jobs, cluster, spec)
     s = result.state
     jct = s.finish_time - s.submit
     out: dict[str, Any] = {

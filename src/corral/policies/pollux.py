@@ -53,14 +53,18 @@ from corral.policies.resizing import ResizingPolicy
 
 
 @lru_cache(maxsize=65536)
-def _best(model: str, initial: int, node_size: int, links: Links, row: int, gpus: int) -> tuple:
+def _best(
+    model: str, initial: int, node_size: int, links: Links, row: int, gpus: int, adapt: bool
+) -> tuple[float, float]:
     """(batch, goodput) of a job at a point of its noise curve: shared by every
     job of the same model and initial batch (passes ask it thousands of times)."""
     profile = model_profile(model)
     assert profile is not None
     gm = goodput_model(profile, links, node_size, initial)
-    noise = noise_curve(model, initial)[1][row] if noise_curve(model, initial)[1] else initial
-    return gm.best(gpus, noise)
+    if not adapt:
+        return float(initial), gm.throughput(gpus, float(initial))
+    noise = noise_curve(model, initial)[1]
+    return gm.best(gpus, noise[row] if noise else float(initial))
 
 
 class Pollux(ResizingPolicy):
@@ -81,9 +85,12 @@ class Pollux(ResizingPolicy):
         min_change: float = 0.1,
         max_gpus: int = 0,
         p: float = -1.0,
+        adapt_batch: bool = True,
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
+        self.adapt_batch = bool(adapt_batch)
+        """False: every job keeps its initial batch size (an ablation)."""
         if p == 0 or not -10 <= p <= 1:
             raise CorralError(f"pollux: p must be in [-10, 1] and not 0, got {p}")
         self.p = float(p)
@@ -121,7 +128,13 @@ class Pollux(ResizingPolicy):
             return float(state.batch_size[j]), self.model_speed(state, j, gpus, speeds)
         node = int(state.cluster.node_gpus.max())
         batch, goodput = _best(
-            model, int(state.batch_size[j]), node, state.cluster.links, self._rows[j], gpus
+            model,
+            int(state.batch_size[j]),
+            node,
+            state.cluster.links,
+            self._rows[j],
+            gpus,
+            self.adapt_batch,
         )
         return float(batch), float(goodput)
 
