@@ -1,6 +1,8 @@
 """Optimus live: a real training job that trains to a target loss has its work
 left predicted from the loss curve its heartbeats report, and the prediction
-converges on the truth.
+converges on the truth; a job resized by the policy resumes from its
+checkpoint at its new size (batch scaled with it) and reports what goodput
+models read (batch size, gradient noise scale).
 
 The tiny transformer example trains until its loss, averaged over 50 steps,
 reaches 0.35 (about 570 steps; 0.02 s of extra work per step makes it ~20 s).
@@ -44,6 +46,8 @@ def test_optimus_predicts_a_training_job_from_its_loss_curve(tmp_path: Path) -> 
                 "0.02",
                 "--target-loss",
                 str(TARGET),
+                "--noise-every",
+                "10",
             ],
             "gpus": 1,
             "target_loss": TARGET,
@@ -71,6 +75,65 @@ def test_optimus_predicts_a_training_job_from_its_loss_curve(tmp_path: Path) -> 
         assert at_half == pytest.approx(final, rel=0.25)
         shown = service.client.json("GET", f"/v1/jobs/{job}")
         assert shown["spec"]["target_loss"] == TARGET
+        # what goodput models read: the batch and an estimate of the noise scale
+        assert shown["batch_size"] == 32
+        assert shown["grad_noise_scale"] is not None and shown["grad_noise_scale"] > 0
+    finally:
+        service.stop()
+    assert "Traceback" not in service.log.read_text()
+
+
+def _transformer(steps: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "corral.examples.tiny_transformer",
+        "--steps",
+        str(steps),
+        "--step-time",
+        "0.02",
+        "--elastic-batch",
+        "--checkpoint-every",
+        "1",
+    ]
+
+
+def test_a_resized_job_resumes_at_its_new_size(tmp_path: Path) -> None:
+    """Alone on 2 GPUs, a 1-GPU job is grown onto both (Optimus assumes linear
+    scaling until it has measured otherwise) and trains at twice the batch; a
+    second job arrives to no free GPU, so the GPUs are re-divided at once: the
+    first job is stopped at a checkpoint and resumes on one GPU at its own
+    batch."""
+    service = ServiceProcess(tmp_path, "optimus", gpus=[{"type": "V100", "count": 2}])
+    service.start()
+    try:
+        first = service.client.submit(
+            {"name": "grown", "command": _transformer(1500), "gpus": 1}
+        )["id"]
+        wait_for(
+            lambda: service.client.job(first)["batch_size"] == 64,
+            timeout=60,
+            what="the first job to train on 2 GPUs at batch 64",
+        )
+        second = service.client.submit(
+            {"name": "second", "command": _transformer(100), "gpus": 1}
+        )["id"]
+        wait_for(
+            lambda: service.client.job(first)["batch_size"] == 32
+            and service.client.job(first)["status"] == "RUNNING",
+            timeout=60,
+            what="the first job to resume on 1 GPU at batch 32",
+        )
+        attempts = service.client.json("GET", f"/v1/jobs/{first}")["attempts"]
+        assert [len(a["gpus"]) for a in attempts[:2]] == [2, 1]
+        assert attempts[0]["cause"] == "preempted"
+        assert attempts[1]["steps_start"] > 0  # resumed from its checkpoint
+        wait_for(
+            lambda: service.client.job(second)["status"] == "SUCCEEDED",
+            timeout=60,
+            what="the second job to end",
+        )
+        service.client.action(first, "cancel")
     finally:
         service.stop()
     assert "Traceback" not in service.log.read_text()

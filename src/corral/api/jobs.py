@@ -422,6 +422,10 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
                 None if body.throughput_age is None else now - body.throughput_age
             )
             row.loss = body.loss
+            if body.batch_size is not None:
+                row.batch_size = body.batch_size
+            if body.grad_noise_scale is not None:
+                row.grad_noise_scale = body.grad_noise_scale
             if body.checkpoint_step is not None:
                 row.checkpoint_step = body.checkpoint_step
             row.last_heartbeat = now

@@ -53,6 +53,10 @@ class JobView(BaseModel):
     total_steps: int | None
     throughput: float | None
     loss: float | None
+    batch_size: int | None = Field(None, description="global batch size the job reports")
+    grad_noise_scale: float | None = Field(
+        None, description="gradient noise scale the job reports (examples)"
+    )
     checkpoint_step: float | None
     failures: int
     preemptions: int
@@ -97,6 +101,8 @@ class JobView(BaseModel):
             total_steps=spec.total_steps,
             throughput=row.throughput,
             loss=row.loss,
+            batch_size=row.batch_size,
+            grad_noise_scale=row.grad_noise_scale,
             checkpoint_step=row.checkpoint_step,
             failures=row.failures,
             preemptions=row.preemptions,
@@ -206,6 +212,10 @@ class HeartbeatBody(BaseModel):
         None, ge=0, description="seconds since the window the throughput covers began"
     )
     loss: float | None = None
+    batch_size: int | None = Field(None, ge=1, description="global batch size of the last step")
+    grad_noise_scale: float | None = Field(
+        None, ge=0, description="estimated gradient noise scale, in examples (optional)"
+    )
     checkpoint_step: float | None = None
 
 

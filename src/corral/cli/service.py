@@ -366,7 +366,13 @@ def show(
         f"   preemptions {job['preemptions']}",
         f"  progress  {_steps(job)} steps"
         + (f", {job['throughput']:.2f} steps/s" if job["throughput"] else "")
-        + (f", loss {job['loss']:.4f}" if job["loss"] is not None else ""),
+        + (f", loss {job['loss']:.4f}" if job["loss"] is not None else "")
+        + (f", batch {job['batch_size']}" if job.get("batch_size") else "")
+        + (
+            f", noise scale {job['grad_noise_scale']:.0f}"
+            if job.get("grad_noise_scale") is not None
+            else ""
+        ),
         f"  submitted {_when(job['submit_time'])}  started {_when(job['first_start'])}"
         f"  ended {_when(job['end_time'])}",
     ]

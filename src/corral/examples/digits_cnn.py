@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
 
-    def train_step(step: int) -> torch.Tensor:
+    def train_step(step: int, size: int) -> torch.Tensor:
         rng = batch_rng(args.seed, step)
-        pick = torch.as_tensor(rng.choice(len(y_train), BATCH, replace=False))
+        pick = torch.as_tensor(rng.choice(len(y_train), min(size, len(y_train)), replace=False))
         return loss_fn(model(x_train[pick]), y_train[pick])
 
     def evaluate() -> dict[str, float]:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             "test_accuracy": float((model(x_test).argmax(1) == y_test).float().mean()),
         }
 
-    return train(args, model, optimizer, train_step, evaluate)
+    return train(args, model, optimizer, train_step, evaluate, BATCH)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from corral.train import Session
+from corral.train import GradientNoise, Session
 
 TARGET_WINDOW = 50
 """Steps the target loss is averaged over (one step's loss is noisy). A resumed
@@ -39,6 +39,21 @@ def parse_args(description: str, steps: int, argv: list[str] | None = None) -> a
     parser.add_argument("--result", type=Path, default=None, help="write final metrics (JSON) here")
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument(
+        "--batch", type=int, default=None, help="batch per GPU (default: the model's)"
+    )
+    parser.add_argument(
+        "--elastic-batch",
+        action="store_true",
+        help="global batch = --batch x the GPUs this attempt was given (a job resized by "
+        "optimus or pollux trains at its new size's batch from its checkpoint on)",
+    )
+    parser.add_argument(
+        "--noise-every",
+        type=int,
+        default=0,
+        help="estimate the gradient noise scale every N steps and report it (0: never)",
+    )
+    parser.add_argument(
         "--target-loss",
         type=float,
         default=None,
@@ -47,30 +62,53 @@ def parse_args(description: str, steps: int, argv: list[str] | None = None) -> a
     return parser.parse_args(argv)
 
 
+def grad_sqnorm(model: torch.nn.Module) -> float:
+    """Squared norm of the model's current gradient."""
+    return float(
+        sum(float((p.grad.detach() ** 2).sum()) for p in model.parameters() if p.grad is not None)
+    )
+
+
 def train(
     args: argparse.Namespace,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    train_step: Callable[[int], torch.Tensor],
+    train_step: Callable[[int, int], torch.Tensor],
     evaluate: Callable[[], dict[str, float]],
+    batch: int,
 ) -> dict[str, Any]:
-    """Run ``train_step(step)`` for steps [restored, args.steps); returns the final metrics."""
+    """Run ``train_step(step, batch size)`` for steps [restored, args.steps); returns
+    the final metrics. ``batch`` is the model's batch per GPU (``--batch`` overrides)."""
     torch.set_num_threads(1)  # small models: one thread is fastest and deterministic
     session = Session(model=model, optimizer=optimizer, checkpoint_every=args.checkpoint_every)
     step = session.restore()
+    size = (args.batch or batch) * (session.num_gpus if args.elastic_batch else 1)
     if step:
-        print(f"resumed from step {step} at t={time.time():.3f}", flush=True)
+        print(f"resumed from step {step} at t={time.time():.3f} (batch {size})", flush=True)
+    noise = GradientNoise() if args.noise_every > 0 else None
     recent: deque[float] = deque(maxlen=TARGET_WINDOW)
     while step < args.steps:
         model.train()
+        small: float | None = None
+        if noise is not None and step % args.noise_every == 0 and size >= 2:
+            optimizer.zero_grad(set_to_none=True)
+            train_step(step, size // 2).backward()
+            small = grad_sqnorm(model)
         optimizer.zero_grad(set_to_none=True)
-        loss = train_step(step)
+        loss = train_step(step, size)
         loss.backward()
+        if noise is not None and small is not None:
+            noise.update(small, size // 2, grad_sqnorm(model), size)
         optimizer.step()
         step += 1
         if args.step_time > 0:
             time.sleep(args.step_time)
-        session.report(step, loss=loss.item())
+        session.report(
+            step,
+            loss=loss.item(),
+            batch_size=size,
+            grad_noise_scale=noise.scale if noise is not None else None,
+        )
         if step % args.log_every == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
         recent.append(loss.item())

@@ -57,14 +57,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         logits = model(batch[:, :-1])
         return loss_fn(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
 
-    def train_step(step: int) -> torch.Tensor:
-        return loss_of(sequences(batch_rng(args.seed, step), BATCH))
+    def train_step(step: int, size: int) -> torch.Tensor:
+        return loss_of(sequences(batch_rng(args.seed, step), size))
 
     def evaluate() -> dict[str, float]:
         loss = float(loss_of(held_out))
         return {"train_loss": loss, "test_loss": loss, "uniform_loss": math.log(VOCAB)}
 
-    return train(args, model, optimizer, train_step, evaluate)
+    return train(args, model, optimizer, train_step, evaluate, BATCH)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ class JobRow(Base):
     throughput_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     """When the window the throughput covers began (None: the job did not say)."""
     loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    grad_noise_scale: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)
     checkpoint_step: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)

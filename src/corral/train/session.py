@@ -121,6 +121,15 @@ class Session:
                 signal.signal(sig, self._on_signal)
             signal.signal(signal.SIGTSTP, self._on_pause)
             signal.signal(signal.SIGCONT, self._on_continue)
+        self.num_gpus = int(env.get("CORRAL_NUM_GPUS", "1"))
+        """GPUs this attempt was given: a policy that resizes jobs (Optimus, Pollux)
+        may give another count than asked; the job picks it up at each start."""
+        batch = env.get("CORRAL_BATCH_SIZE")
+        self.batch_size: int | None = int(batch) if batch else None
+        """The global batch size the scheduler asks for, when it tunes one (None:
+        the job's own choice); read at each start, like the GPU count."""
+        self.reported_batch: int | None = None
+        self.noise_scale: float | None = None
         self.memory_fraction = cap_gpu_memory(env.get("CORRAL_GPU_MEMORY_FRACTION"))
         """The share of each GPU's memory this job may use (set for opportunistic jobs)."""
         self._thread: threading.Thread | None = None
@@ -160,9 +169,23 @@ class Session:
         self._rate_mark = (time.monotonic(), self.step)
         return self.step
 
-    def report(self, step: int, loss: float | None = None) -> None:
-        """Progress after an iteration: feeds heartbeats and periodic checkpoints."""
+    def report(
+        self,
+        step: int,
+        loss: float | None = None,
+        batch_size: int | None = None,
+        grad_noise_scale: float | None = None,
+    ) -> None:
+        """Progress after an iteration: feeds heartbeats and periodic checkpoints.
+
+        ``batch_size`` (the step's global batch) and ``grad_noise_scale`` (see
+        :class:`corral.train.noise.GradientNoise`) are what goodput models read;
+        both are optional."""
         with self._lock:
+            if batch_size is not None:
+                self.reported_batch = int(batch_size)
+            if grad_noise_scale is not None and math.isfinite(grad_noise_scale):
+                self.noise_scale = max(float(grad_noise_scale), 0.0)
             if self._woken:
                 self._woken = False
                 self._rate_mark = (time.monotonic(), self.step)
@@ -248,6 +271,8 @@ class Session:
                     None if self.throughput is None else time.monotonic() - self._throughput_from
                 ),
                 "loss": self.loss,
+                "batch_size": self.reported_batch,
+                "grad_noise_scale": self.noise_scale,
                 "checkpoint_step": self.saved_step,
             }
         request = urllib.request.Request(
