@@ -514,7 +514,7 @@ def list_policies(
             {
                 "name": name,
                 "oracle": cls.oracle,
-                "model": "gang",
+                "model": "elastic" if cls.resizes else "gang",
                 "live": f"yes; {note}" if note else "yes",
                 "description": cls.description,
                 "options": policy_options(cls),
@@ -557,7 +557,7 @@ def list_policies(
     table.add_column("description")
     table.add_column("options (--policy-opt key=value)")
     for row in rows:
-        suffix = " [round model]" if row["model"] == "round" else ""
+        suffix = {"round": " [round model]", "elastic": " [resizes jobs]"}.get(row["model"], "")
         table.add_row(
             row["name"],
             "yes" if row["oracle"] else "no",
