@@ -168,5 +168,8 @@ class Optimus(ResizingPolicy):
         """Predicted seconds to completion on ``gpus`` GPUs."""
         return self._remaining[j] / float(self._curves[j].speed(gpus))
 
+    def costs(self, j: int, sizes: np.ndarray) -> np.ndarray:
+        return self._remaining[j] / np.asarray(self._curves[j].speed(sizes))
+
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
         return (self.cost(j, 1),)

@@ -154,7 +154,16 @@ class Pollux(ResizingPolicy):
             self._base[j] = self._rate(j, 1)[1]
 
     def cost(self, j: int, gpus: int) -> float:
-        s = self.speedup(j, gpus)
+        return float(self.costs(j, np.array([gpus]))[0])
+
+    def costs(self, j: int, sizes: np.ndarray) -> np.ndarray:
+        state, speeds = self._state, self._speeds
+        assert state is not None and speeds is not None
+        if self._goodput_job(state, j) is None:
+            rates = self.model_speeds(state, j, sizes, speeds)
+        else:
+            rates = np.array([self._rate(j, int(w))[1] for w in sizes])
+        s = rates / self._base[j]
         return s**self.p if self.p < 0 else -(s**self.p)
 
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:

@@ -21,7 +21,6 @@ The pass, common to both:
 
 from __future__ import annotations
 
-import heapq
 import math
 from abc import abstractmethod
 from typing import Any
@@ -31,6 +30,7 @@ import numpy as np
 from corral.errors import CorralError
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
+from corral.perf.communication import model_profile
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
@@ -99,13 +99,31 @@ class ResizingPolicy(Policy):
     @staticmethod
     def model_speed(state: SchedulerState, i: int, w: int, speeds: SpeedModel) -> float:
         """The performance model's steps/s of job ``i`` on ``w`` GPUs of one place."""
-        job_type = state.job_type[i]
+        return float(ResizingPolicy.model_speeds(state, i, np.array([w]), speeds)[0])
+
+    @staticmethod
+    def model_speeds(
+        state: SchedulerState, i: int, sizes: np.ndarray, speeds: SpeedModel
+    ) -> np.ndarray:
+        """:meth:`model_speed` at each of ``sizes`` (jobs known only by a duration
+        scale linearly, computed at once)."""
+        job_type, model = state.job_type[i], state.model[i]
+        ref, asked = float(state.ref_speed[i]), int(state.gpus[i])
         if job_type and speeds.knows(job_type):
-            return float(speeds.reference_speed(job_type, w) or 0.0)
-        factor = speeds.size_factor(
-            state.cluster, job_type, state.model[i], int(state.gpus[i]), w, int(state.batch_size[i])
-        )
-        return float(state.ref_speed[i]) * factor
+            return np.array([speeds.reference_speed(job_type, int(w)) or 0.0 for w in sizes])
+        if model and model_profile(model) is not None:
+            batch = int(state.batch_size[i])
+            return ref * np.array(
+                [
+                    speeds.size_factor(state.cluster, job_type, model, asked, int(w), batch)
+                    for w in sizes
+                ]
+            )
+        return ref * sizes / asked
+
+    def costs(self, j: int, sizes: np.ndarray) -> np.ndarray:
+        """:meth:`cost` at each of ``sizes`` (subclasses compute it at once)."""
+        return np.array([self.cost(j, int(w)) for w in sizes])
 
     def allocate(
         self, jobs: list[int], capacity: int, pinned: dict[int, int], order: list[int]
@@ -113,11 +131,17 @@ class ResizingPolicy(Policy):
         """GPUs per job: pinned jobs keep theirs; the others get one each in
         ``order`` while GPUs last, then each further GPU goes to the job whose
         cost drops most. For costs convex in the GPU count this minimises the
-        sum of costs (tested against brute force)."""
+        sum of costs (tested against brute force).
+
+        Done at once rather than GPU by GPU: each job's cost drops for its 2nd,
+        3rd ... GPU are made non-decreasing (a drop is reachable only after the
+        ones before it, so it counts as the largest of them), and the most
+        negative of all jobs' drops are taken, as many as GPUs are left. That
+        is the one-at-a-time rule's result, ties aside."""
         alloc = dict(pinned)
         left = capacity - sum(pinned.values())
         cap = self.max_gpus or capacity
-        heap: list[tuple[float, int, int]] = []
+        admitted: list[int] = []
         for j in order:
             if j in pinned:
                 continue
@@ -125,17 +149,19 @@ class ResizingPolicy(Policy):
                 break
             alloc[j] = 1
             left -= 1
-            if cap > 1:
-                heap.append((self.cost(j, 2) - self.cost(j, 1), j, 1))
-        heapq.heapify(heap)
-        while left > 0 and heap:
-            delta, j, w = heapq.heappop(heap)
-            if delta >= 0:
-                break
-            alloc[j] = w + 1
-            left -= 1
-            if w + 1 < cap:
-                heapq.heappush(heap, (self.cost(j, w + 2) - self.cost(j, w + 1), j, w + 1))
+            admitted.append(j)
+        most = min(cap, left + 1)
+        if left <= 0 or most <= 1 or not admitted:
+            return alloc
+        sizes = np.arange(1, most + 1, dtype=np.float64)
+        drops = np.vstack([np.diff(self.costs(j, sizes)) for j in admitted])
+        drops = np.maximum.accumulate(drops, axis=1).ravel()
+        candidates = np.flatnonzero(drops < 0)
+        if len(candidates) > left:
+            candidates = candidates[np.argsort(drops[candidates], kind="stable")[:left]]
+        extra = np.bincount(candidates // (most - 1), minlength=len(admitted))
+        for j, n in zip(admitted, extra.tolist(), strict=True):
+            alloc[j] += n
         return alloc
 
     def schedule(self, state: SchedulerState) -> Plan:
