@@ -16,6 +16,10 @@ from functools import lru_cache
 from corral.data import data_path
 from corral.errors import CorralError
 
+PAIR_GPU = ("V100", True)
+"""The GPU (type, consolidated) whose pair measurements policies that pack jobs
+read: Gavel measured pairs on V100s only."""
+
 
 @dataclass
 class ThroughputTable:
@@ -55,7 +59,7 @@ class ThroughputTable:
         self,
         a: tuple[str, int],
         b: tuple[str, int],
-        gpu: tuple[str, bool] = ("V100", True),
+        gpu: tuple[str, bool] = PAIR_GPU,
     ) -> tuple[float, float] | None:
         """Throughputs of ``a`` and ``b`` (``(job_type, GPUs)``) packed on one GPU
         set, each relative to running alone; None when the pair was not measured.

@@ -47,7 +47,7 @@ import numpy as np
 from corral.model.plan import Plan
 from corral.model.state import RUNNING, IndexSet, SchedulerState
 from corral.perf.memory import fits_together
-from corral.perf.throughputs import ThroughputTable, gavel_throughputs
+from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, in_order_until_failure
 from corral.policies.vcs import (
@@ -57,8 +57,6 @@ from corral.policies.vcs import (
     VirtualClusters,
 )
 
-PAIR_GPU = ("V100", True)
-"""Gavel's pair measurements used: V100, consolidated (as Gandiva's)."""
 MIN_SHARE = 0.05
 """An opportunistic job that would get less than this of its speed is not packed."""
 

@@ -54,12 +54,10 @@ import numpy as np
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
 from corral.perf.switching import migration_seconds
-from corral.perf.throughputs import ThroughputTable, gavel_throughputs
+from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.strategies import Consolidate, PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, greedy_fit
 
-PAIR_GPU = ("V100", True)
-"""The measured pair table used: Gavel's V100, consolidated."""
 MEASURE_QUANTA = 5
 """Live, how many quanta a packing trial may wait for its measured speed."""
 

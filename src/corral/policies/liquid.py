@@ -37,14 +37,11 @@ import numpy as np
 from corral.estimate.requirements import RunTimeEstimator
 from corral.model.plan import Plan
 from corral.model.state import DONE, RUNNING, IndexSet, SchedulerState
-from corral.perf.throughputs import ThroughputTable, gavel_throughputs
+from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.genetic import BatchPacker
 from corral.placement.network import NetworkBestFit
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
-
-PAIR_GPU = ("V100", True)
-"""Gavel's pair measurements used for sharing small jobs (as Gandiva's)."""
 
 
 class Liquid(Policy):
