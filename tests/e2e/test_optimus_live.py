@@ -107,20 +107,22 @@ def test_a_resized_job_resumes_at_its_new_size(tmp_path: Path) -> None:
     service = ServiceProcess(tmp_path, "optimus", gpus=[{"type": "V100", "count": 2}])
     service.start()
     try:
-        first = service.client.submit(
-            {"name": "grown", "command": _transformer(1500), "gpus": 1}
-        )["id"]
+        first = service.client.submit({"name": "grown", "command": _transformer(1500), "gpus": 1})[
+            "id"
+        ]
         wait_for(
             lambda: service.client.job(first)["batch_size"] == 64,
             timeout=60,
             what="the first job to train on 2 GPUs at batch 64",
         )
-        second = service.client.submit(
-            {"name": "second", "command": _transformer(100), "gpus": 1}
-        )["id"]
+        second = service.client.submit({"name": "second", "command": _transformer(100), "gpus": 1})[
+            "id"
+        ]
         wait_for(
-            lambda: service.client.job(first)["batch_size"] == 32
-            and service.client.job(first)["status"] == "RUNNING",
+            lambda: (
+                service.client.job(first)["batch_size"] == 32
+                and service.client.job(first)["status"] == "RUNNING"
+            ),
             timeout=60,
             what="the first job to resume on 1 GPU at batch 32",
         )

@@ -430,6 +430,10 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
                 row.checkpoint_step = body.checkpoint_step
             row.last_heartbeat = now
         stop = att.stop is not None or att.end_time is not None
+        batch = ctx.scheduler.batch_sizes.get(job_id) if ctx.scheduler is not None else None
         return HeartbeatAnswer(
-            stop=stop, why=att.stop, lease_until=now + ctx.config.heartbeat_timeout
+            stop=stop,
+            why=att.stop,
+            lease_until=now + ctx.config.heartbeat_timeout,
+            batch_size=batch,
         )

@@ -223,6 +223,9 @@ class HeartbeatAnswer(BaseModel):
     stop: bool
     why: str | None
     lease_until: float
+    batch_size: int | None = Field(
+        None, description="the global batch size the policy sets for the job (Pollux), if any"
+    )
 
 
 class Health(BaseModel):

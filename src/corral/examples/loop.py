@@ -89,6 +89,9 @@ def train(
     recent: deque[float] = deque(maxlen=TARGET_WINDOW)
     while step < args.steps:
         model.train()
+        if args.elastic_batch and session.batch_size and session.batch_size != size:
+            print(f"step {step}: batch {size} -> {session.batch_size} (set by the scheduler)")
+            size = session.batch_size
         small: float | None = None
         if noise is not None and step % args.noise_every == 0 and size >= 2:
             optimizer.zero_grad(set_to_none=True)

@@ -39,6 +39,11 @@ class Plan:
     fraction of each GPU's memory they may use: the live service lowers their
     OS priority and passes the cap on; the simulator needs nothing more (their
     speeds come with ``packs``)."""
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+    """Jobs whose global batch size the policy sets (Pollux), started or running:
+    the live service passes it at launch (``CORRAL_BATCH_SIZE``) and in
+    heartbeat answers, and a job that accepts it trains at it from its next
+    step; the simulator's speeds already account for it (``factors``)."""
     overheads: dict[int, float] = field(default_factory=dict)
     """Seconds a start costs instead of the engine's switch cost (e.g. a migration)."""
     free_after: FreeGPUs | None = None

@@ -95,6 +95,8 @@ class SchedulerState:
         """Steps per second on the job's reference allocation (1 for generic jobs)."""
         self.estimated = np.zeros(n, dtype=bool)
         """True where the duration is a stand-in estimate (live jobs that gave none)."""
+        self.noise_scale = np.full(n, np.nan)
+        """Gradient noise scale a live job reports (NaN: none); goodput policies read it."""
         self.curve_predicted = np.zeros(n, dtype=bool)
         """True where the work is predicted from the job's own loss curve (live jobs
         with a target loss; Optimus reads it)."""

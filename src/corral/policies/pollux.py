@@ -21,12 +21,16 @@ allocation; the oldest jobs then get one GPU each and the rest wait (Pollux
 keeps its queue first come first served too).
 
 Where goodput comes from: a job of a model the communication model knows,
-with its batch size (Pollux's workloads), gets Pollux's model: throughput
-from the fitted step times and statistical efficiency from the gradient
-noise scale its bundled training curve records at its progress. Any other job
-(a trace known only by durations, a live job) has no batch size to tune: its
-speed-up is the performance model's speed at w GPUs over one, linear for
-jobs nothing is known about.
+with its batch size (Pollux's workloads; live jobs that state ``model`` and
+``batch_size``), gets Pollux's model: throughput from the fitted step times
+and statistical efficiency from its gradient noise scale, in the simulator
+the one its bundled training curve records at its progress, live the one its
+heartbeats report (``corral.train.GradientNoise``; until one is reported the
+batch stays as given). The batch size chosen goes with the plan
+(``batch_sizes``): live, at launch and in heartbeat answers. Any other job
+(a trace known only by durations) has no batch size to tune: its speed-up is
+the performance model's speed at w GPUs over one, linear for jobs nothing is
+known about.
 
 In the simulator a job's work is the steps its curve took at its initial
 batch size; at another batch a step does ``goodput / initial batch`` of them
@@ -35,6 +39,7 @@ per second, so a larger batch helps only as far as its efficiency allows.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -54,17 +59,25 @@ from corral.policies.resizing import ResizingPolicy
 
 @lru_cache(maxsize=65536)
 def _best(
-    model: str, initial: int, node_size: int, links: Links, row: int, gpus: int, adapt: bool
+    model: str, initial: int, node_size: int, links: Links, noise: float, gpus: int
 ) -> tuple[float, float]:
-    """(batch, goodput) of a job at a point of its noise curve: shared by every
-    job of the same model and initial batch (passes ask it thousands of times)."""
+    """(batch, goodput) of a job at a gradient noise scale (NaN: unknown, the
+    batch stays): shared by every job of the same model and initial batch
+    (passes ask it thousands of times)."""
     profile = model_profile(model)
     assert profile is not None
     gm = goodput_model(profile, links, node_size, initial)
-    if not adapt:
+    if noise != noise:
         return float(initial), gm.throughput(gpus, float(initial))
-    noise = noise_curve(model, initial)[1]
-    return gm.best(gpus, noise[row] if noise else float(initial))
+    return gm.best(gpus, noise)
+
+
+def _rounded(value: float) -> float:
+    """Two significant digits: reported noise scales are estimates, and the
+    cache above is keyed by them."""
+    if math.isnan(value) or value <= 0:
+        return value
+    return float(f"{value:.2g}")
 
 
 class Pollux(ResizingPolicy):
@@ -74,8 +87,9 @@ class Pollux(ResizingPolicy):
         "size; GPUs divided to maximise the generalised mean of speed-ups; jobs resize"
     )
     live_note = (
-        "live jobs have no batch size to tune: speed-ups come from the performance model "
-        "(linear for jobs it knows nothing about); a resize restarts the job from its checkpoint"
+        "batch sizes are tuned for jobs that state their model and batch_size and report a "
+        "gradient noise scale (sent in heartbeat answers); other jobs' speed-ups come from the "
+        "performance model (linear when it knows nothing); a resize restarts from a checkpoint"
     )
 
     def __init__(
@@ -94,8 +108,8 @@ class Pollux(ResizingPolicy):
         if p == 0 or not -10 <= p <= 1:
             raise CorralError(f"pollux: p must be in [-10, 1] and not 0, got {p}")
         self.p = float(p)
-        self._rows: dict[int, int] = {}
-        """Job -> its noise curve's row now (goodput jobs only)."""
+        self._noise: dict[int, float] = {}
+        """Goodput job -> its gradient noise scale now (NaN: unknown)."""
         self._base: dict[int, float] = {}
         """Job -> its best goodput (or speed) on one GPU."""
         self._speeds: SpeedModel | None = None
@@ -109,15 +123,28 @@ class Pollux(ResizingPolicy):
     # ---- goodput -------------------------------------------------------------
 
     def _goodput_job(self, state: SchedulerState, j: int) -> str | None:
-        """The Pollux model of job ``j`` when its goodput can be modelled."""
+        """The Pollux model of job ``j`` when its goodput can be modelled: its
+        model is known to the communication model and its batch size is given."""
         model = pollux_model(state.model[j]) if state.model[j] else None
         if model is None or state.batch_size[j] <= 0 or model_profile(model) is None:
             return None
-        try:
-            noise_curve(model, int(state.batch_size[j]))
-        except CorralError:
-            return None
         return model
+
+    def _noise_now(self, state: SchedulerState, j: int, model: str, done: float) -> float:
+        """The job's noise scale: in the simulator its bundled curve's at its
+        progress, live what its heartbeats report (NaN: nothing known, or batch
+        tuning off)."""
+        if not self.adapt_batch:
+            return float("nan")
+        if not state.known_in_advance:
+            return _rounded(float(state.noise_scale[j]))
+        try:
+            steps, noise = noise_curve(model, int(state.batch_size[j]))
+        except CorralError:
+            return float("nan")
+        if not noise:
+            return float("nan")
+        return noise[max(int(np.searchsorted(np.asarray(steps), done, "right")) - 1, 0)]
 
     def _rate(self, j: int, gpus: int) -> tuple[float, float]:
         """(batch, goodput or speed) of job ``j`` on ``gpus`` GPUs now."""
@@ -128,13 +155,7 @@ class Pollux(ResizingPolicy):
             return float(state.batch_size[j]), self.model_speed(state, j, gpus, speeds)
         node = int(state.cluster.node_gpus.max())
         batch, goodput = _best(
-            model,
-            int(state.batch_size[j]),
-            node,
-            state.cluster.links,
-            self._rows[j],
-            gpus,
-            self.adapt_batch,
+            model, int(state.batch_size[j]), node, state.cluster.links, self._noise[j], gpus
         )
         return float(batch), float(goodput)
 
@@ -149,8 +170,7 @@ class Pollux(ResizingPolicy):
         for j, d in zip(jobs, done, strict=True):
             model = self._goodput_job(state, j)
             if model is not None:
-                steps = noise_curve(model, int(state.batch_size[j]))[0]
-                self._rows[j] = max(int(np.searchsorted(np.asarray(steps), d, "right")) - 1, 0)
+                self._noise[j] = self._noise_now(state, j, model, d)
             self._base[j] = self._rate(j, 1)[1]
 
     def cost(self, j: int, gpus: int) -> float:
@@ -199,7 +219,14 @@ class Pollux(ResizingPolicy):
             if self._goodput_job(state, j) is None or j not in self._started:
                 continue
             gpus = len(state.alloc[j] or ())
+            before = self.batches.get(j)
             factor = self._progress_factor(state, j, gpus)
             if abs(factor - self._started[j]) > 1e-9 * self._started[j]:
                 builder.plan.respeeds[j] = factor / self._started[j]
                 self.counts["retunes"] += 1
+            if self.batches[j] != before:
+                builder.plan.batch_sizes[j] = round(self.batches[j])
+
+    def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
+        if j in self.batches and self._goodput_job(state, j) is not None:
+            builder.plan.batch_sizes[j] = round(self.batches[j])

@@ -168,6 +168,8 @@ class Launching(LoopBase):
             env["CORRAL_ARRAY_JOB_ID"] = str(spec.array_job or row.id)
         if row.phase == "prerun":
             env["CORRAL_PRERUN_STEPS"] = str(self._prerun_steps(spec))
+        if row.id in self.batch_sizes:  # its policy tunes its batch size
+            env["CORRAL_BATCH_SIZE"] = str(self.batch_sizes[row.id])
         if row.id in self.low_priority:  # an opportunistic job: leaves GPU memory to owners
             env["CORRAL_GPU_MEMORY_FRACTION"] = f"{self.low_priority[row.id]:g}"
         return env

@@ -43,7 +43,15 @@ class LiveJobs:
         st = self.state
         st.known_in_advance = False
         st.measures_speed = True
-        for name in ("submit", "gpus", "total_steps", "duration", "weight", "ref_speed"):
+        for name in (
+            "submit",
+            "gpus",
+            "total_steps",
+            "duration",
+            "weight",
+            "ref_speed",
+            "batch_size",
+        ):
             setattr(st, name, getattr(st, name).copy())  # the table's columns are read-only
         self.index: dict[int, int] = {}
         """Store job id -> slot."""
@@ -67,6 +75,8 @@ class LiveJobs:
         estimated: bool = False,
         vc: str = DEFAULT_VC,
         user: str = "",
+        model: str = "",
+        batch_size: int = 0,
     ) -> int:
         """Give a job a slot (held: call :meth:`arrive` to queue it).
 
@@ -92,6 +102,9 @@ class LiveJobs:
         st.vc[i] = vc
         st.user[i] = user
         st.job_type[i] = job_type
+        st.model[i] = model
+        st.batch_size[i] = batch_size
+        st.noise_scale[i] = np.nan
         st.type_req[i] = (
             st.cluster.gpu_type_names.index(gpu_type)
             if gpu_type in st.cluster.gpu_type_names

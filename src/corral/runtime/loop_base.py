@@ -154,6 +154,9 @@ class LoopBase:
         self.start_notes: dict[int, str | None] = {}
         """How a job the plan started will run (Opportunistic, Shared), for its
         row once it launches."""
+        self.batch_sizes: dict[int, int] = {}
+        """Job -> the global batch size its policy set (Pollux): passed at launch
+        and in heartbeat answers."""
         self.low_priority: dict[int, float] = {}
         """Jobs the plan started at low priority -> their GPU memory fraction."""
         self.preempted: set[int] = set()

@@ -146,6 +146,8 @@ class Recovery(LoopBase):
             estimated=source in ESTIMATED,
             vc=spec.vc or DEFAULT_VC,
             user=row.user,
+            model=spec.model or "",
+            batch_size=spec.batch_size or 0,
         )
 
     def _live_for(self, jobs: int) -> LiveJobs:

@@ -108,6 +108,7 @@ class Scheduler(Recovery, Transitions, Launching):
         st.now = self.rel(now)
         self.dirty = False
         self._observe_progress()
+        self._observe_noise()
         self.observed_at = now
         if self.policy.shares_gpus:
             self._observe_speeds(now)
@@ -132,6 +133,8 @@ class Scheduler(Recovery, Transitions, Launching):
 
     def _apply(self, plan: Plan, now: float) -> None:
         live, st = self.live, self.live.state
+        for i, batch in plan.batch_sizes.items():
+            self.batch_sizes[live.ids[i]] = int(batch)
         names = self.cluster.gpu_type_names
         stops: list[tuple[Attempt, str]] = []
         with self.store.session() as s:
@@ -226,6 +229,22 @@ class Scheduler(Recovery, Transitions, Launching):
             st.total_steps[i] = float(st.done_steps(np.array([i]))[0]) + left
             st.estimated[i] = st.curve_predicted[i] = source == "convergence"
             self.duration_source[job] = source
+
+    def _observe_noise(self) -> None:
+        """Running jobs that state a batch size: the gradient noise scale their
+        heartbeats report, for goodput policies (Pollux) to tune the batch by."""
+        st = self.live.state
+        jobs = [self.live.ids[i] for i in st.running if st.batch_size[i] > 0]
+        if not jobs:
+            return
+        with self.store.session() as s:
+            rows = s.execute(
+                select(JobRow.id, JobRow.grad_noise_scale).where(
+                    JobRow.id.in_(jobs), JobRow.grad_noise_scale.is_not(None)
+                )
+            ).all()
+        for job, noise in rows:
+            st.noise_scale[self.live.index[job]] = noise
 
     def _update_reasons(self, waits: dict[int, str], notes: dict[int, str]) -> None:
         """Why each queued job waits, in Slurm's words: ReqNodeNotAvail (drained

@@ -214,6 +214,19 @@ class JobSpec(BaseModel):
         None, description="memory in MiB, or 16G, 512M (Slurm's --mem; unset: no limit)"
     )
     total_steps: int | None = Field(None, ge=1, description="steps to the end (for progress)")
+    model: str | None = Field(
+        None,
+        max_length=64,
+        description="the model it trains, when the performance model knows it (bert, cifar10 "
+        "or resnet18, deepspeech2, imagenet or resnet50, ncf, yolov3): goodput policies "
+        "then model its throughput",
+    )
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="its global batch size (goodput policies may tune it)",
+    )
     target_loss: float | None = Field(
         None,
         gt=0,
@@ -306,6 +319,18 @@ class JobSpec(BaseModel):
     @classmethod
     def _memory(cls, value: Any) -> int | None:
         return None if value is None else parse_memory(value)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from corral.perf.pollux_models import MODEL_ALIASES, POLLUX_MODELS, pollux_model
+
+        if pollux_model(value) is None:
+            known = ", ".join([*POLLUX_MODELS, *MODEL_ALIASES])
+            raise ValueError(f"no performance model for '{value}' (known: {known})")
+        return value.strip().lower()
 
     @field_validator("gpu_type")
     @classmethod

@@ -126,8 +126,10 @@ class Session:
         may give another count than asked; the job picks it up at each start."""
         batch = env.get("CORRAL_BATCH_SIZE")
         self.batch_size: int | None = int(batch) if batch else None
-        """The global batch size the scheduler asks for, when it tunes one (None:
-        the job's own choice); read at each start, like the GPU count."""
+        """The global batch size the scheduler sets, when its policy tunes one
+        (Pollux, for jobs that state their model and batch size; None: the job's
+        own choice): given at launch and updated by heartbeat answers, so a job
+        that reads it each step follows the policy without a restart."""
         self.reported_batch: int | None = None
         self.noise_scale: float | None = None
         self.memory_fraction = cap_gpu_memory(env.get("CORRAL_GPU_MEMORY_FRACTION"))
@@ -287,5 +289,7 @@ class Session:
         except (urllib.error.URLError, OSError, ValueError):
             return  # the service may be restarting; the next beat tries again
         self.lease_until = float(answer.get("lease_until", self.lease_until))
+        if answer.get("batch_size"):
+            self.batch_size = int(answer["batch_size"])
         if answer.get("stop") and self._stop_reason is None:
             self._stop_reason = f"stop requested ({answer.get('why', 'scheduler')})"

@@ -1,0 +1,77 @@
+"""Pollux live: a job that states its model and batch size and reports its
+gradient noise scale has its batch tuned by the policy, sent in heartbeat
+answers, and trains at it from its next step without a restart."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from corral.runtime.service_process import ServiceProcess, wait_for
+
+JOB = """
+import time
+from corral.train import Session
+
+session = Session(checkpoint_every=3600)
+batch = session.batch_size or 128
+for step in range(1, 100000):
+    if session.batch_size and session.batch_size != batch:
+        batch = session.batch_size
+    time.sleep(0.01)
+    session.report(step, loss=1.0 / step, batch_size=batch, grad_noise_scale=1e6)
+    if session.should_stop:
+        session.stop(step)
+"""
+
+
+def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
+    service = ServiceProcess(
+        tmp_path,
+        "pollux",
+        {"interval": 1.0},
+        gpus=[{"type": "T4", "count": 4}],
+        heartbeat_interval=0.2,
+    )
+    service.start()
+    try:
+        job = service.client.submit(
+            {
+                "name": "cifar",
+                "command": [sys.executable, "-c", JOB],
+                "gpus": 1,
+                "model": "cifar10",
+                "batch_size": 128,
+            }
+        )["id"]
+        # launched at its own batch (no noise scale known yet) ...
+        wait_for(
+            lambda: service.client.job(job)["batch_size"] == 128,
+            timeout=60,
+            what="the job to report its own batch size",
+        )
+        # ... then, with a large noise scale reported, a larger one
+        view = wait_for(
+            lambda: (v := service.client.job(job))["batch_size"] > 128 and v,
+            timeout=60,
+            what="the policy to raise the batch size",
+        )
+        assert view["grad_noise_scale"] == 1e6
+        assert view["status"] == "RUNNING"
+        attempts = service.client.json("GET", f"/v1/jobs/{job}")["attempts"]
+        assert len(attempts) == 1  # tuned without a restart
+        service.client.action(job, "cancel")
+    finally:
+        service.stop()
+    assert "Traceback" not in service.log.read_text()
+
+
+def test_an_unknown_model_is_refused_with_the_known_ones() -> None:
+    from pydantic import ValidationError
+
+    from corral.runtime.specs import JobSpec
+
+    with pytest.raises(ValidationError, match=r"no performance model for 'alexnet'.*resnet50"):
+        JobSpec.model_validate({"command": ["true"], "model": "alexnet"})
