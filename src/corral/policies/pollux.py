@@ -173,6 +173,17 @@ class Pollux(ResizingPolicy):
                 self._noise[j] = self._noise_now(state, j, model, d)
             self._base[j] = self._rate(j, 1)[1]
 
+    def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
+        """Speed-ups change only with the jobs' noise scales (and the GPUs each
+        holds, when a resize could not place a job at its size)."""
+        done = state.done_steps(np.asarray(jobs, dtype=np.int64)).tolist()
+        key = []
+        for j, d in zip(jobs, done, strict=True):
+            model = self._goodput_job(state, j)
+            noise = self._noise_now(state, j, model, d) if model is not None else None
+            key.append((j, len(state.alloc[j] or ()), noise))
+        return tuple(key)
+
     def cost(self, j: int, gpus: int) -> float:
         return float(self.costs(j, np.array([gpus]))[0])
 

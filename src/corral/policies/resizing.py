@@ -60,6 +60,8 @@ class ResizingPolicy(Policy):
         self.min_change = float(min_change)
         self.max_gpus = int(max_gpus)
         self._next_tick = -math.inf
+        self._last_division: object | None = None
+        """The job set and inputs of the last interval's division (see inputs_key)."""
         self.counts: dict[str, int] = {"resizes": 0}
 
     # ---- what subclasses say -------------------------------------------------
@@ -86,6 +88,13 @@ class ResizingPolicy(Policy):
             gpus,
             int(state.batch_size[j]),
         )
+
+    def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
+        """What an interval's division depends on besides the job set, when the
+        policy can say (None: re-divide at every interval). An interval that
+        finds the same jobs running, none waiting and the same key changes
+        nothing and is skipped."""
+        return None
 
     def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
         """A job starts on ``gpus`` GPUs (e.g. Pollux records its batch size)."""
@@ -181,6 +190,14 @@ class ResizingPolicy(Policy):
         jobs = running + pending if tick else pending
         if not jobs:
             return b.build(None)
+        if tick and not pending:
+            key = self.inputs_key(state, jobs)
+            division = None if key is None else (frozenset(jobs), key)
+            if division is not None and division == self._last_division:
+                return b.build(self._next_tick)
+            self._last_division = division
+        elif tick:
+            self._last_division = None
         speeds = state.speeds or SpeedModel()
         self.prepare(state, jobs, speeds)
         order = sorted(jobs, key=lambda j: (*self.admission_key(state, j), j))
