@@ -116,6 +116,8 @@ class Pollux(ResizingPolicy):
         self._state: SchedulerState | None = None
         self._started: dict[int, float] = {}
         """Running job -> the speed factor it started (or was last re-tuned) at."""
+        self._linear_costs: dict[tuple[int, float], np.ndarray] = {}
+        """Cost rows of jobs that scale linearly, by (sizes, first size): shared."""
         self.batches: dict[int, float] = {}
         """Job -> the batch size it runs at now."""
         self.counts["retunes"] = 0
@@ -159,9 +161,6 @@ class Pollux(ResizingPolicy):
         )
         return float(batch), float(goodput)
 
-    def speedup(self, j: int, gpus: int) -> float:
-        return self._rate(j, gpus)[1] / self._base[j]
-
     # ---- the resizing pass's hooks --------------------------------------------
 
     def prepare(self, state: SchedulerState, jobs: list[int], speeds: SpeedModel) -> None:
@@ -171,6 +170,8 @@ class Pollux(ResizingPolicy):
             model = self._goodput_job(state, j)
             if model is not None:
                 self._noise[j] = self._noise_now(state, j, model, d)
+            elif self._scales_linearly(state, j, speeds):
+                continue  # its costs are the shared linear row: no base needed
             self._base[j] = self._rate(j, 1)[1]
 
     def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
@@ -190,12 +191,25 @@ class Pollux(ResizingPolicy):
     def costs(self, j: int, sizes: np.ndarray) -> np.ndarray:
         state, speeds = self._state, self._speeds
         assert state is not None and speeds is not None
-        if self._goodput_job(state, j) is None:
-            rates = self.model_speeds(state, j, sizes, speeds)
+        if self._goodput_job(state, j) is not None:
+            s = np.array([self._rate(j, int(w))[1] for w in sizes]) / self._base[j]
+        elif self._scales_linearly(state, j, speeds):  # speed-up w on w GPUs: one row for all
+            key = (len(sizes), float(sizes[0]))
+            if key not in self._linear_costs:
+                self._linear_costs[key] = sizes**self.p if self.p < 0 else -(sizes**self.p)
+            return self._linear_costs[key]
         else:
-            rates = np.array([self._rate(j, int(w))[1] for w in sizes])
-        s = rates / self._base[j]
+            s = self.model_speeds(state, j, sizes, speeds) / self._base[j]
         return s**self.p if self.p < 0 else -(s**self.p)
+
+    @staticmethod
+    def _scales_linearly(state: SchedulerState, j: int, speeds: SpeedModel) -> bool:
+        """Nothing is known of the job's scaling (no measured type, no known
+        model): the performance model has it scale linearly."""
+        job_type, model = state.job_type[j], state.model[j]
+        return not (job_type and speeds.knows(job_type)) and not (
+            model and model_profile(model) is not None
+        )
 
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
         return (float(state.submit[j]),)

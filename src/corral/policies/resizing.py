@@ -92,8 +92,8 @@ class ResizingPolicy(Policy):
     def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
         """What an interval's division depends on besides the job set, when the
         policy can say (None: re-divide at every interval). An interval that
-        finds the same jobs running, none waiting and the same key changes
-        nothing and is skipped."""
+        finds the same jobs (running and waiting) and the same key would divide
+        the GPUs as the last one did, so it is skipped."""
         return None
 
     def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
@@ -163,8 +163,16 @@ class ResizingPolicy(Policy):
         if left <= 0 or most <= 1 or not admitted:
             return alloc
         sizes = np.arange(1, most + 1, dtype=np.float64)
-        drops = np.vstack([np.diff(self.costs(j, sizes)) for j in admitted])
-        drops = np.maximum.accumulate(drops, axis=1).ravel()
+        # cost rows jobs share (e.g. linear scaling) are turned into drops once;
+        # each row is kept referenced so that its id is not reused in the loop
+        rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        per_job = []
+        for j in admitted:
+            row = self.costs(j, sizes)
+            if id(row) not in rows:
+                rows[id(row)] = (row, np.maximum.accumulate(np.diff(row)))
+            per_job.append(rows[id(row)][1])
+        drops = np.vstack(per_job).ravel()
         candidates = np.flatnonzero(drops < 0)
         if len(candidates) > left:
             candidates = candidates[np.argsort(drops[candidates], kind="stable")[:left]]
@@ -190,14 +198,12 @@ class ResizingPolicy(Policy):
         jobs = running + pending if tick else pending
         if not jobs:
             return b.build(None)
-        if tick and not pending:
+        if tick:
             key = self.inputs_key(state, jobs)
             division = None if key is None else (frozenset(jobs), key)
             if division is not None and division == self._last_division:
                 return b.build(self._next_tick)
             self._last_division = division
-        elif tick:
-            self._last_division = None
         speeds = state.speeds or SpeedModel()
         self.prepare(state, jobs, speeds)
         order = sorted(jobs, key=lambda j: (*self.admission_key(state, j), j))
