@@ -115,7 +115,8 @@ class Pollux(ResizingPolicy):
         self._speeds: SpeedModel | None = None
         self._state: SchedulerState | None = None
         self._started: dict[int, float] = {}
-        """Running job -> the speed factor it started (or was last re-tuned) at."""
+        """Running job -> the speed factor it started at (a re-tune's ``respeeds``
+        are relative to it, as the engine's are to the speed a job started at)."""
         self._linear_costs: dict[tuple[int, float], np.ndarray] = {}
         """Cost rows of jobs that scale linearly, by (sizes, first size): shared."""
         self.batches: dict[int, float] = {}
