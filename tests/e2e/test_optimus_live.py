@@ -136,6 +136,12 @@ def test_a_resized_job_resumes_at_its_new_size(tmp_path: Path) -> None:
             what="the second job to end",
         )
         service.client.action(first, "cancel")
+        # its process outlives the service otherwise (jobs survive restarts)
+        wait_for(
+            lambda: service.client.job(first)["status"] == "CANCELLED",
+            timeout=30,
+            what="the job to be cancelled",
+        )
     finally:
         service.stop()
     assert "Traceback" not in service.log.read_text()

@@ -63,6 +63,12 @@ def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
         attempts = service.client.json("GET", f"/v1/jobs/{job}")["attempts"]
         assert len(attempts) == 1  # tuned without a restart
         service.client.action(job, "cancel")
+        # its process outlives the service otherwise (jobs survive restarts)
+        wait_for(
+            lambda: service.client.job(job)["status"] == "CANCELLED",
+            timeout=30,
+            what="the job to be cancelled",
+        )
     finally:
         service.stop()
     assert "Traceback" not in service.log.read_text()
