@@ -296,13 +296,6 @@ def spread_factor(
     return min(1.0, profile.step_time(base, links, sync) / profile.step_time(span, links, sync))
 
 
-def with_links(cluster: Cluster, links: Links) -> Cluster:
-    """The same cluster over other links (e.g. to ask what NVLink would buy)."""
-    return Cluster(
-        cluster.name, cluster.nodes, racks=cluster.racks, rack_size=cluster.rack_size, links=links
-    )
-
-
 __all__ = [
     "ARCHITECTURES",
     "GRADIENT_BYTES",
@@ -315,5 +308,4 @@ __all__ = [
     "model_profile",
     "spread_factor",
     "sync_time",
-    "with_links",
 ]

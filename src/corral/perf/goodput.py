@@ -19,7 +19,6 @@ within what was measured to fit (no gradient accumulation).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
@@ -65,23 +64,19 @@ class GoodputModel:
         return float(batches[k]), float(goodputs[k])
 
 
-@cache
-def _limits(model: str) -> tuple[int, int]:
-    return batch_limits(model)
-
-
 def goodput_model(
     profile: ModelProfile, links: Links, node_size: int, initial_batch: int
 ) -> GoodputModel:
-    max_batch, max_local = _limits(profile.name)
+    max_batch, max_local = batch_limits(profile.name)
     return GoodputModel(profile, links, node_size, initial_batch, max_batch, max_local)
 
 
 def noise_at(model: str, batch: int, steps: float) -> float:
     """The job's gradient noise scale after ``steps`` steps (its curve's last
-    point at or before them; the first point before any)."""
+    point at or before them; the first point before any; NaN when the curve
+    records none)."""
     points, noise = noise_curve(model, batch)
     if not points:
-        return float(batch)
+        return float("nan")
     k = max(int(np.searchsorted(np.asarray(points), steps, side="right")) - 1, 0)
     return noise[k]

@@ -100,14 +100,20 @@ rate) and YOLOv3's (validation loss) fall as they are."""
 
 
 @cache
-def training_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(steps, loss-like value) of a run at this global batch size, falling
-    towards its last point: the target the run trained to."""
+def _validation_rows(model: str, global_batch: int) -> tuple[dict[str, str], ...]:
+    """The rows of a run's ``validation-<batch>.csv`` (progress to the target)."""
     path = data_path("pollux", "models", model, f"validation-{global_batch}.csv")
     if not path.exists():
         raise CorralError(f"no Pollux training curve for {model} at batch size {global_batch}")
     with path.open(encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+        return tuple(csv.DictReader(fh))
+
+
+@cache
+def training_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(steps, loss-like value) of a run at this global batch size, falling
+    towards its last point: the target the run trained to."""
+    rows = _validation_rows(model, global_batch)
     steps = tuple(float(r["iteration"]) for r in rows)
     metric = [float(r["metric"]) for r in rows]
     ceiling = RISING_METRICS.get(model)
@@ -124,17 +130,13 @@ def noise_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple
     in examples is ``batch x grad_var / grad_sqr`` (McCandlish et al.'s simple
     noise scale, Pollux's phi). It grows as training goes on.
     """
-    path = data_path("pollux", "models", model, f"validation-{global_batch}.csv")
-    if not path.exists():
-        raise CorralError(f"no Pollux training curve for {model} at batch size {global_batch}")
     steps: list[float] = []
     noise: list[float] = []
-    with path.open(encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            sqr, var = float(row["grad_sqr"]), float(row["grad_var"])
-            if sqr > 0 and var >= 0:
-                steps.append(float(row["iteration"]))
-                noise.append(global_batch * var / sqr)
+    for row in _validation_rows(model, global_batch):
+        sqr, var = float(row["grad_sqr"]), float(row["grad_var"])
+        if sqr > 0 and var >= 0:
+            steps.append(float(row["iteration"]))
+            noise.append(global_batch * var / sqr)
     return tuple(steps), tuple(noise)
 
 

@@ -141,18 +141,39 @@ class SpeedModel:
         """
         if gpus == asked:
             return 1.0
+        return float(self.size_factors(cluster, job_type, model, asked, np.array([gpus]), batch)[0])
+
+    def scales_linearly(self, job_type: str, model: str) -> bool:
+        """Nothing is known of how the job scales (no measured type, no model the
+        communication model knows): it is taken to scale linearly."""
+        return not (job_type and self.knows(job_type)) and not (
+            model and model_profile(model) is not None
+        )
+
+    def size_factors(
+        self,
+        cluster: Cluster,
+        job_type: str,
+        model: str,
+        asked: int,
+        sizes: np.ndarray,
+        batch: int = 0,
+    ) -> np.ndarray:
+        """:meth:`size_factor` at each of ``sizes`` (linear scaling at once)."""
         if job_type and self.knows(job_type):
-            return 1.0
+            return np.ones(len(sizes))
         profile = model_profile(model) if model else None
         if profile is None:
-            return gpus / asked
+            return np.asarray(sizes, dtype=np.float64) / asked
         node = int(cluster.node_gpus.max())
         total = batch or profile.typical_batch * asked
 
-        def step(w: int) -> float:
-            return profile.step_time(Span.packed(w, node), cluster.links, local_batch=total / w)
+        def step(w: float) -> float:
+            return profile.step_time(
+                Span.packed(int(w), node), cluster.links, local_batch=total / w
+            )
 
-        return step(asked) / step(gpus)
+        return step(asked) / np.array([step(w) for w in sizes])
 
     def gang_speed(
         self,

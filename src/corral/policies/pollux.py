@@ -49,8 +49,8 @@ from corral.errors import CorralError
 from corral.model.cluster import Links
 from corral.model.state import SchedulerState
 from corral.perf.communication import model_profile
-from corral.perf.goodput import GoodputModel, goodput_model
-from corral.perf.pollux_models import noise_curve, pollux_model
+from corral.perf.goodput import GoodputModel, goodput_model, noise_at
+from corral.perf.pollux_models import pollux_model
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder
@@ -142,12 +142,9 @@ class Pollux(ResizingPolicy):
         if not state.known_in_advance:
             return _rounded(float(state.noise_scale[j]))
         try:
-            steps, noise = noise_curve(model, int(state.batch_size[j]))
-        except CorralError:
+            return noise_at(model, int(state.batch_size[j]), done)
+        except CorralError:  # no curve at this batch size
             return float("nan")
-        if not noise:
-            return float("nan")
-        return noise[max(int(np.searchsorted(np.asarray(steps), done, "right")) - 1, 0)]
 
     def _rate(self, j: int, gpus: int) -> tuple[float, float]:
         """(batch, goodput or speed) of job ``j`` on ``gpus`` GPUs now."""
@@ -171,7 +168,7 @@ class Pollux(ResizingPolicy):
             model = self._goodput_job(state, j)
             if model is not None:
                 self._noise[j] = self._noise_now(state, j, model, d)
-            elif self._scales_linearly(state, j, speeds):
+            elif speeds.scales_linearly(state.job_type[j], state.model[j]):
                 continue  # its costs are the shared linear row: no base needed
             self._base[j] = self._rate(j, 1)[1]
 
@@ -183,7 +180,7 @@ class Pollux(ResizingPolicy):
         for j, d in zip(jobs, done, strict=True):
             model = self._goodput_job(state, j)
             noise = self._noise_now(state, j, model, d) if model is not None else None
-            key.append((j, len(state.alloc[j] or ()), noise))
+            key.append((j, int(state.held[j]), noise))
         return tuple(key)
 
     def cost(self, j: int, gpus: int) -> float:
@@ -194,7 +191,9 @@ class Pollux(ResizingPolicy):
         assert state is not None and speeds is not None
         if self._goodput_job(state, j) is not None:
             s = np.array([self._rate(j, int(w))[1] for w in sizes]) / self._base[j]
-        elif self._scales_linearly(state, j, speeds):  # speed-up w on w GPUs: one row for all
+        elif speeds.scales_linearly(
+            state.job_type[j], state.model[j]
+        ):  # speed-up w on w GPUs: one row for all
             key = (len(sizes), float(sizes[0]))
             if key not in self._linear_costs:
                 self._linear_costs[key] = sizes**self.p if self.p < 0 else -(sizes**self.p)
@@ -202,15 +201,6 @@ class Pollux(ResizingPolicy):
         else:
             s = self.model_speeds(state, j, sizes, speeds) / self._base[j]
         return s**self.p if self.p < 0 else -(s**self.p)
-
-    @staticmethod
-    def _scales_linearly(state: SchedulerState, j: int, speeds: SpeedModel) -> bool:
-        """Nothing is known of the job's scaling (no measured type, no known
-        model): the performance model has it scale linearly."""
-        job_type, model = state.job_type[j], state.model[j]
-        return not (job_type and speeds.knows(job_type)) and not (
-            model and model_profile(model) is not None
-        )
 
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
         return (float(state.submit[j]),)
@@ -244,7 +234,7 @@ class Pollux(ResizingPolicy):
         for j in kept:
             if self._goodput_job(state, j) is None or j not in self._started:
                 continue
-            gpus = len(state.alloc[j] or ())
+            gpus = int(state.held[j])
             before = self.batches.get(j)
             factor = self._progress_factor(state, j, gpus)
             if abs(factor - self._started[j]) > 1e-9 * self._started[j]:

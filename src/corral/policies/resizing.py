@@ -29,8 +29,7 @@ import numpy as np
 
 from corral.errors import CorralError
 from corral.model.plan import Plan
-from corral.model.state import SchedulerState
-from corral.perf.communication import model_profile
+from corral.model.state import DONE, SchedulerState
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
@@ -116,19 +115,18 @@ class ResizingPolicy(Policy):
     ) -> np.ndarray:
         """:meth:`model_speed` at each of ``sizes`` (jobs known only by a duration
         scale linearly, computed at once)."""
-        job_type, model = state.job_type[i], state.model[i]
-        ref, asked = float(state.ref_speed[i]), int(state.gpus[i])
-        if job_type and speeds.knows(job_type):
+        job_type = state.job_type[i]
+        if job_type and speeds.knows(job_type):  # the table, at each size
             return np.array([speeds.reference_speed(job_type, int(w)) or 0.0 for w in sizes])
-        if model and model_profile(model) is not None:
-            batch = int(state.batch_size[i])
-            return ref * np.array(
-                [
-                    speeds.size_factor(state.cluster, job_type, model, asked, int(w), batch)
-                    for w in sizes
-                ]
-            )
-        return ref * sizes / asked
+        factors = speeds.size_factors(
+            state.cluster,
+            job_type,
+            state.model[i],
+            int(state.gpus[i]),
+            sizes,
+            int(state.batch_size[i]),
+        )
+        return float(state.ref_speed[i]) * factors
 
     def costs(self, j: int, sizes: np.ndarray) -> np.ndarray:
         """:meth:`cost` at each of ``sizes`` (subclasses compute it at once)."""
@@ -208,12 +206,12 @@ class ResizingPolicy(Policy):
         self.prepare(state, jobs, speeds)
         order = sorted(jobs, key=lambda j: (*self.admission_key(state, j), j))
         if tick:
-            capacity = state.free.total + sum(len(state.alloc[j] or ()) for j in running)
+            capacity = state.free.total + sum(int(state.held[j]) for j in running)
             pinned: dict[int, int] = {}
             for _ in range(4):
                 alloc = self.allocate(jobs, capacity, pinned, order)
                 more = {
-                    j: len(state.alloc[j] or ())
+                    j: int(state.held[j])
                     for j in running
                     if j not in pinned and self._keeps_size(state, j, alloc.get(j, 0))
                 }
@@ -226,7 +224,7 @@ class ResizingPolicy(Policy):
         kept: list[int] = []
         for j in running if tick else ():
             want = alloc.get(j, 0)
-            if want != len(state.alloc[j] or ()):
+            if want != int(state.held[j]):
                 b.stop(j)
                 if want:
                     to_place.append(j)
@@ -244,7 +242,7 @@ class ResizingPolicy(Policy):
     def _keeps_size(self, state: SchedulerState, j: int, want: int) -> bool:
         """True when a running job should stay at its size: its cost would change
         by less than ``min_change`` (a stop, ``want`` 0, always goes ahead)."""
-        now_w = len(state.alloc[j] or ())
+        now_w = int(state.held[j])
         if want == now_w or want == 0:
             return want == now_w
         before, after = self.cost(j, now_w), self.cost(j, want)
@@ -270,7 +268,7 @@ class ResizingPolicy(Policy):
 
 def median_finished_seconds(state: SchedulerState, default: float) -> float:
     """Median run time (at reference speed) of the jobs finished so far."""
-    finished = np.flatnonzero(state.status == 3)  # DONE
+    finished = np.flatnonzero(state.status == DONE)
     if not len(finished):
         return default
     return float(np.median(state.total_steps[finished] / state.ref_speed[finished]))
