@@ -130,6 +130,15 @@ class Cluster:
         self.node_rack_list: list[int] = self.node_rack.tolist()
         self.node_first_gpu_list: list[int] = self.node_first_gpu.tolist()
         self.node_gpus_list: list[int] = self.node_gpus.tolist()
+        self.gpu_rack_list: list[int] = self.gpu_rack.tolist()
+        self.rack_node_bits: list[int] = [0] * len(self.racks)
+        """Bit ``node`` set in entry ``rack`` for each node of the rack (bitset
+        placement reads it with the free-GPU index)."""
+        for node, rack in enumerate(self.node_rack_list):
+            self.rack_node_bits[rack] |= 1 << node
+        self.capacity_fullest_first: list[int] = np.cumsum(np.sort(self.node_gpus)[::-1]).tolist()
+        """GPUs held by the k largest nodes, for k = 1, 2, ... (how few servers
+        can hold a gang)."""
 
     def __repr__(self) -> str:
         return f"Cluster({self.name!r}, {len(self.nodes)} nodes, {self.total_gpus} GPUs)"

@@ -25,10 +25,12 @@ class FreeGPUs:
     takes and releases GPUs hundreds of thousands of times per run and a
     best-fit node must be found without scanning every node: ``_bits[node]``
     has bit ``k`` set when the node's ``k``-th GPU is free, and
-    ``_with[c]`` has bit ``node`` set when the node has exactly ``c`` free GPUs.
+    ``_with[c]`` has bit ``node`` set when the node has exactly ``c`` free GPUs;
+    ``_rack[r]`` counts rack ``r``'s free GPUs, so multi-node placement picks
+    a rack without a numpy pass either.
     """
 
-    __slots__ = ("_bits", "_with", "cluster", "mask", "node_free", "total")
+    __slots__ = ("_bits", "_rack", "_with", "cluster", "mask", "node_free", "total")
 
     def __init__(self, cluster: Cluster, mask: np.ndarray | None = None) -> None:
         self.cluster = cluster
@@ -46,8 +48,10 @@ class FreeGPUs:
         for first, size in zip(cluster.node_first_gpu_list, cluster.node_gpus_list, strict=True):
             self._bits.append(sum(1 << k for k in range(size) if flags[first + k]))
         self._with: list[int] = [0] * (cluster.max_node_gpus + 1)
+        self._rack: list[int] = [0] * len(cluster.racks)
         for node, count in enumerate(self.node_free.tolist()):
             self._with[count] |= 1 << node
+            self._rack[cluster.node_rack_list[node]] += count
 
     def copy(self) -> FreeGPUs:
         new = FreeGPUs.__new__(FreeGPUs)
@@ -57,6 +61,7 @@ class FreeGPUs:
         new.total = self.total
         new._bits = self._bits.copy()
         new._with = self._with.copy()
+        new._rack = self._rack.copy()
         return new
 
     def take(self, gpus: Sequence[int]) -> None:
@@ -81,10 +86,13 @@ class FreeGPUs:
         # Scalar loops: allocations are a few GPUs, where numpy's per-call
         # overhead would dominate.
         cluster = self.cluster
-        gpu_node, firsts = cluster.gpu_node_list, cluster.node_first_gpu_list
+        gpu_node, gpu_rack = cluster.gpu_node_list, cluster.gpu_rack_list
+        firsts = cluster.node_first_gpu_list
         mask, node_free, bits, with_count = self.mask, self.node_free, self._bits, self._with
+        rack_free = self._rack
         for g in gpus:
             node = gpu_node[g]
+            rack_free[gpu_rack[g]] += sign
             mask[g] = value
             count = int(node_free[node])
             node_free[node] = count + sign
@@ -102,6 +110,7 @@ class FreeGPUs:
             and np.array_equal(fresh.node_free, self.node_free)
             and fresh._bits == self._bits
             and fresh._with == self._with
+            and fresh._rack == self._rack
         )
 
     def in_node(self, node: int, n: int) -> list[int]:
@@ -115,22 +124,64 @@ class FreeGPUs:
             bits ^= low
         return out
 
-    def tightest_node(self, n: int) -> int:
+    def tightest_node(self, n: int, among: int = -1) -> int:
         """The node with the fewest free GPUs that still has ``n`` free (the
-        lowest-numbered among equals), or -1 when no node has ``n`` free."""
+        lowest-numbered among equals), or -1 when no node has ``n`` free;
+        only nodes in the bitset ``among`` count (all when -1)."""
         with_count = self._with
         for count in range(max(n, 1), len(with_count)):
-            nodes = with_count[count]
+            nodes = with_count[count] & among
             if nodes:
                 return (nodes & -nodes).bit_length() - 1
         return -1
 
-    def rack_free(self) -> np.ndarray:
-        """Free GPUs per rack (computed on demand: only multi-node placement asks)."""
-        cluster = self.cluster
-        return np.bincount(
-            cluster.node_rack, weights=self.node_free, minlength=len(cluster.racks)
-        ).astype(np.int64)
+    def nodes_needed(self, n: int, among: int = -1) -> int:
+        """How many of the nodes in the bitset ``among`` hold ``n`` free GPUs,
+        taken fullest first (their number when they hold fewer than ``n``)."""
+        with_count = self._with
+        needed, left = 0, n
+        for count in range(len(with_count) - 1, 0, -1):
+            nodes = (with_count[count] & among).bit_count()
+            if nodes * count >= left:
+                return needed + (left + count - 1) // count
+            needed += nodes
+            left -= nodes * count
+        return needed
+
+    def rack_free(self) -> list[int]:
+        """Free GPUs per rack (a copy)."""
+        return self._rack.copy()
+
+    def tightest_rack(self, n: int) -> int:
+        """The rack with the fewest free GPUs that still has ``n`` free (the
+        lowest-numbered among equals), or -1 when no rack has ``n`` free."""
+        best, best_free = -1, 0
+        for rack, count in enumerate(self._rack):
+            if count >= n and (best < 0 or count < best_free):
+                best, best_free = rack, count
+        return best
+
+    def fullest_first(self, n: int, among: int = -1) -> list[int]:
+        """``n`` free GPUs from the nodes in the bitset ``among`` (all nodes
+        when -1), taking nodes with the most free GPUs first and the
+        lowest-numbered among equals; fewer when those nodes hold fewer."""
+        with_count, bits = self._with, self._bits
+        firsts = self.cluster.node_first_gpu_list
+        out: list[int] = []
+        for count in range(len(with_count) - 1, 0, -1):
+            nodes = with_count[count] & among
+            while nodes:
+                low = nodes & -nodes
+                nodes ^= low
+                node = low.bit_length() - 1
+                free_bits, first = bits[node], firsts[node]
+                while free_bits:
+                    bit = free_bits & -free_bits
+                    out.append(first + bit.bit_length() - 1)
+                    if len(out) == n:
+                        return out
+                    free_bits ^= bit
+        return out
 
     def free_ids(self) -> np.ndarray:
         return np.flatnonzero(self.mask)

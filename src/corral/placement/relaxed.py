@@ -16,19 +16,18 @@ which level a job may use from how long it has waited.
 
 from __future__ import annotations
 
-import numpy as np
+import bisect
 
 from corral.model.cluster import Cluster
 from corral.model.free_gpus import FreeGPUs
-from corral.placement.strategies import PlacementStrategy, _take_from_nodes
+from corral.placement.strategies import PlacementStrategy
 
 LEVELS = ("fewest", "rack", "anywhere")
 
 
 def fewest_nodes(cluster: Cluster, n: int) -> int:
     """The fewest servers that can hold ``n`` GPUs in an empty cluster."""
-    sizes = np.sort(cluster.node_gpus)[::-1]
-    return int(np.searchsorted(np.cumsum(sizes), n) + 1)
+    return bisect.bisect_left(cluster.capacity_fullest_first, n) + 1
 
 
 class RelaxedLocality(PlacementStrategy):
@@ -46,32 +45,26 @@ class RelaxedLocality(PlacementStrategy):
     def choose_level(self, free: FreeGPUs, n: int, level: int) -> list[int] | None:
         if n > free.total:
             return None
-        cluster = free.cluster
-        node_free = free.node_free
         if level >= 2:
-            nodes = np.flatnonzero(node_free > 0)
-            order = nodes[np.argsort(-node_free[nodes], kind="stable")]
-            return _take_from_nodes(free, order, n)
+            return free.fullest_first(n)
+        cluster = free.cluster
         rack_free = free.rack_free()
-        racks = np.flatnonzero(rack_free >= n)
-        if not len(racks):
-            return None
-        limit = fewest_nodes(cluster, n) if level == 0 else None
-        best: tuple[int, int, np.ndarray] | None = None
-        for rack in racks[np.argsort(rack_free[racks], kind="stable")].tolist():
-            nodes = np.flatnonzero((cluster.node_rack == rack) & (node_free > 0))
-            # best fit: fullest-first order reaches n with the fewest servers
-            order = nodes[np.argsort(-node_free[nodes], kind="stable")]
-            count = int(np.searchsorted(np.cumsum(node_free[order]), n) + 1)
-            if limit is not None and count > limit:
+        racks = sorted(
+            (r for r in range(len(rack_free)) if rack_free[r] >= n), key=rack_free.__getitem__
+        )
+        limit = fewest_nodes(cluster, n) if level == 0 else n  # level 1: any number of servers
+        best, best_count = -1, 0
+        # racks with the fewest free GPUs first; in each, fullest-first order
+        # reaches n with the fewest servers
+        for rack in racks:
+            among = cluster.rack_node_bits[rack]
+            count = free.nodes_needed(n, among)
+            if count > limit:
                 continue
             if count == 1:  # one server: the tightest one that fits
-                fits = nodes[node_free[nodes] >= n]
-                order = fits[np.argsort(node_free[fits], kind="stable")]
-            if best is None or count < best[0]:
-                best = (count, rack, order)
-            if count == 1:
-                break
-        if best is None:
+                return free.in_node(free.tightest_node(n, among), n)
+            if best < 0 or count < best_count:
+                best, best_count = rack, count
+        if best < 0:
             return None
-        return _take_from_nodes(free, best[2], n)
+        return free.fullest_first(n, cluster.rack_node_bits[best])

@@ -44,16 +44,8 @@ class Consolidate(PlacementStrategy):
             best = free.tightest_node(n)
             if best >= 0:
                 return free.in_node(best, n)
-        node_free = free.node_free
-        rack_free = free.rack_free()
-        racks = np.flatnonzero(rack_free >= n)
-        if len(racks):
-            rack = int(racks[np.argmin(rack_free[racks])])
-            nodes = np.flatnonzero((free.cluster.node_rack == rack) & (node_free > 0))
-        else:
-            nodes = np.flatnonzero(node_free > 0)
-        order = nodes[np.argsort(-node_free[nodes], kind="stable")]
-        return _take_from_nodes(free, order, n)
+        rack = free.tightest_rack(n)
+        return free.fullest_first(n, free.cluster.rack_node_bits[rack] if rack >= 0 else -1)
 
 
 class Spread(PlacementStrategy):
@@ -115,13 +107,3 @@ class RandomPlacement(PlacementStrategy):
             return None
         ids = free.free_ids()
         return sorted(int(g) for g in self.rng.choice(ids, size=n, replace=False))
-
-
-def _take_from_nodes(free: FreeGPUs, order: np.ndarray, n: int) -> list[int]:
-    out: list[int] = []
-    for node in order:
-        want = min(n - len(out), int(free.node_free[node]))
-        out.extend(free.in_node(int(node), want))
-        if len(out) == n:
-            break
-    return out

@@ -30,6 +30,8 @@ and retries are the engine's (``SimConfig.failure_rate`` / ``max_retries``).
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,9 @@ from corral.policies.base import PlanBuilder, Policy
 from corral.policies.vcs import VirtualClusters, demand_quotas, parse_quotas
 
 __all__ = ["Philly", "demand_quotas", "parse_quotas"]
+
+MAX_TRIES = 60
+"""Failed tries counted towards the back-off (it is capped long before)."""
 
 
 class Philly(Policy):
@@ -67,8 +72,12 @@ class Philly(Policy):
         if backoff <= 0 or backoff_max < backoff:
             raise ValueError("backoff must be > 0 and backoff_max >= backoff")
         self.relax_after = np.asarray(steps)
+        self._relax_list = steps
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
+        self._waits = np.minimum(self.backoff * 2.0 ** (np.arange(MAX_TRIES + 1) - 1), backoff_max)
+        """The back-off after the k-th failed try in a row (a table: a pass
+        backs off hundreds of jobs)."""
         self._n = -1
 
     # ------------------------------------------------------------ set-up
@@ -106,8 +115,8 @@ class Philly(Policy):
 
     def level(self, state: SchedulerState, i: int) -> int:
         """How far job ``i``'s locality is relaxed, from how long it has waited."""
-        waited = state.now - state.queued_since[i]
-        return int(np.searchsorted(self.relax_after, waited, side="right"))
+        waited = state.now - float(state.queued_since[i])
+        return bisect.bisect_right(self._relax_list, waited)
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
@@ -118,9 +127,13 @@ class Philly(Policy):
         if not len(pending):
             return builder.build()
         now = state.now
-        due = np.sort(pending[self.next_try[pending] <= now])
+        retry_at = self.next_try[pending]
+        is_due = retry_at <= now
+        due = np.sort(pending[is_due])
+        # jobs not due keep their retry time through the pass
+        not_due = float(np.where(is_due, np.inf, retry_at).min())
         if not len(due):  # nobody's turn to try: only the next wake-up to find
-            return builder.build(self._next_wakeup(state, pending))
+            return builder.build(_finite(not_due))
         running = state.running.array()
         self.vcs.see_live(state)
         usage = np.bincount(
@@ -150,8 +163,8 @@ class Philly(Policy):
         over_quota = self._lend(builder, state, waiting, usage)
         if not state.known_in_advance:  # reasons are shown live only
             self._note_reasons(builder, state, due, possible, within, failed, over_quota)
-        self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
-        return builder.build(self._next_wakeup(state, pending))
+        retried = self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
+        return builder.build(_finite(min(not_due, retried)))
 
     def _note_reasons(
         self,
@@ -183,20 +196,34 @@ class Philly(Policy):
         placement, so VCs take turns rather than one VC taking all.
         """
         queues: dict[int, list[int]] = {}
-        for i in waiting:
-            queues.setdefault(int(self.vc[i]), []).append(i)
+        for i, v in zip(waiting, self.vc[waiting].tolist(), strict=True):
+            queues.setdefault(v, []).append(i)
         for q in queues.values():
             q.reverse()  # pop() from the end = submit order
+        quota = self.quota
+
+        def turn(v: int) -> tuple[float, int]:
+            return (usage[v] / max(quota[v], 1e-9), v)
+
+        turns = [turn(v) for v in queues]
+        heapq.heapify(turns)
+        # Lending only takes GPUs, so a job that found no place fails again
+        # for every later job of the same size, locality level and type.
+        no_place: set[tuple[int, int, int]] = set()
         failed: list[int] = []
-        while queues and builder.free.total > 0:
-            v = min(queues, key=lambda v: (usage[v] / max(self.quota[v], 1e-9), v))
+        while turns and builder.free.total > 0:
+            _, v = heapq.heappop(turns)
             i = queues[v].pop()
-            if not queues[v]:
-                del queues[v]
-            if self._place(builder, state, i):
+            kind = (int(state.gpus[i]), self.level(state, i), int(state.type_req[i]))
+            if kind not in no_place and self._place(builder, state, i):
                 usage[v] += state.gpus[i]
             else:
                 failed.append(i)
+                no_place.add(kind)
+            if queues[v]:
+                heapq.heappush(turns, turn(v))
+            else:
+                del queues[v]
         for q in queues.values():
             failed.extend(q)
         return failed
@@ -262,22 +289,25 @@ class Philly(Policy):
                 return self._place(builder, state, i)
         return False
 
-    def _back_off(self, state: SchedulerState, failed: np.ndarray) -> None:
-        """Retry later, sooner if the job's locality relaxes before then."""
+    def _back_off(self, state: SchedulerState, failed: np.ndarray) -> float:
+        """Retry later, sooner if the job's locality relaxes before then.
+        Returns the earliest retry (inf when none failed)."""
         if not len(failed):
-            return
+            return np.inf
         now = state.now
-        self.tries[failed] = np.minimum(self.tries[failed] + 1, 60)
-        wait = np.minimum(self.backoff * 2.0 ** (self.tries[failed] - 1), self.backoff_max)
+        tries = np.minimum(self.tries[failed] + 1, MAX_TRIES)
+        self.tries[failed] = tries
+        wait = self._waits[tries]
         # retries fall on a heartbeat of ``backoff`` seconds, so waiting jobs
         # are retried together rather than each at its own instant
         at = np.ceil((now + wait) / self.backoff) * self.backoff
-        for step in self.relax_after:
-            relax = state.queued_since[failed] + step
-            at = np.where(relax > now, np.minimum(at, relax), at)
+        queued = state.queued_since[failed]
+        for step in self._relax_list:
+            relax = queued + step
+            np.minimum(at, np.where(relax > now, relax, np.inf), out=at)
         self.next_try[failed] = at
+        return float(at.min())
 
-    def _next_wakeup(self, state: SchedulerState, pending: np.ndarray) -> float | None:
-        times = self.next_try[pending]
-        later = times[times > state.now]
-        return float(later.min()) if len(later) else None
+
+def _finite(at: float) -> float | None:
+    return at if at < np.inf else None
