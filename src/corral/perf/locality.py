@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from corral.errors import CorralError
 from corral.model.cluster import Cluster
 from corral.perf.communication import model_profile, spread_factor
@@ -43,11 +41,11 @@ class LocalityModel:
         if len(gpus) <= 1:
             return 1.0
         gpu_node = cluster.gpu_node_list
-        first = gpu_node[gpus[0]]
-        if all(gpu_node[g] == first for g in gpus):
+        nodes = {gpu_node[g] for g in gpus}
+        if len(nodes) == 1:
             return 1.0
         profile = model_profile(model) if self.measured and model else None
         if profile is not None:
             return spread_factor(profile, cluster, gpus)
-        racks = cluster.gpu_rack[np.asarray(gpus, dtype=np.int64)]
-        return self.cross_node if bool((racks == racks[0]).all()) else self.cross_rack
+        rack = cluster.node_rack_list
+        return self.cross_node if len({rack[node] for node in nodes}) == 1 else self.cross_rack
