@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -297,36 +297,17 @@ def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def _run_and_write(
-    jobs: JobTable,
-    machines: Cluster,
-    spec: RunSpec,
-    progress: bool,
-    out: Path,
-    extra: dict[str, Any],
+def _run_one(
+    jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bool, out: Path, extra: dict
 ) -> dict[str, Any]:
-    """Run one policy (gang engine or round model) and write its files."""
-    from corral.sim.output import write_run
-    from corral.sim.rounds.output import write_round_run
-    from corral.sim.rounds.planners import ROUND_PLANNERS
-    from corral.sim.run import simulate_rounds
-
-    if spec.policy in ROUND_PLANNERS:
-        with _user_errors():
-            result = simulate_rounds(jobs, machines, spec)
-            return write_round_run(result, out, jobs.offered_load(machines.total_gpus), extra)
-    sim_result = _run_one(jobs, machines, spec, progress)
-    with _user_errors():
-        return write_run(sim_result, out, extra)
-
-
-def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bool) -> Any:
+    """Run one policy in this process (with a progress bar) and write its files."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from corral.sim.run import simulate
+    from corral.sim.parallel import run_and_write
 
     if not show_progress:
-        return simulate(jobs, machines, spec)
+        with _user_errors():
+            return run_and_write(jobs, machines, spec, out, extra)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -336,7 +317,15 @@ def _run_one(jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bo
         transient=True,
     ) as bar:
         task = bar.add_task(spec.policy, total=len(jobs))
-        return simulate(jobs, machines, spec, lambda done, total: bar.update(task, completed=done))
+        with _user_errors():
+            return run_and_write(
+                jobs,
+                machines,
+                spec,
+                out,
+                extra,
+                lambda done, total: bar.update(task, completed=done),
+            )
 
 
 def _summary_table(summaries: list[dict[str, Any]]) -> Table:
@@ -371,11 +360,44 @@ def sim(
     name = policy.strip().lower()
     _check_policy_names([name])
     jobs, machines = run.workload()
-    summary = _run_and_write(
+    summary = _run_one(
         jobs, machines, run.spec(name), run.progress, out, {"trace": jobs.source, "seed": run.seed}
     )
     console.print(_summary_table([summary]))
     console.print(f"wrote {out}/jobs.csv, {out}/summary.json", highlight=False)
+
+
+RunnerOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="how runs are carried out: processes (on this machine), ray (Ray tasks: a "
+        "local instance, or --address), serial (one after another, with progress bars)"
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(help="an existing Ray cluster to run on ('auto', or host:port); implies ray"),
+]
+ParallelOpt = Annotated[
+    int | None,
+    typer.Option("--parallel", "-j", min=1, help="runs at once (default: one per CPU core)"),
+]
+
+
+def _runner(runner: str | None, address: str | None, parallel: int | None, default: str) -> str:
+    """The runner asked for; ``auto`` is Ray where it is installed, else processes."""
+    from corral.sim.parallel import RUNNERS
+
+    name = (runner or ("ray" if address else default)).strip().lower()
+    if name == "auto":
+        import importlib.util
+
+        name = "ray" if importlib.util.find_spec("ray") is not None else "processes"
+    if name not in RUNNERS:
+        raise CorralError(f"--runner: '{name}' is not one of auto, {', '.join(RUNNERS)}")
+    if parallel == 1 and name == "processes":
+        name = "serial"
+    return name
 
 
 @app.command()
@@ -384,40 +406,49 @@ def compare(
     run: RunArgs,
     policies: Annotated[str, typer.Option(help="comma-separated policy names")] = "fifo,srtf,las",
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/compare"),
-    parallel: Annotated[
-        int | None,
-        typer.Option(
-            "--parallel",
-            "-j",
-            min=1,
-            help="policies run at once, each in its own process (default: one per CPU core)",
-        ),
-    ] = None,
+    parallel: ParallelOpt = None,
+    runner: RunnerOpt = None,
+    address: AddressOpt = None,
 ) -> None:
     """Run the same workload under several policies and write a comparison report.
 
-    Policies run side by side in separate processes (``--parallel 1`` runs
-    them one after another in this process, with a progress bar each); the
-    results do not depend on how many run at once.
+    Policies run side by side (each in its own process by default;
+    ``--parallel 1`` runs them one after another in this process, with a
+    progress bar each; ``--runner ray`` as Ray tasks, as ``corral sweep``
+    does); the results do not depend on how many run at once.
     """
+    from corral.sim.parallel import RunTask, run_tasks
+
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
     if not names:
         raise CorralError("--policies names no policy")
     _check_policy_names(names)
+    how = _runner(runner, address, parallel, "processes")
     jobs, machines = run.workload()
     tasks = [
-        (name, run.spec(name), {"trace": jobs.source, "seed": run.seed, "run_dir": name})
+        RunTask(name, 0, run.spec(name), {"trace": jobs.source, "seed": run.seed, "run_dir": name})
         for name in names
     ]
-    workers = min(len(tasks), parallel or os.cpu_count() or 1)
     summaries: list[dict[str, Any]] = []
-    if workers <= 1:
-        for name, spec, extra in tasks:
-            summary = _run_and_write(jobs, machines, spec, run.progress, out / name, extra)
+    if how == "serial":
+        for task in tasks:
+            summary = _run_one(jobs, machines, task.spec, run.progress, out / task.name, task.extra)
             summaries.append(summary)
             _print_done(summary)
     else:
-        summaries = _compare_in_processes(jobs, machines, tasks, out, workers)
+        with console.status(f"running {len(tasks)} policies ({how})") as status:
+
+            finished: list[str] = []
+
+            def done(task: RunTask, summary: dict[str, Any]) -> None:
+                _print_done(summary)
+                finished.append(task.name)
+                status.update(f"{len(finished)} of {len(tasks)} policies done")
+
+            with _user_errors():
+                summaries = run_tasks(
+                    tasks, [(jobs, machines)], out, how, parallel, address, on_done=done
+                )
     context = {
         "trace": jobs.source,
         "jobs": len(jobs),
@@ -444,42 +475,120 @@ def _print_done(summary: dict[str, Any]) -> None:
     )
 
 
-def _compare_in_processes(
-    jobs: JobTable,
-    machines: Cluster,
-    tasks: list[tuple[str, RunSpec, dict[str, Any]]],
-    out: Path,
-    workers: int,
-) -> list[dict[str, Any]]:
-    """Run each policy in a worker process; summaries come back in the policies' order.
+@app.command()
+@_with_run_options
+def sweep(
+    run: RunArgs,
+    policies: Annotated[str | None, typer.Option(help="comma-separated policy names")] = None,
+    loads: Annotated[
+        str | None,
+        typer.Option(help="offered loads to rescale the trace's arrivals to, e.g. 0.7,0.9,1.1"),
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="seeds: 0..4 (both ends included) or 1,3,5")
+    ] = None,
+    cluster_scales: Annotated[
+        str | None, typer.Option(help="cluster sizes as scales of --cluster, e.g. 0.1,0.2")
+    ] = None,
+    grid: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML file with policies, loads, seeds, cluster_scales "
+            "(options given here replace its axes)"
+        ),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/sweep"),
+    parallel: ParallelOpt = None,
+    runner: RunnerOpt = None,
+    address: AddressOpt = None,
+) -> None:
+    """Run a grid of simulations (policies x loads x seeds x cluster sizes) in parallel.
 
-    Workers are forked where the platform allows, so the loaded trace is
-    shared rather than copied; a policy's error stops the comparison with
-    that policy's message.
+    Runs are Ray tasks by default (a local Ray instance with one worker per
+    core, or an existing cluster with --address; without Ray installed, worker
+    processes). Writes a folder per run, results.csv (one row per run, every
+    summary key) and report.html / report.md with means over seeds and their
+    spread.
     """
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {
-            pool.submit(_run_and_write, jobs, machines, spec, False, out / name, extra): k
-            for k, (name, spec, extra) in enumerate(tasks)
+    from corral.sim.parallel import RunTask, run_tasks
+    from corral.sim.sweep import Grid, write_sweep
+
+    with _user_errors():
+        spec = Grid.build(policies, loads, seeds, cluster_scales, grid, run.seed, run.cluster_scale)
+    _check_policy_names(spec.policies)
+    how = _runner(runner, address, parallel, "auto")
+    points = spec.points()
+    workloads: list[tuple[JobTable, Cluster]] = []
+    index: dict[tuple[int, float, float | None], int] = {}
+    for scale in spec.cluster_scales:
+        for seed in spec.seeds:
+            jobs, machines = dataclasses.replace(run, seed=seed, cluster_scale=scale).workload()
+            for load in spec.loads:
+                with _user_errors():
+                    table = jobs if load is None else jobs.at_load(load, machines.total_gpus)
+                index[(seed, scale, load)] = len(workloads)
+                workloads.append((table, machines))
+    tasks = []
+    for point in points:
+        settings = dataclasses.replace(run, seed=point.seed)
+        jobs, machines = workloads[index[(point.seed, point.cluster_scale, point.load)]]
+        extra = {
+            "trace": jobs.source,
+            "seed": point.seed,
+            "run_dir": point.name,
+            "target_load": point.load,
+            "cluster_scale": point.cluster_scale,
         }
-        results: dict[int, dict[str, Any]] = {}
-        pending = set(futures)
-        with console.status(f"running {len(tasks)} policies, {workers} at a time") as status:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    if future.exception() is not None:
-                        pool.shutdown(wait=False, cancel_futures=True)
-                    summary = future.result()
-                    results[futures[future]] = summary
-                    _print_done(summary)
-                    status.update(f"{len(results)} of {len(tasks)} policies done")
-    return [results[k] for k in range(len(tasks))]
+        tasks.append(
+            RunTask(
+                point.name,
+                index[(point.seed, point.cluster_scale, point.load)],
+                settings.spec(point.policy),
+                extra,
+            )
+        )
+    console.print(
+        f"sweep    {len(points)} runs: {len(spec.policies)} policies x {len(spec.loads)} "
+        f"load(s) x {len(spec.seeds)} seed(s) x {len(spec.cluster_scales)} cluster size(s), "
+        f"runner {how}",
+        highlight=False,
+    )
+    with Progress(
+        TextColumn("[bold]runs"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not run.progress,
+        disable=not run.progress,
+    ) as bar:
+        task_id = bar.add_task("runs", total=len(tasks))
+        with _user_errors():
+            summaries = run_tasks(
+                tasks,
+                workloads,
+                out,
+                how,
+                parallel,
+                address,
+                on_done=lambda task, summary: bar.advance(task_id),
+            )
+    context = {
+        "trace": run.trace,
+        "cluster": f"{run.cluster} at scales {', '.join(f'{c:g}' for c in spec.cluster_scales)}",
+        "policies": ", ".join(spec.policies),
+        "loads": ", ".join("trace" if x is None else f"{x:g}" for x in spec.loads),
+        "seeds": ", ".join(str(x) for x in spec.seeds),
+        "placement": run.placement or "policy default",
+        "preset": run.preset or "none",
+        "switch cost": run.switch_description(),
+        "runner": how + (f" at {address}" if address else ""),
+    }
+    with _user_errors():
+        path = write_sweep(out, points, summaries, context)
+    console.print(f"wrote {out}/results.csv, {out}/report.md and {path}", highlight=False)
 
 
 def _check_policy_names(names: list[str]) -> None:

@@ -109,6 +109,26 @@ class JobTable:
         return self.gpu_seconds() / (total_gpus * span)
 
 
+    def at_load(self, load: float, total_gpus: int) -> JobTable:
+        """The same jobs arriving faster or slower, so the offered load on
+        ``total_gpus`` GPUs is ``load``: gaps between submissions are scaled
+        by one factor (the arrival pattern keeps its shape, as load sweeps in
+        Tiresias' and Gavel's evaluations do)."""
+        if not load > 0:
+            raise CorralError(f"a target load must be > 0, got {load}")
+        now = self.offered_load(total_gpus)
+        if now <= 0 or self.span() <= 0:
+            raise CorralError(
+                f"trace '{self.source}' has no arrival span to rescale to load {load}"
+            )
+        df = self.df.copy()
+        first = float(df["submit_time"].iloc[0])
+        df["submit_time"] = first + (df["submit_time"] - first) * (now / load)
+        out = self._replace(df)
+        out.source = self.source
+        return out
+
+
 def steps_from_duration(df: pd.DataFrame, speeds: SpeedModel | None = None) -> np.ndarray:
     """Work of jobs known by duration: duration x reference steps/s for measured types."""
     if speeds is None:

@@ -40,7 +40,7 @@ def comparison_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{c: s.get(c) for c in COMPARISON_COLUMNS} for s in summaries])
 
 
-def _png(fig: Any) -> str:
+def png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -61,7 +61,7 @@ def _cdf_plot(runs: dict[str, pd.DataFrame], column: str, title: str, xlabel: st
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    return _png(fig)
+    return png(fig)
 
 
 def _time_plot(timelines: dict[str, pd.DataFrame], column: str, title: str, ylabel: str) -> str:
@@ -73,7 +73,7 @@ def _time_plot(timelines: dict[str, pd.DataFrame], column: str, title: str, ylab
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    return _png(fig)
+    return png(fig)
 
 
 def write_report(out_dir: Path, summaries: list[dict[str, Any]], context: dict[str, Any]) -> Path:
