@@ -227,7 +227,7 @@ def over_seeds(results: pd.DataFrame) -> pd.DataFrame:
     out = mean.add_suffix("_mean").join(std.add_suffix("_std"))
     out["seeds"] = grouped.size()
     out = out.reset_index()
-    out["load"] = out["load"].where(out["load"] >= 0, None)
+    out["load"] = out["load"].where(out["load"] >= 0)  # NaN: the trace's own arrivals
     return out
 
 
