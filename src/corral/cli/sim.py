@@ -437,7 +437,6 @@ def compare(
             _print_done(summary)
     else:
         with console.status(f"running {len(tasks)} policies ({how})") as status:
-
             finished: list[str] = []
 
             def done(task: RunTask, summary: dict[str, Any]) -> None:

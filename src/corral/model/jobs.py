@@ -108,7 +108,6 @@ class JobTable:
             return 0.0
         return self.gpu_seconds() / (total_gpus * span)
 
-
     def at_load(self, load: float, total_gpus: int) -> JobTable:
         """The same jobs arriving faster or slower, so the offered load on
         ``total_gpus`` GPUs is ``load``: gaps between submissions are scaled
