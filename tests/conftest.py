@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pandas as pd
@@ -10,8 +11,14 @@ import pytest
 from corral.model.cluster import Cluster, Node, assign_racks
 from corral.model.jobs import JobTable
 from corral.policies import make_policy
+from corral.ray_support import SINGLE_MACHINE_SETTING
 from corral.sim.engine import SimConfig, SimResult, Simulator
 from tests import postgres
+
+# Every Ray instance the tests start listens on 127.0.0.1: keep Ray from
+# turning loopback addresses into the machine's outward IP (set before any
+# test imports Ray; see corral.ray_support).
+os.environ.setdefault(SINGLE_MACHINE_SETTING, "0")
 
 Row = tuple[float, int, float] | tuple[float, int, float, str]
 """(submit, gpus, duration) or (submit, gpus, duration, model)."""

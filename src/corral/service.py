@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from corral.api.app import create_app
 from corral.errors import CorralError
 from corral.runtime.config import ServiceConfig
-from corral.runtime.executor import LocalExecutor
+from corral.runtime.executor import Executor, LocalExecutor
 from corral.runtime.identity import isolation_warning
 from corral.runtime.scheduler import Scheduler
 from corral.runtime.store import Store
@@ -75,7 +75,15 @@ def bind(host: str, port: int) -> socket.socket:
 def build(config: ServiceConfig) -> tuple[Store, Scheduler]:
     """The store, executor and scheduler (the state directory exists and is private)."""
     store = Store(config.store_url)
-    executor = LocalExecutor(config.gpus, config.workers.standby, config.state_dir / "standby.log")
+    executor: Executor
+    if config.executor == "ray":
+        from corral.runtime.ray_executor import RayExecutor
+
+        executor = RayExecutor(config)
+    else:
+        executor = LocalExecutor(
+            config.gpus, config.workers.standby, config.state_dir / "standby.log"
+        )
     return store, Scheduler(config, store, executor)
 
 
@@ -131,6 +139,7 @@ def _run(
         stop.set()
         scheduler.notify()
         loop.join(timeout=10)
+        scheduler.executor.close(jobs_running=bool(scheduler.attempts))
         store.dispose()
 
 

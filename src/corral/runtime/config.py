@@ -108,6 +108,27 @@ class WorkersConfig(BaseModel):
         return value
 
 
+class RayConfig(BaseModel):
+    """Where the Ray executor runs jobs (``executor: ray``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = Field(
+        None,
+        description="an existing Ray cluster (host:port of its head, or 'auto'); its "
+        "nodes' GPUs and accelerator types are the inventory. Unset: the service starts "
+        "a Ray instance on 127.0.0.1 whose resources are the configured gpus",
+    )
+    virtual_gpus: bool = Field(
+        False,
+        description="the cluster's GPUs are Ray resources without devices behind them "
+        "(jobs get no CUDA_VISIBLE_DEVICES); a local instance's follow 'gpus'",
+    )
+    namespace: str = Field("corral", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    poll_interval: float = Field(
+        2.0, gt=0, description="seconds between checks of which Ray nodes are alive"
+    )
+
+
 class PrerunConfig(BaseModel):
     """A few iterations on one GPU before a large gang is allocated."""
 
@@ -130,7 +151,8 @@ class ServiceConfig(BaseModel):
     policy: str = "tiresias-las"
     policy_options: dict[str, Any] = Field(default_factory=dict)
     placement: str | None = None
-    executor: Literal["local"] = "local"
+    executor: Literal["local", "ray"] = "local"
+    ray: RayConfig = Field(default_factory=RayConfig)
     gpus: Literal["auto"] | list[GpuGroup] = "auto"
     users: list[UserConfig] = Field(min_length=1)
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -188,6 +210,16 @@ class ServiceConfig(BaseModel):
             if not gpus >= 0 or gpus == float("inf"):
                 raise ValueError(f"quota of '{name}' must be a number of GPUs >= 0")
         return value
+
+    @model_validator(mode="after")
+    def _executor_settings(self) -> ServiceConfig:
+        if self.executor == "ray" and self.workers.standby:
+            raise ValueError("workers.standby: standby workers run with the local executor only")
+        if self.executor == "ray" and self.ray.address and self.gpus != "auto":
+            raise ValueError(
+                "gpus: with ray.address the GPUs are the Ray cluster's; leave gpus out"
+            )
+        return self
 
     @model_validator(mode="after")
     def _runnable_policy(self) -> ServiceConfig:

@@ -121,6 +121,20 @@ class Executor(ABC):
         """The process of an attempt whose pid was never stored (crash during launch)."""
         return None
 
+    def watch(self) -> bool:
+        """Look for nodes that left or joined; True when :meth:`slots` or
+        :meth:`unavailable_nodes` changed (the loop then re-reads them)."""
+        return False
+
+    def unavailable_nodes(self) -> set[str]:
+        """Nodes whose GPUs cannot be used now (gone from the executor's cluster)."""
+        return set()
+
+    def close(self, jobs_running: bool) -> None:
+        """The service is stopping; ``jobs_running`` when attempts go on without it
+        (they are adopted at the next start)."""
+        return None
+
 
 def process_start(pid: int) -> str | None:
     """The start time of a live process (clock ticks since boot), None if gone or a zombie."""
@@ -141,7 +155,8 @@ def read_exit_record(folder: Path) -> ExitRecord | None:
     except (OSError, ValueError):
         return None
     code, sig, detail = record.get("exit_code"), record.get("signal"), record.get("detail")
-    return ExitRecord(code, sig, detail, end=record.get("end_time"))
+    lost = bool(record.get("lost", False))
+    return ExitRecord(code, sig, detail, lost=lost, end=record.get("end_time"))
 
 
 def write_exit_record(folder: Path, exit_code: int, detail: str) -> None:
@@ -201,6 +216,36 @@ def cpus_near(gpus: tuple[GpuSlot, ...], slots: list[GpuSlot], count: int) -> li
         if len(out) == min(count, len(available)):
             break
     return out
+
+
+def confinement(request: LaunchRequest, slots: list[GpuSlot]) -> Confinement:
+    """Who an attempt runs as and what it may use, for the launcher."""
+    conf = Confinement(
+        memory=request.memory,
+        cpu_quota=request.cpus,
+        cwd=request.cwd,
+        output=request.output,
+        nice=request.nice,
+    )
+    if request.run_as is not None:
+        who = request.run_as
+        conf.uid, conf.gid, conf.groups = who.uid, who.gid, list(who.groups)
+    if request.cpus:
+        conf.cpus = cpus_near(request.gpus, slots, request.cpus)
+    return conf
+
+
+def launcher_argv(folder: Path, conf: Confinement, argv: list[str]) -> list[str]:
+    """The command that runs ``argv`` under the launcher, which records its exit in ``folder``."""
+    return [
+        sys.executable,
+        "-m",
+        "corral.runtime.launcher",
+        str(folder),
+        *conf.options(),
+        "--",
+        *argv,
+    ]
 
 
 def free_port() -> int:
@@ -294,18 +339,7 @@ class LocalExecutor(Executor):
     def launch(self, request: LaunchRequest) -> ProcessRef:
         request.dir.mkdir(parents=True, exist_ok=True)
         env = job_environment(request)
-        conf = Confinement(
-            memory=request.memory,
-            cpu_quota=request.cpus,
-            cwd=request.cwd,
-            output=request.output,
-            nice=request.nice,
-        )
-        if request.run_as is not None:
-            who = request.run_as
-            conf.uid, conf.gid, conf.groups = who.uid, who.gid, list(who.groups)
-        if request.cpus:
-            conf.cpus = cpus_near(request.gpus, self._slots, request.cpus)
+        conf = confinement(request, self._slots)
         if request.warm_argv is not None and self.pool is not None:
             worker = self.pool.take()
             if worker is not None:
@@ -316,11 +350,9 @@ class LocalExecutor(Executor):
                 self.pool.refill()
                 return ProcessRef(pid, process_start(pid) or "")
             self.pool.refill()
-        argv = [sys.executable, "-m", "corral.runtime.launcher", str(request.dir)]
-        argv += [*conf.options(), "--"]
         with open(request.log, "ab") as log:
             child = subprocess.Popen(
-                argv + request.argv,
+                launcher_argv(request.dir, conf, request.argv),
                 cwd=request.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ from corral.runtime.executor import (
     ProcessRef,
 )
 from corral.runtime.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
-from corral.runtime.loop_base import TERMINAL, Attempt, LoopBase
+from corral.runtime.loop_base import TERMINAL, Attempt, LoopBase, cluster_from_slots
 from corral.runtime.specs import JobSpec
 from corral.runtime.store import JobRow, NodeRow
 
@@ -167,6 +167,23 @@ class Recovery(LoopBase):
         self._sync_drained()
         self.dirty = True
 
+    def _executor_changed(self) -> None:
+        """Nodes left or joined the executor's cluster: GPUs of nodes gone are kept
+        from the policy; a node that joined grows the cluster (the policy's view
+        is rebuilt around it, GPU ids of the nodes known so far unchanged)."""
+        slots = self.executor.slots()
+        if len(slots) != len(self.slots):
+            self.slots = slots
+            self.cluster = cluster_from_slots(slots)
+            with self.store.session() as s:
+                self._sync_nodes(s)
+                for name in {slot.node for slot in slots[len(self.usable) :]}:
+                    self.store.event(s, "node_joined", None, node=name)
+            self.usable = np.ones(len(slots), dtype=bool)
+            self._rebuild()
+        else:
+            self._sync_drained()
+
     def _sync_nodes(self, s: Session) -> None:
         counts: dict[str, tuple[str, int, bool]] = {}
         for slot in self.slots:
@@ -188,8 +205,17 @@ class Recovery(LoopBase):
         Jobs already running on a node that is drained run to their end, as
         under Slurm's DRAIN; a node put back up returns its GPUs at once.
         """
+        gone = self.executor.unavailable_nodes()
         with self.store.session() as s:
+            for row in s.scalars(select(NodeRow)):  # nodes the executor lost, and found again
+                if row.name in gone and row.state == "up":
+                    row.state = "down"
+                    self.store.event(s, "node_down", None, node=row.name)
+                elif row.name not in gone and row.state == "down":
+                    row.state = "up"
+                    self.store.event(s, "node_up", None, node=row.name)
             drained = {r.name for r in s.scalars(select(NodeRow).where(NodeRow.state == "drained"))}
+        drained |= gone
         self.usable = np.array([slot.node not in drained for slot in self.slots], dtype=bool)
         free = self.live.state.free
         back = [g for g in self.reserved if self.slots[g].node not in drained]

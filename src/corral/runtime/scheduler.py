@@ -88,6 +88,8 @@ class Scheduler(Recovery, Transitions, Launching):
         if self._nodes_dirty:
             self._nodes_dirty = False
             self._sync_drained()
+        if self.executor.watch():
+            self._executor_changed()
         due = self.next_wakeup is not None and now >= self.next_wakeup
         if changed or self.dirty or due:
             self._schedule(now)

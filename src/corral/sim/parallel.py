@@ -162,12 +162,9 @@ def run_in_memory(
 
 def start_ray(address: str | None, workers: int) -> bool:
     """Connect to Ray; True when this call started it (the caller shuts it down)."""
-    try:
-        import ray
-    except ImportError:
-        raise CorralError(
-            "the ray runner needs Ray: pip install 'corral[ray]' (or use --runner processes)"
-        ) from None
+    from corral.ray_support import import_ray
+
+    ray = import_ray(address, "the ray runner (or use --runner processes)")
     if ray.is_initialized():
         return False
     quiet = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR"}

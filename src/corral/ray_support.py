@@ -1,0 +1,46 @@
+"""Importing Ray for corral: an optional extra, kept on loopback when it is local.
+
+Ray turns a loopback address (``127.0.0.1:6379``) into the machine's outward
+IP before connecting, so a Ray instance that listens on 127.0.0.1 only (as
+every instance corral starts does) could not be reached by address. Ray's
+own single-machine setting keeps loopback addresses as they are; it is set
+before Ray is first imported, for local instances and loopback addresses
+only (a real cluster's address is used as Ray resolves it).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from corral.errors import CorralError
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+SINGLE_MACHINE_SETTING = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+AUTH_MODE_SETTING = "RAY_AUTH_MODE"
+
+
+def is_local(address: str | None) -> bool:
+    """True for no address (a local instance) or one on loopback."""
+    if not address:
+        return True
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return host in LOOPBACK_HOSTS
+
+
+def import_ray(address: str | None, what: str = "this") -> ModuleType:
+    """Ray, ready to start or reach ``address``; a clear error when it is not installed.
+
+    With no address, the Ray instance is one corral starts, with Ray's token
+    authentication (its default for ``ray start``): the token is Ray's own file
+    in the user's home, which only that user can use to connect.
+    """
+    if is_local(address):
+        os.environ.setdefault(SINGLE_MACHINE_SETTING, "0")
+    if not address:
+        os.environ.setdefault(AUTH_MODE_SETTING, "token")
+    try:
+        import ray
+    except ImportError:
+        raise CorralError(f"{what} needs Ray: pip install 'corral[ray]'") from None
+    return ray

@@ -1,0 +1,547 @@
+"""The Ray executor: jobs' processes on the nodes of a Ray cluster.
+
+``executor: ray`` in the service's config. The policy still decides which
+GPUs a job gets; this executor carries the decision out on Ray:
+
+- **Inventory.** With ``ray.address`` the nodes are the Ray cluster's nodes
+  that have GPUs, each with its ``GPU`` count and its ``accelerator_type:*``
+  resource as the type (``GPU`` when it names none). Without an address the
+  service starts a Ray instance on 127.0.0.1 (``ray start --head``, so it
+  outlives a crash of the service) whose resources are the configured
+  ``gpus``, and the nodes are the configured ones. The order of nodes is kept
+  in the state directory, so GPU ids stay put across restarts and a node
+  that joins is added at the end.
+- **Launch.** A gang is split by node; each node's share is a *rank*: a
+  detached, named actor pinned to that node (node affinity, hard) runs the
+  rank's processes through the same launcher as the local executor, with the
+  same environment plus the rank's place in the gang (``CORRAL_RANK``,
+  ``CORRAL_WORLD_SIZE`` = nodes, ``CORRAL_MASTER_ADDR``/``PORT`` on rank 0's
+  node, ``CUDA_VISIBLE_DEVICES`` of its node), so a ``torchrun``-style
+  multi-node job starts with ``--nnodes $CORRAL_WORLD_SIZE --node-rank
+  $CORRAL_RANK``.
+- **Ends.** An attempt ends when every rank ended cleanly, or when one failed
+  (the others are killed; that rank's exit is the attempt's). Each rank's
+  output is copied into the attempt's log as it comes (ranks after the first
+  prefixed ``[rank k]``).
+- **Nodes.** A node that leaves Ray makes its ranks' attempts end as lost
+  (``node_failure``: retried elsewhere) and its GPUs unavailable until it
+  comes back; a node that joins adds its GPUs.
+- **Crashes.** Ranks are detached actors named after the attempt, so after a
+  ``kill -9`` of the service a restart finds them by name and adopts them.
+
+Jobs' folders (``jobs_dir``) must be a path every node can reach, as their
+checkpoints are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.errors import CorralError
+from corral.ray_support import import_ray
+from corral.runtime.config import ServiceConfig
+from corral.runtime.executor import (
+    EXIT_FILE,
+    Executor,
+    ExitRecord,
+    GpuSlot,
+    LaunchRequest,
+    ProcessRef,
+    confinement,
+    discover_nvidia,
+    free_port,
+    job_environment,
+    read_exit_record,
+    virtual_slots,
+)
+from corral.runtime.launcher import write_atomic
+from corral.runtime.ray_rank import RankProcess
+
+REF_PREFIX = "ray:"
+REF_FILE = "ray-ref"
+OFFSETS_FILE = "ray-offsets.json"
+NODES_FILE = "ray-nodes.json"
+HEAD_FILE = "ray-head.json"
+STATUS_EVERY = 0.25
+"""Least seconds between two status calls to one attempt's ranks."""
+CALL_TIMEOUT = 30.0
+
+
+@dataclass
+class RayNode:
+    """A node of the inventory: its name for people and the Ray node it is."""
+
+    name: str
+    node_id: str
+    gpu_type: str
+    gpus: int
+    devices: list[str] | None = None
+    """Device indices of its GPUs (None: virtual GPUs, no device behind them)."""
+
+
+@dataclass
+class _Attempt:
+    token: str
+    ranks: list[Any]
+    """Actor handles, rank order (None where the actor is gone)."""
+    nodes: list[str]
+    offsets: list[int]
+    folder: Path
+    log: Path
+    checked: float = 0.0
+
+
+def parse_ref(ref: ProcessRef) -> tuple[str, int] | None:
+    """``(token, ranks)`` of a Ray attempt's reference, None for anything else."""
+    if not ref.pid_start.startswith(REF_PREFIX):
+        return None
+    token, _, count = ref.pid_start[len(REF_PREFIX) :].partition(":")
+    return (token, int(count)) if count.isdigit() else None
+
+
+class RayExecutor(Executor):
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.settings = config.ray
+        self.ray = import_ray(self.settings.address, "executor: ray")
+        self.namespace = self.settings.namespace
+        self.state_dir = config.state_dir
+        self._head_group: int | None = None
+        self._attempts: dict[str, _Attempt] = {}
+        self._gone: set[str] = set()
+        self._checked = 0.0
+        self._rank_class: Any = None
+        if self.settings.address:
+            self._connect(self.settings.address)
+            self.nodes = self._cluster_inventory()
+        else:
+            self._local_head()
+            self.nodes = self._local_inventory()
+        self._gone = self._unalive()
+
+    # ------------------------------------------------------------ Ray itself
+    def _connect(self, address: str) -> None:
+        try:
+            self.ray.init(
+                address=address,
+                namespace=self.namespace,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise CorralError(
+                f"ray.address: cannot reach the Ray cluster at {address}: {exc}"
+            ) from None
+
+    def _local_head(self) -> None:
+        """Reach this service's own Ray instance, starting it if it is not running."""
+        record = self.state_dir / HEAD_FILE
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            head = json.loads(record.read_text())
+            if _reachable(head["address"]):
+                self._head_group = int(head["group"])
+                self._connect(head["address"])
+                return
+        groups = self.config.gpus
+        if groups == "auto":
+            slots = discover_nvidia()
+            if not slots:
+                raise CorralError("gpus: auto found no NVIDIA GPU for the local Ray instance")
+            types: dict[str, int] = {}
+            for slot in slots:
+                types[slot.gpu_type] = types.get(slot.gpu_type, 0) + 1
+        else:
+            assert isinstance(groups, list)
+            types = {}
+            for group in groups:
+                types[group.type] = types.get(group.type, 0) + group.count
+        port = free_port()
+        ray_cli = str(Path(sys.executable).parent / "ray")
+        resources = {f"accelerator_type:{t}": n for t, n in types.items()}
+        argv = [
+            ray_cli,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            f"--num-cpus={os.cpu_count() or 1}",
+            f"--num-gpus={sum(types.values())}",
+            f"--resources={json.dumps(resources)}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ]
+        log = self.state_dir / "ray-head.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            code = proc.wait(120)
+        if code != 0:
+            raise CorralError(f"could not start a local Ray instance (exit {code}); see {log}")
+        address = f"127.0.0.1:{port}"
+        self._head_group = proc.pid
+        write_atomic(record, json.dumps({"address": address, "group": proc.pid}))
+        self._connect(address)
+
+    def _alive_nodes(self) -> list[dict[str, Any]]:
+        return [n for n in self.ray.nodes() if n.get("Alive")]
+
+    def _local_inventory(self) -> list[RayNode]:
+        alive = self._alive_nodes()
+        node_id = alive[0]["NodeID"] if alive else ""
+        groups = self.config.gpus
+        slots = discover_nvidia() if groups == "auto" else virtual_slots(groups)  # type: ignore[arg-type]
+        nodes: dict[str, RayNode] = {}
+        for slot in slots:
+            node = nodes.setdefault(
+                slot.node,
+                RayNode(slot.node, node_id, slot.gpu_type, 0, None if slot.device is None else []),
+            )
+            node.gpus += 1
+            if node.devices is not None and slot.device is not None:
+                node.devices.append(slot.device)
+        return list(nodes.values())
+
+    def _cluster_inventory(self) -> list[RayNode]:
+        """Known nodes in their recorded order, then nodes that joined since."""
+        known: list[RayNode] = []
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            known = [RayNode(**n) for n in json.loads((self.state_dir / NODES_FILE).read_text())]
+        ids = {n.node_id for n in known}
+        for info in self._alive_nodes():
+            if info["NodeID"] not in ids and _gpus_of(info) > 0:
+                known.append(self._node_from(info))
+        if not known:
+            raise CorralError(f"the Ray cluster at {self.settings.address} has no node with GPUs")
+        self._save_nodes(known)
+        return known
+
+    def _node_from(self, info: dict[str, Any]) -> RayNode:
+        resources = info.get("Resources", {})
+        types = [k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")]
+        count = _gpus_of(info)
+        host = info.get("NodeManagerHostname") or info.get("NodeManagerAddress") or "node"
+        return RayNode(
+            f"{host}-{info['NodeID'][:8]}",
+            info["NodeID"],
+            types[0] if types else "GPU",
+            count,
+            None if self.settings.virtual_gpus else [str(k) for k in range(count)],
+        )
+
+    def _save_nodes(self, nodes: list[RayNode]) -> None:
+        write_atomic(self.state_dir / NODES_FILE, json.dumps([asdict(n) for n in nodes]))
+
+    def _unalive(self) -> set[str]:
+        alive = {n["NodeID"] for n in self._alive_nodes()}
+        return {n.name for n in self.nodes if n.node_id not in alive}
+
+    # ------------------------------------------------------------ inventory
+    def slots(self) -> list[GpuSlot]:
+        out: list[GpuSlot] = []
+        for node in self.nodes:
+            for k in range(node.gpus):
+                device = node.devices[k] if node.devices is not None else None
+                out.append(GpuSlot(len(out), node.name, node.gpu_type, device))
+        return out
+
+    def unavailable_nodes(self) -> set[str]:
+        return set(self._gone)
+
+    def watch(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked < self.settings.poll_interval:
+            return False
+        self._checked = now
+        try:
+            alive = self._alive_nodes()
+        except Exception:  # Ray's head unreachable for a moment: try again later
+            return False
+        changed = False
+        if self.settings.address:
+            ids = {n.node_id for n in self.nodes}
+            joined = [i for i in alive if i["NodeID"] not in ids and _gpus_of(i) > 0]
+            if joined:
+                self.nodes = self.nodes + [self._node_from(i) for i in joined]
+                self._save_nodes(self.nodes)
+                changed = True
+        gone = self._unalive()
+        if gone != self._gone:
+            self._gone = gone
+            changed = True
+        return changed
+
+    def node_of(self, name: str) -> RayNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    # ------------------------------------------------------------ attempts
+    def _actor_class(self) -> Any:
+        if self._rank_class is None:
+            self._rank_class = self.ray.remote(num_cpus=0, max_restarts=0)(RankProcess)
+        return self._rank_class
+
+    def _actor_name(self, token: str, rank: int) -> str:
+        return f"corral-{token}-r{rank}"
+
+    def launch(self, request: LaunchRequest) -> ProcessRef:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        request.dir.mkdir(parents=True, exist_ok=True)
+        by_node: dict[str, list[GpuSlot]] = {}
+        for slot in request.gpus:
+            by_node.setdefault(slot.node, []).append(slot)
+        names = list(by_node)
+        token = secrets.token_hex(6)
+        write_atomic(request.dir / REF_FILE, f"{token} {len(names)}")
+        conf = confinement(request, [])
+        conf.cpus, conf.output = [], None  # CPU ids are the node's own; output comes back here
+        base = job_environment(request)
+        actors: list[Any] = []
+        try:
+            for rank, name in enumerate(names):
+                strategy = NodeAffinitySchedulingStrategy(self.node_of(name).node_id, soft=False)
+                actors.append(
+                    self._actor_class()
+                    .options(
+                        name=self._actor_name(token, rank),
+                        namespace=self.namespace,
+                        lifetime="detached",
+                        scheduling_strategy=strategy,
+                    )
+                    .remote()
+                )
+            head = self.ray.get(actors[0].node.remote(), timeout=CALL_TIMEOUT)
+            pids = []
+            for rank, (name, actor) in enumerate(zip(names, actors, strict=True)):
+                env = dict(base)
+                devices = [s.device for s in by_node[name] if s.device is not None]
+                env.update(
+                    CUDA_VISIBLE_DEVICES=",".join(devices),
+                    CORRAL_RANK=str(rank),
+                    CORRAL_LOCAL_RANK="0",
+                    CORRAL_WORLD_SIZE=str(len(names)),
+                    CORRAL_NODE_GPUS=str(len(by_node[name])),
+                    CORRAL_NODE=name,
+                )
+                if len(names) > 1:
+                    env.update(
+                        CORRAL_MASTER_ADDR=head["address"], CORRAL_MASTER_PORT=str(head["port"])
+                    )
+                folder = request.dir / f"rank-{rank}"
+                call = actor.start.remote(str(folder), asdict(conf), env, request.argv)
+                pids.append(self.ray.get(call, timeout=CALL_TIMEOUT)[0])
+        except Exception as exc:  # a node died under it, or Ray cannot place it there
+            attempt = _Attempt(
+                token, actors, names, [0] * len(names), request.dir, _log_of(request)
+            )
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self._finish(
+                attempt, ExitRecord(None, None, f"Ray could not start it: {why}", lost=True)
+            )
+            return ProcessRef(0, f"{REF_PREFIX}{token}:{len(names)}")
+        self._attempts[token] = _Attempt(
+            token, actors, names, [0] * len(names), request.dir, _log_of(request)
+        )
+        self._save_offsets(self._attempts[token])
+        return ProcessRef(pids[0], f"{REF_PREFIX}{token}:{len(names)}")
+
+    def _attempt(self, ref: ProcessRef, folder: Path) -> _Attempt | None:
+        parsed = parse_ref(ref)
+        if parsed is None:
+            return None
+        token, count = parsed
+        known = self._attempts.get(token)
+        if known is not None:
+            return known
+        ranks: list[Any] = []
+        for rank in range(count):
+            try:
+                ranks.append(self.ray.get_actor(self._actor_name(token, rank), self.namespace))
+            except ValueError:  # gone (its node left, or it ended)
+                ranks.append(None)
+        offsets, nodes, log = [0] * count, [""] * count, folder / "log.txt"
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            saved = json.loads((folder / OFFSETS_FILE).read_text())
+            offsets, nodes, log = saved["offsets"], saved["nodes"], Path(saved["log"])
+        attempt = _Attempt(token, ranks, nodes, offsets, folder, log)
+        self._attempts[token] = attempt
+        return attempt
+
+    def _save_offsets(self, a: _Attempt) -> None:
+        record = {"offsets": a.offsets, "nodes": a.nodes, "log": str(a.log)}
+        with contextlib.suppress(OSError):
+            write_atomic(a.folder / OFFSETS_FILE, json.dumps(record))
+
+    def signal(self, ref: ProcessRef, sig: int) -> None:
+        a = self._attempt(ref, Path("."))
+        if a is None:
+            return
+        for actor in a.ranks:
+            if actor is not None:
+                with contextlib.suppress(Exception):
+                    actor.signal.remote(sig)
+
+    def poll(self, ref: ProcessRef, folder: Path) -> ExitRecord | None:
+        a = self._attempt(ref, folder)
+        if a is None:
+            return read_exit_record(folder) or ExitRecord(
+                None, None, "not a Ray attempt", lost=True
+            )
+        done = read_exit_record(folder)
+        if done is not None and all(actor is None for actor in a.ranks):
+            return done  # ended and recorded before a restart
+        now = time.monotonic()
+        if now - a.checked < STATUS_EVERY:
+            return None
+        a.checked = now
+        calls = [
+            actor.status.remote(a.offsets[k]) if actor is not None else None
+            for k, actor in enumerate(a.ranks)
+        ]
+        records: list[dict[str, Any] | None] = []
+        wrote = False
+        for k, call in enumerate(calls):
+            if call is None:
+                records.append({"lost": True, "detail": f"rank {k}'s actor is gone"})
+                continue
+            try:
+                answer = self.ray.get(call, timeout=CALL_TIMEOUT)
+            except Exception as exc:  # the actor died with its node, or cannot be reached
+                where = f" on node {a.nodes[k]}" if a.nodes[k] else ""
+                why = "its node left the Ray cluster" if a.nodes[k] in self._unalive() else exc
+                records.append({"lost": True, "detail": f"rank {k}{where} lost: {why}"})
+                a.ranks[k] = None
+                continue
+            if answer["output"]:
+                _append(a.log, answer["output"], k)
+                a.offsets[k] = answer["offset"]
+                wrote = True
+            records.append(answer["record"])
+        if wrote:
+            self._save_offsets(a)
+        final = _attempt_end(records)
+        if final is None:
+            return None
+        self._finish(a, final)
+        return final
+
+    def _finish(self, a: _Attempt, record: ExitRecord) -> None:
+        """Record the attempt's end beside its log, then stop and drop its ranks."""
+        body = {
+            "exit_code": record.exit_code,
+            "signal": record.signal,
+            "detail": record.detail,
+            "lost": record.lost,
+            "end_time": time.time(),
+        }
+        with contextlib.suppress(OSError):
+            write_atomic(a.folder / EXIT_FILE, json.dumps(body))
+        for actor in a.ranks:
+            if actor is not None:
+                with contextlib.suppress(Exception):
+                    self.ray.get(actor.signal.remote(signal.SIGKILL), timeout=5)
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor, no_restart=True)
+        a.ranks = [None] * len(a.ranks)
+        self._attempts.pop(a.token, None)
+
+    def adopt(self, ref: ProcessRef) -> bool:
+        parsed = parse_ref(ref)
+        if parsed is None:
+            return False
+        token, count = parsed
+        for rank in range(count):
+            try:
+                actor = self.ray.get_actor(self._actor_name(token, rank), self.namespace)
+                self.ray.get(actor.node.remote(), timeout=CALL_TIMEOUT)
+            except Exception:
+                return False
+        return True
+
+    def pid_from(self, folder: Path) -> ProcessRef | None:
+        try:
+            token, count = (folder / REF_FILE).read_text().split()
+        except (OSError, ValueError):
+            return None
+        return ProcessRef(0, f"{REF_PREFIX}{token}:{count}")
+
+    def close(self, jobs_running: bool) -> None:
+        """Leave Ray; a local instance is stopped when no job runs on it."""
+        with contextlib.suppress(Exception):
+            self.ray.shutdown()
+        if self._head_group is not None and not jobs_running:
+            stop_group(self._head_group)
+            with contextlib.suppress(OSError):
+                (self.state_dir / HEAD_FILE).unlink()
+
+
+def _attempt_end(records: list[dict[str, Any] | None]) -> ExitRecord | None:
+    """The attempt's end from its ranks': the first failure, else success once all ended."""
+    for k, r in enumerate(records):
+        if r is None:
+            continue
+        if r.get("lost"):
+            return ExitRecord(None, None, r.get("detail"), lost=True)
+        if r.get("exit_code") != 0:
+            detail = r.get("detail")
+            if len(records) > 1:
+                detail = f"rank {k}: {detail}" if detail else f"rank {k}"
+            return ExitRecord(r.get("exit_code"), r.get("signal"), detail)
+    if all(r is not None for r in records):
+        return ExitRecord(0, None, None)
+    return None
+
+
+def _append(log: Path, data: bytes, rank: int) -> None:
+    if rank:
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        data = b"".join(b"[rank %d] %s\n" % (rank, line) for line in lines) + tail
+    with contextlib.suppress(OSError), open(log, "ab") as out:
+        out.write(data)
+
+
+def _log_of(request: LaunchRequest) -> Path:
+    return Path(request.output) if request.output else request.log
+
+
+def _gpus_of(info: dict[str, Any]) -> int:
+    return int(info.get("Resources", {}).get("GPU", 0))
+
+
+def _reachable(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def stop_group(group: int, grace: float = 10.0) -> None:
+    """Stop a process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)

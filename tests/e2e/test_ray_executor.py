@@ -1,0 +1,190 @@
+"""The Ray executor end to end: ``corral serve`` with ``executor: ray``.
+
+On a Ray instance the service starts itself (4 virtual GPUs), and on a Ray
+cluster of three fake GPU nodes of two types made with
+``ray.cluster_utils.Cluster``: a multi-node gang and a preemptive policy, a
+node removed mid-run, and ``kill -9`` of the service with ranks adopted
+after the restart. Everything listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.ray_support import import_ray
+from corral.runtime.ray_executor import HEAD_FILE, NODES_FILE, stop_group
+from corral.runtime.service_process import ServiceProcess, wait_for
+from tests.runtime.harness import PY, TERMINAL, TOKENS
+
+pytest.importorskip("ray")
+
+WORK = """
+import os, pathlib, sys, time
+rank, ranks = os.environ["CORRAL_RANK"], os.environ["CORRAL_WORLD_SIZE"]
+print("rank", rank, "of", ranks, "on", os.environ["CORRAL_NODE"], flush=True)
+mark = pathlib.Path(os.environ["CORRAL_CHECKPOINT_DIR"]) / f"seconds-{rank}"
+mark.parent.mkdir(parents=True, exist_ok=True)
+done = float(mark.read_text()) if mark.exists() else 0.0
+while done < float(sys.argv[1]):
+    time.sleep(0.1)
+    done += 0.1
+    mark.write_text(str(done))
+"""
+"""Seconds of work that survive preemption (each rank checkpoints its progress)."""
+
+
+def job(seconds: float, gpus: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"command": [PY, "-c", WORK, str(seconds)], "gpus": gpus, **extra}
+
+
+class RayService(ServiceProcess):
+    def __init__(self, folder: Path, policy: str, options: dict[str, Any], **settings: Any):
+        super().__init__(
+            folder,
+            policy,
+            options,
+            users=TOKENS,
+            executor="ray",
+            stop_grace=5,
+            retry={"backoff": 0.2, "backoff_max": 1},
+            **settings,
+        )
+
+    def wait_done(self, ids: list[int], timeout: float = 120) -> list[dict[str, Any]]:
+        try:
+            wait_for(
+                lambda: all(self.client.job(j)["status"] in TERMINAL for j in ids),
+                timeout,
+                f"jobs {ids} to end",
+            )
+        except TimeoutError as exc:
+            states = {j: self.client.job(j)["status"] for j in ids}
+            raise TimeoutError(f"{exc}: {states}") from None
+        return [self.client.job(j) for j in ids]
+
+    def close(self) -> None:
+        super().close()
+        for pid_file in (self.folder / "state" / "jobs").glob("*/attempt-*/rank-*/launcher.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            stop_group(json.loads((self.folder / "state" / HEAD_FILE).read_text())["group"], 5)
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[list[RayService]]:
+    made: list[RayService] = []
+    yield made
+    for service in made:
+        service.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    """Three fake GPU nodes on loopback: two with 2 V100s, one with 2 K80s."""
+    ray = import_ray("127.0.0.1:0")
+    from ray.cluster_utils import Cluster
+
+    made = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False},
+    )
+    made.by_type = {}
+    for gpu_type in ("V100", "V100", "K80"):
+        node = made.add_node(num_cpus=1, num_gpus=2, resources={f"accelerator_type:{gpu_type}": 2})
+        made.by_type.setdefault(gpu_type, []).append(node)
+    made.wait_for_nodes()
+    yield made
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    made.shutdown()
+
+
+def ranks_placed_as_planned(service: RayService, job_id: int) -> list[str]:
+    """The Ray node each rank of each attempt ran on, checked against the
+    nodes of the GPUs the policy chose; the nodes' names."""
+    nodes = json.loads((service.folder / "state" / NODES_FILE).read_text())
+    slots = [n for n in nodes for _ in range(n["gpus"])]
+    used = []
+    for attempt in service.client.job(job_id)["attempts"]:
+        folder = service.folder / "state" / "jobs" / str(job_id) / f"attempt-{attempt['number']}"
+        planned = list(dict.fromkeys(slots[g]["name"] for g in attempt["gpus"]))
+        for rank, name in enumerate(planned):
+            ran_on = (folder / f"rank-{rank}" / "ray-node-id").read_text()
+            expected = next(n["node_id"] for n in nodes if n["name"] == name)
+            assert ran_on == expected, (job_id, attempt["number"], rank)
+        used += planned
+    return used
+
+
+def test_local_ray_instance_runs_six_jobs_on_four_virtual_gpus(services, tmp_path):
+    service = RayService(tmp_path / "local", "tiresias-las", {})
+    services.append(service)
+    service.start(timeout=120)
+    ids = [service.client.submit(job(1.5, gpus=1 + k % 2))["id"] for k in range(6)]
+    done = service.wait_done(ids)
+    assert [j["status"] for j in done] == ["SUCCEEDED"] * 6
+    log = service.client.logs(ids[1]).text
+    assert "rank 0 of 1" in log
+    head = json.loads((tmp_path / "local" / "state" / HEAD_FILE).read_text())
+    assert head["address"].startswith("127.0.0.1:")
+
+
+def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp_path):
+    service = RayService(
+        tmp_path / "svc",
+        "las",
+        {"quantum": 2.0},
+        gpus="auto",
+        ray={"address": cluster.address, "virtual_gpus": True, "poll_interval": 0.5},
+    )
+    services.append(service)
+    service.start(timeout=120)
+    nodes = service.admin.nodes()
+    assert sorted(n["gpu_type"] for n in nodes) == ["K80", "V100", "V100"]
+    # a 4-GPU V100 gang spans both V100 nodes: two ranks, one per node
+    gang = service.client.submit(job(4, gpus=4, gpu_type="V100", name="gang"))["id"]
+    ids = [gang] + [service.client.submit(job(2.5 + k % 3))["id"] for k in range(9)]
+    done = service.wait_done(ids, timeout=240)
+    assert [j["status"] for j in done] == ["SUCCEEDED"] * 10, [j["attempts"] for j in done]
+    assert sum(j["preemptions"] for j in done) > 0  # LAS took turns on the 6 GPUs
+    gang_nodes = ranks_placed_as_planned(service, gang)
+    assert len(set(gang_nodes)) >= 2
+    log = service.client.logs(gang).text
+    assert "rank 0 of 2" in log and "[rank 1] rank 1 of 2" in log
+    for j in ids[1:]:
+        ranks_placed_as_planned(service, j)
+
+    # a node leaves mid-run: its job ends as a node failure and is retried elsewhere
+    long = service.client.submit(job(30, gpu_type="K80", name="on-k80"))["id"]
+    wait_for(lambda: "rank 0 of 1" in service.client.logs(long).text, 60, "the K80 job to run")
+    cluster.remove_node(cluster.by_type["K80"][0])
+    wait_for(
+        lambda: any(a["cause"] == "node_failure" for a in service.client.job(long)["attempts"]),
+        60,
+        "the K80 job's attempt to end as a node failure",
+    )
+    wait_for(
+        lambda: [n["state"] for n in service.admin.nodes() if n["gpu_type"] == "K80"] == ["down"],
+        60,
+        "the K80 node to be down",
+    )
+    service.client.action(long, "cancel")
+
+    # kill -9 of the service; the ranks of a running job are adopted after the restart
+    survivor = service.client.submit(job(8, gpus=2, name="survivor"))["id"]
+    wait_for(lambda: "rank 0 of 1" in service.client.logs(survivor).text, 60, "the job to run")
+    service.kill9()
+    service.start(timeout=120)
+    kinds = [e.kind for e in service.events() if e.job_id == survivor]
+    assert "adopted" in kinds
+    (final,) = service.wait_done([survivor])
+    assert final["status"] == "SUCCEEDED" and len(final["attempts"]) == 1
