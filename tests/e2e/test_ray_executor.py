@@ -188,3 +188,14 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     assert "adopted" in kinds
     (final,) = service.wait_done([survivor])
     assert final["status"] == "SUCCEEDED" and len(final["attempts"]) == 1
+
+    # a node that joins the Ray cluster adds its GPUs; a job asking for its type runs there
+    cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:A100": 1})
+    wait_for(
+        lambda: "A100" in [n["gpu_type"] for n in service.admin.nodes()], 60, "the A100 node"
+    )
+    newcomer = service.client.submit(job(1, gpu_type="A100", name="newcomer"))["id"]
+    (ran,) = service.wait_done([newcomer])
+    assert ran["status"] == "SUCCEEDED"
+    (where,) = ranks_placed_as_planned(service, newcomer)
+    assert where in [n["name"] for n in service.admin.nodes() if n["gpu_type"] == "A100"]

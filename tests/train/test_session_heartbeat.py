@@ -51,3 +51,24 @@ def test_a_heartbeat_says_how_old_its_throughput_window_is(
     assert beat["throughput"] > 0
     # the window began when the session was made: at least 1.1 + 0.3 s before the beat
     assert 1.4 <= beat["throughput_age"] <= time.monotonic() - made
+
+
+def test_only_rank_zero_of_a_gang_beats_and_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in {
+        "CORRAL_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "CORRAL_API_URL": "http://127.0.0.1:9",
+        "CORRAL_JOB_ID": "1",
+        "CORRAL_JOB_TOKEN": "t",
+    }.items():
+        monkeypatch.setenv(key, value)
+    made = {}
+    for rank in ("0", "1"):
+        monkeypatch.setenv("CORRAL_RANK", rank)
+        made[rank] = Session()
+        made[rank].save(3)
+        made[rank]._done.set()
+    assert made["0"]._thread is not None and made["1"]._thread is None
+    saved = list((tmp_path / "ckpt").iterdir())
+    assert len(saved) == 1  # rank 0's checkpoint; rank 1 wrote nothing

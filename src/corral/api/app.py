@@ -33,9 +33,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         description="GPU cluster scheduler for deep-learning training jobs.",
     )
     app.state.users = {u.digest: u for u in config.users}
-    app.state.context = Context(
-        config, store, scheduler, scheduler.cluster.gpus_by_type() if scheduler else {}
-    )
+    app.state.context = Context(config, store, scheduler)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)
     for routes in (service_info.router, jobs.router, cluster.router):

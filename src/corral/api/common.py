@@ -4,7 +4,7 @@ dependency, the caller's identity, and the lookups and errors routes repeat."""
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
@@ -28,7 +28,11 @@ class Context:
     config: ServiceConfig
     store: Store
     scheduler: Scheduler | None = None
-    gpus_by_type: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        """The cluster's GPUs by type, now (an executor's cluster may grow)."""
+        return self.scheduler.cluster.gpus_by_type() if self.scheduler is not None else {}
 
 
 def context(request: Request) -> Context:

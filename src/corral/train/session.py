@@ -88,6 +88,10 @@ class Session:
         env = os.environ
         self.objects = objects
         self.job_id = env.get("CORRAL_JOB_ID")
+        self.rank = int(env.get("CORRAL_RANK", "0"))
+        """This process's node rank in a multi-node gang: only rank 0 sends
+        heartbeats and writes checkpoints (data-parallel ranks hold the same
+        state), the others follow the scheduler through its signals."""
         self.attempt = int(env.get("CORRAL_ATTEMPT", "1"))
         self.checkpoint_dir = Path(env.get("CORRAL_CHECKPOINT_DIR", "checkpoints"))
         self.api_url = env.get("CORRAL_API_URL")
@@ -135,7 +139,7 @@ class Session:
         self.memory_fraction = cap_gpu_memory(env.get("CORRAL_GPU_MEMORY_FRACTION"))
         """The share of each GPU's memory this job may use (set for opportunistic jobs)."""
         self._thread: threading.Thread | None = None
-        if self.api_url and self._token and self.job_id:
+        if self.api_url and self._token and self.job_id and self.rank == 0:
             self._thread = threading.Thread(target=self._beat_loop, daemon=True)
             self._thread.start()
 
@@ -207,8 +211,9 @@ class Session:
             self._pause()
 
     def save(self, step: int, **extra: Any) -> None:
-        """Checkpoint now (atomically)."""
-        checkpoint.save(self.checkpoint_dir, step, self.objects, extra)
+        """Checkpoint now (atomically; rank 0 of a multi-node gang only)."""
+        if self.rank == 0:
+            checkpoint.save(self.checkpoint_dir, step, self.objects, extra)
         self.saved_step = int(step)
         self._last_save = time.monotonic()
 
