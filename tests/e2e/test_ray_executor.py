@@ -108,6 +108,21 @@ def cluster() -> Iterator[Any]:
     made.shutdown()
 
 
+def outward_listeners() -> set[tuple[str, int]]:
+    """TCP sockets listening on an address other than loopback (from /proc)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as fh:
+            for line in fh.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, port = local.split(":")
+                # 127.0.0.1, as itself or IPv4-mapped in IPv6, or ::1
+                loopback = address.endswith("0100007F") or address == "0" * 24 + "01000000"
+                if state == "0A" and not loopback:  # LISTEN
+                    found.add((address, int(port, 16)))
+    return found
+
+
 def ranks_placed_as_planned(service: RayService, job_id: int) -> list[str]:
     """The Ray node each rank of each attempt ran on, checked against the
     nodes of the GPUs the policy chose; the nodes' names."""
@@ -126,9 +141,11 @@ def ranks_placed_as_planned(service: RayService, job_id: int) -> list[str]:
 
 
 def test_local_ray_instance_runs_six_jobs_on_four_virtual_gpus(services, tmp_path):
+    before = outward_listeners()
     service = RayService(tmp_path / "local", "tiresias-las", {})
     services.append(service)
     service.start(timeout=120)
+    assert outward_listeners() <= before  # Ray and the service listen on 127.0.0.1 only
     ids = [service.client.submit(job(1.5, gpus=1 + k % 2))["id"] for k in range(6)]
     done = service.wait_done(ids)
     assert [j["status"] for j in done] == ["SUCCEEDED"] * 6
@@ -164,8 +181,12 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
         ranks_placed_as_planned(service, j)
 
     # a node leaves mid-run: its job ends as a node failure and is retried elsewhere
-    long = service.client.submit(job(30, gpu_type="K80", name="on-k80"))["id"]
+    # (the V100s are busy with a 4-GPU job, so a 2-GPU job of any type lands on the K80s)
+    blocker = service.client.submit(job(6, gpus=4, gpu_type="V100", name="blocker"))["id"]
+    wait_for(lambda: "rank 0 of 2" in service.client.logs(blocker).text, 60, "the V100 job")
+    long = service.client.submit(job(3, gpus=2, name="moved"))["id"]
     wait_for(lambda: "rank 0 of 1" in service.client.logs(long).text, 60, "the K80 job to run")
+    first = service.client.job(long)["attempts"][0]["gpus"]
     cluster.remove_node(cluster.by_type["K80"][0])
     wait_for(
         lambda: any(a["cause"] == "node_failure" for a in service.client.job(long)["attempts"]),
@@ -177,7 +198,10 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
         60,
         "the K80 node to be down",
     )
-    service.client.action(long, "cancel")
+    moved, blocked = service.wait_done([long, blocker])
+    assert moved["status"] == "SUCCEEDED" and blocked["status"] == "SUCCEEDED"
+    assert moved["attempts"][0]["cause"] == "node_failure"
+    assert not set(moved["attempts"][-1]["gpus"]) & set(first)  # on the V100s this time
 
     # kill -9 of the service; the ranks of a running job are adopted after the restart
     survivor = service.client.submit(job(8, gpus=2, name="survivor"))["id"]
