@@ -115,6 +115,25 @@ def test_compare_writes_a_self_contained_report(tmp_path):
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 4
     assert 'src="http' not in page
+    # people's units, a table that scrolls within the page, the trace as it was named
+    assert "avg JCT (h)" in page and "makespan (d)" in page and 'class="scroll"' in page
+    assert "<b>trace</b>: synthetic:jobs=150,load=1.0" in page
+
+
+def test_compare_writes_markdown_for_papers_and_names_bundled_traces_by_name(tmp_path):
+    out = tmp_path / "md"
+    args = ["compare", "--policies", "fifo,las", "--trace", "philly", "--max-jobs", "300"]
+    args += ["--cluster", "uniform:4x4:V100", "--no-progress", "--out", str(out)]
+    result = runner.invoke(app, [*args, "--format", "md"])
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert "- trace: philly\n" in text and "corral/data" not in text
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    assert lines[0].startswith("| policy | finished | avg JCT (h)")
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| fifo", "| las"]
+    assert not (out / "report.html").exists()
+    bad = runner.invoke(app, [*args, "--format", "pdf"])
+    assert bad.exit_code != 0 and "--format" in str(bad.exception)
 
 
 def test_compare_in_parallel_processes_matches_one_at_a_time(tmp_path):

@@ -409,6 +409,12 @@ def compare(
     parallel: ParallelOpt = None,
     runner: RunnerOpt = None,
     address: AddressOpt = None,
+    report_format: Annotated[
+        str,
+        typer.Option(
+            "--format", help="report.html (html), report.md for papers and issues (md), or both"
+        ),
+    ] = "html",
 ) -> None:
     """Run the same workload under several policies and write a comparison report.
 
@@ -423,6 +429,10 @@ def compare(
     if not names:
         raise CorralError("--policies names no policy")
     _check_policy_names(names)
+    from corral.sim.report import FORMATS, write_report
+
+    if report_format not in FORMATS:
+        raise CorralError(f"--format: '{report_format}' is not one of {', '.join(FORMATS)}")
     how = _runner(runner, address, parallel, "processes")
     jobs, machines = run.workload()
     tasks = [
@@ -449,7 +459,7 @@ def compare(
                     tasks, [(jobs, machines)], out, how, parallel, address, on_done=done
                 )
     context = {
-        "trace": jobs.source,
+        "trace": run.trace,  # as the user named it (a bundled trace by its name)
         "jobs": len(jobs),
         "cluster": machines.describe(),
         "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}",
@@ -458,12 +468,11 @@ def compare(
         "switch cost": run.switch_description(),
         "seed": run.seed,
     }
-    from corral.sim.report import write_report
-
     with _user_errors():
-        path = write_report(out, summaries, context)
+        path = write_report(out, summaries, context, report_format)
     console.print(_summary_table(summaries))
-    console.print(f"wrote {out}/comparison.csv and {path}", highlight=False)
+    also = f", {out}/report.md" if report_format == "both" else ""
+    console.print(f"wrote {out}/comparison.csv{also} and {path}", highlight=False)
 
 
 def _print_done(summary: dict[str, Any]) -> None:

@@ -1,8 +1,11 @@
-"""The comparison report: ``comparison.csv`` and a self-contained ``report.html``.
+"""The comparison report: ``comparison.csv`` and a self-contained ``report.html``
+(and ``report.md`` for pasting into papers and issues).
 
-The HTML embeds its PNG plots (JCT CDF, queueing-delay CDF, queue length and
-GPU utilisation over time) as data URIs, so the file can be mailed or opened
-anywhere without its folder.
+The CSV keeps seconds (for programs); the report shows hours and days, where
+people think in them. The HTML embeds its PNG plots (JCT CDF, queueing-delay
+CDF, queue length and GPU utilisation over time) as data URIs, so the file
+can be mailed or opened anywhere without its folder, and its table scrolls
+within the page at any width.
 """
 
 from __future__ import annotations
@@ -36,6 +39,24 @@ COMPARISON_COLUMNS = [
 ]
 
 
+REPORT_COLUMNS = [
+    ("policy", "policy", None),
+    ("jobs_finished", "finished", "count"),
+    ("avg_jct_s", "avg JCT (h)", 3600.0),
+    ("median_jct_s", "median JCT (h)", 3600.0),
+    ("p95_jct_s", "p95 JCT (h)", 3600.0),
+    ("p99_jct_s", "p99 JCT (h)", 3600.0),
+    ("avg_queueing_s", "avg queueing (h)", 3600.0),
+    ("makespan_s", "makespan (d)", 86400.0),
+    ("gpu_utilization", "GPU util", "share"),
+    ("preemptions", "preemptions", "count"),
+    ("offered_load", "offered load", "share"),
+    ("wall_s", "sim wall (s)", 1.0),
+]
+"""The report's table: summary key, heading, and the unit shown (seconds per unit)."""
+FORMATS = ("html", "md", "both")
+
+
 def comparison_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{c: s.get(c) for c in COMPARISON_COLUMNS} for s in summaries])
 
@@ -48,12 +69,13 @@ def png(fig: Any) -> str:
 
 
 def _cdf_plot(runs: dict[str, pd.DataFrame], column: str, title: str, xlabel: str) -> str:
+    """A CDF over jobs of a column in seconds, drawn in hours (log scale, from 1 s)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for name, jobs in runs.items():
         values = np.sort(jobs[column].dropna().to_numpy())
         if not len(values):
             continue
-        values = np.maximum(values, 1.0)
+        values = np.maximum(values, 1.0) / 3600.0
         ax.plot(values, np.arange(1, len(values) + 1) / len(values), label=name)
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
@@ -76,10 +98,64 @@ def _time_plot(timelines: dict[str, pd.DataFrame], column: str, title: str, ylab
     return png(fig)
 
 
-def write_report(out_dir: Path, summaries: list[dict[str, Any]], context: dict[str, Any]) -> Path:
-    """Write ``comparison.csv`` and ``report.html`` from the runs in ``out_dir/<policy>/``."""
+def report_rows(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The report's table: headings and cells, in people's units."""
+    head = [title for _, title, _ in REPORT_COLUMNS]
+    body = []
+    for s in summaries:
+        cells = []
+        for key, _, unit in REPORT_COLUMNS:
+            value = s.get(key)
+            if value is None or (isinstance(value, float) and not np.isfinite(value)):
+                cells.append("-")
+            elif unit is None:
+                cells.append(str(value))
+            elif unit == "count":
+                cells.append(f"{int(value):,}")
+            elif unit == "share":
+                cells.append(f"{float(value):.3f}")
+            else:
+                cells.append(f"{float(value) / unit:,.2f}")
+        body.append(cells)
+    return head, body
+
+
+def markdown_report(summaries: list[dict[str, Any]], context: dict[str, Any]) -> str:
+    head, body = report_rows(summaries)
+    lines = ["# corral policy comparison", ""]
+    lines += [f"- {key}: {value}" for key, value in context.items()]
+    lines += ["", "| " + " | ".join(head) + " |"]
+    lines.append("|" + "|".join("---" if k == 0 else "---:" for k in range(len(head))) + "|")
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    lines += ["", _DEFINITIONS]
+    return "\n".join(lines) + "\n"
+
+
+_DEFINITIONS = (
+    "JCT = finish - submit; queueing = first start - submit; utilisation = busy "
+    "GPU-seconds / (GPUs x makespan); offered load = GPU-seconds demanded / (GPUs x "
+    "submission span). Policies marked (oracle) know job durations."
+)
+
+
+def write_report(
+    out_dir: Path,
+    summaries: list[dict[str, Any]],
+    context: dict[str, Any],
+    fmt: str = "html",
+) -> Path:
+    """Write ``comparison.csv`` and the report (``report.html``, ``report.md`` or
+    both) from the runs in ``out_dir/<policy>/``; the report's path (the HTML's
+    when both)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"report format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     table = comparison_frame(summaries)
     table.to_csv(out_dir / "comparison.csv", index=False, float_format="%.3f")
+    if fmt in ("md", "both"):
+        md = out_dir / "report.md"
+        md.write_text(markdown_report(summaries, context), encoding="utf-8")
+        if fmt == "md":
+            return md
     runs: dict[str, pd.DataFrame] = {}
     timelines: dict[str, pd.DataFrame] = {}
     for s in summaries:
@@ -87,10 +163,10 @@ def write_report(out_dir: Path, summaries: list[dict[str, Any]], context: dict[s
         runs[s["policy"]] = pd.read_csv(run_dir / "jobs.csv")
         timelines[s["policy"]] = pd.read_csv(run_dir / "timeline.csv")
     plots = [
-        ("JCT CDF", _cdf_plot(runs, "jct", "Job completion time", "JCT (s, log scale)")),
+        ("JCT CDF", _cdf_plot(runs, "jct", "Job completion time", "JCT (hours, log scale)")),
         (
             "Queueing delay CDF",
-            _cdf_plot(runs, "queueing", "Queueing delay", "delay (s, log scale)"),
+            _cdf_plot(runs, "queueing", "Queueing delay", "delay (hours, log scale)"),
         ),
         ("Queue length", _time_plot(timelines, "pending", "Jobs waiting", "pending jobs")),
         (
@@ -98,11 +174,11 @@ def write_report(out_dir: Path, summaries: list[dict[str, Any]], context: dict[s
             _time_plot(timelines, "gpu_utilization", "GPU utilisation", "busy share"),
         ),
     ]
+    titles, cells = report_rows(summaries)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
-        for row in table.itertuples(index=False)
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells
     )
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    head = "".join(f'<th scope="col">{html.escape(c)}</th>' for c in titles)
     facts = "".join(
         f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in context.items()
     )
@@ -113,27 +189,23 @@ def write_report(out_dir: Path, summaries: list[dict[str, Any]], context: dict[s
     )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>corral comparison</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+.scroll {{ overflow-x: auto; max-width: 100%; }}
 table {{ border-collapse: collapse; }}
-td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
-th {{ background: #f0f0f0; }} figure {{ display: inline-block; margin: 1em; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; white-space: nowrap; }}
+td:first-child, th:first-child {{ text-align: left; }}
+th {{ background: #f0f0f0; }} figure {{ display: inline-block; margin: 1em; max-width: 100%; }}
+img {{ max-width: 100%; height: auto; }}
 </style></head><body>
 <h1>corral policy comparison</h1>
 <ul>{facts}</ul>
-<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>
-<p>JCT = finish - submit; queueing = first start - submit; utilisation = busy GPU-seconds /
-(GPUs x makespan); offered load = GPU-seconds demanded / (GPUs x submission span).
-Policies marked (oracle) know job durations.</p>
+<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>
+<p>{_DEFINITIONS}</p>
 {figures}
 </body></html>
 """
     path = out_dir / "report.html"
     path.write_text(page, encoding="utf-8")
     return path
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}"
-    return str(value)
