@@ -215,9 +215,7 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
 
     # a node that joins the Ray cluster adds its GPUs; a job asking for its type runs there
     cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:A100": 1})
-    wait_for(
-        lambda: "A100" in [n["gpu_type"] for n in service.admin.nodes()], 60, "the A100 node"
-    )
+    wait_for(lambda: "A100" in [n["gpu_type"] for n in service.admin.nodes()], 60, "the A100 node")
     newcomer = service.client.submit(job(1, gpu_type="A100", name="newcomer"))["id"]
     (ran,) = service.wait_done([newcomer])
     assert ran["status"] == "SUCCEEDED"
