@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.runtime.store import JobRow
 
 pytest.importorskip("torch")
 
@@ -75,6 +76,15 @@ def test_optimus_predicts_a_training_job_from_its_loss_curve(tmp_path: Path) -> 
         assert at_half == pytest.approx(final, rel=0.25)
         shown = service.client.json("GET", f"/v1/jobs/{job}")
         assert shown["spec"]["target_loss"] == TARGET
+        # the curve the fit reads is in the store (a restarted service fits the same points)
+        store = service.store()
+        try:
+            with store.session() as s:
+                curve = s.get(JobRow, job).loss_curve
+        finally:
+            store.dispose()
+        assert len(curve["steps"]) >= 20 and curve["steps"][-1] <= final
+        assert curve["steps"] == sorted(curve["steps"])
         # what goodput models read: the batch and an estimate of the noise scale
         assert shown["batch_size"] == 32
         assert shown["grad_noise_scale"] is not None and shown["grad_noise_scale"] > 0

@@ -39,6 +39,7 @@ from corral.api.views import (
 )
 from corral.model.jobs import JobStatus
 from corral.runtime.config import UserConfig, hash_token
+from corral.runtime.estimates import extend_curve
 from corral.runtime.scheduler import TERMINAL
 from corral.runtime.specs import JobSpec, array_indices
 from corral.runtime.store import AttemptRow, EventRow, JobRow
@@ -422,6 +423,8 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
                 None if body.throughput_age is None else now - body.throughput_age
             )
             row.loss = body.loss
+            if row.spec.get("target_loss") is not None:
+                row.loss_curve = extend_curve(row.loss_curve, body.step, body.loss)
             if body.batch_size is not None:
                 row.batch_size = body.batch_size
             if body.grad_noise_scale is not None:

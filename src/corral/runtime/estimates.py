@@ -19,6 +19,7 @@ throughput (source ``convergence``). It stays an estimate for the policy.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -95,6 +96,25 @@ MAX_POINTS = 400
 the curve's shape, not every heartbeat)."""
 
 
+def extend_curve(curve: dict[str, list[float]] | None, step: float, loss: float | None) -> (
+    dict[str, list[float]] | None
+):
+    """A job's stored loss curve with a heartbeat's point added (when it is past the
+    last one); beyond :data:`MAX_POINTS`, every other point is dropped. The store
+    keeps the curve, so a restarted service fits the same points."""
+    if loss is None or not math.isfinite(loss):
+        return curve
+    steps = list(curve["steps"]) if curve else []
+    losses = list(curve["losses"]) if curve else []
+    if steps and step <= steps[-1]:
+        return curve
+    steps.append(float(step))
+    losses.append(float(loss))
+    if len(steps) > MAX_POINTS:
+        steps, losses = steps[::2], losses[::2]
+    return {"steps": steps, "losses": losses}
+
+
 @dataclass
 class LossHistory:
     """The (step, loss) points a job's heartbeats reported, and its latest fit."""
@@ -105,15 +125,16 @@ class LossHistory:
     fitted_at: int = 0
     curve: LossCurve | None = None
 
-    def add(self, step: float, loss: float | None) -> None:
-        """A heartbeat's point (ignored unless it is past the last one)."""
-        if loss is None or (self.steps and step <= self.steps[-1]):
+    def update(self, stored: dict[str, list[float]] | None) -> None:
+        """Take the job's stored curve (see :func:`extend_curve`)."""
+        if not stored:
             return
-        self.steps.append(float(step))
-        self.losses.append(float(loss))
-        if len(self.steps) > MAX_POINTS:
-            self.steps, self.losses = self.steps[::2], self.losses[::2]
+        steps, losses = stored.get("steps", []), stored.get("losses", [])
+        if len(steps) != len(losses):
+            return
+        if len(steps) < len(self.steps):  # thinned: the next fit starts afresh
             self.fitted_at = 0
+        self.steps, self.losses = [float(x) for x in steps], [float(x) for x in losses]
 
     def predicted_total(self, done: float) -> float | None:
         """Steps the job needs in all, refitted once the points grew by a tenth."""

@@ -207,11 +207,11 @@ class Scheduler(Recovery, Transitions, Launching):
             return
         with self.store.session() as s:
             rows = s.execute(
-                select(JobRow.id, JobRow.steps, JobRow.throughput, JobRow.loss).where(
+                select(JobRow.id, JobRow.steps, JobRow.throughput, JobRow.loss_curve).where(
                     JobRow.id.in_(live), JobRow.throughput.is_not(None)
                 )
             ).all()
-        for job, steps, throughput, loss in rows:
+        for job, steps, throughput, curve in rows:
             lefts: list[tuple[float, str]] = []
             if job in self.goals:
                 left = measured_remaining(self.goals[job], steps, throughput)
@@ -219,7 +219,7 @@ class Scheduler(Recovery, Transitions, Launching):
                     lefts.append((left, "heartbeats"))
             history = self.loss_histories.get(job)
             if history is not None:
-                history.add(steps, loss)
+                history.update(curve)
                 total = history.predicted_total(steps)
                 left = None if total is None else measured_remaining(total, steps, throughput)
                 if left is not None:

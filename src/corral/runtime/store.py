@@ -71,6 +71,8 @@ class JobRow(Base):
     throughput_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     """When the window the throughput covers began (None: the job did not say)."""
     loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    loss_curve: Mapped[dict[str, list[float]] | None] = mapped_column(JSON, nullable=True)
+    """(step, loss) points of a job that trains to a target loss (Optimus' fit)."""
     batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     grad_noise_scale: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)
