@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
 
-from corral.api import cluster, jobs, service_info
+from corral.api import cluster, dashboard, jobs, service_info
 from corral.api.common import Context, service_version
 from corral.api.guards import BodyLimit, validation_error
 from corral.runtime.config import ServiceConfig
@@ -36,6 +37,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     app.state.context = Context(config, store, scheduler)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)
-    for routes in (service_info.router, jobs.router, cluster.router):
+    for routes in (service_info.router, jobs.router, cluster.router, dashboard.router):
         app.include_router(routes)
+    app.mount("/ui", StaticFiles(directory=dashboard.UI), name="ui")
     return app

@@ -32,12 +32,15 @@ def jobs_by_node(ctx: Context) -> dict[str, list[int]]:
 
 @router.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"], responses=AUTH)
 def nodes(ctx: Ctx, user: User) -> list[NodeView]:
-    by_node = jobs_by_node(
-        ctx,
-    )
+    by_node = jobs_by_node(ctx)
+    use = ctx.scheduler.gpu_use() if ctx.scheduler is not None else {}
+    ids: dict[str, list[int]] = {}
+    if ctx.scheduler is not None:
+        for slot in ctx.scheduler.slots:
+            ids.setdefault(slot.node, []).append(slot.id)
     with ctx.store.session() as s:
         rows = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
-        return [NodeView.of(r, by_node.get(r.name, [])) for r in rows]
+        return [NodeView.of(r, by_node.get(r.name, []), use, ids.get(r.name)) for r in rows]
 
 
 def set_node_state(

@@ -304,6 +304,7 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
             spec=spec,
             attempts=[AttemptView.of(a) for a in attempts],
             events=[EventView.of(e) for e in events],
+            loss_curve=row.loss_curve,
         )
 
 

@@ -43,6 +43,7 @@ class JobView(BaseModel):
     gpus: int
     gpu_type: str | None
     job_type: str
+    vc: str | None = Field(None, description="virtual cluster the job names (Philly, HiveD)")
     assigned_gpus: list[int] | None
     command: list[str]
     phase: str
@@ -91,6 +92,7 @@ class JobView(BaseModel):
             gpus=spec.gpus,
             gpu_type=spec.gpu_type,
             job_type=spec.job_type,
+            vc=spec.vc,
             assigned_gpus=row.gpus,
             command=spec.command,
             phase=row.phase,
@@ -167,6 +169,9 @@ class JobDetail(JobView):
     )
     attempts: list[AttemptView]
     events: list[EventView]
+    loss_curve: dict[str, list[float]] | None = Field(
+        None, description="(step, loss) points of a job that trains to a target loss"
+    )
 
 
 class NodeView(BaseModel):
@@ -178,10 +183,23 @@ class NodeView(BaseModel):
     failures: int
     virtual: bool
     jobs: list[int]
+    gpu_ids: list[int] = Field(default_factory=list, description="its GPUs' ids")
+    gpu_jobs: list[int | None] = Field(
+        default_factory=list, description="the job whose process runs on each of its GPUs"
+    )
 
     @classmethod
-    def of(cls, row: NodeRow, jobs: list[int]) -> NodeView:
+    def of(
+        cls,
+        row: NodeRow,
+        jobs: list[int],
+        use: dict[int, int] | None = None,
+        ids: list[int] | None = None,
+    ) -> NodeView:
+        ids = ids or []
         return cls(
+            gpu_ids=ids,
+            gpu_jobs=[(use or {}).get(g) for g in ids],
             name=row.name,
             gpu_type=row.gpu_type,
             gpus=row.gpus,

@@ -96,9 +96,9 @@ MAX_POINTS = 400
 the curve's shape, not every heartbeat)."""
 
 
-def extend_curve(curve: dict[str, list[float]] | None, step: float, loss: float | None) -> (
-    dict[str, list[float]] | None
-):
+def extend_curve(
+    curve: dict[str, list[float]] | None, step: float, loss: float | None
+) -> dict[str, list[float]] | None:
     """A job's stored loss curve with a heartbeat's point added (when it is past the
     last one); beyond :data:`MAX_POINTS`, every other point is dropped. The store
     keeps the curve, so a restarted service fits the same points."""

@@ -1,0 +1,145 @@
+"""The dashboard and the comparison report in a real browser (Playwright driving
+Debian's Chromium, headless; no browser is ever downloaded).
+
+Skipped, saying why, where Playwright's Python package or /usr/bin/chromium
+is missing (CI installs both).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.api import dashboard
+from corral.cli import app
+from corral.runtime.service_process import ServiceProcess
+from tests.runtime.harness import PY, TOKENS
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+playwright = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright's Python package is not installed"
+)
+if shutil.which(CHROMIUM) is None:
+    pytest.skip(f"no browser at {CHROMIUM} (Debian's chromium package)", allow_module_level=True)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    made = ServiceProcess(tmp_path, "fifo", users=TOKENS, stop_grace=2)
+    made.start()
+    yield made
+    made.close()
+
+
+def sleeper(seconds: float, name: str, gpus: int = 1) -> dict[str, Any]:
+    command = [PY, "-c", f"import time; time.sleep({seconds})"]
+    return {"command": command, "gpus": gpus, "name": name}
+
+
+def test_a_user_logs_in_watches_jobs_live_and_cancels_their_own(browser, service) -> None:
+    bob = service.client.__class__(service.url, TOKENS["bob"])
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(service.url + "/")
+    assert "token" not in page.url
+    page.get_by_label("API token").fill(TOKENS["alice"])
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_text("alice", exact=True).first.wait_for()
+    assert "token" not in page.url and TOKENS["alice"] not in page.url
+
+    # jobs submitted through the API appear, and their state changes live
+    blocker = service.client.submit(sleeper(2, "short", gpus=4))["id"]
+    mine = service.client.submit(sleeper(60, "mine"))["id"]
+    theirs = bob.submit(sleeper(60, "theirs"))["id"]
+    row = page.locator(f"tr[data-job='{mine}']")
+    row.get_by_text("PENDING").wait_for(timeout=10_000)
+    row.get_by_text("RUNNING").wait_for(timeout=20_000)  # the 4-GPU job ended, no reload
+    page.locator(f"tr[data-job='{blocker}']").wait_for(state="detached", timeout=10_000)
+
+    # another user's job: shown, without actions; one's own: cancel from the page
+    other = page.locator(f"tr[data-job='{theirs}']")
+    other.wait_for()
+    assert other.locator("button[data-action]").count() == 0
+    row.get_by_role("button", name=f"cancel job {mine}").click()
+    page.locator(f"tr[data-job='{mine}']").wait_for(state="detached", timeout=10_000)
+    assert service.client.job(mine)["status"] == "CANCELLED"
+
+    # the cluster grid shows bob's job on a GPU
+    page.locator(".gpu.busy", has_text=f"#{theirs}").wait_for(timeout=10_000)
+    # the job page by keyboard: focus the job's button and press Enter
+    page.get_by_role("button", name=f"show job {theirs}").focus()
+    page.keyboard.press("Enter")
+    page.get_by_role("heading", name=f"Job {theirs}: theirs").wait_for()
+    assert "only the job's owner and admins" in page.locator("#log").inner_text()
+    # every form field has a label
+    unlabelled = page.evaluate(
+        "[...document.querySelectorAll('input, select')]"
+        ".filter(e => !e.labels || e.labels.length === 0).map(e => e.id)"
+    )
+    assert unlabelled == []
+    page.get_by_role("button", name="Log out").click()
+    page.get_by_label("API token").wait_for()
+    assert page.evaluate("sessionStorage.getItem('corral-token')") is None
+    assert errors == []
+    bob.close()
+
+
+def _luminance(hex_colour: str) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (int(hex_colour[k : k + 2], 16) / 255 for k in (1, 3, 5))
+    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
+
+
+def test_state_colours_have_enough_contrast() -> None:
+    css = (dashboard.UI / "app.css").read_text()
+    colours = dict(re.findall(r"--([a-z]+-(?:bg|fg)):\s*(#[0-9a-f]{6})", css))
+    states = {name[:-3] for name in colours if name.endswith("-bg")}
+    assert {"running", "pending", "suspended", "done", "failed"} <= states
+    for state in states:
+        light, dark = _luminance(colours[f"{state}-bg"]), _luminance(colours[f"{state}-fg"])
+        ratio = (max(light, dark) + 0.05) / (min(light, dark) + 0.05)
+        assert ratio >= 4.5, (state, ratio)  # WCAG AA for normal text
+
+
+def test_the_comparison_report_opens_offline_and_its_charts_render(browser, tmp_path) -> None:
+    out = tmp_path / "cmp"
+    args = ["compare", "--policies", "fifo,las", "--trace", "synthetic:jobs=80,load=1.0"]
+    args += ["--cluster", "uniform:2x4:V100", "--no-progress", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    context = browser.new_context(offline=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto((out / "report.html").as_uri())
+    sizes = page.evaluate("[...document.images].map(i => i.complete && i.naturalWidth)")
+    assert len(sizes) == 4 and all(w and w > 100 for w in sizes), sizes
+    assert errors == []
+    context.close()
