@@ -161,11 +161,11 @@ function drawJobs(jobs) {
         el("td", {}, el("span", { class: `state state-${job.status}` }, job.status)),
         el("td", {}, job.position ?? "-"),
         el("td", {}, job.reason ?? ""),
-        el("td", {}, job.assigned_gpus ? job.assigned_gpus.join(",") : job.gpus),
+        el("td", {}, job.assigned_gpus ? `${job.gpus} on ${job.assigned_gpus.join(",")}` : job.gpus),
         el("td", {}, job.gpu_type ?? "any"),
         el("td", {}, job.vc ?? ""),
         el("td", {}, hours(waited)),
-        el("td", { class: "actions" }, ...actions(job)),
+        el("td", {}, el("div", { class: "actions" }, ...actions(job))),
       );
     }),
   );
@@ -223,14 +223,14 @@ async function drawJob(id) {
     ["GPUs", `${job.gpus} ${job.gpu_type ?? "any type"}${job.assigned_gpus ? ` on ${job.assigned_gpus.join(",")}` : ""}`],
     ["steps", `${Math.round(job.steps)}${job.total_steps ? ` of ${job.total_steps}` : ""}`],
     ["throughput", job.throughput ? `${job.throughput.toFixed(2)} steps/s` : "-"],
-    ["loss", job.loss ?? "-"],
+    ["loss", job.loss == null ? "-" : Number(job.loss).toPrecision(4)],
     ["work left", job.remaining ? `${hours(job.remaining.seconds)} (${job.remaining.source})` : "-"],
     ["submitted", clock(job.submit_time)],
     ["retries", `${job.failures} of ${job.max_retries}; ${job.preemptions} preemptions`],
   ];
   $("job-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   const buttons = actions(job);
-  if (mayAct(job)) {
+  if (mayAct(job) && ["PENDING", "RUNNING", "STARTING", "SUSPENDED"].includes(job.status)) {
     buttons.push(
       el("label", { for: "priority" }, "priority"),
       el("input", { id: "priority", type: "number", value: job.priority, style: "width:5rem" }),
