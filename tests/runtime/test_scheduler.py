@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -235,6 +236,27 @@ def test_restart_adopts_running_jobs_and_requeues_nothing_twice(
         check_history(h.attempts())
     finally:
         h.close()
+
+
+def test_nodes_show_each_gpus_jobs_and_utilisation_covers_the_last_hour(
+    service: Harness, tmp_path: Path
+) -> None:
+    gate = tmp_path / "release"
+    running = service.submit(gpus=2, gpu_type="V100", command=gated(gate))
+    service.wait_state(running["id"], {"RUNNING"})
+    nodes = service.client.get("/v1/nodes", headers=auth("alice")).json()
+    v100 = next(n for n in nodes if n["gpu_type"] == "V100")
+    assert len(v100["gpu_ids"]) == 2 and v100["gpu_jobs"] == [[running["id"]]] * 2
+    k80 = next(n for n in nodes if n["gpu_type"] == "K80")
+    assert k80["gpu_jobs"] == [[], []]
+    time.sleep(0.5)
+    use = service.client.get("/v1/utilisation?window=60&buckets=6", headers=auth("alice")).json()
+    assert use["total_gpus"] == 4 and len(use["times"]) == len(use["busy_gpus"]) == 6
+    assert 0 < use["busy_gpus"][-1] <= 2 and use["busy_gpus"][0] == 0
+    bad = service.client.get("/v1/utilisation?window=-1", headers=auth("alice"))
+    assert bad.status_code == 422
+    gate.touch()
+    service.wait_state(running["id"], {"SUCCEEDED"})
 
 
 def test_an_admin_drains_and_resumes_a_node(service: Harness, tmp_path: Path) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
-from sqlalchemy import select
+import time
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, HTTPException, Query, status
+from sqlalchemy import or_, select
 
 from corral.api.common import (
     AUTH,
@@ -17,7 +21,7 @@ from corral.api.views import (
     NodeView,
 )
 from corral.runtime.config import UserConfig
-from corral.runtime.store import NodeRow
+from corral.runtime.store import AttemptRow, NodeRow
 
 router = APIRouter()
 
@@ -33,7 +37,7 @@ def jobs_by_node(ctx: Context) -> dict[str, list[int]]:
 @router.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"], responses=AUTH)
 def nodes(ctx: Ctx, user: User) -> list[NodeView]:
     by_node = jobs_by_node(ctx)
-    use = ctx.scheduler.gpu_use() if ctx.scheduler is not None else {}
+    use = ctx.scheduler.gpu_sharers() if ctx.scheduler is not None else {}
     ids: dict[str, list[int]] = {}
     if ctx.scheduler is not None:
         for slot in ctx.scheduler.slots:
@@ -41,6 +45,42 @@ def nodes(ctx: Ctx, user: User) -> list[NodeView]:
     with ctx.store.session() as s:
         rows = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
         return [NodeView.of(r, by_node.get(r.name, []), use, ids.get(r.name)) for r in rows]
+
+
+@router.get("/v1/utilisation", tags=["cluster"], responses=AUTH)
+def utilisation(
+    ctx: Ctx,
+    user: User,
+    window: Annotated[float, Query(gt=0, le=7 * 86400)] = 3600.0,
+    buckets: Annotated[int, Query(ge=1, le=1000)] = 60,
+) -> dict[str, object]:
+    """GPUs held by attempts over the last ``window`` seconds, averaged per bucket
+    (a GPU two packed jobs share counts twice; the figure is capped at the cluster)."""
+    now = time.time()
+    edges = np.linspace(now - window, now, buckets + 1)
+    with ctx.store.session() as s:
+        rows = s.execute(
+            select(AttemptRow.start_time, AttemptRow.end_time, AttemptRow.gpus).where(
+                or_(AttemptRow.end_time.is_(None), AttemptRow.end_time > edges[0]),
+                AttemptRow.start_time < now,
+            )
+        ).all()
+    total = sum(ctx.gpus_by_type.values())
+    busy = np.zeros(buckets)
+    if rows:
+        start = np.array([r[0] for r in rows])
+        end = np.array([now if r[1] is None else r[1] for r in rows])
+        gpus = np.array([len(r[2] or []) for r in rows], dtype=np.float64)
+        lo, hi = edges[:-1], edges[1:]
+        overlap = np.clip(np.minimum(end[:, None], hi) - np.maximum(start[:, None], lo), 0, None)
+        busy = (gpus[:, None] * overlap).sum(axis=0) / (hi - lo)
+    if total:
+        busy = np.minimum(busy, total)
+    return {
+        "total_gpus": total,
+        "times": [round(float(t), 3) for t in edges[1:]],
+        "busy_gpus": [round(float(b), 3) for b in busy],
+    }
 
 
 def set_node_state(

@@ -184,8 +184,9 @@ class NodeView(BaseModel):
     virtual: bool
     jobs: list[int]
     gpu_ids: list[int] = Field(default_factory=list, description="its GPUs' ids")
-    gpu_jobs: list[int | None] = Field(
-        default_factory=list, description="the job whose process runs on each of its GPUs"
+    gpu_jobs: list[list[int]] = Field(
+        default_factory=list,
+        description="the jobs on each of its GPUs: its holder, then any job sharing it",
     )
 
     @classmethod
@@ -193,13 +194,13 @@ class NodeView(BaseModel):
         cls,
         row: NodeRow,
         jobs: list[int],
-        use: dict[int, int] | None = None,
+        use: dict[int, list[int]] | None = None,
         ids: list[int] | None = None,
     ) -> NodeView:
         ids = ids or []
         return cls(
             gpu_ids=ids,
-            gpu_jobs=[(use or {}).get(g) for g in ids],
+            gpu_jobs=[(use or {}).get(g, []) for g in ids],
             name=row.name,
             gpu_type=row.gpu_type,
             gpus=row.gpus,

@@ -223,3 +223,11 @@ class LoopBase:
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""
         return dict(self.holders)
+
+    def gpu_sharers(self) -> dict[int, list[int]]:
+        """GPU -> the jobs on it now: its holder, then any job packed on the holder."""
+        holders = dict(self.holders)
+        guests: dict[int, list[int]] = {}
+        for guest, host in list(self.packed_on.items()):
+            guests.setdefault(host, []).append(guest)
+        return {g: [job, *sorted(guests.get(job, []))] for g, job in holders.items()}

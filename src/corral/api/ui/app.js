@@ -3,7 +3,8 @@
 "use strict";
 
 const POLL_MS = 1000;
-const state = { me: null, jobs: [], selected: null, util: [], timer: null };
+const UTIL_EVERY = 10;  // polls between two reads of the last hour's utilisation
+const state = { me: null, jobs: [], selected: null, polls: 0, timer: null };
 
 const $ = (id) => document.getElementById(id);
 const token = () => sessionStorage.getItem("corral-token");
@@ -107,6 +108,10 @@ async function refresh() {
     state.jobs = jobs;
     drawNodes(nodes);
     drawJobs(jobs);
+    if (state.polls++ % UTIL_EVERY === 0) {
+      const use = await json("/v1/utilisation?window=3600&buckets=60");
+      sparkline($("util-chart"), use.times.map((t, i) => [t, use.busy_gpus[i]]), 0, use.total_gpus);
+    }
     if (state.selected != null) await drawJob(state.selected);
   } catch (error) {
     if (error.message !== "unauthorised") $("utilisation").textContent = `(${error.message})`;
@@ -115,22 +120,23 @@ async function refresh() {
 
 function drawNodes(nodes) {
   const total = nodes.reduce((n, node) => n + node.gpus, 0);
-  const busy = nodes.reduce((n, node) => n + node.gpu_jobs.filter((j) => j != null).length, 0);
-  state.util.push(busy);
-  if (state.util.length > 3600) state.util.shift();
-  $("utilisation").textContent = `${busy} of ${total} GPUs in use`;
-  sparkline($("util-chart"), state.util.map((v, i) => [i, v]), 0, total);
+  const busy = nodes.reduce((n, node) => n + node.gpu_jobs.filter((j) => j.length).length, 0);
+  $("utilisation").textContent = `${busy} of ${total} GPUs in use now; over the last hour:`;
   const box = $("nodes");
   box.replaceChildren(
     ...nodes.map((node) => {
       const cells = node.gpu_ids.map((gpu, k) => {
-        const job = node.gpu_jobs[k];
+        const jobs = node.gpu_jobs[k];
+        const title = jobs.length ? `GPU ${gpu}: job ${jobs.join(" and ")}` : `GPU ${gpu}: free`;
         const cell = el(
           "span",
-          { class: job == null ? "gpu" : "gpu busy", title: job == null ? `GPU ${gpu}: free` : `GPU ${gpu}: job ${job}` },
-          job == null ? gpu : `#${job}`,
+          { class: jobs.length ? "gpu busy" : "gpu", title },
+          jobs.length ? jobs.map((j) => `#${j}`).join("+") : gpu,
         );
-        if (job != null) cell.style.background = jobColour(job);
+        if (jobs.length === 1) cell.style.background = jobColour(jobs[0]);
+        if (jobs.length > 1) {  // shared: both jobs' colours, half and half
+          cell.style.background = `linear-gradient(90deg, ${jobColour(jobs[0])} 50%, ${jobColour(jobs[1])} 50%)`;
+        }
         return cell;
       });
       const label = node.state === "up" ? "" : ` (${node.state})`;
