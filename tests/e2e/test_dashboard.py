@@ -138,8 +138,21 @@ def test_the_comparison_report_opens_offline_and_its_charts_render(browser, tmp_
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto((out / "report.html").as_uri())
-    sizes = page.evaluate("[...document.images].map(i => i.complete && i.naturalWidth)")
-    assert len(sizes) == 4 and all(w and w > 100 for w in sizes), sizes
+    lines = page.evaluate(
+        "[...document.querySelectorAll('svg[data-chart]')]"
+        ".map(s => s.querySelectorAll('polyline').length)"
+    )
+    assert lines == [2, 2, 2, 2], lines  # four charts, a line per policy
+    # hovering reads every policy's value under the pointer
+    box = page.locator("#jct-cdf").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
+    readout = page.locator("#jct-cdf + output").inner_text()
+    assert "fifo:" in readout and "las:" in readout
+    # and so does the keyboard
+    page.locator("#utilisation").focus()
+    page.keyboard.press("ArrowRight")
+    assert "fifo:" in page.locator("#utilisation + output").inner_text()
     assert errors == []
     context.close()

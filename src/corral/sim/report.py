@@ -23,6 +23,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from corral.sim.report_charts import (
+    CHART_STYLE,
+    HOVER_SCRIPT,
+    bar_table,
+    cdf_series,
+    line_chart,
+    thin,
+)
+
 COMPARISON_COLUMNS = [
     "policy",
     "jobs_finished",
@@ -68,34 +77,35 @@ def png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _cdf_plot(runs: dict[str, pd.DataFrame], column: str, title: str, xlabel: str) -> str:
-    """A CDF over jobs of a column in seconds, drawn in hours (log scale, from 1 s)."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for name, jobs in runs.items():
-        values = np.sort(jobs[column].dropna().to_numpy())
-        if not len(values):
-            continue
-        values = np.maximum(values, 1.0) / 3600.0
-        ax.plot(values, np.arange(1, len(values) + 1) / len(values), label=name)
-    ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    return png(fig)
+SIZE_BUCKETS = [(1, 1, "1 GPU"), (2, 4, "2-4 GPUs"), (5, 8, "5-8 GPUs"), (9, 1 << 30, "9+ GPUs")]
+TOP_VCS = 8
 
 
-def _time_plot(timelines: dict[str, pd.DataFrame], column: str, title: str, ylabel: str) -> str:
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for name, tl in timelines.items():
-        ax.plot(tl["time"] / 86400.0, tl[column], label=name, linewidth=1)
-    ax.set_xlabel("time (days)")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return png(fig)
+def _breakdowns(runs: dict[str, pd.DataFrame]) -> str:
+    """Average JCT per policy by job size, and for the largest virtual clusters."""
+    policies = list(runs)
+    sizes, size_cells = [], []
+    for lo, hi, name in SIZE_BUCKETS:
+        row = []
+        for jobs in runs.values():
+            part = jobs[(jobs["gpus"] >= lo) & (jobs["gpus"] <= hi)]["jct"].dropna()
+            row.append(f"{part.mean() / 3600:,.2f} ({len(part):,})" if len(part) else "-")
+        if any(c != "-" for c in row):
+            sizes.append(name)
+            size_cells.append(row)
+    out = bar_table("job size", sizes, policies, size_cells)
+    first = next(iter(runs.values()))
+    if "vc" in first.columns and first["vc"].nunique() > 1:
+        vcs = first["vc"].astype(str).value_counts().index[:TOP_VCS].tolist()
+        vc_cells = []
+        for vc in vcs:
+            row = []
+            for jobs in runs.values():
+                part = jobs[jobs["vc"].astype(str) == vc]["jct"].dropna()
+                row.append(f"{part.mean() / 3600:,.2f} ({len(part):,})" if len(part) else "-")
+            vc_cells.append(row)
+        out += bar_table(f"VC (largest {len(vcs)})", vcs, policies, vc_cells)
+    return out + "<p>Cells: average JCT in hours (jobs).</p>"
 
 
 def report_rows(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -162,18 +172,42 @@ def write_report(
         run_dir = out_dir / s["run_dir"]
         runs[s["policy"]] = pd.read_csv(run_dir / "jobs.csv")
         timelines[s["policy"]] = pd.read_csv(run_dir / "timeline.csv")
-    plots = [
-        ("JCT CDF", _cdf_plot(runs, "jct", "Job completion time", "JCT (hours, log scale)")),
-        (
-            "Queueing delay CDF",
-            _cdf_plot(runs, "queueing", "Queueing delay", "delay (hours, log scale)"),
+    charts = [
+        line_chart(
+            "jct-cdf",
+            "Job completion time",
+            cdf_series({p: j["jct"].to_numpy() for p, j in runs.items()}, 3600.0),
+            "JCT (hours, log scale)",
+            "fraction of jobs",
+            log_x=True,
+            y_range=(0.0, 1.0),
         ),
-        ("Queue length", _time_plot(timelines, "pending", "Jobs waiting", "pending jobs")),
-        (
+        line_chart(
+            "queueing-cdf",
+            "Queueing delay",
+            cdf_series({p: j["queueing"].to_numpy() for p, j in runs.items()}, 3600.0),
+            "delay before the first start (hours, log scale)",
+            "fraction of jobs",
+            log_x=True,
+            y_range=(0.0, 1.0),
+        ),
+        line_chart(
+            "queue-length",
+            "Jobs waiting",
+            {p: thin(t["time"] / 86400.0, t["pending"]) for p, t in timelines.items()},
+            "time (days)",
+            "pending jobs",
+        ),
+        line_chart(
+            "utilisation",
             "GPU utilisation",
-            _time_plot(timelines, "gpu_utilization", "GPU utilisation", "busy share"),
+            {p: thin(t["time"] / 86400.0, t["gpu_utilization"]) for p, t in timelines.items()},
+            "time (days)",
+            "busy share of GPUs",
+            y_range=(0.0, 1.0),
         ),
     ]
+    breakdowns = _breakdowns(runs)
     titles, cells = report_rows(summaries)
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells
@@ -182,11 +216,7 @@ def write_report(
     facts = "".join(
         f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in context.items()
     )
-    figures = "".join(
-        f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b64}">'
-        f"<figcaption>{html.escape(t)}</figcaption></figure>"
-        for t, b64 in plots
-    )
+    figures = "".join(charts)
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>corral comparison</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -198,12 +228,17 @@ td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; white-spa
 td:first-child, th:first-child {{ text-align: left; }}
 th {{ background: #f0f0f0; }} figure {{ display: inline-block; margin: 1em; max-width: 100%; }}
 img {{ max-width: 100%; height: auto; }}
+{CHART_STYLE}
 </style></head><body>
 <h1>corral policy comparison</h1>
 <ul>{facts}</ul>
 <div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>
 <p>{_DEFINITIONS}</p>
+<p>Hover over a chart (or focus it and use the arrow keys) to read every policy's value.</p>
 {figures}
+<h2>Average JCT (hours) by job size and by virtual cluster</h2>
+{breakdowns}
+<script>{HOVER_SCRIPT}</script>
 </body></html>
 """
     path = out_dir / "report.html"
