@@ -248,6 +248,24 @@ def launcher_argv(folder: Path, conf: Confinement, argv: list[str]) -> list[str]
     ]
 
 
+def start_launcher(
+    folder: Path, conf: Confinement, argv: list[str], env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """Run ``argv`` under the launcher in its own session (process group), its
+    output appended to ``log``; the launcher records the exit in ``folder``."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            launcher_argv(folder, conf, argv),
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
 def free_port() -> int:
     """A TCP port free on the loopback interface now (for a job's rendezvous)."""
     with socket.socket() as sock:
@@ -350,17 +368,7 @@ class LocalExecutor(Executor):
                 self.pool.refill()
                 return ProcessRef(pid, process_start(pid) or "")
             self.pool.refill()
-        with open(request.log, "ab") as log:
-            child = subprocess.Popen(
-                launcher_argv(request.dir, conf, request.argv),
-                cwd=request.dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        child = start_launcher(request.dir, conf, request.argv, env, request.log)
         self._children[child.pid] = child
         return ProcessRef(child.pid, process_start(child.pid) or "")
 

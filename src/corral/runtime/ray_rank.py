@@ -23,9 +23,9 @@ from typing import Any
 
 from corral.runtime.executor import (
     group_alive,
-    launcher_argv,
     process_start,
     read_exit_record,
+    start_launcher,
 )
 from corral.runtime.launcher import Confinement
 
@@ -60,17 +60,7 @@ class RankProcess:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / NODE_FILE).write_text(_node_id())  # where Ray placed it, for people
         confinement = Confinement(**conf)
-        with open(self.folder / LOG_NAME, "ab") as log:
-            self.child = subprocess.Popen(
-                launcher_argv(self.folder, confinement, argv),
-                cwd=self.folder,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        self.child = start_launcher(self.folder, confinement, argv, env, self.folder / LOG_NAME)
         self.pid = self.child.pid
         self.pid_start = process_start(self.pid) or ""
         return self.pid, self.pid_start

@@ -172,25 +172,22 @@ def write_report(
         run_dir = out_dir / s["run_dir"]
         runs[s["policy"]] = pd.read_csv(run_dir / "jobs.csv")
         timelines[s["policy"]] = pd.read_csv(run_dir / "timeline.csv")
+    distributions = [
+        ("jct", "Job completion time", "JCT (hours, log scale)"),
+        ("queueing", "Queueing delay", "delay before the first start (hours, log scale)"),
+    ]
     charts = [
         line_chart(
-            "jct-cdf",
-            "Job completion time",
-            cdf_series({p: j["jct"].to_numpy() for p, j in runs.items()}, 3600.0),
-            "JCT (hours, log scale)",
+            f"{column}-cdf",
+            title,
+            cdf_series({p: j[column].to_numpy() for p, j in runs.items()}, 3600.0),
+            xlabel,
             "fraction of jobs",
             log_x=True,
             y_range=(0.0, 1.0),
-        ),
-        line_chart(
-            "queueing-cdf",
-            "Queueing delay",
-            cdf_series({p: j["queueing"].to_numpy() for p, j in runs.items()}, 3600.0),
-            "delay before the first start (hours, log scale)",
-            "fraction of jobs",
-            log_x=True,
-            y_range=(0.0, 1.0),
-        ),
+        )
+        for column, title, xlabel in distributions
+    ] + [
         line_chart(
             "queue-length",
             "Jobs waiting",
