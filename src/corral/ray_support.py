@@ -28,16 +28,17 @@ def is_local(address: str | None) -> bool:
     return host in LOOPBACK_HOSTS
 
 
-def import_ray(address: str | None, what: str = "this") -> ModuleType:
+def import_ray(address: str | None, what: str = "this", started_head: bool = False) -> ModuleType:
     """Ray, ready to start or reach ``address``; a clear error when it is not installed.
 
-    With no address, the Ray instance is one corral starts, with Ray's token
-    authentication (its default for ``ray start``): the token is Ray's own file
-    in the user's home, which only that user can use to connect.
+    ``started_head``: the caller reaches a Ray instance it starts with ``ray
+    start`` (the service's own), whose default is Ray's token authentication:
+    the token is Ray's own file in the user's home, which only that user can
+    use, and this process must say it uses it before Ray is first imported.
     """
     if is_local(address):
         os.environ.setdefault(SINGLE_MACHINE_SETTING, "0")
-    if not address:
+    if started_head:
         os.environ.setdefault(AUTH_MODE_SETTING, "token")
     try:
         import ray

@@ -102,6 +102,10 @@ def test_a_user_logs_in_watches_jobs_live_and_cancels_their_own(browser, service
         ".filter(e => !e.labels || e.labels.length === 0).map(e => e.id)"
     )
     assert unlabelled == []
+    # on a phone's screen the page does not scroll sideways (wide tables scroll in place)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_timeout(1200)  # a refresh at that width
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     page.get_by_role("button", name="Log out").click()
     page.get_by_label("API token").wait_for()
     assert page.evaluate("sessionStorage.getItem('corral-token')") is None

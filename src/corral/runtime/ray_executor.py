@@ -114,7 +114,9 @@ class RayExecutor(Executor):
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.settings = config.ray
-        self.ray = import_ray(self.settings.address, "executor: ray")
+        self.ray = import_ray(
+            self.settings.address, "executor: ray", started_head=not self.settings.address
+        )
         self.namespace = self.settings.namespace
         self.state_dir = config.state_dir
         self._head_group: int | None = None
