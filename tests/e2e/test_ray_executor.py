@@ -212,6 +212,10 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     assert "adopted" in kinds
     (final,) = service.wait_done([survivor])
     assert final["status"] == "SUCCEEDED" and len(final["attempts"]) == 1
+    # the adopted attempt's end and output are recorded in its own folder
+    folder = service.folder / "state" / "jobs" / str(survivor) / "attempt-1"
+    assert json.loads((folder / "exit.json").read_text())["exit_code"] == 0
+    assert "rank 0 of 1" in (folder / "log.txt").read_text()
 
     # a node that joins the Ray cluster adds its GPUs; a job asking for its type runs there
     cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:A100": 1})

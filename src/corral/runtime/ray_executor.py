@@ -369,12 +369,7 @@ class RayExecutor(Executor):
         known = self._attempts.get(token)
         if known is not None:
             return known
-        ranks: list[Any] = []
-        for rank in range(count):
-            try:
-                ranks.append(self.ray.get_actor(self._actor_name(token, rank), self.namespace))
-            except ValueError:  # gone (its node left, or it ended)
-                ranks.append(None)
+        ranks = [self._lookup(token, rank) for rank in range(count)]
         offsets, nodes, log = [0] * count, [""] * count, folder / "log.txt"
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             saved = json.loads((folder / OFFSETS_FILE).read_text())
@@ -388,11 +383,21 @@ class RayExecutor(Executor):
         with contextlib.suppress(OSError):
             write_atomic(a.folder / OFFSETS_FILE, json.dumps(record))
 
+    def _lookup(self, token: str, rank: int) -> Any:
+        """A rank's actor by its name; None when it is gone (its node left, or it ended)."""
+        try:
+            return self.ray.get_actor(self._actor_name(token, rank), self.namespace)
+        except ValueError:
+            return None
+
     def signal(self, ref: ProcessRef, sig: int) -> None:
-        a = self._attempt(ref, Path("."))
-        if a is None:
+        parsed = parse_ref(ref)
+        if parsed is None:
             return
-        for actor in a.ranks:
+        token, count = parsed
+        known = self._attempts.get(token)  # (not registered here: its folder is poll's to give)
+        ranks = known.ranks if known else [self._lookup(token, k) for k in range(count)]
+        for actor in ranks:
             if actor is not None:
                 with contextlib.suppress(Exception):
                     actor.signal.remote(sig)
@@ -467,10 +472,10 @@ class RayExecutor(Executor):
             return False
         token, count = parsed
         for rank in range(count):
+            actor = self._lookup(token, rank)
             try:
-                actor = self.ray.get_actor(self._actor_name(token, rank), self.namespace)
                 self.ray.get(actor.node.remote(), timeout=CALL_TIMEOUT)
-            except Exception:
+            except Exception:  # gone, or not answering
                 return False
         return True
 
