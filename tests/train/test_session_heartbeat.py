@@ -16,17 +16,22 @@ from corral.train import session as session_module
 from corral.train.session import Session
 
 
-def test_a_heartbeat_says_how_old_its_throughput_window_is(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def job_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the service gives a job's process (an API nobody answers: beats are caught)."""
     for key, value in {
         "CORRAL_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
         "CORRAL_API_URL": "http://127.0.0.1:9",
         "CORRAL_JOB_ID": "1",
         "CORRAL_JOB_TOKEN": "t",
-        "CORRAL_HEARTBEAT_INTERVAL": "1000",  # beats are sent by hand here
     }.items():
         monkeypatch.setenv(key, value)
+
+
+def test_a_heartbeat_says_how_old_its_throughput_window_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_environment(tmp_path, monkeypatch)
+    monkeypatch.setenv("CORRAL_HEARTBEAT_INTERVAL", "1000")  # beats are sent by hand here
     sent: list[dict[str, Any]] = []
 
     def urlopen(request: Any, timeout: float) -> io.BytesIO:
@@ -56,13 +61,7 @@ def test_a_heartbeat_says_how_old_its_throughput_window_is(
 def test_only_rank_zero_of_a_gang_beats_and_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key, value in {
-        "CORRAL_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
-        "CORRAL_API_URL": "http://127.0.0.1:9",
-        "CORRAL_JOB_ID": "1",
-        "CORRAL_JOB_TOKEN": "t",
-    }.items():
-        monkeypatch.setenv(key, value)
+    job_environment(tmp_path, monkeypatch)
     made = {}
     for rank in ("0", "1"):
         monkeypatch.setenv("CORRAL_RANK", rank)

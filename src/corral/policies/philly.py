@@ -71,8 +71,7 @@ class Philly(Policy):
             )
         if backoff <= 0 or backoff_max < backoff:
             raise ValueError("backoff must be > 0 and backoff_max >= backoff")
-        self.relax_after = np.asarray(steps)
-        self._relax_list = steps
+        self.relax_after = steps
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
         self._waits = np.minimum(self.backoff * 2.0 ** (np.arange(MAX_TRIES + 1) - 1), backoff_max)
@@ -116,7 +115,7 @@ class Philly(Policy):
     def level(self, state: SchedulerState, i: int) -> int:
         """How far job ``i``'s locality is relaxed, from how long it has waited."""
         waited = state.now - float(state.queued_since[i])
-        return bisect.bisect_right(self._relax_list, waited)
+        return bisect.bisect_right(self.relax_after, waited)
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
@@ -302,7 +301,7 @@ class Philly(Policy):
         # are retried together rather than each at its own instant
         at = np.ceil((now + wait) / self.backoff) * self.backoff
         queued = state.queued_since[failed]
-        for step in self._relax_list:
+        for step in self.relax_after:
             relax = queued + step
             np.minimum(at, np.where(relax > now, relax, np.inf), out=at)
         self.next_try[failed] = at

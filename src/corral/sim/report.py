@@ -2,24 +2,19 @@
 (and ``report.md`` for pasting into papers and issues).
 
 The CSV keeps seconds (for programs); the report shows hours and days, where
-people think in them. The HTML embeds its PNG plots (JCT CDF, queueing-delay
-CDF, queue length and GPU utilisation over time) as data URIs, so the file
-can be mailed or opened anywhere without its folder, and its table scrolls
-within the page at any width.
+people think in them. The HTML draws its charts (JCT and queueing CDFs,
+queue length and GPU utilisation over time) as inline SVG
+(:mod:`corral.sim.report_charts`), so the file can be mailed or opened
+anywhere without its folder, and its table scrolls within the page at any
+width.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -68,13 +63,6 @@ FORMATS = ("html", "md", "both")
 
 def comparison_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{c: s.get(c) for c in COMPARISON_COLUMNS} for s in summaries])
-
-
-def png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 SIZE_BUCKETS = [(1, 1, "1 GPU"), (2, 4, "2-4 GPUs"), (5, 8, "5-8 GPUs"), (9, 1 << 30, "9+ GPUs")]

@@ -14,7 +14,9 @@ types) and the run's (failures, random placement).
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -287,7 +289,10 @@ def _plot(table: pd.DataFrame) -> str | None:
     loads = table["load"].dropna().unique()
     if len(loads) < 2:
         return None
-    from corral.sim.report import plt, png
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     scales = sorted(table["cluster_scale"].unique())
     fig, axes = plt.subplots(
@@ -310,7 +315,10 @@ def _plot(table: pd.DataFrame) -> str | None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("average JCT (hours)")
     axes[0][-1].legend(fontsize=8)
-    return png(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _html(table: pd.DataFrame, context: dict[str, Any]) -> str:
