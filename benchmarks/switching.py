@@ -9,9 +9,17 @@ optimiser and reads the checkpoint, until it is ready to run its next step
 (timed from the save to the new process saying it is ready).
 
 **Warm** is a standby worker (:class:`corral.train.task.WarmWorker`) holding
-two jobs of the model and alternating between them, one step each: the
-outgoing job's state is parked in host memory, the incoming one's restored
-(timed around the switch only; on a GPU this includes moving the tensors).
+two jobs of the model and alternating between them. On a CPU it is timed
+around the switch (RNG state swapped; no memory moves). On a GPU the
+outgoing job's state goes to pinned host memory and the incoming one's comes
+back, overlapped with its first step, so a switch is timed as what it costs
+that step: the first step after the switch less the same job's next step
+(paired, so the difference is the switch and nothing else). ``warm`` is the
+pipelined transfer (PipeSwitch); ``copy`` moves the whole job before it
+computes (the plain copy PipeSwitch compares with); ``move`` is the bare
+transfer time of the incoming job's state (switch and synchronise, no step).
+On a GPU the ResNet-50 layout trains at ImageNet's shape (32 images of
+224x224) unless ``--resnet-batch``/``--resnet-size`` say otherwise.
 
 **Standby** is what ``corral serve`` does live with ``workers: {standby: N}``:
 a one-step task job launched through the executor, from launch to exit,
@@ -26,12 +34,14 @@ as this machine's switching profile (``--profile``; by default where
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,11 +55,13 @@ MODELS = {
     "resnet50": "corral.examples.tasks:resnet50",
 }
 READY = (
-    "import sys, torch; torch.set_num_threads(1)\n"
-    "from corral.train import checkpoint\n"
+    "import json, sys, torch; torch.set_num_threads(1)\n"
+    "from corral.train import checkpoint, residency\n"
     "from corral.train.task import load_factory\n"
-    "task = load_factory(sys.argv[1])()\n"
+    "task = load_factory(sys.argv[1])(**json.loads(sys.argv[4]))\n"
     "checkpoint.restore(checkpoint.load(__import__('pathlib').Path(sys.argv[2])), task.objects)\n"
+    "if sys.argv[3] != 'cpu':\n"
+    "    residency.place(task.objects, sys.argv[3]); torch.cuda.synchronize()\n"
     "print('ready', flush=True)\n"
 )
 
@@ -59,8 +71,8 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-def cold(factory: str, switches: int) -> list[float]:
-    task = load_factory(factory)()
+def cold(factory: str, switches: int, device: str, kwargs: dict[str, Any]) -> list[float]:
+    task = load_factory(factory)(**kwargs)
     task.step(0)
     times = []
     with tempfile.TemporaryDirectory() as folder:
@@ -68,7 +80,7 @@ def cold(factory: str, switches: int) -> list[float]:
             start = time.perf_counter()
             checkpoint.save(Path(folder), 1, task.objects, {})
             child = subprocess.Popen(
-                [sys.executable, "-c", READY, factory, folder],
+                [sys.executable, "-c", READY, factory, folder, device, json.dumps(kwargs)],
                 stdout=subprocess.PIPE,
                 text=True,
             )
@@ -81,17 +93,47 @@ def cold(factory: str, switches: int) -> list[float]:
     return times
 
 
-def warm(factory: str, switches: int, device: str) -> list[float]:
-    worker = WarmWorker(device=device)
-    worker.admit("a", factory, seed=1)
-    worker.admit("b", factory, seed=2)
+def warm(factory: str, switches: int, kwargs: dict[str, Any]) -> list[float]:
+    """CPU: seconds around each switch of a worker alternating two jobs, one step each."""
+    worker = WarmWorker()
+    worker.admit("a", factory, seed=1, **kwargs)
+    worker.admit("b", factory, seed=2, **kwargs)
     times = []
     for k in range(switches + 2):
         took = worker.switch_to("a" if k % 2 == 0 else "b")
         worker.run(1)
-        if k >= 2:  # the first switch of each job moves it to the device for the first time
+        if k >= 2:  # the first switch of each job builds its state for the first time
             times.append(took)
     return times
+
+
+def warm_gpu(
+    factory: str, switches: int, device: str, pipeline: bool, kwargs: dict[str, Any]
+) -> tuple[list[float], list[float]]:
+    """GPU: what each switch adds to the incoming job's first step (that step less the
+    same job's next one), and the bare transfer (switch, then synchronise)."""
+    worker = WarmWorker(device=device, pipeline=pipeline)
+    worker.admit("a", factory, seed=1, **kwargs)
+    worker.admit("b", factory, seed=2, **kwargs)
+    added, moves = [], []
+    for k in range(2 * switches + 4):
+        job = "a" if k % 2 == 0 else "b"
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        worker.switch_to(job)
+        if k % 4 >= 2:  # every other switch of each job: the bare transfer
+            torch.cuda.synchronize()
+            if k >= 4:
+                moves.append(time.perf_counter() - start)
+            worker.run(2)
+            continue
+        worker.run(1)  # a step's loss is read on the host: it has finished
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        worker.run(1)
+        if k >= 4:  # the first switches move each job to the device for the first time
+            added.append(first - (time.perf_counter() - start))
+    return added, moves
 
 
 def job_start(factory: str, repeats: int, standby: bool) -> list[float]:
@@ -140,46 +182,63 @@ def main() -> None:
     parser.add_argument("--switches", type=int, default=20)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--resnet-batch", type=int, default=None, help="images per step")
+    parser.add_argument("--resnet-size", type=int, default=None, help="image side, pixels")
     parser.add_argument(
         "--profile", type=Path, default=None, help="where to write the switching profile"
     )
     parser.add_argument("--no-profile", action="store_true", help="write no profile")
+    parser.add_argument("--no-jobs", action="store_true", help="skip the executor's job starts")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
+    gpu = args.device.startswith("cuda")
+    where = torch.cuda.get_device_name() if gpu else "CPU"
+    resnet = {
+        "batch": args.resnet_batch or (32 if gpu else 2),
+        "size": args.resnet_size or (224 if gpu else 64),
+    }
     print(f"device: {where}; {args.switches} switches of each kind per model")
+    print(f"resnet50 steps: {resnet['batch']} images of {resnet['size']}px")
     print(f"{'model':<18}{'params':>12}{'kind':>6}{'median ms':>12}{'p95 ms':>10}")
     ratios = []
     measured: dict[str, dict[str, float | int]] = {}
     for name in args.models.split(","):
         factory = MODELS[name]
-        params = sum(p.numel() for p in load_factory(factory)().model.parameters())
-        cold_times = cold(factory, args.switches)
-        warm_times = warm(factory, args.switches, args.device)
-        for kind, times in (("cold", cold_times), ("warm", warm_times)):
+        kwargs = resnet if name == "resnet50" else {}
+        params = sum(p.numel() for p in load_factory(factory)(**kwargs).model.parameters())
+        kinds = {"cold": cold(factory, args.switches, args.device, kwargs)}
+        if gpu:
+            warm_times, moves = warm_gpu(factory, args.switches, args.device, True, kwargs)
+            kinds["warm"], kinds["move"] = warm_times, moves
+            kinds["copy"], _ = warm_gpu(factory, args.switches, args.device, False, kwargs)
+        else:
+            kinds["warm"] = warm(factory, args.switches, kwargs)
+        for kind, times in kinds.items():
             median = statistics.median(times) * 1e3
             print(f"{name:<18}{params:>12,}{kind:>6}{median:>12.3f}{p95(times) * 1e3:>10.3f}")
-        ratios.append(statistics.median(cold_times) / statistics.median(warm_times))
+        warm_median = max(statistics.median(kinds["warm"]), 1e-6)
+        ratios.append(statistics.median(kinds["cold"]) / warm_median)
         measured[name] = {
             "parameters": params,
-            "cold_median_s": statistics.median(cold_times),
-            "cold_p95_s": p95(cold_times),
-            "warm_median_s": statistics.median(warm_times),
-            "warm_p95_s": p95(warm_times),
+            "cold_median_s": statistics.median(kinds["cold"]),
+            "cold_p95_s": p95(kinds["cold"]),
+            "warm_median_s": statistics.median(kinds["warm"]),
+            "warm_p95_s": p95(kinds["warm"]),
         }
     if not args.no_profile:
         path = args.profile or default_profile_path()
         model = write_profile(path, where, args.switches, measured)
         print(f"switching profile ({model}'s figures) written to {path}")
-    print()
-    print("a one-step task job through the executor, launch to exit:")
-    print(f"{'model':<18}{'start':>10}{'median ms':>12}{'p95 ms':>10}")
-    repeats = max(3, args.switches // 4)
-    for name in args.models.split(","):
-        for kind, standby in (("cold", False), ("standby", True)):
-            times = job_start(MODELS[name], repeats, standby)
-            median = statistics.median(times) * 1e3
-            print(f"{name:<18}{kind:>10}{median:>12.1f}{p95(times) * 1e3:>10.1f}")
+    if not args.no_jobs:
+        print()
+        print("a one-step task job through the executor, launch to exit:")
+        print(f"{'model':<18}{'start':>10}{'median ms':>12}{'p95 ms':>10}")
+        repeats = max(3, args.switches // 4)
+        for name in args.models.split(","):
+            for kind, standby in (("cold", False), ("standby", True)):
+                times = job_start(MODELS[name], repeats, standby)
+                median = statistics.median(times) * 1e3
+                print(f"{name:<18}{kind:>10}{median:>12.1f}{p95(times) * 1e3:>10.1f}")
     print(f"{min(ratios):.0f}x")
 
 

@@ -21,6 +21,11 @@ from corral.examples.loop import batch_rng
 from corral.train.checkpoint import Stateful
 
 
+def device_of(model: nn.Module) -> torch.device:
+    """Where the model is now: a warm worker may have moved it since it was built."""
+    return next(model.parameters()).device
+
+
 @dataclass
 class LoopTask:
     """A model, its optimiser and a step function: the :class:`~corral.train.task.Task` shape."""
@@ -62,7 +67,8 @@ def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64, step_time: float = 
 
     def loss_of_step(step: int) -> torch.Tensor:
         pick = torch.as_tensor(batch_rng(seed, step).choice(len(y), batch, replace=False))
-        return loss_fn(model(x[pick]), y[pick])
+        device = device_of(model)
+        return loss_fn(model(x[pick].to(device)), y[pick].to(device))
 
     return LoopTask(model, optimizer, loss_of_step, step_time)
 
@@ -77,7 +83,7 @@ def tiny_transformer(seed: int = 0, lr: float = 3e-3) -> LoopTask:
     loss_fn = nn.CrossEntropyLoss()
 
     def loss_of_step(step: int) -> torch.Tensor:
-        tokens = sequences(batch_rng(seed, step), BATCH)
+        tokens = sequences(batch_rng(seed, step), BATCH).to(device_of(model))
         logits = model(tokens[:, :-1])
         return loss_fn(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
@@ -139,9 +145,13 @@ def resnet50(seed: int = 0, lr: float = 0.01, batch: int = 2, size: int = 64) ->
     loss_fn = nn.CrossEntropyLoss()
 
     def loss_of_step(step: int) -> torch.Tensor:
-        rng = batch_rng(seed, step)
-        images = torch.as_tensor(rng.standard_normal((batch, 3, size, size)), dtype=torch.float32)
-        labels = torch.as_tensor(rng.integers(0, 1000, batch))
+        # Synthetic images made where the model is, from the step alone: a large batch
+        # costs no host time, so on a GPU a step is the model's own compute.
+        device = device_of(model)
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int(batch_rng(seed, step).integers(2**62)))
+        images = torch.randn((batch, 3, size, size), generator=generator, device=device)
+        labels = torch.randint(0, 1000, (batch,), generator=generator, device=device)
         return loss_fn(model(images), labels)
 
     return LoopTask(model, optimizer, loss_of_step)

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from corral.train.session import Session
-from corral.train.task import load_factory
+from corral.train.task import Task, load_factory
 
 
 def keyword(text: str) -> tuple[str, Any]:
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     task = factory(**dict(args.kw))
     session = Session(checkpoint_every=args.checkpoint_every, **task.objects)
     step = session.restore()
+    on_gpu(task)
     while step < args.steps:
         loss = task.step(step)
         step += 1
@@ -56,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     session.finish(step)
     print(json.dumps({"final_step": step}), flush=True)
     return 0
+
+
+def on_gpu(task: Task) -> None:
+    """Run on the job's GPU when it has one (built and restored on the host first)."""
+    import torch
+
+    if torch.cuda.is_available():
+        from corral.train.residency import place
+
+        place(task.objects, "cuda")
 
 
 if __name__ == "__main__":

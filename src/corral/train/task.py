@@ -17,9 +17,11 @@ whose state is the job's (model, optimiser: anything with
 computes exactly what an uninterrupted run computes.
 
 A :class:`WarmWorker` holds several jobs resident in host memory and runs
-one at a time. Switching saves the outgoing job's random-number state (and,
-on a GPU, moves its tensors to host memory) and restores the incoming
-job's; nothing is rebuilt and nothing touches the disk. A job leaves the
+one at a time. Switching saves the outgoing job's random-number state and
+restores the incoming job's; nothing is rebuilt and nothing touches the
+disk. On a GPU the outgoing job's tensors are parked in pinned host memory
+and the incoming job's come back, pipelined with its first step
+(:mod:`corral.train.residency`). A job leaves the
 worker with a normal checkpoint (:meth:`WarmWorker.checkpoint`), which any
 process can resume.
 """
@@ -31,10 +33,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from corral.train import checkpoint
 from corral.train.checkpoint import Stateful
+
+if TYPE_CHECKING:
+    from corral.train.residency import HostCopy, Mover
 
 
 class Task(Protocol):
@@ -66,6 +71,8 @@ class Resident:
     step: int = 0
     rng: dict[str, Any] | None = None
     on_device: bool = False
+    host: HostCopy | None = None
+    """On a GPU, the job's pinned host copy (kept, so parking again reuses it)."""
 
 
 @dataclass
@@ -73,8 +80,12 @@ class WarmWorker:
     """A process that keeps jobs loaded and switches between them in place."""
 
     device: str = "cpu"
+    pipeline: bool = True
+    """On a GPU, overlap the incoming job's transfer with its first step (PipeSwitch);
+    off, the whole job is copied before it computes."""
     jobs: dict[str, Resident] = field(default_factory=dict)
     active: str | None = None
+    _mover: Mover | None = field(default=None, repr=False)
 
     def admit(
         self,
@@ -107,7 +118,10 @@ class WarmWorker:
         self._park()
         incoming = self.jobs[job]
         if not incoming.on_device:
-            _move(incoming.task.objects, self.device)
+            mover = self.mover()
+            parked = incoming.host or mover.pack(incoming.task.objects)
+            mover.load(parked, incoming.task.objects)
+            incoming.host = parked
             incoming.on_device = True
         if incoming.rng is not None:
             checkpoint.set_rng_state(incoming.rng)
@@ -125,9 +139,25 @@ class WarmWorker:
             resident.step += 1
         return losses
 
+    def settle(self) -> None:
+        """Wait for every transfer in flight, so all jobs' state can be read."""
+        if self._mover is not None:
+            self._mover.settle()
+
+    def mover(self) -> Mover:
+        """The GPU's copy streams (made on first use; a CPU worker moves nothing)."""
+        if self._mover is None:
+            import torch
+
+            from corral.train.residency import Mover
+
+            self._mover = Mover(torch.device(self.device), pipeline=self.pipeline)
+        return self._mover
+
     def checkpoint(self, job: str, folder: Path) -> Path:
         """Write a job's checkpoint (to resume it in any process) and drop it from here."""
         self.switch_to(job)
+        self.settle()
         resident = self.jobs.pop(job)
         path = checkpoint.save(folder, resident.step, resident.task.objects, {})
         self.active = None
@@ -142,25 +172,6 @@ class WarmWorker:
     def _park_resident(self, resident: Resident) -> None:
         resident.rng = checkpoint.rng_state()
         if self.device != "cpu" and resident.on_device:
-            _move(resident.task.objects, "cpu")
+            resident.host = self.mover().park(resident.task.objects, resident.host)
             resident.on_device = False
 
-
-def _move(objects: dict[str, Stateful], device: str) -> None:
-    """Move a job's tensors (module parameters and buffers, optimiser state) to
-    ``device``; host copies are pinned so the next move back is asynchronous."""
-    import torch
-
-    pin = device == "cpu" and torch.cuda.is_available()
-    for obj in objects.values():
-        if isinstance(obj, torch.nn.Module):
-            obj.to(device)
-            if pin:
-                for tensor in [*obj.parameters(), *obj.buffers()]:
-                    tensor.data = tensor.data.pin_memory()
-        elif isinstance(obj, torch.optim.Optimizer):
-            for state in obj.state.values():
-                for key, value in state.items():
-                    if torch.is_tensor(value) and value.dim() > 0:
-                        moved = value.to(device, non_blocking=not pin)
-                        state[key] = moved.pin_memory() if pin else moved
