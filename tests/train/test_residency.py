@@ -123,3 +123,17 @@ def test_gpu_switch_frees_the_outgoing_jobs_memory_and_leaves_a_resumable_checkp
     state = {k: v.cpu() for k, v in resumed.jobs["a"].task.model.state_dict().items()}
     reference = alone(RESNET, 5, 5, "cuda", **SMALL_RESNET)
     assert all(torch.equal(state[k], reference[k]) for k in state)
+
+
+def test_tensors_sharing_a_chunk_do_not_share_a_version_counter() -> None:
+    """BatchNorm updates its running statistics in place during the forward pass; the
+    weights beside them in the chunk, saved for the backward pass, must not look changed."""
+    tensors = [torch.ones(8), torch.zeros(8)]
+    layout = plan_layout(tensors, chunk_bytes=1 << 20)
+    chunk = torch.zeros(layout.chunk_sizes[0], dtype=torch.uint8)
+    weight, running_mean = (view(chunk, slot) for slot in layout.slots)
+    weight.requires_grad_(True)
+    loss = (weight * weight).sum()  # saves weight for the backward pass
+    running_mean.add_(1.0)
+    loss.backward()  # raises if the in-place update bumped weight's version
+    assert torch.equal(weight.grad, 2 * weight.detach())

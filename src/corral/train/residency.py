@@ -102,9 +102,20 @@ def plan_layout(tensors: list[torch.Tensor], chunk_bytes: int) -> Layout:
 
 
 def view(buffer: torch.Tensor, slot: Slot) -> torch.Tensor:
-    """The tensor ``slot`` describes, as a view of a chunk's bytes (uint8)."""
-    flat = buffer[slot.offset : slot.offset + slot.nbytes].view(slot.dtype)
-    return flat.view(slot.shape)
+    """The tensor ``slot`` describes, lying in a chunk's bytes (uint8).
+
+    Not an autograd view of the chunk: views of one base share a version
+    counter, so BatchNorm updating its running mean in place would look like a
+    change to every weight of the chunk saved for the backward pass. A tensor
+    set onto the same storage has a counter of its own."""
+    tensor = torch.empty(0, dtype=slot.dtype, device=buffer.device)
+    stride, step = [], 1
+    for size in reversed(slot.shape):
+        stride.append(step)
+        step *= size
+    start = buffer.storage_offset() + slot.offset
+    tensor.set_(buffer.untyped_storage(), start // tensor.element_size(), slot.shape, stride[::-1])
+    return tensor
 
 
 def state_tensors(objects: dict[str, Any]) -> list[TensorRef]:
