@@ -46,6 +46,8 @@ class LoopTask:
         loss = self.loss_of_step(step)
         loss.backward()
         self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)  # between steps a job holds no gradients:
+        # nothing for a warm switch to move, nor for a parked job to keep
         if self.step_time > 0:
             time.sleep(self.step_time)
         return float(loss.item())

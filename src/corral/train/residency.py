@@ -137,12 +137,21 @@ def state_tensors(objects: dict[str, Any]) -> list[TensorRef]:
 
 @dataclass
 class HostCopy:
-    """A job's state parked in pinned host memory, and the event its copy-out ends with."""
+    """A job's state parked in pinned host memory, and what its last load left on the
+    device, so the next park can copy whole chunks out without repacking."""
 
     layout: Layout
     buffer: torch.Tensor
     refs: list[TensorRef]
+    host_views: list[torch.Tensor]
     copied: torch.cuda.Event | None = None
+    """Recorded when the copy out ends (None: packed on the host, nothing in flight)."""
+    chunks: list[torch.Tensor] = field(default_factory=list)
+    """While loaded: the device chunks, whose storage the job's tensors lie in."""
+    pointers: list[int] = field(default_factory=list)
+    """While loaded: each tensor's device address, to see that none was replaced."""
+    waits: dict[torch.nn.Module, int] | None = None
+    """Each module's last chunk: what its forward waits for in a pipelined load."""
 
 
 @dataclass
@@ -163,34 +172,38 @@ class Mover:
     def pack(self, objects: dict[str, Any]) -> HostCopy:
         """A job built on the host, packed into pinned memory ready to load (its first)."""
         present = _present(objects)
-        layout = plan_layout([t for _, t in present], self.chunk_bytes)
-        buffer = _host_buffer(None, layout.nbytes)
-        for chunk, start in enumerate(layout.chunk_starts):
-            for (ref, tensor), slot in _in_chunk(present, layout, chunk):
-                host = view(buffer, slot_at(slot, start))
-                host.copy_(tensor)
-                ref.set(host)
-        return HostCopy(layout, buffer, [ref for ref, _ in present])
+        parked = _repack(present, None, self.chunk_bytes)
+        for (ref, tensor), host in zip(present, parked.host_views, strict=True):
+            host.copy_(tensor)
+            ref.set(host)
+        return parked
 
     def park(self, objects: dict[str, Any], cached: HostCopy | None) -> HostCopy:
         """Copy a job's state out to pinned host memory (reusing its host buffer when it
         fits) and release its device memory chunk by chunk; returns at once."""
         self.release_hooks()
         present = _present(objects)
-        layout = plan_layout([t for _, t in present], self.chunk_bytes)
-        buffer = _host_buffer(cached, layout.nbytes)
         self.out_stream.wait_stream(torch.cuda.current_stream(self.device))  # its last step
         self.out_stream.wait_stream(self.in_stream)  # and its arrival, if it never ran
-        with torch.cuda.stream(self.out_stream):
-            for chunk, start in enumerate(layout.chunk_starts):
-                for (ref, tensor), slot in _in_chunk(present, layout, chunk):
-                    host = view(buffer, slot_at(slot, start))
+        if cached is not None and cached.chunks and _unchanged(present, cached.pointers):
+            parked = cached  # the tensors are still where the last load put them
+            with torch.cuda.stream(self.out_stream):
+                layout = parked.layout
+                for chunk, start in zip(parked.chunks, layout.chunk_starts, strict=True):
+                    parked.buffer[start : start + chunk.numel()].copy_(chunk, non_blocking=True)
+                    chunk.record_stream(self.out_stream)  # early cleaning: free once copied
+        else:
+            parked = _repack(present, cached, self.chunk_bytes)
+            with torch.cuda.stream(self.out_stream):
+                for (_, tensor), host in zip(present, parked.host_views, strict=True):
                     host.copy_(tensor, non_blocking=True)
-                    tensor.record_stream(self.out_stream)  # early cleaning: free once copied
-                    ref.set(host)
-        copied = torch.cuda.Event()
-        copied.record(self.out_stream)
-        return HostCopy(layout, buffer, [ref for ref, _ in present], copied)
+                    tensor.record_stream(self.out_stream)
+        for ref, host in zip(parked.refs, parked.host_views, strict=True):
+            ref.set(host)
+        parked.chunks, parked.pointers = [], []
+        parked.copied = torch.cuda.Event()
+        parked.copied.record(self.out_stream)
+        return parked
 
     def load(self, parked: HostCopy, objects: dict[str, Any]) -> None:
         """Copy a parked job's state in, chunk by chunk; with pipelining, each module's
@@ -205,23 +218,27 @@ class Mover:
             torch.empty(size, dtype=torch.uint8, device=self.device) for size in layout.chunk_sizes
         ]
         with torch.cuda.stream(self.in_stream):
-            for chunk, (size, start) in enumerate(
-                zip(layout.chunk_sizes, layout.chunk_starts, strict=True)
-            ):
-                chunks[chunk].copy_(parked.buffer[start : start + size], non_blocking=True)
-                chunks[chunk].record_stream(self.in_stream)
+            for chunk, start in zip(chunks, layout.chunk_starts, strict=True):
+                chunk.copy_(parked.buffer[start : start + chunk.numel()], non_blocking=True)
+                chunk.record_stream(self.in_stream)
                 event = torch.cuda.Event()
                 event.record(self.in_stream)
                 ready.append(event)
-        waits: dict[torch.nn.Module, int] = {}
+        pointers = []
         for ref, slot in zip(parked.refs, layout.slots, strict=True):
-            ref.set(view(chunks[slot.chunk], slot))
-            if ref.module is not None:
-                waits[ref.module] = max(waits.get(ref.module, 0), slot.chunk)
+            tensor = view(chunks[slot.chunk], slot)
+            ref.set(tensor)
+            pointers.append(tensor.data_ptr())
+        parked.chunks, parked.pointers = chunks, pointers
         if not self.pipeline or not ready:
             compute.wait_stream(self.in_stream)
             return
-        for module, chunk in waits.items():
+        if parked.waits is None:
+            parked.waits = {}
+            for ref, slot in zip(parked.refs, layout.slots, strict=True):
+                if ref.module is not None:
+                    parked.waits[ref.module] = max(parked.waits.get(ref.module, 0), slot.chunk)
+        for module, chunk in parked.waits.items():
             self._hooks.append(module.register_forward_pre_hook(_waiter(ready[chunk])))
         last = _waiter(ready[-1])
         for obj in objects.values():
@@ -255,32 +272,40 @@ def place(objects: dict[str, Any], device: torch.device | str) -> None:
             ref.set(tensor.to(device))
 
 
-def slot_at(slot: Slot, chunk_start: int) -> Slot:
-    """A chunk's slot placed in the whole host buffer."""
-    return Slot(slot.chunk, chunk_start + slot.offset, slot.dtype, slot.shape)
-
-
-def _in_chunk(
-    present: list[tuple[TensorRef, torch.Tensor]], layout: Layout, chunk: int
-) -> Iterator[tuple[tuple[TensorRef, torch.Tensor], Slot]]:
-    for pair, slot in zip(present, layout.slots, strict=True):
-        if slot.chunk == chunk:
-            yield pair, slot
-
-
-def _host_buffer(cached: HostCopy | None, nbytes: int) -> torch.Tensor:
-    if cached is not None and cached.buffer.numel() >= nbytes:
+def _repack(
+    present: list[tuple[TensorRef, torch.Tensor]], cached: HostCopy | None, chunk_bytes: int
+) -> HostCopy:
+    """A new layout for the job's tensors as they are now, in its old host buffer if
+    that is large enough (after any copy still reading it has ended)."""
+    layout = plan_layout([t for _, t in present], chunk_bytes)
+    if cached is not None and cached.buffer.numel() >= layout.nbytes:
         if cached.copied is not None:
-            cached.copied.synchronize()  # not overwritten while a copy still reads it
-        return cached.buffer
-    return torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
+            cached.copied.synchronize()
+        buffer = cached.buffer
+    else:
+        buffer = torch.empty(max(layout.nbytes, 1), dtype=torch.uint8, pin_memory=True)
+    starts = layout.chunk_starts
+    host_views = [
+        view(buffer, Slot(s.chunk, starts[s.chunk] + s.offset, s.dtype, s.shape))
+        for s in layout.slots
+    ]
+    return HostCopy(layout, buffer, [ref for ref, _ in present], host_views)
+
+
+def _unchanged(present: list[tuple[TensorRef, torch.Tensor]], pointers: list[int]) -> bool:
+    """Whether the job has exactly the tensors its last load placed (none added, none
+    replaced by a new allocation)."""
+    return len(present) == len(pointers) and all(
+        tensor.data_ptr() == pointer for (_, tensor), pointer in zip(present, pointers, strict=True)
+    )
 
 
 def _module_tensors(module: torch.nn.Module) -> Iterator[TensorRef]:
-    for _, param in module.named_parameters(recurse=False):
-        yield TensorRef(_param_data(param), _set_param_data(param), module)
-        yield TensorRef(_grad(param), _set_grad(param), module)
-    for name, buf in module.named_buffers(recurse=False):
+    for param in module._parameters.values():
+        if param is not None:
+            yield TensorRef(_param_data(param), _set_param_data(param), module)
+            yield TensorRef(_grad(param), _set_grad(param), module)
+    for name, buf in module._buffers.items():
         if buf is not None:
             yield TensorRef(_item(module._buffers, name), _put(module._buffers, name), module)
 
