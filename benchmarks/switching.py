@@ -180,6 +180,9 @@ def job_start(factory: str, repeats: int, standby: bool) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--switches", type=int, default=20)
+    parser.add_argument(
+        "--cold-switches", type=int, default=None, help="cold switches (default: --switches)"
+    )
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--resnet-batch", type=int, default=None, help="images per step")
@@ -197,7 +200,8 @@ def main() -> None:
         "batch": args.resnet_batch or (32 if gpu else 2),
         "size": args.resnet_size or (224 if gpu else 64),
     }
-    print(f"device: {where}; {args.switches} switches of each kind per model")
+    print(f"device: {where}; {args.switches} switches of each kind per model", end="")
+    print(f" ({args.cold_switches} cold)" if args.cold_switches else "")
     print(f"resnet50 steps: {resnet['batch']} images of {resnet['size']}px")
     print(f"{'model':<18}{'params':>12}{'kind':>6}{'median ms':>12}{'p95 ms':>10}")
     ratios = []
@@ -206,7 +210,7 @@ def main() -> None:
         factory = MODELS[name]
         kwargs = resnet if name == "resnet50" else {}
         params = sum(p.numel() for p in load_factory(factory)(**kwargs).model.parameters())
-        kinds = {"cold": cold(factory, args.switches, args.device, kwargs)}
+        kinds = {"cold": cold(factory, args.cold_switches or args.switches, args.device, kwargs)}
         if gpu:
             warm_times, moves = warm_gpu(factory, args.switches, args.device, True, kwargs)
             kinds["warm"], kinds["move"] = warm_times, moves

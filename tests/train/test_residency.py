@@ -3,6 +3,7 @@ moves themselves where a GPU is present."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -10,7 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from corral.train.residency import ALIGN, plan_layout, state_tensors, view  # noqa: E402
+from corral.train.residency import (  # noqa: E402
+    ALIGN,
+    host_bytes,
+    host_chunk,
+    plan_chunks,
+    state_tensors,
+    views,
+)
 from corral.train.task import WarmWorker, load_factory  # noqa: E402
 
 DIGITS = "corral.examples.tasks:digits"
@@ -19,41 +27,66 @@ SMALL_RESNET = {"batch": 2, "size": 32}
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def test_layout_packs_whole_tensors_in_order_aligned_and_views_read_them_back() -> None:
+def test_chunks_hold_whole_tensors_of_one_dtype_in_order_and_views_read_them_back() -> None:
     tensors = [
         torch.arange(10, dtype=torch.float32),
+        torch.full((3, 5), 2.5),
         torch.tensor(7, dtype=torch.int64),  # a 0-dim buffer (BatchNorm's batch count)
-        torch.ones(3, 5, dtype=torch.float16),
-        torch.arange(1000, dtype=torch.float64),  # larger than a chunk: one of its own
-        torch.full((4,), 2.5),
+        torch.arange(300_000, dtype=torch.float32),  # 1.2 MB: over a chunk's least size
+        torch.ones(4),
     ]
-    layout = plan_layout(tensors, chunk_bytes=1024)
-    assert [s.chunk for s in layout.slots] == [0, 0, 0, 1, 2]
-    assert all(s.offset % ALIGN == 0 for s in layout.slots)
-    assert layout.chunk_starts == [0, layout.chunk_sizes[0], sum(layout.chunk_sizes[:2])]
-    buffers = [torch.zeros(size, dtype=torch.uint8) for size in layout.chunk_sizes]
-    for tensor, slot in zip(tensors, layout.slots, strict=True):
-        view(buffers[slot.chunk], slot).copy_(tensor)
-    for tensor, slot in zip(tensors, layout.slots, strict=True):
-        back = view(buffers[slot.chunk], slot)
-        assert back.dtype == tensor.dtype and back.shape == tensor.shape
-        assert torch.equal(back, tensor)
+    chunks = plan_chunks(tensors, groups=16)
+    assert [(c.first, c.count, c.dtype) for c in chunks] == [
+        (0, 2, torch.float32),
+        (2, 1, torch.int64),
+        (3, 1, torch.float32),
+        (4, 1, torch.float32),
+    ]
+    assert all(c.start % ALIGN == 0 for c in chunks)
+    assert all(b.start >= a.start + a.nbytes for a, b in itertools.pairwise(chunks))
+    buffer = torch.zeros(host_bytes(chunks), dtype=torch.uint8)
+    placed = []
+    for chunk in chunks:
+        placed += views(host_chunk(buffer, chunk), tensors[chunk.first : chunk.first + chunk.count])
+    for tensor, host in zip(tensors, placed, strict=True):
+        host.copy_(tensor)
+    for tensor, host in zip(tensors, placed, strict=True):
+        assert host.dtype == tensor.dtype and host.shape == tensor.shape
+        assert torch.equal(host, tensor)
+    assert torch.equal(views(host_chunk(buffer, chunks[0]), tensors[:2])[1], tensors[1])
 
 
 def test_state_tensors_are_the_jobs_whole_state_in_forward_order() -> None:
     task = load_factory(RESNET)(**SMALL_RESNET)
-    task.step(0)  # gradients and momentum now exist
-    refs = state_tensors(task.objects)
+    task.step(0)  # momentum now exists; the task drops its gradients after a step
+    entries = state_tensors(task.objects)
     model = task.model
-    expected = sum(1 for _ in model.parameters()) * 2 + sum(1 for _ in model.buffers())
+    expected = sum(1 for _ in model.parameters()) + sum(1 for _ in model.buffers())
     momentum = len(task.optimizer.state)
-    assert len(refs) == expected + momentum
+    assert len(entries) == expected + momentum
+    counts = [t for t, _ in entries if t.dtype == torch.int64]
+    assert entries[: len(counts)] == [(t, m) for t, m in entries if t.dtype == torch.int64]
     first_module = next(m for m in model.modules() if list(m.parameters(recurse=False)))
-    assert refs[0].module is first_module  # the stem's weights travel first
-    assert all(ref.module is None for ref in refs[-momentum:])  # optimiser state last
-    replacement = torch.zeros_like(refs[0].get())
-    refs[0].set(replacement)
-    assert first_module.weight.data_ptr() == replacement.data_ptr()
+    assert entries[len(counts)][1] is first_module  # the stem's weights lead the rest
+    assert all(module is None for _, module in entries[-momentum:])  # optimiser state last
+
+
+def test_tensors_keep_their_identity_and_version_counter_when_their_data_moves() -> None:
+    """BatchNorm updates its running statistics in place during the forward pass; the
+    weights beside them in the chunk, saved for the backward pass, must not look changed."""
+    weight = torch.nn.Parameter(torch.ones(8))
+    running_mean = torch.zeros(8)
+    chunks = plan_chunks([weight.detach(), running_mean])
+    buffer = torch.zeros(host_bytes(chunks), dtype=torch.uint8)
+    placed = views(host_chunk(buffer, chunks[0]), [weight.detach(), running_mean])
+    for tensor, host in zip((weight, running_mean), placed, strict=True):
+        host.copy_(tensor)
+        tensor.data = host
+    loss = (weight * weight).sum()  # saves weight for the backward pass
+    running_mean.add_(1.0)
+    loss.backward()  # raises if the in-place update bumped weight's version
+    assert torch.equal(weight.grad, 2 * weight.detach())
+    assert torch.equal(placed[1], torch.ones(8))  # the update landed in the chunk
 
 
 def alone(factory: str, seed: int, steps: int, device: str, **kwargs: object) -> dict:
@@ -65,7 +98,7 @@ def alone(factory: str, seed: int, steps: int, device: str, **kwargs: object) ->
 
 
 def all_state(task: object) -> list:
-    return [ref.get() for ref in state_tensors(task.objects) if ref.get() is not None]
+    return [tensor for tensor, _ in state_tensors(task.objects)]
 
 
 def deterministic() -> None:
@@ -127,17 +160,3 @@ def test_gpu_switch_frees_the_outgoing_jobs_memory_and_leaves_a_resumable_checkp
     state = {k: v.cpu() for k, v in resumed.jobs["a"].task.model.state_dict().items()}
     reference = alone(RESNET, 5, 5, "cuda", **SMALL_RESNET)
     assert all(torch.equal(state[k], reference[k]) for k in state)
-
-
-def test_tensors_sharing_a_chunk_do_not_share_a_version_counter() -> None:
-    """BatchNorm updates its running statistics in place during the forward pass; the
-    weights beside them in the chunk, saved for the backward pass, must not look changed."""
-    tensors = [torch.ones(8), torch.zeros(8)]
-    layout = plan_layout(tensors, chunk_bytes=1 << 20)
-    chunk = torch.zeros(layout.chunk_sizes[0], dtype=torch.uint8)
-    weight, running_mean = (view(chunk, slot) for slot in layout.slots)
-    weight.requires_grad_(True)
-    loss = (weight * weight).sum()  # saves weight for the backward pass
-    running_mean.add_(1.0)
-    loss.backward()  # raises if the in-place update bumped weight's version
-    assert torch.equal(weight.grad, 2 * weight.detach())

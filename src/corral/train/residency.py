@@ -1,16 +1,19 @@
 """Moving a job's tensors between the GPU and pinned host memory, fast.
 
 A warm switch on a GPU is bounded by moving state: the outgoing job's
-parameters, buffers, gradients and optimiser state leave the device, the
-incoming job's arrive. Three of the seed systems' ideas make that cheap,
-and this module holds them:
+parameters, buffers and optimiser state leave the device, the incoming
+job's arrive. Three of the seed systems' ideas make that cheap, and this
+module holds them:
 
 - **One host copy per job, pinned, allocated once** (PipeSwitch's unified
-  memory management). A job's tensors are packed into *chunks*: runs of
-  whole tensors, in the order the model's modules are registered, of about
-  ``chunk_bytes`` each. A chunk is one allocation on the device and one
-  slice of the job's pinned host buffer, so moving it is one asynchronous
-  copy and the tensors are views into it.
+  memory management). A job's tensors are packed densely into *chunks*:
+  runs of whole tensors of one dtype, in the order the model's modules are
+  registered, about a sixteenth of the job each. A chunk is one allocation
+  on the device and one slice of the job's pinned host buffer, so moving it
+  is one asynchronous copy, and the job's tensors are views into it (made
+  for a whole chunk in one call). Tensors keep their identity: only their
+  ``.data`` is pointed elsewhere, so optimisers, hooks and autograd's
+  version counters see the same objects.
 - **Early cleaning** (Hare). The outgoing job's chunks are copied out on
   their own stream; each chunk's device memory is handed back to the
   allocator as soon as its copy is queued (``record_stream`` keeps it from
@@ -31,108 +34,109 @@ should switch with ``pipeline=False``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._utils import _unflatten_dense_tensors
 
 ALIGN = 256
-"""Byte alignment of each tensor inside a chunk (any dtype's element size divides it)."""
+"""Byte alignment of each chunk in the host buffer."""
+GROUPS = 16
+"""About how many chunks a job is cut into (PipeSwitch's transmission groups)."""
+MIN_CHUNK = 1 << 20
 
 
-@dataclass
-class TensorRef:
-    """One tensor of a job's state, and how to put a new tensor in its place."""
-
-    get: Callable[[], torch.Tensor | None]
-    set: Callable[[torch.Tensor], None]
-    module: torch.nn.Module | None
-    """The module whose forward first needs it; None for optimiser state."""
+Entry = tuple[torch.Tensor, torch.nn.Module | None]
+"""A tensor of a job's state and the module whose forward first needs it (None for
+optimiser state)."""
 
 
 @dataclass(frozen=True)
-class Slot:
-    """Where one tensor lies in the packed layout."""
+class Chunk:
+    """A run of same-dtype tensors, packed densely: where it starts in the host buffer."""
 
-    chunk: int
-    offset: int
     dtype: torch.dtype
-    shape: tuple[int, ...]
+    start: int
+    """Byte offset in the host buffer (aligned)."""
+    numel: int
+    first: int
+    """Index of its first tensor in the job's entries; it holds ``count`` of them."""
+    count: int
 
     @property
     def nbytes(self) -> int:
-        return _numel(self.shape) * _itemsize(self.dtype)
+        return self.numel * _itemsize(self.dtype)
 
 
-@dataclass
-class Layout:
-    """Chunks (their sizes in bytes, their start in the host buffer) and each tensor's slot."""
-
-    slots: list[Slot]
-    chunk_sizes: list[int]
-    chunk_starts: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        start, self.chunk_starts = 0, []
-        for size in self.chunk_sizes:
-            self.chunk_starts.append(start)
-            start += size
-
-    @property
-    def nbytes(self) -> int:
-        return sum(self.chunk_sizes)
-
-
-def plan_layout(tensors: list[torch.Tensor], chunk_bytes: int) -> Layout:
-    """Pack tensors, in order, into chunks of whole tensors of about ``chunk_bytes``
-    (a tensor larger than that has a chunk of its own)."""
-    slots: list[Slot] = []
-    sizes: list[int] = []
-    used = 0
-    for tensor in tensors:
-        nbytes = tensor.numel() * tensor.element_size()
-        if not sizes or (used > 0 and used + nbytes > chunk_bytes):
-            sizes.append(0)
-            used = 0
-        slots.append(Slot(len(sizes) - 1, used, tensor.dtype, tuple(tensor.shape)))
-        used += _aligned(nbytes)
-        sizes[-1] = used
-    return Layout(slots, sizes)
+def plan_chunks(tensors: list[torch.Tensor], groups: int = GROUPS) -> list[Chunk]:
+    """Cut tensors, kept in order, into same-dtype chunks of about 1/groups of the total."""
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    limit = max(MIN_CHUNK, -(-total // max(groups, 1)))
+    chunks: list[Chunk] = []
+    start = first = numel = 0
+    dtype: torch.dtype | None = None
+    for index, tensor in enumerate(tensors):
+        size = tensor.numel() * tensor.element_size()
+        if dtype is not None and (
+            tensor.dtype != dtype or (numel > 0 and (numel * _itemsize(dtype) + size > limit))
+        ):
+            chunks.append(Chunk(dtype, start, numel, first, index - first))
+            start = _aligned(start + numel * _itemsize(dtype))
+            first, numel = index, 0
+        dtype = tensor.dtype
+        numel += tensor.numel()
+    if dtype is not None:
+        chunks.append(Chunk(dtype, start, numel, first, len(tensors) - first))
+    return chunks
 
 
-def view(buffer: torch.Tensor, slot: Slot) -> torch.Tensor:
-    """The tensor ``slot`` describes, lying in a chunk's bytes (uint8).
-
-    Not an autograd view of the chunk: views of one base share a version
-    counter, so BatchNorm updating its running mean in place would look like a
-    change to every weight of the chunk saved for the backward pass. A tensor
-    set onto the same storage has a counter of its own."""
-    tensor = torch.empty(0, dtype=slot.dtype, device=buffer.device)
-    stride, step = [], 1
-    for size in reversed(slot.shape):
-        stride.append(step)
-        step *= size
-    start = buffer.storage_offset() + slot.offset
-    tensor.set_(buffer.untyped_storage(), start // tensor.element_size(), slot.shape, stride[::-1])
-    return tensor
+def host_bytes(chunks: list[Chunk]) -> int:
+    return chunks[-1].start + chunks[-1].nbytes if chunks else 0
 
 
-def state_tensors(objects: dict[str, Any]) -> list[TensorRef]:
-    """A job's tensors in forward order: each module's own parameters (and their
-    gradients) and buffers, then the optimisers' state."""
-    refs: list[TensorRef] = []
+def host_chunk(buffer: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    """A chunk's bytes in the host buffer, typed as its tensors."""
+    return buffer[chunk.start : chunk.start + chunk.nbytes].view(chunk.dtype)
+
+
+def views(flat: torch.Tensor, templates: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Tensors shaped as ``templates``, as views of ``flat`` (one chunk), made in one call."""
+    return list(_unflatten_dense_tensors(flat, templates))
+
+
+def state_tensors(objects: dict[str, Any]) -> list[Entry]:
+    """A job's tensors in forward order: those of an odd dtype first (BatchNorm's
+    counts), then each module's own parameters (and gradients) and buffers, then
+    the optimisers' state."""
+    entries: list[Entry] = []
     for obj in objects.values():
         if isinstance(obj, torch.nn.Module):
             for module in obj.modules():
-                refs.extend(_module_tensors(module))
+                for param in module._parameters.values():
+                    if param is not None:
+                        entries.append((param, module))
+                        if param.grad is not None:
+                            entries.append((param.grad, module))
+                for buf in module._buffers.values():
+                    if buf is not None:
+                        entries.append((buf, module))
     for obj in objects.values():
         if isinstance(obj, torch.optim.Optimizer):
             for state in obj.state.values():
-                for key, value in state.items():
-                    if torch.is_tensor(value) and value.dim() > 0:
-                        refs.append(TensorRef(_item(state, key), _put(state, key), None))
-    return refs
+                for value in state.values():
+                    if isinstance(value, torch.Tensor) and value.dim() > 0:
+                        entries.append((value, None))
+    weight: Counter[torch.dtype] = Counter()
+    for tensor, _ in entries:
+        weight[tensor.dtype] += tensor.numel() * tensor.element_size()
+    if len(weight) > 1:
+        main = weight.most_common(1)[0][0]
+        odd = sorted((e for e in entries if e[0].dtype != main), key=lambda e: str(e[0].dtype))
+        entries = odd + [e for e in entries if e[0].dtype == main]
+    return entries
 
 
 @dataclass
@@ -140,18 +144,18 @@ class HostCopy:
     """A job's state parked in pinned host memory, and what its last load left on the
     device, so the next park can copy whole chunks out without repacking."""
 
-    layout: Layout
+    entries: list[Entry]
+    chunks: list[Chunk]
     buffer: torch.Tensor
-    refs: list[TensorRef]
     host_views: list[torch.Tensor]
     copied: torch.cuda.Event | None = None
     """Recorded when the copy out ends (None: packed on the host, nothing in flight)."""
-    chunks: list[torch.Tensor] = field(default_factory=list)
-    """While loaded: the device chunks, whose storage the job's tensors lie in."""
+    on_device: list[torch.Tensor] = field(default_factory=list)
+    """While loaded: the device chunks the job's tensors are views of."""
     pointers: list[int] = field(default_factory=list)
     """While loaded: each tensor's device address, to see that none was replaced."""
-    waits: dict[torch.nn.Module, int] | None = None
-    """Each module's last chunk: what its forward waits for in a pipelined load."""
+    hooked: list[tuple[torch.nn.Module, int]] | None = None
+    """The modules a pipelined load makes wait, and for which chunk."""
 
 
 @dataclass
@@ -160,7 +164,7 @@ class Mover:
 
     device: torch.device
     pipeline: bool = True
-    chunk_bytes: int = 4 << 20
+    groups: int = GROUPS
     out_stream: torch.cuda.Stream = field(init=False)
     in_stream: torch.cuda.Stream = field(init=False)
     _hooks: list[Any] = field(default_factory=list)
@@ -171,36 +175,35 @@ class Mover:
 
     def pack(self, objects: dict[str, Any]) -> HostCopy:
         """A job built on the host, packed into pinned memory ready to load (its first)."""
-        present = _present(objects)
-        parked = _repack(present, None, self.chunk_bytes)
-        for (ref, tensor), host in zip(present, parked.host_views, strict=True):
+        parked = _repack(state_tensors(objects), None, self.groups)
+        for (tensor, _), host in zip(parked.entries, parked.host_views, strict=True):
             host.copy_(tensor)
-            ref.set(host)
+            tensor.data = host
         return parked
 
     def park(self, objects: dict[str, Any], cached: HostCopy | None) -> HostCopy:
         """Copy a job's state out to pinned host memory (reusing its host buffer when it
         fits) and release its device memory chunk by chunk; returns at once."""
         self.release_hooks()
-        present = _present(objects)
+        entries = state_tensors(objects)
         self.out_stream.wait_stream(torch.cuda.current_stream(self.device))  # its last step
         self.out_stream.wait_stream(self.in_stream)  # and its arrival, if it never ran
-        if cached is not None and cached.chunks and _unchanged(present, cached.pointers):
-            parked = cached  # the tensors are still where the last load put them
+        if cached is not None and cached.on_device and _unchanged(entries, cached):
+            parked = cached  # every tensor is still where the last load put it
             with torch.cuda.stream(self.out_stream):
-                layout = parked.layout
-                for chunk, start in zip(parked.chunks, layout.chunk_starts, strict=True):
-                    parked.buffer[start : start + chunk.numel()].copy_(chunk, non_blocking=True)
-                    chunk.record_stream(self.out_stream)  # early cleaning: free once copied
+                for chunk, data in zip(parked.chunks, parked.on_device, strict=True):
+                    host_chunk(parked.buffer, chunk).copy_(data, non_blocking=True)
+                    data.record_stream(self.out_stream)  # early cleaning: free once copied
         else:
-            parked = _repack(present, cached, self.chunk_bytes)
+            parked = _repack(entries, cached, self.groups)
             with torch.cuda.stream(self.out_stream):
-                for (_, tensor), host in zip(present, parked.host_views, strict=True):
+                for (tensor, _), host in zip(entries, parked.host_views, strict=True):
                     host.copy_(tensor, non_blocking=True)
-                    tensor.record_stream(self.out_stream)
-        for ref, host in zip(parked.refs, parked.host_views, strict=True):
-            ref.set(host)
-        parked.chunks, parked.pointers = [], []
+                    if tensor.is_cuda:
+                        tensor.record_stream(self.out_stream)
+        for (tensor, _), host in zip(parked.entries, parked.host_views, strict=True):
+            tensor.data = host
+        parked.on_device, parked.pointers = [], []
         parked.copied = torch.cuda.Event()
         parked.copied.record(self.out_stream)
         return parked
@@ -213,33 +216,29 @@ class Mover:
         self.in_stream.wait_stream(compute)  # memory freed by compute is reused in order
         if parked.copied is not None:
             self.in_stream.wait_event(parked.copied)  # the host copy is complete
-        layout, ready = parked.layout, []
-        chunks = [
-            torch.empty(size, dtype=torch.uint8, device=self.device) for size in layout.chunk_sizes
-        ]
+        data = [torch.empty(c.numel, dtype=c.dtype, device=self.device) for c in parked.chunks]
+        ready = []
         with torch.cuda.stream(self.in_stream):
-            for chunk, start in zip(chunks, layout.chunk_starts, strict=True):
-                chunk.copy_(parked.buffer[start : start + chunk.numel()], non_blocking=True)
-                chunk.record_stream(self.in_stream)
+            for chunk, on_device in zip(parked.chunks, data, strict=True):
+                on_device.copy_(host_chunk(parked.buffer, chunk), non_blocking=True)
+                on_device.record_stream(self.in_stream)
                 event = torch.cuda.Event()
                 event.record(self.in_stream)
                 ready.append(event)
         pointers = []
-        for ref, slot in zip(parked.refs, layout.slots, strict=True):
-            tensor = view(chunks[slot.chunk], slot)
-            ref.set(tensor)
-            pointers.append(tensor.data_ptr())
-        parked.chunks, parked.pointers = chunks, pointers
+        for chunk, on_device in zip(parked.chunks, data, strict=True):
+            span = slice(chunk.first, chunk.first + chunk.count)
+            for (tensor, _), placed in zip(
+                parked.entries[span], views(on_device, parked.host_views[span]), strict=True
+            ):
+                tensor.data = placed
+                pointers.append(placed.data_ptr())
+        parked.on_device, parked.pointers = data, pointers
         if not self.pipeline or not ready:
             compute.wait_stream(self.in_stream)
             return
-        if parked.waits is None:
-            parked.waits = {}
-            for ref, slot in zip(parked.refs, layout.slots, strict=True):
-                if ref.module is not None:
-                    parked.waits[ref.module] = max(parked.waits.get(ref.module, 0), slot.chunk)
-        for module, chunk in parked.waits.items():
-            self._hooks.append(module.register_forward_pre_hook(_waiter(ready[chunk])))
+        for module, chunk_index in _hooked(parked):
+            self._hooks.append(module.register_forward_pre_hook(_waiter(ready[chunk_index])))
         last = _waiter(ready[-1])
         for obj in objects.values():
             if isinstance(obj, torch.optim.Optimizer):
@@ -266,81 +265,65 @@ def place(objects: dict[str, Any], device: torch.device | str) -> None:
     for obj in objects.values():
         if isinstance(obj, torch.nn.Module):
             obj.to(device)
-    for ref in state_tensors(objects):
-        tensor = ref.get()
-        if ref.module is None and tensor is not None:
-            ref.set(tensor.to(device))
+    for tensor, module in state_tensors(objects):
+        if module is None:
+            tensor.data = tensor.data.to(device)
 
 
-def _repack(
-    present: list[tuple[TensorRef, torch.Tensor]], cached: HostCopy | None, chunk_bytes: int
-) -> HostCopy:
+def _repack(entries: list[Entry], cached: HostCopy | None, groups: int) -> HostCopy:
     """A new layout for the job's tensors as they are now, in its old host buffer if
     that is large enough (after any copy still reading it has ended)."""
-    layout = plan_layout([t for _, t in present], chunk_bytes)
-    if cached is not None and cached.buffer.numel() >= layout.nbytes:
+    tensors = [tensor for tensor, _ in entries]
+    chunks = plan_chunks(tensors, groups)
+    nbytes = host_bytes(chunks)
+    if cached is not None and cached.buffer.numel() >= nbytes:
         if cached.copied is not None:
             cached.copied.synchronize()
         buffer = cached.buffer
     else:
-        buffer = torch.empty(max(layout.nbytes, 1), dtype=torch.uint8, pin_memory=True)
-    starts = layout.chunk_starts
-    host_views = [
-        view(buffer, Slot(s.chunk, starts[s.chunk] + s.offset, s.dtype, s.shape))
-        for s in layout.slots
-    ]
-    return HostCopy(layout, buffer, [ref for ref, _ in present], host_views)
+        buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
+    host_views: list[torch.Tensor] = []
+    for chunk in chunks:
+        templates = tensors[chunk.first : chunk.first + chunk.count]
+        host_views.extend(views(host_chunk(buffer, chunk), templates))
+    return HostCopy(entries, chunks, buffer, host_views)
 
 
-def _unchanged(present: list[tuple[TensorRef, torch.Tensor]], pointers: list[int]) -> bool:
-    """Whether the job has exactly the tensors its last load placed (none added, none
-    replaced by a new allocation)."""
-    return len(present) == len(pointers) and all(
-        tensor.data_ptr() == pointer for (_, tensor), pointer in zip(present, pointers, strict=True)
+def _unchanged(entries: list[Entry], cached: HostCopy) -> bool:
+    """Whether the job has exactly the tensors its last load placed, where it placed
+    them (none added, none given new memory)."""
+    return len(entries) == len(cached.entries) and all(
+        tensor is old and tensor.data_ptr() == pointer
+        for (tensor, _), (old, _), pointer in zip(
+            entries, cached.entries, cached.pointers, strict=True
+        )
     )
 
 
-def _module_tensors(module: torch.nn.Module) -> Iterator[TensorRef]:
-    for param in module._parameters.values():
-        if param is not None:
-            yield TensorRef(_param_data(param), _set_param_data(param), module)
-            yield TensorRef(_grad(param), _set_grad(param), module)
-    for name, buf in module._buffers.items():
-        if buf is not None:
-            yield TensorRef(_item(module._buffers, name), _put(module._buffers, name), module)
-
-
-def _param_data(param: torch.nn.Parameter) -> Callable[[], torch.Tensor]:
-    return lambda: param.data
-
-
-def _set_param_data(param: torch.nn.Parameter) -> Callable[[torch.Tensor], None]:
-    def put(tensor: torch.Tensor) -> None:
-        param.data = tensor
-
-    return put
-
-
-def _grad(param: torch.nn.Parameter) -> Callable[[], torch.Tensor | None]:
-    return lambda: param.grad
-
-
-def _set_grad(param: torch.nn.Parameter) -> Callable[[torch.Tensor], None]:
-    def put(tensor: torch.Tensor) -> None:
-        param.grad = tensor
-
-    return put
-
-
-def _item(mapping: dict[str, Any], key: str) -> Callable[[], torch.Tensor | None]:
-    return lambda: mapping.get(key)
-
-
-def _put(mapping: dict[str, Any], key: str) -> Callable[[torch.Tensor], None]:
-    def put(tensor: torch.Tensor) -> None:
-        mapping[key] = tensor
-
-    return put
+def _hooked(parked: HostCopy) -> list[tuple[torch.nn.Module, int]]:
+    """Where a pipelined load makes compute wait: the first module (in forward order)
+    needing each later chunk. Waits are in stream order, so a module after it that
+    needs no later chunk is covered."""
+    if parked.hooked is None:
+        needs: dict[torch.nn.Module, int] = {}
+        for chunk_index, chunk in enumerate(parked.chunks):
+            for _, module in parked.entries[chunk.first : chunk.first + chunk.count]:
+                if module is not None:
+                    needs[module] = max(needs.get(module, 0), chunk_index)
+        weight: Counter[torch.dtype] = Counter()
+        for chunk in parked.chunks:
+            weight[chunk.dtype] += chunk.nbytes
+        main = weight.most_common(1)[0][0]  # odd dtypes were packed first, out of order
+        order: dict[torch.nn.Module, int] = {}
+        for tensor, module in parked.entries:
+            if module is not None and tensor.dtype == main and module not in order:
+                order[module] = len(order)
+        parked.hooked, covered = [], -1
+        for module in sorted(needs, key=lambda m: order.get(m, -1)):
+            if needs[module] > covered:
+                parked.hooked.append((module, needs[module]))
+                covered = needs[module]
+    return parked.hooked
 
 
 def _waiter(event: torch.cuda.Event) -> Callable[..., None]:
@@ -350,24 +333,8 @@ def _waiter(event: torch.cuda.Event) -> Callable[..., None]:
     return wait
 
 
-def _present(objects: dict[str, Any]) -> list[tuple[TensorRef, torch.Tensor]]:
-    pairs = []
-    for ref in state_tensors(objects):
-        tensor = ref.get()
-        if tensor is not None:
-            pairs.append((ref, tensor))
-    return pairs
-
-
 def _aligned(nbytes: int) -> int:
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
 
 
 def _itemsize(dtype: torch.dtype) -> int:
