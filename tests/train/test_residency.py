@@ -15,6 +15,8 @@ from corral.train.residency import (  # noqa: E402
     ALIGN,
     host_bytes,
     host_chunk,
+    pack_on_host,
+    place,
     plan_chunks,
     state_tensors,
     views,
@@ -79,9 +81,10 @@ def test_tensors_keep_their_identity_and_version_counter_when_their_data_moves()
     chunks = plan_chunks([weight.detach(), running_mean])
     buffer = torch.zeros(host_bytes(chunks), dtype=torch.uint8)
     placed = views(host_chunk(buffer, chunks[0]), [weight.detach(), running_mean])
-    for tensor, host in zip((weight, running_mean), placed, strict=True):
-        host.copy_(tensor)
-        tensor.data = host
+    with torch.no_grad():
+        for tensor, host in zip((weight, running_mean), placed, strict=True):
+            host.copy_(tensor)
+            tensor.data = host
     loss = (weight * weight).sum()  # saves weight for the backward pass
     running_mean.add_(1.0)
     loss.backward()  # raises if the in-place update bumped weight's version
@@ -89,9 +92,31 @@ def test_tensors_keep_their_identity_and_version_counter_when_their_data_moves()
     assert torch.equal(placed[1], torch.ones(8))  # the update landed in the chunk
 
 
+def test_a_job_packed_into_its_host_buffer_trains_exactly_as_before() -> None:
+    """The packing a GPU switch relies on, checked on any machine: every tensor (weights,
+    BatchNorm's statistics and counts, momentum) becomes a view of the job's buffer, in
+    chunks of one dtype, and training on those views is bit-identical."""
+    task = load_factory(RESNET)(seed=7, **SMALL_RESNET)
+    for step in range(2):
+        task.step(step)
+    parked = pack_on_host(task.objects, groups=16)
+    assert len({c.dtype for c in parked.chunks}) == 2  # float32 and BatchNorm's int64 counts
+    assert host_bytes(parked.chunks) <= parked.buffer.numel()
+    buffer = parked.buffer.untyped_storage().data_ptr()
+    assert all(t.untyped_storage().data_ptr() == buffer for t, _ in state_tensors(task.objects))
+    for step in range(2, 4):
+        task.step(step)  # BatchNorm updates its statistics in place, inside the buffer
+    reference = load_factory(RESNET)(seed=7, **SMALL_RESNET)
+    for step in range(4):
+        reference.step(step)
+    mine, theirs = task.model.state_dict(), reference.model.state_dict()
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    assert parked.buffer.abs().sum() > 0  # the state really lies in the buffer
+
+
 def alone(factory: str, seed: int, steps: int, device: str, **kwargs: object) -> dict:
     task = load_factory(factory)(seed=seed, **kwargs)
-    task.model.to(device)
+    place(task.objects, device)
     for step in range(steps):
         task.step(step)
     return {k: v.cpu() for k, v in task.model.state_dict().items()}

@@ -80,7 +80,8 @@ def test_a_task_runs_cold_as_a_job_and_resumes_where_it_stopped(
     worker.run(10)
     worker.checkpoint("a", tmp_path)
     monkeypatch.setenv("CORRAL_CHECKPOINT_DIR", str(tmp_path))
-    assert main([DIGITS, "--steps", "20", "--kw", "seed=6"]) == 0  # resumes cold at step 10
+    resume = [DIGITS, "--steps", "20", "--kw", "seed=6", "--device", "cpu"]
+    assert main(resume) == 0  # resumes cold at step 10, on the host as the reference runs
     saved = checkpoint.load(tmp_path)
     assert saved is not None and saved["step"] == 20
     assert same(saved["state"]["model"], run_alone(6, 20))

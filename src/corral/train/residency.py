@@ -175,12 +175,9 @@ class Mover:
 
     def pack(self, objects: dict[str, Any]) -> HostCopy:
         """A job built on the host, packed into pinned memory ready to load (its first)."""
-        parked = _repack(state_tensors(objects), None, self.groups)
-        for (tensor, _), host in zip(parked.entries, parked.host_views, strict=True):
-            host.copy_(tensor)
-            tensor.data = host
-        return parked
+        return pack_on_host(objects, self.groups)
 
+    @torch.no_grad()
     def park(self, objects: dict[str, Any], cached: HostCopy | None) -> HostCopy:
         """Copy a job's state out to pinned host memory (reusing its host buffer when it
         fits) and release its device memory chunk by chunk; returns at once."""
@@ -208,6 +205,7 @@ class Mover:
         parked.copied.record(self.out_stream)
         return parked
 
+    @torch.no_grad()
     def load(self, parked: HostCopy, objects: dict[str, Any]) -> None:
         """Copy a parked job's state in, chunk by chunk; with pipelining, each module's
         forward waits only for its own chunk; otherwise compute waits for all of it."""
@@ -270,6 +268,17 @@ def place(objects: dict[str, Any], device: torch.device | str) -> None:
             tensor.data = tensor.data.to(device)
 
 
+@torch.no_grad()
+def pack_on_host(objects: dict[str, Any], groups: int = GROUPS) -> HostCopy:
+    """Pack a job's host tensors into its host buffer (pinned where there is a GPU): from
+    here on each tensor is a view of it."""
+    parked = _repack(state_tensors(objects), None, groups)
+    for (tensor, _), host in zip(parked.entries, parked.host_views, strict=True):
+        host.copy_(tensor)
+        tensor.data = host
+    return parked
+
+
 def _repack(entries: list[Entry], cached: HostCopy | None, groups: int) -> HostCopy:
     """A new layout for the job's tensors as they are now, in its old host buffer if
     that is large enough (after any copy still reading it has ended)."""
@@ -281,7 +290,8 @@ def _repack(entries: list[Entry], cached: HostCopy | None, groups: int) -> HostC
             cached.copied.synchronize()
         buffer = cached.buffer
     else:
-        buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
+        pinned = torch.cuda.is_available()  # page-locked, so copies to the GPU are asynchronous
+        buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=pinned)
     host_views: list[torch.Tensor] = []
     for chunk in chunks:
         templates = tensors[chunk.first : chunk.first + chunk.count]

@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True, help="steps in all")
     parser.add_argument("--kw", type=keyword, action="append", default=[], help="NAME=VALUE")
     parser.add_argument("--checkpoint-every", type=float, default=300.0, help="seconds")
+    parser.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: the GPU if any"
+    )
     args = parser.parse_args(argv)
     try:
         factory = load_factory(args.factory)
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     task = factory(**dict(args.kw))
     session = Session(checkpoint_every=args.checkpoint_every, **task.objects)
     step = session.restore()
-    on_gpu(task)
+    place_task(task, args.device)
     while step < args.steps:
         loss = task.step(step)
         step += 1
@@ -59,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def on_gpu(task: Task) -> None:
+def place_task(task: Task, device: str) -> None:
     """Run on the job's GPU when it has one (built and restored on the host first)."""
     import torch
 
-    if torch.cuda.is_available():
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         from corral.train.residency import place
 
         place(task.objects, "cuda")

@@ -174,4 +174,3 @@ class WarmWorker:
         if self.device != "cpu" and resident.on_device:
             resident.host = self.mover().park(resident.task.objects, resident.host)
             resident.on_device = False
-
