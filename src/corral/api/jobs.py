@@ -305,6 +305,9 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
             attempts=[AttemptView.of(a) for a in attempts],
             events=[EventView.of(e) for e in events],
             loss_curve=row.loss_curve,
+            policy_view={}
+            if ctx.scheduler is None or row.status in TERMINAL
+            else ctx.scheduler.policy_view(row.id),
         )
 
 

@@ -110,6 +110,12 @@ class Policy(ABC):
             raise TypeError(f"policy '{self.name}' takes no option(s) {unknown}")
         self.placement = placement or Consolidate()
 
+    def view(self, state: SchedulerState, job: int) -> dict[str, str]:
+        """What this policy thinks of job ``job`` (a row of ``state``), in words a
+        dashboard shows: Tiresias' queue, Gavel's share. Empty where it keeps nothing
+        per job beyond the shared state."""
+        return {}
+
     @property
     def label(self) -> str:
         """The name as reports show it: oracles say so."""

@@ -136,6 +136,18 @@ class GavelPolicy(Policy):
         self._combos = [(int(j),) for j in active]
         self._x = x
 
+    def view(self, state: SchedulerState, job: int) -> dict[str, str]:
+        combos = getattr(self, "_combos", [])
+        names = state.cluster.gpu_type_names
+        share = np.zeros(len(names))
+        for row, combo in enumerate(combos):
+            if job in combo and row < len(self._x):
+                share[: self._x.shape[1]] += self._x[row]
+        if not share.any():
+            return {}
+        parts = [f"{names[t]} {share[t]:.0%}" for t in range(len(names)) if share[t] > 0.005]
+        return {"share of time": ", ".join(parts) + " (the allocation's fraction per GPU type)"}
+
     @property
     def credit(self) -> float:
         """Time every (combination, type) starts with at a reset: half a round."""

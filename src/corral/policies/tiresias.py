@@ -138,6 +138,22 @@ class TiresiasLas(Policy):
         """List order: a job's place in its queue's list (``queue_order=list``)."""
         self._appended = 0.0
 
+    def view(self, state: SchedulerState, job: int) -> dict[str, str]:
+        if job >= len(getattr(self, "queue", ())) or self.queue[job] < 0:
+            return {}
+        queues = len(self.thresholds) + 1
+        level = int(self.queue[job])
+        limit = (
+            f"; moves down at {self.thresholds[level] / 3600:.2f}"
+            if level < len(self.thresholds)
+            else ""
+        )
+        return {
+            "queue": f"{level + 1} of {queues} (1 runs first)",
+            "service in this queue": f"{self.svc[job] / 3600:.2f} GPU-hours{limit}",
+            "promotions": str(int(self.promotions[job])),
+        }
+
     def queue_service(self, state: SchedulerState, idx: np.ndarray) -> np.ndarray:
         """Service of jobs seen this pass (running or pending when the pass began)."""
         return self.svc[idx]

@@ -220,6 +220,16 @@ class LoopBase:
             return None
         return seconds, self.duration_source.get(job, "default")
 
+    def policy_view(self, job: int) -> dict[str, str]:
+        """The policy's own view of a queued or running job (empty when it has none)."""
+        i = self.live.index.get(job)
+        if i is None:
+            return {}
+        try:
+            return self.policy.view(self.live.state, i)
+        except (IndexError, ValueError):  # read between passes while the loop resizes
+            return {}
+
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""
         return dict(self.holders)

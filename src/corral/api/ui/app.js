@@ -231,6 +231,7 @@ async function drawJob(id) {
     ["throughput", job.throughput ? `${job.throughput.toFixed(2)} steps/s` : "-"],
     ["loss", job.loss == null ? "-" : Number(job.loss).toPrecision(4)],
     ["work left", job.remaining ? `${hours(job.remaining.seconds)} (${job.remaining.source})` : "-"],
+    ...Object.entries(job.policy_view ?? {}).map(([k, v]) => [`${k} (policy)`, v]),
     ["submitted", clock(job.submit_time)],
     ["retries", `${job.failures} of ${job.max_retries}; ${job.preemptions} preemptions`],
   ];
