@@ -25,9 +25,11 @@ def test_a_running_job_shows_the_policys_view_and_an_ended_one_none(
         service.start()
         job = service.client.submit({"command": ["sleep", "4"], "gpus": 1, "duration": 60})
         view = wait_for(
-            lambda: (v := service.client.job(job["id"]))["status"] == "RUNNING"
-            and v["policy_view"].get(key)
-            and v["policy_view"],
+            lambda: (
+                (v := service.client.job(job["id"]))["status"] == "RUNNING"
+                and v["policy_view"].get(key)
+                and v["policy_view"]
+            ),
             30,
             f"{policy}'s view of a running job",
         )
