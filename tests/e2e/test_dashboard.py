@@ -160,3 +160,24 @@ def test_the_comparison_report_opens_offline_and_its_charts_render(browser, tmp_
     assert "fifo:" in page.locator("#utilisation + output").inner_text()
     assert errors == []
     context.close()
+
+
+def test_a_training_jobs_page_charts_its_steps_throughput_and_loss(browser, service) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    task = {"factory": "corral.examples.tasks:digits", "steps": 100_000, "kwargs": {"seed": 2}}
+    job = service.client.submit({"name": "digits", "task": task, "gpus": 1})["id"]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(service.url + "/")
+    page.get_by_label("API token").fill(TOKENS["alice"])
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("button", name=f"show job {job}").click()
+    for chart in ("steps-chart", "throughput-chart", "loss-chart"):  # drawn live, no reload
+        page.locator(f"#{chart} polyline").wait_for(state="attached", timeout=60_000)
+    assert re.search(r"steps: \d+", page.locator("#steps-caption").inner_text())
+    assert "steps/s now" in page.locator("#throughput-caption").inner_text()
+    progress = service.client.job(job)["progress"]
+    assert len(progress["times"]) >= 2
+    assert progress["steps"] == sorted(progress["steps"]) and progress["steps"][-1] > 0
+    assert all(loss is None or loss > 0 for loss in progress["loss"])
+    service.client.action(job, "cancel")

@@ -45,3 +45,19 @@ def test_a_history_rebuilt_from_the_stored_curve_predicts_the_same():
     assert restarted.predicted_total(done) == pytest.approx(running.predicted_total(done), rel=1e-3)
     # the truth: loss 0.3 is reached where 0.01 s + 0.5 = 10
     assert restarted.predicted_total(done) == pytest.approx(950, rel=0.05)
+
+
+def test_the_heartbeat_history_keeps_missing_values_as_none_and_stays_small():
+    from corral.runtime.estimates import extend_progress
+
+    progress = None
+    for k in range(3 * MAX_POINTS):
+        throughput = None if k == 0 else 2.0
+        progress = extend_progress(progress, 1000.0 + k, 2.0 * k, throughput, float("nan"))
+    assert progress is not None and len(progress["times"]) <= MAX_POINTS
+    assert set(progress) == {"times", "steps", "throughput", "loss"}
+    assert len({len(values) for values in progress.values()}) == 1  # one point per index
+    assert progress["throughput"][0] is None and progress["loss"] == [None] * len(progress["loss"])
+    assert progress["times"] == sorted(progress["times"]) and progress["times"][0] == 1000.0
+    # a heartbeat no later than the last (clocks equal) adds nothing
+    assert extend_progress(progress, progress["times"][-1], 0.0, 1.0, 1.0) is progress

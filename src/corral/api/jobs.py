@@ -39,7 +39,7 @@ from corral.api.views import (
 )
 from corral.model.jobs import JobStatus
 from corral.runtime.config import UserConfig, hash_token
-from corral.runtime.estimates import extend_curve
+from corral.runtime.estimates import extend_curve, extend_progress
 from corral.runtime.scheduler import TERMINAL
 from corral.runtime.specs import JobSpec, array_indices
 from corral.runtime.store import AttemptRow, EventRow, JobRow
@@ -305,6 +305,7 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
             attempts=[AttemptView.of(a) for a in attempts],
             events=[EventView.of(e) for e in events],
             loss_curve=row.loss_curve,
+            progress=row.progress,
             policy_view={}
             if ctx.scheduler is None or row.status in TERMINAL
             else ctx.scheduler.policy_view(row.id),
@@ -429,6 +430,7 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
             row.loss = body.loss
             if row.spec.get("target_loss") is not None:
                 row.loss_curve = extend_curve(row.loss_curve, body.step, body.loss)
+            row.progress = extend_progress(row.progress, now, body.step, body.throughput, body.loss)
             if body.batch_size is not None:
                 row.batch_size = body.batch_size
             if body.grad_noise_scale is not None:

@@ -172,6 +172,10 @@ class JobDetail(JobView):
     loss_curve: dict[str, list[float]] | None = Field(
         None, description="(step, loss) points of a job that trains to a target loss"
     )
+    progress: dict[str, list[float | None]] | None = Field(
+        None,
+        description="the heartbeats' history, thinned: times, steps, throughput, loss",
+    )
     policy_view: dict[str, str] = Field(
         default_factory=dict,
         description="what the policy thinks of the job (Tiresias' queue, Gavel's share)",

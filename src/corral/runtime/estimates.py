@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -96,23 +97,50 @@ MAX_POINTS = 400
 the curve's shape, not every heartbeat)."""
 
 
+def extend_series(
+    series: dict[str, list[Any]] | None, point: dict[str, Any], order: str
+) -> dict[str, list[Any]] | None:
+    """A stored series of heartbeat points (one list per field) with ``point`` added
+    when its ``order`` field is past the last one; beyond :data:`MAX_POINTS`, every
+    other point is dropped, so it stays small however long the job runs."""
+    if series and series[order] and point[order] <= series[order][-1]:
+        return series
+    grown = {key: [*(series or {}).get(key, []), value] for key, value in point.items()}
+    if len(grown[order]) > MAX_POINTS:
+        grown = {key: values[::2] for key, values in grown.items()}
+    return grown
+
+
 def extend_curve(
     curve: dict[str, list[float]] | None, step: float, loss: float | None
 ) -> dict[str, list[float]] | None:
     """A job's stored loss curve with a heartbeat's point added (when it is past the
-    last one); beyond :data:`MAX_POINTS`, every other point is dropped. The store
-    keeps the curve, so a restarted service fits the same points."""
+    last one). The store keeps the curve, so a restarted service fits the same points."""
     if loss is None or not math.isfinite(loss):
         return curve
-    steps = list(curve["steps"]) if curve else []
-    losses = list(curve["losses"]) if curve else []
-    if steps and step <= steps[-1]:
-        return curve
-    steps.append(float(step))
-    losses.append(float(loss))
-    if len(steps) > MAX_POINTS:
-        steps, losses = steps[::2], losses[::2]
-    return {"steps": steps, "losses": losses}
+    return extend_series(curve, {"steps": float(step), "losses": float(loss)}, "steps")
+
+
+def extend_progress(
+    progress: dict[str, list[Any]] | None,
+    now: float,
+    step: float,
+    throughput: float | None,
+    loss: float | None,
+) -> dict[str, list[Any]] | None:
+    """A job's heartbeat history (time, steps, throughput, loss; missing values as
+    None) with one more heartbeat: what its dashboard page charts."""
+    point = {
+        "times": round(now, 3),
+        "steps": float(step),
+        "throughput": _finite(throughput),
+        "loss": _finite(loss),
+    }
+    return extend_series(progress, point, "times")
+
+
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 @dataclass

@@ -73,6 +73,8 @@ class JobRow(Base):
     loss: Mapped[float | None] = mapped_column(Float, nullable=True)
     loss_curve: Mapped[dict[str, list[float]] | None] = mapped_column(JSON, nullable=True)
     """(step, loss) points of a job that trains to a target loss (Optimus' fit)."""
+    progress: Mapped[dict[str, list[Any]] | None] = mapped_column(JSON, nullable=True)
+    """The heartbeats' history, thinned (times, steps, throughput, loss): for charts."""
     batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     grad_noise_scale: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)

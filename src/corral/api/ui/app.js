@@ -246,8 +246,7 @@ async function drawJob(id) {
   }
   const focused = document.activeElement && document.activeElement.id === "priority";
   if (!focused) $("job-actions").replaceChildren(...buttons);
-  const curve = job.loss_curve;
-  sparkline($("loss-chart"), curve ? curve.steps.map((s, i) => [s, curve.losses[i]]) : []);
+  drawProgress(job);
   $("attempts").tBodies[0].replaceChildren(
     ...job.attempts.map((a) =>
       el("tr", {}, el("td", {}, a.number), el("td", {}, a.gpus.join(",")), el("td", {}, clock(a.start_time)),
@@ -269,6 +268,25 @@ async function drawJob(id) {
   } else {
     $("log").textContent = "(only the job's owner and admins read its log)";
   }
+}
+
+// Steps and throughput over time, loss over steps: the heartbeats' history.
+function drawProgress(job) {
+  const p = job.progress ?? { times: [], steps: [], throughput: [], loss: [] };
+  const pairs = (xs, ys) => xs.map((x, i) => [x, ys[i]]).filter(([, y]) => y != null);
+  const t0 = p.times[0] ?? 0;
+  const steps = pairs(p.times.map((t) => t - t0), p.steps);
+  const rate = pairs(p.times.map((t) => t - t0), p.throughput);
+  const curve = job.loss_curve;
+  const loss = curve ? curve.steps.map((s, i) => [s, curve.losses[i]]) : pairs(p.steps, p.loss);
+  const span = (pts) => (pts.length ? hours(pts[pts.length - 1][0]) : "-");
+  const last = (pts, digits) => (pts.length ? Number(pts[pts.length - 1][1]).toPrecision(digits) : "-");
+  sparkline($("steps-chart"), steps, 0);
+  $("steps-caption").textContent = `steps: ${last(steps, 6)} after ${span(steps)}`;
+  sparkline($("throughput-chart"), rate, 0);
+  $("throughput-caption").textContent = `throughput: ${last(rate, 3)} steps/s now`;
+  sparkline($("loss-chart"), loss);
+  $("loss-caption").textContent = `loss: ${last(loss, 4)} at step ${loss.length ? Math.round(loss[loss.length - 1][0]) : "-"}`;
 }
 
 // A line chart of [x, y] points in an SVG's viewBox.
