@@ -148,7 +148,7 @@ def test_the_comparison_report_opens_offline_and_its_charts_render(browser, tmp_
         "[...document.querySelectorAll('svg[data-chart]')]"
         ".map(s => s.querySelectorAll('polyline').length)"
     )
-    assert lines == [2, 2, 2, 2], lines  # four charts, a line per policy
+    assert lines == [2, 2, 2, 2, 2], lines  # five charts, a line per policy
     # hovering reads every policy's value under the pointer
     box = page.locator("#jct-cdf").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
@@ -160,6 +160,28 @@ def test_the_comparison_report_opens_offline_and_its_charts_render(browser, tmp_
     assert "fifo:" in page.locator("#utilisation + output").inner_text()
     assert errors == []
     context.close()
+
+
+def test_the_sweep_report_opens_offline_with_error_bars_and_readouts(browser, tmp_path) -> None:
+    out = tmp_path / "sweep"
+    args = ["sweep", "--policies", "fifo,las", "--loads", "0.6,1.2", "--seeds", "0..1"]
+    args += ["--trace", "synthetic:jobs=60", "--cluster", "uniform:2x4:V100", "--no-progress"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = browser.new_context(offline=True).new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto((out / "report.html").as_uri())
+    charts = page.locator("svg[data-chart]")
+    assert charts.count() == 3
+    assert page.locator("svg[data-chart] circle").count() == 12  # 2 policies x 2 loads x 3
+    first = charts.first
+    first.focus()
+    page.keyboard.press("ArrowRight")
+    readout = page.locator("svg[data-chart] + output").first.inner_text()
+    assert "fifo:" in readout and "las:" in readout
+    assert errors == []
 
 
 def test_a_training_jobs_page_charts_its_steps_throughput_and_loss(browser, service) -> None:

@@ -100,7 +100,10 @@ def test_sweep_writes_one_row_per_run_and_a_report(tmp_path):
     assert len(by_point) == 4 and (by_point["seeds"] == 2).all()
     assert (by_point["avg_jct_s_std"] > 0).any()
     page = (out / "report.html").read_text()
-    assert "data:image/png;base64," in page and 'src="http' not in page
+    assert 'src="http' not in page and "<img" not in page
+    # interactive charts against load: JCT, utilisation, preemptions; error bars per point
+    assert page.count("<svg id=") == 3 and page.count("data-chart=") == 3
+    assert page.count("<circle") == 3 * 4  # 2 policies x 2 loads x 3 charts
     assert "± " in (out / "report.md").read_text()
     # one after another gives the same figures
     _, serial = _sweep(tmp_path, "serial", "--runner", "serial")

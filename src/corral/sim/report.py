@@ -21,6 +21,7 @@ import pandas as pd
 from corral.sim.report_charts import (
     CHART_STYLE,
     HOVER_SCRIPT,
+    Series,
     bar_table,
     cdf_series,
     line_chart,
@@ -67,6 +68,21 @@ def comparison_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
 
 SIZE_BUCKETS = [(1, 1, "1 GPU"), (2, 4, "2-4 GPUs"), (5, 8, "5-8 GPUs"), (9, 1 << 30, "9+ GPUs")]
 TOP_VCS = 8
+
+
+def preemption_series(runs: dict[str, pd.DataFrame]) -> Series:
+    """Per policy, the share of jobs preempted at least k times, k = 1, 2, ...: how
+    widely and how often a policy interrupts jobs (zero everywhere when it never does).
+    Policies that schedule rounds of tasks (Hare's family) count no preemptions."""
+    counted = {p: j for p, j in runs.items() if "preemptions" in j.columns and len(j)}
+    most = max((int(j["preemptions"].max()) for j in counted.values()), default=0)
+    ks = np.arange(1, max(most, 1) + 1, dtype=np.float64)
+    out: Series = {}
+    for policy, jobs in counted.items():
+        counts = np.sort(jobs["preemptions"].to_numpy(dtype=np.float64))
+        at_least = 1.0 - np.searchsorted(counts, ks, side="left") / len(counts)
+        out[policy] = thin(ks, at_least)
+    return out
 
 
 def _breakdowns(runs: dict[str, pd.DataFrame]) -> str:
@@ -189,6 +205,14 @@ def write_report(
             {p: thin(t["time"] / 86400.0, t["gpu_utilization"]) for p, t in timelines.items()},
             "time (days)",
             "busy share of GPUs",
+            y_range=(0.0, 1.0),
+        ),
+        line_chart(
+            "preemptions",
+            "Preemptions",
+            preemption_series(runs),
+            "preemptions of a job (at least)",
+            "share of jobs",
             y_range=(0.0, 1.0),
         ),
     ]

@@ -84,13 +84,19 @@ def line_chart(
     ylabel: str,
     log_x: bool = False,
     y_range: tuple[float, float] | None = None,
+    errors: dict[str, np.ndarray] | None = None,
 ) -> str:
-    """A ``<figure>`` with an interactive line chart of the series."""
+    """A ``<figure>`` with an interactive line chart of the series; with ``errors``
+    (a half-width per point, by series), each point gets a marker and an error bar."""
     if not series:
         return f"<figure><figcaption>{html.escape(title)}: no data</figcaption></figure>"
+    errors = {k: np.nan_to_num(np.asarray(v, dtype=np.float64)) for k, v in (errors or {}).items()}
     floor = 1e-3 if log_x else -math.inf
     xs_all = np.concatenate([np.maximum(x, floor) for x, _ in series.values()])
-    ys_all = np.concatenate([y for _, y in series.values()])
+    ys_all = np.concatenate(
+        [y for _, y in series.values()]
+        + [y + sign * errors[k] for k, (_, y) in series.items() if k in errors for sign in (-1, 1)]
+    )
     x0, x1 = float(xs_all.min()), float(xs_all.max())
     y0, y1 = y_range if y_range is not None else (float(ys_all.min()), float(ys_all.max()))
     if x1 <= x0:
@@ -129,6 +135,13 @@ def line_chart(
             f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6">'
             f"<title>{html.escape(name)}</title></polyline>"
         )
+        for u, v, e in zip(x, y, errors.get(name, ()), strict=False):
+            cx, lo, hi = sx(float(u)), sy(float(v - e)), sy(float(v + e))
+            parts.append(
+                f'<line x1="{cx:.1f}" y1="{lo:.1f}" x2="{cx:.1f}" y2="{hi:.1f}" '
+                f'stroke="{colour}"/><circle cx="{cx:.1f}" cy="{sy(float(v)):.1f}" r="3" '
+                f'fill="{colour}"/>'
+            )
         ly = TOP + 14 + 16 * k
         parts.append(f'<rect x="{LEFT + 8}" y="{ly - 9}" width="12" height="4" fill="{colour}"/>')
         parts.append(f'<text x="{LEFT + 24}" y="{ly - 4}">{html.escape(name)}</text>')

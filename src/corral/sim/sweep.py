@@ -14,9 +14,7 @@ types) and the run's (failures, random placement).
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import math
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from corral.errors import CorralError, InputError
+from corral.sim.report_charts import CHART_STYLE, HOVER_SCRIPT, line_chart
 from corral.yamlio import load_yaml, validation_error
 
 GRID_COLUMNS = ["policy", "load", "seed", "cluster_scale", "run"]
@@ -283,47 +282,52 @@ def _markdown(table: pd.DataFrame, context: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(table: pd.DataFrame) -> str | None:
-    """Average JCT against load, one line per policy with error bars, one panel per
-    cluster scale (None when the grid has a single load)."""
+SWEEP_CHARTS = [
+    ("avg_jct_s", "Average JCT", "average JCT (hours)", 3600.0),
+    ("gpu_utilization", "GPU utilisation", "busy share of GPUs", 1.0),
+    ("preemptions", "Preemptions", "preemptions in the run", 1.0),
+]
+"""What the sweep's charts show against offered load: metric, title, axis, unit."""
+
+
+def _charts(table: pd.DataFrame) -> str:
+    """Each metric against offered load, a line per policy with one standard deviation
+    over seeds as error bars, a chart per cluster scale (none for a single load)."""
     loads = table["load"].dropna().unique()
     if len(loads) < 2:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scales = sorted(table["cluster_scale"].unique())
-    fig, axes = plt.subplots(
-        1, len(scales), figsize=(5.2 * len(scales), 3.8), squeeze=False, sharey=True
-    )
-    for ax, scale in zip(axes[0], scales, strict=True):
-        part = table[table["cluster_scale"] == scale]
-        for policy, rows in part.groupby("policy", sort=False):
-            rows = rows.dropna(subset=["load"]).sort_values("load")
-            ax.errorbar(
-                rows["load"].astype(float),
-                rows["avg_jct_s_mean"] / 3600,
-                yerr=rows["avg_jct_s_std"] / 3600,
-                marker="o",
-                capsize=3,
-                label=str(policy),
+        return ""
+    figures = []
+    for metric, title, axis, unit in SWEEP_CHARTS:
+        if f"{metric}_mean" not in table.columns:
+            continue
+        for scale in sorted(table["cluster_scale"].unique()):
+            part = table[table["cluster_scale"] == scale].dropna(subset=["load"])
+            series, errors = {}, {}
+            for policy, rows in part.groupby("policy", sort=False):
+                rows = rows.sort_values("load")
+                name = str(policy)
+                series[name] = (
+                    rows["load"].to_numpy(dtype=float),
+                    rows[f"{metric}_mean"].to_numpy(dtype=float) / unit,
+                )
+                errors[name] = rows[f"{metric}_std"].fillna(0.0).to_numpy(dtype=float) / unit
+            chart_id = f"{metric}-x{scale:g}".replace(".", "_")
+            figures.append(
+                line_chart(
+                    chart_id,
+                    f"{title}, cluster x {scale:g}",
+                    series,
+                    "offered load",
+                    axis,
+                    errors=errors,
+                )
             )
-        ax.set_title(f"cluster x {scale:g}")
-        ax.set_xlabel("offered load")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("average JCT (hours)")
-    axes[0][-1].legend(fontsize=8)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return "".join(figures)
 
 
 def _html(table: pd.DataFrame, context: dict[str, Any]) -> str:
     head, body = _rows(table)
-    plot = _plot(table)
+    figure = _charts(table)
     settings = "".join(
         f"<tr><th scope='row'>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
         for k, v in context.items()
@@ -331,12 +335,6 @@ def _html(table: pd.DataFrame, context: dict[str, Any]) -> str:
     thead = "".join(f"<th scope='col'>{html.escape(h)}</th>" for h in head)
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>" for cells in body
-    )
-    figure = (
-        f"<figure><img alt='average JCT against offered load, per policy, with "
-        f"one standard deviation over seeds' src='data:image/png;base64,{plot}'></figure>"
-        if plot
-        else ""
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -348,7 +346,7 @@ body {{ font-family: system-ui, sans-serif; margin: 1.5rem; color: #1b1b1b; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }}
 th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: right; white-space: nowrap; }}
 th[scope=row], td:nth-child(-n+3) {{ text-align: left; }}
-img {{ max-width: 100%; height: auto; }}
+{CHART_STYLE}
 </style></head><body>
 <h1>Sweep</h1>
 <table>{settings}</table>
@@ -356,5 +354,6 @@ img {{ max-width: 100%; height: auto; }}
 {figure}
 <div class="scroll"><table><thead><tr>{thead}</tr></thead><tbody>{rows}</tbody></table></div>
 <p>Every run's summary is in <code>results.csv</code>; its files in its own folder.</p>
+<script>{HOVER_SCRIPT}</script>
 </body></html>
 """
