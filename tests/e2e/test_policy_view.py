@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ def test_a_running_job_shows_the_policys_view_and_an_ended_one_none(
             assert "%" in view[key] and ("V100" in view[key] or "K80" in view[key])
         else:
             assert view["promotions"] == "0"
-            assert "GPU-hours" in view["service in this queue"]
+            service_text = view["service in this queue"]
+            assert re.match(r"\d\d:\d\d:\d\d GPU-time, moves down at ", service_text)
         wait_for(lambda: service.client.job(job["id"])["status"] in TERMINAL, 60)
         assert service.client.job(job["id"])["policy_view"] == {}
     finally:

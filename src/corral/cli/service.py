@@ -21,6 +21,7 @@ from corral.api.limits import LOG_CHUNK
 from corral.cli.app import app, console
 from corral.errors import CorralError
 from corral.model.status import JobStatus
+from corral.timespan import span
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -52,24 +53,13 @@ def _is_script(path: Path) -> bool:
     return path.is_file() and b"\0" not in head
 
 
-def _span(seconds: float | None) -> str:
-    """Seconds as sacct prints them: [D-]HH:MM:SS."""
-    if seconds is None:
-        return "-"
-    whole = round(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{text}" if days else text
-
-
 def _left(remaining: dict[str, Any] | None) -> str:
     """Work left as the policy sees it (squeue's TIME_LEFT); '~' marks a stand-in or a
     prediction (a loss curve's) rather than a measurement."""
     if not remaining:
         return "-"
     guess = "~" if remaining["source"] in ("history", "default", "convergence") else ""
-    return guess + _span(remaining["seconds"])
+    return guess + span(remaining["seconds"])
 
 
 def _steps(job: dict[str, Any]) -> str:
@@ -323,8 +313,8 @@ def history(
             r["status"],
             str(r["gpus"]),
             _when(r["submit_time"]),
-            _span(r["wait"]),
-            _span(r["elapsed"]),
+            span(r["wait"]),
+            span(r["elapsed"]),
             f"{r['gpu_hours']:.2f}",
             str(r["attempts"]),
             "-" if r["exit_code"] is None else str(r["exit_code"]),
@@ -339,7 +329,7 @@ def history(
         for column in ("user", "jobs", "elapsed", "GPU-h"):
             per_user.add_column(column)
         for name, (jobs, elapsed, gpu_hours) in sorted(totals.items()):
-            per_user.add_row(name, str(int(jobs)), _span(elapsed), f"{gpu_hours:.2f}")
+            per_user.add_row(name, str(int(jobs)), span(elapsed), f"{gpu_hours:.2f}")
         console.print(per_user)
 
 
@@ -378,7 +368,7 @@ def show(
     ]
     if job.get("remaining"):
         left = job["remaining"]
-        lines.append(f"  remaining {_span(left['seconds'])} (from {left['source']})")
+        lines.append(f"  remaining {span(left['seconds'])} (from {left['source']})")
     console.print("\n".join(lines), highlight=False)
     if job["attempts"]:
         table = Table(title="attempts")

@@ -53,6 +53,7 @@ from corral.placement.sensitivity import ModelAware
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import Policy
 from corral.policies.priority import priority_pass
+from corral.timespan import span
 
 DEFAULT_THRESHOLDS = (3250.0, 7200.0, 18000.0)
 
@@ -144,13 +145,13 @@ class TiresiasLas(Policy):
         queues = len(self.thresholds) + 1
         level = int(self.queue[job])
         limit = (
-            f"; moves down at {self.thresholds[level] / 3600:.2f}"
+            f", moves down at {span(self.thresholds[level])}"
             if level < len(self.thresholds)
             else ""
         )
         return {
             "queue": f"{level + 1} of {queues} (1 runs first)",
-            "service in this queue": f"{self.svc[job] / 3600:.2f} GPU-hours{limit}",
+            "service in this queue": f"{span(self.svc[job])} GPU-time{limit}",
             "promotions": str(int(self.promotions[job])),
         }
 

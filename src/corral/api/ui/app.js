@@ -282,7 +282,8 @@ function drawProgress(job) {
   const span = (pts) => (pts.length ? hours(pts[pts.length - 1][0]) : "-");
   const last = (pts, digits) => (pts.length ? Number(pts[pts.length - 1][1]).toPrecision(digits) : "-");
   sparkline($("steps-chart"), steps, 0);
-  $("steps-caption").textContent = `steps: ${last(steps, 6)} after ${span(steps)}`;
+  const done = steps.length ? Math.round(steps[steps.length - 1][1]) : "-";
+  $("steps-caption").textContent = `steps: ${done} after ${span(steps)}`;
   sparkline($("throughput-chart"), rate, 0);
   $("throughput-caption").textContent = `throughput: ${last(rate, 3)} steps/s now`;
   sparkline($("loss-chart"), loss);
