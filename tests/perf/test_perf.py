@@ -152,3 +152,13 @@ def test_a_bad_switching_profile_is_named_with_its_field(tmp_path, text, where):
     path.write_text(text)
     with pytest.raises(CorralError, match=where):
         read_profile(path)
+
+
+def test_memory_left_beside_a_job_keeps_a_margin_and_a_floor() -> None:
+    from corral.perf.memory import MEMORY_MARGIN, MIN_MEMORY_SHARE, memory_left
+
+    assert memory_left(8e9, 16e9) == round(0.5 - MEMORY_MARGIN, 3)
+    assert memory_left(0.0, 16e9) == 1 - MEMORY_MARGIN  # never all of it
+    assert memory_left(20e9, 16e9) == MIN_MEMORY_SHARE  # an over-full GPU: the floor
+    caps = [memory_left(used * 1e9, 16e9) for used in range(17)]
+    assert caps == sorted(caps, reverse=True)  # more used, never more left

@@ -440,9 +440,15 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
             row.last_heartbeat = now
         stop = att.stop is not None or att.end_time is not None
         batch = ctx.scheduler.batch_sizes.get(job_id) if ctx.scheduler is not None else None
+        cap = None
+        if ctx.scheduler is not None and not stop:
+            if body.gpu_memory is not None:
+                ctx.scheduler.gpu_memory[job_id] = body.gpu_memory
+            cap = ctx.scheduler.memory_cap(job_id)
         return HeartbeatAnswer(
             stop=stop,
             why=att.stop,
             lease_until=now + ctx.config.heartbeat_timeout,
             batch_size=batch,
+            memory_fraction=cap,
         )

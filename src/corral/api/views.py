@@ -244,6 +244,9 @@ class HeartbeatBody(BaseModel):
         None, ge=0, description="estimated gradient noise scale, in examples (optional)"
     )
     checkpoint_step: float | None = None
+    gpu_memory: float | None = Field(
+        None, ge=0, description="peak GPU memory (bytes, per GPU) since the last heartbeat"
+    )
 
 
 class HeartbeatAnswer(BaseModel):
@@ -252,6 +255,10 @@ class HeartbeatAnswer(BaseModel):
     lease_until: float
     batch_size: int | None = Field(
         None, description="the global batch size the policy sets for the job (Pollux), if any"
+    )
+    memory_fraction: float | None = Field(
+        None,
+        description="the share of each GPU's memory an opportunistic job may use now (AntMan)",
     )
 
 

@@ -77,3 +77,14 @@ def fits_together(job_types: list[str], gpu_type: str, squeeze: float = 1.0) -> 
         return True
     total = sum(n for n in needs[:-1] if n is not None) + squeeze * (needs[-1] or 0.0)
     return total <= memory
+
+
+MEMORY_MARGIN = 0.05
+"""Share of a GPU's memory left unclaimed beside a shared job (allocator slack)."""
+MIN_MEMORY_SHARE = 0.05
+
+
+def memory_left(used_bytes: float, capacity_bytes: float) -> float:
+    """The share of a GPU's memory another job may take beside ``used_bytes``."""
+    share = 1.0 - used_bytes / capacity_bytes - MEMORY_MARGIN
+    return round(min(max(share, MIN_MEMORY_SHARE), 1.0 - MEMORY_MARGIN), 3)

@@ -34,10 +34,13 @@ back to its full speed on the GPUs. Memory: Gavel's out-of-memory pairs never
 share; other pairs must fit in the GPU's memory with the opportunistic job
 squeezed to ``squeeze`` of its footprint (:mod:`corral.perf.memory`).
 
-Live, an opportunistic job runs at the lowest OS priority (nice 19) and may
-use ``memory_fraction`` of each GPU's memory (``CORRAL_GPU_MEMORY_FRACTION``;
-jobs using ``corral.train`` with PyTorch have it applied), so a guaranteed job
-packed onto its GPUs keeps the rest; it is evicted first, as in the simulator.
+Live, an opportunistic job runs at the lowest OS priority (nice 19) and starts
+with ``memory_fraction`` of each GPU's memory (``CORRAL_GPU_MEMORY_FRACTION``;
+jobs using ``corral.train`` with PyTorch have it applied). From then on its cap
+follows the jobs sharing its GPUs (AntMan's dynamic scaling): their heartbeats
+report their peak GPU memory, and each of its heartbeats is answered with what
+they leave less a margin, which ``corral.train`` applies (releasing cached
+memory when the cap shrinks). It is evicted first, as in the simulator.
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ class AntMan(QuotaClassReasons, Policy):
     )
     shares_gpus = True
     live_note = (
-        "opportunistic jobs run at low OS priority (nice 19) with CORRAL_GPU_MEMORY_FRACTION "
-        "set (corral.train caps PyTorch's GPU memory to it; a job upgraded while running "
+        "opportunistic jobs run at low OS priority (nice 19) with a GPU memory cap that "
+        "starts at CORRAL_GPU_MEMORY_FRACTION and then follows what the jobs sharing their "
+        "GPUs report using (corral.train applies it to PyTorch; a job upgraded while running "
         "keeps its low OS priority); VC quotas come from 'vcs'"
     )
 

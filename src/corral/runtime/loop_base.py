@@ -13,6 +13,7 @@ import numpy as np
 
 from corral.model.cluster import Cluster, Node
 from corral.model.jobs import JobStatus
+from corral.perf.memory import gpu_memory_gb, memory_left
 from corral.policies import POLICIES, make_policy, policy_options
 from corral.policies.base import Policy
 from corral.runtime.config import ServiceConfig
@@ -155,6 +156,8 @@ class LoopBase:
         """How a job the plan started will run (Opportunistic, Shared), for its
         row once it launches."""
         self.batch_sizes: dict[int, int] = {}
+        self.gpu_memory: dict[int, float] = {}
+        """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
         """Job -> the global batch size its policy set (Pollux): passed at launch
         and in heartbeat answers."""
         self.low_priority: dict[int, float] = {}
@@ -229,6 +232,24 @@ class LoopBase:
             return self.policy.view(self.live.state, i)
         except (IndexError, ValueError):  # read between passes while the loop resizes
             return {}
+
+    def memory_cap(self, job: int) -> float | None:
+        """The share of GPU memory an opportunistic (low-priority) job may use now:
+        what the jobs sharing its GPUs leave, by their last heartbeats (AntMan's
+        dynamic scaling); its launch figure while none of them reports; None for a
+        job that is not opportunistic."""
+        configured = self.low_priority.get(job)
+        if configured is None:
+            return None
+        caps = []
+        for gpu, jobs in self.gpu_sharers().items():
+            if job not in jobs:
+                continue
+            used = [self.gpu_memory[o] for o in jobs if o != job and o in self.gpu_memory]
+            capacity = gpu_memory_gb(self.slots[gpu].gpu_type)
+            if used and capacity:
+                caps.append(memory_left(sum(used), capacity * 1e9))
+        return min(caps) if caps else configured
 
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""

@@ -78,6 +78,19 @@ def cap_gpu_memory(text: str | None) -> float | None:
     return fraction
 
 
+def peak_gpu_memory() -> float | None:
+    """The most GPU memory PyTorch held on any of the job's GPUs since the last call
+    (None without PyTorch or CUDA in use)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    peak = 0.0
+    for device in range(torch.cuda.device_count()):
+        peak = max(peak, float(torch.cuda.max_memory_reserved(device)))
+        torch.cuda.reset_peak_memory_stats(device)
+    return peak
+
+
 class Session:
     def __init__(
         self,
@@ -137,6 +150,7 @@ class Session:
         self.reported_batch: int | None = None
         self.noise_scale: float | None = None
         self.memory_fraction = cap_gpu_memory(env.get("CORRAL_GPU_MEMORY_FRACTION"))
+        self.reported_memory: float | None = None
         """The share of each GPU's memory this job may use (set for opportunistic jobs)."""
         self._thread: threading.Thread | None = None
         if self.api_url and self._token and self.job_id and self.rank == 0:
@@ -181,13 +195,18 @@ class Session:
         loss: float | None = None,
         batch_size: int | None = None,
         grad_noise_scale: float | None = None,
+        gpu_memory: float | None = None,
     ) -> None:
         """Progress after an iteration: feeds heartbeats and periodic checkpoints.
 
         ``batch_size`` (the step's global batch) and ``grad_noise_scale`` (see
         :class:`corral.train.noise.GradientNoise`) are what goodput models read;
-        both are optional."""
+        ``gpu_memory`` (bytes per GPU; by default PyTorch's peak since the last
+        heartbeat) is what a job sharing its GPUs may use beside it (AntMan). All
+        are optional."""
         with self._lock:
+            if gpu_memory is not None:
+                self.reported_memory = float(gpu_memory)
             if batch_size is not None:
                 self.reported_batch = int(batch_size)
             if grad_noise_scale is not None and math.isfinite(grad_noise_scale):
@@ -259,6 +278,15 @@ class Session:
         self._pause_asked = False
         self._woken = True
 
+    def _recap(self, fraction: float) -> None:
+        """Take the service's new GPU memory cap; on shrinking, hand PyTorch's cached
+        blocks back so the job sharing the GPUs can have them."""
+        shrinking = self.memory_fraction is not None and fraction < self.memory_fraction
+        self.memory_fraction = cap_gpu_memory(str(fraction))
+        torch = sys.modules.get("torch")
+        if shrinking and torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def _pause(self) -> None:
         """Pause the whole process here, at an iteration boundary, until SIGCONT."""
         self._pause_asked = False
@@ -281,6 +309,9 @@ class Session:
                 "batch_size": self.reported_batch,
                 "grad_noise_scale": self.noise_scale,
                 "checkpoint_step": self.saved_step,
+                "gpu_memory": self.reported_memory
+                if self.reported_memory is not None
+                else peak_gpu_memory(),
             }
         request = urllib.request.Request(
             f"{self.api_url}/v1/jobs/{self.job_id}/heartbeat",
@@ -296,5 +327,8 @@ class Session:
         self.lease_until = float(answer.get("lease_until", self.lease_until))
         if answer.get("batch_size"):
             self.batch_size = int(answer["batch_size"])
+        cap = answer.get("memory_fraction")
+        if cap is not None and cap != self.memory_fraction:
+            self._recap(float(cap))
         if answer.get("stop") and self._stop_reason is None:
             self._stop_reason = f"stop requested ({answer.get('why', 'scheduler')})"

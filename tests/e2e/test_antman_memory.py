@@ -1,0 +1,82 @@
+"""AntMan's dynamic memory scaling, live: an opportunistic job packed beside a
+guaranteed one gets, at each heartbeat, the share of GPU memory the guaranteed
+job's last heartbeat leaves (less a margin), growing and shrinking with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.perf.memory import MEMORY_MARGIN
+from corral.runtime.service_process import ServiceProcess, wait_for
+from tests.runtime.harness import PY, TERMINAL, TOKENS
+
+GB = 1e9
+V100 = 16.0  # GB, corral.perf.memory's figure for the type
+
+
+def owner(memory_file: Path) -> list[str]:
+    """A guaranteed job reporting the peak GPU memory written in ``memory_file``."""
+    script = (
+        "import pathlib, time\n"
+        "from corral.train import Session\n"
+        "s = Session()\n"
+        "for step in range(1, 100000):\n"
+        f"    s.report(step, gpu_memory=float(pathlib.Path({str(memory_file)!r}).read_text()))\n"
+        "    time.sleep(0.05)\n"
+    )
+    return [PY, "-c", script]
+
+
+def guest(out: Path) -> list[str]:
+    """An opportunistic job writing each memory cap the service gives it."""
+    script = (
+        "import time\n"
+        "from corral.train import Session\n"
+        "s = Session()\n"
+        "seen = []\n"
+        "for step in range(1, 100000):\n"
+        "    s.report(step)\n"
+        "    if not seen or s.memory_fraction != seen[-1]:\n"
+        "        seen.append(s.memory_fraction)\n"
+        f"        open({str(out)!r}, 'w').write(' '.join(map(str, seen)))\n"
+        "    time.sleep(0.05)\n"
+    )
+    return [PY, "-c", script]
+
+
+def test_an_opportunistic_jobs_memory_cap_follows_its_partners_use(tmp_path: Path) -> None:
+    memory = tmp_path / "owner-memory"
+    memory.write_text(str(10 * GB))
+    caps = tmp_path / "guest-caps"
+    service = ServiceProcess(
+        tmp_path,
+        "antman",
+        users=TOKENS,
+        gpus=[{"type": "V100", "count": 1}],
+        vcs={"research": 1},
+        stop_grace=5,
+    )
+    try:
+        service.start()
+        submit = service.client.submit
+        host = submit({"name": "owner", "command": owner(memory), "gpus": 1, "vc": "research"})
+        wait_for(lambda: service.client.job(host["id"])["status"] == "RUNNING", 30)
+        job = submit({"name": "guest", "command": guest(caps), "gpus": 1, "vc": "research"})
+        wait_for(lambda: service.client.job(job["id"])["reason"] == "Opportunistic", 30)
+
+        def seen() -> list[float]:
+            return [float(x) for x in caps.read_text().split()] if caps.exists() else []
+
+        tight = round(1 - 10 / V100 - MEMORY_MARGIN, 3)
+        wait_for(lambda: seen() and seen()[-1] == tight, 30, f"the cap to shrink to {tight}")
+        assert seen()[0] == 0.5  # the launch figure, before the owner's use was known
+        memory.write_text(str(4 * GB))  # the owner needs less: the guest may have more
+        roomy = round(1 - 4 / V100 - MEMORY_MARGIN, 3)
+        wait_for(lambda: seen()[-1] == roomy, 30, f"the cap to grow to {roomy}")
+        assert seen() == [0.5, tight, roomy]
+        for j in (host, job):
+            service.client.action(j["id"], "cancel")
+        for j in (host, job):
+            wait_for(lambda j=j: service.client.job(j["id"])["status"] in TERMINAL, 30)
+    finally:
+        service.close()
