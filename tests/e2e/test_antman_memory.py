@@ -4,6 +4,7 @@ job's last heartbeat leaves (less a margin), growing and shrinking with it."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from corral.perf.memory import MEMORY_MARGIN
@@ -78,5 +79,59 @@ def test_an_opportunistic_jobs_memory_cap_follows_its_partners_use(tmp_path: Pat
             service.client.action(j["id"], "cancel")
         for j in (host, job):
             wait_for(lambda j=j: service.client.job(j["id"])["status"] in TERMINAL, 30)
+    finally:
+        service.close()
+
+
+def watcher(out: Path) -> list[str]:
+    """A job writing its OS priority and memory cap each time either changes."""
+    script = (
+        "import os, time\n"
+        "from corral.train import Session\n"
+        "s = Session()\n"
+        "seen = []\n"
+        "for step in range(1, 100000):\n"
+        "    s.report(step)\n"
+        "    now = f'{os.nice(0)}:{s.memory_fraction}'\n"
+        "    if not seen or now != seen[-1]:\n"
+        "        seen.append(now)\n"
+        f"        open({str(out)!r}, 'w').write(' '.join(seen))\n"
+        "    time.sleep(0.05)\n"
+    )
+    return [PY, "-c", script]
+
+
+def test_a_job_upgraded_while_running_gets_its_priority_and_memory_back(tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    service = ServiceProcess(
+        tmp_path,
+        "antman",
+        users=TOKENS,
+        gpus=[{"type": "V100", "count": 2}],
+        vcs={"research": 1},
+        stop_grace=5,
+    )
+    try:
+        service.start()
+        submit = service.client.submit
+        first = submit({"command": ["sleep", "600"], "gpus": 1, "vc": "research"})
+        wait_for(lambda: service.client.job(first["id"])["status"] == "RUNNING", 30)
+        job = submit({"name": "beyond", "command": watcher(seen), "gpus": 1, "vc": "research"})
+        wait_for(lambda: seen.exists() and seen.read_text() == "19:0.5", 30, "a low start")
+        service.client.action(first["id"], "cancel")  # research's quota frees
+        # raising a priority needs privilege: a service run by root gives it back
+        nice = 0 if os.geteuid() == 0 else 19
+        wait_for(lambda: seen.read_text().endswith(f" {nice}:1.0"), 30, "the upgrade")
+        # reniced at once by the service, the cap lifted at the job's next heartbeat
+        assert seen.read_text() in (
+            f"19:0.5 {nice}:1.0",
+            f"19:0.5 {nice}:0.5 {nice}:1.0",
+            f"19:0.5 19:1.0 {nice}:1.0",
+        )
+        assert [e.detail for e in service.events("upgraded")] == [{"reniced": nice == 0}]
+        row = service.client.job(job["id"])
+        assert row["status"] == "RUNNING" and row["preemptions"] == 0 and row["reason"] is None
+        service.client.action(job["id"], "cancel")
+        wait_for(lambda: service.client.job(job["id"])["status"] in TERMINAL, 30)
     finally:
         service.close()

@@ -113,6 +113,11 @@ class Executor(ABC):
     def kill(self, ref: ProcessRef) -> None:
         self.signal(ref, signal.SIGKILL)
 
+    def renice(self, ref: ProcessRef, nice: int) -> bool:
+        """Set the whole attempt's OS priority; False where this executor cannot (or
+        may not: raising priority needs privilege)."""
+        return False
+
     def adopt(self, ref: ProcessRef) -> bool:
         """True when the attempt's process still runs (after a service restart)."""
         return False
@@ -377,6 +382,15 @@ class LocalExecutor(Executor):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(ref.pid, sig)
+
+    def renice(self, ref: ProcessRef, nice: int) -> bool:
+        if not self._same(ref):
+            return False
+        try:
+            os.setpriority(os.PRIO_PGRP, ref.pid, nice)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
 
     def poll(self, ref: ProcessRef, folder: Path) -> ExitRecord | None:
         child = self._children.get(ref.pid)

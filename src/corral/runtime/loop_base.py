@@ -158,6 +158,8 @@ class LoopBase:
         self.batch_sizes: dict[int, int] = {}
         self.gpu_memory: dict[int, float] = {}
         """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
+        self.uncapped: set[int] = set()
+        """Running jobs upgraded from opportunistic: their memory cap is lifted."""
         """Job -> the global batch size its policy set (Pollux): passed at launch
         and in heartbeat answers."""
         self.low_priority: dict[int, float] = {}
@@ -240,7 +242,7 @@ class LoopBase:
         job that is not opportunistic."""
         configured = self.low_priority.get(job)
         if configured is None:
-            return None
+            return 1.0 if job in self.uncapped else None
         caps = []
         for gpu, jobs in self.gpu_sharers().items():
             if job not in jobs:

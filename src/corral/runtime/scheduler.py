@@ -166,6 +166,7 @@ class Scheduler(Recovery, Transitions, Launching):
                     continue
                 gpus = tuple(int(g) for g in gpus)
                 live.start(i, gpus, host=host)
+                self.uncapped.discard(job)
                 if i in plan.low_priority:
                     self.low_priority[job] = plan.low_priority[i]
                 else:
@@ -248,6 +249,19 @@ class Scheduler(Recovery, Transitions, Launching):
         for job, noise in rows:
             st.noise_scale[self.live.index[job]] = noise
 
+    def _upgraded(self, job: int) -> None:
+        """A running job the policy no longer runs opportunistically (AntMan: its VC's
+        quota freed): its GPU memory cap is lifted at its next heartbeat, and its
+        processes get normal OS priority back where the service may raise it."""
+        self.low_priority.pop(job, None)
+        self.uncapped.add(job)
+        attempt = self.attempts.get(job)
+        reniced = (
+            attempt is not None and attempt.ref is not None and self.executor.renice(attempt.ref, 0)
+        )
+        with self.store.session() as s:
+            self.store.event(s, "upgraded", job, reniced=reniced)
+
     def _update_reasons(self, waits: dict[int, str], notes: dict[int, str]) -> None:
         """Why each queued job waits, in Slurm's words: ReqNodeNotAvail (drained
         nodes leave too few GPUs of its kind even when all are idle), the
@@ -278,6 +292,8 @@ class Scheduler(Recovery, Transitions, Launching):
         # job shares its GPUs with another, else nothing
         for i in st.running:
             job = self.live.ids[i]
+            if job in self.low_priority and notes.get(i) != "Opportunistic":
+                self._upgraded(job)
             note = notes.get(i) or ("Shared" if st.host[i] >= 0 or st.guest[i] >= 0 else None)
             if job not in self.attempts:  # not launched yet: its row gets it at launch
                 self.start_notes[job] = note
