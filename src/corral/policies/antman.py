@@ -74,8 +74,9 @@ class AntMan(QuotaClassReasons, Policy):
     live_note = (
         "opportunistic jobs run at low OS priority (nice 19) with a GPU memory cap that "
         "starts at CORRAL_GPU_MEMORY_FRACTION and then follows what the jobs sharing their "
-        "GPUs report using (corral.train applies it to PyTorch; a job upgraded while running "
-        "keeps its low OS priority); VC quotas come from 'vcs'"
+        "GPUs report using (corral.train applies it to PyTorch); a job upgraded while running "
+        "gets its priority back (where the service may raise it) and no cap; VC quotas come "
+        "from 'vcs'"
     )
 
     def __init__(
