@@ -26,25 +26,19 @@ from corral.runtime.store import AttemptRow, NodeRow
 router = APIRouter()
 
 
-def jobs_by_node(ctx: Context) -> dict[str, list[int]]:
-    by_node: dict[str, list[int]] = {}
-    if ctx.scheduler is not None:
-        for gpu, job in ctx.scheduler.gpu_use().items():
-            by_node.setdefault(ctx.scheduler.node_of(gpu), []).append(job)
-    return by_node
+def node_view(ctx: Context, row: NodeRow) -> NodeView:
+    """What runs on a node now, GPU by GPU, from the scheduler's one account of it."""
+    if ctx.scheduler is None:
+        return NodeView.of(row, {}, [])
+    ids = [slot.id for slot in ctx.scheduler.slots if slot.node == row.name]
+    return NodeView.of(row, ctx.scheduler.gpu_sharers(), ids)
 
 
 @router.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"], responses=AUTH)
 def nodes(ctx: Ctx, user: User) -> list[NodeView]:
-    by_node = jobs_by_node(ctx)
-    use = ctx.scheduler.gpu_sharers() if ctx.scheduler is not None else {}
-    ids: dict[str, list[int]] = {}
-    if ctx.scheduler is not None:
-        for slot in ctx.scheduler.slots:
-            ids.setdefault(slot.node, []).append(slot.id)
     with ctx.store.session() as s:
         rows = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
-        return [NodeView.of(r, by_node.get(r.name, []), use, ids.get(r.name)) for r in rows]
+        return [node_view(ctx, r) for r in rows]
 
 
 @router.get("/v1/utilisation", tags=["cluster"], responses=AUTH)
@@ -106,12 +100,7 @@ def set_node_state(
         ctx.scheduler.nodes_changed()
         ctx.scheduler.wait_passes(before)
     with ctx.store.session() as s:
-        return NodeView.of(
-            s.get(NodeRow, name),
-            jobs_by_node(
-                ctx,
-            ).get(name, []),
-        )
+        return node_view(ctx, s.get(NodeRow, name))
 
 
 @router.post(

@@ -198,25 +198,20 @@ class NodeView(BaseModel):
     )
 
     @classmethod
-    def of(
-        cls,
-        row: NodeRow,
-        jobs: list[int],
-        use: dict[int, list[int]] | None = None,
-        ids: list[int] | None = None,
-    ) -> NodeView:
-        ids = ids or []
+    def of(cls, row: NodeRow, use: dict[int, list[int]], ids: list[int]) -> NodeView:
+        """A node from its row, the jobs on each GPU (holder first) and its GPUs' ids."""
+        on_gpus = [use.get(g, []) for g in ids]
         return cls(
             gpu_ids=ids,
-            gpu_jobs=[(use or {}).get(g, []) for g in ids],
+            gpu_jobs=on_gpus,
             name=row.name,
             gpu_type=row.gpu_type,
             gpus=row.gpus,
-            gpus_in_use=len(jobs),
+            gpus_in_use=sum(1 for jobs in on_gpus if jobs),
             state=row.state,
             failures=row.failures,
             virtual=bool(row.virtual),
-            jobs=sorted(set(jobs)),
+            jobs=sorted({job for jobs in on_gpus for job in jobs}),
         )
 
 
