@@ -185,3 +185,26 @@ def test_gpu_switch_frees_the_outgoing_jobs_memory_and_leaves_a_resumable_checkp
     state = {k: v.cpu() for k, v in resumed.jobs["a"].task.model.state_dict().items()}
     reference = alone(RESNET, 5, 5, "cuda", **SMALL_RESNET)
     assert all(torch.equal(state[k], reference[k]) for k in state)
+
+
+@gpu
+def test_gpu_a_suspended_job_frees_its_memory_and_resumes_identical() -> None:
+    """Gandiva's suspend, as the training session does it on SIGTSTP."""
+    from corral.train.residency import Mover, Suspension
+
+    deterministic()
+    task = load_factory(RESNET)(seed=8, **SMALL_RESNET)
+    place(task.objects, "cuda")
+    task.step(0)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    pause = Suspension(Mover(torch.device("cuda")))
+    for k in range(1, 4):
+        pause.suspend(task.objects)
+        assert torch.cuda.memory_allocated() < before / 4  # its state left the GPU
+        pause.resume(task.objects)
+        task.step(k)
+    state = {k: v.cpu() for k, v in task.model.state_dict().items()}
+    reference = alone(RESNET, 8, 4, "cuda", **SMALL_RESNET)
+    assert all(torch.equal(state[k], reference[k]) for k in state)

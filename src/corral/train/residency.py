@@ -257,6 +257,35 @@ class Mover:
         compute.synchronize()
 
 
+def device_of(objects: dict[str, Any]) -> torch.device | None:
+    """The GPU a job's state lies on, or None when it is on the host."""
+    for tensor, _ in state_tensors(objects):
+        if tensor.is_cuda:
+            return tensor.device
+    return None
+
+
+@dataclass
+class Suspension:
+    """A paused job's state parked in host memory (Gandiva's suspend), kept between
+    pauses so the next one reuses its pinned buffer and copy streams."""
+
+    mover: Mover
+    parked: HostCopy | None = None
+
+    def suspend(self, objects: dict[str, Any]) -> None:
+        """Park the job's tensors in host memory and give its GPU memory back (the
+        copy is complete when this returns: the process is about to stop)."""
+        self.parked = self.mover.park(objects, self.parked)
+        self.mover.settle()
+        torch.cuda.empty_cache()
+
+    def resume(self, objects: dict[str, Any]) -> None:
+        """Bring the tensors back, pipelined with the next step."""
+        if self.parked is not None:
+            self.mover.load(self.parked, objects)
+
+
 def place(objects: dict[str, Any], device: torch.device | str) -> None:
     """Move a job's modules and optimiser state to ``device`` in one plain pass: how a
     job started cold gets onto its GPU (nothing to overlap with yet)."""

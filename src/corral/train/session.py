@@ -16,7 +16,8 @@
 Time-slicing: the scheduler asks a job to pause with SIGTSTP; the session
 pauses the process at the next ``report`` (an iteration boundary, as Gandiva
 suspends at a mini-batch boundary) and it carries on where it was when the
-scheduler resumes it (SIGCONT).
+scheduler resumes it (SIGCONT). On a GPU the paused job's state waits in
+pinned host memory, so the job given the GPU meanwhile has its memory.
 
 ``report`` is cheap: it records progress, and a background thread sends it
 to the service as a heartbeat every few seconds (the heartbeat also renews
@@ -151,6 +152,7 @@ class Session:
         self.noise_scale: float | None = None
         self.memory_fraction = cap_gpu_memory(env.get("CORRAL_GPU_MEMORY_FRACTION"))
         self.reported_memory: float | None = None
+        self._suspended: Any = None  # a GPU job's parked state between pauses
         """The share of each GPU's memory this job may use (set for opportunistic jobs)."""
         self._thread: threading.Thread | None = None
         if self.api_url and self._token and self.job_id and self.rank == 0:
@@ -288,9 +290,30 @@ class Session:
             torch.cuda.empty_cache()
 
     def _pause(self) -> None:
-        """Pause the whole process here, at an iteration boundary, until SIGCONT."""
+        """Pause the whole process here, at an iteration boundary, until SIGCONT. A job
+        whose state is on a GPU parks it in host memory first and frees the GPU's
+        memory for the job sharing it (Gandiva's suspend), and gets it back, pipelined
+        with its next step, when resumed."""
         self._pause_asked = False
+        suspension = self._suspension()
+        if suspension is not None:
+            suspension.suspend(self.objects)
         os.kill(os.getpid(), signal.SIGSTOP)
+        if suspension is not None:
+            suspension.resume(self.objects)
+
+    def _suspension(self) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            return None
+        from corral.train.residency import Mover, Suspension, device_of
+
+        device = device_of(self.objects)
+        if device is None:
+            return None
+        if self._suspended is None or self._suspended.mover.device != device:
+            self._suspended = Suspension(Mover(device))
+        return self._suspended
 
     def _beat_loop(self) -> None:
         while not self._done.wait(self.heartbeat_interval):
