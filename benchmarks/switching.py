@@ -16,8 +16,10 @@ back, overlapped with its first step, so a switch is timed as what it costs
 that step: the first step after the switch less the same job's next step
 (paired, so the difference is the switch and nothing else). ``warm`` is the
 pipelined transfer (PipeSwitch); ``copy`` moves the whole job before it
-computes (the plain copy PipeSwitch compares with); ``move`` is the bare
-transfer time of the incoming job's state (switch and synchronise, no step).
+computes (the plain copy PipeSwitch compares with); ``host`` is the time the
+switch itself takes on the host (queueing the copies, pointing tensors at
+their new memory); ``move`` is the bare transfer, the outgoing job's state out
+and the incoming one's in (switch and synchronise, no step).
 On a GPU the ResNet-50 layout trains at ImageNet's shape (32 images of
 224x224) unless ``--resnet-batch``/``--resnet-size`` say otherwise.
 
@@ -109,22 +111,24 @@ def warm(factory: str, switches: int, kwargs: dict[str, Any]) -> list[float]:
 
 def warm_gpu(
     factory: str, switches: int, device: str, pipeline: bool, kwargs: dict[str, Any]
-) -> tuple[list[float], list[float]]:
-    """GPU: what each switch adds to the incoming job's first step (that step less the
-    same job's next one), and the bare transfer (switch, then synchronise)."""
+) -> dict[str, list[float]]:
+    """GPU: what each switch adds to the incoming job's first step (``warm``: that
+    step less the same job's next one), the host's time inside the switch
+    (``host``) and the bare transfer (``move``: switch, then synchronise)."""
     worker = WarmWorker(device=device, pipeline=pipeline)
     worker.admit("a", factory, seed=1, **kwargs)
     worker.admit("b", factory, seed=2, **kwargs)
-    added, moves = [], []
+    times: dict[str, list[float]] = {"warm": [], "host": [], "move": []}
     for k in range(2 * switches + 4):
         job = "a" if k % 2 == 0 else "b"
         torch.cuda.synchronize()
         start = time.perf_counter()
         worker.switch_to(job)
+        host = time.perf_counter() - start
         if k % 4 >= 2:  # every other switch of each job: the bare transfer
             torch.cuda.synchronize()
             if k >= 4:
-                moves.append(time.perf_counter() - start)
+                times["move"].append(time.perf_counter() - start)
             worker.run(2)
             continue
         worker.run(1)  # a step's loss is read on the host: it has finished
@@ -132,8 +136,9 @@ def warm_gpu(
         start = time.perf_counter()
         worker.run(1)
         if k >= 4:  # the first switches move each job to the device for the first time
-            added.append(first - (time.perf_counter() - start))
-    return added, moves
+            times["warm"].append(first - (time.perf_counter() - start))
+            times["host"].append(host)
+    return times
 
 
 def job_start(factory: str, repeats: int, standby: bool) -> list[float]:
@@ -212,9 +217,8 @@ def main() -> None:
         params = sum(p.numel() for p in load_factory(factory)(**kwargs).model.parameters())
         kinds = {"cold": cold(factory, args.cold_switches or args.switches, args.device, kwargs)}
         if gpu:
-            warm_times, moves = warm_gpu(factory, args.switches, args.device, True, kwargs)
-            kinds["warm"], kinds["move"] = warm_times, moves
-            kinds["copy"], _ = warm_gpu(factory, args.switches, args.device, False, kwargs)
+            kinds |= warm_gpu(factory, args.switches, args.device, True, kwargs)
+            kinds["copy"] = warm_gpu(factory, args.switches, args.device, False, kwargs)["warm"]
         else:
             kinds["warm"] = warm(factory, args.switches, kwargs)
         for kind, times in kinds.items():
