@@ -28,61 +28,6 @@ def owner(memory_file: Path) -> list[str]:
     return [PY, "-c", script]
 
 
-def guest(out: Path) -> list[str]:
-    """An opportunistic job writing each memory cap the service gives it."""
-    script = (
-        "import time\n"
-        "from corral.train import Session\n"
-        "s = Session()\n"
-        "seen = []\n"
-        "for step in range(1, 100000):\n"
-        "    s.report(step)\n"
-        "    if not seen or s.memory_fraction != seen[-1]:\n"
-        "        seen.append(s.memory_fraction)\n"
-        f"        open({str(out)!r}, 'w').write(' '.join(map(str, seen)))\n"
-        "    time.sleep(0.05)\n"
-    )
-    return [PY, "-c", script]
-
-
-def test_an_opportunistic_jobs_memory_cap_follows_its_partners_use(tmp_path: Path) -> None:
-    memory = tmp_path / "owner-memory"
-    memory.write_text(str(10 * GB))
-    caps = tmp_path / "guest-caps"
-    service = ServiceProcess(
-        tmp_path,
-        "antman",
-        users=TOKENS,
-        gpus=[{"type": "V100", "count": 1}],
-        vcs={"research": 1},
-        stop_grace=5,
-    )
-    try:
-        service.start()
-        submit = service.client.submit
-        host = submit({"name": "owner", "command": owner(memory), "gpus": 1, "vc": "research"})
-        wait_for(lambda: service.client.job(host["id"])["status"] == "RUNNING", 30)
-        job = submit({"name": "guest", "command": guest(caps), "gpus": 1, "vc": "research"})
-        wait_for(lambda: service.client.job(job["id"])["reason"] == "Opportunistic", 30)
-
-        def seen() -> list[float]:
-            return [float(x) for x in caps.read_text().split()] if caps.exists() else []
-
-        tight = round(1 - 10 / V100 - MEMORY_MARGIN, 3)
-        wait_for(lambda: seen() and seen()[-1] == tight, 30, f"the cap to shrink to {tight}")
-        assert seen()[0] == 0.5  # the launch figure, before the owner's use was known
-        memory.write_text(str(4 * GB))  # the owner needs less: the guest may have more
-        roomy = round(1 - 4 / V100 - MEMORY_MARGIN, 3)
-        wait_for(lambda: seen()[-1] == roomy, 30, f"the cap to grow to {roomy}")
-        assert seen() == [0.5, tight, roomy]
-        for j in (host, job):
-            service.client.action(j["id"], "cancel")
-        for j in (host, job):
-            wait_for(lambda j=j: service.client.job(j["id"])["status"] in TERMINAL, 30)
-    finally:
-        service.close()
-
-
 def watcher(out: Path) -> list[str]:
     """A job writing its OS priority and memory cap each time either changes."""
     script = (
@@ -101,16 +46,53 @@ def watcher(out: Path) -> list[str]:
     return [PY, "-c", script]
 
 
-def test_a_job_upgraded_while_running_gets_its_priority_and_memory_back(tmp_path: Path) -> None:
-    seen = tmp_path / "seen"
-    service = ServiceProcess(
+def antman(tmp_path: Path, v100s: int) -> ServiceProcess:
+    """A service running AntMan on V100s, with one VC owed one GPU."""
+    return ServiceProcess(
         tmp_path,
         "antman",
         users=TOKENS,
-        gpus=[{"type": "V100", "count": 2}],
+        gpus=[{"type": "V100", "count": v100s}],
         vcs={"research": 1},
         stop_grace=5,
     )
+
+
+def test_an_opportunistic_jobs_memory_cap_follows_its_partners_use(tmp_path: Path) -> None:
+    memory = tmp_path / "owner-memory"
+    memory.write_text(str(10 * GB))
+    caps = tmp_path / "guest-caps"
+    service = antman(tmp_path, 1)
+    try:
+        service.start()
+        submit = service.client.submit
+        host = submit({"name": "owner", "command": owner(memory), "gpus": 1, "vc": "research"})
+        wait_for(lambda: service.client.job(host["id"])["status"] == "RUNNING", 30)
+        job = submit({"name": "guest", "command": watcher(caps), "gpus": 1, "vc": "research"})
+        wait_for(lambda: service.client.job(job["id"])["reason"] == "Opportunistic", 30)
+
+        def seen() -> list[float]:  # the caps it was given, in order (its nice stays 19)
+            text = caps.read_text().split() if caps.exists() else []
+            return [float(x.split(":")[1]) for x in text]
+
+        tight = round(1 - 10 / V100 - MEMORY_MARGIN, 3)
+        wait_for(lambda: seen() and seen()[-1] == tight, 30, f"the cap to shrink to {tight}")
+        assert seen()[0] == 0.5  # the launch figure, before the owner's use was known
+        memory.write_text(str(4 * GB))  # the owner needs less: the guest may have more
+        roomy = round(1 - 4 / V100 - MEMORY_MARGIN, 3)
+        wait_for(lambda: seen()[-1] == roomy, 30, f"the cap to grow to {roomy}")
+        assert seen() == [0.5, tight, roomy]
+        for j in (host, job):
+            service.client.action(j["id"], "cancel")
+        for j in (host, job):
+            wait_for(lambda j=j: service.client.job(j["id"])["status"] in TERMINAL, 30)
+    finally:
+        service.close()
+
+
+def test_a_job_upgraded_while_running_gets_its_priority_and_memory_back(tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    service = antman(tmp_path, 2)
     try:
         service.start()
         submit = service.client.submit
