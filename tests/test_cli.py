@@ -115,7 +115,7 @@ def test_compare_writes_a_self_contained_report(tmp_path):
     page = (out / "report.html").read_text()
     assert page.count("data-chart=") == 5  # interactive charts, inline
     # preemptions: FIFO never preempts, LAS does (share of jobs preempted at least once)
-    assert 'id="preemptions"' in page and "preemptions of a job (at least)" in page
+    assert 'id="preemptions"' in page and "preemptions of a job (at least; log scale)" in page
     assert 'src="http' not in page and "<script src" not in page
     # people's units, a table that scrolls within the page, the trace as it was named
     assert "avg JCT (h)" in page and "makespan (d)" in page and 'class="scroll"' in page
