@@ -151,9 +151,10 @@ class Session:
         self.reported_batch: int | None = None
         self.noise_scale: float | None = None
         self.memory_fraction = cap_gpu_memory(env.get("CORRAL_GPU_MEMORY_FRACTION"))
-        self.reported_memory: float | None = None
-        self._suspended: Any = None  # a GPU job's parked state between pauses
         """The share of each GPU's memory this job may use (set for opportunistic jobs)."""
+        self.reported_memory: float | None = None
+        """GPU memory the job said it uses (bytes per GPU); else PyTorch's peak is sent."""
+        self._suspended: Any = None  # a GPU job's parked state between pauses
         self._thread: threading.Thread | None = None
         if self.api_url and self._token and self.job_id and self.rank == 0:
             self._thread = threading.Thread(target=self._beat_loop, daemon=True)
