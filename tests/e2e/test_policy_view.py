@@ -6,7 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from corral.cli import app
 from corral.runtime.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import TERMINAL, TOKENS
 
@@ -24,7 +26,7 @@ def test_a_running_job_shows_the_policys_view_and_an_ended_one_none(
     service = ServiceProcess(tmp_path, policy, users=TOKENS, stop_grace=5)
     try:
         service.start()
-        job = service.client.submit({"command": ["sleep", "4"], "gpus": 1, "duration": 60})
+        job = service.client.submit({"command": ["sleep", "60"], "gpus": 1, "duration": 60})
         view = wait_for(
             lambda: (
                 (v := service.client.job(job["id"]))["status"] == "RUNNING"
@@ -41,6 +43,10 @@ def test_a_running_job_shows_the_policys_view_and_an_ended_one_none(
             assert view["promotions"] == "0"
             service_text = view["service in this queue"]
             assert re.match(r"\d\d:\d\d:\d\d GPU-time, moves down at ", service_text)
+        env = {"CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"], "COLUMNS": "200"}
+        shown = CliRunner().invoke(app, ["show", str(job["id"])], env=env)
+        assert shown.exit_code == 0 and f"policy    {key}: " in shown.output  # the CLI too
+        service.client.action(job["id"], "cancel")
         wait_for(lambda: service.client.job(job["id"])["status"] in TERMINAL, 60)
         assert service.client.job(job["id"])["policy_view"] == {}
     finally:

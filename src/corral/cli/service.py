@@ -369,6 +369,8 @@ def show(
     if job.get("remaining"):
         left = job["remaining"]
         lines.append(f"  remaining {span(left['seconds'])} (from {left['source']})")
+    for key, value in (job.get("policy_view") or {}).items():
+        lines.append(f"  policy    {key}: {value}")
     console.print("\n".join(lines), highlight=False)
     if job["attempts"]:
         table = Table(title="attempts")
