@@ -91,3 +91,18 @@ def test_virtual_gpus_are_dense_and_grouped_by_node() -> None:
 )
 def test_gpu_type_from_product_name(name: str, short: str) -> None:
     assert gpu_type_from_name(name) == short
+
+
+def test_a_stage_command_is_checked_as_a_command_and_keeps_a_task_out_of_standby() -> None:
+    from pydantic import ValidationError
+
+    from corral.runtime.specs import JobSpec
+
+    task = {"factory": "corral.examples.tasks:digits", "steps": 5}
+    assert JobSpec.model_validate({"task": task}).warm_argv() is not None
+    staged = JobSpec.model_validate({"task": task, "stage": ["cp", "-r", "/data", "/scratch"]})
+    assert staged.stage == ["cp", "-r", "/data", "/scratch"]
+    assert staged.warm_argv() is None  # staging runs first, as its own program
+    for bad in ([], [""], ["cp", "a\x00b"]):
+        with pytest.raises(ValidationError, match="stage"):
+            JobSpec.model_validate({"command": ["true"], "stage": bad})

@@ -88,13 +88,19 @@ class RunTimeEstimator:
         self.fits += 1
         del self._x[: -self.window], self._y[: -self.window]
 
-    def predict(self, state: SchedulerState, idx: list[int]) -> np.ndarray:
-        """Expected run time (seconds) of each job of ``idx``."""
+    def predict(
+        self, state: SchedulerState, idx: list[int], stated: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Expected run time (seconds) of each job of ``idx``. Before the forest is
+        fitted: the owner's mean, else what the job's owner stated (``stated``, live
+        only: a trace's durations are the truth), else the median seen so far."""
         if not idx:
             return np.zeros(0)
         rows = np.nan_to_num(np.asarray([self.features(state, i) for i in idx]), nan=-1.0)
         if self.model is not None:
             return np.exp(self.model.predict(rows))
-        fallback = math.exp(float(np.median(self._y))) if self._y else 3600.0
+        fallback = np.full(len(idx), math.exp(float(np.median(self._y))) if self._y else 3600.0)
+        if stated is not None:
+            fallback = np.where(np.isfinite(stated) & (stated > 0), stated, fallback)
         means = rows[:, 3]
         return np.where(means > 0, np.exp(np.clip(means, -50, 50)), fallback)

@@ -46,6 +46,10 @@ class Plan:
     step; the simulator's speeds already account for it (``factors``)."""
     overheads: dict[int, float] = field(default_factory=dict)
     """Seconds a start costs instead of the engine's switch cost (e.g. a migration)."""
+    prestage: list[int] = field(default_factory=list)
+    """Waiting jobs whose inputs start staging now, ahead of their start (Liquid's
+    pre-scheduling): the live service runs their ``stage`` command; the simulator
+    needs nothing (the policy charges the launch phase left through ``overheads``)."""
     free_after: FreeGPUs | None = None
     """The free GPUs once the plan is carried out, when the plan was built
     against a scratch copy (PlanBuilder does); executors adopt it instead of

@@ -52,6 +52,12 @@ class Liquid(Policy):
         "pre-scheduling and for small jobs sharing GPUs"
     )
     shares_gpus = True
+    live_note = (
+        "pre-scheduling runs a waiting job's 'stage' command (its inputs' staging) ahead of "
+        "its start, as its user and without GPUs; its attempt then finds them staged. "
+        "Before the forest is fitted, a job's stated duration is its estimate. Set 'launch' "
+        "to the jobs' typical staging time: it is charged to every start"
+    )
 
     def __init__(
         self,
@@ -114,7 +120,7 @@ class Liquid(Policy):
         order = np.sort(state.pending.array())  # index order is submit order
         free = builder.free
         if self.launch > 0 and self.prescheduling:
-            self._prestage(state, order)
+            builder.plan.prestage.extend(self._prestage(state, order))
         fits = order[state.gpus[order] <= free.total]
         # a burst: enough jobs submitted lately that no earlier batch considered
         recent = fits[
@@ -151,8 +157,9 @@ class Liquid(Policy):
         """Predicted run times. A trace's jobs are all predicted at once after
         each refit (their features are known at submission, and the owner
         history in them is as of the refit), so a pass costs no model call."""
-        if not state.known_in_advance:
-            return self.estimator.predict(state, [int(i) for i in idx])
+        if not state.known_in_advance:  # live: the owner's statement is no oracle
+            jobs = [int(i) for i in idx]
+            return self.estimator.predict(state, jobs, state.duration[jobs])
         if self._all is None or self._all_fits != self.estimator.fits:
             self._all = self.estimator.predict(state, list(range(len(state.submit))))
             self._all_fits = self.estimator.fits
@@ -194,17 +201,17 @@ class Liquid(Policy):
             self.expected_end[i] = state.now + left + run_time
 
     # ------------------------------------------------------------ pre-scheduling
-    def _prestage(self, state: SchedulerState, order: np.ndarray) -> None:
+    def _prestage(self, state: SchedulerState, order: np.ndarray) -> list[int]:
         """The jobs next in line for GPUs that free up within a launch phase
-        start staging their data now."""
+        start staging their data now; returns those that start now."""
         running = state.running.array()
         if not len(running):
-            return
+            return []
         soon = running[self.expected_end[running] <= state.now + self.launch]
         freeing = int(state.free.total + state.gpus[soon].sum())
         if freeing == 0:
-            return
-        room = freeing
+            return []
+        room, staged = freeing, []
         for i in order.tolist():
             g = int(state.gpus[i])
             if g > room:
@@ -213,8 +220,10 @@ class Liquid(Policy):
             if not math.isfinite(self.staged_at[i]):
                 self.staged_at[i] = state.now
                 self.counts["prestaged"] += 1
+                staged.append(i)
             if room == 0:
                 break
+        return staged
 
     def _wakeup(self, state: SchedulerState, builder: PlanBuilder) -> float | None:
         """Wake when a running job is due to end within a launch phase, to stage

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -20,6 +23,7 @@ from corral.runtime.identity import job_folder
 from corral.runtime.launcher import NOT_STARTED
 from corral.runtime.loop_base import Attempt, LoopBase
 from corral.runtime.specs import JobSpec
+from corral.runtime.staging import MARK, stage_argv, staged
 from corral.runtime.store import AttemptRow, JobRow
 
 
@@ -103,9 +107,12 @@ class Launching(LoopBase):
         folder.mkdir(parents=True, exist_ok=True)
         try:
             own = job_folder(self.config, job, run_as)
+            command = spec.command
+            if spec.stage:  # its inputs are staged first, unless staged already
+                command = stage_argv(sys.executable, own / MARK, spec.stage, spec.command)
             a.ref = self.executor.launch(
                 LaunchRequest(
-                    spec.command,
+                    command,
                     env,
                     spec.workdir or str(own),
                     self._slots(gpus),
@@ -126,6 +133,50 @@ class Launching(LoopBase):
             att = s.get(AttemptRow, attempt_id)
             if att is not None:
                 att.pid, att.pid_start = a.ref.pid, a.ref.pid_start
+
+    def _prestage(self, job: int) -> None:
+        """Start staging a waiting job's inputs ahead of its start (Liquid's
+        pre-scheduling): its stage command alone, as its user, without GPUs. The
+        attempt that starts it later finds the inputs staged (or waits for this)."""
+        if job in self.staging:
+            return
+        with self.store.session() as s:
+            row = s.get(JobRow, job)
+            if row is None or row.status != JobStatus.PENDING:
+                return
+            spec = JobSpec.model_validate(row.spec)
+            user = row.user
+            run_as = self.identities.get(user)
+        if not spec.stage:
+            return
+        own = job_folder(self.config, job, run_as)
+        if staged(own / MARK, spec.stage):
+            return
+        folder = self.config.state_dir / "jobs" / str(job) / "staging"
+        shutil.rmtree(folder, ignore_errors=True)  # a record of an earlier try is stale
+        env = dict(spec.env)
+        env.update(CORRAL_JOB_ID=str(job), CORRAL_JOB_DIR=str(own), CORRAL_USER=user)
+        argv = stage_argv(sys.executable, own / MARK, spec.stage, None)
+        request = LaunchRequest(argv, env, spec.workdir or str(own), (), folder, folder / "log.txt")
+        try:
+            ref = self.executor.launch(replace(request, run_as=run_as))
+        except OSError as exc:
+            with self.store.session() as s:
+                self.store.event(s, "prestage_failed", job, error=str(exc))
+            return
+        self.staging[job] = (ref, folder)
+        with self.store.session() as s:
+            self.store.event(s, "prestage", job)
+
+    def _poll_staging(self) -> None:
+        """Note the early stagings that ended (their mark tells the attempt)."""
+        for job, (ref, folder) in list(self.staging.items()):
+            record = self.executor.poll(ref, folder)
+            if record is None:
+                continue
+            del self.staging[job]
+            with self.store.session() as s:
+                self.store.event(s, "prestaged", job, exit_code=record.exit_code)
 
     def _env(
         self,

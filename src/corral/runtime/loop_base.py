@@ -158,6 +158,8 @@ class LoopBase:
         self.batch_sizes: dict[int, int] = {}
         self.gpu_memory: dict[int, float] = {}
         """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
+        self.staging: dict[int, tuple[ProcessRef, Path]] = {}
+        """Waiting jobs whose inputs are being staged ahead of their start (Liquid)."""
         self.uncapped: set[int] = set()
         """Running jobs upgraded from opportunistic: their memory cap is lifted."""
         """Job -> the global batch size its policy set (Pollux): passed at launch

@@ -100,6 +100,7 @@ class Scheduler(Recovery, Transitions, Launching):
             self._observe_progress()
             self.observed_at = now
         self._launch_ready(self.clock())
+        self._poll_staging()
         self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
         with self._cv:
             self._passes += 1
@@ -137,6 +138,8 @@ class Scheduler(Recovery, Transitions, Launching):
         live, st = self.live, self.live.state
         for i, batch in plan.batch_sizes.items():
             self.batch_sizes[live.ids[i]] = int(batch)
+        for i in plan.prestage:
+            self._prestage(live.ids[i])
         names = self.cluster.gpu_type_names
         stops: list[tuple[Attempt, str]] = []
         with self.store.session() as s:

@@ -178,6 +178,13 @@ class JobSpec(BaseModel):
     task: TaskSpec | None = Field(
         None, description="the job as a task factory, startable in a standby worker"
     )
+    stage: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ARGS,
+        description="argv that stages the job's inputs (copies data to local disk), run "
+        "once before its command; under liquid, ahead of time while the job waits",
+    )
     gpus: int = Field(1, ge=1, le=4096, description="GPUs of the gang")
     gpu_type: str | None = Field(
         None, max_length=32, description="run only on this GPU type (any when unset)"
@@ -266,14 +273,17 @@ class JobSpec(BaseModel):
         return data
 
     def warm_argv(self) -> list[str] | None:
-        """The task runner's arguments when this job may start in a standby worker."""
-        if self.task is None or self.command != [*TASK_RUNNER, *self.task.argv()]:
+        """The task runner's arguments when this job may start in a standby worker (not
+        when it stages inputs first: that runs as its own program)."""
+        if self.task is None or self.stage or self.command != [*TASK_RUNNER, *self.task.argv()]:
             return None
         return self.task.argv()
 
-    @field_validator("command")
+    @field_validator("command", "stage")
     @classmethod
-    def _command(cls, value: list[str]) -> list[str]:
+    def _command(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
         if not value[0].strip():
             raise ValueError("the program (first element) is empty")
         if any("\x00" in part for part in value):
