@@ -95,6 +95,9 @@ class ExitRecord:
 
 
 class Executor(ABC):
+    runs_without_gpus: bool = True
+    """Whether it can launch a process that holds no GPU (an early staging)."""
+
     @abstractmethod
     def slots(self) -> list[GpuSlot]:
         """All GPUs this executor offers, ids dense from 0, grouped by node."""

@@ -138,8 +138,8 @@ class Launching(LoopBase):
         """Start staging a waiting job's inputs ahead of its start (Liquid's
         pre-scheduling): its stage command alone, as its user, without GPUs. The
         attempt that starts it later finds the inputs staged (or waits for this)."""
-        if job in self.staging:
-            return
+        if job in self.staging or not self.executor.runs_without_gpus:
+            return  # (on Ray the attempt stages its inputs itself)
         with self.store.session() as s:
             row = s.get(JobRow, job)
             if row is None or row.status != JobStatus.PENDING:

@@ -111,6 +111,8 @@ def parse_ref(ref: ProcessRef) -> tuple[str, int] | None:
 
 
 class RayExecutor(Executor):
+    runs_without_gpus = False  # a launch's ranks are the nodes of its GPUs
+
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.settings = config.ray
