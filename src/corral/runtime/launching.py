@@ -7,7 +7,6 @@ import re
 import secrets
 import shutil
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -157,9 +156,11 @@ class Launching(LoopBase):
         env = dict(spec.env)
         env.update(CORRAL_JOB_ID=str(job), CORRAL_JOB_DIR=str(own), CORRAL_USER=user)
         argv = stage_argv(sys.executable, own / MARK, spec.stage, None)
-        request = LaunchRequest(argv, env, spec.workdir or str(own), (), folder, folder / "log.txt")
+        cwd = spec.workdir or str(own)
         try:
-            ref = self.executor.launch(replace(request, run_as=run_as))
+            ref = self.executor.launch(
+                LaunchRequest(argv, env, cwd, (), folder, folder / "log.txt", run_as=run_as)
+            )
         except OSError as exc:
             with self.store.session() as s:
                 self.store.event(s, "prestage_failed", job, error=str(exc))
