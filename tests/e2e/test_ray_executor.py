@@ -36,9 +36,12 @@ done = float(mark.read_text()) if mark.exists() else 0.0
 while done < float(sys.argv[1]):
     time.sleep(0.1)
     done += 0.1
-    mark.write_text(str(done))
+    mark.with_suffix(".tmp").write_text(str(done))
+    os.replace(mark.with_suffix(".tmp"), mark)
 """
-"""Seconds of work that survive preemption (each rank checkpoints its progress)."""
+"""Seconds of work that survive preemption (each rank checkpoints its progress,
+atomically: a stop signal between truncating and writing the file would leave it
+empty for the next attempt)."""
 
 
 def job(seconds: float, gpus: int = 1, **extra: Any) -> dict[str, Any]:
