@@ -4,7 +4,7 @@ Errors caused by input (a bad trace row, an unknown preset, a wrong flag) are
 printed as one message and exit with status 2; they never show a traceback.
 
 The command must start fast (``corral --help``, ``corral queue``): the
-simulator's modules (numpy, pandas, scipy, matplotlib) are imported inside the
+simulator's modules (numpy, pandas, scipy) are imported inside the
 commands that use them, and the help texts read light modules only.
 """
 

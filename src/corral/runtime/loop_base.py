@@ -156,14 +156,14 @@ class LoopBase:
         """How a job the plan started will run (Opportunistic, Shared), for its
         row once it launches."""
         self.batch_sizes: dict[int, int] = {}
+        """Job -> the global batch size its policy set (Pollux): passed at launch
+        and in heartbeat answers."""
         self.gpu_memory: dict[int, float] = {}
         """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
         self.staging: dict[int, tuple[ProcessRef, Path]] = {}
         """Waiting jobs whose inputs are being staged ahead of their start (Liquid)."""
         self.uncapped: set[int] = set()
         """Running jobs upgraded from opportunistic: their memory cap is lifted."""
-        """Job -> the global batch size its policy set (Pollux): passed at launch
-        and in heartbeat answers."""
         self.low_priority: dict[int, float] = {}
         """Jobs the plan started at low priority -> their GPU memory fraction."""
         self.preempted: set[int] = set()

@@ -283,11 +283,12 @@ def _markdown(table: pd.DataFrame, context: dict[str, Any]) -> str:
 
 
 SWEEP_CHARTS = [
-    ("avg_jct_s", "Average JCT", "average JCT (hours)", 3600.0),
-    ("gpu_utilization", "GPU utilisation", "busy share of GPUs", 1.0),
-    ("preemptions", "Preemptions", "preemptions in the run", 1.0),
+    ("avg_jct_s", "Average JCT", "average JCT (hours)"),
+    ("gpu_utilization", "GPU utilisation", "busy share of GPUs"),
+    ("preemptions", "Preemptions", "preemptions in the run"),
 ]
-"""What the sweep's charts show against offered load: metric, title, axis, unit."""
+"""What the sweep's charts show against offered load: metric, title, axis (the unit
+is the table's, from :data:`METRICS`)."""
 
 
 def _charts(table: pd.DataFrame) -> str:
@@ -297,9 +298,11 @@ def _charts(table: pd.DataFrame) -> str:
     if len(loads) < 2:
         return ""
     figures = []
-    for metric, title, axis, unit in SWEEP_CHARTS:
+    units = {metric: unit for metric, _, unit in METRICS}
+    for metric, title, axis in SWEEP_CHARTS:
         if f"{metric}_mean" not in table.columns:
             continue
+        unit = units[metric]
         for scale in sorted(table["cluster_scale"].unique()):
             part = table[table["cluster_scale"] == scale].dropna(subset=["load"])
             series, errors = {}, {}
