@@ -88,16 +88,8 @@ def anomaly_jobs(seed: int) -> Any:
 
 
 def private_cluster(policy: Any, vc: int) -> Any:
-    """A cluster made of one VC's cells: each cell a node of its size and type."""
-    from corral.model.cluster import Cluster, Node
-
-    tree = policy.tree
-    nodes = []
-    for (chain, level), count in sorted(policy.cells[vc].items()):
-        ch = tree.chains[chain]
-        for k in range(count):
-            nodes.append(Node(f"{ch.gpu_type}-{ch.sizes[level]}-{k}", ch.gpu_type, ch.sizes[level]))
-    return Cluster(f"private-{policy.vcs.names[vc]}", nodes) if nodes else None
+    """A cluster made of one VC's cells (see ``HiveD.private_cluster``)."""
+    return policy.private_cluster(vc)
 
 
 def per_vc(state: Any, capacity: dict[str, int]) -> dict[str, dict[str, float]]:

@@ -47,7 +47,11 @@ def test_buddy_allocation_splits_and_merges_back() -> None:
     assert tree.node_of(b) == tree.node_of(a)
     buddy.release(a)
     buddy.release(b)
-    assert [len(buddy.free[0][lv]) for lv in range(4)] == [0, 0, 0, 2]
+    # both nodes sit side by side in one rack: they merge up into the rack cell
+    assert tree.chains[0].sizes == (1, 2, 4, 8, 16)
+    assert [len(level) for level in buddy.free[0]] == [0, 0, 0, 0, 1]
+    flat = BuddyAllocator(CellTree(uniform(2, 8), rack_nodes=0))
+    assert [len(level) for level in flat.free[0]] == [0, 0, 0, 2]
 
 
 def mixed_cluster() -> Cluster:
@@ -151,6 +155,90 @@ def test_a_gang_wider_than_a_node_takes_whole_node_cells() -> None:
     assert cluster.gpu_node_list[(s.alloc[0] or ())[0]] not in held
 
 
+def test_racks_are_a_cell_level_cut_from_runs_of_a_chains_nodes() -> None:
+    # racks of 3 nodes, then one of 2: rack cells of 3 nodes; the last two stay node cells
+    nodes = [Node(f"n{k}", "V100", 4) for k in range(8)]
+    tree = CellTree(Cluster("racks", assign_racks(nodes, 3), rack_size=3))
+    chain = tree.chains[0]
+    assert chain.sizes == (1, 2, 4, 12) and chain.rack_nodes == 3 and chain.node_level == 2
+    tops = [c for c in range(len(tree)) if tree.parent_list[c] < 0]
+    assert sorted(tree.size_list[c] for c in tops) == [4, 4, 12, 12]
+    buddy = BuddyAllocator(tree)
+    assert buddy.free_cells(0, chain.node_level) == 8
+    assert [len(level) for level in buddy.free[0]] == [0, 0, 2, 2]
+    # a node cell comes from a standalone node before a rack is split
+    assert tree.parent_list[buddy.bind(0, chain.node_level)] < 0
+    assert CellTree(tree.cluster, rack_nodes=2).chains[0].sizes == (1, 2, 4, 8)
+    assert CellTree(tree.cluster, rack_nodes=0).chains[0].sizes == (1, 2, 4)
+    with pytest.raises(CorralError, match="rack_nodes"):
+        make_policy("hived", rack_nodes="1")
+
+
+def test_a_vc_owning_a_rack_cell_runs_its_gang_in_one_rack() -> None:
+    """Without a rack level, a VC's two node cells are bound wherever buddy
+    allocation finds free nodes; a rack cell keeps the VC's gang in one rack."""
+    cluster = uniform(6, 8, rack_size=2)
+    rows = [
+        (0.0, 8, 1000.0, "b"),
+        (0.0, 8, 10.0, "b"),  # ends at 10: frees a node beside b's first job
+        (0.0, 8, 1000.0, "b"),
+        (20.0, 16, 100.0, "a"),
+    ]
+
+    def racks_of_gang(**options):  # type: ignore[no-untyped-def]
+        s = simulate(rows, cluster, quotas="a=16,b=32", until=30.0, **options).state
+        assert s.first_start[3] == 20.0
+        return {cluster.gpu_rack[g] for g in s.alloc[3] or ()}
+
+    assert len(racks_of_gang(rack_nodes=0)) == 2
+    assert len(racks_of_gang()) == 1
+
+
+def test_a_higher_priority_job_preempts_lower_ones_of_its_own_vc_only() -> None:
+    """HiveD's priorities inside a VC: a waiting job stops its VC's lower-priority
+    guaranteed jobs (the fewest, lowest first) when that makes room in a cell
+    the VC holds; it never touches another VC's cells or a job of equal rank."""
+    rows = [
+        # (submit, gpus, duration, vc, priority)
+        (0.0, 4, 1000.0, "a", 0),  # 0: a's node cell, half
+        (0.0, 2, 1000.0, "a", 1),  # 1: same cell, a quarter
+        (0.0, 2, 1000.0, "a", 0),  # 2: the last quarter: a's cell is full
+        (0.0, 8, 1000.0, "b", 0),  # 3: b's node cell, full
+        (10.0, 2, 100.0, "a", 0),  # 4: equal to the lowest: waits
+        (20.0, 4, 100.0, "a", 2),  # 5: stops job 0, which alone frees a 4-GPU half
+        (30.0, 8, 100.0, "b", 5),  # 6: b's only job is lower: stops 3
+    ]
+    df = vc_jobs([r[:4] for r in rows]).df
+    df["priority"] = [r[4] for r in rows]
+    config = SimConfig(switch_cost=0.0, check_invariants=False, max_time=40.0)
+    policy = make_policy("hived", quotas="a=8,b=8", opportunistic=False)
+    s = Simulator(JobTable(df), uniform(2, 8), policy, config).run().state
+    assert np.isnan(s.first_start[4])
+    # job 0 (priority 0, 4 GPUs) alone makes room; job 2 (also 0, but 2 GPUs)
+    # would need job 1 (priority 1) to go too
+    assert s.first_start[5] == 20.0
+    assert s.preemptions.tolist() == [1, 0, 0, 1, 0, 0, 0]
+    assert s.first_start[6] == 30.0
+    assert {cluster_node(s, 5)} == {cluster_node(s, 1)}
+    # without priorities nothing is preempted
+    df["priority"] = 0
+    s = (
+        Simulator(
+            JobTable(df),
+            uniform(2, 8),
+            make_policy("hived", quotas="a=8,b=8", opportunistic=False),
+            config,
+        )
+        .run()
+        .state
+    )
+    assert s.preemptions.sum() == 0 and np.isnan(s.first_start[5])
+
+
+def cluster_node(state, job):  # type: ignore[no-untyped-def]
+    return {state.cluster.gpu_node_list[g] for g in state.alloc[job] or ()}.pop()
+
+
 def test_bad_nodes_are_never_bound_and_cells_move_to_healthy_ones() -> None:
     cluster = uniform(4, 8)
     rows = [(0.0, 8, 100.0, "a"), (0.0, 8, 100.0, "a"), (0.0, 4, 100.0, "b")]
@@ -185,12 +273,14 @@ def test_options_are_checked() -> None:
         ),
         min_size=1,
         max_size=30,
-    )
+    ),
+    tiers=st.lists(st.integers(0, 2), min_size=30, max_size=30) | st.just([0] * 30),
 )
-def test_each_vc_runs_exactly_as_on_its_private_cluster(rows) -> None:
+def test_each_vc_runs_exactly_as_on_its_private_cluster(rows, tiers) -> None:
     """Sharing safety, end to end: without opportunistic jobs or locality
     slowdowns, every job of every VC starts when it would on a private cluster
-    made of its VC's cells."""
+    made of its VC's cells (with priorities too: a VC's preemptions choose
+    among its virtual cells, as on its private cluster)."""
     from corral.model.state import SchedulerState
     from corral.perf.locality import LocalityModel
     from corral.perf.speeds import SpeedModel
@@ -199,22 +289,17 @@ def test_each_vc_runs_exactly_as_on_its_private_cluster(rows) -> None:
     quotas = {"a": 16, "b": 10, "c": 6}
     flat = SpeedModel(locality=LocalityModel(1.0, 1.0))
     jobs = vc_jobs(rows)
+    jobs.df["priority"] = tiers[: len(rows)]
     carver = make_policy("hived", quotas=quotas)
     carver.prepare(SchedulerState(cluster, jobs))
     config = SimConfig(switch_cost=0.0, speeds=flat)
     policy = make_policy("hived", quotas=quotas, opportunistic=False)
     shared = Simulator(jobs, cluster, policy, config).run().state
     for v, name in enumerate(carver.vcs.names):
-        kinds = [
-            (carver.tree.chains[c].gpu_type, carver.tree.chains[c].sizes[lv])
-            for (c, lv), count in sorted(carver.cells[v].items())
-            for _ in range(count)
-        ]
-        nodes = [Node(f"{name}-{k}", gpu_type, size) for k, (gpu_type, size) in enumerate(kinds)]
+        private_cluster = carver.private_cluster(v)
         mine = jobs.df["vc"] == name
-        if not nodes or not mine.any():
+        if private_cluster is None or not mine.any():
             continue
-        private_cluster = Cluster(f"private-{name}", nodes)
         table = JobTable(jobs.df[mine].copy())
         offset = float(jobs.df["submit_time"][mine].iloc[0])
         options = {"quotas": {name: private_cluster.total_gpus}, "opportunistic": False}

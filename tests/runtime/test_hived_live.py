@@ -72,3 +72,27 @@ def test_an_owner_evicts_opportunistic_jobs_from_its_cell(hived: Harness) -> Non
     assert reasons[extra] == "QuotaExceeded"
     for job in [*research, extra, owner, second]:
         hived.client.post(f"/v1/jobs/{job}/cancel", headers=auth("root"))
+
+
+def test_a_higher_priority_job_preempts_its_own_vcs_lower_ones(hived: Harness) -> None:
+    """HiveD's priorities inside a VC, live: prod's two low-priority jobs fill
+    its cell; a normal-priority 2-GPU prod job stops both and takes the cell,
+    and the two go on opportunistically on research's idle cell."""
+    low = [hived.submit(**sleeper("prod", f"low{k}"), priority=-1)["id"] for k in range(2)]
+    for job in low:
+        hived.wait_state(job, {"RUNNING"}, timeout=30)
+    cell = {g for job in low for g in hived.job(job)["assigned_gpus"]}
+    high = hived.submit(**(sleeper("prod", "high") | {"gpus": 2}))["id"]
+    hived.wait_state(high, {"RUNNING"}, timeout=30)
+    assert set(hived.job(high)["assigned_gpus"]) == cell
+    wait_for(
+        lambda: all(
+            hived.job(j)["preemptions"] == 1 and hived.job(j)["status"] == "RUNNING" for j in low
+        ),
+        30,
+        "both low-priority jobs to be preempted once and run again",
+    )
+    assert all(not set(hived.job(j)["assigned_gpus"]) & cell for j in low)
+    assert sorted(str(hived.job(j)["reason"]) for j in low) == ["Opportunistic"] * 2
+    for job in [*low, high]:
+        hived.client.post(f"/v1/jobs/{job}/cancel", headers=auth("root"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from corral.errors import CorralError, InputError
@@ -168,11 +169,18 @@ def test_pollux_workload(tmp_path):
 
 def test_canonical_round_trip(tmp_path):
     table = load_trace("synthetic:jobs=50,load=0.7", 32)
+    # every column travels, the optional ones included
+    table.df["priority"] = np.arange(50) % 3 - 1
+    table.df["batch_size"] = 64
+    table.df.loc[3, "batch_mode"] = "gns"
     path = str(tmp_path / "c.csv")
     write_canonical(table, path)
     assert detect_format(path) == "canonical"
     again = load_trace(path, 32)
     assert again.df.equals(table.df)
+    bad = write(tmp_path, "c4.csv", "submit_time,num_gpus,duration,priority\n0,1,5,1\n1,1,5,high\n")
+    with pytest.raises(InputError, match=r"c4.csv:3: field 'priority': expected a number"):
+        load_trace(bad, 32)
     bad = write(tmp_path, "c2.csv", "submit_time,num_gpus,duration,colour\n0,1,5,red\n")
     with pytest.raises(InputError, match=r"c2.csv:1: field 'colour': unknown column"):
         load_trace(bad, 32)

@@ -34,6 +34,8 @@ COLUMNS: dict[str, str] = {
     "vc": "str: virtual cluster / queue",
     "user": "str: owner",
     "weight": "float: priority weight (weighted JCT)",
+    "priority": "int: priority tier, higher runs first whatever the policy's key (0 when "
+    "the trace has none, as real traces do)",
     "batch_size": "int: global batch size when known (training curves, scaling), else 0",
     "batch_mode": "str: batch-size schedule ('static'; Shockwave's traces also name "
     "'gns' or 'accordion', carried and reported, not modelled)",
@@ -45,6 +47,7 @@ _DEFAULTS: dict[str, object] = {
     "vc": "default",
     "user": "",
     "weight": 1.0,
+    "priority": 0,
     "batch_mode": "static",
     "batch_size": 0,
 }
@@ -166,6 +169,7 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     out["duration"] = out["duration"].astype(float)
     out["total_steps"] = out["total_steps"].astype(float)
     out["weight"] = out["weight"].astype(float)
+    out["priority"] = out["priority"].fillna(0).astype(np.int64)
     out["batch_size"] = out["batch_size"].fillna(0).astype(np.int64)
     for column in ("job_type", "model", "vc", "user", "batch_mode"):
         out[column] = out[column].fillna("").astype(str)

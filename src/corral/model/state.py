@@ -156,9 +156,9 @@ class SchedulerState:
         self.busy_gpus = 0
         self.finished: list[int] = []
         """Jobs in the order they finished (policies that learn from history read it)."""
-        self.priority = np.zeros(n, dtype=np.int64)
+        self.priority = df["priority"].to_numpy(dtype=np.int64).copy()
         """User priority: a higher tier runs first whatever the policy's key (0 in traces)."""
-        self.tiered = False
+        self.tiered = bool(self.priority.any())
         """True once any job has a non-zero priority (lets FIFO skip sorting when none has)."""
         self.type_req = np.full(n, -1, dtype=np.int64)
         """GPU type a job must run on (index into ``cluster.gpu_type_names``; -1: any)."""

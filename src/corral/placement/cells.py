@@ -15,9 +15,14 @@ request a VC's private cluster could serve stays obtainable in the shared one.
 
 Levels are derived from each node's GPU count by halving (8 GPUs: 1, 2, 4, 8;
 2 GPUs: 1, 2), or given as sizes (``cell_sizes``), each dividing the next.
-Racks are not a level: Philly's racks hold different numbers of each node kind,
-and a buddy level needs identical cells; jobs wider than a node take several
-node cells.
+Above the node, a *rack* cell is ``rack_nodes`` nodes of the chain that sit
+side by side in one rack (HiveD's level-5 cell). A buddy level needs identical
+cells, and real racks hold different numbers of each node kind (Philly's hold
+16, with one rack of 7), so by default ``rack_nodes`` is the most common run of
+a chain's nodes in one rack; a rack's run is cut into cells of that many
+nodes, and nodes left over stay node cells with no rack cell above them (the
+top of their own tree). ``rack_nodes=0`` leaves racks out; jobs wider than a
+node then take several node cells.
 
 GPU ids of a cell are contiguous (GPUs are numbered node by node), so a cell
 is a ``(first, size)`` range.
@@ -69,14 +74,61 @@ def parse_sizes(text: str | None) -> list[int] | None:
     return sizes
 
 
+def parse_rack_nodes(value: object) -> int | None:
+    """``rack_nodes``: "auto" (None), 0 (no rack level) or a node count >= 2."""
+    text = str(value).strip().lower() if value is not None else "auto"
+    if text in ("", "auto"):
+        return None
+    if text in ("off", "none", "no", "false"):
+        return 0
+    try:
+        count = int(text)
+    except ValueError:
+        raise ValueError(f"rack_nodes '{value}': expected auto, 0 or a node count") from None
+    if count < 0 or count == 1:
+        raise ValueError(f"rack_nodes '{value}': a rack cell needs at least 2 nodes (0: none)")
+    return count
+
+
+def rack_runs(cluster: Cluster, nodes: Iterable[int]) -> list[list[int]]:
+    """The chain's nodes as runs of consecutive nodes in one rack (so that a
+    run's GPUs are one contiguous range)."""
+    runs: list[list[int]] = []
+    racks = cluster.node_rack_list
+    for node in sorted(nodes):
+        if runs and runs[-1][-1] == node - 1 and racks[runs[-1][-1]] == racks[node]:
+            runs[-1].append(node)
+        else:
+            runs.append([node])
+    return runs
+
+
+def auto_rack_nodes(runs: list[list[int]]) -> int:
+    """The most common length of the runs of two nodes or more (the larger on a
+    tie); 0 when no rack holds two of the chain's nodes side by side."""
+    lengths = Counter(len(r) for r in runs if len(r) >= 2)
+    if not lengths:
+        return 0
+    return max(lengths.items(), key=lambda kv: (kv[1], kv[0]))[0]
+
+
 @dataclass(frozen=True)
 class Chain:
-    """Nodes of one kind and the cell sizes of their levels."""
+    """Nodes of one kind and the cell sizes of their levels.
+
+    ``sizes`` run from one GPU up to the node, then the rack cell when the
+    chain has one (``rack_nodes`` > 0); ``node_level`` is the node's level.
+    """
 
     gpu_type: str
     node_gpus: int
     sizes: tuple[int, ...]
     nodes: tuple[int, ...]
+    rack_nodes: int = 0
+
+    @property
+    def node_level(self) -> int:
+        return len(self.sizes) - 2 if self.rack_nodes else len(self.sizes) - 1
 
     @property
     def top(self) -> int:
@@ -90,19 +142,37 @@ class CellTree:
     """Every cell of the cluster: level, GPU range, parent and children.
 
     Cell ids are dense integers; arrays hold each cell's chain, level, first
-    GPU, size and parent (-1 for a node), and ``children`` lists its children.
+    GPU, size and parent (-1 for a top cell: a rack cell, or a node in none),
+    and ``children`` lists its children.
     """
 
-    def __init__(self, cluster: Cluster, sizes: Iterable[int] | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        sizes: Iterable[int] | None = None,
+        rack_nodes: int | None = None,
+    ) -> None:
         self.cluster = cluster
         wanted = list(sizes) if sizes is not None else None
         kinds: dict[tuple[str, int], list[int]] = {}
         for k, node in enumerate(cluster.nodes):
             kinds.setdefault((node.gpu_type, node.gpus), []).append(k)
-        self.chains: list[Chain] = [
-            Chain(t, g, tuple(level_sizes(g, wanted)), tuple(nodes))
-            for (t, g), nodes in sorted(kinds.items())
-        ]
+        self.chains: list[Chain] = []
+        groups: list[list[list[int]]] = []
+        """Per chain, its rack cells' nodes."""
+        for (t, g), nodes in sorted(kinds.items()):
+            runs = rack_runs(cluster, nodes)
+            per_rack = auto_rack_nodes(runs) if rack_nodes is None else rack_nodes
+            racks = [
+                run[k : k + per_rack]
+                for run in runs
+                for k in range(0, len(run) - per_rack + 1 if per_rack else 0, per_rack or 1)
+            ]
+            levels = level_sizes(g, wanted)
+            if racks:
+                levels.append(per_rack * g)
+            self.chains.append(Chain(t, g, tuple(levels), tuple(nodes), per_rack if racks else 0))
+            groups.append(racks)
         chain_of: list[int] = []
         level: list[int] = []
         first: list[int] = []
@@ -110,26 +180,31 @@ class CellTree:
         parent: list[int] = []
         self.children: list[list[int]] = []
         self.node_cell = np.full(cluster.num_nodes, -1, dtype=np.int64)
-        """The level-top cell of each node."""
+        """The node-level cell of each node."""
         for c, chain in enumerate(self.chains):
+
+            def make(lv: int, start: int, up: int, c: int = c, chain: Chain = chain) -> int:
+                cid = len(level)
+                chain_of.append(c)
+                level.append(lv)
+                first.append(start)
+                size.append(chain.sizes[lv])
+                parent.append(up)
+                self.children.append([])
+                if lv > 0:
+                    step = chain.sizes[lv - 1]
+                    for s in range(start, start + chain.sizes[lv], step):
+                        self.children[cid].append(make(lv - 1, s, cid, c, chain))
+                return cid
+
+            in_rack: set[int] = set()
+            for group in groups[c]:
+                # a rack cell's nodes are consecutive, so its GPUs are one range
+                make(chain.top, int(cluster.node_first_gpu[group[0]]), -1)
+                in_rack.update(group)
             for node in chain.nodes:
-                base = int(cluster.node_first_gpu[node])
-
-                def make(lv: int, start: int, up: int, c: int = c, chain: Chain = chain) -> int:
-                    cid = len(level)
-                    chain_of.append(c)
-                    level.append(lv)
-                    first.append(start)
-                    size.append(chain.sizes[lv])
-                    parent.append(up)
-                    self.children.append([])
-                    if lv > 0:
-                        step = chain.sizes[lv - 1]
-                        for s in range(start, start + chain.sizes[lv], step):
-                            self.children[cid].append(make(lv - 1, s, cid, c, chain))
-                    return cid
-
-                self.node_cell[node] = make(chain.top, base, -1)
+                if node not in in_rack:
+                    make(chain.node_level, int(cluster.node_first_gpu[node]), -1)
         self.chain = np.array(chain_of, dtype=np.int64)
         self.level = np.array(level, dtype=np.int64)
         self.first = np.array(first, dtype=np.int64)
@@ -140,6 +215,9 @@ class CellTree:
         self.level_list: list[int] = level
         self.parent_list: list[int] = parent
         self.chain_list: list[int] = chain_of
+        node_level = np.array([ch.node_level for ch in self.chains], dtype=np.int64)
+        nodes = np.flatnonzero(self.level == node_level[self.chain])
+        self.node_cell[cluster.gpu_node[self.first[nodes]]] = nodes
         self.leaf = np.full(cluster.total_gpus, -1, dtype=np.int64)
         """The level-1 cell of each GPU."""
         leaves = np.flatnonzero(self.level == 0)
@@ -185,9 +263,8 @@ class BuddyAllocator:
         self.tree = tree
         self.healthy = healthy or (lambda cell: True)
         self.free: list[list[set[int]]] = [[set() for _ in chain.sizes] for chain in tree.chains]
-        for chain_id, chain in enumerate(tree.chains):
-            for node in chain.nodes:
-                self.free[chain_id][chain.top].add(int(tree.node_cell[node]))
+        for cell in np.flatnonzero(tree.parent < 0).tolist():
+            self.free[tree.chain_list[cell]][tree.level_list[cell]].add(cell)
 
     def free_cells(self, chain: int, level: int) -> int:
         """How many level-``level`` cells could be bound now, splitting larger ones."""

@@ -4,21 +4,27 @@ HiveD (Zhao et al., OSDI '20) observed a *sharing anomaly* in quota-based
 multi-tenant clusters: a virtual cluster (VC) with enough quota still waits,
 because the free GPUs it is owed are scattered over nodes by other tenants'
 jobs, and a gang needing one node or one PCIe switch cannot start. HiveD's
-fix is to guarantee each VC its quota in *cells* (GPU, GPU pair, socket, node:
-:mod:`corral.placement.cells`) rather than in GPU counts, and to bind a VC's
+fix is to guarantee each VC its quota in *cells* (GPU, GPU pair, socket, node,
+rack: :mod:`corral.placement.cells`) rather than in GPU counts, and to bind a VC's
 cells to physical ones only while it uses them, by buddy allocation, so that
 any request the VC's private cluster could serve is served in the shared one
 (*sharing safety*).
 
-A pass, in submit order:
+A pass, in submit order (higher priority first when jobs have priorities):
 
 1. **Guaranteed**: a job runs within its VC's cells when they can hold it:
    in a cell its VC already holds (the fullest that fits: packing, as HiveD's
    intra-VC scheduler does), else in a newly bound cell of the smallest level
    that fits. The binding prefers physical cells with the fewest opportunistic
    jobs on them (HiveD's lazy preemption); opportunistic jobs still in the
-   chosen GPUs are preempted. A job wider than a node takes whole node cells
-   of its VC (in one rack where possible).
+   chosen GPUs are preempted. A job wider than a node runs inside a rack cell
+   of its VC, on as few nodes as it can, or else takes whole node cells of its
+   VC (in one rack where possible).
+   **Priorities**: a job that finds no room stops its VC's lower-priority
+   guaranteed jobs, the fewest and lowest first, when that makes room in a
+   cell the VC holds (HiveD's preemption inside a VC; another VC's cells are
+   never touched), and the pass runs again right after so they take the room
+   left.
 2. **Opportunistic**: a job beyond its VC's cells (over its quota, or wider
    than its cells can ever hold) runs, at low priority, on idle GPUs, first
    those in no VC's bound cells (far from guaranteed jobs, so less likely to
@@ -43,10 +49,18 @@ from typing import Any
 import numpy as np
 
 from corral.errors import CorralError
+from corral.model.cluster import Cluster, Node
 from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import RUNNING, IndexSet, SchedulerState
-from corral.placement.cells import BuddyAllocator, CellTree, carve, parse_sizes
+from corral.placement.cells import (
+    BuddyAllocator,
+    CellTree,
+    Chain,
+    carve,
+    parse_rack_nodes,
+    parse_sizes,
+)
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
 from corral.policies.vcs import (
@@ -55,6 +69,12 @@ from corral.policies.vcs import (
     QuotaClassReasons,
     VirtualClusters,
 )
+
+REQUEUE_AFTER = 1e-3
+"""Seconds after a priority preemption at which the pass runs again, so that its
+victims are placed in what room their VC has left at once, not at whatever
+unrelated event comes next (which would make a VC's decisions depend on other
+VCs' events, against sharing safety)."""
 
 
 class HiveD(QuotaClassReasons, Policy):
@@ -72,12 +92,14 @@ class HiveD(QuotaClassReasons, Policy):
         placement: PlacementStrategy | None = None,
         quotas: str | dict[str, float] | None = None,
         cell_sizes: str = "auto",
+        rack_nodes: Any = "auto",
         opportunistic: Any = True,
         bad_nodes: str = "",
     ) -> None:
         super().__init__(placement)
         self.vcs = VirtualClusters(quotas)
         self.sizes = parse_sizes(cell_sizes)
+        self.rack_nodes = parse_rack_nodes(rack_nodes)
         self.opportunistic = _flag(opportunistic, "opportunistic")
         self.bad_node_names = [v.strip() for v in str(bad_nodes or "").split(",") if v.strip()]
         self._n = -1
@@ -90,7 +112,7 @@ class HiveD(QuotaClassReasons, Policy):
         n = len(state.submit)
         self._n = n
         if self.tree is None or self.tree.cluster is not cluster:
-            self.tree = CellTree(cluster, self.sizes)
+            self.tree = CellTree(cluster, self.sizes, self.rack_nodes)
         tree = self.tree
         self.vcs.ensure(state)
         self.bad = np.zeros(cluster.total_gpus, dtype=bool)
@@ -156,7 +178,7 @@ class HiveD(QuotaClassReasons, Policy):
                     + [
                         cnt * chains[c].node_gpus
                         for (c, lv), cnt in self.cells[v].items()
-                        if lv == chains[c].top
+                        if lv == chains[c].node_level
                     ]
                     + [0]
                 )
@@ -195,12 +217,36 @@ class HiveD(QuotaClassReasons, Policy):
             row: dict[str, int] = {}
             for (c, lv), cnt in sorted(cells.items()):
                 chain = self.tree.chains[c]
-                row[f"{chain.describe()}: {chain.sizes[lv]}-GPU"] = cnt
+                what = "-GPU rack" if lv > chain.node_level else "-GPU"
+                row[f"{chain.describe()}: {chain.sizes[lv]}{what}"] = cnt
             out[self.vcs.names[v]] = row
         return out
 
     def quotas(self) -> dict[str, float]:
         return self.vcs.quotas()
+
+    def private_cluster(self, v: int) -> Cluster | None:
+        """The cluster VC ``v`` would own alone: its cells and nothing else.
+
+        A rack cell is a rack of its nodes; any other cell is a node of the
+        cell's size and type, in a rack of its own, so the private cluster's
+        cells are the VC's level for level (and a gang spread over node cells
+        crosses racks there as it may in the shared cluster). Sharing safety
+        says each VC's jobs start in the shared cluster when they would here.
+        """
+        assert self.tree is not None
+        nodes: list[Node] = []
+        racks = 0
+        for (chain, level), count in sorted(self.cells[v].items()):
+            ch = self.tree.chains[chain]
+            rack = level > ch.node_level
+            size = ch.node_gpus if rack else ch.sizes[level]
+            for k in range(count):
+                for m in range(ch.rack_nodes if rack else 1):
+                    name = f"{ch.gpu_type}-{ch.sizes[level]}-{k}-{m}"
+                    nodes.append(Node(name, ch.gpu_type, size, rack=racks))
+                racks += 1
+        return Cluster(f"private-{self.vcs.names[v]}", nodes) if nodes else None
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
@@ -217,6 +263,8 @@ class HiveD(QuotaClassReasons, Policy):
         if not len(state.pending):
             return builder.build()
         order = np.sort(state.pending.array())  # index order is submit order
+        if state.tiered:  # higher priority first, then submit order
+            order = order[np.argsort(-state.priority[order], kind="stable")]
         vc = self.vcs.vc[order]
         need = state.gpus[order]
         room = self.vc_owned[vc] - self.vc_used[vc]
@@ -233,25 +281,42 @@ class HiveD(QuotaClassReasons, Policy):
         live = not state.known_in_advance
         if live:
             self.why = {}
+        lowest = self._lowest_priorities(state)
+        if lowest is not None:
+            # a preemption frees room mid-pass for the jobs after it: try them all
+            due[:] = True
         started: set[int] = set()
+        wake: float | None = None
         room_list = (self.vc_owned - self.vc_used).tolist()
         for i, v, g in zip(order[due].tolist(), vc[due].tolist(), need[due].tolist(), strict=True):
-            if room_list[v] < g:
-                continue
             typed = state.type_req[i] >= 0
             now_version = self.vc_version[v]
-            if not typed and self.fail_version[v] == now_version and g >= self.fail_size[v]:
-                continue
-            if self._place_guaranteed(builder, state, i, v, g):
-                room_list[v] -= g
-                started.add(i)
-            else:
+            known_to_fail = (
+                not typed and self.fail_version[v] == now_version and g >= self.fail_size[v]
+            )
+            if room_list[v] >= g and not known_to_fail:
+                if self._place_guaranteed(builder, state, i, v, g):
+                    room_list[v] -= g
+                    started.add(i)
+                    continue
                 self.tried[i] = now_version
                 if not typed:
                     if self.fail_version[v] != now_version:
                         self.fail_version[v], self.fail_size[v] = now_version, g
                     else:
                         self.fail_size[v] = min(self.fail_size[v], g)
+            if (
+                lowest is not None
+                and state.priority[i] > lowest[v]
+                and self.vc_largest[v] >= g  # else its cells never hold it: opportunistic
+            ):
+                freed = self._preempt_for(builder, state, i, v, g)
+                if freed is not None:
+                    room_list[v] += freed - g
+                    started.add(i)
+                    lowest = self._lowest_priorities(state)
+                    assert lowest is not None
+                    wake = state.now + REQUEUE_AFTER
         if self.opportunistic:
             # only jobs beyond their VC's cells (its quota, or wider than its cells
             # can ever hold): one its cells could hold waits for them, as on its
@@ -260,7 +325,7 @@ class HiveD(QuotaClassReasons, Policy):
             self._place_opportunistic(builder, state, order[beyond], started)
         if live:
             self._note_reasons(builder, state, order, room)
-        return builder.build()
+        return builder.build(wake)
 
     # ------------------------------------------------------------ bookkeeping
     def _reconcile(self, state: SchedulerState) -> None:
@@ -402,9 +467,9 @@ class HiveD(QuotaClassReasons, Policy):
         best: tuple[tuple[int, int, int, tuple[int, int, int], int], int, int] | None = None
         for c in self._chains_for(state, i):
             chain = tree.chains[c]
-            if g > chain.node_gpus:
+            level = _level_for(chain, g)
+            if level < 0:
                 continue
-            level = next(lv for lv, s in enumerate(chain.sizes) if s >= g)
             size = chain.sizes[level]
             for cell in self.vc_cells_bound[v]:
                 if tree.chain_list[cell] != c or tree.level_list[cell] < level:
@@ -427,9 +492,10 @@ class HiveD(QuotaClassReasons, Policy):
         for c in self._chains_for(state, i):
             chain = tree.chains[c]
             if g > chain.node_gpus:
-                wide.append(c)
+                wide.append(c)  # whole node cells, if no rack cell can hold it
+            level = _level_for(chain, g)
+            if level < 0:
                 continue
-            level = next(lv for lv, s in enumerate(chain.sizes) if s >= g)
             for lv in range(level, len(chain.sizes)):
                 if self.bound[v][(c, lv)] < self.cells[v][(c, lv)]:
                     spare.append((chain.sizes[lv], c, lv, level))
@@ -460,7 +526,7 @@ class HiveD(QuotaClassReasons, Policy):
         tree = self.tree
         assert tree is not None
         chain = tree.chains[c]
-        top = chain.top
+        top = chain.node_level
         whole, rest = divmod(g, chain.node_gpus)
         levels = [top] * whole
         if rest:
@@ -523,11 +589,18 @@ class HiveD(QuotaClassReasons, Policy):
         cell = cells[0]
         chain = tree.chains[tree.chain_list[cell]]
         size = next(s for s in chain.sizes if s >= g)
-        span = range(start, start + size)
         mask = builder.free.mask
-        idle = [x for x in span if usable[x] and mask[x]]
-        taken = [x for x in span if usable[x] and not mask[x]]
-        gpus = (idle + taken)[:g]
+        width = min(size, chain.node_gpus)
+        # within a rack cell, the nodes with the most GPUs to give first (the
+        # gang spans as few nodes as it can)
+        blocks = []
+        for first in range(start, start + size, width):
+            span = range(first, first + width)
+            idle = [x for x in span if usable[x] and mask[x]]
+            taken = [x for x in span if usable[x] and not mask[x]]
+            blocks.append((-(len(idle) + len(taken)), -len(idle), first, idle + taken))
+        blocks.sort()
+        gpus = [x for block in blocks for x in block[3]][:g]
         return self._take(builder, state, i, v, gpus, cells)
 
     def _take(
@@ -565,6 +638,81 @@ class HiveD(QuotaClassReasons, Policy):
         if j < 0 or j in builder.plan.stops:
             return None
         return j
+
+    # ------------------------------------------------------------ priorities
+    def _lowest_priorities(self, state: SchedulerState) -> np.ndarray | None:
+        """Per VC, the lowest priority among its guaranteed jobs still running in
+        this plan (+inf: none); None when no job has a priority (traces).
+
+        HiveD's priorities inside a VC: a waiting guaranteed job of a higher
+        priority preempts its VC's lower-priority guaranteed jobs
+        (:meth:`_preempt_for`); opportunistic jobs rank below them all.
+        """
+        if not state.tiered:
+            return None
+        out = np.full(len(self.vcs.names), np.inf)
+        running = self.guaranteed.array()
+        if len(running):
+            np.minimum.at(out, self.vcs.vc[running], state.priority[running].astype(np.float64))
+        return out
+
+    def _preempt_for(
+        self, builder: PlanBuilder, state: SchedulerState, i: int, v: int, g: int
+    ) -> int | None:
+        """Stop the fewest, lowest-priority guaranteed jobs of VC ``v`` that make
+        room for job ``i`` in one of the VC's bound cells, and start it there;
+        the victims' GPUs in use (None: no cell would have room)."""
+        tree = self.tree
+        assert tree is not None
+        mine = int(state.priority[i])
+        usable = self._usable()
+        stopped = builder.plan.stops
+        best: tuple[tuple, int, int, list[int]] | None = None
+        for c in self._chains_for(state, i):
+            chain = tree.chains[c]
+            level = _level_for(chain, g)
+            if level < 0:
+                continue
+            size = chain.sizes[level]
+            for cell in self.vc_cells_bound[v]:
+                if tree.chain_list[cell] != c or tree.level_list[cell] < level:
+                    continue
+                first, span = tree.first_list[cell], tree.size_list[cell]
+                rank = (c, tree.level_list[cell], self.cell_vid[cell])
+                for k, start in enumerate(range(first, first + span, size)):
+                    block = range(start, start + size)
+                    have = sum(1 for x in block if usable[x])
+                    if have >= g:
+                        continue  # room without preempting: the pass' own business
+                    owners = np.where(self.bad[block], -1, self.g_used[block])
+                    held = Counter(int(j) for j in owners[owners >= 0])
+                    lower = [j for j in held if state.priority[j] < mine and j not in stopped]
+                    # lowest priority first, then the latest started
+                    lower.sort(key=lambda j: (int(state.priority[j]), -state.seg_start[j], -j))
+                    victims: list[int] = []
+                    for j in lower:
+                        if have >= g:
+                            break
+                        victims.append(j)
+                        have += held[j]
+                    if have < g:
+                        continue
+                    top = max(int(state.priority[j]) for j in victims)
+                    key = (top, len(victims), sum(held[j] for j in victims), rank, k)
+                    if best is None or key < best[0]:
+                        best = (key, cell, start, victims)
+        if best is None:
+            return None
+        _, cell, start, victims = best
+        freed = 0
+        self.cell_jobs[cell].add(-1)  # the cell stays bound while its victims leave
+        for j in victims:
+            freed += int(state.gpus[j])
+            builder.stop(j)
+            self._release(j)
+        self.cell_jobs[cell].discard(-1)
+        self._start_in(builder, state, i, v, g, [cell], start, self._usable())
+        return freed
 
     # ------------------------------------------------------------ opportunistic
     def _place_opportunistic(
@@ -626,6 +774,11 @@ class HiveD(QuotaClassReasons, Policy):
                 self.why[i] = "CellsUnavailable"
             else:
                 self.why[i] = "Resources"
+
+
+def _level_for(chain: Chain, g: int) -> int:
+    """The level of the smallest cell of ``chain`` that holds ``g`` GPUs (-1: none)."""
+    return next((lv for lv, s in enumerate(chain.sizes) if s >= g), -1)
 
 
 def _flag(value: Any, name: str) -> bool:

@@ -1,8 +1,8 @@
 """corral's own trace CSV: the job table's columns, written and read back as is.
 
 Required: ``submit_time``, ``num_gpus`` and ``duration`` or ``total_steps``;
-optional: ``job_id, job_type, model, vc, user, weight`` (see
-:data:`corral.model.jobs.COLUMNS`).
+optional: ``job_id, job_type, model, vc, user, weight, priority, batch_size,
+batch_mode`` (see :data:`corral.model.jobs.COLUMNS`).
 """
 
 from __future__ import annotations
@@ -36,15 +36,21 @@ def load_canonical(path: str, skip_bad: bool = False, report: LoadReport | None 
         data["total_steps"] = check.number("total_steps", positive=True)
     if "weight" in raw:
         data["weight"] = check.number("weight", positive=True)
+    if "priority" in raw:
+        data["priority"] = check.number("priority", integer=True, required=False)
+    if "batch_size" in raw:
+        data["batch_size"] = check.number("batch_size", integer=True, minimum=0, required=False)
     if "job_id" in raw:
         data["job_id"] = check.text("job_id")
         check.unique(data["job_id"], "job_id")  # type: ignore[arg-type]
-    for column in ("job_type", "model", "vc", "user"):
+    for column in ("job_type", "model", "vc", "user", "batch_mode"):
         if column in raw:
             data[column] = check.text(column, required=False)
     df = check.keep(pd.DataFrame(data), report)
     if "job_type" in df:
         df.loc[df["job_type"] == "", "job_type"] = "generic"
+    if "batch_mode" in df:
+        df.loc[df["batch_mode"] == "", "batch_mode"] = "static"
     out = JobTable(df, source=path)
     report.kept = len(out)
     return out
