@@ -242,9 +242,12 @@ def cluster_node(state, job):  # type: ignore[no-untyped-def]
 def test_bad_nodes_are_never_bound_and_cells_move_to_healthy_ones() -> None:
     cluster = uniform(4, 8)
     rows = [(0.0, 8, 100.0, "a"), (0.0, 8, 100.0, "a"), (0.0, 4, 100.0, "b")]
-    s = simulate(rows, cluster, quotas="a=16,b=8", bad_nodes="n0", until=50.0).state
-    # three healthy nodes for 2 + 1 node cells: everything starts at once, off n0
+    result = simulate(rows, cluster, quotas="a=16,b=8", bad_nodes="n0", until=50.0)
+    s = result.state
+    # three healthy nodes for 2 + 1 node cells: everything starts at once, off
+    # n0, each job in its VC's cells (the rack cell holding n0 is split past it)
     assert (s.first_start == 0.0).all()
+    assert result.policy.kind.tolist() == [1, 1, 1]  # guaranteed
     for k in range(3):
         assert all(cluster.gpu_node_list[g] != 0 for g in s.alloc[k] or ())
     # with two nodes bad, b's node cell cannot be bound: b waits, a does not
@@ -253,6 +256,48 @@ def test_bad_nodes_are_never_bound_and_cells_move_to_healthy_ones() -> None:
     assert np.isnan(s.first_start[2])
     with pytest.raises(CorralError, match="no node 'zz'"):
         simulate(rows, cluster, quotas="a=16,b=8", bad_nodes="zz")
+
+
+def test_failed_hardware_dooms_cells_of_the_vc_owning_the_most_not_the_last_to_ask() -> None:
+    """HiveD's doomed cells: a node fails (live: drained) and leaves three
+    healthy nodes for four node cells. The loss is decided then, for the VC
+    owning the most such cells (a tie here: the VC listed first, a); a, asking
+    first, still binds only one cell and runs its second job opportunistically,
+    and b keeps both of its cells, evicting it. Without dooming, a would have
+    bound two and b would find no healthy node for its second cell."""
+    from corral.model.state import SchedulerState
+
+    cluster = uniform(4, 8)
+    rows = [(0.0, 8, 100.0, "a"), (0.0, 8, 100.0, "a"), (0.0, 8, 100.0, "b"), (0.0, 8, 100.0, "b")]
+    state = SchedulerState(cluster, vc_jobs(rows))
+    state.known_in_advance = False  # as live: the service withholds a drained node's GPUs
+    state.free.take(list(range(24, 32)))
+    policy = make_policy("hived", quotas="a=16,b=16")
+
+    def run_pass():  # type: ignore[no-untyped-def]
+        plan = policy.schedule(state)
+        for i in plan.stops:
+            state.preempt(i)
+        for i, gpus in plan.starts.items():
+            state.start(i, tuple(gpus), 1.0, 0.0)
+        return plan
+
+    state.arrive(0)
+    state.arrive(1)
+    plan = run_pass()
+    assert sorted(plan.starts) == [0, 1]
+    assert dict(policy.doomed[policy.vcs.names.index("a")]) == {(0, 3): 1}
+    assert policy.kind[0] == 1 and policy.kind[1] == 2  # guaranteed, opportunistic
+    state.arrive(2)
+    state.arrive(3)
+    plan = run_pass()
+    assert plan.stops == [1] and sorted(plan.starts) == [2, 3]
+    assert not run_pass().starts  # nothing idle, and a's second cell is doomed
+    assert policy.why[1] == "CellsUnavailable"
+    # the node comes back: nothing is doomed any more, and a's job finds its cell
+    state.free.release(list(range(24, 32)))
+    plan = run_pass()
+    assert not any(policy.doomed.values()) and list(plan.starts) == [1]
 
 
 def test_options_are_checked() -> None:

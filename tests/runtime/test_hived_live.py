@@ -96,3 +96,38 @@ def test_a_higher_priority_job_preempts_its_own_vcs_lower_ones(hived: Harness) -
     assert sorted(str(hived.job(j)["reason"]) for j in low) == ["Opportunistic"] * 2
     for job in [*low, high]:
         hived.client.post(f"/v1/jobs/{job}/cancel", headers=auth("root"))
+
+
+def test_a_drained_nodes_cell_is_doomed_and_its_vcs_jobs_go_opportunistic(
+    hived: Harness,
+) -> None:
+    """HiveD's doomed cells, live: draining prod's node leaves no healthy node
+    for prod's cell. The loss is decided at once: prod's job runs on research's
+    idle node opportunistically (rather than waiting for a cell that cannot be
+    bound), research's own job evicts it, it waits as CellsUnavailable, and it
+    runs in its own cell again once the node is back."""
+    nodes = hived.client.get("/v1/nodes", headers=auth("root")).json()
+    v100 = next(n["name"] for n in nodes if n["gpu_type"] == "V100")
+    gpus = {n["name"]: set(n["gpu_ids"]) for n in nodes}
+    k80 = next(n["name"] for n in nodes if n["gpu_type"] == "K80")
+    response = hived.client.post(f"/v1/nodes/{v100}/drain", headers=auth("root"))
+    assert response.status_code == 200, response.text
+    prod = hived.submit(**(sleeper("prod", "p0") | {"gpus": 2}))["id"]
+    hived.wait_state(prod, {"RUNNING"}, timeout=30)
+    assert hived.job(prod)["reason"] == "Opportunistic"
+    assert set(hived.job(prod)["assigned_gpus"]) == gpus[k80]
+    research = hived.submit(**(sleeper("research", "r0") | {"gpus": 2}))["id"]
+    hived.wait_state(research, {"RUNNING"}, timeout=30)
+    wait_for(
+        lambda: hived.job(prod)["reason"] == "CellsUnavailable",
+        20,
+        "prod's job to be evicted and wait for its doomed cell",
+    )
+    assert hived.job(prod)["preemptions"] == 1
+    response = hived.client.post(f"/v1/nodes/{v100}/resume", headers=auth("root"))
+    assert response.status_code == 200, response.text
+    hived.wait_state(prod, {"RUNNING"}, timeout=30)
+    wait_for(lambda: hived.job(prod)["reason"] is None, 10, "prod's job to run guaranteed")
+    assert set(hived.job(prod)["assigned_gpus"]) == gpus[v100]
+    for job in [prod, research]:
+        hived.client.post(f"/v1/jobs/{job}/cancel", headers=auth("root"))

@@ -278,11 +278,12 @@ class BuddyAllocator:
         """A free healthy cell of ``level`` (splitting a larger one if need be), or -1.
 
         Among candidates, the one of least ``cost`` (HiveD: the fewest
-        opportunistic jobs to preempt), then the lowest id, is taken.
+        opportunistic jobs to preempt), then the lowest id, is taken. A larger
+        cell with failed hardware in it is split past, down to a healthy part.
         """
         tree, free = self.tree, self.free[chain]
         for lv in range(level, len(free)):
-            pick = self._pick(free[lv], cost)
+            pick = self._pick(free[lv], cost, level)
             if pick < 0:
                 continue
             free[lv].discard(pick)
@@ -290,21 +291,33 @@ class BuddyAllocator:
                 kids = tree.children[pick]
                 free[lv - 1].update(kids)
                 lv -= 1
-                pick = self._pick(free[lv], cost, among=kids)
+                pick = self._pick(free[lv], cost, level, among=kids)
                 free[lv].discard(pick)
             return pick
         return -1
 
-    def _pick(self, cells: set[int], cost: Callable[[int], float] | None, among=None) -> int:
+    def _pick(
+        self, cells: set[int], cost: Callable[[int], float] | None, level: int, among=None
+    ) -> int:
         pool = cells if among is None else [c for c in among if c in cells]
         best, best_key = -1, None
         for cell in pool:
-            if not self.healthy(cell):
+            if not self._yields(cell, level):
                 continue
             key = (cost(cell) if cost is not None else 0.0, cell)
             if best_key is None or key < best_key:
                 best, best_key = cell, key
         return best
+
+    def _yields(self, cell: int, level: int) -> bool:
+        """A healthy cell of ``level`` can be had from ``cell``: it is healthy, or
+        splitting it reaches one."""
+        if self.healthy(cell):
+            return True
+        tree = self.tree
+        if tree.level_list[cell] <= level:
+            return False
+        return any(self._yields(kid, level) for kid in tree.children[cell])
 
     def take(self, cell: int) -> bool:
         """Bind this very cell (live recovery: a job already runs in it); False if

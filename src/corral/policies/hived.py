@@ -191,6 +191,13 @@ class HiveD(QuotaClassReasons, Policy):
         self.fail_version = np.full(k, -1, dtype=np.int64)
         self.fail_size = np.zeros(k, dtype=np.int64)
         """The smallest job of any type a VC failed to place at ``fail_version``."""
+        self.doomed: dict[int, Counter[tuple[int, int]]] = {v: Counter() for v in range(k)}
+        """Cells each VC owns but cannot bind: bad hardware left too few (HiveD's
+        doomed cells; see :meth:`_doom`)."""
+        self.vc_doomed = np.zeros(k, dtype=np.int64)
+        self._layout = 0
+        """Bumped when a binding or the hardware's health changes (doom again)."""
+        self._doomed_at = -1
         self.tried[:] = -1
         self._carved = self.vcs.version
 
@@ -202,6 +209,60 @@ class HiveD(QuotaClassReasons, Policy):
 
     def _healthy(self, cell: int) -> bool:
         return bool(self.cell_bad[cell] == 0)
+
+    def _spare(self, v: int, key: tuple[int, int]) -> int:
+        """Cells of this (chain, level) VC ``v`` owns, may bind, and has not bound."""
+        return self.cells[v][key] - self.doomed[v][key] - self.bound[v][key]
+
+    def _doom(self) -> None:
+        """HiveD's doomed cells: when failed hardware leaves too few healthy
+        free cells for every VC's unbound ones, decide now which VCs lose
+        which cells, rather than letting whichever VC asks last find none.
+
+        The VCs' unbound cells are bound, largest first, on a scratch copy of
+        the free cells (healthy ones only); each kind that does not all fit is
+        taken from the VCs owning the most cells of that kind (each loses one
+        in turn; ties: the VC listed first), so a VC's loss is the smallest
+        share of what it owns. The other VCs keep every cell they own. A VC's
+        doomed cells come back when hardware does; its jobs beyond what it
+        still has run opportunistically (``CellsUnavailable`` while they wait).
+        """
+        if self._doomed_at == self._layout:
+            return
+        self._doomed_at = self._layout
+        k = len(self.vcs.names)
+        doomed: dict[int, Counter[tuple[int, int]]] = {v: Counter() for v in range(k)}
+        if self.cell_bad.any():
+            tree = self.tree
+            assert tree is not None
+            scratch = BuddyAllocator(tree, self._healthy)
+            scratch.free = [[set(level) for level in chain] for chain in self.buddy.free]
+            wanted: Counter[tuple[int, int]] = Counter()
+            for v in range(k):
+                for key, count in self.cells[v].items():
+                    wanted[key] += max(count - self.bound[v][key], 0)
+            kinds = sorted(wanted, key=lambda key: (-tree.chains[key[0]].sizes[key[1]], key))
+            for key in kinds:
+                short = wanted[key]
+                while short and scratch.bind(*key) >= 0:
+                    short -= 1
+                for _ in range(short):
+                    # among VCs with an unbound cell of this kind left to lose
+                    v = max(
+                        (
+                            u
+                            for u in range(k)
+                            if self.cells[u][key] - self.bound[u][key] > doomed[u][key]
+                        ),
+                        key=lambda u: (self.cells[u][key] - doomed[u][key], -u),
+                    )
+                    doomed[v][key] += 1
+        self.doomed = doomed
+        chains = self.tree.chains if self.tree is not None else []
+        self.vc_doomed = np.array(
+            [sum(chains[c].sizes[lv] * n for (c, lv), n in doomed[v].items()) for v in range(k)],
+            dtype=np.int64,
+        )
 
     def prepare(self, state: SchedulerState) -> None:
         """Carve the VCs' cells for this state's jobs and cluster now (reports
@@ -259,6 +320,7 @@ class HiveD(QuotaClassReasons, Policy):
                 self._vc_setup()
             self._sync_health(state)
         self._reconcile(state)
+        self._doom()
         self._gpu_job: np.ndarray | None = None
         if not len(state.pending):
             return builder.build()
@@ -267,7 +329,9 @@ class HiveD(QuotaClassReasons, Policy):
             order = order[np.argsort(-state.priority[order], kind="stable")]
         vc = self.vcs.vc[order]
         need = state.gpus[order]
-        room = self.vc_owned[vc] - self.vc_used[vc]
+        owned = self.vc_owned - self.vc_doomed
+        room = owned[vc] - self.vc_used[vc]
+        nominal = self.vc_owned[vc] - self.vc_used[vc]
         version = self.vc_version[vc]
         # a VC that could not place a g-GPU job cannot place a larger one either
         # (a cell with room for more has a sub-cell with room for fewer), until
@@ -287,7 +351,7 @@ class HiveD(QuotaClassReasons, Policy):
             due[:] = True
         started: set[int] = set()
         wake: float | None = None
-        room_list = (self.vc_owned - self.vc_used).tolist()
+        room_list = (owned - self.vc_used).tolist()
         for i, v, g in zip(order[due].tolist(), vc[due].tolist(), need[due].tolist(), strict=True):
             typed = state.type_req[i] >= 0
             now_version = self.vc_version[v]
@@ -324,7 +388,7 @@ class HiveD(QuotaClassReasons, Policy):
             beyond = (np.asarray(room_list)[vc] < need) | (self.vc_largest[vc] < need)
             self._place_opportunistic(builder, state, order[beyond], started)
         if live:
-            self._note_reasons(builder, state, order, room)
+            self._note_reasons(builder, state, order, room, nominal)
         return builder.build(wake)
 
     # ------------------------------------------------------------ bookkeeping
@@ -375,6 +439,7 @@ class HiveD(QuotaClassReasons, Policy):
         self.cell_jobs[cell] = set()
         self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] += 1
         self.vc_cells_bound[v].add(cell)
+        self._layout += 1
         first, size = tree.first_list[cell], tree.size_list[cell]
         self.owner[first : first + size] = v
 
@@ -387,6 +452,7 @@ class HiveD(QuotaClassReasons, Policy):
         heapq.heappush(self.virtual_free.setdefault((v, key), []), self.cell_vid.pop(cell))
         self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] -= 1
         self.vc_cells_bound[v].discard(cell)
+        self._layout += 1
         first, size = tree.first_list[cell], tree.size_list[cell]
         self.owner[first : first + size] = -1
         self.buddy.release(cell)
@@ -421,7 +487,7 @@ class HiveD(QuotaClassReasons, Policy):
                     chain = tree.chain_list[cell]
                     for lv in range(tree.level_list[cell], len(tree.chains[chain].sizes)):
                         key = (chain, lv)
-                        if self.bound[v][key] < self.cells[v][key]:
+                        if self._spare(v, key) > 0:
                             up = tree.ancestor(cell, lv)
                             if self.buddy.take(up):
                                 self._bind_cell(v, up)
@@ -443,6 +509,7 @@ class HiveD(QuotaClassReasons, Policy):
             self.bad = bad.copy()
             self._count_bad()
             self.vc_version += 1
+            self._layout += 1
 
     # ------------------------------------------------------------ guaranteed
     def _chains_for(self, state: SchedulerState, i: int) -> list[int]:
@@ -497,7 +564,7 @@ class HiveD(QuotaClassReasons, Policy):
             if level < 0:
                 continue
             for lv in range(level, len(chain.sizes)):
-                if self.bound[v][(c, lv)] < self.cells[v][(c, lv)]:
+                if self._spare(v, (c, lv)) > 0:
                     spare.append((chain.sizes[lv], c, lv, level))
                     break
         for _, c, lv, level in sorted(spare):
@@ -531,11 +598,9 @@ class HiveD(QuotaClassReasons, Policy):
         levels = [top] * whole
         if rest:
             fit = next(lv for lv, s in enumerate(chain.sizes) if s >= rest)
-            spare = [
-                lv for lv in range(fit, top) if self.bound[v][(c, lv)] < self.cells[v][(c, lv)]
-            ]
+            spare = [lv for lv in range(fit, top) if self._spare(v, (c, lv)) > 0]
             levels.append(spare[0] if spare else top)
-        if levels.count(top) > self.cells[v][(c, top)] - self.bound[v][(c, top)]:
+        if levels.count(top) > self._spare(v, (c, top)):
             return False
         cost = self._opp_cost(builder)
         rack_of = state.cluster.node_rack_list
@@ -762,16 +827,21 @@ class HiveD(QuotaClassReasons, Policy):
 
     # ------------------------------------------------------------ reasons
     def _note_reasons(
-        self, builder: PlanBuilder, state: SchedulerState, order: np.ndarray, room: np.ndarray
+        self,
+        builder: PlanBuilder,
+        state: SchedulerState,
+        order: np.ndarray,
+        room: np.ndarray,
+        nominal: np.ndarray,
     ) -> None:
         starts = builder.plan.starts
         for k, i in enumerate(order.tolist()):
             if i in starts:
                 continue
-            if room[k] < state.gpus[i]:  # beyond its VC's cells: waits for idle GPUs
+            if nominal[k] < state.gpus[i]:  # beyond its VC's cells: waits for idle GPUs
                 self.why[i] = "QuotaExceeded"
-            elif self.cell_bad.any():
-                self.why[i] = "CellsUnavailable"
+            elif room[k] < state.gpus[i] or self.cell_bad.any():
+                self.why[i] = "CellsUnavailable"  # some of its cells doomed, or bad hardware
             else:
                 self.why[i] = "Resources"
 

@@ -91,6 +91,11 @@ class VirtualClusters:
                 self.quota = demand_quotas(self.vc, state.gpus * state.duration, total)
             else:
                 self.quota = self._by_name()
+        elif self.spec is not None:
+            # live with configured quotas: those VCs exist before their first job
+            # (an idle VC's quota is still its own: HiveD carves its cells now)
+            self.names = [str(v) for v in self.spec]
+            self.quota = self._by_name()
         self.version += 1
         return True
 
