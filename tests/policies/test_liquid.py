@@ -67,3 +67,60 @@ def test_small_jobs_share_a_gpu() -> None:
     result = run(rows, uniform(1, 1), "liquid", small=1e9)
     assert result.policy.counts["shared"] == 1
     assert (result.state.first_start == 0.0).all()
+
+
+def test_small_jobs_share_a_gpu_only_where_their_predicted_memory_fits() -> None:
+    """Liquid's memory estimate gates fine-grained sharing: two jobs of a type
+    Gavel never measured share a GPU while nothing is known of their memory;
+    once jobs of that type have run (simulated: its footprint is what a
+    heartbeat would report), pairs predicted to overflow the V100's 16 GB no
+    longer share, and pairs predicted to fit still do."""
+    import pandas as pd
+
+    from corral.model.jobs import JobTable
+    from corral.sim.engine import SimConfig, Simulator
+
+    def shared(job_type: str) -> int:
+        frame = pd.DataFrame(
+            {
+                "submit_time": [0.0, 0.0, 500.0, 500.0, 1000.0, 1000.0],
+                "num_gpus": 1,
+                "duration": 100.0,
+                "job_type": job_type,
+            }
+        )
+        config = SimConfig(switch_cost=0.0, check_invariants=True)
+        policy = make_policy("liquid", small=1e9)
+        result = Simulator(JobTable(frame), uniform(1, 1), policy, config).run()
+        return int(result.policy.counts["shared"])
+
+    assert shared("Transformer (batch size 4096)") == 1  # 165 GB each, learned after the first pair
+    assert shared("LM (batch size 7)") == 3  # 1.2 GB each: every pair fits
+
+
+def test_the_memory_estimator_learns_each_types_footprint() -> None:
+    import pandas as pd
+
+    from corral.estimate.requirements import MemoryEstimator
+    from corral.model.jobs import JobTable
+    from corral.model.state import SchedulerState
+
+    rng = np.random.default_rng(0)
+    kinds = ["ResNet-50 (batch size 64)", "LM (batch size 20)", "Transformer (batch size 128)"]
+    types = [kinds[k] for k in rng.integers(0, 3, 400)]
+    users = [f"u{k}" for k in rng.integers(0, 5, 400)]
+    jobs = JobTable(
+        pd.DataFrame(
+            {"submit_time": 0.0, "num_gpus": 1, "duration": 60.0, "job_type": types, "user": users}
+        )
+    )
+    state = SchedulerState(uniform(1, 1), jobs)
+    truth = state.measured_memory(np.arange(400))
+    assert np.isfinite(truth).all()
+    estimator = MemoryEstimator(min_samples=50, refit_every=100)
+    assert np.isnan(estimator.predict(state, [300])).all()  # nothing learned: unknown
+    for i in range(300):
+        estimator.observe(state, i, float(truth[i]))
+    assert estimator.fits >= 1
+    predicted = estimator.predict(state, list(range(300, 400)))
+    assert np.allclose(predicted, truth[300:], rtol=0.05)

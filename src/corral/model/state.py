@@ -95,6 +95,9 @@ class SchedulerState:
         """Steps per second on the job's reference allocation (1 for generic jobs)."""
         self.estimated = np.zeros(n, dtype=bool)
         """True where the duration is a stand-in estimate (live jobs that gave none)."""
+        self.gpu_memory = np.full(n, np.nan)
+        """Peak GPU memory per GPU (GB) a live job's heartbeats report (NaN: none)."""
+        self._footprints: np.ndarray | None = None
         self.noise_scale = np.full(n, np.nan)
         """Gradient noise scale a live job reports (NaN: none); goodput policies read it."""
         self.curve_predicted = np.zeros(n, dtype=bool)
@@ -180,6 +183,30 @@ class SchedulerState:
                 speeds[bound[:, None] & other] = 0.0
             self._type_speed = speeds
         return self._type_speed
+
+    def measured_memory(self, idx: np.ndarray) -> np.ndarray:
+        """Peak GPU memory per GPU (GB) each job was seen to use (NaN: unknown).
+
+        Live, what its heartbeats reported; in a simulation, the footprint of its
+        job type (:func:`corral.perf.memory.footprint_gb`), as a heartbeat would
+        have reported it: only measured job types have one.
+        """
+        if not self.known_in_advance:
+            return self.gpu_memory[idx]
+        if self._footprints is None:
+            from corral.perf.memory import footprint_gb
+
+            by_type: dict[str, float] = {}
+            self._footprints = np.array(
+                [
+                    by_type.setdefault(t, footprint_gb(t) or np.nan)
+                    if t not in by_type
+                    else by_type[t]
+                    for t in self.job_type
+                ],
+                dtype=np.float64,
+            )
+        return self._footprints[idx]
 
     def attained(self, idx: np.ndarray) -> np.ndarray:
         """2D attained service (GPU-seconds held so far) of the given jobs, now."""

@@ -13,8 +13,10 @@ fit now. Its parts, each here:
   packed together by a grouping genetic algorithm
   (:mod:`corral.placement.genetic`), bounded by ``generations`` and ``budget``
   seconds per batch. Jobs older than the burst are placed first.
-* **Estimation**: a random forest trained online on finished jobs predicts
-  each job's run time (:mod:`corral.estimate.requirements`).
+* **Estimation**: random forests trained online on finished jobs predict
+  each job's run time and its peak GPU memory
+  (:mod:`corral.estimate.requirements`; memory as measured: live heartbeats,
+  or in simulation the job type's footprint).
 * **Pre-scheduling**: a start costs a launch phase of ``launch`` seconds
   (container start, input staging; 0 = none, as the other policies assume).
   When a running job is predicted to end within ``launch`` seconds, the job
@@ -23,8 +25,9 @@ fit now. Its parts, each here:
   pays the whole launch at every start).
 * **Fine-grained sharing**: a one-GPU job predicted to run at most ``small``
   seconds (a dev/test run) may share the GPU of another such running job
-  when no GPU is free, at Gavel's measured pair speeds or, unmeasured, half
-  speed each (time slicing).
+  when no GPU is free and, by the two jobs' predicted memory, they fit in the
+  GPU's together; at Gavel's measured pair speeds (a pair measured out of
+  memory never shares) or, unmeasured, half speed each (time slicing).
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from corral.estimate.requirements import RunTimeEstimator
+from corral.estimate.requirements import MemoryEstimator, RunTimeEstimator
 from corral.model.plan import Plan
 from corral.model.state import DONE, RUNNING, IndexSet, SchedulerState
+from corral.perf.memory import gpu_memory_gb
 from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.genetic import BatchPacker
 from corral.placement.network import NetworkBestFit
@@ -84,6 +88,7 @@ class Liquid(Policy):
         self.prescheduling = str(prescheduling).strip().lower() in ("1", "true", "yes", "on")
         self.small = float(small)
         self.estimator = RunTimeEstimator(seed=seed)
+        self.memory = MemoryEstimator(seed=seed)
         self.estimates = self.launch > 0 or self.small > 0
         """Run-time estimates are needed (pre-scheduling or sharing is on)."""
         self.table: ThroughputTable = gavel_throughputs()
@@ -108,6 +113,8 @@ class Liquid(Policy):
         """When a waiting job began staging its data (pre-scheduling)."""
         self._all: np.ndarray | None = None
         self._all_fits = -1
+        self._all_memory: np.ndarray | None = None
+        self._all_memory_fits: tuple[int, int] = (-1, -1)
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
@@ -165,6 +172,30 @@ class Liquid(Policy):
             self._all_fits = self.estimator.fits
         return self._all[idx]
 
+    def _predicted_memory(self, state: SchedulerState, idx: list[int]) -> np.ndarray:
+        """Predicted peak GPU memory per GPU, GB (NaN: nothing learned yet)."""
+        if not state.known_in_advance:
+            return self.memory.predict(state, idx)
+        if self._all_memory is None or self._all_memory_fits != (
+            self.memory.fits,
+            len(self.memory._y),
+        ):
+            self._all_memory = self.memory.predict(state, list(range(len(state.submit))))
+            self._all_memory_fits = (self.memory.fits, len(self.memory._y))
+        return self._all_memory[idx]
+
+    def view(self, state: SchedulerState, job: int) -> dict[str, str]:
+        if job >= self._n or not self.estimates:
+            return {}
+        from corral.timespan import span
+
+        run_time = float(self._predicted(state, [job])[0])
+        memory = float(self._predicted_memory(state, [job])[0])
+        out = {"predicted run time": span(run_time)}
+        if math.isfinite(memory):
+            out["predicted GPU memory"] = f"{memory:.1f} GB per GPU"
+        return out
+
     def _learn(self, state: SchedulerState) -> None:
         """Teach the estimator the run times of the jobs that finished."""
         if not self.estimates:
@@ -178,6 +209,9 @@ class Liquid(Policy):
                 self.estimator.observe(
                     state, i, float(state.finish_time[i] - state.progress_start[i])
                 )
+                used = float(state.measured_memory(np.array([i]))[0])
+                if math.isfinite(used):
+                    self.memory.observe(state, i, used)
 
     def _account_starts(
         self, builder: PlanBuilder, state: SchedulerState, starts: list[int]
@@ -263,15 +297,48 @@ class Liquid(Policy):
         short = self.expected_end[candidates] - state.now <= self.small + self.launch
         stopped = set(plan.stops)
         hosts = [h for h in candidates[short].tolist() if h not in stopped]
+        if not hosts:
+            return []
+        memory = dict(
+            zip(guests + hosts, self._predicted_memory(state, guests + hosts).tolist(), strict=True)
+        )
         shared: list[int] = []
-        for guest, host in zip(guests, hosts, strict=False):
-            rel = self.table.relative_pair(
-                (state.job_type[host], 1), (state.job_type[guest], 1), PAIR_GPU
-            )
-            if rel is not None and min(rel) <= 0:
-                continue  # measured not to fit together
-            host_factor, guest_factor = rel if rel is not None else (0.5, 0.5)
-            builder.pack(guest, host, guest_factor, host_factor)
-            shared.append(guest)
-            self.counts["shared"] += 1
+        for guest in guests:
+            for host in hosts:
+                factors = self._pair(state, host, guest, memory, plan.starts)
+                if factors is None:
+                    continue
+                builder.pack(guest, host, factors[1], factors[0])
+                hosts.remove(host)
+                shared.append(guest)
+                self.counts["shared"] += 1
+                break
+            if not hosts:
+                break
         return shared
+
+    def _pair(
+        self,
+        state: SchedulerState,
+        host: int,
+        guest: int,
+        memory: dict[int, float],
+        on: dict[int, tuple[int, ...]],
+    ) -> tuple[float, float] | None:
+        """(host, guest) speeds on one GPU, each relative to alone; None when they
+        may not share: Gavel measured them out of memory together, or, unmeasured,
+        their predicted memory does not fit the GPU's."""
+        rel = self.table.relative_pair(
+            (state.job_type[host], 1), (state.job_type[guest], 1), PAIR_GPU
+        )
+        if rel is not None:
+            return None if min(rel) <= 0 else rel
+        gpus = on.get(host) or state.alloc[host]
+        capacity = None
+        if gpus:
+            names, type_of = state.cluster.gpu_type_names, state.cluster.gpu_type_id
+            capacity = gpu_memory_gb(names[int(type_of[gpus[0]])])
+        need = memory[host] + memory[guest]
+        if capacity is not None and math.isfinite(need) and need > capacity:
+            return None
+        return (0.5, 0.5)

@@ -112,6 +112,7 @@ class Scheduler(Recovery, Transitions, Launching):
         self.dirty = False
         self._observe_progress()
         self._observe_noise()
+        self._observe_memory()
         self.observed_at = now
         if self.policy.shares_gpus:
             self._observe_speeds(now)
@@ -251,6 +252,15 @@ class Scheduler(Recovery, Transitions, Launching):
             ).all()
         for job, noise in rows:
             st.noise_scale[self.live.index[job]] = noise
+
+    def _observe_memory(self) -> None:
+        """The peak GPU memory running jobs' heartbeats report, for policies that
+        learn what jobs need (Liquid)."""
+        st, index = self.live.state, self.live.index
+        for job, used in self.gpu_memory.items():
+            i = index.get(job)
+            if i is not None and used > 0:  # the peak over the heartbeats seen
+                st.gpu_memory[i] = np.fmax(st.gpu_memory[i], used / 1e9)
 
     def _upgraded(self, job: int) -> None:
         """A running job the policy no longer runs opportunistically (AntMan: its VC's
