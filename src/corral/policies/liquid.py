@@ -178,10 +178,10 @@ class Liquid(Policy):
             return self.memory.predict(state, idx)
         if self._all_memory is None or self._all_memory_fits != (
             self.memory.fits,
-            len(self.memory._y),
+            self.memory.samples,
         ):
             self._all_memory = self.memory.predict(state, list(range(len(state.submit))))
-            self._all_memory_fits = (self.memory.fits, len(self.memory._y))
+            self._all_memory_fits = (self.memory.fits, self.memory.samples)
         return self._all_memory[idx]
 
     def view(self, state: SchedulerState, job: int) -> dict[str, str]:
