@@ -99,6 +99,26 @@ def test_opportunistic_jobs_pack_onto_guaranteed_ones_and_grow_back() -> None:
     assert s.finish_time[2] == pytest.approx(105.0 + 170.0)
 
 
+def test_a_smaller_opportunistic_job_packs_onto_some_of_a_wider_ones_gpus() -> None:
+    """Gang sizes need not match: b's 1-GPU job (b has no quota) shares one GPU
+    of a's 4-GPU job, which runs at 0.95 meanwhile (a synchronous gang goes at
+    the pace of its shared GPU); when a's job ends, b's keeps its one GPU and
+    the other three are free at once for the 3-GPU job waiting."""
+    rows: list[Row] = [
+        (0.0, 4, 95.0, "a"),  # guaranteed, all 4 GPUs: 95 s of work at 0.95 once b packs
+        (5.0, 1, 200.0, "b"),  # opportunistic, nothing idle: packs at 0.3
+        (10.0, 3, 50.0, "a"),  # a is at quota: opportunistic, waits for GPUs
+    ]
+    s = simulate(rows, uniform(1, 4), quotas="a=4").state
+    assert s.first_start[1] == 5.0 and s.preemptions.sum() == 0
+    assert s.finish_time[0] == pytest.approx(5.0 + 90.0 / 0.95)
+    handed = s.finish_time[0]
+    # the 3-GPU job starts as a's ends, on the three GPUs b's job did not share
+    assert s.first_start[2] == pytest.approx(handed)
+    # b: 0.3 while packed, then alone
+    assert s.finish_time[1] == pytest.approx(handed + 200.0 - 0.3 * (handed - 5.0))
+
+
 def test_an_opportunistic_job_is_upgraded_when_its_quota_frees() -> None:
     rows: list[Row] = [
         (0.0, 1, 100.0, "a"),  # guaranteed, ends at 100

@@ -196,16 +196,8 @@ class SchedulerState:
         if self._footprints is None:
             from corral.perf.memory import footprint_gb
 
-            by_type: dict[str, float] = {}
-            self._footprints = np.array(
-                [
-                    by_type.setdefault(t, footprint_gb(t) or np.nan)
-                    if t not in by_type
-                    else by_type[t]
-                    for t in self.job_type
-                ],
-                dtype=np.float64,
-            )
+            by_type = {t: footprint_gb(t) or np.nan for t in set(self.job_type)}
+            self._footprints = np.array([by_type[t] for t in self.job_type], dtype=np.float64)
         return self._footprints[idx]
 
     def attained(self, idx: np.ndarray) -> np.ndarray:
@@ -319,6 +311,12 @@ class SchedulerState:
             self.shared_gpu_seconds += service
         elif guest >= 0:
             self._hand_over(i, guest)
+            kept = self.alloc[guest]
+            if kept is not None and len(kept) < len(gpus):  # a smaller guest keeps its own
+                extra = [g for g in gpus if g not in kept]
+                if release:
+                    self.free.release(extra)
+                self.busy_gpus -= len(extra)
         else:
             if release:
                 self.free.release(gpus)
@@ -333,9 +331,10 @@ class SchedulerState:
 
     def _hand_over(self, host: int, guest: int) -> None:
         """A host leaves while a job is packed on it: the guest keeps running and
-        takes the GPUs over (as in Gandiva, where the job left on a GPU simply
-        continues). Its service so far was given on GPUs its host counted as
-        busy; from now on the GPUs are busy on its account."""
+        takes its GPUs over (as in Gandiva, where the job left on a GPU simply
+        continues; a guest on some of the host's GPUs keeps those). Its service
+        so far was given on GPUs its host counted as busy; from now on the GPUs
+        are busy on its account."""
         now = self.now
         gpus = self.alloc[guest]
         assert gpus is not None

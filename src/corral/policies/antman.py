@@ -166,7 +166,8 @@ class AntMan(QuotaClassReasons, Policy):
         over = np.asarray(used_list)[vc] + need > quota[vc]
         rest = over & ~np.isin(order, list(placed))
         hosts = self._hosts_by_size(state)
-        rest &= (need <= builder.free.total) | np.isin(need, hosts)
+        widest = int(hosts.max()) if len(hosts) else 0
+        rest &= (need <= builder.free.total) | (need <= widest)
 
         def opportunistic(i: int) -> bool:
             if not self._place_opportunistic(builder, state, i):
@@ -389,31 +390,44 @@ class AntMan(QuotaClassReasons, Policy):
             members.remove(j)
 
     def _partner(
-        self, state: SchedulerState, i: int, kind: int, guaranteed_side: bool
+        self,
+        state: SchedulerState,
+        i: int,
+        kind: int,
+        guaranteed_side: bool,
+        size: int | None = None,
     ) -> tuple[int, tuple[float, float]] | None:
-        """The running job of ``kind`` job ``i`` should share with, and the pair's
-        (guaranteed, opportunistic) shares: the partner group giving the
-        newcomer the most (a guaranteed newcomer keeps the most, an
-        opportunistic one gets the most), the first member of that group."""
+        """The running job of ``kind`` on ``size`` GPUs (default: as many as
+        job ``i``) that ``i`` should share with, and the pair's (guaranteed,
+        opportunistic) shares: the partner group giving the newcomer the most
+        (a guaranteed newcomer keeps the most, an opportunistic one gets the
+        most), the first member of that group."""
         g = int(state.gpus[i])
+        size = g if size is None else size
         mine_type = state.job_type[i]
         bound = int(state.type_req[i])
         wanted = state.cluster.gpu_type_names[bound] if bound >= 0 else None
-        pool = self._alone(state, kind, g)
-        for members_key, share in self._ranked(kind, g, mine_type, wanted, guaranteed_side):
+        pool = self._alone(state, kind, size)
+        for members_key, share in self._ranked(kind, size, g, mine_type, wanted, guaranteed_side):
             members = pool.get(members_key)
             if members:
                 return members[0], share
         return None
 
     def _ranked(
-        self, kind: int, g: int, mine_type: str, wanted: str | None, guaranteed_side: bool
+        self,
+        kind: int,
+        size: int,
+        g: int,
+        mine_type: str,
+        wanted: str | None,
+        guaranteed_side: bool,
     ) -> list[tuple[tuple[str, str], tuple[float, float]]]:
-        """Every partner group ever seen for a newcomer of this type and size
-        that it may share with, best first (shares depend on types only, so
-        this is recomputed only when a new group appears)."""
-        known = self._known.get((kind, g), {})
-        key = (kind, g, mine_type, wanted, guaranteed_side)
+        """Every partner group ever seen on ``size`` GPUs for a newcomer of this
+        type and size ``g`` that it may share with, best first (shares depend on
+        types only, so this is recomputed only when a new group appears)."""
+        known = self._known.get((kind, size), {})
+        key = (kind, size, g, mine_type, wanted, guaranteed_side)
         cached = self._rank_cache.get(key)
         if cached is not None and cached[0] == len(known):
             return cached[1]
@@ -422,9 +436,9 @@ class AntMan(QuotaClassReasons, Policy):
             if wanted is not None and gpu_type != wanted:
                 continue
             if guaranteed_side:
-                share = self._shares_of((mine_type, g), (their_type, g), gpu_type)
+                share = self._shares_of((mine_type, g), (their_type, size), gpu_type)
             else:
-                share = self._shares_of((their_type, g), (mine_type, g), gpu_type)
+                share = self._shares_of((their_type, size), (mine_type, g), gpu_type)
             if share is not None:
                 mine = share[0] if guaranteed_side else share[1]
                 ranked.append((-mine, order, (their_type, gpu_type), share))
@@ -440,13 +454,46 @@ class AntMan(QuotaClassReasons, Policy):
             builder.plan.low_priority[i] = self.memory_fraction
             self._track(i, OPPORTUNISTIC)
             return True
-        found = self._partner(state, i, GUARANTEED, guaranteed_side=False)
+        found = None
+        for size in self._host_sizes(state, g):
+            found = self._partner(state, i, GUARANTEED, guaranteed_side=False, size=size)
+            if found is not None:
+                break
         if found is None:
             return False
         host, (theirs, mine) = found
-        builder.pack(i, host, mine, theirs)
+        builder.pack(i, host, mine, theirs, self._subset(state, host, g))
         builder.plan.low_priority[i] = self.memory_fraction
         self._unpool(state, host)
         self._track(i, OPPORTUNISTIC)
         self.counts["packed"] += 1
         return True
+
+    def _host_sizes(self, state: SchedulerState, g: int) -> list[int]:
+        """Gang sizes of guaranteed jobs running alone that a ``g``-GPU job may
+        be packed on: its own size first (Gavel measured such pairs), then
+        larger ones, smallest first (a guest on some of a wider job's GPUs;
+        the wide job's gang, synchronous, runs at the pace of its shared GPUs)."""
+        self._alone(state, GUARANTEED, g)  # builds this pass's pool
+        assert self._pool is not None
+        wider = sorted(
+            n
+            for (k, n), groups in self._pool.items()
+            if k == GUARANTEED and n > g and any(groups.values())
+        )
+        return [g, *wider]
+
+    @staticmethod
+    def _subset(state: SchedulerState, host: int, g: int) -> tuple[int, ...] | None:
+        """``g`` of the host's GPUs for a smaller guest: on the node holding most
+        of the host's GPUs (None: all of them, a guest of the host's size)."""
+        gpus = state.alloc[host]
+        assert gpus is not None
+        if g >= len(gpus):
+            return None
+        node_of = state.cluster.gpu_node_list
+        by_node: dict[int, list[int]] = {}
+        for x in gpus:
+            by_node.setdefault(node_of[x], []).append(x)
+        best = max(by_node.values(), key=len)
+        return tuple(best[:g]) if len(best) >= g else tuple(gpus[:g])

@@ -51,13 +51,22 @@ class PlanBuilder:
             self.free.release(gpus)
         self.plan.stops.append(i)
 
-    def pack(self, i: int, host: int, guest_factor: float, host_factor: float) -> None:
+    def pack(
+        self,
+        i: int,
+        host: int,
+        guest_factor: float,
+        host_factor: float,
+        gpus: tuple[int, ...] | None = None,
+    ) -> None:
         """Start job ``i`` on the GPUs of job ``host`` (running, or started
-        earlier in this plan); no GPUs are taken."""
-        gpus = self.plan.starts.get(host) or self.state.alloc[host]
-        if gpus is None:
+        earlier in this plan), or on ``gpus``, some of them; no GPUs are taken."""
+        shared = self.plan.starts.get(host) or self.state.alloc[host]
+        if shared is None:
             raise ValueError(f"job {host} is not running")
-        self.plan.starts[i] = gpus
+        if gpus is not None and not set(gpus) <= set(shared):
+            raise ValueError(f"job {i} would share GPUs job {host} does not hold")
+        self.plan.starts[i] = tuple(gpus) if gpus is not None else shared
         self.plan.packs[i] = (host, guest_factor, host_factor)
 
     def start(self, i: int, gpus: list[int] | tuple[int, ...]) -> None:

@@ -264,7 +264,8 @@ class Simulator:
             host = -1
             if i in plan.packs:
                 host, guest_factor, host_factor = plan.packs[i]
-                if state.status[host] != RUNNING or state.alloc[host] != gpus:
+                shared = state.alloc[host]
+                if state.status[host] != RUNNING or shared is None or not set(gpus) <= set(shared):
                     raise PlanError(f"plan packs job {state.job_ids[i]} on a job not running there")
                 if state.guest[host] >= 0 or state.host[host] >= 0:
                     raise PlanError(f"plan packs job {state.job_ids[i]} on a GPU already shared")

@@ -54,7 +54,13 @@ class InvariantChecker:
                 raise InvariantViolation(f"job {s.job_ids[i]} started before it was submitted")
             host = s.host[i]
             if host >= 0:
-                if s.guest[host] != i or s.alloc[host] != gpus or s.status[host] != RUNNING:
+                shared = s.alloc[host]
+                if (
+                    s.guest[host] != i
+                    or shared is None
+                    or not set(gpus) <= set(shared)
+                    or s.status[host] != RUNNING
+                ):
                     raise InvariantViolation(f"job {s.job_ids[i]} is packed on a job not there")
                 continue
             held.extend(gpus)
