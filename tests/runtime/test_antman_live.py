@@ -74,3 +74,33 @@ def test_opportunistic_jobs_run_low_and_owners_share_or_evict(
     assert set(reasons.values()) <= {"QuotaExceeded"}, reasons
     for j in [*research, p0, p1]:
         antman.client.post(f"/v1/jobs/{j}/cancel", headers=auth("root"))
+
+
+def test_a_smaller_opportunistic_job_shares_part_of_a_wider_jobs_gpus(tmp_path: Path) -> None:
+    """Live, gang sizes need not match: research's two 2-GPU jobs fill the four
+    GPUs within its quota; prod's 1-GPU job (no quota) shares one GPU of one of
+    them, at the lowest priority; when that job ends, prod's keeps its GPU and
+    the other is free again."""
+    h = Harness(tmp_path / "state", policy="antman", policy_options={}, vcs={"research": 4, "prod": 0})
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        wide = [h.submit(**(job("research", f"r{k}", out) | {"gpus": 2}))["id"] for k in range(2)]
+        for j in wide:
+            h.wait_state(j, {"RUNNING"}, timeout=30)
+        small = h.submit(**job("prod", "p0", out))["id"]
+        h.wait_state(small, {"RUNNING"}, timeout=30)
+        gpus = set(h.job(small)["assigned_gpus"])
+        host = next(j for j in wide if gpus < set(h.job(j)["assigned_gpus"]))
+        assert len(gpus) == 1 and h.job(small)["reason"] == "Opportunistic"
+        wait_for(lambda: (out / "p0").exists(), 20, "the guest to write its priority")
+        assert (out / "p0").read_text().split()[0] == "19"
+        h.client.post(f"/v1/jobs/{host}/cancel", headers=auth("root"))
+        h.wait_state(host, {"CANCELLED"}, timeout=30)
+        assert h.job(small)["status"] == "RUNNING" and set(h.job(small)["assigned_gpus"]) == gpus
+        nodes = h.client.get("/v1/nodes", headers=auth("root")).json()
+        assert sum(n["gpus_in_use"] for n in nodes) == 3  # the other 2-GPU job, and the guest
+        for j in [*wide, small]:
+            h.client.post(f"/v1/jobs/{j}/cancel", headers=auth("root"))
+    finally:
+        h.close()
