@@ -20,8 +20,9 @@ A pass, in submit order:
    evicted (most recently started first) until it can be placed.
 3. **Opportunistic**: a job beyond its quota takes idle GPUs, alone and at full
    speed, but first in line for eviction; when none are idle it is packed onto
-   a guaranteed job running alone on as many GPUs, where both fit in memory,
-   choosing the host where it gets the most.
+   a guaranteed job running alone on as many GPUs, or else on some GPUs of the
+   smallest wider one (a synchronous gang then runs at the pace of its shared
+   GPUs), where both fit in memory, choosing the host where it gets the most.
 
 Speeds of a shared GPU set: the guaranteed job keeps at least ``1 -
 slowdown`` of its speed alone (AntMan's priority for its operators; the paper
