@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -525,6 +526,24 @@ class HiveD(QuotaClassReasons, Policy):
         """GPUs a guaranteed job may take: no guaranteed job on them, healthy."""
         return (self.g_used < 0) & ~self.bad
 
+    def _held_cells(
+        self, state: SchedulerState, i: int, v: int, g: int
+    ) -> Iterator[tuple[int, int, tuple[int, int, int]]]:
+        """The cells VC ``v`` holds that are large enough for job ``i``'s ``g``
+        GPUs: (cell, the size of the blocks of it the job could take, its rank:
+        chain, level and virtual cell, by which ties break as on the VC's
+        private cluster)."""
+        tree = self.tree
+        assert tree is not None
+        for c in self._chains_for(state, i):
+            level = _level_for(tree.chains[c], g)
+            if level < 0:
+                continue
+            size = tree.chains[c].sizes[level]
+            for cell in self.vc_cells_bound[v]:
+                if tree.chain_list[cell] == c and tree.level_list[cell] >= level:
+                    yield cell, size, (c, tree.level_list[cell], self.cell_vid[cell])
+
     def _place_guaranteed(
         self, builder: PlanBuilder, state: SchedulerState, i: int, v: int, g: int
     ) -> bool:
@@ -532,25 +551,16 @@ class HiveD(QuotaClassReasons, Policy):
         assert tree is not None
         usable = self._usable()
         best: tuple[tuple[int, int, int, tuple[int, int, int], int], int, int] | None = None
-        for c in self._chains_for(state, i):
-            chain = tree.chains[c]
-            level = _level_for(chain, g)
-            if level < 0:
-                continue
-            size = chain.sizes[level]
-            for cell in self.vc_cells_bound[v]:
-                if tree.chain_list[cell] != c or tree.level_list[cell] < level:
-                    continue
-                first, span = tree.first_list[cell], tree.size_list[cell]
-                avail = usable[first : first + span].reshape(-1, size).sum(axis=1)
-                spare = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
-                rank = (c, tree.level_list[cell], self.cell_vid[cell])
-                for k in np.flatnonzero(avail >= g).tolist():
-                    start = first + k * size
-                    busy = size - int(builder.free.mask[start : start + size].sum())
-                    key = (spare, int(avail[k]) - g, busy, rank, k)
-                    if best is None or key < best[0]:
-                        best = (key, cell, start)
+        for cell, size, rank in self._held_cells(state, i, v, g):
+            first, span = tree.first_list[cell], tree.size_list[cell]
+            avail = usable[first : first + span].reshape(-1, size).sum(axis=1)
+            spare = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
+            for k in np.flatnonzero(avail >= g).tolist():
+                start = first + k * size
+                busy = size - int(builder.free.mask[start : start + size].sum())
+                key = (spare, int(avail[k]) - g, busy, rank, k)
+                if best is None or key < best[0]:
+                    best = (key, cell, start)
         if best is not None:
             _, cell, start = best
             return self._start_in(builder, state, i, v, g, [cell], start, usable)
@@ -733,39 +743,30 @@ class HiveD(QuotaClassReasons, Policy):
         usable = self._usable()
         stopped = builder.plan.stops
         best: tuple[tuple, int, int, list[int]] | None = None
-        for c in self._chains_for(state, i):
-            chain = tree.chains[c]
-            level = _level_for(chain, g)
-            if level < 0:
-                continue
-            size = chain.sizes[level]
-            for cell in self.vc_cells_bound[v]:
-                if tree.chain_list[cell] != c or tree.level_list[cell] < level:
-                    continue
-                first, span = tree.first_list[cell], tree.size_list[cell]
-                rank = (c, tree.level_list[cell], self.cell_vid[cell])
-                for k, start in enumerate(range(first, first + span, size)):
-                    block = range(start, start + size)
-                    have = sum(1 for x in block if usable[x])
+        for cell, size, rank in self._held_cells(state, i, v, g):
+            first, span = tree.first_list[cell], tree.size_list[cell]
+            for k, start in enumerate(range(first, first + span, size)):
+                block = range(start, start + size)
+                have = sum(1 for x in block if usable[x])
+                if have >= g:
+                    continue  # room without preempting: the pass' own business
+                owners = np.where(self.bad[block], -1, self.g_used[block])
+                held = Counter(int(j) for j in owners[owners >= 0])
+                lower = [j for j in held if state.priority[j] < mine and j not in stopped]
+                # lowest priority first, then the latest started
+                lower.sort(key=lambda j: (int(state.priority[j]), -state.seg_start[j], -j))
+                victims: list[int] = []
+                for j in lower:
                     if have >= g:
-                        continue  # room without preempting: the pass' own business
-                    owners = np.where(self.bad[block], -1, self.g_used[block])
-                    held = Counter(int(j) for j in owners[owners >= 0])
-                    lower = [j for j in held if state.priority[j] < mine and j not in stopped]
-                    # lowest priority first, then the latest started
-                    lower.sort(key=lambda j: (int(state.priority[j]), -state.seg_start[j], -j))
-                    victims: list[int] = []
-                    for j in lower:
-                        if have >= g:
-                            break
-                        victims.append(j)
-                        have += held[j]
-                    if have < g:
-                        continue
-                    top = max(int(state.priority[j]) for j in victims)
-                    key = (top, len(victims), sum(held[j] for j in victims), rank, k)
-                    if best is None or key < best[0]:
-                        best = (key, cell, start, victims)
+                        break
+                    victims.append(j)
+                    have += held[j]
+                if have < g:
+                    continue
+                top = max(int(state.priority[j]) for j in victims)
+                key = (top, len(victims), sum(held[j] for j in victims), rank, k)
+                if best is None or key < best[0]:
+                    best = (key, cell, start, victims)
         if best is None:
             return None
         _, cell, start, victims = best
