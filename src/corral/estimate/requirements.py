@@ -57,11 +57,6 @@ class ForestEstimator:
         self.model: Any = None
         self.fits = 0
 
-    @property
-    def samples(self) -> int:
-        """Finished jobs learned from (the window kept for the next refit)."""
-        return len(self._y)
-
     def features(self, state: SchedulerState, i: int) -> list[float]:
         job_type = state.job_type[i]
         code = self._types.setdefault(job_type, len(self._types))

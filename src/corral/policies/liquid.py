@@ -114,7 +114,7 @@ class Liquid(Policy):
         self._all: np.ndarray | None = None
         self._all_fits = -1
         self._all_memory: np.ndarray | None = None
-        self._all_memory_fits: tuple[int, int] = (-1, -1)
+        self._all_memory_fits = -1
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
@@ -173,15 +173,15 @@ class Liquid(Policy):
         return self._all[idx]
 
     def _predicted_memory(self, state: SchedulerState, idx: list[int]) -> np.ndarray:
-        """Predicted peak GPU memory per GPU, GB (NaN: nothing learned yet)."""
-        if not state.known_in_advance:
+        """Predicted peak GPU memory per GPU, GB (NaN: nothing learned yet). Live,
+        and in a trace until the forest is first fitted (cheap: owners' means),
+        predicted for these jobs; after that, a trace's jobs all at once after
+        each refit, as their run times are."""
+        if not state.known_in_advance or self.memory.model is None:
             return self.memory.predict(state, idx)
-        if self._all_memory is None or self._all_memory_fits != (
-            self.memory.fits,
-            self.memory.samples,
-        ):
+        if self._all_memory is None or self._all_memory_fits != self.memory.fits:
             self._all_memory = self.memory.predict(state, list(range(len(state.submit))))
-            self._all_memory_fits = (self.memory.fits, self.memory.samples)
+            self._all_memory_fits = self.memory.fits
         return self._all_memory[idx]
 
     def view(self, state: SchedulerState, job: int) -> dict[str, str]:
