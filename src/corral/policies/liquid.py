@@ -303,18 +303,15 @@ class Liquid(Policy):
             zip(guests + hosts, self._predicted_memory(state, guests + hosts).tolist(), strict=True)
         )
         shared: list[int] = []
-        for guest in guests:
-            for host in hosts:
-                factors = self._pair(state, host, guest, memory, plan.starts)
-                if factors is None:
-                    continue
-                builder.pack(guest, host, factors[1], factors[0])
-                hosts.remove(host)
-                shared.append(guest)
-                self.counts["shared"] += 1
-                break
-            if not hosts:
-                break
+        # two by two in order, as Liquid pairs them (a pair that may not share
+        # leaves both to run alone when GPUs free up)
+        for guest, host in zip(guests, hosts, strict=False):
+            factors = self._pair(state, host, guest, memory, plan.starts)
+            if factors is None:
+                continue
+            builder.pack(guest, host, factors[1], factors[0])
+            shared.append(guest)
+            self.counts["shared"] += 1
         return shared
 
     def _pair(
