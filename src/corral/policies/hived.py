@@ -354,22 +354,20 @@ class HiveD(QuotaClassReasons, Policy):
         wake: float | None = None
         room_list = (owned - self.vc_used).tolist()
         for i, v, g in zip(order[due].tolist(), vc[due].tolist(), need[due].tolist(), strict=True):
-            typed = state.type_req[i] >= 0
-            now_version = self.vc_version[v]
-            known_to_fail = (
-                not typed and self.fail_version[v] == now_version and g >= self.fail_size[v]
-            )
-            if room_list[v] >= g and not known_to_fail:
-                if self._place_guaranteed(builder, state, i, v, g):
-                    room_list[v] -= g
-                    started.add(i)
-                    continue
-                self.tried[i] = now_version
-                if not typed:
-                    if self.fail_version[v] != now_version:
-                        self.fail_version[v], self.fail_size[v] = now_version, g
-                    else:
-                        self.fail_size[v] = min(self.fail_size[v], g)
+            if room_list[v] >= g:
+                typed = state.type_req[i] >= 0
+                now_version = self.vc_version[v]
+                if typed or self.fail_version[v] != now_version or g < self.fail_size[v]:
+                    if self._place_guaranteed(builder, state, i, v, g):
+                        room_list[v] -= g
+                        started.add(i)
+                        continue
+                    self.tried[i] = now_version
+                    if not typed:
+                        if self.fail_version[v] != now_version:
+                            self.fail_version[v], self.fail_size[v] = now_version, g
+                        else:
+                            self.fail_size[v] = min(self.fail_size[v], g)
             if (
                 lowest is not None
                 and state.priority[i] > lowest[v]
