@@ -81,7 +81,9 @@ def test_a_smaller_opportunistic_job_shares_part_of_a_wider_jobs_gpus(tmp_path: 
     GPUs within its quota; prod's 1-GPU job (no quota) shares one GPU of one of
     them, at the lowest priority; when that job ends, prod's keeps its GPU and
     the other is free again."""
-    h = Harness(tmp_path / "state", policy="antman", policy_options={}, vcs={"research": 4, "prod": 0})
+    h = Harness(
+        tmp_path / "state", policy="antman", policy_options={}, vcs={"research": 4, "prod": 0}
+    )
     out = tmp_path / "out"
     out.mkdir()
     try:
