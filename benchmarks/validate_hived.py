@@ -87,11 +87,6 @@ def anomaly_jobs(seed: int) -> Any:
     return JobTable(frame, f"hived-anomaly-seed{seed}")
 
 
-def private_cluster(policy: Any, vc: int) -> Any:
-    """A cluster made of one VC's cells (see ``HiveD.private_cluster``)."""
-    return policy.private_cluster(vc)
-
-
 def per_vc(state: Any, capacity: dict[str, int]) -> dict[str, dict[str, float]]:
     """Queueing delay per VC over the jobs its private cluster can run (at most
     its cells' GPUs): a wider job never starts there, so counting it under
@@ -140,14 +135,14 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     carver.prepare(SchedulerState(cluster, jobs))
     capacity = {}
     for v, name in enumerate(carver.vcs.names):
-        private = private_cluster(carver, v)
+        private = carver.private_cluster(v)
         capacity[name] = private.total_gpus if private is not None else 0
     speed = task["speed"]
     if task["scheme"].startswith("private"):
         table = {}
         for v, name in enumerate(carver.vcs.names):
             mine = jobs._replace(jobs.df[jobs.df["vc"] == name].copy())
-            private = private_cluster(carver, v)
+            private = carver.private_cluster(v)
             if private is None or not len(mine):
                 table[name] = {"jobs": len(mine), "wait_min": float("nan")}
                 continue

@@ -147,6 +147,10 @@ class Cluster:
     def num_nodes(self) -> int:
         return len(self.nodes)
 
+    def type_name(self, gpu: int) -> str:
+        """The type of GPU ``gpu`` (a gang's GPUs share one type)."""
+        return self.gpu_type_names[int(self.gpu_type_id[gpu])]
+
     def gpus_by_type(self) -> dict[str, int]:
         """GPU count per GPU type."""
         counts: Counter[str] = Counter()

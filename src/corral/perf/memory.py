@@ -22,6 +22,7 @@ the opportunistic job spill tensors to host memory rather than fail.
 
 from __future__ import annotations
 
+import math
 import re
 
 GPU_MEMORY_GB: dict[str, float] = {
@@ -71,12 +72,18 @@ def fits_together(job_types: list[str], gpu_type: str, squeeze: float = 1.0) -> 
     """Whether jobs of these types fit on one GPU of ``gpu_type`` together; the
     last one may be squeezed to ``squeeze`` of its footprint (AntMan shrinks an
     opportunistic job's memory, spilling the rest to host memory)."""
-    memory = gpu_memory_gb(gpu_type)
     needs = [footprint_gb(t) for t in job_types]
-    if memory is None or any(n is None for n in needs):
+    if any(n is None for n in needs):
         return True
-    total = sum(n for n in needs[:-1] if n is not None) + squeeze * (needs[-1] or 0.0)
-    return total <= memory
+    return fits_gb([*needs[:-1], squeeze * (needs[-1] or 0.0)], gpu_type)  # type: ignore[list-item]
+
+
+def fits_gb(needs: list[float], gpu_type: str) -> bool:
+    """Whether needs of these many GB fit one GPU of ``gpu_type`` together;
+    True when the GPU's memory or a need is unknown (NaN)."""
+    memory = gpu_memory_gb(gpu_type)
+    total = sum(needs)
+    return memory is None or not math.isfinite(total) or total <= memory
 
 
 MEMORY_MARGIN = 0.05

@@ -266,6 +266,13 @@ class BuddyAllocator:
         for cell in np.flatnonzero(tree.parent < 0).tolist():
             self.free[tree.chain_list[cell]][tree.level_list[cell]].add(cell)
 
+    def copy(self) -> BuddyAllocator:
+        """A scratch allocator with the same free cells (trial bindings)."""
+        out = BuddyAllocator.__new__(BuddyAllocator)
+        out.tree, out.healthy = self.tree, self.healthy
+        out.free = [[set(level) for level in chain] for chain in self.free]
+        return out
+
     def free_cells(self, chain: int, level: int) -> int:
         """How many level-``level`` cells could be bound now, splitting larger ones."""
         sizes = self.tree.chains[chain].sizes

@@ -272,7 +272,7 @@ class AntMan(QuotaClassReasons, Policy):
         to alone; None when they may not share (memory, or too little gain)."""
         gpus = state.alloc[guaranteed] or state.alloc[opp]
         assert gpus is not None
-        gpu_type = state.cluster.gpu_type_names[int(state.cluster.gpu_type_id[gpus[0]])]
+        gpu_type = state.cluster.type_name(gpus[0])
         return self._shares_of(
             (state.job_type[guaranteed], int(state.gpus[guaranteed])),
             (state.job_type[opp], int(state.gpus[opp])),
@@ -384,8 +384,7 @@ class AntMan(QuotaClassReasons, Policy):
         gpus = state.alloc[j]
         if gpus is None:
             return
-        names = state.cluster.gpu_type_names
-        group = (state.job_type[j], names[int(state.cluster.gpu_type_id[gpus[0]])])
+        group = (state.job_type[j], state.cluster.type_name(gpus[0]))
         members = self._alone(state, int(self.kind[j]), int(state.gpus[j])).get(group)
         if members is not None and j in members:
             members.remove(j)

@@ -231,13 +231,14 @@ class HiveD(QuotaClassReasons, Policy):
         if self._doomed_at == self._layout:
             return
         self._doomed_at = self._layout
+        if not self.vc_doomed.any() and not self.cell_bad.any():
+            return  # healthy hardware, nothing doomed: nothing to decide
         k = len(self.vcs.names)
         doomed: dict[int, Counter[tuple[int, int]]] = {v: Counter() for v in range(k)}
         if self.cell_bad.any():
             tree = self.tree
             assert tree is not None
-            scratch = BuddyAllocator(tree, self._healthy)
-            scratch.free = [[set(level) for level in chain] for chain in self.buddy.free]
+            scratch = self.buddy.copy()
             wanted: Counter[tuple[int, int]] = Counter()
             for v in range(k):
                 for key, count in self.cells[v].items():

@@ -40,7 +40,7 @@ import numpy as np
 from corral.estimate.requirements import MemoryEstimator, RunTimeEstimator
 from corral.model.plan import Plan
 from corral.model.state import DONE, RUNNING, IndexSet, SchedulerState
-from corral.perf.memory import gpu_memory_gb
+from corral.perf.memory import fits_gb
 from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.genetic import BatchPacker
 from corral.placement.network import NetworkBestFit
@@ -331,11 +331,6 @@ class Liquid(Policy):
         if rel is not None:
             return None if min(rel) <= 0 else rel
         gpus = on.get(host) or state.alloc[host]
-        capacity = None
-        if gpus:
-            names, type_of = state.cluster.gpu_type_names, state.cluster.gpu_type_id
-            capacity = gpu_memory_gb(names[int(type_of[gpus[0]])])
-        need = memory[host] + memory[guest]
-        if capacity is not None and math.isfinite(need) and need > capacity:
+        if gpus and not fits_gb([memory[host], memory[guest]], state.cluster.type_name(gpus[0])):
             return None
         return (0.5, 0.5)

@@ -257,10 +257,12 @@ class Scheduler(Recovery, Transitions, Launching):
         """The peak GPU memory running jobs' heartbeats report, for policies that
         learn what jobs need (Liquid)."""
         st, index = self.live.state, self.live.index
-        for job, used in self.gpu_memory.items():
+        for job, used in list(self.gpu_memory.items()):
             i = index.get(job)
             if i is not None and used > 0:  # the peak over the heartbeats seen
                 st.gpu_memory[i] = np.fmax(st.gpu_memory[i], used / 1e9)
+            if job not in self.attempts:  # ended: the state keeps its peak
+                self.gpu_memory.pop(job, None)
 
     def _upgraded(self, job: int) -> None:
         """A running job the policy no longer runs opportunistically (AntMan: its VC's
