@@ -37,6 +37,7 @@ REPORTED = {"pollux": 2446, "optimus": 5302, "tiresias": 3470}
 EXAMPLES = [
     ("tiny_transformer", 0.45),
     ("tiny_transformer", 0.35),
+    ("digits_cnn", 0.1),
     ("digits_cnn", 0.08),
     ("digits_cnn", 0.05),
 ]
