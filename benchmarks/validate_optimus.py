@@ -1,12 +1,14 @@
 """Optimus re-run on Pollux's workloads; writes docs/validation/optimus.md.
 
-Three parts:
+Four parts:
 
 * **Scheduling**: Pollux's eight 160-job workloads (its artifact's
   ``workloads/``) on its testbed's shape, 16 nodes x 4 T4 GPUs, under
   ``optimus``, ``tiresias-las``, ``srtf`` (an oracle) and ``fifo``. Pollux's
   artifact README reports average JCTs on workload-6: Pollux 2446 s, Optimus
   5302 s, Tiresias 3470 s.
+* **Parameter servers**: workload-6 under ``optimus`` with 8 to 128
+  parameter-server slots (``parameter_servers``), against all-reduce.
 * **Prediction**: every bundled training curve, cut at 25/50/75% of the steps
   its run took; the loss-curve fit of the prefix predicts the total steps to
   the target (the curve's last value), scored as predicted / true.
@@ -34,6 +36,8 @@ from validation_io import notes_for, validation_main
 POLICIES = ["optimus", "tiresias-las", "srtf", "fifo"]
 CLUSTER = "uniform:16x4:T4"
 REPORTED = {"pollux": 2446, "optimus": 5302, "tiresias": 3470}
+SERVERS = [8, 16, 32, 64, 128]
+"""Parameter-server slots tried on workload-6 (``parameter_servers``)."""
 EXAMPLES = [
     ("tiny_transformer", 0.45),
     ("tiny_transformer", 0.35),
@@ -53,6 +57,7 @@ def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
         for w in args.workloads.split(",")
         for p in POLICIES
     ]
+    tasks += [{"part": "servers", "workload": 6, "servers": n} for n in SERVERS]
     tasks.append({"part": "curves"})
     tasks += [{"part": "example", "example": e, "target": t} for e, t in EXAMPLES]
     return tasks
@@ -63,6 +68,8 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     out = dict(task)
     if task["part"] == "sim":
         out |= run_sim(task["workload"], task["policy"], {})
+    elif task["part"] == "servers":
+        out |= run_sim(task["workload"], "optimus", {"parameter_servers": task["servers"]})
     elif task["part"] == "curves":
         out |= score_curves()
     else:
@@ -208,6 +215,33 @@ def render(results: list[dict[str, Any]]) -> str:
             f"| {p} | {r['preemptions']}{extra} | {r['utilization']:.3f} | "
             f"{r['p99_jct_s']:,.0f} | {r['sim_s']} |"
         )
+    servers = [r for r in results if r["part"] == "servers"]
+    if servers:
+        base = by.get((6, "optimus"))
+        out += [
+            "",
+            "## Parameter servers (workload-6, `optimus --policy-opt parameter_servers=N`)",
+            "",
+            "Jobs synchronise through parameter servers instead of all-reduce; N server slots "
+            "are shared by all jobs.",
+            "",
+            "| server slots | avg JCT (s) | vs all-reduce | servers per job start | "
+            "resizes | utilisation |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in sorted(servers, key=lambda r: r["servers"]):
+            c = r.get("counts", {})
+            per = c.get("servers_started", 0) / max(c.get("server_starts", 0), 1)
+            vs = f"{r['avg_jct_s'] / base['avg_jct_s']:.2f}" if base else "—"
+            out.append(
+                f"| {r['servers']} | {r['avg_jct_s']:,.0f} | {vs} | {per:.1f} | "
+                f"{c.get('resizes', 0)} | {r['utilization']:.3f} |"
+            )
+        if base:
+            out.append(
+                f"| all-reduce | {base['avg_jct_s']:,.0f} | 1.00 | — | "
+                f"{base.get('counts', {}).get('resizes', 0)} | {base['utilization']:.3f} |"
+            )
     curves = next(r for r in results if r["part"] == "curves")["curves"]
     out += [
         "",

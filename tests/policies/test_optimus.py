@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.estimate.convergence import LossCurve, SpeedCurve, fit_loss_curve, fit_speed
+from corral.estimate.convergence import (
+    LossCurve,
+    ServerSpeedCurve,
+    SpeedCurve,
+    fit_loss_curve,
+    fit_server_speed,
+    fit_speed,
+)
 from corral.model.jobs import JobTable
 from corral.policies.optimus import Optimus
 from corral.sim.engine import SimConfig, Simulator
@@ -149,3 +156,77 @@ def test_bad_options_are_refused():
         Optimus(interval=0)
     with pytest.raises(Exception, match="min_change"):
         Optimus(min_change=1.5)
+
+
+# ---- parameter servers -------------------------------------------------------
+
+
+def test_optimus_server_speed_model_is_recovered():
+    truth = ServerSpeedCurve((2.0, 0.1, 0.3, 0.01, 0.02))
+    points = [(w, p) for w in (1, 2, 4, 8, 16) for p in (1, 2, 4, 8)]
+    fit = fit_server_speed(
+        [w for w, _ in points], [p for _, p in points], [truth.speed(w, p) for w, p in points]
+    )
+    assert fit is not None
+    for w, p in [(3, 3), (12, 5), (32, 16)]:
+        assert fit.speed(w, p) == pytest.approx(truth.speed(w, p), rel=1e-6)
+
+
+@pytest.mark.parametrize("model", ["imagenet", "bert", "cifar10"])
+def test_more_servers_never_slow_a_job_and_one_worker_needs_none(model):
+    from corral.model.cluster import Links
+    from corral.perf.communication import model_profile, ps_factor
+
+    profile = model_profile(model)
+    assert profile is not None
+    assert ps_factor(profile, 1, 1, 4, Links()) == 1.0
+    for gpus in (2, 4, 8, 16):
+        factors = [ps_factor(profile, gpus, p, 4, Links()) for p in range(1, 20)]
+        assert all(b >= a - 1e-12 for a, b in itertools.pairwise(factors))
+        assert factors[0] < 1.0  # one server for a gang is a bottleneck
+
+
+def _servers_trace(tmp_path) -> JobTable:
+    trace = tmp_path / "w.csv"
+    rows = [
+        f"j{k},{60 * k},{model},{gpus},{batch}"
+        for k, (model, gpus, batch) in enumerate(
+            [("imagenet", 4, 800), ("cifar10", 1, 512), ("bert", 2, 24), ("yolov3", 2, 64)] * 3
+        )
+    ]
+    trace.write_text("name,time,application,num_replicas,batch_size\n" + "\n".join(rows) + "\n")
+    return load_pollux(str(trace))
+
+
+def test_optimus_with_parameter_servers_never_uses_more_than_it_has(tmp_path):
+    jobs = _servers_trace(tmp_path)
+    policy = Optimus(parameter_servers=3)
+    most = 0
+    schedule = policy.schedule
+
+    def watched(state):
+        nonlocal most
+        plan = schedule(state)
+        held = sum(
+            p for j, p in policy._servers.items() if j in set(state.running) - set(plan.stops)
+        )
+        held += sum(policy._servers.get(j, 0) for j in plan.starts)
+        most = max(most, held)
+        return plan
+
+    policy.schedule = watched  # type: ignore[method-assign]
+    result = Simulator(jobs, uniform(4, 4), policy, SimConfig(check_invariants=True)).run()
+    assert (result.state.status == 3).all()
+    assert 0 < most <= 3
+    assert policy.counts["servers_started"] >= policy.counts["server_starts"] > 0
+    # with few servers the jobs are slower than all-reduce lets them be
+    allreduce = Simulator(jobs, uniform(4, 4), Optimus(), SimConfig()).run()
+    assert allreduce.state.finish_time.mean() < result.state.finish_time.mean()
+
+
+def test_parameter_servers_are_refused_live(tmp_path):
+    from tests.runtime.harness import make_config
+
+    make_config(tmp_path, policy="optimus", policy_options={})
+    with pytest.raises(ValueError, match="parameter_servers is for the simulator"):
+        make_config(tmp_path, policy="optimus", policy_options={"parameter_servers": 8})

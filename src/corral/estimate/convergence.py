@@ -22,6 +22,11 @@ fixed part, and synchronisation growing with the gang (Optimus' model for
 all-reduce, its parameter-server terms collapsed). The thetas are non-negative
 least squares over the (GPUs, steps/s) a job was seen at; with one size seen,
 speed is assumed to scale linearly from it.
+
+With parameter servers, Optimus' own model of a step on ``w`` workers and
+``p`` servers is ``theta0 / w + theta1 + theta2 w / p + theta3 w + theta4 p``:
+the split work, a fixed part, the servers' share of the gang's gradients,
+and per-worker and per-server overheads (:class:`ServerSpeedCurve`).
 """
 
 from __future__ import annotations
@@ -159,3 +164,38 @@ def fit_speed(gpus: Sequence[int], steps_per_s: Sequence[float]) -> SpeedCurve |
     if not coef.any():
         return SpeedCurve(float((t * w).mean()), 0.0, 0.0)
     return SpeedCurve(float(coef[0]), float(coef[1]), float(coef[2]))
+
+
+@dataclass(frozen=True)
+class ServerSpeedCurve:
+    """Steps/s on ``w`` workers with ``p`` parameter servers (Optimus' model)."""
+
+    thetas: tuple[float, float, float, float, float]
+
+    def step_time(self, workers: float, servers: float) -> float:
+        t0, t1, t2, t3, t4 = self.thetas
+        return t0 / workers + t1 + t2 * workers / servers + t3 * workers + t4 * servers
+
+    def speed(self, workers: float, servers: float) -> float:
+        return 1.0 / self.step_time(workers, servers)
+
+
+def fit_server_speed(
+    workers: Sequence[int], servers: Sequence[int], steps_per_s: Sequence[float]
+) -> ServerSpeedCurve | None:
+    """Optimus' worker/server speed model through observed (workers, servers,
+    steps/s); non-negative least squares on relative residuals (None: no
+    usable point)."""
+    w = np.asarray(workers, dtype=np.float64)
+    p = np.asarray(servers, dtype=np.float64)
+    s = np.asarray(steps_per_s, dtype=np.float64)
+    keep = (w >= 1) & (p >= 1) & np.isfinite(s) & (s > 0)
+    w, p, s = w[keep], p[keep], s[keep]
+    if not len(w):
+        return None
+    t = 1.0 / s
+    design = np.column_stack([1.0 / w, np.ones_like(w), w / p, w, p]) / t[:, None]
+    coef, _ = nnls(design, np.ones_like(t))
+    if not coef.any():
+        return None
+    return ServerSpeedCurve(tuple(float(c) for c in coef))  # type: ignore[arg-type]

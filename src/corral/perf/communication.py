@@ -12,9 +12,10 @@ The sync time depends on the **architecture** and the **links**:
 * **ring all-reduce** (NCCL, Horovod): every GPU sends and receives
   ``2 (N-1)/N x G`` over the slowest link of the ring (inside a node, between
   nodes of a rack, or between racks), plus a latency per hop.
-* **parameter servers** (``servers`` S): a worker pushes ``G`` and pulls ``G``;
-  the servers together receive ``N x G``, so the time is
-  ``max(G, N G / S) / bandwidth``. Few servers make it the bottleneck.
+* **parameter servers** (``servers`` S, machines of their own): a worker
+  pushes ``G`` and pulls ``G``; the servers together receive ``N x G``, so
+  the time is ``max(G, N G / S) / bandwidth`` over the network, for a gang
+  inside one node too. Few servers make it the bottleneck.
 * **BytePS** (``cpu_machines`` k spare CPU machines as summation servers
   beside the n GPU machines): each GPU machine keeps a share y of the
   summation and the CPU machines the rest; traffic per GPU machine is
@@ -123,14 +124,17 @@ def _slowest(span: Span, links: Links) -> tuple[float, float]:
 def sync_time(gradient_bytes: float, span: Span, links: Links, sync: Sync = Sync()) -> float:
     """Seconds a step spends exchanging gradients, before any overlap with compute."""
     n = span.gpus
-    if n <= 1:
+    if n <= 1:  # one worker updates its own weights: nothing to exchange
         return 0.0
-    bandwidth, latency = _slowest(span, links)
     g = gradient_bytes / GB
+    if sync.architecture == "ps":
+        # the servers are machines of their own: a gang in one node, too,
+        # pushes and pulls its gradients over the network
+        bandwidth = links.cross_rack if span.racks > 1 else links.cross_node
+        return max(g, n * g / sync.servers) / bandwidth + 2 * links.net_latency
+    bandwidth, latency = _slowest(span, links)
     if sync.architecture == "allreduce":
         return 2 * (n - 1) / n * g / bandwidth + latency * (n - 1)
-    if sync.architecture == "ps":
-        return max(g, n * g / sync.servers) / bandwidth + 2 * latency
     # BytePS: sum inside each GPU machine first, then between machines
     machines = span.nodes
     local = 0.0
@@ -283,6 +287,16 @@ def model_profile(model: str) -> ModelProfile | None:
     return default_profiles().get(key) if key is not None else None
 
 
+def ps_factor(
+    profile: ModelProfile, gpus: int, servers: int, node_size: int, links: Links
+) -> float:
+    """Speed of a gang of ``gpus`` on the fewest nodes synchronising through
+    ``servers`` parameter servers, relative to the same gang's all-reduce."""
+    span = Span.packed(gpus, node_size)
+    ring = profile.step_time(span, links)
+    return ring / profile.step_time(span, links, Sync("ps", servers))
+
+
 def spread_factor(
     profile: ModelProfile, cluster: Cluster, gpus: Sequence[int], sync: Sync = Sync()
 ) -> float:
@@ -306,6 +320,7 @@ __all__ = [
     "calibrate",
     "default_profiles",
     "model_profile",
+    "ps_factor",
     "spread_factor",
     "sync_time",
 ]

@@ -65,10 +65,14 @@ ROUND_MODEL_LIVE = (
 )
 
 
-def live_refusal(name: str) -> str | None:
-    """Why ``corral serve`` cannot run the policy named ``name`` (None: it can)."""
+def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None:
+    """Why ``corral serve`` cannot run the policy named ``name`` with these
+    options (None: it can)."""
     key = name.strip().lower()
     if key in POLICIES:
+        for option, why in POLICIES[key].simulator_only.items():
+            if (options or {}).get(option):
+                return why
         return None
     from corral.sim.rounds.planners import ROUND_PLANNERS
 

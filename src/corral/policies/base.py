@@ -110,6 +110,8 @@ class Policy(ABC):
     shares_gpus: ClassVar[bool] = False
     """True when the policy may pack two jobs on one GPU set (the live service
     then measures the jobs' speeds from their heartbeats for it to judge)."""
+    simulator_only: ClassVar[dict[str, str]] = {}
+    """Options ``corral serve`` cannot honour, with why (refused when set)."""
     live_note: ClassVar[str] = ""
     """What ``corral serve`` does differently from the simulator for this policy."""
 

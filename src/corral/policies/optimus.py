@@ -21,6 +21,17 @@ not a gang it must keep (Optimus' jobs are elastic), so the policy
 ``resizes``; the speed at another size is the performance model's
 (``SpeedModel.size_factor``).
 
+**Parameter servers** (``parameter_servers=N``, simulator only): the cluster
+has N parameter-server slots besides its GPUs, and a job whose model the
+communication model knows (``perf.communication``) synchronises through
+servers instead of all-reduce. Each such job needs one server to run; then
+each further worker or server goes, one at a time, to the job whose predicted
+completion time drops most per share of that resource (a GPU is 1/G of the
+GPUs, a server 1/N of the servers), as in the paper. Optimus believes
+its own model of a step on ``w`` workers and ``p`` servers, fitted to a profile
+at several (w, p) (``estimate.convergence.ServerSpeedCurve``); the speed the
+job really gets is the communication model's.
+
 Where the remaining steps come from:
 
 * **Simulator**: jobs of Pollux's workloads carry their training curve (the
@@ -42,23 +53,33 @@ Where the remaining steps come from:
 
 from __future__ import annotations
 
-from typing import Any
+import heapq
+from typing import Any, ClassVar
 
 import numpy as np
 
 from corral.errors import CorralError
 from corral.estimate.convergence import (
     LossCurve,
+    ServerSpeedCurve,
     SpeedCurve,
     fit_loss_curve,
+    fit_server_speed,
     fit_speed,
     predicted_total_steps,
 )
 from corral.model.state import SchedulerState
+from corral.perf.communication import model_profile, ps_factor
 from corral.perf.pollux_models import pollux_model, training_curve
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
+from corral.policies.base import PlanBuilder
 from corral.policies.resizing import ResizingPolicy, median_finished_seconds
+
+SERVERS_LIVE = (
+    "optimus: parameter_servers is for the simulator: the service runs no parameter "
+    "servers (its jobs synchronise by all-reduce); leave the option out for 'corral serve'"
+)
 
 PRIOR_SECONDS = 3600.0
 """Work of a job with no curve before any job has finished (an hour at its speed)."""
@@ -70,6 +91,7 @@ class Optimus(ResizingPolicy):
         "Optimus: loss curves fitted online predict work left; each GPU goes where it "
         "shortens predicted completion most; jobs resize"
     )
+    simulator_only: ClassVar[dict[str, str]] = {"parameter_servers": SERVERS_LIVE}
     live_note = (
         "work left comes from the loss curve fitted to heartbeats (jobs with a target_loss), "
         "speeds per size from heartbeats; a resize restarts the job from its checkpoint"
@@ -81,9 +103,21 @@ class Optimus(ResizingPolicy):
         interval: float = 600.0,
         min_change: float = 0.1,
         max_gpus: int = 0,
+        parameter_servers: int = 0,
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
+        if parameter_servers < 0:
+            raise CorralError(
+                f"optimus: parameter_servers must be >= 0 (0: all-reduce), got {parameter_servers}"
+            )
+        self.parameter_servers = int(parameter_servers)
+        self._servers: dict[int, int] = {}
+        """Running jobs' parameter servers."""
+        self._planned_servers: dict[int, int] = {}
+        self._server_curves: dict[int, tuple[ServerSpeedCurve, tuple[float, ...]]] = {}
+        """job -> (Optimus' fitted model, the profile's sizes)."""
+        self._servers_free = 0
         self._loss_fits: dict[int, tuple[int, LossCurve | None]] = {}
         """job -> (curve points fitted, the fit)."""
         self._speed_fits: dict[int, tuple[int, SpeedCurve]] = {}
@@ -163,6 +197,157 @@ class Optimus(ResizingPolicy):
         for j, d in zip(jobs, done.tolist(), strict=True):
             self._remaining[j] = max(self.predicted_total(state, j, d, prior) - d, 1e-9)
             self._curves[j] = self.speed_curve(state, j, speeds)
+        if self.parameter_servers:
+            if not state.known_in_advance:
+                raise CorralError(SERVERS_LIVE)
+            running = set(state.running)
+            self._servers = {j: p for j, p in self._servers.items() if j in running}
+            deciding = set(jobs)
+            held = sum(p for j, p in self._servers.items() if j not in deciding)
+            self._servers_free = self.parameter_servers - held
+            self._planned_servers = {}
+            for j in jobs:
+                if self.uses_servers(state, j) and j not in self._server_curves:
+                    self._server_curves[j] = self._profile_servers(state, j, speeds)
+
+    # ---- parameter servers ---------------------------------------------------
+
+    def uses_servers(self, state: SchedulerState, j: int) -> bool:
+        """Whether job ``j`` synchronises through parameter servers: they are on
+        and the communication model knows its model."""
+        return bool(self.parameter_servers) and model_profile(state.model[j]) is not None
+
+    def true_server_factor(self, state: SchedulerState, j: int, gpus: int, servers: int) -> float:
+        """The communication model's speed of ``j`` with ``servers`` servers,
+        relative to its all-reduce speed at the same size."""
+        profile = model_profile(state.model[j])
+        assert profile is not None
+        cluster = state.cluster
+        return ps_factor(profile, gpus, servers, int(cluster.node_gpus.max()), cluster.links)
+
+    def _profile_servers(
+        self, state: SchedulerState, j: int, speeds: SpeedModel
+    ) -> tuple[ServerSpeedCurve, tuple[float, ...]]:
+        """Optimus profiles a new job at a few (workers, servers) before it
+        runs; here the profile is the performance model's speed there."""
+        total = state.cluster.total_gpus
+        sizes = [w for w in (1, 2, 4, 8, 16, 32) if w <= total]
+        counts = [p for p in (1, 2, 4, 8) if p <= self.parameter_servers]
+        w_seen, p_seen, rates = [], [], []
+        for w in sizes:
+            base = self.model_speed(state, j, w, speeds)
+            for p in counts:
+                w_seen.append(w)
+                p_seen.append(p)
+                rates.append(base * self.true_server_factor(state, j, w, p))
+        fit = fit_server_speed(w_seen, p_seen, rates)
+        if fit is None:
+            fit = ServerSpeedCurve((1.0 / float(state.ref_speed[j]), 0.0, 0.0, 0.0, 0.0))
+        return fit, tuple(rates)
+
+    def server_cost(self, j: int, gpus: int, servers: int) -> float:
+        """Predicted seconds to completion on ``gpus`` workers and ``servers`` servers."""
+        return self._remaining[j] / self._server_curves[j][0].speed(gpus, servers)
+
+    def _cost_at(self, j: int, gpus: int, servers: int) -> float:
+        return self.server_cost(j, gpus, servers) if servers else self.cost(j, gpus)
+
+    def allocate(
+        self, jobs: list[int], capacity: int, pinned: dict[int, int], order: list[int]
+    ) -> dict[int, int]:
+        """Without parameter servers, the shared GPU rule. With them, Optimus'
+        greedy over two resources: each admitted job gets a GPU (and a server,
+        if it uses them), then each further GPU or server goes to the job whose
+        predicted completion time drops most per share of that resource, until
+        neither helps or both run out. Pinned jobs keep their servers too."""
+        if not self.parameter_servers:
+            return super().allocate(jobs, capacity, pinned, order)
+        alloc = dict(pinned)
+        servers = {j: self._servers[j] for j in pinned if j in self._servers}
+        gpus_left = capacity - sum(pinned.values())
+        servers_left = self._servers_free - sum(servers.values())
+        cap = self.max_gpus or capacity
+        gpu_share, server_share = float(capacity or 1), float(self.parameter_servers)
+        admitted: list[int] = []
+        for j in order:
+            if j in pinned:
+                continue
+            if gpus_left <= 0:
+                break
+            needs = j in self._server_curves
+            if needs and servers_left <= 0:
+                continue
+            alloc[j] = 1
+            gpus_left -= 1
+            if needs:
+                servers[j] = 1
+                servers_left -= 1
+            admitted.append(j)
+        heap: list[tuple[float, int, int]] = []
+
+        def offer(j: int) -> None:
+            w, p = alloc[j], servers.get(j, 0)
+            now = self._cost_at(j, w, p)
+            best = (0.0, 0)
+            if gpus_left > 0 and w < cap:
+                best = max(best, ((now - self._cost_at(j, w + 1, p)) * gpu_share, 0))
+            if p and servers_left > 0:
+                best = max(best, ((now - self._cost_at(j, w, p + 1)) * server_share, 1))
+            if best[0] > 0:
+                heapq.heappush(heap, (-best[0], j, best[1]))
+
+        for j in admitted:
+            offer(j)
+        while heap and (gpus_left > 0 or servers_left > 0):
+            _, j, kind = heapq.heappop(heap)
+            if (kind == 0 and gpus_left <= 0) or (kind == 1 and servers_left <= 0):
+                offer(j)  # that resource ran out: the job's other offer, if any
+                continue
+            if kind == 0:
+                alloc[j] += 1
+                gpus_left -= 1
+            else:
+                servers[j] += 1
+                servers_left -= 1
+            offer(j)
+        self._planned_servers = servers
+        return alloc
+
+    def resized(self, state: SchedulerState, j: int, want: int) -> bool:
+        if want != int(state.held[j]):
+            return True
+        return want > 0 and self._planned_servers.get(j, 0) != self._servers.get(j, 0)
+
+    def _keeps_size(self, state: SchedulerState, j: int, want: int) -> bool:
+        if j not in self._servers:
+            return super()._keeps_size(state, j, want)
+        now_w, now_p = int(state.held[j]), self._servers[j]
+        want_p = self._planned_servers.get(j, 0)
+        if want == 0:
+            return False
+        if (want, want_p) == (now_w, now_p):
+            return True
+        before = self.server_cost(j, now_w, now_p)
+        after = self.server_cost(j, want, want_p)
+        return abs(before - after) < self.min_change * abs(before)
+
+    def start_factor(self, state: SchedulerState, j: int, gpus: int, speeds: SpeedModel) -> float:
+        factor = super().start_factor(state, j, gpus, speeds)
+        servers = self._planned_servers.get(j, 0)
+        if servers:
+            factor *= self.true_server_factor(state, j, gpus, servers)
+        return factor
+
+    def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
+        servers = self._planned_servers.get(j, 0)
+        if servers:
+            self._servers[j] = servers
+            self.counts["server_starts"] = self.counts.get("server_starts", 0) + 1
+            self.counts["servers_started"] = self.counts.get("servers_started", 0) + servers
+
+    def view(self, state: SchedulerState, job: int) -> dict[str, str]:
+        servers = self._servers.get(job)
+        return {"parameter servers": str(servers)} if servers else {}
 
     def cost(self, j: int, gpus: int) -> float:
         """Predicted seconds to completion on ``gpus`` GPUs."""

@@ -224,7 +224,7 @@ class ResizingPolicy(Policy):
         kept: list[int] = []
         for j in running if tick else ():
             want = alloc.get(j, 0)
-            if want != int(state.held[j]):
+            if self.resized(state, j, want):
                 b.stop(j)
                 if want:
                     to_place.append(j)
@@ -238,6 +238,11 @@ class ResizingPolicy(Policy):
         for j in to_place:
             self._place(b, state, j, alloc[j], speeds)
         return b.build(self._next_tick)
+
+    def resized(self, state: SchedulerState, j: int, want: int) -> bool:
+        """Whether running job ``j`` must restart to run on ``want`` GPUs (Optimus
+        with parameter servers also restarts a job whose servers change)."""
+        return want != int(state.held[j])
 
     def _keeps_size(self, state: SchedulerState, j: int, want: int) -> bool:
         """True when a running job should stay at its size: its cost would change

@@ -225,7 +225,7 @@ class ServiceConfig(BaseModel):
     def _runnable_policy(self) -> ServiceConfig:
         from corral.policies import live_refusal
 
-        reason = live_refusal(self.policy)
+        reason = live_refusal(self.policy, self.policy_options)
         if reason is not None:
             raise ValueError(reason)
         return self
