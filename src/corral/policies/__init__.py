@@ -84,6 +84,8 @@ def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None
 def live_support(cls: type[Policy]) -> str:
     """What the policy's live version does differently from the simulator ("" when nothing)."""
     notes = [cls.live_note] if cls.live_note else []
+    if cls.simulator_only:
+        notes.append(f"simulator only: {', '.join(cls.simulator_only)}")
     if cls.oracle or cls.reads_durations:
         notes.append(
             "durations come from a job's 'duration' (or 'wall_time'), else an estimate "
