@@ -115,8 +115,8 @@ class Optimus(ResizingPolicy):
         self._servers: dict[int, int] = {}
         """Running jobs' parameter servers."""
         self._planned_servers: dict[int, int] = {}
-        self._server_curves: dict[int, tuple[ServerSpeedCurve, tuple[float, ...]]] = {}
-        """job -> (Optimus' fitted model, the profile's sizes)."""
+        self._server_curves: dict[int, ServerSpeedCurve] = {}
+        """Jobs that use servers -> Optimus' model of their speed."""
         self._servers_free = 0
         self._loss_fits: dict[int, tuple[int, LossCurve | None]] = {}
         """job -> (curve points fitted, the fit)."""
@@ -227,27 +227,24 @@ class Optimus(ResizingPolicy):
 
     def _profile_servers(
         self, state: SchedulerState, j: int, speeds: SpeedModel
-    ) -> tuple[ServerSpeedCurve, tuple[float, ...]]:
+    ) -> ServerSpeedCurve:
         """Optimus profiles a new job at a few (workers, servers) before it
         runs; here the profile is the performance model's speed there."""
         total = state.cluster.total_gpus
         sizes = [w for w in (1, 2, 4, 8, 16, 32) if w <= total]
         counts = [p for p in (1, 2, 4, 8) if p <= self.parameter_servers]
-        w_seen, p_seen, rates = [], [], []
-        for w in sizes:
-            base = self.model_speed(state, j, w, speeds)
-            for p in counts:
-                w_seen.append(w)
-                p_seen.append(p)
-                rates.append(base * self.true_server_factor(state, j, w, p))
-        fit = fit_server_speed(w_seen, p_seen, rates)
-        if fit is None:
-            fit = ServerSpeedCurve((1.0 / float(state.ref_speed[j]), 0.0, 0.0, 0.0, 0.0))
-        return fit, tuple(rates)
+        bases = self.model_speeds(state, j, np.array(sizes), speeds).tolist()
+        points = [(w, p, base) for w, base in zip(sizes, bases, strict=True) for p in counts]
+        fit = fit_server_speed(
+            [w for w, _, _ in points],
+            [p for _, p, _ in points],
+            [base * self.true_server_factor(state, j, w, p) for w, p, base in points],
+        )
+        return fit or ServerSpeedCurve((1.0 / float(state.ref_speed[j]), 0.0, 0.0, 0.0, 0.0))
 
     def server_cost(self, j: int, gpus: int, servers: int) -> float:
         """Predicted seconds to completion on ``gpus`` workers and ``servers`` servers."""
-        return self._remaining[j] / self._server_curves[j][0].speed(gpus, servers)
+        return self._remaining[j] / self._server_curves[j].speed(gpus, servers)
 
     def _cost_at(self, j: int, gpus: int, servers: int) -> float:
         return self.server_cost(j, gpus, servers) if servers else self.cost(j, gpus)
