@@ -29,7 +29,8 @@ def owner(memory_file: Path) -> list[str]:
 
 
 def watcher(out: Path) -> list[str]:
-    """A job writing its OS priority and memory cap each time either changes."""
+    """A job writing its OS priority and memory cap each time either changes
+    (whole, by rename, so a reader never sees the file empty mid-write)."""
     script = (
         "import os, time\n"
         "from corral.train import Session\n"
@@ -40,7 +41,8 @@ def watcher(out: Path) -> list[str]:
         "    now = f'{os.nice(0)}:{s.memory_fraction}'\n"
         "    if not seen or now != seen[-1]:\n"
         "        seen.append(now)\n"
-        f"        open({str(out)!r}, 'w').write(' '.join(seen))\n"
+        f"        open({str(out)!r} + '.tmp', 'w').write(' '.join(seen))\n"
+        f"        os.replace({str(out)!r} + '.tmp', {str(out)!r})\n"
         "    time.sleep(0.05)\n"
     )
     return [PY, "-c", script]
@@ -80,7 +82,7 @@ def test_an_opportunistic_jobs_memory_cap_follows_its_partners_use(tmp_path: Pat
         assert seen()[0] == 0.5  # the launch figure, before the owner's use was known
         memory.write_text(str(4 * GB))  # the owner needs less: the guest may have more
         roomy = round(1 - 4 / V100 - MEMORY_MARGIN, 3)
-        wait_for(lambda: seen()[-1] == roomy, 30, f"the cap to grow to {roomy}")
+        wait_for(lambda: seen()[-1:] == [roomy], 30, f"the cap to grow to {roomy}")
         assert seen() == [0.5, tight, roomy]
         for j in (host, job):
             service.client.action(j["id"], "cancel")

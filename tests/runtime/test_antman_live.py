@@ -24,11 +24,13 @@ def antman(tmp_path: Path) -> Any:
 
 
 def job(vc: str, name: str, out: Path, job_type: str | None = None) -> dict[str, Any]:
-    """A sleeper that first writes its niceness and memory cap to ``out/name``."""
+    """A sleeper that first writes its niceness and memory cap to ``out/name``
+    (by rename, so a reader never finds it empty)."""
     script = (
         "import os, time; "
-        f"open({str(out / name)!r}, 'w').write("
+        f"open({str(out / name)!r} + '.tmp', 'w').write("
         "f\"{os.nice(0)} {os.environ.get('CORRAL_GPU_MEMORY_FRACTION')}\"); "
+        f"os.replace({str(out / name)!r} + '.tmp', {str(out / name)!r}); "
         "time.sleep(120)"
     )
     spec: dict[str, Any] = {"name": name, "command": [PY, "-c", script], "gpus": 1, "vc": vc}
@@ -45,7 +47,9 @@ def test_opportunistic_jobs_run_low_and_owners_share_or_evict(
     research = [antman.submit(**job("research", f"r{k}", out, BIG))["id"] for k in range(4)]
     for j in research:
         antman.wait_state(j, {"RUNNING"}, timeout=30)
-    wait_for(lambda: len(list(out.iterdir())) == 4, 20, "the four jobs to write their settings")
+    wait_for(
+        lambda: len(list(out.glob("r[0-9]"))) == 4, 20, "the four jobs to write their settings"
+    )
     settings = sorted((out / f"r{k}").read_text() for k in range(4))
     # two within research's quota run normally; two beyond it run opportunistically
     assert settings == ["0 None", "0 None", "19 0.5", "19 0.5"], settings
