@@ -21,3 +21,21 @@ def lazy_exports(package: str, where: dict[str, str]) -> Callable[[str], Any]:
         return getattr(importlib.import_module(where[name]), name)
 
     return __getattr__
+
+
+class LazyModule:
+    """A module imported on first attribute access.
+
+    For scipy: every policy module is imported to list the policies, but
+    only the LP and fitting policies solve anything, and importing
+    ``scipy.optimize`` costs a tenth of a second or more on each start of
+    ``corral sim`` that never uses it.
+    """
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)

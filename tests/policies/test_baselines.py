@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corral.errors import CorralError
 from corral.policies import POLICIES, make_policy
@@ -91,6 +93,20 @@ def test_greedy_fit_skips_what_does_not_fit():
     assert take.tolist() == [True, False, True, False, True]
     assert greedy_fit(np.array([5]), 4).tolist() == [False]
     assert greedy_fit(np.array([1, 1]), 0).tolist() == [False, False]
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=16), max_size=40),
+    st.integers(min_value=0, max_value=64),
+)
+def test_greedy_fit_is_the_plain_walk(sizes: list[int], capacity: int) -> None:
+    import numpy as np
+
+    left, expected = capacity, []
+    for g in sizes:  # the definition: in order, take each job that still fits
+        expected.append(g <= left)
+        left -= g if g <= left else 0
+    assert greedy_fit(np.array(sizes, dtype=np.int64), capacity).tolist() == expected
 
 
 def test_every_policy_has_a_description_and_oracles_are_marked():

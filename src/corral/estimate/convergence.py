@@ -36,7 +36,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares, nnls
+
+from corral.lazy import LazyModule
+
+optimize = LazyModule("scipy.optimize")
 
 MIN_POINTS = 3
 """Points a loss fit needs: three parameters."""
@@ -89,7 +92,7 @@ def fit_loss_curve(
         gap = y - c
         # d(1/gap) = -d(gap) / gap^2 and d(log y) = d(gap) / y: relative residuals
         weight = gap**2 / y
-        coef, _ = nnls(design * weight[:, None], (1.0 / gap) * weight)
+        coef, _ = optimize.nnls(design * weight[:, None], (1.0 / gap) * weight)
         a, b = float(coef[0]), float(coef[1])
         if b <= 0 and a <= 0:
             continue
@@ -107,7 +110,7 @@ def fit_loss_curve(
     start = np.array([max(a0, 1e-9), max(b0, 1e-9), min(c0, low * 0.999)])
     upper = np.array([np.inf, np.inf, low])
     try:
-        polished = least_squares(residuals, start, bounds=(np.zeros(3), upper))
+        polished = optimize.least_squares(residuals, start, bounds=(np.zeros(3), upper))
         a, b, c = (float(v) for v in polished.x)
     except ValueError:
         a, b, c = a0, b0, c0
@@ -160,7 +163,7 @@ def fit_speed(gpus: Sequence[int], steps_per_s: Sequence[float]) -> SpeedCurve |
     if len(np.unique(w)) == 1:  # one size seen: linear scaling from it
         return SpeedCurve(float(t.mean() * w[0]), 0.0, 0.0)
     design = np.column_stack([1.0 / w, np.ones_like(w), w - 1]) / t[:, None]
-    coef, _ = nnls(design, np.ones_like(t))  # relative residuals
+    coef, _ = optimize.nnls(design, np.ones_like(t))  # relative residuals
     if not coef.any():
         return SpeedCurve(float((t * w).mean()), 0.0, 0.0)
     return SpeedCurve(float(coef[0]), float(coef[1]), float(coef[2]))
@@ -195,7 +198,7 @@ def fit_server_speed(
         return None
     t = 1.0 / s
     design = np.column_stack([1.0 / w, np.ones_like(w), w / p, w, p]) / t[:, None]
-    coef, _ = nnls(design, np.ones_like(t))
+    coef, _ = optimize.nnls(design, np.ones_like(t))
     if not coef.any():
         return None
     return ServerSpeedCurve(tuple(float(c) for c in coef))  # type: ignore[arg-type]

@@ -65,42 +65,51 @@ class FreeGPUs:
         return new
 
     def take(self, gpus: Sequence[int]) -> None:
-        mask = self.mask
-        if len(gpus) > 1 and len(set(gpus)) != len(gpus):
-            raise DoubleAllocation(f"GPUs {list(gpus)} repeat an id")
-        for g in gpus:
-            if not mask[g]:
-                busy = [int(x) for x in gpus if not mask[x]]
-                raise DoubleAllocation(f"GPUs {busy} are already in use")
-        self._update(gpus, False, -1)
+        self._update(gpus, False)
 
     def release(self, gpus: Sequence[int]) -> None:
-        mask = self.mask
-        for g in gpus:
-            if mask[g]:
-                idle = [int(x) for x in gpus if mask[x]]
-                raise DoubleAllocation(f"GPUs {idle} released while free")
-        self._update(gpus, True, +1)
+        self._update(gpus, True)
 
-    def _update(self, gpus: Sequence[int], value: bool, sign: int) -> None:
-        # Scalar loops: allocations are a few GPUs, where numpy's per-call
-        # overhead would dominate.
+    def _update(self, gpus: Sequence[int], value: bool) -> None:
+        """Mark ``gpus`` free (``value``) or taken, checking first that each was
+        the opposite, so a refused update changes nothing.
+
+        Scalar loops over a node's GPUs at a time: allocations are a few GPUs
+        on one or two nodes, where numpy's per-call overhead would dominate,
+        and a node's free count is its bitset's population count.
+        """
         cluster = self.cluster
-        gpu_node, gpu_rack = cluster.gpu_node_list, cluster.gpu_rack_list
-        firsts = cluster.node_first_gpu_list
-        mask, node_free, bits, with_count = self.mask, self.node_free, self._bits, self._with
-        rack_free = self._rack
+        gpu_node, firsts = cluster.gpu_node_list, cluster.node_first_gpu_list
+        bits = self._bits
+        wanted: dict[int, int] = {}  # node -> bits of its GPUs in ``gpus``
         for g in gpus:
             node = gpu_node[g]
-            rack_free[gpu_rack[g]] += sign
+            bit = 1 << (g - firsts[node])
+            have = wanted.get(node, 0)
+            if have & bit:
+                raise DoubleAllocation(f"GPUs {list(gpus)} repeat an id")
+            wanted[node] = have | bit
+        for node, want in wanted.items():
+            if (bits[node] & want) != (0 if value else want):
+                state = "released while free" if value else "are already in use"
+                wrong = [int(x) for x in gpus if bool(self.mask[x]) == value]
+                raise DoubleAllocation(f"GPUs {wrong} {state}")
+        mask = self.mask
+        for g in gpus:
             mask[g] = value
-            count = int(node_free[node])
-            node_free[node] = count + sign
+        node_free, with_count, rack_free = self.node_free, self._with, self._rack
+        node_rack = cluster.node_rack_list
+        for node, want in wanted.items():
+            count = bits[node].bit_count()
+            bits[node] ^= want
+            moved = want.bit_count()
+            after = count + moved if value else count - moved
+            node_free[node] = after
             flag = 1 << node
             with_count[count] ^= flag
-            with_count[count + sign] ^= flag
-            bits[node] ^= 1 << (g - firsts[node])
-        self.total += sign * len(gpus)
+            with_count[after] ^= flag
+            rack_free[node_rack[node]] += after - count
+            self.total += after - count
 
     def indexes_agree(self) -> bool:
         """True when the counts and bitset indexes match the mask (invariant checks)."""

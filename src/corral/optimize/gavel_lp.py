@@ -33,12 +33,18 @@ type). Every allocation obeys: a job runs at most all of the time
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import linprog
 
 from corral.errors import CorralError
+from corral.lazy import LazyModule
+
+if TYPE_CHECKING:
+    from scipy import sparse
+else:
+    sparse = LazyModule("scipy.sparse")
+optimize = LazyModule("scipy.optimize")
 
 _TOL = 1e-6
 
@@ -88,7 +94,7 @@ class AllocationProblem:
 def _solve(
     c: np.ndarray, a_ub: sparse.spmatrix, b_ub: np.ndarray, bounds: np.ndarray
 ) -> np.ndarray | None:
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+    res = optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
     if res.status == 2:  # infeasible
         return None
     if res.status != 0:

@@ -29,12 +29,18 @@ Hare's "order of tasks" from the relaxation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import linprog
 
 from corral.errors import CorralError
+from corral.lazy import LazyModule
+
+if TYPE_CHECKING:
+    from scipy import sparse
+else:
+    sparse = LazyModule("scipy.sparse")
+optimize = LazyModule("scipy.optimize")
 
 
 @dataclass
@@ -140,7 +146,9 @@ def relaxation(
         ]
     )
     c = np.concatenate([np.zeros(n_y), weight.astype(float)])
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs")
+    res = optimize.linprog(
+        c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs"
+    )
     if res.status != 0:
         raise CorralError(f"Hare's relaxation LP failed: {res.message}")
     y = res.x[:n_y].reshape(n, k_types, n_int)

@@ -11,7 +11,10 @@ optimal non-preemptive schedule of jobs all present at time 0.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
+
+from corral.lazy import LazyModule
+
+optimize = LazyModule("scipy.optimize")
 
 
 def min_total_completion(times: np.ndarray) -> list[list[int]]:
@@ -27,7 +30,7 @@ def min_total_completion(times: np.ndarray) -> list[list[int]]:
     # cost[j, machine * n + (k - 1)] = k * p[j, machine]
     cost = (finite[:, :, None] * positions[None, None, :]).reshape(n, m * n)
     cost[np.repeat(~np.isfinite(times), n, axis=1)] = big
-    rows, cols = linear_sum_assignment(cost)
+    rows, cols = optimize.linear_sum_assignment(cost)
     sequences: list[list[tuple[int, int]]] = [[] for _ in range(m)]
     for j, c in zip(rows.tolist(), cols.tolist(), strict=True):
         sequences[c // n].append((c % n, j))

@@ -42,11 +42,13 @@ from functools import cache
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from corral.errors import CorralError
+from corral.lazy import LazyModule
 from corral.model.cluster import Cluster, Links
 from corral.perf.pollux_models import POLLUX_MODELS, StepSample, pollux_model, step_samples
+
+optimize = LazyModule("scipy.optimize")
 
 GB = 1e9
 
@@ -254,7 +256,7 @@ def calibrate(models: Sequence[str] = POLLUX_MODELS, links: Links | None = None)
 
     x0 = [np.log(2.0), np.log(0.5), np.log(5e-4), np.log(5e-4)] if free_links else []
     x0 += [0.0] * len(models) + [np.log(0.1)] * len(unknown)
-    fit = least_squares(residuals, np.array(x0, dtype=np.float64))
+    fit = optimize.least_squares(residuals, np.array(x0, dtype=np.float64))
     p, g, link_values, _, _ = unpack(fit.x)
     if free_links:
         intra, net, lat_in, lat_net = (float(v) for v in link_values)

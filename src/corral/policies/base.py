@@ -153,8 +153,9 @@ def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
     """Walk jobs in priority order, taking each whose GPUs still fit (others are skipped).
 
     Returns a boolean mask over the input. Vectorised for the common case: the
-    prefix that fits is found with a cumulative sum, and only the few jobs that
-    can still squeeze into what is left after it are walked one by one.
+    prefix that fits is found with a cumulative sum; past it, only jobs no
+    wider than what the prefix left can ever fit (what is left only shrinks),
+    so those few are found in one pass and walked in Python.
     """
     take = np.zeros(len(gpus_in_order), dtype=bool)
     if capacity <= 0 or not len(gpus_in_order):
@@ -163,15 +164,18 @@ def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
     k = int(np.searchsorted(cum, capacity, side="right"))
     take[:k] = True
     left = capacity - (int(cum[k - 1]) if k else 0)
-    pos = k + 1
-    while left > 0 and pos < len(gpus_in_order):
-        fits = np.flatnonzero(gpus_in_order[pos:] <= left)
-        if not len(fits):
-            break
-        j = pos + int(fits[0])
-        take[j] = True
-        left -= int(gpus_in_order[j])
-        pos = j + 1
+    if left <= 0 or k + 1 >= len(gpus_in_order):
+        return take
+    tail = gpus_in_order[k + 1 :]
+    small = np.flatnonzero(tail <= left)
+    if not len(small):
+        return take
+    for j, g in zip(small.tolist(), tail[small].tolist(), strict=True):
+        if g <= left:
+            take[k + 1 + j] = True
+            left -= g
+            if not left:
+                break
     return take
 
 
