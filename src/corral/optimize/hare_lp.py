@@ -146,8 +146,12 @@ def relaxation(
         ]
     )
     c = np.concatenate([np.zeros(n_y), weight.astype(float)])
+    # HiGHS' interior point (with its crossover to a vertex) solves this LP
+    # 1.5x faster than its simplex at 1,000 jobs and 6x at 5,000; the LP is
+    # degenerate, so the two may return different optimal vertices (the same
+    # bound, jobs of equal standing in another order)
     res = optimize.linprog(
-        c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs"
+        c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs-ipm"
     )
     if res.status != 0:
         raise CorralError(f"Hare's relaxation LP failed: {res.message}")
