@@ -59,25 +59,30 @@ class PlanView:
 
 
 class _TypeHeaps:
-    """Per-type heaps of (free time, gpu) with lazy deletion."""
+    """Per-type heaps of (free time, gpu) with lazy deletion.
+
+    Plain lists, not arrays: a planning pass reads and writes single GPUs
+    tens of thousands of times, where numpy's per-element cost dominates.
+    """
 
     def __init__(self, free: np.ndarray, gpu_type: np.ndarray, k: int) -> None:
-        self.free = free
-        self.version = np.zeros(len(free), dtype=np.int64)
+        self.free: list[float] = free.astype(np.float64).tolist()
+        self.gpu_type: list[int] = gpu_type.astype(np.int64).tolist()
+        self.version = [0] * len(self.free)
         self.heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(k)]
-        for g in range(len(free)):
-            self.heaps[int(gpu_type[g])].append((float(free[g]), g, 0))
+        for g, (at, t) in enumerate(zip(self.free, self.gpu_type, strict=True)):
+            self.heaps[t].append((at, g, 0))
         for h in self.heaps:
             heapq.heapify(h)
-        self.gpu_type = gpu_type
 
     def top(self, t: int, count: int = 1) -> list[int]:
         """The ``count`` earliest-free GPUs of type ``t`` (fewer if it has fewer)."""
         heap = self.heaps[t]
         out: list[tuple[float, int, int]] = []
+        version = self.version
         while heap and len(out) < count:
             entry = heapq.heappop(heap)
-            if entry[2] == self.version[entry[1]]:
+            if entry[2] == version[entry[1]]:
                 out.append(entry)
         for entry in out:
             heapq.heappush(heap, entry)
@@ -86,7 +91,7 @@ class _TypeHeaps:
     def set(self, gpu: int, free: float) -> None:
         self.free[gpu] = free
         self.version[gpu] += 1
-        heapq.heappush(self.heaps[int(self.gpu_type[gpu])], (free, gpu, int(self.version[gpu])))
+        heapq.heappush(self.heaps[self.gpu_type[gpu]], (free, gpu, self.version[gpu]))
 
 
 def list_schedule(
@@ -96,7 +101,8 @@ def list_schedule(
         raise ValueError(f"unknown list-scheduling mode '{mode}'")
     k = len(work.type_names)
     heaps = _TypeHeaps(view.gpu_free.copy(), work.gpu_type, k)
-    last = view.gpu_last.copy()
+    last: list[int] = view.gpu_last.astype(np.int64).tolist()
+    free, gpu_type = heaps.free, heaps.gpu_type
     pos = {int(j): p for p, j in enumerate(view.jobs.tolist())}
     out: list[Task] = []
     switch = view.switch_s
@@ -108,26 +114,26 @@ def list_schedule(
         ready = max(float(view.ready[p]), view.now)
         round_end = float(view.partial_end[p])
         prev = list(view.prev_gpus[p])
-        tau = work.tau[j]
+        tau_list: list[float] = work.tau[j].tolist()
+        types = [t for t in range(k) if np.isfinite(tau_list[t])]
         g = int(work.tasks[j])
         while r < work.rounds[j]:
             used: list[int] = []
             if mode == "tasks":
                 for _ in range(g - placed):
                     cands = set(prev)
-                    for t in range(k):
-                        if np.isfinite(tau[t]):
-                            cands.update(heaps.top(t))
+                    for t in types:
+                        cands.update(heaps.top(t))
                     best: tuple[float, float, int] | None = None
                     for gpu in cands:
                         sw = 0.0 if last[gpu] == j else switch
-                        fin = max(heaps.free[gpu], ready) + sw + tau[work.gpu_type[gpu]]
+                        fin = max(free[gpu], ready) + sw + tau_list[gpu_type[gpu]]
                         key = (fin, sw, gpu)
                         if best is None or key < best:
                             best = key
                     assert best is not None
                     fin, sw, gpu = best
-                    out.append(Task(j, r, gpu, fin - sw - tau[work.gpu_type[gpu]], fin, sw))
+                    out.append(Task(j, r, gpu, fin - sw - tau_list[gpu_type[gpu]], fin, sw))
                     heaps.set(gpu, fin)
                     last[gpu] = j
                     used.append(gpu)
@@ -135,7 +141,7 @@ def list_schedule(
             else:
                 gang = _choose_gang(work, heaps, last, j, g, ready, switch, mode)
                 start = max(ready, max(heaps.free[x] for x in gang))
-                length = max(tau[work.gpu_type[x]] for x in gang)
+                length = max(tau_list[gpu_type[x]] for x in gang)
                 sw = switch if any(last[x] != j for x in gang) else 0.0
                 for gpu in gang:
                     out.append(Task(j, r, gpu, start, start + sw + length, sw))
@@ -154,7 +160,7 @@ def list_schedule(
 def _choose_gang(
     work: RoundWorkload,
     heaps: _TypeHeaps,
-    last: np.ndarray,
+    last: list[int],
     j: int,
     g: int,
     ready: float,
@@ -164,6 +170,7 @@ def _choose_gang(
     """The GPUs one synchronised round of job ``j`` takes."""
     k = len(work.type_names)
     tau = work.tau[j]
+    tau_list: list[float] = tau.tolist()
     options: list[list[int]] = []
     if mode == "gang-type":
         for t in range(k):
@@ -179,7 +186,7 @@ def _choose_gang(
     for idx, gang in enumerate(options):
         start = max(ready, max(heaps.free[x] for x in gang))
         sw = switch if any(last[x] != j for x in gang) else 0.0
-        fin = start + sw + max(tau[work.gpu_type[x]] for x in gang)
+        fin = start + sw + max(tau_list[heaps.gpu_type[x]] for x in gang)
         if best is None or (fin, idx) < best:
             best = (fin, idx)
     assert best is not None
