@@ -139,7 +139,7 @@ def list_schedule(
                     used.append(gpu)
                     round_end = max(round_end, fin)
             else:
-                gang = _choose_gang(work, heaps, last, j, g, ready, switch, mode)
+                gang = _choose_gang(heaps, last, j, g, ready, switch, mode, tau_list, types)
                 start = max(ready, max(heaps.free[x] for x in gang))
                 length = max(tau_list[gpu_type[x]] for x in gang)
                 sw = switch if any(last[x] != j for x in gang) else 0.0
@@ -158,7 +158,6 @@ def list_schedule(
 
 
 def _choose_gang(
-    work: RoundWorkload,
     heaps: _TypeHeaps,
     last: list[int],
     j: int,
@@ -166,20 +165,19 @@ def _choose_gang(
     ready: float,
     switch: float,
     mode: str,
+    tau_list: list[float],
+    types: list[int],
 ) -> list[int]:
-    """The GPUs one synchronised round of job ``j`` takes."""
-    k = len(work.type_names)
-    tau = work.tau[j]
-    tau_list: list[float] = tau.tolist()
+    """The GPUs one synchronised round of job ``j`` takes (``tau_list``: its task
+    time per GPU type; ``types``: the types it can run on)."""
     options: list[list[int]] = []
     if mode == "gang-type":
-        for t in range(k):
-            if np.isfinite(tau[t]):
-                gpus = heaps.top(t, g)
-                if len(gpus) == g:
-                    options.append(gpus)
+        for t in types:
+            gpus = heaps.top(t, g)
+            if len(gpus) == g:
+                options.append(gpus)
     if not options:  # gang-any, or wider than every type: the earliest-free GPUs anywhere
-        pool = [x for t in range(k) if np.isfinite(tau[t]) for x in heaps.top(t, g)]
+        pool = [x for t in types for x in heaps.top(t, g)]
         pool.sort(key=lambda x: (heaps.free[x], x))
         options.append(pool[:g])
     best: tuple[float, int] | None = None
