@@ -42,7 +42,7 @@ def test_policies_piped_prints_full_names_and_json():
     assert by_name["srtf"]["oracle"] is True
     assert by_name["srtf"]["live"].startswith("yes; durations come from")
     assert by_name["las"]["live"] == "yes"
-    assert by_name["hare"]["live"].startswith("no; ") and "task-level" in by_name["hare"]["live"]
+    assert by_name["hare"]["live"].startswith("yes; ") and "task-level" in by_name["hare"]["live"]
     assert {p["name"] for p in listed["placements"]} >= {"consolidate", "count"}
 
 

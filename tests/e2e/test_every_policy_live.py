@@ -17,7 +17,6 @@ import pytest
 
 from corral.policies import POLICIES
 from corral.runtime.service_process import ServiceProcess, wait_for
-from corral.sim.rounds.planners import ROUND_PLANNERS
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 SHORT_TIME_SCALE: dict[str, dict[str, Any]] = {
@@ -72,12 +71,3 @@ def test_policy_runs_mixed_jobs_live(name: str, tmp_path: Path) -> None:
         service.close()
     log = (tmp_path / "serve.log").read_text()
     assert "Traceback" not in log, log[-3000:]
-
-
-@pytest.mark.parametrize("name", list(ROUND_PLANNERS))
-def test_round_models_are_refused_at_start_with_the_reason(name: str, tmp_path: Path) -> None:
-    service = ServiceProcess(tmp_path, name, {})
-    with pytest.raises(RuntimeError):
-        service.start(timeout=30)
-    log = (tmp_path / "serve.log").read_text()
-    assert "task-level rounds" in log and "Traceback" not in log

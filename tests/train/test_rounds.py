@@ -54,8 +54,9 @@ def test_the_last_round_leaves_the_result_as_a_checkpoint_and_tidies_up(tmp_path
     run_rounds(tmp_path, parts=2, rounds=2)
     payload = checkpoint.load(tmp_path / "checkpoint")
     assert payload is not None and payload["step"] == 12
-    assert not list(tmp_path.glob("grad-*"))  # gradients are spent once applied
-    assert sorted(p.name for p in tmp_path.glob("state-*")) == ["state-1.pt", "state-2.pt"]
+    assert not list(tmp_path.glob("rounds/grad-*"))  # gradients are spent once applied
+    left = sorted(p.name for p in tmp_path.glob("rounds/state-*"))
+    assert left == ["state-1.pt", "state-2.pt"]
 
 
 def test_the_task_command_refuses_a_bad_part_with_a_message(
@@ -66,4 +67,5 @@ def test_the_task_command_refuses_a_bad_part_with_a_message(
     assert "part 2 is not in 0..1" in capsys.readouterr().err
     argv[4] = "1"
     assert main([*argv, "--rounds", "1", "--dir", str(tmp_path), "--kw", "batch=8"]) == 0
-    assert (tmp_path / "grad-0-1.pt").exists() and not (tmp_path / "state-1.pt").exists()
+    assert (tmp_path / "rounds" / "grad-0-1.pt").exists()
+    assert not (tmp_path / "rounds" / "state-1.pt").exists()

@@ -43,6 +43,7 @@ from corral.runtime.estimates import extend_curve, extend_progress
 from corral.runtime.scheduler import TERMINAL
 from corral.runtime.specs import JobSpec, array_indices
 from corral.runtime.store import AttemptRow, EventRow, JobRow
+from corral.sim.rounds.planners import ROUND_PLANNERS
 
 router = APIRouter()
 LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
@@ -86,6 +87,26 @@ def left(ctx: Context, row: JobRow) -> tuple[float, str] | None:
     if ctx.scheduler is None or row.status in TERMINAL:
         return None
     return ctx.scheduler.remaining(row.id)
+
+
+def check_round_job(spec: JobSpec, policy: str) -> None:
+    """Under a policy that plans rounds, a job runs as rounds: it must be given as a
+    task, in whole rounds."""
+    if spec.task is None:
+        raise field_error(
+            "task",
+            f"policy {policy} runs jobs as rounds of tasks: give the job as a task "
+            "(task: {factory: module:function, steps: N}), not as a command",
+        )
+    per_round = spec.task.round_steps or spec.gpus
+    if spec.task.steps % per_round:
+        raise field_error(
+            "task.steps",
+            f"{spec.task.steps} is not a whole number of rounds of {per_round} mini-batches "
+            "(task.round_steps; unset, one per GPU asked)",
+        )
+    if spec.dependency:
+        raise field_error("dependency", f"not yet supported for jobs run as rounds ({policy})")
 
 
 def ask_scheduler(
@@ -140,6 +161,10 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
     if spec.array_index is not None or spec.array_job is not None:
         field = "array_index" if spec.array_index is not None else "array_job"
         raise field_error(field, "set by corral for the tasks of an array; give 'array'")
+    if spec.round_of is not None:
+        raise field_error("round_of", "set by corral for the tasks of a job run as rounds")
+    if ctx.config.policy.strip().lower() in ROUND_PLANNERS:
+        check_round_job(spec, ctx.config.policy)
     if spec.output is not None and Path(spec.output).resolve().is_relative_to(
         ctx.config.state_dir.resolve()
     ):
@@ -319,6 +344,12 @@ def cancel(ctx: Ctx, job_id: JobId, user: User) -> JobView:
 
 @router.post("/v1/jobs/{job_id}/suspend", response_model=JobView, tags=["jobs"], responses=ON_JOB)
 def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    if ctx.config.policy.strip().lower() in ROUND_PLANNERS:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"under policy {ctx.config.policy} jobs run as rounds of short tasks and are "
+            "not suspended; cancel the job instead",
+        )
     return ask_scheduler(ctx, job_id, user, "suspend", LIVE_STATES)
 
 

@@ -621,7 +621,7 @@ def list_policies(
     and option in full (a table would be cut to the terminal's width).
     """
     from corral.placement.registry import PLACEMENTS
-    from corral.policies import POLICIES, live_refusal, live_support, policy_options
+    from corral.policies import POLICIES, ROUND_MODEL_LIVE, live_support, policy_options
     from corral.sim.rounds.planners import ROUND_PLANNERS
 
     rows: list[dict[str, Any]] = []
@@ -643,7 +643,7 @@ def list_policies(
                 "name": name,
                 "oracle": False,
                 "model": "round",
-                "live": f"no; {live_refusal(name)}",
+                "live": f"yes; {ROUND_MODEL_LIVE}",
                 "description": planner.description,
                 "options": policy_options(planner),  # type: ignore[arg-type]
             }

@@ -59,9 +59,9 @@ def policy_options(cls: type[Policy]) -> dict[str, Any]:
 
 
 ROUND_MODEL_LIVE = (
-    "plans task-level rounds (a job's iterations spread over GPUs of any type), which the "
-    "service cannot run until jobs can switch between standby workers; simulate it with "
-    "'corral sim', or serve a gang policy such as allox or gavel"
+    "plans task-level rounds: a job given as a task (task: {factory, steps, round_steps}) "
+    "runs as rounds whose tasks are one-GPU jobs NAME.rR.K, placed on GPUs of any type; "
+    "jobs given as a command are refused"
 )
 
 
@@ -77,7 +77,11 @@ def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None
     from corral.sim.rounds.planners import ROUND_PLANNERS
 
     if key in ROUND_PLANNERS:
-        return f"policy '{name}' {ROUND_MODEL_LIVE}"
+        try:
+            ROUND_PLANNERS[key](**(options or {}))
+        except TypeError as exc:
+            return f"policy '{name}': {exc}"
+        return None
     return f"unknown policy '{name}' (choose from {', '.join(POLICIES)}; see 'corral policies')"
 
 

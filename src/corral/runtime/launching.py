@@ -86,6 +86,7 @@ class Launching(LoopBase):
             if row.first_start is None:
                 row.first_start = now
             self.reasons[job] = note
+            self._round_task_started(s, row, now)
             self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
             run_as = self.identities.get(row.user)
@@ -106,6 +107,8 @@ class Launching(LoopBase):
         folder.mkdir(parents=True, exist_ok=True)
         try:
             own = job_folder(self.config, job, run_as)
+            if spec.round_of is not None:  # its job's folder holds the rounds' state
+                job_folder(self.config, spec.round_of.job, run_as)
             command = spec.command
             if spec.stage:  # its inputs are staged first, unless staged already
                 command = stage_argv(sys.executable, own / MARK, spec.stage, spec.command)
@@ -220,6 +223,8 @@ class Launching(LoopBase):
             env["CORRAL_ARRAY_JOB_ID"] = str(spec.array_job or row.id)
         if row.phase == "prerun":
             env["CORRAL_PRERUN_STEPS"] = str(self._prerun_steps(spec))
+        if row.parent is not None:  # a task of a round: the job's folder is shared
+            env["CORRAL_ROUND_DIR"] = str(self.config.job_root / str(row.parent))
         if row.id in self.batch_sizes:  # its policy tunes its batch size
             env["CORRAL_BATCH_SIZE"] = str(self.batch_sizes[row.id])
         if row.id in self.low_priority:  # an opportunistic job: leaves GPU memory to owners

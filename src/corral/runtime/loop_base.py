@@ -25,7 +25,10 @@ from corral.runtime.executor import (
 )
 from corral.runtime.identity import check_identities
 from corral.runtime.live_state import LiveJobs
+from corral.runtime.round_policy import LiveRounds
+from corral.runtime.specs import RoundOf
 from corral.runtime.store import Store
+from corral.sim.rounds.planners import ROUND_PLANNERS
 
 TERMINAL = [s.value for s in JobStatus if s.terminal]
 
@@ -170,6 +173,8 @@ class LoopBase:
         """Queued jobs whose last attempt was preempted (their reason says so)."""
         self.identities = check_identities(config)
         """API user -> Unix user their jobs run as (the service runs as root)."""
+        self.round_refs: dict[int, RoundOf] = {}
+        """Job id -> the job and round it is a task of (policies that plan rounds)."""
         self.seen = 0
         self.next_wakeup: float | None = None
         self.dirty = True
@@ -181,11 +186,20 @@ class LoopBase:
 
     def _new_policy(self) -> Policy:
         options = dict(self.config.policy_options)
+        if self.config.policy.strip().lower() in ROUND_PLANNERS:
+            rounds = LiveRounds.named(self.config.policy, **options)
+            rounds.round_of = self._round_ref
+            return rounds
         if self.config.vcs is not None and "quotas" in policy_options(
             POLICIES[self.config.policy.strip().lower()]
         ):
             options.setdefault("quotas", self.config.vcs)
         return make_policy(self.config.policy, self.config.placement, **options)
+
+    def _round_ref(self, i: int) -> RoundOf | None:
+        """The job and round the job in state row ``i`` is a task of (None: not a task)."""
+        ids = self.live.ids
+        return self.round_refs.get(ids[i]) if i < len(ids) else None
 
     def rel(self, t: float) -> float:
         """Wall-clock time as the policy's clock (seconds since the store's epoch)."""

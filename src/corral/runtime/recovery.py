@@ -66,7 +66,9 @@ class Recovery(LoopBase):
                     self.store.event(
                         s, "adopted" if alive else "found_ended", row.id, attempt=att.number
                     )
-                elif row.status in (JobStatus.STARTING, JobStatus.RUNNING):
+                elif row.status in (JobStatus.STARTING, JobStatus.RUNNING) and not (
+                    self._is_round_job(row, JobSpec.model_validate(row.spec))
+                ):
                     row.status = JobStatus.PENDING
                     row.gpus = None
                     row.reason = "Requeued (service restarted)"
@@ -125,6 +127,8 @@ class Recovery(LoopBase):
 
     def _add(self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None) -> int:
         spec = JobSpec.model_validate(row.spec)
+        if spec.round_of is not None:
+            self.round_refs[row.id] = spec.round_of
         gpus = 1 if row.phase == "prerun" else spec.gpus
         duration, source = expected_duration(
             self.store, s, spec, row.user, self.config.default_duration, histories

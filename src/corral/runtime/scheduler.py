@@ -44,13 +44,14 @@ from corral.runtime.estimates import measured_remaining
 from corral.runtime.launching import Launching
 from corral.runtime.loop_base import TERMINAL, Attempt, cluster_from_slots
 from corral.runtime.recovery import Recovery
+from corral.runtime.round_jobs import RoundJobs
 from corral.runtime.store import JobRow
 from corral.runtime.transitions import Transitions
 
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 
 
-class Scheduler(Recovery, Transitions, Launching):
+class Scheduler(Recovery, Transitions, Launching, RoundJobs):
     """The loop: one pass polls, takes arrivals and requests, plans, and launches."""
 
     def run(self, stop: threading.Event, recover: bool = True) -> None:

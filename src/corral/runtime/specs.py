@@ -130,6 +130,10 @@ def parse_seconds(value: Any) -> float:
 
 TASK_RUNNER = ["python", "-m", "corral.train.run_task"]
 """The command of a job given as a task (``python`` is the service's own)."""
+ROUND_RUNNER = ["python", "-m", "corral.train.rounds"]
+"""The command of one task of a round (policies that plan rounds: hare)."""
+WARM_MODULES = ("corral.train.run_task", "corral.train.rounds")
+"""Runners a standby worker has loaded: a job whose command is one starts warm."""
 
 
 class TaskSpec(BaseModel):
@@ -147,6 +151,22 @@ class TaskSpec(BaseModel):
     kwargs: dict[str, str | int | float | bool] = Field(
         default_factory=dict, max_length=64, description="keyword arguments of the factory"
     )
+    round_steps: int | None = Field(
+        None,
+        ge=1,
+        le=10**6,
+        description="under a policy that plans rounds (hare): mini-batches per round, one "
+        "optimiser update each, shared among the round's tasks (unset: one per GPU asked)",
+    )
+
+    @model_validator(mode="after")
+    def _whole_rounds(self) -> TaskSpec:
+        if self.round_steps is not None and self.steps % self.round_steps:
+            raise ValueError(
+                f"steps ({self.steps}) must be a whole number of rounds of "
+                f"round_steps ({self.round_steps})"
+            )
+        return self
 
     @field_validator("kwargs")
     @classmethod
@@ -162,6 +182,18 @@ class TaskSpec(BaseModel):
         for key, value in self.kwargs.items():
             out += ["--kw", f"{key}={json.dumps(value)}"]
         return out
+
+
+class RoundOf(BaseModel):
+    """Which job and round a task of a round belongs to (set by corral)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job: int = Field(ge=1)
+    round: int = Field(ge=0)
+    part: int = Field(ge=0)
+    parts: int = Field(ge=1)
+    rounds: int = Field(ge=1)
 
 
 class JobSpec(BaseModel):
@@ -255,6 +287,9 @@ class JobSpec(BaseModel):
     )
     array_index: int | None = Field(None, ge=0, description="set by corral: this task's index")
     array_job: int | None = Field(None, ge=1, description="set by corral: the array's first job")
+    round_of: RoundOf | None = Field(
+        None, description="set by corral: the job and round this task belongs to"
+    )
     output: str | None = Field(
         None,
         max_length=MAX_PATH,
@@ -273,11 +308,27 @@ class JobSpec(BaseModel):
         return data
 
     def warm_argv(self) -> list[str] | None:
-        """The task runner's arguments when this job may start in a standby worker (not
-        when it stages inputs first: that runs as its own program)."""
-        if self.task is None or self.stage or self.command != [*TASK_RUNNER, *self.task.argv()]:
+        """The runner module and its arguments when this job may start in a standby
+        worker (not when it stages inputs first: that runs as its own program)."""
+        if self.stage or len(self.command) < 3 or self.command[:2] != ["python", "-m"]:
             return None
-        return self.task.argv()
+        return self.command[2:] if self.command[2] in WARM_MODULES else None
+
+    def round_argv(self, round_: int, part: int) -> list[str]:
+        """The command of task ``part`` of round ``round_`` of this job (given as a task)."""
+        assert self.task is not None
+        parts, per_round = self.gpus, self.task.round_steps or self.gpus
+        out = [*ROUND_RUNNER, self.task.factory, "--round", str(round_), "--part", str(part)]
+        out += ["--parts", str(parts), "--round-steps", str(per_round)]
+        out += ["--rounds", str(self.rounds())]
+        for key, value in self.task.kwargs.items():
+            out += ["--kw", f"{key}={json.dumps(value)}"]
+        return out
+
+    def rounds(self) -> int:
+        """Rounds in all, when run as rounds (its steps over the mini-batches per round)."""
+        assert self.task is not None
+        return max(1, self.task.steps // (self.task.round_steps or self.gpus))
 
     @field_validator("command", "stage")
     @classmethod

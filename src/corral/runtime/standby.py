@@ -58,6 +58,7 @@ def warm_up(preload: list[str]) -> None:
 
     import torch
 
+    import corral.train.rounds
     import corral.train.run_task  # noqa: F401
 
     weight = torch.zeros(4, requires_grad=True)
@@ -68,6 +69,19 @@ def warm_up(preload: list[str]) -> None:
     for name in preload:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+
+
+def run_module(module: str, argv: list[str]) -> int:
+    """Run one of the runners a worker has loaded (``WARM_MODULES``), as ``python -m``."""
+    import importlib
+
+    from corral.runtime.specs import WARM_MODULES
+
+    if module not in WARM_MODULES:
+        print(f"corral: a standby worker does not run {module}", file=sys.stderr)
+        return 2
+    code = importlib.import_module(module).main(argv)
+    return int(code or 0)
 
 
 def main(fd: int, preload: list[str]) -> int:
@@ -118,9 +132,7 @@ def _fork_task(
         os.environ.clear()
         os.environ.update(env)
         print(WARM_MARK, flush=True)
-        from corral.train.run_task import main as run_task
-
-        code = run_task(argv)
+        code = run_module(argv[0], argv[1:])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

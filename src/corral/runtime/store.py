@@ -80,6 +80,8 @@ class JobRow(Base):
     last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)
     checkpoint_step: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    parent: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    """For a task of a round (hare): the job it is a task of."""
 
 
 class AttemptRow(Base):

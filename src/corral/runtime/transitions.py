@@ -199,6 +199,7 @@ class Transitions(Sharing):
                         f"{cause.value}, {delay:.0f}s)"
                     )
             self.reasons[a.job] = row.reason
+            self._round_task_ended(s, row, now)
             self.store.event(
                 s,
                 "attempt_end",
@@ -273,6 +274,9 @@ class Transitions(Sharing):
                     else:
                         row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
                         row.reason = "cancelled by request"
+                        self._round_task_ended(s, row, now)
+                    if row.parent is None and row.status == JobStatus.CANCELLED:
+                        self._round_job_cancelled(s, row)  # its tasks, if it runs as rounds
                 elif request == "suspend" and row.status != JobStatus.SUSPENDED:
                     self._forget_waiting(row.id)
                     live.hold(i)
@@ -303,8 +307,13 @@ class Transitions(Sharing):
         self.blocked.pop(job, None)
 
     def _enqueue(self, row: JobRow, i: int, now: float) -> None:
-        """Queue a job for the policy, or hold it while its dependency is unmet."""
-        dependency = JobSpec.model_validate(row.spec).dependency
+        """Queue a job for the policy, or hold it while its dependency is unmet (a job
+        run as rounds is never queued: its tasks are)."""
+        spec = JobSpec.model_validate(row.spec)
+        if self._is_round_job(row, spec):
+            self._hold_round_job(row, i, now)
+            return
+        dependency = spec.dependency
         if dependency and row.first_start is None:
             self.blocked[row.id] = dict(dependency)
             row.reason = "Dependency"

@@ -10,7 +10,8 @@ order floating-point sums are taken in.
 
 Each task is one short process, ``python -m corral.train.rounds FACTORY
 --round R --part K --parts G --round-steps M --rounds N --dir DIR``, working
-in a folder every task of the job shares:
+in the job's folder, which every task of the job shares (``DIR/rounds``
+holds the rounds' files):
 
 1. it restores the job's state after round ``R - 1`` (``state-R.pt``; round
    0 builds it from the factory, which must be deterministic);
@@ -65,11 +66,12 @@ def share(part: int, parts: int, round_steps: int) -> range:
 
 
 def state_path(folder: Path, round_: int) -> Path:
-    return folder / f"state-{round_}.pt"
+    """The job's state after ``round_`` rounds (``folder``: the job's own folder)."""
+    return folder / "rounds" / f"state-{round_}.pt"
 
 
 def grad_path(folder: Path, round_: int, part: int) -> Path:
-    return folder / f"grad-{round_}-{part}.pt"
+    return folder / "rounds" / f"grad-{round_}-{part}.pt"
 
 
 def _save(path: Path, payload: Any) -> None:
@@ -112,7 +114,7 @@ def run_part(
     """Run one task of a round; True when this task also applied the round's update."""
     import torch
 
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rounds").mkdir(parents=True, exist_ok=True)
     _restore(task, folder, round_)
     model = task.model
     model.train()
@@ -130,7 +132,8 @@ def run_part(
     if not all(grad_path(folder, round_, k).exists() for k in range(parts)):
         return False
     try:  # every part is in: exactly one task applies the update
-        os.close(os.open(folder / f"apply-{round_}.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        lock = folder / "rounds" / f"apply-{round_}.lock"
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
     apply_round(task, folder, round_, parts, round_steps, rounds)
@@ -179,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", type=int, required=True)
     parser.add_argument("--round-steps", type=int, required=True, help="mini-batches per round")
     parser.add_argument("--rounds", type=int, required=True, help="rounds in all")
-    parser.add_argument("--dir", type=Path, default=None, help="the job's shared folder")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="the job's folder (default: $CORRAL_ROUND_DIR)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seeds each mini-batch's RNG")
     parser.add_argument("--kw", type=keyword, action="append", default=[], help="NAME=VALUE")
     args = parser.parse_args(argv)
-    folder = args.dir or Path(os.environ.get("CORRAL_ROUND_DIR", "rounds"))
+    folder = args.dir or Path(os.environ.get("CORRAL_ROUND_DIR", "."))
     try:
         factory = load_factory(args.factory)
         if not 0 <= args.round_ < args.rounds:

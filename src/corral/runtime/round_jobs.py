@@ -1,0 +1,167 @@
+"""Jobs run as rounds of tasks, live (hare, sched-allox, sched-homo in ``corral serve``).
+
+Under a policy that plans rounds, a job given as a task
+(``task: {factory, steps, round_steps}``) never runs as one process. The
+loop keeps it out of the policy's queues (held) and makes each of its rounds
+into ``gpus`` one-GPU jobs of their own, its *tasks*: ``NAME.rR.K``, owned
+by the same user, with the job's limits, each running ``python -m
+corral.train.rounds`` on its share of the round (in a standby worker when
+there is one). The policy (:mod:`corral.runtime.round_policy`) places them.
+
+Everything is derived from the store, so a restarted service carries on
+where it stopped: a job's current round is its newest tasks' round. When
+every task of a round has succeeded, the next round's tasks are made (their
+expected time is the mean time the round's tasks took); after the last
+round the job succeeds (its result is the checkpoint the last task wrote).
+A task that fails for good (its retries spent), times out or is cancelled
+ends the job the same way, and its other tasks are cancelled; cancelling
+the job cancels its tasks.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, object_session
+
+from corral.model.jobs import JobStatus
+from corral.runtime.loop_base import TERMINAL, LoopBase
+from corral.runtime.round_policy import LiveRounds
+from corral.runtime.specs import JobSpec, RoundOf
+from corral.runtime.store import JobRow
+
+ROUND_NAME_ROOM = 100
+"""Characters of a job's name its tasks keep (names are at most 128)."""
+
+
+class RoundJobs(LoopBase):
+    """The loop's handling of jobs run as rounds; inert under any other policy."""
+
+    @property
+    def rounds_live(self) -> bool:
+        return isinstance(self.policy, LiveRounds)
+
+    def _is_round_job(self, row: JobRow, spec: JobSpec) -> bool:
+        return self.rounds_live and spec.task is not None and row.parent is None
+
+    def _hold_round_job(self, row: JobRow, i: int, now: float) -> None:
+        """A job run as rounds never enters the policy's queues: its tasks do."""
+        self.live.hold(i)
+        s = object_session(row)
+        assert s is not None
+        self._round_progress(s, row, now)
+
+    def _round_task_started(self, s: Session, row: JobRow, now: float) -> None:
+        if row.parent is None:
+            return
+        job = s.get(JobRow, row.parent)
+        if job is not None and job.status == JobStatus.PENDING:
+            job.status, job.first_start = JobStatus.RUNNING, job.first_start or now
+            self.store.event(s, "start", job.id, rounds=True)
+
+    def _round_task_ended(self, s: Session, row: JobRow, now: float) -> None:
+        if row.parent is None:
+            return
+        job = s.get(JobRow, row.parent)
+        if job is not None:
+            self._round_progress(s, job, now)
+
+    def _round_job_cancelled(self, s: Session, row: JobRow) -> None:
+        """The job is cancelled: so are its tasks not yet over."""
+        tasks = s.scalars(
+            select(JobRow).where(JobRow.parent == row.id, JobRow.status.not_in(TERMINAL))
+        )
+        for task in tasks:
+            task.request = "cancel"
+        self.wake.set()
+
+    def _round_progress(self, s: Session, job: JobRow, now: float) -> None:
+        """Move a job run as rounds on: its next round's tasks, or its end."""
+        if job.status in TERMINAL:
+            return
+        spec = JobSpec.model_validate(job.spec)
+        tasks = list(s.scalars(select(JobRow).where(JobRow.parent == job.id)))
+        if not tasks:
+            self._make_round(s, job, spec, 0, spec.duration, now)
+            return
+        refs = {t.id: JobSpec.model_validate(t.spec).round_of for t in tasks}
+        latest = max(ref.round for ref in refs.values() if ref is not None)
+        current = [t for t in tasks if (ref := refs[t.id]) is not None and ref.round == latest]
+        over = [t for t in current if t.status in TERMINAL and t.status != JobStatus.SUCCEEDED]
+        rounds = spec.rounds()
+        if over:
+            first = over[0]
+            cancelled = all(t.status == JobStatus.CANCELLED for t in over)
+            job.status = JobStatus.CANCELLED if cancelled else JobStatus.FAILED
+            job.reason = f"task {first.name} {first.status.lower()}: {first.reason or ''}".strip()
+            job.end_time, job.gpus = now, None
+            self._end_round_job(s, job)
+            return
+        if len(current) < spec.gpus or any(t.status != JobStatus.SUCCEEDED for t in current):
+            job.reason = f"round {latest + 1} of {rounds}"
+            return
+        if latest + 1 >= rounds:
+            job.status, job.reason, job.exit_code = JobStatus.SUCCEEDED, None, 0
+            job.end_time = max((t.end_time or now) for t in current)
+            job.steps = float(spec.task.steps if spec.task else 0)
+            job.gpus = None
+            self._end_round_job(s, job)
+            self.store.event(s, "rounds_done", job.id, rounds=rounds)
+            return
+        took = [t.end_time - t.first_start for t in current if t.end_time and t.first_start]
+        per_task = sum(took) / len(took) if took else None
+        self._make_round(s, job, spec, latest + 1, per_task, now)
+        job.steps = float((latest + 1) * (spec.task.round_steps or spec.gpus if spec.task else 0))
+
+    def _end_round_job(self, s: Session, job: JobRow) -> None:
+        i = self.live.index.get(job.id)
+        if i is not None:
+            self.live.close(i)
+        self.reasons[job.id] = job.reason
+        self._round_job_cancelled(s, job)
+
+    def _make_round(
+        self,
+        s: Session,
+        job: JobRow,
+        spec: JobSpec,
+        round_: int,
+        expected: float | None,
+        now: float,
+    ) -> None:
+        """Round ``round_``'s tasks, as one-GPU jobs (``expected``: seconds for the whole
+        job before the first round, per task after)."""
+        rounds = spec.rounds()
+        if round_ == 0 and expected is not None:
+            expected = expected / rounds
+        for part in range(spec.gpus):
+            ref = RoundOf(job=job.id, round=round_, part=part, parts=spec.gpus, rounds=rounds)
+            task = spec.model_copy(
+                update={
+                    "name": f"{spec.name[:ROUND_NAME_ROOM]}.r{round_}.{part}",
+                    "command": spec.round_argv(round_, part),
+                    "task": None,
+                    "gpus": 1,
+                    "total_steps": None,
+                    "duration": expected,
+                    "dependency": {},
+                    "array": None,
+                    "prerun_steps": 0,
+                    "round_of": ref,
+                }
+            )
+            s.add(
+                JobRow(
+                    name=task.name,
+                    user=job.user,
+                    spec=task.model_dump(mode="json"),
+                    status=JobStatus.PENDING,
+                    reason="Rounds",
+                    priority=job.priority,
+                    submit_time=now,
+                    phase="main",
+                    parent=job.id,
+                )
+            )
+        job.reason = f"round {round_ + 1} of {rounds}"
+        self.store.event(s, "round", job.id, round=round_, tasks=spec.gpus)
+        self.wake.set()

@@ -1,0 +1,180 @@
+"""Round planners (hare, sched-allox, sched-homo) driving the live service.
+
+In ``corral serve`` a job given as a task runs as rounds (see
+:mod:`corral.train.rounds`): the service makes each round's tasks into
+one-GPU jobs of their own (:mod:`corral.runtime.round_jobs`), and this policy
+decides where and when each runs. At every pass it asks the same planner
+``corral sim`` runs (:mod:`corral.sim.rounds.planners`) for a plan of every
+unfinished job's remaining rounds, from now, on the GPUs as they are: a GPU
+running a task is free when that task is expected to end. The tasks the
+plan starts *now* (their GPU is free and their round may start) are
+started; the rest wait for the next pass, which a task's end or the plan's
+next planned start brings. So a round's tasks may run on GPUs of different
+types and at different times, as Hare plans them.
+
+A task's expected time on a GPU type is its job's estimate per task (the
+owner's duration over the rounds and tasks for the first round; afterwards
+the mean a round's tasks took) over the type's relative speed for its job
+type, as every live policy reads speeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from corral.model.plan import Plan
+from corral.model.state import PENDING, RUNNING, SchedulerState
+from corral.policies.base import PlanBuilder, Policy
+from corral.runtime.specs import RoundOf
+from corral.sim.rounds.listsched import PlanView
+from corral.sim.rounds.planners import ROUND_PLANNERS, RoundPlanner
+from corral.sim.rounds.workload import RoundWorkload
+
+SOON = 1e-3
+"""Seconds: a planned start this close to now is now."""
+
+
+class LiveRounds(Policy):
+    """A round planner as a live policy over the tasks of rounds (one-GPU jobs)."""
+
+    name: ClassVar[str] = "rounds"
+    live_note: ClassVar[str] = (
+        "a job given as a task runs as rounds: each round's tasks are one-GPU jobs "
+        "(NAME.rR.K) started where and when the plan says; jobs with a command are refused"
+    )
+
+    def __init__(self, planner: RoundPlanner, **params: Any) -> None:
+        super().__init__(None, **params)
+        self.planner = planner
+        self.round_of: Callable[[int], RoundOf | None] = lambda i: None
+        """State row -> which job and round the task there belongs to (set by the service)."""
+        self.last_on: dict[int, int] = {}
+        """GPU -> the job whose task it ran last (no switch to run that job again)."""
+        self.planned: dict[int, int] = {}
+        """Task row -> the GPU the last plan gives it (for the dashboard)."""
+
+    @classmethod
+    def named(cls, name: str, **options: Any) -> LiveRounds:
+        planner_cls = ROUND_PLANNERS[name.strip().lower()]
+        try:
+            planner = planner_cls(**options)
+        except TypeError as exc:
+            raise TypeError(f"policy '{name}': {exc}") from None
+        policy = cls(planner)
+        policy.name = planner_cls.name  # type: ignore[misc]
+        return policy
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        builder = PlanBuilder(state)
+        jobs: dict[int, dict[str, Any]] = {}
+        for i in [*state.running, *state.pending]:
+            ref = self.round_of(int(i))
+            if ref is None:
+                continue
+            job = jobs.setdefault(
+                ref.job, {"ref": ref, "pending": [], "running": [], "row": int(i)}
+            )
+            job["running" if state.status[i] == RUNNING else "pending"].append(int(i))
+        if not any(j["pending"] for j in jobs.values()):
+            return builder.build()
+        return self._plan(state, builder, list(jobs.values()))
+
+    def _plan(self, state: SchedulerState, builder: PlanBuilder, jobs: list[dict]) -> Plan:
+        now = float(state.now)
+        cluster = state.cluster
+        n_gpus = cluster.total_gpus
+        rows = np.array([j["row"] for j in jobs], dtype=np.int64)
+        speed = state.type_speed[rows]
+        per_task = state.total_steps[rows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tau = np.where(speed > 0, per_task[:, None] / speed, np.inf)
+        tau = np.where(np.isfinite(tau), np.maximum(tau, SOON), np.inf)
+        req = state.type_req[rows]
+        for p, t in enumerate(req.tolist()):
+            if t >= 0:  # pinned to one GPU type
+                keep = tau[p, t]
+                tau[p] = np.inf
+                tau[p, t] = keep
+        refs: list[RoundOf] = [j["ref"] for j in jobs]
+        work = RoundWorkload(
+            job_ids=[str(r.job) for r in refs],
+            submit=np.array([float(state.submit[r]) for r in rows]),
+            weight=state.weight[rows].astype(float),
+            tasks=np.array([r.parts for r in refs], dtype=np.int64),
+            rounds=np.array([r.rounds for r in refs], dtype=np.int64),
+            tau=tau,
+            gpu_type=cluster.gpu_type_id,
+            type_names=cluster.gpu_type_names,
+            reference_time=per_task * np.array([r.rounds for r in refs]),
+        )
+        free_now = np.zeros(n_gpus, dtype=bool)
+        free_now[builder.free.free_ids()] = True
+        gpu_free = np.where(free_now, now, np.inf)
+        partial = np.full(len(jobs), -np.inf)
+        prev: list[list[int]] = []
+        placed = np.zeros(len(jobs), dtype=np.int64)
+        for p, j in enumerate(jobs):
+            used = []
+            done = j["ref"].parts - len(j["pending"]) - len(j["running"])
+            placed[p] = done + len(j["running"])
+            for i in j["running"]:
+                for gpu in state.alloc[i] or ():
+                    t = int(cluster.gpu_type_id[gpu])
+                    end = float(state.seg_start[i]) + float(tau[p, t])
+                    gpu_free[gpu] = max(end, now + SOON)
+                    partial[p] = max(partial[p], gpu_free[gpu])
+                    used.append(int(gpu))
+            prev.append(used)
+        last = np.full(n_gpus, -1, dtype=np.int64)
+        position = {r.job: p for p, r in enumerate(refs)}
+        for gpu, job in self.last_on.items():
+            if job in position and gpu < n_gpus:
+                last[gpu] = position[job]
+        view = PlanView(
+            now=now,
+            jobs=np.arange(len(jobs), dtype=np.int64),
+            next_round=np.array([r.round for r in refs], dtype=np.int64),
+            placed_in_round=placed,
+            ready=np.full(len(jobs), now),
+            partial_end=partial,
+            prev_gpus=prev,
+            gpu_free=gpu_free,
+            gpu_last=last,
+            switch_s=0.0,
+        )
+        tasks = self.planner.plan(work, view)
+        waiting = [list(j["pending"]) for j in jobs]
+        self.planned = {}
+        soonest: float | None = None
+        for task in tasks:
+            if task.round != refs[task.job].round or not waiting[task.job]:
+                continue
+            if task.start > now + SOON or not free_now[task.gpu]:
+                if np.isfinite(task.start):
+                    soonest = task.start if soonest is None else min(soonest, task.start)
+                continue
+            i = waiting[task.job].pop(0)
+            builder.start(i, (task.gpu,))
+            free_now[task.gpu] = False
+            self.last_on[task.gpu] = refs[task.job].job
+            self.planned[i] = task.gpu
+        return builder.build(None if soonest is None else max(soonest, now + SOON))
+
+    def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
+        """A task waits for the GPU the plan chose, or for its round's turn."""
+        return {int(i): "Rounds" for i in state.pending if self.round_of(int(i)) is not None}
+
+    def view(self, state: SchedulerState, job: int) -> dict[str, str]:
+        ref = self.round_of(job)
+        if ref is None:
+            return {}
+        out = {
+            "round": f"{ref.round + 1} of {ref.rounds}",
+            "task": f"{ref.part + 1} of {ref.parts}",
+        }
+        if state.status[job] == PENDING:
+            out["planner"] = self.planner.name
+        return out

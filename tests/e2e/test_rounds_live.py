@@ -1,0 +1,130 @@
+"""Policies that plan rounds, live: ``corral serve --policy hare`` (and sched-allox,
+sched-homo) on 4 virtual GPUs of two types runs 6 jobs given as tasks as rounds
+of one-GPU tasks; every job SUCCEEDS, the tasks of a round run on both GPU
+types, and a job's result equals running each of its rounds on one device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.errors import CorralError
+from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.sim.rounds.planners import ROUND_PLANNERS
+from corral.train import checkpoint
+from corral.train.rounds import run_part, state_path
+from corral.train.task import load_factory
+from tests.runtime.harness import TERMINAL, TOKENS
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+FACTORY = "corral.examples.tasks:digits"
+ROUND_STEPS = 6
+JOBS: list[tuple[int, str | None]] = [
+    (2, None),
+    (3, None),
+    (1, None),
+    (2, "K80"),
+    (3, None),
+    (2, None),
+]
+"""(tasks per round, GPU type it is bound to)."""
+CASES = {"hare": (JOBS, 3), "sched-allox": (JOBS[:4], 2), "sched-homo": (JOBS[:4], 2)}
+"""Policy -> (jobs, rounds each): hare in full, its baselines smaller (CI's time)."""
+V100 = {0, 1}
+"""The service's GPUs are numbered type by type: V100 0-1, K80 2-3."""
+
+
+def reference(folder: Path, seed: int, rounds: int) -> dict[str, Any]:
+    """The job run with each round on one device (one task per round)."""
+    for r in range(rounds):
+        task = load_factory(FACTORY)(seed=seed, batch=16)
+        run_part(task, folder, r, 0, 1, ROUND_STEPS, rounds)
+    return torch.load(state_path(folder, rounds), weights_only=False)["model"]
+
+
+@pytest.mark.parametrize("name", list(ROUND_PLANNERS))
+def test_round_policy_runs_task_jobs_as_rounds_live(name: str, tmp_path: Path) -> None:
+    jobs_asked, rounds_each = CASES[name]
+    service = ServiceProcess(tmp_path, name, {}, users=TOKENS, workers={"standby": 1})
+    try:
+        service.start()
+        client = service.client
+        ids = []
+        for k, (tasks, gpu_type) in enumerate(jobs_asked):
+            spec: dict[str, Any] = {
+                "name": f"r{k}",
+                "gpus": tasks,
+                "task": {
+                    "factory": FACTORY,
+                    "steps": ROUND_STEPS * rounds_each,
+                    "round_steps": ROUND_STEPS,
+                    "kwargs": {"seed": k, "batch": 16},
+                },
+            }
+            if gpu_type:
+                spec["gpu_type"] = gpu_type
+            ids.append(client.submit(spec)["id"])
+        wait_for(lambda: all(client.job(j)["status"] in TERMINAL for j in ids), 240, "jobs")
+        jobs = [client.job(j) for j in ids]
+        assert [j["status"] for j in jobs] == ["SUCCEEDED"] * len(jobs_asked), jobs
+        assert not service.events("policy_error")
+        tasks = [t for t in client.history() if t["id"] not in ids]
+        assert len(tasks) == rounds_each * sum(n for n, _ in jobs_asked)
+        assert all(t["status"] == "SUCCEEDED" for t in tasks), tasks
+        rounds: dict[tuple[str, int], set[bool]] = {}
+        for t in tasks:
+            detail = client.job(t["id"])
+            job_name, round_name, _ = t["name"].split(".")
+            (attempt,) = detail["attempts"]
+            (gpu,) = attempt["gpus"]
+            rounds.setdefault((job_name, int(round_name[1:])), set()).add(gpu in V100)
+            if job_name == "r3":  # bound to K80
+                assert gpu not in V100
+        mixed = [key for key, on in rounds.items() if len(on) == 2]
+        if name == "hare":  # intra-job parallelism across types
+            assert mixed, rounds
+        elif name == "sched-allox":  # a round runs on one type, unless wider than each
+            wide = {f"r{k}" for k, (n, _) in enumerate(jobs_asked) if n > 2}
+            assert mixed and {job for job, _ in mixed} <= wide, mixed
+        for k, job in enumerate(jobs):
+            saved = checkpoint.load(tmp_path / "state-jobs" / str(job["id"]) / "checkpoint")
+            assert saved is not None and saved["step"] == ROUND_STEPS * rounds_each
+            expected = reference(tmp_path / f"alone-{k}", seed=k, rounds=rounds_each)
+            for key, value in expected.items():
+                assert torch.allclose(saved["state"]["model"][key], value, rtol=1e-5, atol=1e-7)
+    finally:
+        service.close()
+    log = (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_jobs_that_cannot_run_as_rounds_are_refused_with_the_reason(tmp_path: Path) -> None:
+    service = ServiceProcess(tmp_path, "hare", {}, users=TOKENS)
+    try:
+        service.start()
+        client = service.client
+        with pytest.raises(CorralError, match="give the job as a task"):
+            client.submit({"command": ["true"]})
+        task = {"factory": FACTORY, "steps": 5, "kwargs": {"batch": 8}}
+        with pytest.raises(CorralError, match="5 is not a whole number of rounds of 2"):
+            client.submit({"gpus": 2, "task": task})
+        job = client.submit({"gpus": 2, "task": {**task, "steps": 40}})
+        with pytest.raises(CorralError, match="not suspended; cancel the job instead"):
+            client.action(job["id"], "suspend")
+        client.action(job["id"], "cancel")
+        wait_for(lambda: client.job(job["id"])["status"] == "CANCELLED", 30, "the cancel")
+        tasks = [t for t in client.history() if t["id"] != job["id"]]
+        assert len(tasks) >= 2  # its first round's two tasks (a later round's, if it got far)
+        wait_for(
+            lambda: all(client.job(t["id"])["status"] in TERMINAL for t in tasks),
+            30,
+            "its tasks to end with it",
+        )
+    finally:
+        service.close()
+    log = (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
