@@ -98,7 +98,7 @@ def check_round_job(spec: JobSpec, policy: str) -> None:
             f"policy {policy} runs jobs as rounds of tasks: give the job as a task "
             "(task: {factory: module:function, steps: N}), not as a command",
         )
-    per_round = spec.task.round_steps or spec.gpus
+    per_round = spec.round_steps()
     if spec.task.steps % per_round:
         raise field_error(
             "task.steps",

@@ -33,11 +33,6 @@ ROUND_NAME_ROOM = 100
 """Characters of a job's name its tasks keep (names are at most 128)."""
 
 
-def per_round(spec: JobSpec) -> int:
-    """Mini-batches per round of a job given as a task."""
-    return (spec.task.round_steps if spec.task else None) or spec.gpus
-
-
 class RoundJobs(LoopBase):
     """The loop's handling of jobs run as rounds; inert under any other policy."""
 
@@ -107,7 +102,7 @@ class RoundJobs(LoopBase):
         if latest + 1 >= rounds:
             job.status, job.reason, job.exit_code = JobStatus.SUCCEEDED, None, 0
             job.end_time = max((t.end_time or now) for t in current)
-            job.steps = float(rounds * per_round(spec))
+            job.steps = float(rounds * spec.round_steps())
             job.gpus = None
             self._end_round_job(s, job)
             self.store.event(s, "rounds_done", job.id, rounds=rounds)
@@ -115,7 +110,7 @@ class RoundJobs(LoopBase):
         took = [t.end_time - t.first_start for t in current if t.end_time and t.first_start]
         per_task = sum(took) / len(took) if took else None
         self._make_round(s, job, spec, latest + 1, per_task, now)
-        job.steps = float((latest + 1) * per_round(spec))
+        job.steps = float((latest + 1) * spec.round_steps())
 
     def _end_round_job(self, s: Session, job: JobRow) -> None:
         i = self.live.index.get(job.id)

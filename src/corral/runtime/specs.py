@@ -317,7 +317,7 @@ class JobSpec(BaseModel):
     def round_argv(self, round_: int, part: int) -> list[str]:
         """The command of task ``part`` of round ``round_`` of this job (given as a task)."""
         assert self.task is not None
-        parts, per_round = self.gpus, self.task.round_steps or self.gpus
+        parts, per_round = self.gpus, self.round_steps()
         out = [*ROUND_RUNNER, self.task.factory, "--round", str(round_), "--part", str(part)]
         out += ["--parts", str(parts), "--round-steps", str(per_round)]
         out += ["--rounds", str(self.rounds())]
@@ -325,10 +325,14 @@ class JobSpec(BaseModel):
             out += ["--kw", f"{key}={json.dumps(value)}"]
         return out
 
+    def round_steps(self) -> int:
+        """Mini-batches per round, when run as rounds (unset: one per GPU asked)."""
+        return (self.task.round_steps if self.task else None) or self.gpus
+
     def rounds(self) -> int:
         """Rounds in all, when run as rounds (its steps over the mini-batches per round)."""
         assert self.task is not None
-        return max(1, self.task.steps // (self.task.round_steps or self.gpus))
+        return max(1, self.task.steps // self.round_steps())
 
     @field_validator("command", "stage")
     @classmethod
