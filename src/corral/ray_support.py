@@ -11,6 +11,8 @@ only (a real cluster's address is used as Ray resolves it).
 from __future__ import annotations
 
 import os
+import secrets
+from pathlib import Path
 from types import ModuleType
 
 from corral.errors import CorralError
@@ -28,6 +30,34 @@ def is_local(address: str | None) -> bool:
     return host in LOOPBACK_HOSTS
 
 
+TOKEN_SETTINGS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+"""Where Ray reads its token from, when not its default file."""
+
+
+def default_token_path() -> Path:
+    """Ray's own token file (``~/.ray/auth_token``)."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def ensure_token() -> None:
+    """Make Ray's token file when there is none, readable by this user only.
+
+    ``ray.init`` makes one itself when it starts a local instance, but ``ray
+    start --head`` (how the service starts its own) refuses to run without one
+    since Ray 2.60; on a fresh machine there is none yet."""
+    if any(os.environ.get(name) for name in TOKEN_SETTINGS):
+        return
+    path = default_token_path()
+    if path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    os.replace(tmp, path)
+
+
 def import_ray(address: str | None, what: str = "this", started_head: bool = False) -> ModuleType:
     """Ray, ready to start or reach ``address``; a clear error when it is not installed.
 
@@ -40,6 +70,8 @@ def import_ray(address: str | None, what: str = "this", started_head: bool = Fal
         os.environ.setdefault(SINGLE_MACHINE_SETTING, "0")
     if started_head:
         os.environ.setdefault(AUTH_MODE_SETTING, "token")
+        if os.environ[AUTH_MODE_SETTING] == "token":
+            ensure_token()
     try:
         import ray
     except ImportError:

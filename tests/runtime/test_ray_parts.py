@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from corral.errors import InputError
-from corral.ray_support import is_local
+from corral.ray_support import TOKEN_SETTINGS, ensure_token, is_local
 from corral.runtime.config import load_config
 from corral.runtime.executor import ProcessRef
 from corral.runtime.ray_executor import _append, _attempt_end, parse_ref
@@ -59,3 +59,22 @@ def test_bad_ray_settings_are_refused_with_the_line(tmp_path, extra, words):
     with pytest.raises(InputError) as err:
         load_config(path)
     assert words in str(err.value), str(err.value)
+
+
+def test_a_token_is_made_for_rays_own_instance_once_and_kept_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in TOKEN_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    ensure_token()
+    path = tmp_path / ".ray" / "auth_token"
+    token = path.read_text()
+    assert len(token) == 64 and int(token, 16) >= 0
+    assert path.stat().st_mode & 0o777 == 0o600
+    ensure_token()
+    assert path.read_text() == token  # an existing token is Ray's: never replaced
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "elsewhere"))
+    path.unlink()
+    ensure_token()
+    assert not path.exists()  # the owner said where the token is
