@@ -46,6 +46,15 @@ def reference(folder: Path, seed: int, rounds: int) -> dict[str, Any]:
     return torch.load(state_path(folder, rounds), weights_only=False)["model"]
 
 
+def assert_as_on_one_device(folder: Path, job: int, seed: int, rounds: int) -> None:
+    """The job's result (its checkpoint) is the one-device run's, up to float sums."""
+    saved = checkpoint.load(folder / "state-jobs" / str(job) / "checkpoint")
+    assert saved is not None and saved["step"] == ROUND_STEPS * rounds
+    expected = reference(folder / f"alone-{job}", seed=seed, rounds=rounds)
+    for key, value in expected.items():
+        assert torch.allclose(saved["state"]["model"][key], value, rtol=1e-5, atol=1e-7), key
+
+
 @pytest.mark.parametrize("name", list(ROUND_PLANNERS))
 def test_round_policy_runs_task_jobs_as_rounds_live(name: str, tmp_path: Path) -> None:
     jobs_asked, rounds_each = CASES[name]
@@ -91,11 +100,7 @@ def test_round_policy_runs_task_jobs_as_rounds_live(name: str, tmp_path: Path) -
             wide = {f"r{k}" for k, (n, _) in enumerate(jobs_asked) if n > 2}
             assert mixed and {job for job, _ in mixed} <= wide, mixed
         for k, job in enumerate(jobs):
-            saved = checkpoint.load(tmp_path / "state-jobs" / str(job["id"]) / "checkpoint")
-            assert saved is not None and saved["step"] == ROUND_STEPS * rounds_each
-            expected = reference(tmp_path / f"alone-{k}", seed=k, rounds=rounds_each)
-            for key, value in expected.items():
-                assert torch.allclose(saved["state"]["model"][key], value, rtol=1e-5, atol=1e-7)
+            assert_as_on_one_device(tmp_path, job["id"], seed=k, rounds=rounds_each)
     finally:
         service.close()
     log = (tmp_path / "serve.log").read_text()
@@ -128,3 +133,27 @@ def test_jobs_that_cannot_run_as_rounds_are_refused_with_the_reason(tmp_path: Pa
         service.close()
     log = (tmp_path / "serve.log").read_text()
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_job_run_as_rounds_carries_on_after_the_service_is_killed(tmp_path: Path) -> None:
+    service = ServiceProcess(tmp_path, "hare", {}, users=TOKENS)
+    try:
+        service.start()
+        client = service.client
+        rounds = 4
+        task = {"factory": FACTORY, "steps": ROUND_STEPS * rounds, "round_steps": ROUND_STEPS}
+        job = client.submit({"name": "k", "gpus": 2, "task": {**task, "kwargs": {"batch": 16}}})
+        wait_for(
+            lambda: any(t["name"].startswith("k.r1.") for t in client.history()),
+            120,
+            "its second round",
+        )
+        service.kill9()
+        service.start()
+        wait_for(lambda: client.job(job["id"])["status"] in TERMINAL, 180, "the job to end")
+        assert client.job(job["id"])["status"] == "SUCCEEDED"
+        names = sorted(t["name"] for t in client.history() if t["id"] != job["id"])
+        assert names == sorted(f"k.r{r}.{k}" for r in range(rounds) for k in range(2))
+        assert_as_on_one_device(tmp_path, job["id"], seed=0, rounds=rounds)
+    finally:
+        service.close()

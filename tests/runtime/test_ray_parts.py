@@ -3,6 +3,8 @@ read from its ranks', configs refused, and when Ray is kept on loopback."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from corral.errors import InputError
