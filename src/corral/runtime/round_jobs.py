@@ -61,12 +61,16 @@ class RoundJobs(LoopBase):
     def _round_task_ended(self, s: Session, row: JobRow, now: float) -> None:
         if row.parent is None:
             return
+        if row.status in TERMINAL:
+            self.round_refs.pop(row.id, None)
         job = s.get(JobRow, row.parent)
         if job is not None:
             self._round_progress(s, job, now)
 
     def _round_job_cancelled(self, s: Session, row: JobRow) -> None:
         """The job is cancelled: so are its tasks not yet over."""
+        if not self.rounds_live:
+            return
         tasks = s.scalars(
             select(JobRow).where(JobRow.parent == row.id, JobRow.status.not_in(TERMINAL))
         )
@@ -79,13 +83,21 @@ class RoundJobs(LoopBase):
         if job.status in TERMINAL:
             return
         spec = JobSpec.model_validate(job.spec)
-        tasks = list(s.scalars(select(JobRow).where(JobRow.parent == job.id)))
-        if not tasks:
+        # a round's tasks are made together, after the round before ended: the
+        # newest ``gpus`` tasks are the current round's (no need to read them all)
+        current = list(
+            s.scalars(
+                select(JobRow)
+                .where(JobRow.parent == job.id)
+                .order_by(JobRow.id.desc())
+                .limit(spec.gpus)
+            )
+        )
+        if not current:
             self._make_round(s, job, spec, 0, spec.duration, now)
             return
-        refs = {t.id: JobSpec.model_validate(t.spec).round_of for t in tasks}
-        latest = max(ref.round for ref in refs.values() if ref is not None)
-        current = [t for t in tasks if (ref := refs[t.id]) is not None and ref.round == latest]
+        refs = [JobSpec.model_validate(t.spec).round_of for t in current]
+        latest = max(ref.round for ref in refs if ref is not None)
         over = [t for t in current if t.status in TERMINAL and t.status != JobStatus.SUCCEEDED]
         rounds = spec.rounds()
         if over:

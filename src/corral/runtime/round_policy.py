@@ -41,10 +41,6 @@ class LiveRounds(Policy):
     """A round planner as a live policy over the tasks of rounds (one-GPU jobs)."""
 
     name: ClassVar[str] = "rounds"
-    live_note: ClassVar[str] = (
-        "a job given as a task runs as rounds: each round's tasks are one-GPU jobs "
-        "(NAME.rR.K) started where and when the plan says; jobs with a command are refused"
-    )
 
     def __init__(self, planner: RoundPlanner, **params: Any) -> None:
         super().__init__(None, **params)
@@ -53,8 +49,6 @@ class LiveRounds(Policy):
         """State row -> which job and round the task there belongs to (set by the service)."""
         self.last_on: dict[int, int] = {}
         """GPU -> the job whose task it ran last (no switch to run that job again)."""
-        self.planned: dict[int, int] = {}
-        """Task row -> the GPU the last plan gives it (for the dashboard)."""
 
     @classmethod
     def named(cls, name: str, **options: Any) -> LiveRounds:
@@ -147,7 +141,6 @@ class LiveRounds(Policy):
         )
         tasks = self.planner.plan(work, view)
         waiting = [list(j["pending"]) for j in jobs]
-        self.planned = {}
         soonest: float | None = None
         for task in tasks:
             if task.round != refs[task.job].round or not waiting[task.job]:
@@ -160,7 +153,6 @@ class LiveRounds(Policy):
             builder.start(i, (task.gpu,))
             free_now[task.gpu] = False
             self.last_on[task.gpu] = refs[task.job].job
-            self.planned[i] = task.gpu
         return builder.build(None if soonest is None else max(soonest, now + SOON))
 
     def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:

@@ -132,7 +132,7 @@ TASK_RUNNER = ["python", "-m", "corral.train.run_task"]
 """The command of a job given as a task (``python`` is the service's own)."""
 ROUND_RUNNER = ["python", "-m", "corral.train.rounds"]
 """The command of one task of a round (policies that plan rounds: hare)."""
-WARM_MODULES = ("corral.train.run_task", "corral.train.rounds")
+WARM_MODULES = (TASK_RUNNER[2], ROUND_RUNNER[2])
 """Runners a standby worker has loaded: a job whose command is one starts warm."""
 
 
