@@ -93,6 +93,14 @@ class WorkersConfig(BaseModel):
     standby: int = Field(
         0, ge=0, le=8, description="idle workers kept per GPU (0: off; each holds PyTorch)"
     )
+    park: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="preempted jobs using corral.train kept paused per GPU, their state "
+        "resident (host memory), so one started again on the same GPUs resumes in place "
+        "instead of restarting from its checkpoint (0: off; each holds its process's memory)",
+    )
     preload: list[str] = Field(
         default_factory=list,
         max_length=32,
@@ -215,6 +223,8 @@ class ServiceConfig(BaseModel):
     def _executor_settings(self) -> ServiceConfig:
         if self.executor == "ray" and self.workers.standby:
             raise ValueError("workers.standby: standby workers run with the local executor only")
+        if self.executor == "ray" and self.workers.park:
+            raise ValueError("workers.park: parked jobs run with the local executor only")
         if self.executor == "ray" and self.ray.address and self.gpus != "auto":
             raise ValueError(
                 "gpus: with ray.address the GPUs are the Ray cluster's; leave gpus out"

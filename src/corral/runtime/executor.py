@@ -35,6 +35,7 @@ from corral.runtime.launcher import (
     PID_FILE,
     Confinement,
     live_processes,
+    process_states,
     write_atomic,
 )
 from corral.runtime.standby import StandbyPool
@@ -125,6 +126,12 @@ class Executor(ABC):
         """True when the attempt's process still runs (after a service restart)."""
         return False
 
+    def paused(self, ref: ProcessRef) -> bool:
+        """True once the attempt's processes have all stopped after a pause request
+        (False where this executor cannot tell: the caller then waits out the
+        pause grace)."""
+        return False
+
     def pid_from(self, folder: Path) -> ProcessRef | None:
         """The process of an attempt whose pid was never stored (crash during launch)."""
         return None
@@ -172,6 +179,13 @@ def write_exit_record(folder: Path, exit_code: int, detail: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     record = {"exit_code": exit_code, "signal": None, "detail": detail, "end_time": None}
     write_atomic(folder / EXIT_FILE, json.dumps(record))
+
+
+def group_stopped(pgid: int) -> bool:
+    """True when every live member of a process group but its leader (the
+    launcher, which ignores job-control stops) is stopped: the job has paused."""
+    members = [state for pid, state, _, pgrp in process_states() if pgrp == pgid and pid != pgid]
+    return bool(members) and all(state in ("T", "t", "Z", "X") for state in members)
 
 
 def group_alive(pgid: int) -> bool:
@@ -411,6 +425,9 @@ class LocalExecutor(Executor):
 
     def adopt(self, ref: ProcessRef) -> bool:
         return self._same(ref)
+
+    def paused(self, ref: ProcessRef) -> bool:
+        return self._same(ref) and group_stopped(ref.pid)
 
     def pid_from(self, folder: Path) -> ProcessRef | None:
         try:

@@ -41,6 +41,7 @@ _FAILURES = {Cause.HUNG, Cause.USER_ERROR, Cause.OOM, Cause.KILLED, Cause.NODE_F
 
 STOPS = {
     "preempt": Cause.PREEMPTED,
+    "park": Cause.PREEMPTED,
     "suspend": Cause.SUSPENDED,
     "cancel": Cause.CANCELLED,
     "timeout": Cause.TIMEOUT,

@@ -248,8 +248,8 @@ def prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def live_processes() -> Iterator[tuple[int, int, int]]:
-    """(pid, parent pid, process group) of every process that is not a zombie, from /proc
+def process_states() -> Iterator[tuple[int, str, int, int]]:
+    """(pid, state letter, parent pid, process group) of every process, from /proc
     (processes that end while it is read are skipped)."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -259,8 +259,14 @@ def live_processes() -> Iterator[tuple[int, int, int]]:
         except OSError:
             continue
         fields = text[text.rfind(")") + 2 :].split()
-        if fields[0] not in ("Z", "X"):
-            yield int(entry.name), int(fields[1]), int(fields[2])
+        yield int(entry.name), fields[0], int(fields[1]), int(fields[2])
+
+
+def live_processes() -> Iterator[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process that is not a zombie."""
+    for pid, state, ppid, pgrp in process_states():
+        if state not in ("Z", "X"):
+            yield pid, ppid, pgrp
 
 
 def _members() -> set[int]:

@@ -51,6 +51,10 @@ class Launching(LoopBase):
 
     def _launch_ready(self, now: float) -> None:
         for job, gpus in list(self.starting.items()):
+            parked = self.attempts.get(job)
+            if parked is not None and parked.stop == "park":
+                self._restart_parked(parked, gpus, now)  # see runtime.parking
+                continue
             host = self.packed_on.get(job)  # a packed guest shares its host's GPUs
             if job in self.attempts or any(self.holders.get(g, host) != host for g in gpus):
                 continue

@@ -56,6 +56,9 @@ class Attempt:
     """When it was last resumed (its heartbeats restart from then)."""
     force_pause_at: float | None = None
     """When to stop its processes where they are if it has not paused by itself."""
+    parked: bool = False
+    """Preempted by pausing (its state kept resident): its preemption is counted
+    already, whether it resumes in place or is stopped later."""
 
     @property
     def paused(self) -> bool:

@@ -54,8 +54,12 @@ class Recovery(LoopBase):
                         Path(att.dir),
                         att.start_time,
                         JobSpec.model_validate(row.spec).wall_time,
-                        stop=att.stop,
+                        # a parked job is stopped, to resume from its checkpoint
+                        stop="preempt" if att.stop == "park" else att.stop,
+                        parked=att.stop == "park",
                     )
+                    if att.stop == "park":
+                        att.stop = "preempt"
                     sharing = {self.holders[g] for g in att.gpus if g in self.holders}
                     if len(sharing) == 1 and alive:  # two jobs packed on these GPUs
                         self.packed_on[row.id] = sharing.pop()

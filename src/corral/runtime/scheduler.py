@@ -43,15 +43,15 @@ from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.runtime.estimates import measured_remaining
 from corral.runtime.launching import Launching
 from corral.runtime.loop_base import TERMINAL, Attempt, cluster_from_slots
+from corral.runtime.parking import PARKED, Parking
 from corral.runtime.recovery import Recovery
 from corral.runtime.round_jobs import RoundJobs
 from corral.runtime.store import JobRow
-from corral.runtime.transitions import Transitions
 
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 
 
-class Scheduler(Recovery, Transitions, Launching, RoundJobs):
+class Scheduler(Recovery, Parking, Launching, RoundJobs):
     """The loop: one pass polls, takes arrivals and requests, plans, and launches."""
 
     def run(self, stop: threading.Event, recover: bool = True) -> None:
@@ -82,6 +82,8 @@ class Scheduler(Recovery, Transitions, Launching, RoundJobs):
     def step(self) -> None:
         now = self.clock()
         changed = self._poll(now)
+        if self.config.workers.park:
+            self._release_parked(now)
         changed |= self._arrivals(now)
         changed |= self._requests(now)
         changed |= self._end_backoffs(now)
@@ -143,7 +145,7 @@ class Scheduler(Recovery, Transitions, Launching, RoundJobs):
         for i in plan.prestage:
             self._prestage(live.ids[i])
         names = self.cluster.gpu_type_names
-        stops: list[tuple[Attempt, str]] = []
+        stops: list[Attempt] = []
         with self.store.session() as s:
             for i in plan.stops:
                 if st.status[i] != RUNNING:
@@ -154,11 +156,13 @@ class Scheduler(Recovery, Transitions, Launching, RoundJobs):
                     del self.starting[job]
                     self.packed_on.pop(job, None)
                     row = s.get(JobRow, job)
-                    if row is not None and job not in self.attempts:
-                        row.status, row.gpus, row.reason = JobStatus.PENDING, None, "Preempted"
+                    if row is not None and not self._launched(job):
+                        parked = job in self.attempts  # still parked: it stays so
+                        row.status, row.gpus = JobStatus.PENDING, None
+                        row.reason = PARKED if parked else "Preempted"
                         self.preempted.add(job)
                 if job in self.attempts and self.attempts[job].stop is None:
-                    stops.append((self.attempts[job], "preempt"))
+                    stops.append(self.attempts[job])
             for i, gpus in plan.starts.items():
                 job = live.ids[i]
                 host = plan.packs[i][0] if i in plan.packs else -1
@@ -182,15 +186,21 @@ class Scheduler(Recovery, Transitions, Launching, RoundJobs):
                 self.starting[job] = gpus
                 row = s.get(JobRow, job)
                 if row is not None:
-                    if job not in self.attempts:
+                    if not self._launched(job):
                         row.status = JobStatus.STARTING
                     row.gpus, row.reason = list(gpus), None
                     self.reasons[job] = None
                 self.store.event(s, "allocated", job, gpus=list(gpus))
         if plan.timeslices:
             self._timeslice(plan, now)
-        for a, why in stops:
-            self._stop(a, why, now)
+        for a in stops:
+            self._preempt(a, now)
+
+    def _launched(self, job: int) -> bool:
+        """True while the job has a process that runs, or is being stopped (a
+        parked job's process waits for the plan's next word)."""
+        a = self.attempts.get(job)
+        return a is not None and a.stop != "park"
 
     def _observe_progress(self) -> None:
         """Jobs that report heartbeats: their remaining time becomes the measured one.
@@ -299,7 +309,8 @@ class Scheduler(Recovery, Transitions, Launching, RoundJobs):
             elif i in waits:
                 reason = waits[i]
             elif job in self.preempted:
-                reason = "Preempted"
+                parked = job in self.attempts and not self._launched(job)
+                reason = PARKED if parked else "Preempted"
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if self.reasons.get(job) != reason:

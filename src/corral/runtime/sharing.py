@@ -105,7 +105,7 @@ class Sharing(LoopBase):
                 }
                 self.store.event(s, "timeslice", guest, on=host, quantum=quantum, **speeds)
 
-    def _pause(self, a: Attempt, now: float) -> None:
+    def _pause(self, a: Attempt, now: float, reason: str = "TimeSliced") -> None:
         if a.ref is None:
             return
         a.paused_at = now
@@ -115,9 +115,9 @@ class Sharing(LoopBase):
             a.force_pause_at = now + self.config.pause_grace
         else:
             self.executor.signal(a.ref, signal.SIGSTOP)
-        self._note(a, "pause", "TimeSliced", cooperative=cooperative)
+        self._note(a, "pause", reason, cooperative=cooperative)
 
-    def _resume(self, a: Attempt, now: float) -> None:
+    def _resume(self, a: Attempt, now: float, reason: str | None = None) -> None:
         if a.paused_at is None:
             return
         a.paused_total += now - a.paused_at
@@ -125,7 +125,7 @@ class Sharing(LoopBase):
         a.force_pause_at = None
         a.resumed_at = now
         self.share_changed[a.job] = now
-        self._note(a, "resume", None)  # recorded before it runs again
+        self._note(a, "resume", reason)  # recorded before it runs again
         if a.ref is not None:
             self.executor.signal(a.ref, signal.SIGCONT)
 

@@ -167,7 +167,8 @@ class Transitions(Sharing):
                     st.gpus[i] = spec.gpus
             elif cause == Cause.PREEMPTED:
                 self.preempted.add(a.job)
-                row.preemptions += 1
+                if not a.parked:  # a parked job's was counted when it was parked
+                    row.preemptions += 1
                 row.status = JobStatus.STARTING if a.job in self.starting else JobStatus.PENDING
                 row.reason = None if a.job in self.starting else "Preempted"
             elif cause == Cause.SUSPENDED:
@@ -296,7 +297,7 @@ class Transitions(Sharing):
                         row.status, row.reason = JobStatus.PENDING, None
                         self._enqueue(row, i, now)
         for a, why in stops:
-            if why == "cancel" or a.stop in (None, "preempt"):
+            if why == "cancel" or a.stop in (None, "preempt", "park"):
                 self._stop(a, why, now)
         return bool(rows)
 

@@ -274,6 +274,12 @@ class Session:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._stop_reason = f"signal {signal.Signals(signum).name}"
 
+    def _asked_to_stop(self) -> bool:
+        """Whether a stop signal came. A call of its own: Python runs pending signal
+        handlers on entering a function, so one delivered with the SIGCONT that
+        woke the process is counted."""
+        return self._stop_reason is not None
+
     def _on_pause(self, _signum: int, _frame: Any) -> None:
         self._pause_asked = True
 
@@ -296,10 +302,17 @@ class Session:
         memory for the job sharing it (Gandiva's suspend), and gets it back, pipelined
         with its next step, when resumed."""
         self._pause_asked = False
+        if self._stop_reason is not None:  # a stop asked meanwhile comes first
+            return
         suspension = self._suspension()
         if suspension is not None:
             suspension.suspend(self.objects)
         os.kill(os.getpid(), signal.SIGSTOP)
+        if self._asked_to_stop():
+            # stopped while paused (a parked job started elsewhere, cancelled or
+            # suspended): checkpoint from the parked state and exit, without
+            # touching the GPU it left, which another job may hold now
+            self.stop(self.step)
         if suspension is not None:
             suspension.resume(self.objects)
 
@@ -317,6 +330,7 @@ class Session:
         return self._suspended
 
     def _beat_loop(self) -> None:
+        self._send()  # at once: the service learns the job can pause and checkpoint
         while not self._done.wait(self.heartbeat_interval):
             self._send()
 

@@ -1,0 +1,125 @@
+"""Warm preemption: a preempted job is parked (paused, its state resident) rather
+than stopped, and resumes in place when the policy gives it the same GPUs.
+
+A stop-and-restart costs a job seconds (checkpoint, exit, a new interpreter,
+imports, rebuilding the model, reading the checkpoint: 2-9 s measured), which
+is what PipeSwitch's and Gandiva's fast switching avoid. With
+``workers: {park: N}`` in the service's config, a job that uses
+:mod:`corral.train` and that a policy preempts is asked to pause at its next
+iteration boundary (SIGTSTP, as for Gandiva's time slices; on a GPU the
+session parks its tensors in pinned host memory and frees the device's) and
+is kept so, at most N per GPU. To the policy it is preempted: queued, its GPUs
+free once it has paused. When the policy starts it again:
+
+- on the same GPUs, it is resumed (SIGCONT): the same attempt carries on,
+  with nothing rebuilt or read from disk;
+- elsewhere, it is stopped (SIGTERM, then SIGCONT): the session checkpoints
+  from its parked state without touching the GPU it left, exits, and the job
+  starts on its new GPUs from that checkpoint, as any preempted job.
+
+Cancel and suspend stop a parked job the same way; a service that restarts
+finds parked jobs and stops them so (they resume from their checkpoints).
+Jobs that are not cooperative (no heartbeat yet), packed or time-sliced pairs,
+tasks of rounds and pre-runs are preempted as before.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from corral.model.jobs import JobStatus
+from corral.runtime.loop_base import Attempt
+from corral.runtime.store import AttemptRow, JobRow
+from corral.runtime.transitions import Transitions
+
+PARKED = "Preempted (parked)"
+"""A parked job's reason, as ``corral queue`` shows it."""
+
+
+class Parking(Transitions):
+    """Parking preempted jobs and resuming them in place (a stage of the loop)."""
+
+    def _preempt(self, a: Attempt, now: float) -> None:
+        """Carry out a plan's stop: park the job where it can be, else stop it."""
+        if self._parkable(a):
+            self._park(a, now)
+        else:
+            self._stop(a, "preempt", now)
+
+    def _parkable(self, a: Attempt) -> bool:
+        limit = self.config.workers.park
+        if not limit or a.stop is not None or a.paused or a.ref is None:
+            return False
+        if a.job not in self.beating or a.phase == "prerun" or a.job in self.round_refs:
+            return False
+        if a.job in self.packed_on or a.job in self.packed_on.values() or a.job in self.turns:
+            return False
+        parked = Counter(  # jobs parked and not being started again
+            g
+            for b in self.attempts.values()
+            if b.stop == "park" and b.job not in self.starting
+            for g in b.gpus
+        )
+        return all(parked[g] < limit for g in a.gpus)
+
+    def _park(self, a: Attempt, now: float) -> None:
+        a.stop, a.parked = "park", True
+        with self.store.session() as s:
+            att = s.get(AttemptRow, a.id)
+            if att is not None:
+                att.stop = "park"
+            row = s.get(JobRow, a.job)
+            if row is not None:
+                row.preemptions += 1
+                if a.job not in self.starting:
+                    row.status, row.gpus, row.reason = JobStatus.PENDING, None, PARKED
+            self.store.event(s, "park", a.job, attempt=a.number, gpus=list(a.gpus))
+        self.reasons[a.job] = PARKED
+        self.preempted.add(a.job)
+        self._pause(a, now, reason=PARKED)
+
+    def _release_parked(self, now: float) -> None:
+        """A parked job's GPUs are free for others once it has paused (or its pause
+        grace has passed and it was stopped where it was)."""
+        for a in self.attempts.values():
+            if a.stop != "park" or a.paused_at is None or a.ref is None:
+                continue
+            held = [g for g in a.gpus if self.holders.get(g) == a.job]
+            if not held:
+                continue
+            if self.executor.paused(a.ref) or now >= a.paused_at + self.config.pause_grace + 1.0:
+                for g in held:
+                    del self.holders[g]
+
+    def _restart_parked(self, a: Attempt, gpus: tuple[int, ...], now: float) -> None:
+        """The policy started a parked job again: resume it in place on the same GPUs
+        (once they are free), or stop it so it starts from its checkpoint elsewhere."""
+        if sorted(gpus) != sorted(a.gpus) or a.job in self.packed_on:
+            self._stop(a, "preempt", now)
+            return
+        if any(self.holders.get(g, a.job) != a.job for g in gpus):
+            return  # the job preempted from these GPUs is still leaving
+        del self.starting[a.job]
+        for g in gpus:
+            self.holders[g] = a.job
+        a.stop, a.parked = None, False
+        note = self.start_notes.pop(a.job, None)
+        with self.store.session() as s:
+            att = s.get(AttemptRow, a.id)
+            if att is not None:
+                att.stop = None
+            row = s.get(JobRow, a.job)
+            if row is not None:
+                row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), note
+            parked_for = now - a.paused_at if a.paused_at is not None else 0.0
+            self.store.event(
+                s, "unpark", a.job, attempt=a.number, gpus=list(gpus), parked_s=round(parked_for, 3)
+            )
+        self.reasons[a.job] = note
+        self.preempted.discard(a.job)
+        i = self.live.index.get(a.job)
+        if i is not None:  # it progresses from now: a warm switch costs no launch
+            st = self.live.state
+            st.progress_start[i] = max(st.progress_start[i], self.rel(now))
+            st.seg_overhead[i] = st.progress_start[i] - st.seg_start[i]
+        self._resume(a, now, reason=note)

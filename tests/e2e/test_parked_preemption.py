@@ -1,0 +1,108 @@
+"""Warm preemption live: under LAS on one GPU, two task jobs preempt each other
+several times; with ``workers: {park: 1}`` a preempted job is parked (paused,
+its state resident) and resumes in place, so each job runs as one attempt with
+no checkpoint read back, and ends with exactly the weights of an uninterrupted
+run. A parked job that is suspended (or cancelled) checkpoints from its parked
+state and exits; resumed, it starts from that checkpoint and still ends right."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.runtime.parking import PARKED
+from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.train import checkpoint
+from corral.train.task import load_factory
+from tests.runtime.harness import TERMINAL, TOKENS
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+STEPS = 300
+FACTORY = "corral.examples.tasks:digits"
+
+
+def task(seed: int) -> dict[str, Any]:
+    # step_time stretches the job (it does not change what is computed), so the
+    # jobs take turns several times under LAS' 1.5 s quantum
+    return {"factory": FACTORY, "steps": STEPS, "kwargs": {"seed": seed, "step_time": 0.015}}
+
+
+def assert_as_if_never_stopped(state_dir: Path, job: int, seed: int) -> None:
+    saved = checkpoint.load(state_dir / "state-jobs" / str(job) / "checkpoint")
+    assert saved is not None and saved["step"] == STEPS
+    alone = load_factory(FACTORY)(seed=seed)
+    for step in range(STEPS):
+        alone.step(step)
+    expected = alone.model.state_dict()
+    assert all(torch.equal(saved["state"]["model"][k], expected[k]) for k in expected)
+
+
+def service(tmp_path: Path) -> ServiceProcess:
+    return ServiceProcess(
+        tmp_path,
+        "las",
+        {"quantum": 1.5},
+        users=TOKENS,
+        gpus=[{"type": "V100", "count": 1}],
+        workers={"park": 1},
+        stop_grace=20,
+    )
+
+
+def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> None:
+    svc = service(tmp_path)
+    try:
+        svc.start()
+        client = svc.client
+        first = client.submit({"name": "a", "task": task(1), "gpus": 1})
+        wait_for(lambda: client.job(first["id"])["steps"] > 5, 60, "the first job to train")
+        second = client.submit({"name": "b", "task": task(2), "gpus": 1})
+        wait_for(lambda: client.job(first["id"])["reason"] == PARKED, 30, "the first job parked")
+        for job in (first, second):
+            wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, 180)
+        for job, seed in ((first, 1), (second, 2)):
+            done = client.job(job["id"])
+            assert done["status"] == "SUCCEEDED", done
+            kinds = [e["kind"] for e in done["events"]]
+            assert "park" in kinds and "unpark" in kinds, kinds
+            assert_as_if_never_stopped(tmp_path, job["id"], seed)
+        # the first job had sent heartbeats before it was first preempted, so
+        # every preemption parked it: one attempt, resumed in place each time
+        done = client.job(first["id"])
+        assert done["preemptions"] >= 2, done
+        assert [a["cause"] for a in done["attempts"]] == ["succeeded"], done["attempts"]
+        # the second may be stopped the old way only before its first heartbeat
+        # (a cold start importing PyTorch takes longer than LAS' quantum)
+        kinds = [e["kind"] for e in client.job(second["id"])["events"]]
+        stopped_at = [k for k, kind in enumerate(kinds) if kind == "stop"]
+        assert not stopped_at or max(stopped_at) < kinds.index("park"), kinds
+    finally:
+        svc.close()
+
+
+def test_a_parked_job_suspended_checkpoints_from_its_parked_state(tmp_path: Path) -> None:
+    svc = service(tmp_path)
+    try:
+        svc.start()
+        client = svc.client
+        first = client.submit({"name": "a", "task": task(1), "gpus": 1})
+        wait_for(lambda: client.job(first["id"])["steps"] > 5, 60, "the first job to train")
+        second = client.submit({"name": "b", "task": task(2), "gpus": 1})
+        wait_for(lambda: client.job(first["id"])["reason"] == PARKED, 30, "the first job parked")
+        client.action(first["id"], "suspend")
+        wait_for(lambda: client.job(first["id"])["status"] == "SUSPENDED", 30, "suspended")
+        parked = client.job(first["id"])
+        assert [a["cause"] for a in parked["attempts"]] == ["suspended"], parked["attempts"]
+        client.action(first["id"], "resume")
+        for job in (first, second):
+            wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, 180)
+        done = client.job(first["id"])
+        assert done["status"] == "SUCCEEDED", done
+        assert_as_if_never_stopped(tmp_path, first["id"], 1)
+        assert client.job(second["id"])["status"] == "SUCCEEDED"
+    finally:
+        svc.close()
