@@ -35,6 +35,9 @@ from corral.runtime.transitions import Transitions
 PARKED = "Preempted (parked)"
 """A parked job's reason, as ``corral queue`` shows it."""
 
+PAUSE_POLL = 0.01
+"""Seconds between the loop's looks at a job asked to park, until it has paused."""
+
 
 class Parking(Transitions):
     """Parking preempted jobs and resuming them in place (a stage of the loop)."""
@@ -77,6 +80,14 @@ class Parking(Transitions):
         self.reasons[a.job] = PARKED
         self.preempted.add(a.job)
         self._pause(a, now, reason=PARKED)
+
+    def _awaiting_pause(self) -> bool:
+        """True while a parked job still holds GPUs it has not paused on yet: the
+        loop then looks again within milliseconds, not at its next tick."""
+        return any(
+            a.stop == "park" and any(self.holders.get(g) == a.job for g in a.gpus)
+            for a in self.attempts.values()
+        )
 
     def _release_parked(self, now: float) -> None:
         """A parked job's GPUs are free for others once it has paused (or its pause

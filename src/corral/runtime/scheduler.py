@@ -43,7 +43,7 @@ from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.runtime.estimates import measured_remaining
 from corral.runtime.launching import Launching
 from corral.runtime.loop_base import TERMINAL, Attempt, cluster_from_slots
-from corral.runtime.parking import PARKED, Parking
+from corral.runtime.parking import PARKED, PAUSE_POLL, Parking
 from corral.runtime.recovery import Recovery
 from corral.runtime.round_jobs import RoundJobs
 from corral.runtime.store import JobRow
@@ -76,6 +76,8 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             for at in (self.next_wakeup, self.turn_wakeup):
                 if at is not None:
                     timeout = min(timeout, max(at - self.clock(), 0.0))
+            if self.config.workers.park and self._awaiting_pause():
+                timeout = min(timeout, PAUSE_POLL)
             self.wake.wait(timeout)
             self.wake.clear()
 
