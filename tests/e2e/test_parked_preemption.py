@@ -106,3 +106,42 @@ def test_a_parked_job_suspended_checkpoints_from_its_parked_state(tmp_path: Path
         assert client.job(second["id"])["status"] == "SUCCEEDED"
     finally:
         svc.close()
+
+
+def test_a_service_killed_while_a_job_is_parked_stops_it_and_it_ends_right(
+    tmp_path: Path,
+) -> None:
+    svc = service(tmp_path)
+    try:
+        svc.start()
+        client = svc.client
+        first = client.submit({"name": "a", "task": task(1), "gpus": 1})
+        wait_for(lambda: client.job(first["id"])["steps"] > 5, 60, "the first job to train")
+        second = client.submit({"name": "b", "task": task(2), "gpus": 1})
+        wait_for(lambda: client.job(first["id"])["reason"] == PARKED, 30, "the first job parked")
+        svc.kill9()
+        svc.start()
+        # the second job is cancelled so the first runs alone: two jobs that both
+        # restart cold would take turns at LAS' 1.5 s quantum, shorter than a cold
+        # start, and neither would get far (see benchmarks/live_preemption.py)
+        client.action(second["id"], "cancel")
+        wait_for(lambda: client.job(first["id"])["status"] in TERMINAL, 180, "the first to end")
+        done = client.job(first["id"])
+        assert done["status"] == "SUCCEEDED", done
+        # the parked attempt was stopped (checkpointed from its parked state),
+        # and each preemption counted once: at its park, or at its stop if it
+        # was not parked
+        assert done["attempts"][0]["cause"] == "preempted", done["attempts"]
+        counted, parked = 0, False
+        for event in done["events"]:
+            if event["kind"] == "park":
+                counted, parked = counted + 1, True
+            elif event["kind"] == "unpark":
+                parked = False
+            elif event["kind"] == "attempt_end":
+                counted += event["detail"]["cause"] == "preempted" and not parked
+                parked = False
+        assert done["preemptions"] == counted, done["events"]
+        assert_as_if_never_stopped(tmp_path, first["id"], 1)
+    finally:
+        svc.close()
