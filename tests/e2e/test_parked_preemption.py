@@ -53,15 +53,23 @@ def service(tmp_path: Path) -> ServiceProcess:
     )
 
 
+def start_two_jobs(svc: ServiceProcess) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start the service; submit a job, then once it trains a second, which
+    preempts (parks) the first."""
+    svc.start()
+    client = svc.client
+    first = client.submit({"name": "a", "task": task(1), "gpus": 1})
+    wait_for(lambda: client.job(first["id"])["steps"] > 5, 60, "the first job to train")
+    second = client.submit({"name": "b", "task": task(2), "gpus": 1})
+    wait_for(lambda: client.job(first["id"])["reason"] == PARKED, 30, "the first job parked")
+    return first, second
+
+
 def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> None:
     svc = service(tmp_path)
     try:
-        svc.start()
         client = svc.client
-        first = client.submit({"name": "a", "task": task(1), "gpus": 1})
-        wait_for(lambda: client.job(first["id"])["steps"] > 5, 60, "the first job to train")
-        second = client.submit({"name": "b", "task": task(2), "gpus": 1})
-        wait_for(lambda: client.job(first["id"])["reason"] == PARKED, 30, "the first job parked")
+        first, second = start_two_jobs(svc)
         for job in (first, second):
             wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, 180)
         for job, seed in ((first, 1), (second, 2)):
@@ -87,12 +95,8 @@ def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> N
 def test_a_parked_job_suspended_checkpoints_from_its_parked_state(tmp_path: Path) -> None:
     svc = service(tmp_path)
     try:
-        svc.start()
         client = svc.client
-        first = client.submit({"name": "a", "task": task(1), "gpus": 1})
-        wait_for(lambda: client.job(first["id"])["steps"] > 5, 60, "the first job to train")
-        second = client.submit({"name": "b", "task": task(2), "gpus": 1})
-        wait_for(lambda: client.job(first["id"])["reason"] == PARKED, 30, "the first job parked")
+        first, second = start_two_jobs(svc)
         client.action(first["id"], "suspend")
         wait_for(lambda: client.job(first["id"])["status"] == "SUSPENDED", 30, "suspended")
         parked = client.job(first["id"])
@@ -113,12 +117,8 @@ def test_a_service_killed_while_a_job_is_parked_stops_it_and_it_ends_right(
 ) -> None:
     svc = service(tmp_path)
     try:
-        svc.start()
         client = svc.client
-        first = client.submit({"name": "a", "task": task(1), "gpus": 1})
-        wait_for(lambda: client.job(first["id"])["steps"] > 5, 60, "the first job to train")
-        second = client.submit({"name": "b", "task": task(2), "gpus": 1})
-        wait_for(lambda: client.job(first["id"])["reason"] == PARKED, 30, "the first job parked")
+        first, second = start_two_jobs(svc)
         svc.kill9()
         svc.start()
         # the second job is cancelled so the first runs alone: two jobs that both

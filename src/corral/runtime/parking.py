@@ -29,7 +29,7 @@ from collections import Counter
 
 from corral.model.jobs import JobStatus
 from corral.runtime.loop_base import Attempt
-from corral.runtime.store import AttemptRow, JobRow
+from corral.runtime.store import JobRow
 from corral.runtime.transitions import Transitions
 
 PARKED = "Preempted (parked)"
@@ -66,11 +66,9 @@ class Parking(Transitions):
         return all(parked[g] < limit for g in a.gpus)
 
     def _park(self, a: Attempt, now: float) -> None:
-        a.stop, a.parked = "park", True
+        a.parked = True
         with self.store.session() as s:
-            att = s.get(AttemptRow, a.id)
-            if att is not None:
-                att.stop = "park"
+            self._set_stop(s, a, "park")
             row = s.get(JobRow, a.job)
             if row is not None:
                 row.preemptions += 1
@@ -113,12 +111,10 @@ class Parking(Transitions):
         del self.starting[a.job]
         for g in gpus:
             self.holders[g] = a.job
-        a.stop, a.parked = None, False
+        a.parked = False
         note = self.start_notes.pop(a.job, None)
         with self.store.session() as s:
-            att = s.get(AttemptRow, a.id)
-            if att is not None:
-                att.stop = None
+            self._set_stop(s, a, None)
             row = s.get(JobRow, a.job)
             if row is not None:
                 row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), note

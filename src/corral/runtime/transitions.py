@@ -96,11 +96,8 @@ class Transitions(Sharing):
 
     def _stop(self, a: Attempt, why: str, now: float, grace: float | None = None) -> None:
         """Ask an attempt to stop (recorded first, so a restart carries the stop on)."""
-        a.stop = why
         with self.store.session() as s:
-            att = s.get(AttemptRow, a.id)
-            if att is not None:
-                att.stop = why
+            self._set_stop(s, a, why)
             row = s.get(JobRow, a.job)
             if row is not None:
                 row.reason = {"preempt": "Preempting", "suspend": "Suspending"}.get(
@@ -108,6 +105,14 @@ class Transitions(Sharing):
                 )
             self.store.event(s, "stop", a.job, attempt=a.number, why=why)
         self._signal_stop(a, now, grace)
+
+    def _set_stop(self, s: Session, a: Attempt, why: str | None) -> None:
+        """What the loop asked of an attempt (stop, park, or None: run), in the
+        loop's view and in the store, so a restarted service carries it on."""
+        a.stop = why
+        att = s.get(AttemptRow, a.id)
+        if att is not None:
+            att.stop = why
 
     def _signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None:
         if a.ref is None:
