@@ -93,6 +93,9 @@ def test_a_user_logs_in_watches_jobs_live_and_cancels_their_own(browser, service
     page.locator(".gpu.busy", has_text=f"#{theirs}").wait_for(timeout=10_000)
     # the job page by keyboard: focus the job's button and press Enter
     page.get_by_role("button", name=f"show job {theirs}").focus()
+    page.wait_for_timeout(2500)  # more than a poll: the redrawn rows keep the focus
+    focused = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert focused == f"show job {theirs}", focused
     page.keyboard.press("Enter")
     page.get_by_role("heading", name=f"Job {theirs}: theirs").wait_for()
     assert "only the job's owner and admins" in page.locator("#log").inner_text()

@@ -154,7 +154,12 @@ function drawJobs(jobs) {
   const user = $("f-user").value.trim(), vc = $("f-vc").value.trim();
   const now = Date.now() / 1000;
   const shown = jobs.filter((j) => (!user || j.user === user) && (!vc || (j.vc || "") === vc));
-  $("jobs").tBodies[0].replaceChildren(
+  // the rows are redrawn at every poll: a keyboard user's focus on a row's
+  // button moves to the same button in the new rows instead of being lost
+  const body = $("jobs").tBodies[0];
+  const active = document.activeElement;
+  const label = active && body.contains(active) ? active.getAttribute("aria-label") : null;
+  body.replaceChildren(
     ...shown.map((job) => {
       const open = el("button", { type: "button", class: "link", "aria-label": `show job ${job.id}`, onclick: () => select(job.id) }, job.id);
       const waited = job.first_start ? job.first_start - job.submit_time : now - job.submit_time;
@@ -175,6 +180,10 @@ function drawJobs(jobs) {
       );
     }),
   );
+  if (label) {
+    const again = [...body.querySelectorAll("button[aria-label]")].find((b) => b.getAttribute("aria-label") === label);
+    again?.focus();
+  }
 }
 
 function actions(job) {
