@@ -106,3 +106,16 @@ def test_a_stage_command_is_checked_as_a_command_and_keeps_a_task_out_of_standby
     for bad in ([], [""], ["cp", "a\x00b"]):
         with pytest.raises(ValidationError, match="stage"):
             JobSpec.model_validate({"command": ["true"], "stage": bad})
+
+
+def test_parking_is_checked_in_the_config(tmp_path: Path) -> None:
+    path = tmp_path / "corral.yaml"
+    users = "users: [{name: a, token: long-enough}]\n"
+    path.write_text("policy: las\nworkers: {park: 2}\n" + users)
+    assert load_config(path).workers.park == 2
+    path.write_text("policy: las\nworkers: {park: -1}\n" + users)
+    with pytest.raises(InputError, match=r"corral.yaml:2: field 'workers.park'"):
+        load_config(path)
+    path.write_text("policy: las\nexecutor: ray\nworkers: {park: 1}\n" + users)
+    with pytest.raises(InputError, match="parked jobs run with the local executor only"):
+        load_config(path)
