@@ -40,10 +40,10 @@ from corral.api.views import (
 from corral.model.jobs import JobStatus
 from corral.runtime.config import UserConfig, hash_token
 from corral.runtime.estimates import extend_curve, extend_progress
+from corral.runtime.round_policy import plans_rounds
 from corral.runtime.scheduler import TERMINAL
 from corral.runtime.specs import JobSpec, array_indices
 from corral.runtime.store import AttemptRow, EventRow, JobRow
-from corral.sim.rounds.planners import ROUND_PLANNERS
 
 router = APIRouter()
 LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
@@ -163,7 +163,7 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
         raise field_error(field, "set by corral for the tasks of an array; give 'array'")
     if spec.round_of is not None:
         raise field_error("round_of", "set by corral for the tasks of a job run as rounds")
-    if ctx.config.policy.strip().lower() in ROUND_PLANNERS:
+    if plans_rounds(ctx.config.policy):
         check_round_job(spec, ctx.config.policy)
     if spec.output is not None and Path(spec.output).resolve().is_relative_to(
         ctx.config.state_dir.resolve()
@@ -196,16 +196,8 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
         rows: list[JobRow] = []
         for index in indices:
             task = spec.model_copy(update={"array": None, "array_index": index})
-            row = JobRow(
-                name=spec.name,
-                user=user.name,
-                spec=task.model_dump(mode="json"),
-                status=JobStatus.PENDING,
-                reason="Submitted",
-                priority=spec.priority,
-                submit_time=time.time(),
-                phase="prerun" if prerun else "main",
-            )
+            phase = "prerun" if prerun else "main"
+            row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
             s.add(row)
             s.flush()
             rows.append(row)
@@ -344,7 +336,7 @@ def cancel(ctx: Ctx, job_id: JobId, user: User) -> JobView:
 
 @router.post("/v1/jobs/{job_id}/suspend", response_model=JobView, tags=["jobs"], responses=ON_JOB)
 def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
-    if ctx.config.policy.strip().lower() in ROUND_PLANNERS:
+    if plans_rounds(ctx.config.policy):
         raise HTTPException(
             status.HTTP_409_CONFLICT,
             f"under policy {ctx.config.policy} jobs run as rounds of short tasks and are "

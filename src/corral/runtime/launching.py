@@ -51,9 +51,8 @@ class Launching(LoopBase):
 
     def _launch_ready(self, now: float) -> None:
         for job, gpus in list(self.starting.items()):
-            parked = self.attempts.get(job)
-            if parked is not None and parked.stop == "park":
-                self._restart_parked(parked, gpus, now)  # see runtime.parking
+            if self._parked(job):  # see runtime.parking
+                self._restart_parked(self.attempts[job], gpus, now)
                 continue
             host = self.packed_on.get(job)  # a packed guest shares its host's GPUs
             if job in self.attempts or any(self.holders.get(g, host) != host for g in gpus):

@@ -25,10 +25,9 @@ from corral.runtime.executor import (
 )
 from corral.runtime.identity import check_identities
 from corral.runtime.live_state import LiveJobs
-from corral.runtime.round_policy import LiveRounds
+from corral.runtime.round_policy import LiveRounds, plans_rounds
 from corral.runtime.specs import RoundOf
 from corral.runtime.store import Store
-from corral.sim.rounds.planners import ROUND_PLANNERS
 
 TERMINAL = [s.value for s in JobStatus if s.terminal]
 
@@ -189,7 +188,7 @@ class LoopBase:
 
     def _new_policy(self) -> Policy:
         options = dict(self.config.policy_options)
-        if self.config.policy.strip().lower() in ROUND_PLANNERS:
+        if plans_rounds(self.config.policy):
             rounds = LiveRounds.named(self.config.policy, **options)
             rounds.round_of = self._round_ref
             return rounds

@@ -42,6 +42,15 @@ PAUSE_POLL = 0.01
 class Parking(Transitions):
     """Parking preempted jobs and resuming them in place (a stage of the loop)."""
 
+    def _parked(self, job: int) -> bool:
+        """True while the job's process is parked (it waits for the plan's next word)."""
+        a = self.attempts.get(job)
+        return a is not None and a.stop == "park"
+
+    def _launched(self, job: int) -> bool:
+        """True while the job has a process that runs, or is being stopped."""
+        return job in self.attempts and not self._parked(job)
+
     def _preempt(self, a: Attempt, now: float) -> None:
         """Carry out a plan's stop: park the job where it can be, else stop it."""
         if self._parkable(a):

@@ -44,7 +44,7 @@ class Recovery(LoopBase):
                         else self.executor.pid_from(Path(att.dir))
                     )
                     alive = ref is not None and self.executor.adopt(ref)
-                    self.attempts[row.id] = Attempt(
+                    a = self.attempts[row.id] = Attempt(
                         row.id,
                         att.id,
                         att.number,
@@ -54,12 +54,11 @@ class Recovery(LoopBase):
                         Path(att.dir),
                         att.start_time,
                         JobSpec.model_validate(row.spec).wall_time,
-                        # a parked job is stopped, to resume from its checkpoint
-                        stop="preempt" if att.stop == "park" else att.stop,
+                        stop=att.stop,
                         parked=att.stop == "park",
                     )
-                    if att.stop == "park":
-                        att.stop = "preempt"
+                    if a.parked:  # a parked job is stopped, to resume from its checkpoint
+                        self._set_stop(s, a, "preempt")
                     sharing = {self.holders[g] for g in att.gpus if g in self.holders}
                     if len(sharing) == 1 and alive:  # two jobs packed on these GPUs
                         self.packed_on[row.id] = sharing.pop()

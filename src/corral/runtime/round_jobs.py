@@ -162,16 +162,8 @@ class RoundJobs(LoopBase):
                 }
             )
             s.add(
-                JobRow(
-                    name=task.name,
-                    user=job.user,
-                    spec=task.model_dump(mode="json"),
-                    status=JobStatus.PENDING,
-                    reason="Rounds",
-                    priority=job.priority,
-                    submit_time=now,
-                    phase="main",
-                    parent=job.id,
+                JobRow.queued(
+                    task, job.user, job.priority, "Rounds", parent=job.id, submit_time=now
                 )
             )
         job.reason = f"round {round_ + 1} of {rounds}"

@@ -37,6 +37,11 @@ SOON = 1e-3
 """Seconds: a planned start this close to now is now."""
 
 
+def plans_rounds(policy: str) -> bool:
+    """True when the service's policy (as its config names it) runs jobs as rounds."""
+    return policy.strip().lower() in ROUND_PLANNERS
+
+
 class LiveRounds(Policy):
     """A round planner as a live policy over the tasks of rounds (one-GPU jobs)."""
 

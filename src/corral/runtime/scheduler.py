@@ -159,9 +159,8 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
                     self.packed_on.pop(job, None)
                     row = s.get(JobRow, job)
                     if row is not None and not self._launched(job):
-                        parked = job in self.attempts  # still parked: it stays so
                         row.status, row.gpus = JobStatus.PENDING, None
-                        row.reason = PARKED if parked else "Preempted"
+                        row.reason = PARKED if self._parked(job) else "Preempted"
                         self.preempted.add(job)
                 if job in self.attempts and self.attempts[job].stop is None:
                     stops.append(self.attempts[job])
@@ -197,12 +196,6 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             self._timeslice(plan, now)
         for a in stops:
             self._preempt(a, now)
-
-    def _launched(self, job: int) -> bool:
-        """True while the job has a process that runs, or is being stopped (a
-        parked job's process waits for the plan's next word)."""
-        a = self.attempts.get(job)
-        return a is not None and a.stop != "park"
 
     def _observe_progress(self) -> None:
         """Jobs that report heartbeats: their remaining time becomes the measured one.
@@ -311,8 +304,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             elif i in waits:
                 reason = waits[i]
             elif job in self.preempted:
-                parked = job in self.attempts and not self._launched(job)
-                reason = PARKED if parked else "Preempted"
+                reason = PARKED if self._parked(job) else "Preempted"
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if self.reasons.get(job) != reason:

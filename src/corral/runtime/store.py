@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -36,6 +36,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from corral.model.status import JobStatus
+
+if TYPE_CHECKING:
+    from corral.runtime.specs import JobSpec
 
 
 class Base(DeclarativeBase):
@@ -82,6 +87,31 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     parent: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     """For a task of a round (hare): the job it is a task of."""
+
+    @classmethod
+    def queued(
+        cls,
+        spec: JobSpec,
+        user: str,
+        priority: int,
+        reason: str,
+        phase: str = "main",
+        parent: int | None = None,
+        submit_time: float | None = None,
+    ) -> JobRow:
+        """A new job, queued (now, unless ``submit_time`` says when): a submission,
+        or a task of a round."""
+        return cls(
+            name=spec.name,
+            user=user,
+            spec=spec.model_dump(mode="json"),
+            status=JobStatus.PENDING,
+            reason=reason,
+            priority=priority,
+            submit_time=time.time() if submit_time is None else submit_time,
+            phase=phase,
+            parent=parent,
+        )
 
 
 class AttemptRow(Base):

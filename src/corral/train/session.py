@@ -302,7 +302,7 @@ class Session:
         memory for the job sharing it (Gandiva's suspend), and gets it back, pipelined
         with its next step, when resumed."""
         self._pause_asked = False
-        if self._stop_reason is not None:  # a stop asked meanwhile comes first
+        if self._asked_to_stop():  # a stop asked meanwhile comes first
             return
         suspension = self._suspension()
         if suspension is not None:
