@@ -145,3 +145,26 @@ def test_a_service_killed_while_a_job_is_parked_stops_it_and_it_ends_right(
         assert_as_if_never_stopped(tmp_path, first["id"], 1)
     finally:
         svc.close()
+
+
+def test_task_jobs_get_through_a_quantum_shorter_than_their_cold_start(tmp_path: Path) -> None:
+    """Not parked: two task jobs under LAS with a 1 s quantum, shorter than a cold
+    start (PyTorch's import alone takes longer here). A job preempted before its
+    first heartbeat dies still importing; its next start is charged twice that
+    long, so the jobs get through instead of preempting each other forever."""
+    svc = ServiceProcess(
+        tmp_path, "las", {"quantum": 1.0}, users=TOKENS, gpus=[{"type": "V100", "count": 1}]
+    )
+    try:
+        svc.start()
+        client = svc.client
+        short = {**task(1), "steps": 100}
+        first = client.submit({"name": "a", "task": short, "gpus": 1})
+        second = client.submit(
+            {"name": "b", "task": {**short, "kwargs": task(2)["kwargs"]}, "gpus": 1}
+        )
+        for job in (first, second):
+            wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, 240, "the jobs")
+            assert client.job(job["id"])["status"] == "SUCCEEDED"
+    finally:
+        svc.close()

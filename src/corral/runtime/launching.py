@@ -97,10 +97,8 @@ class Launching(LoopBase):
         self.attempts[job] = a
         self.share_changed[job] = now
         i = self.live.index.get(job)
-        if i is not None:  # no progress before its process exists (as a switch cost)
-            st = self.live.state
-            st.progress_start[i] = max(st.progress_start[i], self.rel(now))
-            st.seg_overhead[i] = st.progress_start[i] - st.seg_start[i]
+        if i is not None:  # no progress before its process has started (a switch cost)
+            self.live.progress_from(i, self.rel(now) + self.startup.get(job, 0.0))
         host = self.packed_on.get(job)
         if host is None:
             for g in gpus:

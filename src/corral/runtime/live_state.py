@@ -134,6 +134,13 @@ class LiveJobs:
             st.seg_start[i] = since
             st.progress_start[i] = since
 
+    def progress_from(self, i: int, t: float) -> None:
+        """A running job makes progress from ``t`` (no earlier than it does already):
+        the time before is its switch-in, not counted toward a minimum run."""
+        st = self.state
+        st.progress_start[i] = max(st.progress_start[i], t)
+        st.seg_overhead[i] = st.progress_start[i] - st.seg_start[i]
+
     def preempt(self, i: int) -> None:
         self.state.preempt(i)
 

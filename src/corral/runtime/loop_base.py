@@ -155,6 +155,12 @@ class LoopBase:
         was stepping from then: a partner's speed measured earlier was not shared)."""
         self.beating: set[int] = set()
         """Jobs whose current attempt has sent a heartbeat (it uses corral.train)."""
+        self.startup: dict[int, float] = {}
+        """Job -> seconds a start of it costs before it progresses, for jobs given as
+        a task that were stopped while still starting (before their first
+        heartbeat): twice what that attempt ran. Charged like the simulator's switch
+        cost, so a minimum-run quantum shorter than a cold start cannot keep such a
+        job from ever progressing."""
         self.turn_wakeup: float | None = None
         """When the next time-sliced pair swaps turns."""
         self.start_notes: dict[int, str | None] = {}

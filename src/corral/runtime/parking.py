@@ -134,8 +134,6 @@ class Parking(Transitions):
         self.reasons[a.job] = note
         self.preempted.discard(a.job)
         i = self.live.index.get(a.job)
-        if i is not None:  # it progresses from now: a warm switch costs no launch
-            st = self.live.state
-            st.progress_start[i] = max(st.progress_start[i], self.rel(now))
-            st.seg_overhead[i] = st.progress_start[i] - st.seg_start[i]
+        if i is not None:  # it progresses from now: a warm switch costs no start-up
+            self.live.progress_from(i, self.rel(now))
         self._resume(a, now, reason=note)

@@ -126,6 +126,7 @@ class Transitions(Sharing):
     def _ended(self, a: Attempt, record: ExitRecord, now: float) -> None:
         cause, detail = classify(a.stop, record, a.phase, a.log)
         del self.attempts[a.job]
+        reported = a.job in self.beating
         self.beating.discard(a.job)
         self.stepping_since.pop(a.job, None)
         for g in a.gpus:
@@ -172,6 +173,10 @@ class Transitions(Sharing):
                     st.gpus[i] = spec.gpus
             elif cause == Cause.PREEMPTED:
                 self.preempted.add(a.job)
+                if not reported and spec.task is not None:
+                    # stopped while still starting (it had not reported): its next
+                    # start is given twice as long before its minimum run counts
+                    self.startup[a.job] = max(self.startup.get(a.job, 0.0), 2 * (end - a.started))
                 if not a.parked:  # a parked job's was counted when it was parked
                     row.preemptions += 1
                 row.status = JobStatus.STARTING if a.job in self.starting else JobStatus.PENDING
@@ -205,6 +210,8 @@ class Transitions(Sharing):
                         f"{cause.value}, {delay:.0f}s)"
                     )
             self.reasons[a.job] = row.reason
+            if row.status in TERMINAL:
+                self.startup.pop(a.job, None)
             self._round_task_ended(s, row, now)
             self.store.event(
                 s,
