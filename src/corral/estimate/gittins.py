@@ -55,7 +55,7 @@ class GittinsTable:
         m, n = len(a), len(self.sizes)
         # one search for both bounds: sizes <= a (already done), and sizes
         # <= a + delta (done within delta)
-        kj = np.searchsorted(self.sizes, np.concatenate((a, a + self.delta)), side="right")
+        kj = self.sizes.searchsorted(np.concatenate((a, a + self.delta)), side="right")
         k, j = kj[:m], kj[m:]
         finishing = (j - k).astype(np.float64)
         expected = (self._prefix[j] - self._prefix[k]) - finishing * a + (n - j) * self.delta

@@ -82,13 +82,18 @@ class FreeGPUs:
         gpu_node, firsts = cluster.gpu_node_list, cluster.node_first_gpu_list
         bits = self._bits
         wanted: dict[int, int] = {}  # node -> bits of its GPUs in ``gpus``
-        for g in gpus:
+        if len(gpus) == 1:  # most jobs: no grouping needed
+            g = gpus[0]
             node = gpu_node[g]
-            bit = 1 << (g - firsts[node])
-            have = wanted.get(node, 0)
-            if have & bit:
-                raise DoubleAllocation(f"GPUs {list(gpus)} repeat an id")
-            wanted[node] = have | bit
+            wanted[node] = 1 << (g - firsts[node])
+        else:
+            for g in gpus:
+                node = gpu_node[g]
+                bit = 1 << (g - firsts[node])
+                have = wanted.get(node, 0)
+                if have & bit:
+                    raise DoubleAllocation(f"GPUs {list(gpus)} repeat an id")
+                wanted[node] = have | bit
         for node, want in wanted.items():
             if (bits[node] & want) != (0 if value else want):
                 state = "released while free" if value else "are already in use"

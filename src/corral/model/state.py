@@ -155,6 +155,10 @@ class SchedulerState:
         self.running = IndexSet(n)
         self.pending_order: list[int] = []
         """Pending jobs in submit order (index order is submit order)."""
+        self.pending_by_size: dict[int, list[int]] = {}
+        """Pending jobs of each gang size, in submit order: policies that match
+        waiting jobs by size read the head of a size's queue without scanning a
+        backlog of tens of thousands."""
         self.free = FreeGPUs(cluster)
         self.busy_gpus = 0
         self.finished: list[int] = []
@@ -229,8 +233,37 @@ class SchedulerState:
     def arrive(self, i: int) -> None:
         self.status[i] = PENDING
         self.queued_since[i] = self.now
+        self._enqueue(i)
+
+    def _enqueue(self, i: int) -> None:
+        """Put job ``i`` in the pending set and its ordered queues."""
         self.pending.add(i)
         bisect.insort(self.pending_order, i)
+        size = int(self.gpus[i])
+        same = self.pending_by_size.get(size)
+        if same is None:
+            self.pending_by_size[size] = [i]
+        else:
+            bisect.insort(same, i)
+
+    def dequeue(self, i: int) -> None:
+        """Take pending job ``i`` out of the pending set and its ordered queues
+        (its status is the caller's to set)."""
+        self.pending.remove(i)
+        order = self.pending_order
+        del order[bisect.bisect_left(order, i)]
+        same = self.pending_by_size[int(self.gpus[i])]
+        del same[bisect.bisect_left(same, i)]
+
+    def resize(self, i: int, gpus: int) -> None:
+        """Change the gang size job ``i`` asks for (live: a pre-run passed)."""
+        queued = self.status[i] == PENDING
+        if queued:
+            self.dequeue(i)
+        self.gpus[i] = gpus
+        self._type_speed = None
+        if queued:
+            self._enqueue(i)
 
     def reject(self, i: int) -> None:
         self.status[i] = REJECTED
@@ -260,9 +293,7 @@ class SchedulerState:
             if take:
                 self.free.take(gpus)
             self.busy_gpus += n
-        self.pending.remove(i)
-        order = self.pending_order
-        del order[bisect.bisect_left(order, i)]
+        self.dequeue(i)
         self.running.add(i)
         self.status[i] = RUNNING
         self.alloc[i] = gpus
@@ -350,8 +381,7 @@ class SchedulerState:
         self.status[i] = PENDING
         self.preemptions[i] += 1
         self.queued_since[i] = self.now
-        self.pending.add(i)
-        bisect.insort(self.pending_order, i)
+        self._enqueue(i)
 
     def fail(self, i: int, final: bool) -> None:
         """The running attempt of job ``i`` failed: its progress since it started is lost.
@@ -367,8 +397,7 @@ class SchedulerState:
             return
         self.status[i] = PENDING
         self.queued_since[i] = self.now
-        self.pending.add(i)
-        bisect.insort(self.pending_order, i)
+        self._enqueue(i)
 
     def finish(self, i: int) -> None:
         self._close_segment(i)

@@ -160,8 +160,8 @@ def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
     take = np.zeros(len(gpus_in_order), dtype=bool)
     if capacity <= 0 or not len(gpus_in_order):
         return take
-    cum = np.cumsum(gpus_in_order)
-    k = int(np.searchsorted(cum, capacity, side="right"))
+    cum = np.add.accumulate(gpus_in_order)
+    k = int(cum.searchsorted(capacity, side="right"))
     take[:k] = True
     left = capacity - (int(cum[k - 1]) if k else 0)
     if left <= 0 or k + 1 >= len(gpus_in_order):

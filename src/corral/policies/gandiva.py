@@ -268,10 +268,7 @@ class Gandiva(Policy):
             by_size.setdefault(int(state.gpus[h]), []).append(h)
         if not by_size:
             return
-        waiting = state.pending.array()
-        if plan.starts:
-            waiting = waiting[np.isin(waiting, list(plan.starts), invert=True)]
-        sizes = state.gpus[waiting]
+        starts = plan.starts
         pairings: list[tuple[int, int, str, tuple[float, float]]] = []
         # In the simulator a pair's fate depends on the two job types only, and
         # hosts only leave the lists during a pass: a waiting job of a (type,
@@ -279,13 +276,13 @@ class Gandiva(Policy):
         # (Live, a probe also depends on the host reporting its speed.)
         hopeless: set[tuple[str, int]] = set()
         for size, same in by_size.items():
-            jobs = waiting[sizes == size]
-            if self.timeslice != "quanta" and len(jobs) > len(same):
-                # every job finds a host (sliced at worst): the first ones take them all
-                jobs = np.partition(jobs, len(same) - 1)[: len(same)]
-            for i in np.sort(jobs).tolist():
+            # the size's waiting jobs in submit order; each takes a host (sliced
+            # at worst), so only the first few are read
+            for i in state.pending_by_size.get(size, ()):
                 if not same:
                     break
+                if i in starts:
+                    continue
                 pairing = self._pair(state, i, size, same, hopeless)
                 if pairing is not None:
                     pairings.append(pairing)

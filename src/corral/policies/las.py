@@ -44,7 +44,12 @@ class Las(Policy):
             return state.progressing_for(idx) < self.quantum
 
         builder = priority_pass(
-            state, self.placement, pending_key, running_key=state.attained, pinned=pinned
+            state,
+            self.placement,
+            pending_key,
+            running_key=state.attained,
+            pinned=pinned,
+            same_key=True,
         )
         waiting = len(state.pending) - len(builder.plan.starts) + len(builder.plan.stops)
         wakeup = None

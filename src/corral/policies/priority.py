@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from corral.model.state import PENDING, SchedulerState
+from corral.model.state import SchedulerState
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, greedy_fit
 
@@ -27,37 +27,56 @@ def priority_pass(
     pending_key: Key,
     running_key: Key | None = None,
     pinned: Callable[[np.ndarray], np.ndarray] | None = None,
+    same_key: bool = False,
 ) -> PlanBuilder:
-    """Build the plan of one pass; ``running_key=None`` makes it non-preemptive."""
+    """Build the plan of one pass; ``running_key=None`` makes it non-preemptive.
+
+    ``same_key=True`` says the running key of a pending job equals its pending
+    key (LAS: attained service), so all candidates are keyed in one call.
+    """
     builder = PlanBuilder(state)
     pending = state.pending.array()
     if not len(pending):
         return builder
+    gpus = state.gpus
     free = state.free.total
-    if running_key is None or free >= int(state.gpus[pending].sum()):
+    # ufunc methods directly: ndarray.sum and np.cumsum add Python wrappers,
+    # and this runs at every event
+    if running_key is None or free >= int(_add.reduce(gpus[pending])):
         if free == 0:
             return builder
         ranked = _rank(pending, pending_key(pending), state)
-        for i in ranked[greedy_fit(state.gpus[ranked], free)].tolist():
+        for i in ranked[greedy_fit(gpus[ranked], free)].tolist():
             builder.place(i, placement)
         return builder
     running = state.running.array()
-    pin = pinned(running) if pinned is not None else np.zeros(len(running), dtype=bool)
-    movable = running[~pin]
+    if pinned is not None:
+        pin = pinned(running)
+        movable = running[~pin]
+        capacity = state.cluster.total_gpus - int(_add.reduce(gpus[running[pin]]))
+    else:
+        movable = running
+        capacity = state.cluster.total_gpus
     candidates = np.concatenate((movable, pending))
-    run_keys, pend_keys = _as_tuple(running_key(movable)), _as_tuple(pending_key(pending))
-    if len(run_keys) != len(pend_keys):
-        raise ValueError("running and pending keys must have the same number of parts")
-    keys = tuple(np.concatenate(pair) for pair in zip(run_keys, pend_keys, strict=True))
-    ranked = _rank(candidates, keys, state)
-    capacity = state.cluster.total_gpus - int(state.gpus[running[pin]].sum())
-    take = greedy_fit(state.gpus[ranked], capacity)
-    is_pending = state.status[ranked] == PENDING
-    for i in ranked[~take & ~is_pending].tolist():
+    if same_key:
+        keys: np.ndarray | tuple[np.ndarray, ...] = running_key(candidates)
+    else:
+        run_keys, pend_keys = _as_tuple(running_key(movable)), _as_tuple(pending_key(pending))
+        if len(run_keys) != len(pend_keys):
+            raise ValueError("running and pending keys must have the same number of parts")
+        keys = tuple(np.concatenate(pair) for pair in zip(run_keys, pend_keys, strict=True))
+    order = _order(candidates, keys, state)
+    ranked = candidates[order]
+    take = greedy_fit(gpus[ranked], capacity)
+    is_pending = order >= len(movable)  # candidates list the movable running jobs first
+    for i in ranked[~(take | is_pending)].tolist():
         builder.stop(i)
     for i in ranked[take & is_pending].tolist():
         builder.place(i, placement)
     return builder
+
+
+_add = np.add
 
 
 def _as_tuple(keys: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -68,7 +87,17 @@ def _rank(
     jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], state: SchedulerState
 ) -> np.ndarray:
     """Jobs sorted by user priority (higher first), then key(s), then index (= submit order)."""
-    parts = _as_tuple(keys)
-    if not state.tiered:  # traces have no priorities: skip the extra sort key
-        return jobs[np.lexsort((jobs, *reversed(parts)))]
-    return jobs[np.lexsort((jobs, *reversed(parts), -state.priority[jobs]))]
+    return jobs[_order(jobs, keys, state)]
+
+
+def _order(
+    jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], state: SchedulerState
+) -> np.ndarray:
+    """The permutation :func:`_rank` applies to ``jobs``."""
+    if isinstance(keys, np.ndarray):
+        parts: tuple[np.ndarray, ...] = (jobs, keys)
+    else:
+        parts = (jobs, *reversed(keys))
+    if state.tiered:
+        parts = (*parts, -state.priority[jobs])
+    return np.lexsort(parts)

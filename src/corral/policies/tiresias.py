@@ -48,7 +48,7 @@ import numpy as np
 from corral.errors import CorralError
 from corral.estimate.gittins import DEFAULT_DELTA, GittinsTable, OnlineGittins, load_distribution
 from corral.model.plan import Plan
-from corral.model.state import DONE, SchedulerState
+from corral.model.state import DONE, PENDING, SchedulerState
 from corral.placement.sensitivity import ModelAware
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import Policy
@@ -162,39 +162,45 @@ class TiresiasLas(Policy):
     def _update_queues(
         self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
     ) -> None:
+        """Refresh the queue service and queue of every job seen this pass."""
         now = state.now
-        fresh = running[np.isnan(self.ref[running])]
-        self.ref[fresh] = state.seg_start[fresh]
-        self.svc[running] = state.attained(running) - self.base[running]
-        self.svc[pending] = state.attained_base[pending] - self.base[pending]
+        ref = self.ref
+        fresh = running[np.isnan(ref[running])]
+        ref[fresh] = state.seg_start[fresh]
+        both = np.concatenate((running, pending))
+        base = self.base
         if self.promote_knob > 0 and len(pending):
-            executed = (state.attained_base[pending] - self.base[pending]) / state.gpus[pending]
-            waited = now - self.ref[pending] - executed
+            executed = (state.attained_base[pending] - base[pending]) / state.gpus[pending]
+            waited = now - ref[pending] - executed
             promote = (
                 (self.queue[pending] > 0)
                 & (executed > 0)
                 & (waited >= self.promote_knob * executed)
             )
             up = pending[promote]
-            self.base[up] = state.attained_base[up]
-            self.svc[up] = 0.0
-            self.ref[up] = np.nan
+            base[up] = state.attained_base[up]
+            ref[up] = np.nan
             self.queue[up] = 0
             self.entry[up] = now
             self.promotions[up] += 1
-        both = np.concatenate((running, pending))
-        new_q = np.searchsorted(self.thresholds, self.svc[both], side="right")
-        moved = new_q != self.queue[both]
-        arrived = self.queue[both] < 0
-        self.entry[both[moved]] = np.where(arrived[moved], state.submit[both[moved]], now)
-        if self.list_order and moved.any():
-            # appended at the end of their new queue: arrivals first, then the
-            # jobs that moved between queues, each in submit order
-            new = both[moved]
-            new = new[np.lexsort((new, ~arrived[moved]))]
-            self.pos[new] = self._appended + np.arange(len(new))
-            self._appended += len(new)
-        self.queue[both] = new_q
+        # a waiting job holds no GPUs, so its attained service is its base: one
+        # expression serves both groups
+        svc = state.attained(both) - base[both]
+        self.svc[both] = svc
+        old_q = self.queue[both]
+        new_q = self.thresholds.searchsorted(svc, side="right")
+        moved = np.flatnonzero(new_q != old_q)
+        if len(moved):
+            jobs = both[moved]
+            arrived = old_q[moved] < 0
+            self.entry[jobs] = np.where(arrived, state.submit[jobs], now)
+            if self.list_order:
+                # appended at the end of their new queue: arrivals first, then the
+                # jobs that moved between queues, each in submit order
+                new = jobs[np.lexsort((jobs, ~arrived))]
+                self.pos[new] = self._appended + np.arange(len(new))
+                self._appended += len(new)
+            self.queue[both] = new_q
 
     def _next_change(
         self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
@@ -203,17 +209,17 @@ class TiresiasLas(Policy):
         now = state.now
         best = np.inf
         q = self.queue[running]
-        lower = q < self.queues - 1
-        if lower.any():
+        lower = np.flatnonzero(q < self.queues - 1)
+        if len(lower):
             r = running[lower]
             gpus = state.gpus[r]
             service = self.queue_service(state, r)
+            limits = self.thresholds[q[lower]]
             if self.run_time_wakeup:  # the peer's reading: run time against GPU-time limits
-                left = np.ceil(np.maximum(self.thresholds[q[lower]] - service / gpus, 0.0) / gpus)
-                best = min(best, float(np.min(now + left)))
+                left = np.ceil(np.maximum(limits - service / gpus, 0.0) / gpus)
             else:
-                left = self.thresholds[q[lower]] - service
-                best = min(best, float(np.min(now + np.maximum(left, 0.0) / gpus)))
+                left = np.maximum(limits - service, 0.0) / gpus
+            best = min(best, now + float(np.minimum.reduce(left)))
         if self.promote_knob > 0 and len(pending):
             executed = (state.attained_base[pending] - self.base[pending]) / state.gpus[pending]
             waited = now - self.ref[pending] - executed
@@ -238,28 +244,45 @@ class TiresiasLas(Policy):
         pending = state.pending.array()
         self._before_pass(state)
         self._update_queues(state, running, pending)
+        if type(self).within_queue_key is TiresiasLas.within_queue_key:
+            # queue, then (LAS) running jobs ahead of waiting ones, then FIFO:
+            # one key for every candidate, its status saying which it is
+            order = self.pos if self.list_order else self.entry
 
-        def key(running_flag: bool) -> Any:
             def rank(idx: np.ndarray) -> tuple[np.ndarray, ...]:
-                # queue first; within LAS queues running jobs stay ahead of waiting ones
-                primary = self.queue[idx] * 2 + (0 if running_flag or self.ordered else 1)
-                return (primary, *self.within_queue_key(state, idx, running_flag))
+                primary = self.queue[idx] * 2
+                if not self.ordered:
+                    primary += state.status[idx] == PENDING
+                return (primary, order[idx])
 
-            return rank
+            builder = priority_pass(state, self.placement, rank, running_key=rank, same_key=True)
+        else:
 
-        builder = priority_pass(state, self.placement, key(False), running_key=key(True))
+            def key(running_flag: bool) -> Any:
+                def rank(idx: np.ndarray) -> tuple[np.ndarray, ...]:
+                    # queue first; within LAS queues running jobs stay ahead of waiting ones
+                    primary = self.queue[idx] * 2 + (0 if running_flag or self.ordered else 1)
+                    return (primary, *self.within_queue_key(state, idx, running_flag))
+
+                return rank
+
+            builder = priority_pass(state, self.placement, key(False), running_key=key(True))
         plan = builder.plan
-        mark = self._mark
         starts = np.fromiter(plan.starts, dtype=np.int64, count=len(plan.starts))
-        stops = np.asarray(plan.stops, dtype=np.int64)
-        mark[stops] = True
-        now_running = np.concatenate((running[~mark[running]], starts))
-        mark[stops] = False
-        fresh = now_running[np.isnan(self.ref[now_running])]
-        self.ref[fresh] = state.now
-        mark[starts] = True
-        still_pending = np.concatenate((pending[~mark[pending]], stops))
-        mark[starts] = False
+        if len(starts):  # its waiting clock starts now (running jobs' was set above)
+            fresh = starts[np.isnan(self.ref[starts])]
+            self.ref[fresh] = state.now
+        if plan.stops or len(starts):
+            mark = self._mark
+            stops = np.asarray(plan.stops, dtype=np.int64)
+            mark[stops] = True
+            now_running = np.concatenate((running[~mark[running]], starts))
+            mark[stops] = False
+            mark[starts] = True
+            still_pending = np.concatenate((pending[~mark[pending]], stops))
+            mark[starts] = False
+        else:
+            now_running, still_pending = running, pending
         if self.list_order:
             # running jobs move ahead of waiting ones, each group in list order
             for group in (now_running, still_pending):
@@ -322,7 +345,8 @@ class TiresiasGittins(TiresiasLas):
     def _init(self, n: int) -> None:
         super()._init(n)
         self._cache = np.full(n, np.nan)
-        """Index of waiting jobs, valid while their service is ``_cache_svc``."""
+        """Index of waiting jobs, valid while their service is ``_cache_svc`` (NaN:
+        none computed under the current table)."""
         self._cache_svc = np.full(n, np.nan)
 
     def _before_pass(self, state: SchedulerState) -> None:
@@ -336,6 +360,7 @@ class TiresiasGittins(TiresiasLas):
         table = self.online.table()
         if table is not self.table:
             self._cache.fill(np.nan)
+            self._cache_svc.fill(np.nan)
         self.table = table
 
     def within_queue_key(
@@ -358,9 +383,11 @@ class TiresiasGittins(TiresiasLas):
     def _cached_index(self, idx: np.ndarray, service: np.ndarray) -> np.ndarray:
         assert self.table is not None
         values = self._cache[idx]
-        stale = np.isnan(values) | (self._cache_svc[idx] != service)
-        if stale.any():
-            values[stale] = self.table.index(service[stale])
-            self._cache[idx[stale]] = values[stale]
-            self._cache_svc[idx[stale]] = service[stale]
+        stale = np.flatnonzero(~(self._cache_svc[idx] == service))  # NaN: never computed
+        if len(stale):
+            fresh = self.table.index(service[stale])
+            values[stale] = fresh
+            jobs = idx[stale]
+            self._cache[jobs] = fresh
+            self._cache_svc[jobs] = service[stale]
         return values

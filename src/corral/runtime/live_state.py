@@ -15,8 +15,6 @@ Time in the state is seconds since the store's epoch.
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 
 from corral.model.cluster import Cluster
@@ -150,8 +148,7 @@ class LiveJobs:
         st = self.state
         st.preempt(i)
         st.preemptions[i] -= 1
-        st.gpus[i] = gpus
-        st._type_speed = None
+        st.resize(i, gpus)
 
     def hold(self, i: int) -> None:
         """Take a job out of the queues (running: its GPUs are released)."""
@@ -159,8 +156,7 @@ class LiveJobs:
         if st.status[i] == RUNNING:
             st.preempt(i)
         if st.status[i] == PENDING:
-            st.pending.remove(i)
-            del st.pending_order[bisect.bisect_left(st.pending_order, i)]
+            st.dequeue(i)
         st.status[i] = FUTURE
 
     def close(self, i: int) -> None:

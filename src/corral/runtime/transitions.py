@@ -170,7 +170,7 @@ class Transitions(Sharing):
                 if ours:
                     live.requeue(i, spec.gpus)
                 else:
-                    st.gpus[i] = spec.gpus
+                    st.resize(i, spec.gpus)
             elif cause == Cause.PREEMPTED:
                 self.preempted.add(a.job)
                 if not reported and spec.task is not None:

@@ -41,6 +41,12 @@ class InvariantChecker:
         pending = np.flatnonzero(s.status == PENDING).tolist()
         if sorted(s.pending) != pending or s.pending_order != pending:
             raise InvariantViolation("pending set or queue order disagrees with job statuses")
+        by_size = {k: v for k, v in s.pending_by_size.items() if v}
+        expected: dict[int, list[int]] = {}
+        for i in pending:
+            expected.setdefault(int(s.gpus[i]), []).append(i)
+        if by_size != expected:
+            raise InvariantViolation("pending queues by size disagree with job statuses")
         held: list[int] = []
         for i in running:
             gpus = s.alloc[i]
