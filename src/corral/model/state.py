@@ -155,6 +155,9 @@ class SchedulerState:
         self.running = IndexSet(n)
         self.pending_order: list[int] = []
         """Pending jobs in submit order (index order is submit order)."""
+        self.queue_changes = 0
+        """Counts every job put in or taken out of the pending set: a policy that
+        saw the same count at its last pass knows the same jobs wait."""
         self.pending_by_size: dict[int, list[int]] = {}
         """Pending jobs of each gang size, in submit order: policies that match
         waiting jobs by size read the head of a size's queue without scanning a
@@ -237,6 +240,7 @@ class SchedulerState:
 
     def _enqueue(self, i: int) -> None:
         """Put job ``i`` in the pending set and its ordered queues."""
+        self.queue_changes += 1
         self.pending.add(i)
         bisect.insort(self.pending_order, i)
         size = int(self.gpus[i])
@@ -249,6 +253,7 @@ class SchedulerState:
     def dequeue(self, i: int) -> None:
         """Take pending job ``i`` out of the pending set and its ordered queues
         (its status is the caller's to set)."""
+        self.queue_changes += 1
         self.pending.remove(i)
         order = self.pending_order
         del order[bisect.bisect_left(order, i)]

@@ -88,6 +88,10 @@ class Philly(Policy):
         self.tries = np.zeros(n, dtype=np.int64)
         self.why: dict[int, str] = {}
         """Why each job's last try to start failed (pending reasons, live)."""
+        self._quiet: tuple[int, float] = (-1, 0.0)
+        """After a pass that changed nothing: the state's queue count then and the
+        earliest retry; until either moves no job is due, so a pass has nothing
+        to do (most events between heartbeats)."""
 
     @property
     def vc(self) -> np.ndarray:
@@ -122,16 +126,20 @@ class Philly(Policy):
         if self._n != len(state.submit):
             self._init(state)
         builder = PlanBuilder(state)
+        now = state.now
+        quiet_count, earliest = self._quiet
+        if quiet_count == state.queue_changes and now < earliest:
+            return builder.build(_finite(earliest))  # the same jobs wait, none is due
         pending = state.pending.array()
         if not len(pending):
             return builder.build()
-        now = state.now
         retry_at = self.next_try[pending]
         is_due = retry_at <= now
         due = np.sort(pending[is_due])
         # jobs not due keep their retry time through the pass
         not_due = float(np.where(is_due, np.inf, retry_at).min())
         if not len(due):  # nobody's turn to try: only the next wake-up to find
+            self._quiet = (state.queue_changes, not_due)
             return builder.build(_finite(not_due))
         running = state.running.array()
         self.vcs.see_live(state)
@@ -163,7 +171,10 @@ class Philly(Policy):
         if not state.known_in_advance:  # reasons are shown live only
             self._note_reasons(builder, state, due, possible, within, failed, over_quota)
         retried = self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
-        return builder.build(_finite(min(not_due, retried)))
+        plan = builder.build(_finite(min(not_due, retried)))
+        changed = plan.starts or plan.stops
+        self._quiet = (-1, 0.0) if changed else (state.queue_changes, min(not_due, retried))
+        return plan
 
     def _note_reasons(
         self,
