@@ -158,6 +158,8 @@ class SchedulerState:
         self.queue_changes = 0
         """Counts every job put in or taken out of the pending set: a policy that
         saw the same count at its last pass knows the same jobs wait."""
+        self._in_order = np.zeros(0, dtype=np.int64)
+        self._in_order_at = 0
         self.pending_by_size: dict[int, list[int]] = {}
         """Pending jobs of each gang size, in submit order: policies that match
         waiting jobs by size read the head of a size's queue without scanning a
@@ -228,6 +230,30 @@ class SchedulerState:
         switch cost as long as the quantum lets jobs take the GPUs from each other
         before any of them progresses, and the run never ends."""
         return self.now - self.seg_start[idx] - self.seg_overhead[idx]
+
+    def pending_in_order(self) -> np.ndarray:
+        """The pending jobs in submit order, as a read-only array.
+
+        Kept between calls: jobs that left the queue are dropped with one
+        vectorised test and arrivals (the newest jobs) appended, so a backlog of
+        tens of thousands is not sorted again at every event; anything else (a
+        preempted job rejoining) rebuilds it from :attr:`pending_order`.
+        """
+        if self._in_order_at == self.queue_changes:
+            return self._in_order
+        order = self.pending_order
+        kept = self._in_order
+        if len(kept):
+            kept = kept[self.status[kept] == PENDING]
+        last = int(kept[-1]) if len(kept) else -1
+        tail = bisect.bisect_right(order, last)
+        if tail == len(kept):  # every job not kept is newer than the ones kept
+            kept = np.concatenate((kept, np.array(order[tail:], dtype=np.int64)))
+        else:
+            kept = np.array(order, dtype=np.int64)
+        kept.flags.writeable = False
+        self._in_order, self._in_order_at = kept, self.queue_changes
+        return kept
 
     def allocations(self) -> dict[int, tuple[int, ...]]:
         return {i: self.alloc[i] for i in self.running}  # type: ignore[misc]

@@ -51,7 +51,7 @@ class Allox(Policy):
 
     def candidates(self, state: SchedulerState) -> np.ndarray:
         """The waiting jobs the matching may choose from (longest-waiting first)."""
-        waiting = np.asarray(state.pending_order, dtype=np.int64)
+        waiting = state.pending_in_order()
         if self.alpha == 0.0 or not len(waiting):
             return waiting
         slots = max(1, int(state.free.total))

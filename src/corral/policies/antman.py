@@ -139,7 +139,7 @@ class AntMan(QuotaClassReasons, Policy):
         self._upgrade(state, running, used)
         if not len(state.pending):
             return builder.build()
-        order = np.sort(state.pending.array())  # index order is submit order
+        order = state.pending_in_order()
         vc, need = self.vcs.vc[order], state.gpus[order]
         within = used[vc] + need <= quota[vc]
         if not within.any() and builder.free.total == 0 and not self._can_pack(state):

@@ -326,7 +326,7 @@ class HiveD(QuotaClassReasons, Policy):
         self._gpu_job: np.ndarray | None = None
         if not len(state.pending):
             return builder.build()
-        order = np.sort(state.pending.array())  # index order is submit order
+        order = state.pending_in_order()
         if state.tiered:  # higher priority first, then submit order
             order = order[np.argsort(-state.priority[order], kind="stable")]
         vc = self.vcs.vc[order]

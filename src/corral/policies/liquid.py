@@ -124,7 +124,7 @@ class Liquid(Policy):
         builder = PlanBuilder(state)
         if not len(state.pending):
             return builder.build()
-        order = np.sort(state.pending.array())  # index order is submit order
+        order = state.pending_in_order()
         free = builder.free
         if self.launch > 0 and self.prescheduling:
             builder.plan.prestage.extend(self._prestage(state, order))

@@ -39,7 +39,11 @@ class InvariantChecker:
         if running != np.flatnonzero(s.status == RUNNING).tolist():
             raise InvariantViolation("running set disagrees with job statuses")
         pending = np.flatnonzero(s.status == PENDING).tolist()
-        if sorted(s.pending) != pending or s.pending_order != pending:
+        if (
+            sorted(s.pending) != pending
+            or s.pending_order != pending
+            or s.pending_in_order().tolist() != pending
+        ):
             raise InvariantViolation("pending set or queue order disagrees with job statuses")
         by_size = {k: v for k, v in s.pending_by_size.items() if v}
         expected: dict[int, list[int]] = {}
