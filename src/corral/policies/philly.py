@@ -130,12 +130,12 @@ class Philly(Policy):
         quiet_count, earliest = self._quiet
         if quiet_count == state.queue_changes and now < earliest:
             return builder.build(_finite(earliest))  # the same jobs wait, none is due
-        pending = state.pending_in_order()
+        pending = state.pending.array()
         if not len(pending):
             return builder.build()
         retry_at = self.next_try[pending]
         is_due = retry_at <= now
-        due = pending[is_due]  # in submit order
+        due = np.sort(pending[is_due])
         # jobs not due keep their retry time through the pass
         not_due = float(np.where(is_due, np.inf, retry_at).min())
         if not len(due):  # nobody's turn to try: only the next wake-up to find
