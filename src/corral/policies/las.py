@@ -37,20 +37,13 @@ class Las(Policy):
         self.quantum = float(quantum)
 
     def schedule(self, state: SchedulerState) -> Plan:
-        def pending_key(idx: np.ndarray) -> np.ndarray:
-            return state.attained_base[idx]
-
         def pinned(idx: np.ndarray) -> np.ndarray:
             return state.progressing_for(idx) < self.quantum
 
-        builder = priority_pass(
-            state,
-            self.placement,
-            pending_key,
-            running_key=state.attained,
-            pinned=pinned,
-            same_key=True,
-        )
+        # one key for running and waiting jobs alike: a waiting job's attained
+        # service is its base (it holds no GPUs)
+        key = state.attained
+        builder = priority_pass(state, self.placement, key, running_key=key, pinned=pinned)
         waiting = len(state.pending) - len(builder.plan.starts) + len(builder.plan.stops)
         wakeup = None
         if waiting > 0:

@@ -27,12 +27,11 @@ def priority_pass(
     pending_key: Key,
     running_key: Key | None = None,
     pinned: Callable[[np.ndarray], np.ndarray] | None = None,
-    same_key: bool = False,
 ) -> PlanBuilder:
     """Build the plan of one pass; ``running_key=None`` makes it non-preemptive.
 
-    ``same_key=True`` says the running key of a pending job equals its pending
-    key (LAS: attained service), so all candidates are keyed in one call.
+    Given one function as both keys (LAS' attained service, SRTF's remaining
+    time), all candidates are keyed in one call.
     """
     builder = PlanBuilder(state)
     pending = state.pending.array()
@@ -40,9 +39,9 @@ def priority_pass(
         return builder
     gpus = state.gpus
     free = state.free.total
-    # ufunc methods directly: ndarray.sum and np.cumsum add Python wrappers,
-    # and this runs at every event
-    if running_key is None or free >= int(_add.reduce(gpus[pending])):
+    # the ufunc's own method: ndarray.sum adds a Python wrapper, and this runs
+    # at every event
+    if running_key is None or free >= int(np.add.reduce(gpus[pending])):
         if free == 0:
             return builder
         ranked = _rank(pending, pending_key(pending), state)
@@ -53,12 +52,12 @@ def priority_pass(
     if pinned is not None:
         pin = pinned(running)
         movable = running[~pin]
-        capacity = state.cluster.total_gpus - int(_add.reduce(gpus[running[pin]]))
+        capacity = state.cluster.total_gpus - int(np.add.reduce(gpus[running[pin]]))
     else:
         movable = running
         capacity = state.cluster.total_gpus
     candidates = np.concatenate((movable, pending))
-    if same_key:
+    if running_key is pending_key:
         keys: np.ndarray | tuple[np.ndarray, ...] = running_key(candidates)
     else:
         run_keys, pend_keys = _as_tuple(running_key(movable)), _as_tuple(pending_key(pending))
@@ -74,9 +73,6 @@ def priority_pass(
     for i in ranked[take & is_pending].tolist():
         builder.place(i, placement)
     return builder
-
-
-_add = np.add
 
 
 def _as_tuple(keys: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:

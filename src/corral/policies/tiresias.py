@@ -246,7 +246,8 @@ class TiresiasLas(Policy):
         self._update_queues(state, running, pending)
         if type(self).within_queue_key is TiresiasLas.within_queue_key:
             # queue, then (LAS) running jobs ahead of waiting ones, then FIFO:
-            # one key for every candidate, its status saying which it is
+            # one key for every candidate, its status saying which it is (a
+            # subclass with its own within-queue key takes the general path)
             order = self.pos if self.list_order else self.entry
 
             def rank(idx: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -255,7 +256,7 @@ class TiresiasLas(Policy):
                     primary += state.status[idx] == PENDING
                 return (primary, order[idx])
 
-            builder = priority_pass(state, self.placement, rank, running_key=rank, same_key=True)
+            builder = priority_pass(state, self.placement, rank, running_key=rank)
         else:
 
             def key(running_flag: bool) -> Any:
