@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from corral.errors import CorralError, InputError
-from corral.estimate.gittins import GittinsTable, OnlineGittins, load_distribution
+from corral.estimate.gittins import (
+    GittinsTable,
+    OnlineGittins,
+    SteppedGittinsTable,
+    load_distribution,
+    round_half_away,
+)
 from corral.model.free_gpus import FreeGPUs
 from corral.model.state import SchedulerState
 from corral.placement.sensitivity import ModelAware
@@ -23,6 +29,39 @@ def test_gittins_index_matches_hand_computation() -> None:
     # a=1000: nothing is left to learn about: index 0
     got = table.index(np.array([0.0, 100.0, 1000.0, 5000.0]))
     assert got == pytest.approx([1 / 400, 1 / 250, 0.0, 0.0])
+
+
+def test_rounding_is_python_2s_halves_away_from_zero() -> None:
+    assert round_half_away(0.125, 2) == 0.13  # an exact binary half: Python 3 gives 0.12
+    assert round(0.125, 2) == 0.12
+    assert round_half_away(2.675, 2) == 2.67  # stored just below the half
+    assert round_half_away(-0.5, 0) == -1.0
+
+
+def test_stepped_table_follows_the_simulators_arithmetic() -> None:
+    # sizes 100, 200, 1000 and delta 140. Entry k is computed at a = size_k - 1
+    # with the survivors' whole sizes in E, E an integer division, P rounded to
+    # 5 decimals and P / E x 10^6 to 4:
+    #   a=99:  3 left, 2 within 239 (100, 200): P = 0.66667,
+    #          E = (100 + 200 + 140) // 3 = 146 (not 146.67): 4566.2329
+    #   a=199: 2 left, 1 within 339 (200): P = 0.5, E = (200 + 140) // 2 = 170
+    #   a=999: 1 left; a + delta reaches the largest, where the simulator counts
+    #          the largest as not finishing: P = 0, index 0
+    table = SteppedGittinsTable([200, 1000, 100], delta=140)
+    assert table.entries.tolist() == [4566.2329, 2941.1765, 0.0, 0.0]
+    # a job's index is the entry of the first size above its whole GPU-seconds
+    got = table.index(np.array([0.0, 99.9, 100.0, 150.5, 199.9, 999.9, 1000.0]))
+    assert got.tolist() == [4566.2329, 4566.2329, 2941.1765, 2941.1765, 2941.1765, 0.0, 0.0]
+
+
+def test_stepped_bundled_table_has_python_2s_entries() -> None:
+    # the two entries of yarn-gput1000 where Python 2's rounding and Python 3's
+    # differ (Tiresias' simulator printed under each: 18.6735 / 18.6711 and
+    # 2.4128 / 2.4112)
+    table = load_distribution("yarn-gput1000", stepped=True)
+    assert isinstance(table, SteppedGittinsTable)
+    at = {int(v): e for v, e in zip(table.sizes, table.entries, strict=False)}
+    assert at[14159] == 18.6735 and at[209852] == 2.4128
 
 
 def test_bundled_distribution_loads_and_bad_file_names_line(tmp_path) -> None:
@@ -162,6 +201,9 @@ def test_tiresias_sim_preset_sets_its_simulator_assumptions() -> None:
     assert config.speeds.locality.cross_node == config.speeds.locality.cross_rack == 1.0
     assert not config.speeds.locality.measured
     assert spec.policy_options["distribution"] == "yarn-gput1000"
+    # its table, and its sort key (rank, -submit) reversed: earliest first on ties
+    assert spec.policy_options["index_table"] == "stepped"
+    assert spec.policy_options["ties"] == "fifo"
     user = RunSpec("tiresias-las", preset="tiresias-sim", policy_options={"queues": 4})
     assert user.policy_options["queues"] == 4
     with pytest.raises(CorralError, match="unknown preset"):
@@ -194,9 +236,9 @@ def test_list_order_puts_a_demoted_running_job_behind_those_waiting_in_its_queue
 
 def test_run_time_wakeup_notices_a_gang_demotion_late() -> None:
     # A 4-GPU job crosses 1000 GPU-s after 250 s. Computing the crossing from
-    # run time (the peer's quirk), the simulator wakes only at ceil(1000 - 0)
-    # / 4 = 250 s too, but after a first event at 100 s it wakes at 100 +
-    # ceil((1000 - 100) / 4) = 325 s: the newcomer waiting in queue 0 gets the
+    # run time (the peer's quirk), the simulator wakes at (1000 - 0) // 4 = 250 s
+    # too, but after a first event at 100 s it wakes at 100 + (1000 - 100) // 4
+    # = 325 s: the newcomer waiting in queue 0 gets the
     # GPUs 75 s late. Exact wake-ups give them to it at 250 s.
     rows = [(0, 4, 5000), (100, 4, 50)]
     opts = {"queues": 2, "thresholds": "1000"}
@@ -204,3 +246,25 @@ def test_run_time_wakeup_notices_a_gang_demotion_late() -> None:
     late = run(rows, uniform(1, 4), "tiresias-las", demotion_wakeup="run-time", **opts)
     assert exact.state.first_start[1] == pytest.approx(250.0)
     assert late.state.first_start[1] == pytest.approx(325.0)
+
+
+def test_preset_gittins_runs_equal_indices_earliest_submitted_first(tmp_path) -> None:
+    # One GPU, one queue, the simulator's stepped table over sizes 100, 200,
+    # 1000. A (0-30) runs alone; B (at 10) and C (at 20) wait with no service,
+    # so the same index: C runs after B, as the simulator's (rank, -submit)
+    # sort reversed puts the earlier submission first.
+    sizes = tmp_path / "sizes.csv"
+    sizes.write_text("duration\n100\n200\n1000\n")
+    opts = {
+        "queues": 1,
+        "distribution": str(sizes),
+        "delta": 140,
+        "index_table": "stepped",
+        "queue_order": "list",
+        "ties": "fifo",
+    }
+    rows = [(0, 1, 30), (10, 1, 40), (20, 1, 40)]
+    done = finish_times(run(rows, uniform(1, 1), "tiresias-gittins", **opts))
+    assert done == pytest.approx({"j0": 30.0, "j1": 70.0, "j2": 110.0})
+    with pytest.raises(CorralError, match="index_table must be 'exact' or 'stepped'"):
+        make_policy("tiresias-gittins", index_table="rounded")

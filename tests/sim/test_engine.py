@@ -69,6 +69,30 @@ class _StaleWakeup(Policy):
         return Plan(next_wakeup=state.now)
 
 
+class _WakesOnce(Policy):
+    """Asks, on its first pass only, to be woken at 50; FIFO otherwise."""
+
+    name = "wakes-once"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes: list[float] = []
+
+    def schedule(self, state: SchedulerState) -> Plan:
+        self.passes.append(state.now)
+        starts = {int(i): (int(i),) for i in state.pending}  # job i on GPU i
+        return Plan(starts=starts, next_wakeup=50.0 if len(self.passes) == 1 else None)
+
+
+def test_a_wakeup_lapses_when_the_next_pass_asks_for_none():
+    # the second pass (an arrival at 10) asks for no wake-up: 50 is not an
+    # instant the policy still cares about, so the next pass is at the first
+    # finish (110), as in the live service
+    policy = _WakesOnce()
+    Simulator(jobs_table([(0.0, 1, 110.0), (10.0, 1, 300.0)]), uniform(1, 2), policy).run()
+    assert policy.passes == [0.0, 10.0, 110.0, 310.0]
+
+
 def test_a_plan_that_gives_a_gpu_twice_is_refused():
     jobs = jobs_table([(0.0, 1, 10.0), (0.0, 1, 10.0)])
     with pytest.raises(RuntimeError, match="already in use"):

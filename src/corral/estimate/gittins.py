@@ -18,6 +18,8 @@ have finished so far (:class:`OnlineGittins`).
 from __future__ import annotations
 
 import csv
+import math
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +66,74 @@ class GittinsTable:
         return out
 
 
-def load_distribution(spec: str, delta: float = DEFAULT_DELTA) -> GittinsTable:
+def round_half_away(x: float, digits: int) -> float:
+    """``x`` rounded to ``digits`` decimals, halves away from zero, from its exact
+    binary value: Python 2's ``round``, which Tiresias' simulator runs under
+    (Python 3 rounds halves to even, which changes a few of its table's entries)."""
+    step = Decimal(1).scaleb(-digits)
+    return float(Decimal(x).quantize(step, rounding=ROUND_HALF_UP))
+
+
+class SteppedGittinsTable:
+    """The Gittins table exactly as Tiresias' simulator computes and reads it.
+
+    Its simulator computes one index per sample ``v`` (sorted, whole
+    GPU-seconds), at attained service ``v - 1``, and a job's index is the entry
+    of the first sample greater than its attained service in whole GPU-seconds
+    (0 past the largest). Each entry follows the simulator's own arithmetic,
+    which differs from :class:`GittinsTable`'s definition in four places, kept
+    here because they change which job runs first:
+
+    * the expected service sums the surviving jobs' whole sizes ``S``, not
+      their remaining ``S - a``;
+    * when ``a + delta`` reaches the largest sample, one job (the largest) is
+      counted as not finishing within the quantum;
+    * the mean expected service is an integer division (its Python 2 ``/`` on
+      whole numbers), and P and E are rounded to 5 decimals and P/E x 10^6 to 4;
+    * rounding is Python 2's (halves away from zero).
+
+    Only the order of the entries matters to a scheduler; the values are on
+    the simulator's scale (P/E x 10^6).
+    """
+
+    def __init__(self, samples: np.ndarray | list[float], delta: float = DEFAULT_DELTA) -> None:
+        sizes = np.sort(np.floor(np.asarray(samples, dtype=np.float64)))
+        if not len(sizes):
+            raise CorralError("a Gittins distribution needs at least one job size")
+        if not delta > 0:
+            raise CorralError(f"Gittins delta must be positive, got {delta}")
+        self.sizes = sizes
+        self.delta = float(delta)
+        whole = self.delta == math.floor(self.delta)
+        n = len(sizes)
+        values = [int(v) for v in sizes]
+        prefix = np.concatenate(([0], np.cumsum(np.asarray(values, dtype=np.int64))))
+        entries = np.zeros(n + 1)  # the last: past the largest sample
+        for i, v in enumerate(values):
+            a = v - 1
+            idx = int(sizes.searchsorted(a, side="right"))
+            reach = a + self.delta
+            hit = n - 1 if reach > values[-1] - 1 else int(sizes.searchsorted(reach, side="right"))
+            p = round_half_away((hit - idx) / (n - idx), 5)
+            total = int(prefix[hit] - prefix[idx]) + (
+                int(self.delta) * (n - hit) if whole else self.delta * (n - hit)
+            )
+            e = round_half_away(total // (n - idx) if whole else total / (n - idx), 5)
+            entries[i] = round_half_away(p * 1_000_000 / e, 4) if e > 0 else 0.0
+        self.entries = entries
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def index(self, attained: np.ndarray) -> np.ndarray:
+        """The simulator's index for each attained service (GPU-seconds, truncated)."""
+        whole = np.floor(np.asarray(attained, dtype=np.float64))
+        return self.entries[self.sizes.searchsorted(whole, side="right")]
+
+
+def load_distribution(
+    spec: str, delta: float = DEFAULT_DELTA, stepped: bool = False
+) -> GittinsTable | SteppedGittinsTable:
     """A bundled distribution by name (``yarn-gput1000``) or a CSV with a ``duration`` column."""
     name = spec.strip()
     path = data_path(*BUNDLED_DISTRIBUTIONS[name]) if name in BUNDLED_DISTRIBUTIONS else Path(name)
@@ -92,7 +161,7 @@ def load_distribution(spec: str, delta: float = DEFAULT_DELTA) -> GittinsTable:
             sizes.append(value)
     if not sizes:
         raise InputError(str(path), 2, "duration", "no job sizes in the file")
-    return GittinsTable(sizes, delta)
+    return SteppedGittinsTable(sizes, delta) if stepped else GittinsTable(sizes, delta)
 
 
 class OnlineGittins:
@@ -105,22 +174,30 @@ class OnlineGittins:
     back to attained-service order).
     """
 
-    def __init__(self, delta: float = DEFAULT_DELTA, min_samples: int = 10, regrow: float = 0.05):
+    def __init__(
+        self,
+        delta: float = DEFAULT_DELTA,
+        min_samples: int = 10,
+        regrow: float = 0.05,
+        stepped: bool = False,
+    ):
         self.delta = delta
+        self.stepped = stepped
         self.min_samples = min_samples
         self.regrow = regrow
         self.samples: list[float] = []
-        self._table: GittinsTable | None = None
+        self._table: GittinsTable | SteppedGittinsTable | None = None
         self._built_at = 0
 
     def add(self, sizes: np.ndarray) -> None:
         self.samples.extend(float(x) for x in sizes if x > 0)
 
-    def table(self) -> GittinsTable | None:
+    def table(self) -> GittinsTable | SteppedGittinsTable | None:
         n = len(self.samples)
         if n < self.min_samples:
             return None
         if self._table is None or n >= self._built_at * (1 + self.regrow):
-            self._table = GittinsTable(self.samples, self.delta)
+            kind = SteppedGittinsTable if self.stepped else GittinsTable
+            self._table = kind(self.samples, self.delta)
             self._built_at = n
         return self._table

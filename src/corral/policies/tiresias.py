@@ -23,8 +23,8 @@ Defaults are those of Tiresias' simulator: 3 queues, thresholds 3250 / 7200 /
 18000 GPU-seconds (with K queues the first K-1 thresholds are used, so the
 default demotes at 3250 and 7200), Gittins delta 3250.
 
-Two options reproduce how Tiresias' published simulator behaves where it
-differs from the policy as described (``--preset tiresias-sim`` sets both):
+Three options reproduce how Tiresias' published simulator behaves where it
+differs from the policy as described (``--preset tiresias-sim`` sets all):
 
 * ``queue_order=list``: each queue is a list. Arriving, demoted and promoted
   jobs are appended at its end, behind the jobs already waiting there (so a
@@ -36,6 +36,10 @@ differs from the policy as described (``--preset tiresias-sim`` sets both):
   next cross a threshold from its run time instead of its GPU time, so a
   multi-GPU job's demotion is noticed only at the next event after it
   happens (its own quirk; the default, ``exact``, wakes at the crossing).
+* ``index_table=stepped`` (2D-Gittins): the simulator's own Gittins table, one
+  rounded entry per sample size read as a step function of whole
+  GPU-seconds (:class:`~corral.estimate.gittins.SteppedGittinsTable`); the
+  default, ``exact``, evaluates the index at the attained service itself.
 """
 
 from __future__ import annotations
@@ -46,7 +50,13 @@ from typing import Any
 import numpy as np
 
 from corral.errors import CorralError
-from corral.estimate.gittins import DEFAULT_DELTA, GittinsTable, OnlineGittins, load_distribution
+from corral.estimate.gittins import (
+    DEFAULT_DELTA,
+    GittinsTable,
+    OnlineGittins,
+    SteppedGittinsTable,
+    load_distribution,
+)
 from corral.model.plan import Plan
 from corral.model.state import DONE, PENDING, SchedulerState
 from corral.placement.sensitivity import ModelAware
@@ -216,7 +226,7 @@ class TiresiasLas(Policy):
             service = self.queue_service(state, r)
             limits = self.thresholds[q[lower]]
             if self.run_time_wakeup:  # the peer's reading: run time against GPU-time limits
-                left = np.ceil(np.maximum(limits - service / gpus, 0.0) / gpus)
+                left = np.floor(np.maximum(limits - service / gpus, 0.0) / gpus)
             else:
                 left = np.maximum(limits - service, 0.0) / gpus
             best = min(best, now + float(np.minimum.reduce(left)))
@@ -287,7 +297,7 @@ class TiresiasLas(Policy):
         if self.list_order:
             # running jobs move ahead of waiting ones, each group in list order
             for group in (now_running, still_pending):
-                ordered = group[np.argsort(self.pos[group], kind="stable")]
+                ordered = group[self._list_order(state, group)]
                 self.pos[ordered] = self._appended + np.arange(len(ordered))
                 self._appended += len(ordered)
         wake = self._next_change(state, now_running, still_pending)
@@ -295,6 +305,11 @@ class TiresiasLas(Policy):
 
     def _before_pass(self, state: SchedulerState) -> None:
         """Hook for subclasses (the Gittins policy learns from finished jobs here)."""
+
+    def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
+        """List order: how a group (running or waiting jobs) is laid out after a
+        pass, as positions into ``group``. LAS keeps its lists' order."""
+        return np.argsort(self.pos[group], kind="stable")
 
 
 class TiresiasGittins(TiresiasLas):
@@ -313,6 +328,7 @@ class TiresiasGittins(TiresiasLas):
         ties: str = "fifo",
         queue_order: str = "entry",
         demotion_wakeup: str = "exact",
+        index_table: str = "exact",
     ) -> None:
         super().__init__(
             placement,
@@ -325,15 +341,18 @@ class TiresiasGittins(TiresiasLas):
         )
         if ties not in ("fifo", "lifo"):
             raise ValueError(f"ties must be 'fifo' or 'lifo', got {ties}")
+        if index_table not in ("exact", "stepped"):
+            raise ValueError(f"index_table must be 'exact' or 'stepped', got {index_table}")
         self.ties = ties
         self.distribution = distribution
+        stepped = index_table == "stepped"
         self.online: OnlineGittins | None = None
-        self.table: GittinsTable | None = None
+        self.table: GittinsTable | SteppedGittinsTable | None = None
         try:
             if distribution == "online":
-                self.online = OnlineGittins(delta)
+                self.online = OnlineGittins(delta, stepped=stepped)
             else:
-                self.table = load_distribution(distribution, delta)
+                self.table = load_distribution(distribution, delta, stepped)
         except CorralError as exc:
             raise ValueError(str(exc)) from None
         self._seen = 0
@@ -367,7 +386,10 @@ class TiresiasGittins(TiresiasLas):
     def within_queue_key(
         self, state: SchedulerState, idx: np.ndarray, running: bool
     ) -> tuple[np.ndarray, ...]:
-        """Highest index first; equal indices in submit order (or reversed, ``ties=lifo``)."""
+        """Highest index first; equal indices in submit order (or reversed,
+        ``ties=lifo``). In list order, jobs submitted at the same instant keep
+        their places in the list (the simulator sorts its lists in place, with a
+        stable sort)."""
         service = self.queue_service(state, idx)
         if self.table is None:
             # nothing learned yet: every index is equal, so jobs keep their
@@ -378,8 +400,14 @@ class TiresiasGittins(TiresiasLas):
             primary = -self.table.index(service)
         else:
             primary = -self._cached_index(idx, service)
-        order = idx if self.ties == "fifo" else -idx
-        return (primary, order.astype(np.float64))
+        sign = 1.0 if self.ties == "fifo" else -1.0
+        if self.list_order:
+            return (primary, sign * state.submit[idx], self.pos[idx])
+        return (primary, sign * idx)
+
+    def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
+        """The simulator's lists after a pass: each sorted as it was walked."""
+        return np.lexsort(tuple(reversed(self.within_queue_key(state, group, running=True))))
 
     def _cached_index(self, idx: np.ndarray, service: np.ndarray) -> np.ndarray:
         assert self.table is not None

@@ -9,9 +9,9 @@ SIM_PRESETS: dict[str, str] = {
     "tiresias-sim": (
         "the assumptions of Tiresias' published simulator: GPU counting without placement "
         "constraints or locality slowdown, no switching cost, 3 queues at 3250/7200 "
-        "GPU-seconds, Gittins from yarn-gput1000 with delta 3250 (ties: latest first), its "
-        "queues as lists (a demoted job joins the end of its new queue) and its wake-up for "
-        "demotions computed from run time"
+        "GPU-seconds, Gittins from yarn-gput1000 with delta 3250 read from its own rounded "
+        "table (ties: earliest submitted first), its queues as lists (a demoted job joins the "
+        "end of its new queue) and its wake-up for demotions computed from run time"
     ),
     "gavel-sim": (
         "the assumptions of Gavel's published simulator: every gang at its measured "

@@ -69,7 +69,12 @@ class RunSpec:
                 "demotion_wakeup": "run-time",
             }
             if self.policy == "tiresias-gittins":
-                defaults |= {"distribution": "yarn-gput1000", "delta": 3250.0, "ties": "lifo"}
+                defaults |= {
+                    "distribution": "yarn-gput1000",
+                    "delta": 3250.0,
+                    "ties": "fifo",
+                    "index_table": "stepped",
+                }
         self.policy_options = defaults | self.policy_options
 
     def config(self) -> SimConfig:
