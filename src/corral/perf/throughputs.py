@@ -75,17 +75,28 @@ class ThroughputTable:
 
 def parse_gavel_throughputs(raw: dict) -> ThroughputTable:
     table = ThroughputTable()
+    keys: dict[str, tuple[str, int]] = {}
+
+    def job(text: str) -> tuple[str, int]:
+        """A key such as ``"('ResNet-18 (batch size 16)', 1)"``, parsed once: the
+        same hundred or so recur ten thousand times, and parsing each is most of
+        the cost of loading the table (which every simulation does)."""
+        key = keys.get(text)
+        if key is None:
+            job_type, scale = ast.literal_eval(text)
+            key = keys[text] = (str(job_type), int(scale))
+        return key
+
     for gpu_key, entries in raw.items():
         consolidated = not gpu_key.endswith("_unconsolidated")
         gpu_type = gpu_key.removesuffix("_unconsolidated").upper()
         alone: dict[tuple[str, int], float] = {}
         paired: dict[tuple[str, int], dict[tuple[str, int], tuple[float, float]]] = {}
         for job_key, measures in entries.items():
-            job_type, scale = ast.literal_eval(job_key)
-            key = (str(job_type), int(scale))
+            key = job(job_key)
             alone[key] = float(measures["null"])
             paired[key] = {
-                tuple(ast.literal_eval(other)): (float(v[0]), float(v[1]))  # type: ignore[misc]
+                job(other): (float(v[0]), float(v[1]))
                 for other, v in measures.items()
                 if other != "null"
             }

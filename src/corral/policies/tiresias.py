@@ -148,6 +148,7 @@ class TiresiasLas(Policy):
         self.pos = np.zeros(n)
         """List order: a job's place in its queue's list (``queue_order=list``)."""
         self._appended = 0.0
+        self._running_moved = False
 
     def view(self, state: SchedulerState, job: int) -> dict[str, str]:
         if job >= len(getattr(self, "queue", ())) or self.queue[job] < 0:
@@ -200,6 +201,7 @@ class TiresiasLas(Policy):
         old_q = self.queue[both]
         new_q = self.thresholds.searchsorted(svc, side="right")
         moved = np.flatnonzero(new_q != old_q)
+        self._running_moved = bool(len(moved)) and int(moved[0]) < len(running)
         if len(moved):
             jobs = both[moved]
             arrived = old_q[moved] < 0
@@ -283,7 +285,8 @@ class TiresiasLas(Policy):
         if len(starts):  # its waiting clock starts now (running jobs' was set above)
             fresh = starts[np.isnan(self.ref[starts])]
             self.ref[fresh] = state.now
-        if plan.stops or len(starts):
+        changed = bool(plan.stops) or bool(len(starts))
+        if changed:
             mark = self._mark
             stops = np.asarray(plan.stops, dtype=np.int64)
             mark[stops] = True
@@ -294,7 +297,7 @@ class TiresiasLas(Policy):
             mark[starts] = False
         else:
             now_running, still_pending = running, pending
-        if self.list_order:
+        if self.list_order and self._relist(changed):
             # running jobs move ahead of waiting ones, each group in list order
             for group in (now_running, still_pending):
                 ordered = group[self._list_order(state, group)]
@@ -310,6 +313,13 @@ class TiresiasLas(Policy):
         """List order: how a group (running or waiting jobs) is laid out after a
         pass, as positions into ``group``. LAS keeps its lists' order."""
         return np.argsort(self.pos[group], kind="stable")
+
+    def _relist(self, changed: bool) -> bool:
+        """Whether the lists need laying out again after a pass. LAS' lists
+        already have running jobs ahead of waiting ones unless a job started or
+        stopped, or a running job was appended to a new queue (arrivals are
+        appended behind everything, where waiting jobs belong)."""
+        return changed or self._running_moved
 
 
 class TiresiasGittins(TiresiasLas):
@@ -404,6 +414,9 @@ class TiresiasGittins(TiresiasLas):
         if self.list_order:
             return (primary, sign * state.submit[idx], self.pos[idx])
         return (primary, sign * idx)
+
+    def _relist(self, changed: bool) -> bool:
+        return True  # indices move with service: the sort order does too
 
     def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
         """The simulator's lists after a pass: each sorted as it was walked."""
