@@ -229,7 +229,8 @@ def write_report(results: list[dict[str, Any]], out: Path, took: float) -> None:
         "",
         "The preset reproduces the assumptions of Tiresias' simulator: GPUs counted "
         "without placement constraints, no locality slowdown, no switching cost, 3 queues "
-        "at 3,250 / 7,200 GPU-seconds, Gittins from `yarn-gput1000` with delta 3,250.",
+        "at 3,250 / 7,200 GPU-seconds, Gittins from `yarn-gput1000` with delta 3,250, read "
+        "from that simulator's own rounded table.",
         "",
     ]
     for cluster in ("tiresias", "uniform:4x4:P100"):
