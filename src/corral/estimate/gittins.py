@@ -35,15 +35,21 @@ BUNDLED_DISTRIBUTIONS = {
 }
 
 
+def sorted_sizes(samples: np.ndarray | list[float], delta: float) -> np.ndarray:
+    """The samples of a distribution, sorted, once they and ``delta`` are checked."""
+    values = np.sort(np.asarray(samples, dtype=np.float64))
+    if not len(values):
+        raise CorralError("a Gittins distribution needs at least one job size")
+    if not delta > 0:
+        raise CorralError(f"Gittins delta must be positive, got {delta}")
+    return values
+
+
 class GittinsTable:
     """Gittins indices over a sorted sample of job sizes; vectorised lookups."""
 
     def __init__(self, samples: np.ndarray | list[float], delta: float = DEFAULT_DELTA) -> None:
-        values = np.sort(np.asarray(samples, dtype=np.float64))
-        if not len(values):
-            raise CorralError("a Gittins distribution needs at least one job size")
-        if not delta > 0:
-            raise CorralError(f"Gittins delta must be positive, got {delta}")
+        values = sorted_sizes(samples, delta)
         self.sizes = values
         self.delta = float(delta)
         self._prefix = np.concatenate(([0.0], np.cumsum(values)))
@@ -97,11 +103,7 @@ class SteppedGittinsTable:
     """
 
     def __init__(self, samples: np.ndarray | list[float], delta: float = DEFAULT_DELTA) -> None:
-        sizes = np.sort(np.floor(np.asarray(samples, dtype=np.float64)))
-        if not len(sizes):
-            raise CorralError("a Gittins distribution needs at least one job size")
-        if not delta > 0:
-            raise CorralError(f"Gittins delta must be positive, got {delta}")
+        sizes = np.floor(sorted_sizes(samples, delta))
         self.sizes = sizes
         self.delta = float(delta)
         whole = self.delta == math.floor(self.delta)
