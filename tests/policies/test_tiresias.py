@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corral.errors import CorralError, InputError
 from corral.estimate.gittins import (
@@ -12,6 +14,7 @@ from corral.estimate.gittins import (
     SteppedGittinsTable,
     load_distribution,
     round_half_away,
+    round_half_away_array,
 )
 from corral.model.free_gpus import FreeGPUs
 from corral.model.state import SchedulerState
@@ -36,6 +39,22 @@ def test_rounding_is_python_2s_halves_away_from_zero() -> None:
     assert round(0.125, 2) == 0.12
     assert round_half_away(2.675, 2) == 2.67  # stored just below the half
     assert round_half_away(-0.5, 0) == -1.0
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(0, 1e6, allow_nan=False),
+            st.integers(0, 10**9).map(lambda k: k / 2**12),  # exact binary halves, many
+        ),
+        min_size=1,
+        max_size=50,
+    ),
+    st.integers(0, 6),
+)
+def test_vectorised_rounding_equals_the_exact_rule(values: list[float], digits: int) -> None:
+    got = round_half_away_array(np.array(values), digits)
+    assert got.tolist() == [round_half_away(v, digits) for v in values]
 
 
 def test_stepped_table_follows_the_simulators_arithmetic() -> None:

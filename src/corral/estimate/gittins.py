@@ -80,6 +80,20 @@ def round_half_away(x: float, digits: int) -> float:
     return float(Decimal(x).quantize(step, rounding=ROUND_HALF_UP))
 
 
+def round_half_away_array(x: np.ndarray, digits: int) -> np.ndarray:
+    """:func:`round_half_away` of every element: numpy's rounding where the
+    value is not near a half (where both agree), the exact rule where it is."""
+    scale = 10.0**digits
+    scaled = x * scale
+    out = np.rint(scaled) / scale
+    # wider than the error of ``x * scale`` (under an ulp of it): outside, rint is right
+    slack = np.maximum(1e-6, np.abs(scaled) * 1e-12)
+    near = np.flatnonzero(np.abs(scaled - np.floor(scaled) - 0.5) < slack)
+    for k in near.tolist():
+        out[k] = round_half_away(float(x[k]), digits)
+    return out
+
+
 class SteppedGittinsTable:
     """The Gittins table exactly as Tiresias' simulator computes and reads it.
 
@@ -108,20 +122,22 @@ class SteppedGittinsTable:
         self.delta = float(delta)
         whole = self.delta == math.floor(self.delta)
         n = len(sizes)
-        values = [int(v) for v in sizes]
-        prefix = np.concatenate(([0], np.cumsum(np.asarray(values, dtype=np.int64))))
+        a = sizes - 1  # each entry is computed one GPU-second below its size
+        idx = sizes.searchsorted(a, side="right")
+        reach = a + self.delta
+        # once the quantum reaches the largest, one job is left counted as not finishing
+        hit = np.where(reach > sizes[-1] - 1, n - 1, sizes.searchsorted(reach, side="right"))
+        left = n - idx
+        prefix = np.concatenate(([0], np.cumsum(sizes.astype(np.int64))))
+        done = prefix[hit] - prefix[idx]
+        p = round_half_away_array((hit - idx) / left, 5)
+        if whole:  # whole numbers: Python 2's / divides in integers
+            e = ((done + int(self.delta) * (n - hit)) // left).astype(np.float64)
+        else:
+            e = round_half_away_array((done + self.delta * (n - hit)) / left, 5)
         entries = np.zeros(n + 1)  # the last: past the largest sample
-        for i, v in enumerate(values):
-            a = v - 1
-            idx = int(sizes.searchsorted(a, side="right"))
-            reach = a + self.delta
-            hit = n - 1 if reach > values[-1] - 1 else int(sizes.searchsorted(reach, side="right"))
-            p = round_half_away((hit - idx) / (n - idx), 5)
-            total = int(prefix[hit] - prefix[idx]) + (
-                int(self.delta) * (n - hit) if whole else self.delta * (n - hit)
-            )
-            e = round_half_away(total // (n - idx) if whole else total / (n - idx), 5)
-            entries[i] = round_half_away(p * 1_000_000 / e, 4) if e > 0 else 0.0
+        ok = np.flatnonzero(e > 0)
+        entries[ok] = round_half_away_array(p[ok] * 1_000_000 / e[ok], 4)
         self.entries = entries
 
     def __len__(self) -> int:

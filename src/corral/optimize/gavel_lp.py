@@ -257,14 +257,16 @@ def finish_time_fairness(
             return None
         return -remaining[idx] / slack
 
+    # the same constraint matrix, objective and bounds at every rho: only the
+    # floors on throughput move
+    a = sparse.vstack([base, rows]).tocsr()
+    zero, bounds = np.zeros(p.n * p.k), _bounds(p, [])
+
     def feasible(rho: float) -> bool:
         need = floor(rho)
         if need is None:
             return False
-        a = sparse.vstack([base, rows]).tocsr()
-        return (
-            _solve(np.zeros(p.n * p.k), a, np.concatenate([rhs, need]), _bounds(p, [])) is not None
-        )
+        return _solve(zero, a, np.concatenate([rhs, need]), bounds) is not None
 
     hi = max(lo, 1e-3) * 2
     while not feasible(hi):
