@@ -198,7 +198,10 @@ class FreeGPUs:
         return out
 
     def free_ids(self) -> np.ndarray:
-        return np.flatnonzero(self.mask)
+        """Free GPU ids, ascending. (Hot paths here call array methods rather
+        than numpy's functions such as ``flatnonzero``, whose Python wrappers
+        cost more than the work on arrays this small.)"""
+        return self.mask.nonzero()[0]
 
     def by_type(self) -> np.ndarray:
         """Free GPUs of each of the cluster's types (``cluster.gpu_type_names`` order)."""

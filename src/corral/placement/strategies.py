@@ -90,7 +90,7 @@ class AnyFree(PlacementStrategy):
     def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
         if n > free.total:
             return None
-        return [int(g) for g in free.free_ids()[:n]]
+        return free.free_ids()[:n].tolist()
 
 
 class RandomPlacement(PlacementStrategy):

@@ -167,7 +167,7 @@ def greedy_fit(gpus_in_order: np.ndarray, capacity: int) -> np.ndarray:
     if left <= 0 or k + 1 >= len(gpus_in_order):
         return take
     tail = gpus_in_order[k + 1 :]
-    small = np.flatnonzero(tail <= left)
+    small = (tail <= left).nonzero()[0]
     if not len(small):
         return take
     for j, g in zip(small.tolist(), tail[small].tolist(), strict=True):

@@ -200,7 +200,7 @@ class TiresiasLas(Policy):
         self.svc[both] = svc
         old_q = self.queue[both]
         new_q = self.thresholds.searchsorted(svc, side="right")
-        moved = np.flatnonzero(new_q != old_q)
+        moved = (new_q != old_q).nonzero()[0]
         self._running_moved = bool(len(moved)) and int(moved[0]) < len(running)
         if len(moved):
             jobs = both[moved]
@@ -221,7 +221,7 @@ class TiresiasLas(Policy):
         now = state.now
         best = np.inf
         q = self.queue[running]
-        lower = np.flatnonzero(q < self.queues - 1)
+        lower = (q < self.queues - 1).nonzero()[0]
         if len(lower):
             r = running[lower]
             gpus = state.gpus[r]
@@ -312,7 +312,7 @@ class TiresiasLas(Policy):
     def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
         """List order: how a group (running or waiting jobs) is laid out after a
         pass, as positions into ``group``. LAS keeps its lists' order."""
-        return np.argsort(self.pos[group], kind="stable")
+        return self.pos[group].argsort(kind="stable")
 
     def _relist(self, changed: bool) -> bool:
         """Whether the lists need laying out again after a pass. LAS' lists
@@ -425,7 +425,7 @@ class TiresiasGittins(TiresiasLas):
     def _cached_index(self, idx: np.ndarray, service: np.ndarray) -> np.ndarray:
         assert self.table is not None
         values = self._cache[idx]
-        stale = np.flatnonzero(~(self._cache_svc[idx] == service))  # NaN: never computed
+        stale = (~(self._cache_svc[idx] == service)).nonzero()[0]  # NaN: never computed
         if len(stale):
             fresh = self.table.index(service[stale])
             values[stale] = fresh
