@@ -38,9 +38,25 @@ def options_for(name: str) -> dict[str, Any]:
     return SHORT_TIME_SCALE.get(name, {})
 
 
-@pytest.mark.parametrize("name", list(POLICIES))
-def test_policy_runs_mixed_jobs_live(name: str, tmp_path: Path) -> None:
-    service = ServiceProcess(tmp_path, name, options_for(name), retry={"backoff": 0.5})
+TIRESIAS_SIM_OPTIONS = {  # what --preset tiresias-sim sets, queue thresholds shortened
+    "queues": 3,
+    "thresholds": "2,4",
+    "queue_order": "list",
+    "demotion_wakeup": "run-time",
+    "distribution": "yarn-gput1000",
+    "ties": "fifo",
+    "index_table": "stepped",
+}
+CASES = [(name, options_for(name)) for name in POLICIES] + [
+    ("tiresias-gittins", TIRESIAS_SIM_OPTIONS)
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "options"), CASES, ids=[n for n in POLICIES] + ["tiresias-gittins-sim-options"]
+)
+def test_policy_runs_mixed_jobs_live(name: str, options: dict[str, Any], tmp_path: Path) -> None:
+    service = ServiceProcess(tmp_path, name, options, retry={"backoff": 0.5})
     service.start()
     try:
         ids = []

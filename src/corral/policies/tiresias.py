@@ -148,7 +148,6 @@ class TiresiasLas(Policy):
         self.pos = np.zeros(n)
         """List order: a job's place in its queue's list (``queue_order=list``)."""
         self._appended = 0.0
-        self._running_moved = False
 
     def view(self, state: SchedulerState, job: int) -> dict[str, str]:
         if job >= len(getattr(self, "queue", ())) or self.queue[job] < 0:
@@ -172,8 +171,9 @@ class TiresiasLas(Policy):
 
     def _update_queues(
         self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
-    ) -> None:
-        """Refresh the queue service and queue of every job seen this pass."""
+    ) -> bool:
+        """Refresh the queue service and queue of every job seen this pass;
+        True when a running job moved to another queue."""
         now = state.now
         ref = self.ref
         fresh = running[np.isnan(ref[running])]
@@ -201,7 +201,6 @@ class TiresiasLas(Policy):
         old_q = self.queue[both]
         new_q = self.thresholds.searchsorted(svc, side="right")
         moved = (new_q != old_q).nonzero()[0]
-        self._running_moved = bool(len(moved)) and int(moved[0]) < len(running)
         if len(moved):
             jobs = both[moved]
             arrived = old_q[moved] < 0
@@ -213,6 +212,7 @@ class TiresiasLas(Policy):
                 self.pos[new] = self._appended + np.arange(len(new))
                 self._appended += len(new)
             self.queue[both] = new_q
+        return bool(len(moved)) and int(moved[0]) < len(running)  # running jobs come first
 
     def _next_change(
         self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
@@ -255,7 +255,7 @@ class TiresiasLas(Policy):
         running = state.running.array()
         pending = state.pending.array()
         self._before_pass(state)
-        self._update_queues(state, running, pending)
+        running_moved = self._update_queues(state, running, pending)
         if type(self).within_queue_key is TiresiasLas.within_queue_key:
             # queue, then (LAS) running jobs ahead of waiting ones, then FIFO:
             # one key for every candidate, its status saying which it is (a
@@ -297,7 +297,7 @@ class TiresiasLas(Policy):
             mark[starts] = False
         else:
             now_running, still_pending = running, pending
-        if self.list_order and self._relist(changed):
+        if self.list_order and self._relist(changed or running_moved):
             # running jobs move ahead of waiting ones, each group in list order
             for group in (now_running, still_pending):
                 ordered = group[self._list_order(state, group)]
@@ -317,9 +317,9 @@ class TiresiasLas(Policy):
     def _relist(self, changed: bool) -> bool:
         """Whether the lists need laying out again after a pass. LAS' lists
         already have running jobs ahead of waiting ones unless a job started or
-        stopped, or a running job was appended to a new queue (arrivals are
-        appended behind everything, where waiting jobs belong)."""
-        return changed or self._running_moved
+        stopped, or a running job was appended to a new queue (``changed``;
+        arrivals are appended behind everything, where waiting jobs belong)."""
+        return changed
 
 
 class TiresiasGittins(TiresiasLas):
