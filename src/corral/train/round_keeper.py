@@ -1,0 +1,241 @@
+"""A round keeper: one process holding a job run as rounds between its tasks.
+
+Hare keeps a job's model resident in the worker that runs its tasks, so a
+task costs its mini-batches, not a rebuild. Live, each task of a round is
+still a job of its own (its attempt, exit record and retries are the
+service's business), but with ``workers: {keep: N}`` in the service's config
+the executor also starts, per job and GPU, a *keeper*: ``python -m
+corral.train.round_keeper FACTORY ... --socket PATH``, run as the job's user
+with its limits and GPU, in a standby worker. It builds the job once and
+listens on a Unix socket in the job's folder (only the job's user may
+connect). A task process of that job on that GPU
+(:mod:`corral.train.rounds`) hands its arguments to the keeper and waits;
+the keeper runs the task on the state it holds (:class:`~corral.train.rounds.Held`)
+and answers, and the task exits with its answer. So a task whose round's
+starting state the keeper holds (it applied the last update, or ran another
+task of the round) reads nothing from disk and builds nothing; otherwise the
+keeper reads the round's state file, still without a rebuild. Files are
+written exactly as a task process writes them, so the result is the same.
+
+On a GPU the keeper parks the job's tensors in pinned host memory between
+tasks (:class:`corral.train.residency.Suspension`), so it holds no GPU memory
+while other jobs use the GPU.
+
+A keeper is an optimisation, never needed: a task that finds no keeper (not
+started, busy starting, gone) runs the task itself, and a keeper that dies
+part-way leaves files that are either whole or absent (a round's lock taken
+by a dead process is taken over). A keeper ends when its job ends, when the
+executor needs its place for another job's keeper (``keep`` per GPU), after
+``--idle`` seconds without a task, and with the service (it never outlives it:
+a restarted service starts new ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+IDLE_SECONDS = 300.0
+"""A keeper with no task for this long ends (its job may have moved elsewhere)."""
+START_WAIT = 1.0
+"""How long a task waits for a keeper's socket to appear (the keeper is starting)."""
+IDENTITY = ("factory", "kw", "seed", "rounds", "round_steps", "dir")
+"""What a task must share with a keeper to run in it: the same job."""
+
+
+@contextlib.contextmanager
+def _short(path: Path) -> Iterator[str]:
+    """A short name for ``path`` (a Unix socket's name is limited to 107 bytes, and job
+    folders are deep): through a descriptor of its folder."""
+    fd = os.open(path.parent, os.O_PATH)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def ask(path: Path, request: dict[str, Any]) -> dict[str, Any] | None:
+    """Run a task in the job's keeper at ``path``: its answer (``applied``, ``held``, or
+    ``error``), or None when no keeper takes it (the task then runs itself)."""
+    deadline = time.monotonic() + START_WAIT
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with _short(path) as name:
+                sock.connect(name)
+            break
+        except FileNotFoundError:  # not bound yet (the keeper is starting), or folder gone
+            sock.close()
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        except OSError:  # refused: its keeper is gone
+            sock.close()
+            return None
+    with sock:
+        try:
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            reply = _line(sock)
+        except OSError:
+            return None
+    if not reply:
+        return None  # it went away before answering
+    answer = json.loads(reply)
+    return None if "refused" in answer else answer
+
+
+def _line(sock: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        piece = sock.recv(1 << 16)
+        if not piece:
+            return b""
+        data += piece
+    return data
+
+
+class Keeper:
+    """The job, held, and what serving a task involves."""
+
+    def __init__(self, own: dict[str, Any], build: Any) -> None:
+        from corral.train.rounds import Held, place
+
+        task = build()
+        place(task)
+        self.own = {key: own[key] for key in IDENTITY}
+        self.held = Held(task, rebuild=build)
+        self.suspension = _suspension(task)
+
+    def serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        from corral.train.rounds import run_part, share
+
+        mismatch = [key for key in IDENTITY if request.get(key) != self.own[key]]
+        if mismatch:
+            return {"refused": f"another job ({', '.join(mismatch)} differ)"}
+        try:
+            round_, part, parts = int(request["round"]), int(request["part"]), int(request["parts"])
+            share(part, parts, self.own["round_steps"])
+            if not 0 <= round_ < self.own["rounds"]:
+                raise ValueError(f"round {round_} is not in 0..{self.own['rounds'] - 1}")
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"refused": f"malformed task: {exc}"}
+        held = self.held.round_ == round_
+        self._resume()
+        applied = run_part(
+            self.held,
+            Path(self.own["dir"]),
+            round_,
+            part,
+            parts,
+            self.own["round_steps"],
+            self.own["rounds"],
+            self.own["seed"],
+        )
+        self._suspend()
+        return {"applied": applied, "held": held}
+
+    def _resume(self) -> None:
+        if self.suspension is not None:
+            self.suspension.resume(self.held.task.objects)
+            self.suspension.mover.settle()  # state is read and restored outside a step
+
+    def _suspend(self) -> None:
+        if self.suspension is not None:
+            self.suspension.suspend(self.held.task.objects)
+
+
+def _suspension(task: Any) -> Any:
+    """Where the job's tensors wait between tasks on a GPU (None on the host)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from corral.train.residency import Mover, Suspension, device_of
+
+    device = device_of(task.objects)
+    return None if device is None else Suspension(Mover(device))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from corral.train.rounds import parser, request_of
+    from corral.train.task import load_factory
+
+    options = parser(__doc__.splitlines()[0])
+    options.add_argument("--socket", type=Path, required=True, help="where to listen")
+    options.add_argument("--idle", type=float, default=IDLE_SECONDS, help="seconds")
+    args = options.parse_args(argv)
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda sig, _: stopping.append(sig))
+    listener, bound = _listen(args.socket)  # first: a task waits for the build, not builds
+    try:
+        factory = load_factory(args.factory)
+        keeper = Keeper(request_of(args), lambda: factory(**dict(args.kw)))
+        print(f"corral: round keeper for {args.factory} listening", flush=True)
+        last = time.monotonic()
+        while not stopping and time.monotonic() - last < args.idle:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            answer = _serve_one(keeper, conn)
+            last = time.monotonic()
+            if "error" in answer:
+                break  # its state may be half-changed: tasks run themselves from here
+    finally:
+        listener.close()
+        with contextlib.suppress(OSError):
+            if args.socket.stat().st_ino == bound:  # not a newer keeper's
+                args.socket.unlink()
+    return 0
+
+
+def _serve_one(keeper: Keeper, conn: socket.socket) -> dict[str, Any]:
+    with conn:
+        conn.settimeout(None)
+        try:
+            request = json.loads(_line(conn) or b"null")
+        except ValueError:
+            request = None
+        if not isinstance(request, dict):
+            answer: dict[str, Any] = {"refused": "malformed request"}
+            request = {}
+        else:
+            try:
+                answer = keeper.serve(request)
+            except Exception as exc:
+                traceback.print_exc()
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+        which = f"{request.get('round', '?')}.{request.get('part', '?')}"
+        print(f"corral: task {which}: {answer}", flush=True)
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps(answer).encode() + b"\n")
+    return answer
+
+
+def _listen(path: Path) -> tuple[socket.socket, int]:
+    """Listen at ``path``; the socket and the inode of its file there."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a keeper before this one died without removing it
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)  # only the job's user (and root) may connect
+    try:
+        with _short(path) as name:
+            listener.bind(name)
+    finally:
+        os.umask(old)
+    listener.listen(16)
+    listener.settimeout(1.0)  # to notice SIGTERM and the idle limit
+    return listener, path.stat().st_ino
+
+
+if __name__ == "__main__":
+    sys.exit(main())
