@@ -5,6 +5,7 @@ types, and a job's result equals running each of its rounds on one device."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,50 @@ def test_a_job_run_as_rounds_carries_on_after_the_service_is_killed(tmp_path: Pa
         assert_as_on_one_device(tmp_path, job["id"], seed=0, rounds=rounds)
     finally:
         service.close()
+
+
+def test_round_keepers_hold_jobs_between_their_tasks_live(tmp_path: Path) -> None:
+    """With ``workers: {keep: 4}``, hare's tasks run in their job's keeper on their GPU
+    (most of them on the state it already holds), the results stay exact, and the
+    keepers end with their jobs."""
+    jobs_asked, rounds_each = JOBS[:4], 3
+    service = ServiceProcess(tmp_path, "hare", {}, users=TOKENS, workers={"standby": 1, "keep": 4})
+    try:
+        service.start()
+        client = service.client
+        ids = []
+        for k, (tasks, gpu_type) in enumerate(jobs_asked):
+            spec: dict[str, Any] = {
+                "name": f"r{k}",
+                "gpus": tasks,
+                "task": {
+                    "factory": FACTORY,
+                    "steps": ROUND_STEPS * rounds_each,
+                    "round_steps": ROUND_STEPS,
+                    "kwargs": {"seed": k, "batch": 16},
+                },
+            }
+            if gpu_type:
+                spec["gpu_type"] = gpu_type
+            ids.append(client.submit(spec)["id"])
+        wait_for(lambda: all(client.job(j)["status"] in TERMINAL for j in ids), 240, "jobs")
+        assert [client.job(j)["status"] for j in ids] == ["SUCCEEDED"] * len(ids)
+        tasks = [t for t in client.history() if t["id"] not in ids]
+        assert all(t["status"] == "SUCCEEDED" for t in tasks), tasks
+        reports = []
+        for t in tasks:
+            lines = client.logs(t["id"]).text.splitlines()
+            reports.append(json.loads(next(x for x in lines if x.startswith('{"round"'))))
+        later = [r for r in reports if r["round"] > 0]  # (at first, workers are warming up)
+        kept = [r for r in later if "kept" in r]  # ran in a keeper
+        assert len(kept) >= len(later) // 2, reports
+        assert any(r["kept"] for r in kept), reports  # on the state the keeper held
+        for k in range(len(jobs_asked)):
+            assert_as_on_one_device(tmp_path, ids[k], seed=k, rounds=rounds_each)
+        folders = list((tmp_path / "state" / "jobs").glob("*/keeper-*"))
+        assert folders  # keepers ran, and each has ended (its exit record written)
+        wait_for(lambda: all((f / "exit.json").exists() for f in folders), 30, "keepers to end")
+    finally:
+        service.close()
+    log = (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in log, log[-3000:]

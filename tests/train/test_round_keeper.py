@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.train.round_keeper import ask
-from corral.train.rounds import KEEPER_ENV, _take_apply_lock, main, state_path
+from corral.train.round_keeper import KEEPER_ENV, ask
+from corral.train.rounds import _take_apply_lock, main, state_path
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -120,17 +120,25 @@ def test_tasks_run_in_a_keeper_hold_the_state_and_end_bit_identical(
     assert not (folder / "rounds" / "keeper-0.sock").exists()  # tidied on SIGTERM
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
 def test_a_keeper_that_did_not_apply_reads_the_next_state_and_stays_exact(
-    plain: dict, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    prefetch: bool,
+    plain: dict,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Part 1 runs in the keeper, part 0 (which applies) in a process of its own: the
-    keeper must take the next round's state from its file, buffers included."""
+    keeper must take the next round's state from its file, buffers included, when the
+    next task comes or (prefetching) as soon as the file is written."""
     folder = tmp_path / "half"
-    keeper = start_keeper(folder, 2, 3)
+    keeper = start_keeper(folder, 2, 3, *([] if prefetch else ["--no-prefetch"]))
     sock = str(folder / "rounds" / "keeper-0.sock")
     answers = []
     try:
         for r in range(3):
+            if r and prefetch:
+                time.sleep(2.0)  # it looks every 50 ms
             monkeypatch.setenv(KEEPER_ENV, sock)
             answers.append(run_task(folder, r, 1, 2, 3, capsys))
             monkeypatch.delenv(KEEPER_ENV)
@@ -138,7 +146,8 @@ def test_a_keeper_that_did_not_apply_reads_the_next_state_and_stays_exact(
     finally:
         keeper.kill()
         keeper.wait(10)
-    assert [a.get("kept") for a in answers] == [True, None, False, None, False, None]
+    later = prefetch  # held when the task came: read ahead, or read by the task
+    assert [a.get("kept") for a in answers] == [True, None, later, None, later, None]
     assert_bit_identical(plain, final_state(folder, 3))
 
 

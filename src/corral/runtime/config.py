@@ -101,6 +101,15 @@ class WorkersConfig(BaseModel):
         "resident (host memory), so one started again on the same GPUs resumes in place "
         "instead of restarting from its checkpoint (0: off; each holds its process's memory)",
     )
+    keep: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="under a policy that plans rounds (hare): jobs per GPU whose state a "
+        "round keeper holds in memory between their tasks, so a task neither rebuilds the "
+        "model nor reads the state from disk (0: off; needs standby workers; each holds "
+        "its job's memory)",
+    )
     preload: list[str] = Field(
         default_factory=list,
         max_length=32,
@@ -225,6 +234,10 @@ class ServiceConfig(BaseModel):
             raise ValueError("workers.standby: standby workers run with the local executor only")
         if self.executor == "ray" and self.workers.park:
             raise ValueError("workers.park: parked jobs run with the local executor only")
+        if self.workers.keep and not self.workers.standby:
+            raise ValueError(
+                "workers.keep: round keepers start in standby workers; set workers.standby too"
+            )
         if self.executor == "ray" and self.ray.address and self.gpus != "auto":
             raise ValueError(
                 "gpus: with ray.address the GPUs are the Ray cluster's; leave gpus out"

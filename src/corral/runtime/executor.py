@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from corral.runtime.launcher import (
     write_atomic,
 )
 from corral.runtime.standby import StandbyPool
+from corral.train.round_keeper import KEEPER_ENV
 
 PASSED_ENV = ("LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR", "CUDA_HOME")
 """The service's variables a job inherits (locale, libraries); nothing else of the
@@ -53,6 +55,22 @@ class GpuSlot:
     node: str
     gpu_type: str
     device: str | None = None
+
+
+@dataclass(frozen=True)
+class KeeperRequest:
+    """A round keeper wanted beside a task of a round (see :mod:`corral.train.round_keeper`)."""
+
+    job: int
+    """The job run as rounds whose state it holds."""
+    gpu: int
+    argv: list[str]
+    """Its module and arguments, for a standby worker."""
+    socket: Path
+    dir: Path
+    """Its launcher's folder (exit record, log)."""
+    limit: int
+    """Keepers kept per GPU at most (the least recently used goes first)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,8 @@ class LaunchRequest:
     """A task job's runner arguments: it may start in a standby worker."""
     nice: int | None = None
     """Niceness for the job's processes (opportunistic jobs: 19)."""
+    keeper: KeeperRequest | None = None
+    """A task of a round: the keeper that may hold its job on its GPU."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,15 @@ class ProcessRef:
 
     pid: int
     pid_start: str
+
+
+@dataclass
+class RunningKeeper:
+    """A round keeper the executor started, and when a task last went its way."""
+
+    process: subprocess.Popen[bytes]
+    socket: Path
+    used: float
 
 
 @dataclass(frozen=True)
@@ -144,6 +173,10 @@ class Executor(ABC):
     def unavailable_nodes(self) -> set[str]:
         """Nodes whose GPUs cannot be used now (gone from the executor's cluster)."""
         return set()
+
+    def release_keepers(self, job: int) -> None:
+        """The job run as rounds is over: its round keepers may go."""
+        return None
 
     def close(self, jobs_running: bool) -> None:
         """The service is stopping; ``jobs_running`` when attempts go on without it
@@ -372,6 +405,9 @@ class LocalExecutor(Executor):
         self.pool = (
             StandbyPool(standby * len(self._slots), standby_log, preload) if standby else None
         )
+        self.keepers: dict[tuple[int, int], RunningKeeper] = {}
+        """Round keepers by (job, GPU)."""
+        self._ending: list[subprocess.Popen[bytes]] = []
 
     def slots(self) -> list[GpuSlot]:
         return list(self._slots)
@@ -381,6 +417,9 @@ class LocalExecutor(Executor):
         env = job_environment(request)
         conf = confinement(request, self._slots)
         if request.warm_argv is not None and self.pool is not None:
+            # a keeper first: a task it runs needs no warm worker (its process only asks)
+            if request.keeper is not None and self._keeper(request.keeper, conf, env):
+                env = {**env, KEEPER_ENV: str(request.keeper.socket)}
             worker = self.pool.take()
             if worker is not None:
                 pid = self.pool.assign(
@@ -393,6 +432,52 @@ class LocalExecutor(Executor):
         child = start_launcher(request.dir, conf, request.argv, env, request.log)
         self._children[child.pid] = child
         return ProcessRef(child.pid, process_start(child.pid) or "")
+
+    def _keeper(self, want: KeeperRequest, conf: Confinement, env: dict[str, str]) -> bool:
+        """Have a keeper for the task's job on its GPU: True when one runs or was started
+        (it starts in a standby worker, as the job's user with its limits and GPU)."""
+        key = (want.job, want.gpu)
+        running = self.keepers.get(key)
+        if running is not None and running.process.poll() is None:
+            running.used = time.monotonic()
+            return True
+        assert self.pool is not None
+        worker = self.pool.take()
+        if worker is None:
+            return False
+        self._evict(want.gpu, want.limit - 1)
+        shutil.rmtree(want.dir, ignore_errors=True)  # an earlier keeper's record
+        want.dir.mkdir(parents=True, exist_ok=True)
+        own = {k: v for k, v in env.items() if k != "CORRAL_JOB_TOKEN"}  # not the task's
+        self.pool.assign(worker, want.dir, want.dir / "log.txt", conf, own, want.argv, True)
+        self.keepers[key] = RunningKeeper(worker.process, want.socket, time.monotonic())
+        return True
+
+    def _evict(self, gpu: int, keep: int) -> None:
+        """End the least recently used keepers on ``gpu`` beyond ``keep``."""
+        on_gpu = [k for k in self.keepers if k[1] == gpu]
+        on_gpu.sort(key=lambda k: self.keepers[k].used)
+        for key in on_gpu[: max(0, len(on_gpu) - keep)]:
+            self._end_keeper(key, signal.SIGTERM)
+
+    def _end_keeper(self, key: tuple[int, int], sig: int) -> None:
+        """SIGTERM: it ends after the task it runs, if any; its launcher is reaped later."""
+        keeper = self.keepers.pop(key)
+        if keeper.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(keeper.process.pid, sig)
+            self._ending.append(keeper.process)
+        self._ending = [p for p in self._ending if p.poll() is None]  # reap the ended
+
+    def release_keepers(self, job: int) -> None:
+        for key in [k for k in self.keepers if k[0] == job]:
+            self._end_keeper(key, signal.SIGTERM)
+
+    def close(self, jobs_running: bool) -> None:
+        for key in list(self.keepers):  # (they would die with the service anyway)
+            self._end_keeper(key, signal.SIGKILL)
+        if self.pool is not None:
+            self.pool.close()
 
     def signal(self, ref: ProcessRef, sig: int) -> None:
         if not self._same(ref):

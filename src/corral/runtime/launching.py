@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from corral.model.jobs import JobStatus
 from corral.runtime.config import hash_token
 from corral.runtime.executor import (
+    KeeperRequest,
     LaunchRequest,
     free_port,
     write_exit_record,
@@ -127,6 +128,7 @@ class Launching(LoopBase):
                     output=output_path(spec, job, row.user),
                     warm_argv=spec.warm_argv(),
                     nice=LOW_PRIORITY_NICE if job in self.low_priority else None,
+                    keeper=self._keeper_request(spec, gpus),
                 )
             )
         except OSError as exc:
@@ -136,6 +138,17 @@ class Launching(LoopBase):
             att = s.get(AttemptRow, attempt_id)
             if att is not None:
                 att.pid, att.pid_start = a.ref.pid, a.ref.pid_start
+
+    def _keeper_request(self, spec: JobSpec, gpus: tuple[int, ...]) -> KeeperRequest | None:
+        """For a task of a round with ``workers.keep`` on: the keeper that may hold its
+        job on its GPU (the executor starts one if there is none)."""
+        keep = self.config.workers.keep
+        if not keep or spec.round_of is None or len(gpus) != 1:
+            return None
+        job, gpu = spec.round_of.job, gpus[0]
+        socket = self.config.job_root / str(job) / "rounds" / f"keeper-{gpu}.sock"
+        folder = self.config.state_dir / "jobs" / str(job) / f"keeper-{gpu}"
+        return KeeperRequest(job, gpu, spec.keeper_argv(socket), socket, folder, keep)
 
     def _prestage(self, job: int) -> None:
         """Start staging a waiting job's inputs ahead of its start (Liquid's

@@ -125,6 +125,7 @@ class RoundJobs(LoopBase):
         job.steps = float((latest + 1) * spec.round_steps())
 
     def _end_round_job(self, s: Session, job: JobRow) -> None:
+        self.executor.release_keepers(job.id)  # nothing left for them to hold
         i = self.live.index.get(job.id)
         if i is not None:
             self.live.close(i)

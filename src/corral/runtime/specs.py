@@ -134,6 +134,8 @@ ROUND_RUNNER = ["python", "-m", "corral.train.rounds"]
 """The command of one task of a round (policies that plan rounds: hare)."""
 WARM_MODULES = (TASK_RUNNER[2], ROUND_RUNNER[2])
 """Runners a standby worker has loaded: a job whose command is one starts warm."""
+KEEPER_MODULE = "corral.train.round_keeper"
+"""What holds a job run as rounds between its tasks (started by the executor)."""
 
 
 class TaskSpec(BaseModel):
@@ -324,6 +326,12 @@ class JobSpec(BaseModel):
         for key, value in self.task.kwargs.items():
             out += ["--kw", f"{key}={json.dumps(value)}"]
         return out
+
+    def keeper_argv(self, socket: Path) -> list[str]:
+        """The round keeper's module and arguments for this task's job (a task of a
+        round): the task's own arguments (the keeper ignores its round and part)."""
+        assert self.round_of is not None and self.command[:3] == ROUND_RUNNER
+        return [KEEPER_MODULE, *self.command[3:], "--socket", str(socket)]
 
     def round_steps(self) -> int:
         """Mini-batches per round, when run as rounds (unset: one per GPU asked)."""

@@ -58,6 +58,7 @@ def warm_up(preload: list[str]) -> None:
 
     import torch
 
+    import corral.train.round_keeper
     import corral.train.rounds
     import corral.train.run_task  # noqa: F401
 
@@ -75,9 +76,9 @@ def run_module(module: str, argv: list[str]) -> int:
     """Run one of the runners a worker has loaded (``WARM_MODULES``), as ``python -m``."""
     import importlib
 
-    from corral.runtime.specs import WARM_MODULES
+    from corral.runtime.specs import KEEPER_MODULE, WARM_MODULES
 
-    if module not in WARM_MODULES:
+    if module not in (*WARM_MODULES, KEEPER_MODULE):
         print(f"corral: a standby worker does not run {module}", file=sys.stderr)
         return 2
     code = importlib.import_module(module).main(argv)
@@ -99,8 +100,9 @@ def main(fd: int, preload: list[str]) -> int:
     sock.close()
     if not message or not fds:
         return 0  # the service went away before giving work
-    prctl(PR_SET_PDEATHSIG, 0)  # from here on this is an attempt: it outlives the service
     assignment = json.loads(message)
+    if not assignment.get("tethered"):  # an attempt: it outlives the service
+        prctl(PR_SET_PDEATHSIG, 0)
     log = fds[0]
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -220,10 +222,18 @@ class StandbyPool:
         conf: Confinement,
         env: dict[str, str],
         argv: list[str],
+        tethered: bool = False,
     ) -> int:
-        """Hand an attempt to ``worker``; its pid (the attempt's launcher from now on)."""
+        """Hand an attempt to ``worker``; its pid (the attempt's launcher from now on).
+        ``tethered``: it dies with the service (a round keeper), unlike an attempt."""
         message = json.dumps(
-            {"dir": str(folder), "options": conf.options(), "env": env, "argv": argv}
+            {
+                "dir": str(folder),
+                "options": conf.options(),
+                "env": env,
+                "argv": argv,
+                "tethered": tethered,
+            }
         ).encode()
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:

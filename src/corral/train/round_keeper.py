@@ -12,9 +12,12 @@ connect). A task process of that job on that GPU
 (:mod:`corral.train.rounds`) hands its arguments to the keeper and waits;
 the keeper runs the task on the state it holds (:class:`~corral.train.rounds.Held`)
 and answers, and the task exits with its answer. So a task whose round's
-starting state the keeper holds (it applied the last update, or ran another
-task of the round) reads nothing from disk and builds nothing; otherwise the
-keeper reads the round's state file, still without a rebuild. Files are
+starting state the keeper holds reads nothing from disk and builds nothing:
+the keeper applied the last update, or ran another task of the round, or,
+idle after running a task whose round another task completed, read the next
+round's state as soon as it was written (Hare's preloading). Otherwise the
+keeper reads the round's state file when the task comes, still without a
+rebuild. Files are
 written exactly as a task process writes them, so the result is the same.
 
 On a GPU the keeper parks the job's tensors in pinned host memory between
@@ -44,6 +47,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+KEEPER_ENV = "CORRAL_ROUND_KEEPER"
+"""Names, in a task's environment, the socket of the keeper holding its job on its GPU."""
 IDLE_SECONDS = 300.0
 """A keeper with no task for this long ends (its job may have moved elsewhere)."""
 START_WAIT = 1.0
@@ -114,6 +119,8 @@ class Keeper:
         self.own = {key: own[key] for key in IDENTITY}
         self.held = Held(task, rebuild=build)
         self.suspension = _suspension(task)
+        self.served = -1
+        """The round of the last task it ran."""
 
     def serve(self, request: dict[str, Any]) -> dict[str, Any]:
         from corral.train.rounds import run_part, share
@@ -141,7 +148,26 @@ class Keeper:
             self.own["seed"],
         )
         self._suspend()
+        self.served = round_
         return {"applied": applied, "held": held}
+
+    def prefetch(self) -> bool:
+        """Idle, having run a task of the round whose update another task applied: read
+        the next round's state as soon as it is written (Hare's preloading), so the
+        job's next task here finds it held. True when it read one."""
+        from corral.train.rounds import state_path
+
+        following = self.held.round_ + 1
+        if self.served != self.held.round_ or following >= self.own["rounds"]:
+            return False
+        path = state_path(Path(self.own["dir"]), following)
+        if not path.exists():
+            return False
+        try:
+            self.held.restore(path.parent.parent, following)  # (into host memory on a GPU)
+        except (OSError, EOFError, RuntimeError):
+            return False  # gone already (the job moved on): the next task reads its own
+        return True
 
     def _resume(self) -> None:
         if self.suspension is not None:
@@ -172,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     options = parser(__doc__.splitlines()[0])
     options.add_argument("--socket", type=Path, required=True, help="where to listen")
     options.add_argument("--idle", type=float, default=IDLE_SECONDS, help="seconds")
+    options.add_argument(
+        "--no-prefetch",
+        dest="prefetch",
+        action="store_false",
+        help="read a round's state when its task comes, not when it is written",
+    )
     args = options.parse_args(argv)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda sig, _: stopping.append(sig))
@@ -185,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
+                if args.prefetch:
+                    keeper.prefetch()
                 continue
             answer = _serve_one(keeper, conn)
             last = time.monotonic()
@@ -223,6 +257,7 @@ def _serve_one(keeper: Keeper, conn: socket.socket) -> dict[str, Any]:
 
 def _listen(path: Path) -> tuple[socket.socket, int]:
     """Listen at ``path``; the socket and the inode of its file there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # a keeper before this one died without removing it
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -233,7 +268,7 @@ def _listen(path: Path) -> tuple[socket.socket, int]:
     finally:
         os.umask(old)
     listener.listen(16)
-    listener.settimeout(1.0)  # to notice SIGTERM and the idle limit
+    listener.settimeout(0.05)  # to notice the next round's state, SIGTERM, the idle limit
     return listener, path.stat().st_ino
 
 

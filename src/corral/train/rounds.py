@@ -49,9 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from corral.train import checkpoint
-from corral.train.run_task import keyword
-from corral.train.task import load_factory
+from corral.train.round_keeper import KEEPER_ENV, ask
 
 
 class RoundTask(Protocol):
@@ -62,11 +60,6 @@ class RoundTask(Protocol):
     optimizer: Any
 
     def loss_of_step(self, step: int) -> Any: ...
-
-
-KEEPER_ENV = "CORRAL_ROUND_KEEPER"
-"""The socket of the round keeper holding this task's job on its GPU, if the service
-started one (see :mod:`corral.train.round_keeper`)."""
 
 
 def share(part: int, parts: int, round_steps: int) -> range:
@@ -160,7 +153,7 @@ def _buffers_on_host(task: RoundTask) -> dict[str, Any]:
 
 def place(task: RoundTask, device: str = "auto") -> None:
     """On the task's GPU when it has one (``auto``), as a job run whole is placed."""
-    from corral.train.run_task import place_task
+    from corral.train.run_task import place_task  # (PyTorch: only where a task runs)
 
     place_task(task, device)  # type: ignore[arg-type]
 
@@ -270,6 +263,8 @@ def apply_round(
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     _save(state_path(folder, round_ + 1), state)
     if round_ + 1 == rounds:  # the trained state is the job's result
+        from corral.train import checkpoint
+
         objects = {"model": model, "optimizer": optimizer}
         checkpoint.save(folder / "checkpoint", rounds * round_steps, objects, {"rounds": rounds})
     for k in range(parts):  # the round's gradients are spent
@@ -297,6 +292,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     return out
 
 
+def keyword(text: str) -> tuple[str, Any]:
+    """A factory's keyword argument, ``NAME=VALUE``, its value read as JSON where it
+    parses (numbers, booleans), else kept as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"'{text}': give NAME=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def request_of(args: argparse.Namespace) -> dict[str, Any]:
     """A task's arguments as the message a round keeper reads (the job's folder absolute)."""
     folder = args.dir or Path(os.environ.get("CORRAL_ROUND_DIR", "."))
@@ -318,17 +325,14 @@ def main(argv: list[str] | None = None) -> int:
     request = request_of(args)
     folder = Path(request["dir"])
     try:
-        factory = load_factory(args.factory)
         if not 0 <= args.round_ < args.rounds:
             raise ValueError(f"round {args.round_} is not in 0..{args.rounds - 1}")
         share(args.part, args.parts, args.round_steps)
-    except (ImportError, ValueError) as exc:
+    except ValueError as exc:
         print(f"corral: {exc}", file=sys.stderr)
         return 2
     keeper = os.environ.get(KEEPER_ENV)
-    if keeper:  # the job's state may be held in a keeper on this GPU: no build, no load
-        from corral.train.round_keeper import ask
-
+    if keeper:  # the job's state may be held in a keeper on this GPU: no import, no build
         answer = ask(Path(keeper), request)
         if answer is not None:
             if "error" in answer:
@@ -337,6 +341,13 @@ def main(argv: list[str] | None = None) -> int:
             report = {"round": args.round_, "part": args.part, "applied": answer["applied"]}
             print(json.dumps({**report, "kept": answer["held"]}), flush=True)
             return 0
+    from corral.train.task import load_factory
+
+    try:
+        factory = load_factory(args.factory)
+    except (ImportError, ValueError) as exc:
+        print(f"corral: {exc}", file=sys.stderr)
+        return 2
 
     def build() -> RoundTask:
         return factory(**dict(args.kw))

@@ -15,20 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
+from corral.train.rounds import keyword
 from corral.train.session import Session
 from corral.train.task import Task, load_factory
-
-
-def keyword(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.isidentifier():
-        raise argparse.ArgumentTypeError(f"'{text}': give NAME=VALUE")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value
 
 
 def main(argv: list[str] | None = None) -> int:
