@@ -10,7 +10,7 @@ from corral.errors import InputError
 from corral.runtime.config import GpuGroup, load_config
 from corral.runtime.executor import GpuSlot, gpu_type_from_name, virtual_slots
 from corral.runtime.scheduler import cluster_from_slots
-from corral.runtime.specs import load_job_spec, parse_seconds
+from corral.runtime.specs import JobSpec, load_job_spec, parse_seconds
 
 
 @pytest.mark.parametrize(
@@ -119,3 +119,32 @@ def test_parking_is_checked_in_the_config(tmp_path: Path) -> None:
     path.write_text("policy: las\nexecutor: ray\nworkers: {park: 1}\n" + users)
     with pytest.raises(InputError, match="parked jobs run with the local executor only"):
         load_config(path)
+
+
+def test_round_keepers_are_checked_in_the_config(tmp_path: Path) -> None:
+    path = tmp_path / "corral.yaml"
+    users = "users: [{name: a, token: long-enough}]\n"
+    path.write_text("policy: hare\nworkers: {standby: 1, keep: 2}\n" + users)
+    assert load_config(path).workers.keep == 2
+    path.write_text("policy: hare\nworkers: {standby: 1, keep: 9}\n" + users)
+    with pytest.raises(InputError, match=r"corral.yaml:2: field 'workers.keep'"):
+        load_config(path)
+    path.write_text("policy: hare\nworkers: {keep: 1}\n" + users)
+    with pytest.raises(InputError, match="round keepers start in standby workers"):
+        load_config(path)
+
+
+def test_a_round_keeper_takes_its_tasks_arguments() -> None:
+    spec = JobSpec.model_validate(
+        {"gpus": 2, "task": {"factory": "m:f", "steps": 8, "kwargs": {"seed": 3}}}
+    )
+    task = spec.model_copy(
+        update={
+            "command": spec.round_argv(1, 0),
+            "round_of": {"job": 7, "round": 1, "part": 0, "parts": 2, "rounds": 4},
+        }
+    )
+    argv = task.keeper_argv(Path("/j/7/rounds/keeper-0.sock"))
+    assert argv[0] == "corral.train.round_keeper"
+    assert argv[1:-2] == spec.round_argv(1, 0)[3:]
+    assert argv[-2:] == ["--socket", "/j/7/rounds/keeper-0.sock"]
