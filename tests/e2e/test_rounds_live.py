@@ -56,6 +56,26 @@ def assert_as_on_one_device(folder: Path, job: int, seed: int, rounds: int) -> N
         assert torch.allclose(saved["state"]["model"][key], value, rtol=1e-5, atol=1e-7), key
 
 
+def submit_jobs(client: Any, jobs: list[tuple[int, str | None]], rounds: int) -> list[int]:
+    """The jobs as digits tasks run as rounds (job k seeded k); their ids."""
+    ids = []
+    for k, (tasks, gpu_type) in enumerate(jobs):
+        spec: dict[str, Any] = {
+            "name": f"r{k}",
+            "gpus": tasks,
+            "task": {
+                "factory": FACTORY,
+                "steps": ROUND_STEPS * rounds,
+                "round_steps": ROUND_STEPS,
+                "kwargs": {"seed": k, "batch": 16},
+            },
+        }
+        if gpu_type:
+            spec["gpu_type"] = gpu_type
+        ids.append(client.submit(spec)["id"])
+    return ids
+
+
 @pytest.mark.parametrize("name", list(ROUND_PLANNERS))
 def test_round_policy_runs_task_jobs_as_rounds_live(name: str, tmp_path: Path) -> None:
     jobs_asked, rounds_each = CASES[name]
@@ -63,21 +83,7 @@ def test_round_policy_runs_task_jobs_as_rounds_live(name: str, tmp_path: Path) -
     try:
         service.start()
         client = service.client
-        ids = []
-        for k, (tasks, gpu_type) in enumerate(jobs_asked):
-            spec: dict[str, Any] = {
-                "name": f"r{k}",
-                "gpus": tasks,
-                "task": {
-                    "factory": FACTORY,
-                    "steps": ROUND_STEPS * rounds_each,
-                    "round_steps": ROUND_STEPS,
-                    "kwargs": {"seed": k, "batch": 16},
-                },
-            }
-            if gpu_type:
-                spec["gpu_type"] = gpu_type
-            ids.append(client.submit(spec)["id"])
+        ids = submit_jobs(client, jobs_asked, rounds_each)
         wait_for(lambda: all(client.job(j)["status"] in TERMINAL for j in ids), 240, "jobs")
         jobs = [client.job(j) for j in ids]
         assert [j["status"] for j in jobs] == ["SUCCEEDED"] * len(jobs_asked), jobs
@@ -169,21 +175,7 @@ def test_round_keepers_hold_jobs_between_their_tasks_live(tmp_path: Path) -> Non
     try:
         service.start()
         client = service.client
-        ids = []
-        for k, (tasks, gpu_type) in enumerate(jobs_asked):
-            spec: dict[str, Any] = {
-                "name": f"r{k}",
-                "gpus": tasks,
-                "task": {
-                    "factory": FACTORY,
-                    "steps": ROUND_STEPS * rounds_each,
-                    "round_steps": ROUND_STEPS,
-                    "kwargs": {"seed": k, "batch": 16},
-                },
-            }
-            if gpu_type:
-                spec["gpu_type"] = gpu_type
-            ids.append(client.submit(spec)["id"])
+        ids = submit_jobs(client, jobs_asked, rounds_each)
         wait_for(lambda: all(client.job(j)["status"] in TERMINAL for j in ids), 240, "jobs")
         assert [client.job(j)["status"] for j in ids] == ["SUCCEEDED"] * len(ids)
         tasks = [t for t in client.history() if t["id"] not in ids]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from corral.runtime.config import GpuGroup
 from corral.runtime.executor import LocalExecutor, RunningKeeper
+from corral.runtime.standby import Idle
 
 
 def fake_keeper(used: float) -> RunningKeeper:
@@ -33,3 +34,46 @@ def test_keepers_beyond_the_limit_end_least_recently_used_first() -> None:
         for keeper in made.values():
             keeper.process.kill()
             keeper.process.wait()
+
+
+class FakePool:
+    """Standby workers that become ready when the test says so."""
+
+    def __init__(self) -> None:
+        self.ready: list[object] = []
+        self.assigned: list[tuple[list[str], bool]] = []
+
+    def take(self) -> object | None:
+        return self.ready.pop() if self.ready else None
+
+    def assign(self, worker, folder, log, conf, env, argv, tethered=False) -> int:
+        self.assigned.append((argv, tethered))
+        return worker.process.pid
+
+    def refill(self) -> None:
+        return None
+
+
+def test_a_keeper_wanted_while_no_worker_was_ready_starts_when_one_is(tmp_path: Path) -> None:
+    from corral.runtime.executor import KeeperRequest
+    from corral.runtime.launcher import Confinement
+
+    executor = LocalExecutor([GpuGroup(type="V100", count=1)])
+    pool = FakePool()
+    executor.pool = pool  # type: ignore[assignment]
+    want = KeeperRequest(5, 0, ["corral.train.round_keeper"], tmp_path / "k.sock", tmp_path, 1)
+    assert not executor._keeper(want, Confinement(), {})  # none ready: the task runs itself
+    executor.tend()
+    assert pool.assigned == [] and not executor.keepers
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        pool.ready.append(Idle(sleeper, None))  # type: ignore[arg-type]
+        executor.tend()  # a worker is ready: the keeper starts, tethered to the service
+        assert pool.assigned == [(["corral.train.round_keeper"], True)]
+        assert set(executor.keepers) == {(5, 0)}
+        assert executor._keeper(want, Confinement(), {})  # the job's next task finds it
+        executor.release_keepers(5)
+        assert not executor.keepers and not executor._wanted
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -39,7 +39,7 @@ from corral.runtime.launcher import (
     process_states,
     write_atomic,
 )
-from corral.runtime.standby import StandbyPool
+from corral.runtime.standby import Idle, StandbyPool
 from corral.train.round_keeper import KEEPER_ENV
 
 PASSED_ENV = ("LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR", "CUDA_HOME")
@@ -176,6 +176,11 @@ class Executor(ABC):
 
     def release_keepers(self, job: int) -> None:
         """The job run as rounds is over: its round keepers may go."""
+        return None
+
+    def tend(self) -> None:
+        """Upkeep between the loop's passes (the local executor starts the round
+        keepers it could not start when their task launched)."""
         return None
 
     def close(self, jobs_running: bool) -> None:
@@ -408,6 +413,8 @@ class LocalExecutor(Executor):
         self.keepers: dict[tuple[int, int], RunningKeeper] = {}
         """Round keepers by (job, GPU)."""
         self._ending: list[subprocess.Popen[bytes]] = []
+        self._wanted: dict[tuple[int, int], tuple[KeeperRequest, Confinement, dict[str, str]]] = {}
+        """Keepers asked for while no standby worker was ready (started by :meth:`tend`)."""
 
     def slots(self) -> list[GpuSlot]:
         return list(self._slots)
@@ -443,15 +450,36 @@ class LocalExecutor(Executor):
             return True
         assert self.pool is not None
         worker = self.pool.take()
-        if worker is None:
+        if worker is None:  # for the job's next task here
+            self._wanted[key] = (want, conf, env)
             return False
+        self._start_keeper(worker, want, conf, env)
+        return True
+
+    def tend(self) -> None:
+        started = False
+        for key, (want, conf, env) in list(self._wanted.items()):
+            worker = self.pool.take() if self.pool is not None else None
+            if worker is None:
+                break
+            del self._wanted[key]
+            self._start_keeper(worker, want, conf, env)
+            started = True
+        if started and self.pool is not None:
+            self.pool.refill()
+
+    def _start_keeper(
+        self, worker: Idle, want: KeeperRequest, conf: Confinement, env: dict[str, str]
+    ) -> None:
+        assert self.pool is not None
+        key = (want.job, want.gpu)
+        self._wanted.pop(key, None)
         self._evict(want.gpu, want.limit - 1)
         shutil.rmtree(want.dir, ignore_errors=True)  # an earlier keeper's record
         want.dir.mkdir(parents=True, exist_ok=True)
         own = {k: v for k, v in env.items() if k != "CORRAL_JOB_TOKEN"}  # not the task's
         self.pool.assign(worker, want.dir, want.dir / "log.txt", conf, own, want.argv, True)
         self.keepers[key] = RunningKeeper(worker.process, want.socket, time.monotonic())
-        return True
 
     def _evict(self, gpu: int, keep: int) -> None:
         """End the least recently used keepers on ``gpu`` beyond ``keep``."""
@@ -470,6 +498,8 @@ class LocalExecutor(Executor):
         self._ending = [p for p in self._ending if p.poll() is None]  # reap the ended
 
     def release_keepers(self, job: int) -> None:
+        for key in [k for k in self._wanted if k[0] == job]:
+            del self._wanted[key]
         for key in [k for k in self.keepers if k[0] == job]:
             self._end_keeper(key, signal.SIGTERM)
 

@@ -25,7 +25,7 @@ from corral.runtime.executor import (
 )
 from corral.runtime.identity import check_identities
 from corral.runtime.live_state import LiveJobs
-from corral.runtime.round_policy import LiveRounds, plans_rounds
+from corral.runtime.round_policy import KEEPER_AFFINITY, LiveRounds, plans_rounds
 from corral.runtime.specs import RoundOf
 from corral.runtime.store import Store
 
@@ -197,6 +197,8 @@ class LoopBase:
         if plans_rounds(self.config.policy):
             rounds = LiveRounds.named(self.config.policy, **options)
             rounds.round_of = self._round_ref
+            if self.config.workers.keep:  # a task goes where its job is held, all else equal
+                rounds.switch_s = KEEPER_AFFINITY
             return rounds
         if self.config.vcs is not None and "quotas" in policy_options(
             POLICIES[self.config.policy.strip().lower()]

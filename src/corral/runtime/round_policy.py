@@ -35,6 +35,9 @@ from corral.sim.rounds.workload import RoundWorkload
 
 SOON = 1e-3
 """Seconds: a planned start this close to now is now."""
+KEEPER_AFFINITY = SOON
+"""The switching time the plan charges with round keepers: a tie-break (see
+:attr:`LiveRounds.switch_s`)."""
 
 
 def plans_rounds(policy: str) -> bool:
@@ -54,6 +57,17 @@ class LiveRounds(Policy):
         """State row -> which job and round the task there belongs to (set by the service)."""
         self.last_on: dict[int, int] = {}
         """GPU -> the job whose task it ran last (no switch to run that job again)."""
+        self.round_gpus: dict[int, tuple[int, list[int]]] = {}
+        """Job -> the round its tasks last started in and the GPUs they started on. As in
+        the simulator's view, a round's planning looks first at the GPUs of the tasks
+        of the round already started, else at those the last round ran on."""
+        self.last_rounds: set[int] = set()
+        """Jobs whose last round has started (what is kept of them goes when they end)."""
+        self.switch_s = 0.0
+        """What the plan charges a task on a GPU that last ran another job (Hare's
+        switching time). With round keepers the service sets it to a tie-break's
+        worth (:data:`KEEPER_AFFINITY`): of GPUs that finish a task equally soon,
+        the one whose keeper holds the job wins; the plan is otherwise unchanged."""
 
     @classmethod
     def named(cls, name: str, **options: Any) -> LiveRounds:
@@ -77,6 +91,7 @@ class LiveRounds(Policy):
                 ref.job, {"ref": ref, "pending": [], "running": [], "row": int(i)}
             )
             job["running" if state.status[i] == RUNNING else "pending"].append(int(i))
+        self._forget_ended(set(jobs))
         if not any(j["pending"] for j in jobs.values()):
             return builder.build()
         return self._plan(state, builder, list(jobs.values()))
@@ -119,6 +134,9 @@ class LiveRounds(Policy):
             used = []
             done = j["ref"].parts - len(j["pending"]) - len(j["running"])
             placed[p] = done + len(j["running"])
+            started = self.round_gpus.get(j["ref"].job)
+            if started is not None:
+                used.extend(started[1])
             for i in j["running"]:
                 for gpu in state.alloc[i] or ():
                     t = int(cluster.gpu_type_id[gpu])
@@ -126,7 +144,7 @@ class LiveRounds(Policy):
                     gpu_free[gpu] = max(end, now + SOON)
                     partial[p] = max(partial[p], gpu_free[gpu])
                     used.append(int(gpu))
-            prev.append(used)
+            prev.append(sorted(set(used)))
         last = np.full(n_gpus, -1, dtype=np.int64)
         position = {r.job: p for p, r in enumerate(refs)}
         for gpu, job in self.last_on.items():
@@ -142,7 +160,7 @@ class LiveRounds(Policy):
             prev_gpus=prev,
             gpu_free=gpu_free,
             gpu_last=last,
-            switch_s=0.0,
+            switch_s=self.switch_s,
         )
         tasks = self.planner.plan(work, view)
         waiting = [list(j["pending"]) for j in jobs]
@@ -157,8 +175,23 @@ class LiveRounds(Policy):
             i = waiting[task.job].pop(0)
             builder.start(i, (task.gpu,))
             free_now[task.gpu] = False
-            self.last_on[task.gpu] = refs[task.job].job
+            self._started(refs[task.job], task.gpu)
         return builder.build(None if soonest is None else max(soonest, now + SOON))
+
+    def _started(self, ref: RoundOf, gpu: int) -> None:
+        self.last_on[gpu] = ref.job
+        started = self.round_gpus.get(ref.job)
+        if started is None or started[0] != ref.round:
+            started = self.round_gpus[ref.job] = (ref.round, [])
+            if ref.round + 1 == ref.rounds:
+                self.last_rounds.add(ref.job)
+        started[1].append(gpu)
+
+    def _forget_ended(self, present: set[int]) -> None:
+        """Jobs whose last round started and that have no task left have ended."""
+        for job in self.last_rounds - present:
+            self.round_gpus.pop(job, None)
+        self.last_rounds &= present
 
     def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
         """A task waits for the GPU the plan chose, or for its round's turn."""

@@ -105,6 +105,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             self._observe_progress()
             self.observed_at = now
         self._launch_ready(self.clock())
+        self.executor.tend()
         self._poll_staging()
         self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
         with self._cv:
