@@ -17,7 +17,9 @@ the job (which runs the task in the already-initialised interpreter, after
 taking the job's Unix identity and limits), waits for it, kills whatever it
 left, and writes the exit record, exactly as :mod:`corral.runtime.launcher`
 does for a cold start. An idle worker dies with the service; a busy one, like
-any launcher, outlives it so the restarted service can adopt the job.
+any launcher, outlives it so the restarted service can adopt the job. A
+round keeper (:mod:`corral.train.round_keeper`) also starts in a standby
+worker, but *tethered*: it goes with the service, like an idle worker.
 
 Only CUDA is left to the job (a forked process must not inherit a CUDA
 context), so on a GPU the job still creates its context on its first use.
