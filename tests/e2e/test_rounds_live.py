@@ -142,8 +142,13 @@ def test_jobs_that_cannot_run_as_rounds_are_refused_with_the_reason(tmp_path: Pa
     assert "Traceback" not in log, log[-3000:]
 
 
-def test_a_job_run_as_rounds_carries_on_after_the_service_is_killed(tmp_path: Path) -> None:
-    service = ServiceProcess(tmp_path, "hare", {}, users=TOKENS)
+@pytest.mark.parametrize("workers", [{}, {"standby": 1, "keep": 2}], ids=["plain", "keepers"])
+def test_a_job_run_as_rounds_carries_on_after_the_service_is_killed(
+    workers: dict[str, int], tmp_path: Path
+) -> None:
+    """Killed with ``-9`` mid-job (with keepers: they die with it, and a task whose
+    keeper went runs itself), restarted, the job ends exactly as on one device."""
+    service = ServiceProcess(tmp_path, "hare", {}, users=TOKENS, workers=workers)
     try:
         service.start()
         client = service.client
