@@ -12,7 +12,7 @@ from corral.runtime.standby import Idle
 
 def fake_keeper(used: float) -> RunningKeeper:
     process = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    return RunningKeeper(process, Path("/nonexistent.sock"), used)
+    return RunningKeeper(process, used)
 
 
 def test_keepers_beyond_the_limit_end_least_recently_used_first() -> None:

@@ -19,7 +19,8 @@ def plan_second_round(switch_s: float) -> list[tuple[int, ...]]:
         RoundOf(job=7, round=1, part=0, parts=1, rounds=3) if row == i else None
     )
     policy.last_on = {2: 7, 0: 8}
-    policy.round_gpus = {7: (0, [2])}  # as the simulator's view: the last round's GPUs
+    last_round = RoundOf(job=7, round=0, part=0, parts=1, rounds=3)
+    policy.round_gpus = {7: (last_round, [2])}  # as the simulator's view: its last round's GPUs
     policy.switch_s = switch_s
     plan = policy.schedule(live.state)
     return list(plan.starts.values())
@@ -34,8 +35,10 @@ def test_the_gpus_a_job_started_on_are_forgotten_once_it_has_ended() -> None:
     policy = LiveRounds.named("hare")
     policy._started(RoundOf(job=7, round=0, part=0, parts=1, rounds=2), 2)
     policy._started(RoundOf(job=7, round=1, part=0, parts=1, rounds=2), 3)
-    assert policy.round_gpus == {7: (1, [3])}
+    assert {job: (ref.round, gpus) for job, (ref, gpus) in policy.round_gpus.items()} == {
+        7: (1, [3])
+    }
     policy._forget_ended({7})  # its last task still runs
     assert 7 in policy.round_gpus
     policy._forget_ended(set())
-    assert policy.round_gpus == {} and policy.last_rounds == set()
+    assert policy.round_gpus == {}

@@ -109,7 +109,6 @@ class RunningKeeper:
     """A round keeper the executor started, and when a task last went its way."""
 
     process: subprocess.Popen[bytes]
-    socket: Path
     used: float
 
 
@@ -479,7 +478,7 @@ class LocalExecutor(Executor):
         want.dir.mkdir(parents=True, exist_ok=True)
         own = {k: v for k, v in env.items() if k != "CORRAL_JOB_TOKEN"}  # not the task's
         self.pool.assign(worker, want.dir, want.dir / "log.txt", conf, own, want.argv, True)
-        self.keepers[key] = RunningKeeper(worker.process, want.socket, time.monotonic())
+        self.keepers[key] = RunningKeeper(worker.process, time.monotonic())
 
     def _evict(self, gpu: int, keep: int) -> None:
         """End the least recently used keepers on ``gpu`` beyond ``keep``."""

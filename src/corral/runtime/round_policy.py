@@ -57,12 +57,10 @@ class LiveRounds(Policy):
         """State row -> which job and round the task there belongs to (set by the service)."""
         self.last_on: dict[int, int] = {}
         """GPU -> the job whose task it ran last (no switch to run that job again)."""
-        self.round_gpus: dict[int, tuple[int, list[int]]] = {}
-        """Job -> the round its tasks last started in and the GPUs they started on. As in
-        the simulator's view, a round's planning looks first at the GPUs of the tasks
+        self.round_gpus: dict[int, tuple[RoundOf, list[int]]] = {}
+        """Job -> the task that last started and the GPUs its round's tasks started on. As
+        in the simulator's view, a round's planning looks first at the GPUs of the tasks
         of the round already started, else at those the last round ran on."""
-        self.last_rounds: set[int] = set()
-        """Jobs whose last round has started (what is kept of them goes when they end)."""
         self.switch_s = 0.0
         """What the plan charges a task on a GPU that last ran another job (Hare's
         switching time). With round keepers the service sets it to a tie-break's
@@ -181,17 +179,14 @@ class LiveRounds(Policy):
     def _started(self, ref: RoundOf, gpu: int) -> None:
         self.last_on[gpu] = ref.job
         started = self.round_gpus.get(ref.job)
-        if started is None or started[0] != ref.round:
-            started = self.round_gpus[ref.job] = (ref.round, [])
-            if ref.round + 1 == ref.rounds:
-                self.last_rounds.add(ref.job)
-        started[1].append(gpu)
+        gpus = started[1] if started is not None and started[0].round == ref.round else []
+        self.round_gpus[ref.job] = (ref, [*gpus, gpu])
 
     def _forget_ended(self, present: set[int]) -> None:
         """Jobs whose last round started and that have no task left have ended."""
-        for job in self.last_rounds - present:
-            self.round_gpus.pop(job, None)
-        self.last_rounds &= present
+        for job, (ref, _) in list(self.round_gpus.items()):
+            if job not in present and ref.round + 1 == ref.rounds:
+                del self.round_gpus[job]
 
     def waiting_reasons(self, state: SchedulerState) -> dict[int, str]:
         """A task waits for the GPU the plan chose, or for its round's turn."""

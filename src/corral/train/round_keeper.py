@@ -43,7 +43,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,28 +111,24 @@ def _line(sock: socket.socket) -> bytes:
 class Keeper:
     """The job, held, and what serving a task involves."""
 
-    def __init__(self, own: dict[str, Any], build: Any) -> None:
-        from corral.train.rounds import Held, place
+    def __init__(self, own: dict[str, Any], build: Callable[[], Any]) -> None:
+        from corral.train.rounds import Held
 
-        task = build()
-        place(task)
         self.own = {key: own[key] for key in IDENTITY}
-        self.held = Held(task, rebuild=build)
-        self.suspension = _suspension(task)
+        self.held = Held.built(build)
+        self.suspension = _suspension(self.held.task)
         self.served = -1
         """The round of the last task it ran."""
 
     def serve(self, request: dict[str, Any]) -> dict[str, Any]:
-        from corral.train.rounds import run_part, share
+        from corral.train.rounds import check_task, run_part
 
         mismatch = [key for key in IDENTITY if request.get(key) != self.own[key]]
         if mismatch:
             return {"refused": f"another job ({', '.join(mismatch)} differ)"}
         try:
             round_, part, parts = int(request["round"]), int(request["part"]), int(request["parts"])
-            share(part, parts, self.own["round_steps"])
-            if not 0 <= round_ < self.own["rounds"]:
-                raise ValueError(f"round {round_} is not in 0..{self.own['rounds'] - 1}")
+            check_task(round_, part, parts, self.own["round_steps"], self.own["rounds"])
         except (KeyError, TypeError, ValueError) as exc:
             return {"refused": f"malformed task: {exc}"}
         held = self.held.round_ == round_
@@ -151,23 +147,20 @@ class Keeper:
         self.served = round_
         return {"applied": applied, "held": held}
 
-    def prefetch(self) -> bool:
+    def prefetch(self) -> None:
         """Idle, having run a task of the round whose update another task applied: read
         the next round's state as soon as it is written (Hare's preloading), so the
-        job's next task here finds it held. True when it read one."""
+        job's next task here finds it held."""
         from corral.train.rounds import state_path
 
         following = self.held.round_ + 1
         if self.served != self.held.round_ or following >= self.own["rounds"]:
-            return False
-        path = state_path(Path(self.own["dir"]), following)
-        if not path.exists():
-            return False
-        try:
-            self.held.restore(path.parent.parent, following)  # (into host memory on a GPU)
-        except (OSError, EOFError, RuntimeError):
-            return False  # gone already (the job moved on): the next task reads its own
-        return True
+            return
+        folder = Path(self.own["dir"])
+        if not state_path(folder, following).exists():
+            return
+        with contextlib.suppress(OSError, EOFError, RuntimeError):  # gone: the job moved on
+            self.held.restore(folder, following)  # (into host memory on a GPU)
 
     def _resume(self) -> None:
         if self.suspension is not None:

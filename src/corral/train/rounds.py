@@ -71,6 +71,13 @@ def share(part: int, parts: int, round_steps: int) -> range:
     return range(start, start + base + (1 if part < extra else 0))
 
 
+def check_task(round_: int, part: int, parts: int, round_steps: int, rounds: int) -> None:
+    """Refuse a task that is not one of the job's (ValueError saying why)."""
+    if not 0 <= round_ < rounds:
+        raise ValueError(f"round {round_} is not in 0..{rounds - 1}")
+    share(part, parts, round_steps)
+
+
 def state_path(folder: Path, round_: int) -> Path:
     """The job's state after ``round_`` rounds (``folder``: the job's own folder)."""
     return folder / "rounds" / f"state-{round_}.pt"
@@ -122,12 +129,19 @@ class Held:
     def __post_init__(self) -> None:
         self.buffers = _buffers_on_host(self.task)
 
-    def restore(self, folder: Path, round_: int) -> bool:
-        """Hold the job's state after ``round_`` rounds; True when it was held already."""
+    @classmethod
+    def built(cls, build: Callable[[], RoundTask]) -> Held:
+        """The job as its factory builds it (round 0), on its GPU when it has one."""
+        task = build()
+        place(task)
+        return cls(task, rebuild=build)
+
+    def restore(self, folder: Path, round_: int) -> None:
+        """Hold the job's state after ``round_`` rounds."""
         if round_ == self.round_:
             for name, value in self.task.model.named_buffers():
                 value.copy_(self.buffers[name])
-            return True
+            return
         if round_ == 0:
             if self.rebuild is None:
                 raise ValueError("round 0's state is the factory's: give rebuild")
@@ -139,7 +153,6 @@ class Held:
             self.task.optimizer.load_state_dict(state["optimizer"])
         self.round_ = round_
         self.buffers = _buffers_on_host(self.task)
-        return False
 
     def advanced(self) -> None:
         """The model and optimiser now hold the next round's state (this applied it)."""
@@ -232,16 +245,9 @@ def _alive(pid: int) -> bool:
 
 
 def apply_round(
-    held: Held | RoundTask,
-    folder: Path,
-    round_: int,
-    parts: int,
-    round_steps: int,
-    rounds: int,
+    held: Held, folder: Path, round_: int, parts: int, round_steps: int, rounds: int
 ) -> None:
     """Sum the round's gradients in part order, update once, write the next state."""
-    if not isinstance(held, Held):
-        held = Held(held)
     held.restore(folder, round_)
     model, optimizer = held.task.model, held.task.optimizer
     pieces = [_load(grad_path(folder, round_, k)) for k in range(parts)]
@@ -325,9 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     request = request_of(args)
     folder = Path(request["dir"])
     try:
-        if not 0 <= args.round_ < args.rounds:
-            raise ValueError(f"round {args.round_} is not in 0..{args.rounds - 1}")
-        share(args.part, args.parts, args.round_steps)
+        check_task(args.round_, args.part, args.parts, args.round_steps, args.rounds)
     except ValueError as exc:
         print(f"corral: {exc}", file=sys.stderr)
         return 2
@@ -349,12 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral: {exc}", file=sys.stderr)
         return 2
 
-    def build() -> RoundTask:
-        return factory(**dict(args.kw))
-
-    task = build()
-    place(task)
-    held = Held(task, rebuild=build)
+    held = Held.built(lambda: factory(**dict(args.kw)))
     applied = run_part(
         held, folder, args.round_, args.part, args.parts, args.round_steps, args.rounds, args.seed
     )
