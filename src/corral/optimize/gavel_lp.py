@@ -33,18 +33,11 @@ type). Every allocation obeys: a job runs at most all of the time
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from corral.errors import CorralError
-from corral.lazy import LazyModule
-
-if TYPE_CHECKING:
-    from scipy import sparse
-else:
-    sparse = LazyModule("scipy.sparse")
-optimize = LazyModule("scipy.optimize")
+from corral.optimize.highs import Rows, solve, stack
 
 _TOL = 1e-6
 
@@ -91,55 +84,59 @@ class AllocationProblem:
         return ((self.throughput * self.fits()) * x).sum(axis=1)
 
 
-def _solve(
-    c: np.ndarray, a_ub: sparse.spmatrix, b_ub: np.ndarray, bounds: np.ndarray
-) -> np.ndarray | None:
-    res = optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
-    if res.status == 2:  # infeasible
-        return None
-    if res.status != 0:
-        raise CorralError(f"allocation LP failed: {res.message}")
-    return np.asarray(res.x)
+def _solve(cost: np.ndarray, rows: Rows, upper: np.ndarray) -> np.ndarray | None:
+    """The LP's optimum over x >= 0 (None if infeasible)."""
+    found = solve(cost, rows, 0.0, upper)
+    return None if found is None else found.x
 
 
-def _base_rows(p: AllocationProblem, extra: int) -> tuple[sparse.spmatrix, np.ndarray]:
+def _base_rows(p: AllocationProblem, extra: int) -> Rows:
     """Per-job time and per-type capacity rows over x (jobs*types) + ``extra`` columns."""
     n, k = p.n, p.k
     cols = np.arange(n * k)
-    job_rows = sparse.csr_matrix((np.ones(n * k), (cols // k, cols)), shape=(n, n * k + extra))
-    type_rows = sparse.csr_matrix(
-        (np.repeat(p.gpus.astype(float), k), (cols % k, cols)), shape=(k, n * k + extra)
+    return Rows.of(
+        np.concatenate([cols // k, n + cols % k]),
+        np.concatenate([cols, cols]),
+        np.concatenate([np.ones(n * k), np.repeat(p.gpus.astype(float), k)]),
+        n + k,
+        n * k + extra,
+        upper=np.concatenate([np.ones(n), p.capacity.astype(float)]),
     )
-    return sparse.vstack([job_rows, type_rows]).tocsr(), np.concatenate(
-        [np.ones(n), p.capacity.astype(float)]
-    )
 
 
-def _bounds(p: AllocationProblem, extra: list[tuple[float, float | None]]) -> np.ndarray:
-    upper = p.fits().astype(float).ravel()
-    rows = [(0.0, u) for u in upper] + extra
-    return np.array(rows, dtype=object)
+def _upper(p: AllocationProblem, extra: list[float]) -> np.ndarray:
+    """Variables' upper bounds: x[j, t] <= 1 where the job runs on the type, else 0."""
+    return np.concatenate([p.fits().astype(float).ravel(), extra])
 
 
-def _throughput_rows(p: AllocationProblem, scale: np.ndarray, extra: int) -> sparse.spmatrix:
-    """Row j: -scale_j * sum_t T[j, t] x[j, t] (so that rows <= rhs read throughput >= ...)."""
+def _throughput_rows(
+    p: AllocationProblem,
+    scale: np.ndarray,
+    extra: int,
+    level: np.ndarray | None = None,
+) -> Rows:
+    """Row j: -scale_j * sum_t T[j, t] x[j, t] (so that rows <= rhs read throughput
+    >= ...), plus ``level[j]`` on the first extra column where given (NaN: none)."""
     n, k = p.n, p.k
     cols = np.arange(n * k)
-    values = -(p.throughput * scale[:, None]).ravel()
-    return sparse.csr_matrix((values, (cols // k, cols)), shape=(n, n * k + extra))
+    rows, at, values = cols // k, cols, -(p.throughput * scale[:, None]).ravel()
+    if level is not None:
+        on = np.flatnonzero(~np.isnan(level))
+        rows = np.concatenate([rows, on])
+        at = np.concatenate([at, np.full(len(on), n * k)])
+        values = np.concatenate([values, level[on]])
+    return Rows.of(rows, at, values, n, n * k + extra, upper=0.0)
 
 
-def _max_total(
-    p: AllocationProblem, floor_rows: sparse.spmatrix, floor_rhs: np.ndarray, norm: np.ndarray
-) -> np.ndarray:
+def _max_total(p: AllocationProblem, floor: Rows, norm: np.ndarray) -> np.ndarray:
     """Maximise the sum of normalised throughputs subject to extra floor rows."""
-    base, rhs = _base_rows(p, 0)
-    a = sparse.vstack([base, floor_rows]).tocsr()
-    b = np.concatenate([rhs, floor_rhs])
+    rows = stack(_base_rows(p, 0), floor)
     c = -(p.throughput / norm[:, None]).ravel()
-    x = _solve(c, a, b, _bounds(p, []))
+    upper = _upper(p, [])
+    x = _solve(c, rows, upper)
     if x is None:  # numerical edge: the floor at its limit; relax it slightly
-        x = _solve(c, a, b + np.abs(b) * 1e-6 + 1e-9, _bounds(p, []))
+        b = rows.upper
+        x = _solve(c, rows.bounded(b + np.abs(b) * 1e-6 + 1e-9), upper)
     assert x is not None
     return x.reshape(p.n, p.k)
 
@@ -156,19 +153,17 @@ def max_min_fairness(p: AllocationProblem, agnostic: bool = False) -> np.ndarray
         return _agnostic(p)
     norm = _max_min_norm(p)
     scale = 1.0 / norm
-    base, rhs = _base_rows(p, 1)
-    rows = _throughput_rows(p, scale, 1).tolil()
     can_run = p.fits().any(axis=1)
-    rows[np.flatnonzero(can_run), p.n * p.k] = 1.0  # z <= normalised throughput
-    a = sparse.vstack([base, rows.tocsr()]).tocsr()
-    b = np.concatenate([rhs, np.zeros(p.n)])
+    # z <= normalised throughput of each job that can run
+    z_rows = _throughput_rows(p, scale, 1, np.where(can_run, 1.0, np.nan))
     c = np.zeros(p.n * p.k + 1)
     c[-1] = -1.0
-    x = _solve(c, a, b, _bounds(p, [(0.0, None if can_run.any() else 0.0)]))
+    upper = _upper(p, [np.inf if can_run.any() else 0.0])
+    x = _solve(c, stack(_base_rows(p, 1), z_rows), upper)
     assert x is not None  # x = 0, z = 0 is always feasible
     level = float(x[-1]) * (1 - 1e-6)
-    floor = _throughput_rows(p, scale, 0)[np.flatnonzero(can_run)]
-    return _max_total(p, floor, np.full(floor.shape[0], -level), norm)
+    floor = _throughput_rows(p, scale, 0).take(np.flatnonzero(can_run))
+    return _max_total(p, floor.bounded(-level), norm)
 
 
 def _max_min_norm(p: AllocationProblem) -> np.ndarray:
@@ -200,21 +195,17 @@ def min_makespan(p: AllocationProblem, remaining: np.ndarray) -> np.ndarray:
     """Maximise v such that every job's throughput >= its remaining steps x v."""
     if (done := _empty(p)) is not None:
         return done
-    base, rhs = _base_rows(p, 1)
-    rows = _throughput_rows(p, np.ones(p.n), 1).tolil()
     can_run = p.fits().any(axis=1)
-    for j in np.flatnonzero(can_run):
-        rows[j, p.n * p.k] = remaining[j]
-    a = sparse.vstack([base, rows.tocsr()]).tocsr()
-    b = np.concatenate([rhs, np.zeros(p.n)])
+    v_rows = _throughput_rows(p, np.ones(p.n), 1, np.where(can_run, remaining, np.nan))
     c = np.zeros(p.n * p.k + 1)
     c[-1] = -1.0
-    x = _solve(c, a, b, _bounds(p, [(0.0, None if can_run.any() else 0.0)]))
+    upper = _upper(p, [np.inf if can_run.any() else 0.0])
+    x = _solve(c, stack(_base_rows(p, 1), v_rows), upper)
     assert x is not None
     v = float(x[-1]) * (1 - 1e-6)
-    floor = _throughput_rows(p, np.ones(p.n), 0)[np.flatnonzero(can_run)]
+    floor = _throughput_rows(p, np.ones(p.n), 0).take(np.flatnonzero(can_run))
     norm = np.maximum(p.throughput.max(axis=1), _TOL)
-    return _max_total(p, floor, -remaining[can_run] * v, norm)
+    return _max_total(p, floor.bounded(-remaining[can_run] * v), norm)
 
 
 def max_throughput(p: AllocationProblem) -> np.ndarray:
@@ -222,7 +213,8 @@ def max_throughput(p: AllocationProblem) -> np.ndarray:
     if (done := _empty(p)) is not None:
         return done
     norm = np.maximum(p.throughput.max(axis=1), _TOL)
-    return _max_total(p, sparse.csr_matrix((0, p.n * p.k)), np.zeros(0), norm)
+    nothing = _throughput_rows(p, np.ones(p.n), 0).take(np.zeros(0, dtype=int))
+    return _max_total(p, nothing, norm)
 
 
 def finish_time_fairness(
@@ -247,9 +239,9 @@ def finish_time_fairness(
     isolated = isolated_so_far + remaining / np.maximum(p.isolated_throughput(), _TOL)
     best = np.maximum(p.throughput.max(axis=1), _TOL)
     lo = float(np.max(((elapsed + remaining / best) / isolated)[can_run], initial=0.0))
-    base, rhs = _base_rows(p, 0)
-    rows = _throughput_rows(p, np.ones(p.n), 0)[np.flatnonzero(can_run)]
     idx = np.flatnonzero(can_run)
+    base = _base_rows(p, 0)
+    rows = _throughput_rows(p, np.ones(p.n), 0).take(idx)
 
     def floor(rho: float) -> np.ndarray | None:
         slack = rho * isolated[idx] - elapsed[idx]
@@ -259,14 +251,14 @@ def finish_time_fairness(
 
     # the same constraint matrix, objective and bounds at every rho: only the
     # floors on throughput move
-    a = sparse.vstack([base, rows]).tocsr()
-    zero, bounds = np.zeros(p.n * p.k), _bounds(p, [])
+    a = stack(base, rows)
+    zero, upper = np.zeros(p.n * p.k), _upper(p, [])
 
     def feasible(rho: float) -> bool:
         need = floor(rho)
         if need is None:
             return False
-        return _solve(zero, a, np.concatenate([rhs, need]), bounds) is not None
+        return _solve(zero, a.bounded(np.concatenate([base.upper, need])), upper) is not None
 
     hi = max(lo, 1e-3) * 2
     while not feasible(hi):
@@ -283,7 +275,7 @@ def finish_time_fairness(
             lo = mid
     need = floor(hi)
     assert need is not None
-    return _max_total(p, rows, need, best), hi
+    return _max_total(p, rows.bounded(need), best), hi
 
 
 def max_min_fairness_packed(p: AllocationProblem) -> np.ndarray:
@@ -307,33 +299,38 @@ def max_min_fairness_packed(p: AllocationProblem) -> np.ndarray:
                 job_c.append(ci * k + t)
                 thr_v.append(p.combo_throughput[ci, slot, t] / norm[j])
     nv = m * k + 1
-    time_rows = sparse.csr_matrix((np.ones(len(job_r)), (job_r, job_c)), shape=(n, nv))
+    ones = np.ones(len(job_r))
+    time_rows = Rows.of(np.array(job_r), np.array(job_c), ones, n, nv, upper=1.0)
     cols = np.arange(m * k)
-    type_rows = sparse.csr_matrix((np.repeat(combo_gpus, k), (cols % k, cols)), shape=(k, nv))
-    thr = sparse.csr_matrix((-np.array(thr_v), (job_r, job_c)), shape=(n, nv)).tolil()
+    type_rows = Rows.of(
+        cols % k, cols, np.repeat(combo_gpus, k), k, nv, upper=p.capacity.astype(float)
+    )
     can_run = np.zeros(n, dtype=bool)
     for ci, members in enumerate(p.combos):
         if fits[ci].any():
             can_run[list(members)] = True
-    thr[np.flatnonzero(can_run), m * k] = 1.0
-    a = sparse.vstack([time_rows, type_rows, thr.tocsr()]).tocsr()
-    b = np.concatenate([np.ones(n), p.capacity.astype(float), np.zeros(n)])
-    z_bound = (0.0, None if can_run.any() else 0.0)
-    bounds = np.array([(0.0, float(f)) for f in fits.ravel()] + [z_bound], dtype=object)
+    on = np.flatnonzero(can_run)
+    z_rows = Rows.of(  # z <= each job's normalised throughput
+        np.concatenate([job_r, on]),
+        np.concatenate([job_c, np.full(len(on), m * k)]),
+        np.concatenate([-np.array(thr_v), np.ones(len(on))]),
+        n,
+        nv,
+        upper=0.0,
+    )
+    upper = np.concatenate([fits.ravel().astype(float), [np.inf if can_run.any() else 0.0]])
     c = np.zeros(nv)
     c[-1] = -1.0
-    x = _solve(c, a, b, bounds)
+    x = _solve(c, stack(time_rows, type_rows, z_rows), upper)
     assert x is not None
     level = float(x[-1]) * (1 - 1e-6)
     # second stage: hold the level, maximise the total normalised throughput
-    thr_rows = sparse.csr_matrix((-np.array(thr_v), (job_r, job_c)), shape=(n, nv))
-    a2 = sparse.vstack([time_rows, type_rows, thr_rows[np.flatnonzero(can_run)]]).tocsr()
-    b2 = np.concatenate([np.ones(n), p.capacity.astype(float), np.full(can_run.sum(), -level)])
-    c2 = np.asarray(thr_rows.sum(axis=0)).ravel()
-    bounds2 = bounds.copy()
-    bounds2[-1] = (0.0, 0.0)
-    x2 = _solve(c2, a2, b2, bounds2)
+    thr_rows = Rows.of(np.array(job_r), np.array(job_c), -np.array(thr_v), n, nv, upper=0.0)
+    a2 = stack(time_rows, type_rows, thr_rows.take(on).bounded(-level))
+    c2 = np.bincount(np.array(job_c), weights=-np.array(thr_v), minlength=nv)
+    upper[-1] = 0.0
+    x2 = _solve(c2, a2, upper)
     if x2 is None:
-        x2 = _solve(c2, a2, b2 + 1e-9, bounds2)
+        x2 = _solve(c2, a2.bounded(a2.upper + 1e-9), upper)
     assert x2 is not None
     return x2[:-1].reshape(m, k)
