@@ -117,6 +117,22 @@ def test_packed_variant_packs_measured_pairs() -> None:
     assert makespan(result) < makespan(alone)
 
 
+def test_packed_variant_runs_a_gang_that_does_not_fit_one_type_alone() -> None:
+    # Gavel measured 2-GPU ResNet-50 (batch 128) at 0 steps/s alone on K80s (it
+    # does not fit their memory): it is never paired there, and the pairs it
+    # forms elsewhere are still packed (this used to divide by that zero)
+    big = "ResNet-50 (batch size 128)"
+    jobs = typed([(0, 2, 7_200, big), (0, 2, 7_200, "ResNet-18 (batch size 16)")] * 2)
+    where = Cluster(
+        "het", assign_racks([Node("v", "V100", 2), Node("k", "K80", 2)], 16), rack_size=16
+    )
+    result = sim(jobs, where, "gavel-max-min-fairness-packed")
+    s = result.state
+    assert (s.status == 3).all()
+    k80 = where.gpu_type_names.index("K80")
+    assert result.policy.received[[0, 2], k80].sum() == 0  # type: ignore[attr-defined]
+
+
 def test_max_min_gives_gangs_time_in_proportion_to_their_size_per_class() -> None:
     # One 4-GPU server, a 4-GPU job and four 1-GPU jobs of one type, each
     # 10 h alone. Gavel weighs normalised throughput by the scale factor, so

@@ -100,11 +100,18 @@ class GavelPolicy(Policy):
         self.reset_window = DEFAULT_RESET_WINDOW if reset_window is None else float(reset_window)
         self.received: np.ndarray | None = None
         """Seconds each job has run on each GPU type since it arrived (jobs x types)."""
-        self._time: dict[tuple[Combo, int], float] = {}
-        """Seconds each combination ran on each type since the last reset (plus the credit)."""
+        self._time = np.zeros((0, 0))
+        """Seconds each combination (a row of ``_x``) ran on each type since the last
+        reset, plus the credit."""
         self._type_time = np.zeros(0)
         """Seconds all combinations ran on each type since the last reset (plus credits)."""
-        self._deficit: dict[tuple[Combo, int], float] = {}
+        self._deficit = np.zeros((0, 0))
+        """What each combination should have received on each type but did not."""
+        self._row_of: dict[Combo, int] = {}
+        self._members = np.zeros((0, 2), dtype=np.int64)
+        """Each combination's first and last job (the same job for a single)."""
+        self._tiebreak = np.zeros(0, dtype=np.int64)
+        """Each combination's place in (least job, members) order: the last sort key."""
         self._last_reset: float | None = None
         self._dirty = False
         self._last = 0.0
@@ -158,24 +165,30 @@ class GavelPolicy(Policy):
         now = state.now
         credit = self.credit
         alive = set(active.tolist())
-        deficit: dict[tuple[Combo, int], float] = {}
-        if self._last_reset is not None:
+        before = self._combos
+        missed = np.zeros((0, 0))
+        if self._last_reset is not None and len(before):
             since = now - self._last_reset
-            for r, combo in enumerate(self._combos):
-                if not all(j in alive for j in combo):
-                    continue
-                for t in range(self._x.shape[1]):
-                    key = (combo, t)
-                    got = self._time.get(key, credit) - credit
-                    deficit[key] = self._deficit.get(key, 0.0) + self._x[r, t] * since - got
-        self._deficit = deficit
+            missed = self._deficit + self._x * since - (self._time - credit)
         if len(active):
             self._solve(state, active)
         else:
             self._combos, self._x = [], np.zeros((0, 0))
         k = len(state.cluster.gpu_type_names)
-        self._time = {(c, t): credit for c in self._combos for t in range(k)}
+        self._row_of = {c: r for r, c in enumerate(self._combos)}
+        self._deficit = np.zeros((len(self._combos), k))
+        for r, combo in enumerate(before):
+            row = self._row_of.get(combo)
+            if len(missed) and row is not None and all(j in alive for j in combo):
+                self._deficit[row] = missed[r]
+        self._time = np.full((len(self._combos), k), credit)
         self._type_time = np.full(k, credit * len(self._combos))
+        self._members = np.array([(c[0], c[-1]) for c in self._combos], dtype=np.int64)
+        self._members = self._members.reshape(len(self._combos), 2)
+        combos = self._combos
+        ranked = sorted(range(len(combos)), key=lambda r: (min(combos[r]), combos[r]))
+        self._tiebreak = np.empty(len(self._combos), dtype=np.int64)
+        self._tiebreak[ranked] = np.arange(len(self._combos))
         # fastest type first, as Gavel walks V100, P100, K80
         speed = state.type_speed[active].sum(axis=0) if len(active) else np.zeros(k)
         self._type_order = [int(t) for t in np.argsort(-speed, kind="stable")]
@@ -203,7 +216,6 @@ class GavelPolicy(Policy):
         if dt <= 0:
             return
         type_of = state.cluster.gpu_type_id
-        credit = self.credit
         for i in state.running:
             gpus = state.alloc[i]
             assert gpus is not None
@@ -216,31 +228,30 @@ class GavelPolicy(Policy):
                 combo = (i,)
             else:
                 continue  # a host's pair is counted once, from its guest
-            key = (combo, t)
-            self._time[key] = self._time.get(key, credit) + dt
+            row = self._row_of.get(combo)
+            if row is not None:  # else it has no share since the last reset to rank by
+                self._time[row, t] += dt
             self._type_time[t] += dt
 
-    def _priorities(self, state: SchedulerState) -> list[tuple[Combo, int]]:
-        """(combination, type) pairs that can run, in Gavel's order: each type's
+    def _priorities(self, state: SchedulerState) -> list[tuple[int, int]]:
+        """(combination row, type) pairs that can run, in Gavel's order: each type's
         list (fastest type first) by priority, deficit, share, all descending."""
-        order: list[tuple[Combo, int]] = []
+        order: list[tuple[int, int]] = []
+        if not len(self._combos):
+            return order
         speed = state.type_speed
+        first, last = self._members[:, 0], self._members[:, 1]
+        runnable = (speed[first] > 0) & (speed[last] > 0)
         for t in self._round_type_order():
-            ranked: list[tuple[float, float, float, int, Combo]] = []
+            rows = np.flatnonzero(runnable[:, t])
+            share = self._x[rows, t]
             total = float(self._type_time[t])
-            for r, combo in enumerate(self._combos):
-                if any(speed[j, t] <= 0 for j in combo):
-                    continue
-                share = float(self._x[r, t])
-                if share <= 1e-9:
-                    priority = 0.0
-                else:
-                    fraction = self._time.get((combo, t), 0.0) / total if total > 0 else 0.0
-                    priority = share / fraction if fraction > 0 else share * 1e9
-                deficit = self._deficit.get((combo, t), 0.0)
-                ranked.append((-priority, -deficit, -share, min(combo), combo))
-            ranked.sort()
-            order.extend((combo, t) for *_, combo in ranked)
+            fraction = self._time[rows, t] / total if total > 0 else np.zeros(len(rows))
+            ratio = np.divide(share, fraction, out=share * 1e9, where=fraction > 0)
+            priority = np.where(share <= 1e-9, 0.0, ratio)
+            deficit = self._deficit[rows, t]
+            ranked = np.lexsort((self._tiebreak[rows], -share, -deficit, -priority))
+            order.extend((r, t) for r in rows[ranked].tolist())
         return order
 
     def schedule(self, state: SchedulerState) -> Plan:
@@ -295,23 +306,31 @@ class GavelPolicy(Policy):
         else:
             room = state.free.by_type()
             taken = {j for combo, _ in current.values() for j in combo}
+        room = [int(g) for g in room]
+        left = sum(room)
+        gpus = state.gpus
         chosen: list[tuple[Combo, int]] = []
-        for combo, t in self._priorities(state):
+        for row, t in self._priorities(state):
+            if left <= 0:
+                break  # no GPU left: nothing further down the lists can be taken
+            combo = self._combos[row]
             if any(j in taken for j in combo):
                 continue
-            need = int(state.gpus[combo[0]])
+            need = int(gpus[combo[0]])
             if room[t] < need:
                 continue
             room[t] -= need
+            left -= need
             taken.update(combo)
             chosen.append((combo, t))
         if reassign:
-            keep = {(combo, t) for combo, t in chosen}
+            keep = set(chosen)
             wide = wider_than_any_type(state)
             for host, (combo, t) in current.items():
                 if (combo, t) not in keep and not wide[host]:
                     builder.stop(host)
-            chosen = [(c, t) for c, t in chosen if not _runs_as(state, c, t, current)]
+            running = set(current.values())
+            chosen = [pair for pair in chosen if pair not in running]
         for combo, t in chosen:
             self._start(state, builder, combo, t)
         place_wide_jobs(state, builder, self.placement)
@@ -335,12 +354,6 @@ class GavelPolicy(Policy):
         self, state: SchedulerState, guest: int, host: int, t: int
     ) -> tuple[float, float]:
         return 1.0, 1.0
-
-
-def _runs_as(
-    state: SchedulerState, combo: Combo, t: int, current: dict[int, tuple[Combo, int]]
-) -> bool:
-    return any(c == combo and tt == t for c, tt in current.values())
 
 
 class GavelMaxMinAgnostic(GavelPolicy):
@@ -443,8 +456,8 @@ class GavelMaxMinPacked(GavelPolicy):
         g = int(state.gpus[a])
         pair = self.table.paired.get(key, {}).get((ta, g), {}).get((tb, g))
         alone = self.table.alone.get(key, {})
-        if pair is None or (ta, g) not in alone or (tb, g) not in alone:
-            return None
+        if pair is None or not alone.get((ta, g)) or not alone.get((tb, g)):
+            return None  # unmeasured, or one of them does not run alone on the type
         return pair[0] / alone[(ta, g)], pair[1] / alone[(tb, g)]
 
     def _solve(self, state: SchedulerState, active: np.ndarray) -> None:
