@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from corral.errors import CorralError, InputError
 from corral.model.cluster import LINK_PRESETS, Links
-from corral.model.cluster_specs import cluster_from_yaml
+from corral.model.cluster_yaml import cluster_from_yaml
 from corral.perf.communication import (
     GRADIENT_BYTES,
     ModelProfile,

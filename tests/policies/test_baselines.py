@@ -116,6 +116,23 @@ def test_every_policy_has_a_description_and_oracles_are_marked():
     assert make_policy("srtf").label == "srtf (oracle)"
 
 
+def test_the_registry_names_each_policy_by_its_own_name_and_loads_it_on_demand():
+    import subprocess
+    import sys
+
+    for name, cls in POLICIES.items():
+        assert cls.name == (name if name != "gavel" else "gavel-max-min-fairness")
+    # a run imports the policy it asks for, not every policy module
+    code = (
+        "import sys; from corral.policies import make_policy; make_policy('las'); "
+        "print(sorted(m for m in sys.modules if m.startswith('corral.policies.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout
+    assert "corral.policies.las" in loaded
+    assert "corral.policies.gavel" not in loaded and "corral.policies.hived" not in loaded
+
+
 def test_unknown_policy_and_bad_option_are_user_errors():
     with pytest.raises(CorralError, match="unknown policy"):
         make_policy("nope")
