@@ -314,7 +314,7 @@ class GavelPolicy(Policy):
             if left <= 0:
                 break  # no GPU left: nothing further down the lists can be taken
             combo = self._combos[row]
-            if any(j in taken for j in combo):
+            if not taken.isdisjoint(combo):
                 continue
             need = int(gpus[combo[0]])
             if room[t] < need:
