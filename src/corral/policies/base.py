@@ -38,6 +38,12 @@ class PlanBuilder:
             self._free = self.state.free.copy()
         return self._free
 
+    @property
+    def free_total(self) -> int:
+        """How many GPUs are free so far in the plan (without copying the
+        free-GPU records when the plan has not touched them yet)."""
+        return (self._free if self._free is not None else self.state.free).total
+
     def stop(self, i: int) -> None:
         """Stop job ``i`` (a packed guest on it is stopped first)."""
         state = self.state

@@ -155,26 +155,67 @@ class Philly(Policy):
         within = usage[self.vc[due]] + need <= self.quota[self.vc[due]]
         possible = need <= free_now + np.where(within, reclaimable, 0.0)
         failed: list[int] = due[~possible].tolist()
-        waiting: list[int] = []
         tried = due[possible]
-        quota = self.quota.tolist()
-        for i, v, g in zip(
-            tried.tolist(), self.vc[tried].tolist(), state.gpus[tried].tolist(), strict=True
-        ):
-            if usage[v] + g > quota[v]:
-                waiting.append(i)
-            elif self._place(builder, state, i) or self._reclaim(builder, state, i, running, usage):
-                usage[v] += g
-            else:
-                failed.append(i)
+        waiting = tried
+        if len(tried):
+            handled = self._within_quota(builder, state, tried, running, usage, failed)
+            waiting = np.delete(tried, handled) if handled else tried
         over_quota = self._lend(builder, state, waiting, usage)
         if not state.known_in_advance:  # reasons are shown live only
-            self._note_reasons(builder, state, due, possible, within, failed, over_quota)
-        retried = self._back_off(state, np.asarray(failed + over_quota, dtype=np.int64))
+            self._note_reasons(builder, state, due, possible, within, failed, over_quota.tolist())
+        retried = self._back_off(
+            state, np.concatenate((np.asarray(failed, dtype=np.int64), over_quota))
+        )
         plan = builder.build(_finite(min(not_due, retried)))
         changed = plan.starts or plan.stops
         self._quiet = (-1, 0.0) if changed else (state.queue_changes, min(not_due, retried))
         return plan
+
+    def _within_quota(
+        self,
+        builder: PlanBuilder,
+        state: SchedulerState,
+        tried: np.ndarray,
+        running: np.ndarray,
+        usage: np.ndarray,
+        failed: list[int],
+    ) -> list[int]:
+        """Step 1 and 2 of the pass: in submit order, each job whose VC stays
+        within its quota at its turn is placed, reclaiming borrowed GPUs if need
+        be, or fails (appended to ``failed``). Returns the positions in
+        ``tried`` that took this path; the others wait for lending.
+
+        Most of a backlog is over its VC's quota, and a VC's usage only grows
+        while jobs are placed, so the jobs within quota are found with one
+        vectorised test and only they are walked; a reclaim lowers other VCs'
+        usage, and the test is then taken again for the jobs behind.
+        """
+        vc, gpus = self.vc[tried], state.gpus[tried]
+        jobs, vcs, sizes = tried.tolist(), vc.tolist(), gpus.tolist()
+        quota = self.quota.tolist()
+        handled: list[int] = []
+        start = 0
+        while start < len(jobs):
+            ahead = (usage[vc[start:]] + gpus[start:] <= self.quota[vc[start:]]).nonzero()[0]
+            start_again = len(jobs)
+            for k in (ahead + start).tolist():
+                v, g = vcs[k], sizes[k]
+                if usage[v] + g > quota[v]:
+                    continue  # its VC's own placements took it over quota: it waits
+                handled.append(k)
+                i = jobs[k]
+                stops = len(builder.plan.stops)
+                if self._place(builder, state, i) or self._reclaim(
+                    builder, state, i, running, usage
+                ):
+                    usage[v] += g
+                else:
+                    failed.append(i)
+                if len(builder.plan.stops) != stops:  # reclaimed: usage fell elsewhere
+                    start_again = k + 1
+                    break
+            start = start_again
+        return handled
 
     def _note_reasons(
         self,
@@ -198,45 +239,49 @@ class Philly(Policy):
             why[i] = "QuotaExceeded"
 
     def _lend(
-        self, builder: PlanBuilder, state: SchedulerState, waiting: list[int], usage: np.ndarray
-    ) -> list[int]:
+        self, builder: PlanBuilder, state: SchedulerState, waiting: np.ndarray, usage: np.ndarray
+    ) -> np.ndarray:
         """Idle GPUs to over-quota jobs, the VC with the lowest usage / quota first.
 
         Returns the jobs that got nothing. Shares are updated after every
-        placement, so VCs take turns rather than one VC taking all.
+        placement, so VCs take turns rather than one VC taking all. A pass
+        lends to a few jobs of a long backlog, so each VC's queue is a slice
+        of the backlog grouped by VC (one stable sort), read from its head.
         """
-        queues: dict[int, list[int]] = {}
-        for i, v in zip(waiting, self.vc[waiting].tolist(), strict=True):
-            queues.setdefault(v, []).append(i)
-        for q in queues.values():
-            q.reverse()  # pop() from the end = submit order
+        if builder.free_total <= 0 or not len(waiting):
+            return waiting  # nothing idle to lend (most passes on a busy cluster)
+        order = waiting[self.vc[waiting].argsort(kind="stable")]
+        vcs = self.vc[order]
+        firsts = np.flatnonzero(np.concatenate(([True], vcs[1:] != vcs[:-1])))
+        ends = np.append(firsts[1:], len(order)).tolist()
+        head = dict(zip(vcs[firsts].tolist(), firsts.tolist(), strict=True))
+        end = dict(zip(vcs[firsts].tolist(), ends, strict=True))
+        jobs = order.tolist()
         quota = self.quota
 
         def turn(v: int) -> tuple[float, int]:
             return (usage[v] / max(quota[v], 1e-9), v)
 
-        turns = [turn(v) for v in queues]
+        turns = [turn(v) for v in head]
         heapq.heapify(turns)
         # Lending only takes GPUs, so a job that found no place fails again
         # for every later job of the same size, locality level and type.
         no_place: set[tuple[int, int, int]] = set()
-        failed: list[int] = []
-        while turns and builder.free.total > 0:
+        lent: list[int] = []
+        while turns and builder.free_total > 0:
             _, v = heapq.heappop(turns)
-            i = queues[v].pop()
+            at = head[v]
+            i = jobs[at]
+            head[v] = at + 1
             kind = (int(state.gpus[i]), self.level(state, i), int(state.type_req[i]))
             if kind not in no_place and self._place(builder, state, i):
                 usage[v] += state.gpus[i]
+                lent.append(at)
             else:
-                failed.append(i)
                 no_place.add(kind)
-            if queues[v]:
+            if at + 1 < end[v]:
                 heapq.heappush(turns, turn(v))
-            else:
-                del queues[v]
-        for q in queues.values():
-            failed.extend(q)
-        return failed
+        return np.delete(order, lent) if lent else order
 
     def _choose(self, free: FreeGPUs, state: SchedulerState, i: int) -> list[int] | None:
         """GPUs for job ``i`` at the locality its wait allows (any other
