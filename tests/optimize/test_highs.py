@@ -81,3 +81,18 @@ def test_rows_over_other_variables_than_the_cost_are_refused() -> None:
     rows = Rows.of(np.array([0]), np.array([0]), np.array([1.0]), 1, 2, upper=1.0)
     with pytest.raises(ValueError, match="over 2 variables"):
         solve(np.array([1.0]), rows, 0.0, 1.0)
+
+
+def test_threads_solving_at_once_each_get_their_own_optimum() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def best(limit: float) -> float:
+        # maximise x subject to x <= limit: the optimum is the limit
+        rows = Rows.of(np.array([0]), np.array([0]), np.array([1.0]), 1, 1, upper=limit)
+        found = solve(np.array([-1.0]), rows, 0.0, np.inf)
+        assert found is not None
+        return float(found.x[0])
+
+    limits = [float(k) for k in range(1, 201)]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(best, limits)) == limits

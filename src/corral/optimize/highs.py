@@ -10,6 +10,7 @@ directly in compressed-row form with numpy and handed to HiGHS as they are.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 Method = Literal["choose", "simplex", "ipm"]
 
 _solver: highspy._Highs | None = None
+_lock = threading.Lock()
+"""One solver object serves the process (made once: a few milliseconds);
+the service may solve from more than one thread."""
 
 
 @dataclass(frozen=True)
@@ -166,50 +170,57 @@ def solve(
     """
     import highspy
 
+    n = len(cost)
+    if rows.n_cols != n:
+        raise ValueError(f"the rows are over {rows.n_cols} variables, the cost over {n}")
+    lower = np.broadcast_to(np.asarray(col_lower, dtype=np.float64), (n,))
+    upper = np.broadcast_to(np.asarray(col_upper, dtype=np.float64), (n,))
+    with _lock:
+        h = _the_solver()
+        h.setOptionValue("solver", method)
+        status = h.passModel(
+            n,
+            len(rows),
+            len(rows.value),
+            int(highspy.MatrixFormat.kRowwise),
+            int(highspy.ObjSense.kMinimize),
+            0.0,
+            np.ascontiguousarray(cost, dtype=np.float64),
+            np.ascontiguousarray(lower),
+            np.ascontiguousarray(upper),
+            np.ascontiguousarray(rows.lower),
+            np.ascontiguousarray(rows.upper),
+            rows.start,
+            rows.index,
+            rows.value,
+            np.zeros(n, dtype=np.int32),  # every variable continuous
+        )
+        if status == highspy.HighsStatus.kError:
+            raise CorralError("the LP was refused by the solver (its data are inconsistent)")
+        h.run()
+        model_status = h.getModelStatus()
+        if model_status == highspy.HighsModelStatus.kUnboundedOrInfeasible:
+            # presolve could not tell which: the solver itself can
+            h.setOptionValue("presolve", "off")
+            h.run()
+            model_status = h.getModelStatus()
+            h.setOptionValue("presolve", "choose")
+        if model_status == highspy.HighsModelStatus.kInfeasible:
+            return None
+        if model_status != highspy.HighsModelStatus.kOptimal:
+            raise CorralError(f"the LP was not solved: {h.modelStatusToString(model_status)}")
+        x = np.array(h.getSolution().col_value)
+        return Solution(x, float(h.getInfo().objective_function_value))
+
+
+def _the_solver() -> highspy._Highs:
+    """The process's solver, made on first use."""
+    import highspy
+
     global _solver
     if _solver is None:
         # the plain solver: highspy.Highs adds Python callbacks and prints a
         # banner to the process's stdout when made
         _solver = highspy._Highs()
         _solver.setOptionValue("output_flag", False)
-    h = _solver
-    n = len(cost)
-    if rows.n_cols != n:
-        raise ValueError(f"the rows are over {rows.n_cols} variables, the cost over {n}")
-    h.setOptionValue("solver", method)
-    lower = np.broadcast_to(np.asarray(col_lower, dtype=np.float64), (n,))
-    upper = np.broadcast_to(np.asarray(col_upper, dtype=np.float64), (n,))
-    status = h.passModel(
-        n,
-        len(rows),
-        len(rows.value),
-        int(highspy.MatrixFormat.kRowwise),
-        int(highspy.ObjSense.kMinimize),
-        0.0,
-        np.ascontiguousarray(cost, dtype=np.float64),
-        np.ascontiguousarray(lower),
-        np.ascontiguousarray(upper),
-        np.ascontiguousarray(rows.lower),
-        np.ascontiguousarray(rows.upper),
-        rows.start,
-        rows.index,
-        rows.value,
-        np.zeros(n, dtype=np.int32),  # every variable continuous
-    )
-    if status == highspy.HighsStatus.kError:
-        raise CorralError("the LP was refused by the solver (its data are inconsistent)")
-    h.run()
-    model_status = h.getModelStatus()
-    if model_status == highspy.HighsModelStatus.kUnboundedOrInfeasible:
-        # presolve could not tell which: the solver itself can
-        h.setOptionValue("presolve", "off")
-        h.run()
-        model_status = h.getModelStatus()
-        h.setOptionValue("presolve", "choose")
-    if model_status == highspy.HighsModelStatus.kInfeasible:
-        return None
-    if model_status != highspy.HighsModelStatus.kOptimal:
-        raise CorralError(f"the LP was not solved: {h.modelStatusToString(model_status)}")
-    return Solution(
-        np.array(h.getSolution().col_value), float(h.getInfo().objective_function_value)
-    )
+    return _solver
