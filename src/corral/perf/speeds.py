@@ -187,9 +187,10 @@ class SpeedModel:
         locality = self.locality.factor(cluster, gpus, model) if len(gpus) > 1 else 1.0
         if not job_type or not self.knows(job_type):
             return ref_speed * locality
-        idx = np.asarray(gpus, dtype=np.int64)
         names = cluster.gpu_type_names
-        type_ids = np.unique(cluster.gpu_type_id[idx]).tolist()
+        type_of = cluster.gpu_type_id
+        # sorted distinct types; a set, not numpy's unique: a gang is a few GPUs
+        type_ids = sorted({int(type_of[g]) for g in gpus})
         n = len(gpus)
         speed = min(float(self.throughput(job_type, names[t], n) or 0.0) for t in type_ids)
         if len({self.measured_as(names[t]) for t in type_ids}) > 1:

@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
 from corral.optimize.gavel_lp import (
@@ -331,20 +332,34 @@ class GavelPolicy(Policy):
                     builder.stop(host)
             running = set(current.values())
             chosen = [pair for pair in chosen if pair not in running]
+        typed: dict[int, FreeGPUs] = {}
         for combo, t in chosen:
-            self._start(state, builder, combo, t)
+            self._start(state, builder, combo, t, typed)
         place_wide_jobs(state, builder, self.placement)
 
-    def _start(self, state: SchedulerState, builder: PlanBuilder, combo: Combo, t: int) -> None:
+    def _start(
+        self,
+        state: SchedulerState,
+        builder: PlanBuilder,
+        combo: Combo,
+        t: int,
+        typed: dict[int, FreeGPUs],
+    ) -> None:
+        """Start a combination on type ``t``. ``typed`` holds each type's free GPUs
+        as this plan leaves them, made once per round and kept in step with the
+        starts (the plan's only changes to the free GPUs while it starts jobs)."""
         for j in combo:  # a job this plan stops is pending again once the stop is applied
             if state.status[j] != PENDING and j not in builder.plan.stops:
                 return
         host = combo[0]
-        free = builder.free.of_type(t)
+        free = typed.get(t)
+        if free is None:
+            free = typed[t] = builder.free.of_type(t)
         gpus = self.placement.choose(free, int(state.gpus[host]))
         if gpus is None:
             return  # the type has the GPUs but not on few enough servers: next round
         builder.start(host, gpus)
+        free.take(gpus)
         if len(combo) == 2:
             guest = combo[1]
             g_factor, h_factor = self._pair_factors(state, guest, host, t)
