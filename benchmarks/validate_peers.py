@@ -22,8 +22,11 @@ installed; nothing of it is copied into corral):
     python benchmarks/validate_peers.py [--only gavel|tiresias] [--json out.json]
 
 Wall times are whole processes (interpreter start, imports, trace loading and
-simulation) for both sides, which is what a user waits for; corral's
-simulation alone is printed beside it.
+simulation) for both sides: the peer's driver script, and a process that calls
+corral's library; corral's simulation alone is printed beside it. The
+command a user runs, ``corral sim``, adds its command-line parsing, printed
+table and output files (0.2-0.3 s on the Gavel traces; timed separately in
+``docs/validation/peers.md``).
 """
 
 from __future__ import annotations
