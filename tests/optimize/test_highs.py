@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import sparse
 from scipy.optimize import linprog
 
 from corral.errors import CorralError
@@ -39,7 +38,6 @@ def test_rows_from_triplets_take_and_stack_keep_every_entry_in_its_place(data) -
     both = stack(rows, rows.take(which).bounded(upper=2.0))
     assert np.array_equal(dense(both), np.vstack([want, want[which]]))
     assert list(both.upper) == [1.0] * n_rows + [2.0] * len(which)
-    assert np.array_equal(dense(Rows.from_sparse(sparse.csr_matrix(want), 1.0)), want)
 
 
 def test_solve_matches_scipy_linprog_on_a_small_lp() -> None:

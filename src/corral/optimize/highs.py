@@ -20,7 +20,6 @@ from corral.errors import CorralError
 
 if TYPE_CHECKING:
     import highspy
-    from scipy import sparse
 
 Method = Literal["choose", "simplex", "ipm"]
 
@@ -68,26 +67,6 @@ class Rows:
             n_cols,
         )
 
-    @classmethod
-    def from_sparse(
-        cls,
-        matrix: sparse.spmatrix | sparse.sparray,
-        upper: np.ndarray | float,
-        lower: np.ndarray | float = -np.inf,
-    ) -> Rows:
-        """Rows from a scipy sparse matrix (for problems built with ``scipy.sparse``)."""
-        csr = matrix.tocsr()
-        csr.sum_duplicates()
-        n_rows = csr.shape[0]
-        return cls(
-            csr.indptr.astype(np.int32),
-            csr.indices.astype(np.int32),
-            csr.data.astype(np.float64),
-            np.broadcast_to(np.asarray(lower, dtype=np.float64), (n_rows,)),
-            np.broadcast_to(np.asarray(upper, dtype=np.float64), (n_rows,)),
-            int(csr.shape[1]),
-        )
-
     def __len__(self) -> int:
         return len(self.start) - 1
 
@@ -120,12 +99,6 @@ class Rows:
             np.broadcast_to(np.asarray(upper, dtype=np.float64), (n,)),
             self.n_cols,
         )
-
-    def widened(self, n_cols: int) -> Rows:
-        """The same rows over more variables (the new ones with zero coefficients)."""
-        if n_cols < self.n_cols:
-            raise ValueError(f"cannot narrow rows over {self.n_cols} variables to {n_cols}")
-        return Rows(self.start, self.index, self.value, self.lower, self.upper, n_cols)
 
 
 def stack(*parts: Rows) -> Rows:

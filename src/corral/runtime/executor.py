@@ -457,12 +457,11 @@ class LocalExecutor(Executor):
 
     def tend(self) -> None:
         started = False
-        for key, (want, conf, env) in list(self._wanted.items()):
+        for want, conf, env in list(self._wanted.values()):
             worker = self.pool.take() if self.pool is not None else None
             if worker is None:
                 break
-            del self._wanted[key]
-            self._start_keeper(worker, want, conf, env)
+            self._start_keeper(worker, want, conf, env)  # (no longer wanted)
             started = True
         if started and self.pool is not None:
             self.pool.refill()
