@@ -60,15 +60,14 @@ class GittinsTable:
     def index(self, attained: np.ndarray) -> np.ndarray:
         """G(a) for each attained service in ``attained`` (GPU-seconds)."""
         a = np.asarray(attained, dtype=np.float64)
-        m, n = len(a), len(self.sizes)
-        # one search for both bounds: sizes <= a (already done), and sizes
-        # <= a + delta (done within delta)
-        kj = self.sizes.searchsorted(np.concatenate((a, a + self.delta)), side="right")
-        k, j = kj[:m], kj[m:]
-        finishing = (j - k).astype(np.float64)
-        expected = (self._prefix[j] - self._prefix[k]) - finishing * a + (n - j) * self.delta
-        out = np.zeros(m)
-        np.divide(finishing, expected, out=out, where=(expected > 0) & (k < n))
+        sizes, prefix, n = self.sizes, self._prefix, len(self.sizes)
+        k = sizes.searchsorted(a, side="right")  # sizes <= a: already done
+        j = sizes.searchsorted(a + self.delta, side="right")  # done within delta
+        finishing = j - k
+        expected = (prefix[j] - prefix[k]) - finishing * a + (n - j) * self.delta
+        out = np.zeros(len(a))
+        # expected is 0 exactly where no sample is left (k = n): index 0 there
+        np.divide(finishing, expected, out=out, where=expected > 0)
         return out
 
 

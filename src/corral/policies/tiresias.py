@@ -256,11 +256,12 @@ class TiresiasLas(Policy):
         pending = state.pending.array()
         self._before_pass(state)
         running_moved = self._update_queues(state, running, pending)
-        if type(self).within_queue_key is TiresiasLas.within_queue_key:
-            # queue, then (LAS) running jobs ahead of waiting ones, then FIFO:
-            # one key for every candidate, its status saying which it is (a
-            # subclass with its own within-queue key takes the general path)
-            order = self.pos if self.list_order else self.entry
+        within = self._within_key_of_all(state, running, pending)
+        if within is not None:
+            # queue, then (LAS) running jobs ahead of waiting ones, then the
+            # within-queue key, ties in submit order: one key for every
+            # candidate, its status saying which it is
+            order = within
 
             def rank(idx: np.ndarray) -> tuple[np.ndarray, ...]:
                 primary = self.queue[idx] * 2
@@ -308,6 +309,16 @@ class TiresiasLas(Policy):
 
     def _before_pass(self, state: SchedulerState) -> None:
         """Hook for subclasses (the Gittins policy learns from finished jobs here)."""
+
+    def _within_key_of_all(
+        self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
+    ) -> np.ndarray | None:
+        """This pass's within-queue key of every job, indexed by job, where one
+        array serves running and waiting jobs alike with ties in submit order
+        (then a pass ranks all candidates in one call); None sends the pass
+        down the general path, :meth:`within_queue_key` per group. LAS: the
+        list position or the time the job entered its queue."""
+        return self.pos if self.list_order else self.entry
 
     def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
         """List order: how a group (running or waiting jobs) is laid out after a
@@ -378,6 +389,9 @@ class TiresiasGittins(TiresiasLas):
         """Index of waiting jobs, valid while their service is ``_cache_svc`` (NaN:
         none computed under the current table)."""
         self._cache_svc = np.full(n, np.nan)
+        self._minus_index = np.zeros(n)
+        """Minus ``_cache``: the key that ranks a higher index first."""
+        self._no_index = np.zeros(n)
 
     def _before_pass(self, state: SchedulerState) -> None:
         if self.online is None:
@@ -417,6 +431,28 @@ class TiresiasGittins(TiresiasLas):
 
     def _relist(self, changed: bool) -> bool:
         return True  # indices move with service: the sort order does too
+
+    def _within_key_of_all(
+        self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
+    ) -> np.ndarray | None:
+        """Minus the Gittins index, from one table lookup for the jobs whose
+        service moved since their index was taken (running jobs, and waiting
+        jobs that ran or arrived since); the general path where ties are LIFO
+        or lists keep their own order."""
+        if self.list_order or self.ties != "fifo":
+            return None
+        if self.table is None:  # nothing learned yet: every index is equal
+            return self._no_index
+        both = np.concatenate((running, pending))
+        service = self.svc[both]
+        stale = (~(self._cache_svc[both] == service)).nonzero()[0]  # NaN: never computed
+        if len(stale):
+            jobs = both[stale]
+            fresh = self.table.index(service[stale])
+            self._cache[jobs] = fresh
+            self._cache_svc[jobs] = service[stale]
+            self._minus_index[jobs] = -fresh
+        return self._minus_index
 
     def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
         """The simulator's lists after a pass: each sorted as it was walked."""
