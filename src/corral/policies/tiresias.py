@@ -293,9 +293,11 @@ class TiresiasLas(Policy):
             mark[stops] = True
             now_running = np.concatenate((running[~mark[running]], starts))
             mark[stops] = False
-            mark[starts] = True
-            still_pending = np.concatenate((pending[~mark[pending]], stops))
-            mark[starts] = False
+            still_pending = pending
+            if self.promote_knob > 0 or self.list_order:  # only these read the waiting jobs
+                mark[starts] = True
+                still_pending = np.concatenate((pending[~mark[pending]], stops))
+                mark[starts] = False
         else:
             now_running, still_pending = running, pending
         if self.list_order and self._relist(changed or running_moved):
