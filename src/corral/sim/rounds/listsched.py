@@ -27,7 +27,7 @@ from corral.sim.rounds.workload import RoundWorkload
 MODES = ("tasks", "gang-type", "gang-any")
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     job: int
     round: int
@@ -78,8 +78,12 @@ class _TypeHeaps:
     def top(self, t: int, count: int = 1) -> list[int]:
         """The ``count`` earliest-free GPUs of type ``t`` (fewer if it has fewer)."""
         heap = self.heaps[t]
-        out: list[tuple[float, int, int]] = []
         version = self.version
+        if count == 1:  # the common case: drop stale entries at the top, then peek
+            while heap and heap[0][2] != version[heap[0][1]]:
+                heapq.heappop(heap)
+            return [heap[0][1]] if heap else []
+        out: list[tuple[float, int, int]] = []
         while heap and len(out) < count:
             entry = heapq.heappop(heap)
             if entry[2] == version[entry[1]]:
