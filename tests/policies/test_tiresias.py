@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.errors import CorralError, InputError
@@ -20,6 +20,8 @@ from corral.model.free_gpus import FreeGPUs
 from corral.model.state import SchedulerState
 from corral.placement.sensitivity import ModelAware
 from corral.policies import make_policy
+from corral.policies.tiresias import TiresiasGittins
+from corral.sim.engine import SimConfig, Simulator
 from corral.sim.run import RunSpec
 
 from ..conftest import finish_times, jobs_table, run, uniform
@@ -287,3 +289,28 @@ def test_preset_gittins_runs_equal_indices_earliest_submitted_first(tmp_path) ->
     assert done == pytest.approx({"j0": 30.0, "j1": 70.0, "j2": 110.0})
     with pytest.raises(CorralError, match="index_table must be 'exact' or 'stepped'"):
         make_policy("tiresias-gittins", index_table="rounded")
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4000), st.sampled_from([1, 1, 2, 4]), st.integers(10, 20_000)),
+        min_size=15,
+        max_size=60,
+    )
+)
+def test_gittins_one_key_pass_ranks_as_the_per_group_keys(rows: list[tuple[int, int, int]]) -> None:
+    """The pass that ranks every candidate by one array (one index lookup for
+    the jobs whose service moved) schedules exactly as the general path that
+    keys running and waiting jobs separately."""
+    rows = sorted(rows)
+    fast = run(rows, uniform(2, 4), "tiresias-gittins", queues=2, thresholds="3600")
+    general = make_policy("tiresias-gittins", queues=2, thresholds="3600")
+    assert isinstance(general, TiresiasGittins)
+    general._within_key_of_all = lambda *args: None  # type: ignore[method-assign]
+    slow = Simulator(
+        jobs_table(rows), uniform(2, 4), general, SimConfig(switch_cost=0.0, check_invariants=True)
+    ).run()
+    assert finish_times(fast) == finish_times(slow)
+    assert fast.state.preemptions.tolist() == slow.state.preemptions.tolist()
+    assert fast.passes == slow.passes
