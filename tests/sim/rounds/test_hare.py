@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.optimize.hare_lp import relaxation
+from corral.sim.rounds.listsched import _TypeHeaps
 from corral.sim.rounds.planners import ROUND_PLANNERS, HarePlanner
 from corral.sim.rounds.simulator import RoundSimulator
 from corral.sim.rounds.workload import RoundWorkload
@@ -162,3 +163,23 @@ def test_online_replanning_keeps_started_tasks() -> None:
     assert r.finish[1] == pytest.approx(11.0)
     assert r.finish[0] == pytest.approx(31.0)
     assert r.plans == 2
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 7), st.floats(0, 100, allow_nan=False)), max_size=40),
+    st.integers(0, 1),
+)
+def test_earliest_free_gpu_of_a_type_is_the_first_of_its_earliest(
+    updates: list[tuple[int, float]], t: int
+) -> None:
+    """Peeking at a type's earliest-free GPU (stale entries dropped) answers as
+    taking the type's earliest GPUs one by one does."""
+    heaps = _TypeHeaps(np.zeros(8), np.array([0, 1] * 4), 2)
+    for gpu, free in updates:
+        heaps.set(gpu, free)
+        assert heaps.top(t) == heaps.top(t, 2)[:1]
+        assert heaps.top(t) == heaps.top(t)  # peeking changes nothing
+        assert heaps.top(t, 4) == sorted(
+            (g for g in range(8) if heaps.gpu_type[g] == t), key=lambda g: (heaps.free[g], g)
+        )
