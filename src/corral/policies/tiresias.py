@@ -379,7 +379,7 @@ class TiresiasGittins(TiresiasLas):
         except CorralError as exc:
             raise ValueError(str(exc)) from None
         self._seen = 0
-        self._cache = np.zeros(0)
+        self._minus_index = np.zeros(0)
 
     @property
     def ordered(self) -> bool:
@@ -387,13 +387,11 @@ class TiresiasGittins(TiresiasLas):
 
     def _init(self, n: int) -> None:
         super()._init(n)
-        self._cache = np.full(n, np.nan)
-        """Index of waiting jobs, valid while their service is ``_cache_svc`` (NaN:
-        none computed under the current table)."""
-        self._cache_svc = np.full(n, np.nan)
         self._minus_index = np.zeros(n)
-        """Minus ``_cache``: the key that ranks a higher index first."""
-        self._no_index = np.zeros(n)
+        """Minus each job's Gittins index (the key that ranks a higher index
+        first), valid while its service is ``_index_svc``."""
+        self._index_svc = np.full(n, np.nan)
+        """The service each job's index was taken at (NaN: none under the current table)."""
 
     def _before_pass(self, state: SchedulerState) -> None:
         if self.online is None:
@@ -405,8 +403,7 @@ class TiresiasGittins(TiresiasLas):
             self._seen = len(state.finished)
         table = self.online.table()
         if table is not self.table:
-            self._cache.fill(np.nan)
-            self._cache_svc.fill(np.nan)
+            self._index_svc.fill(np.nan)
         self.table = table
 
     def within_queue_key(
@@ -425,7 +422,8 @@ class TiresiasGittins(TiresiasLas):
         elif running:
             primary = -self.table.index(service)
         else:
-            primary = -self._cached_index(idx, service)
+            self._refresh_index(idx, service)
+            primary = self._minus_index[idx]
         sign = 1.0 if self.ties == "fifo" else -1.0
         if self.list_order:
             return (primary, sign * state.submit[idx], self.pos[idx])
@@ -444,30 +442,21 @@ class TiresiasGittins(TiresiasLas):
         if self.list_order or self.ties != "fifo":
             return None
         if self.table is None:  # nothing learned yet: every index is equal
-            return self._no_index
+            return np.zeros(len(self._minus_index))
         both = np.concatenate((running, pending))
-        service = self.svc[both]
-        stale = (~(self._cache_svc[both] == service)).nonzero()[0]  # NaN: never computed
-        if len(stale):
-            jobs = both[stale]
-            fresh = self.table.index(service[stale])
-            self._cache[jobs] = fresh
-            self._cache_svc[jobs] = service[stale]
-            self._minus_index[jobs] = -fresh
+        self._refresh_index(both, self.svc[both])
         return self._minus_index
 
     def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
         """The simulator's lists after a pass: each sorted as it was walked."""
         return np.lexsort(tuple(reversed(self.within_queue_key(state, group, running=True))))
 
-    def _cached_index(self, idx: np.ndarray, service: np.ndarray) -> np.ndarray:
+    def _refresh_index(self, idx: np.ndarray, service: np.ndarray) -> None:
+        """Bring ``_minus_index`` of jobs ``idx`` to their ``service``, looking up
+        in the table only those whose service moved since their index was taken."""
         assert self.table is not None
-        values = self._cache[idx]
-        stale = (~(self._cache_svc[idx] == service)).nonzero()[0]  # NaN: never computed
+        stale = (~(self._index_svc[idx] == service)).nonzero()[0]  # NaN: never computed
         if len(stale):
-            fresh = self.table.index(service[stale])
-            values[stale] = fresh
             jobs = idx[stale]
-            self._cache[jobs] = fresh
-            self._cache_svc[jobs] = service[stale]
-        return values
+            self._minus_index[jobs] = -self.table.index(service[stale])
+            self._index_svc[jobs] = service[stale]
