@@ -32,12 +32,16 @@ from corral.errors import CorralError
 from corral.runtime.config import GpuGroup
 from corral.runtime.identity import RunAs
 from corral.runtime.launcher import (
+    ENV_FILE,
     EXIT_FILE,
     PID_FILE,
     Confinement,
+    isolated_python,
     live_processes,
     process_states,
+    root_environment,
     write_atomic,
+    write_private,
 )
 from corral.runtime.standby import Idle, StandbyPool
 from corral.train.round_keeper import KEEPER_ENV
@@ -295,9 +299,10 @@ def confinement(request: LaunchRequest, slots: list[GpuSlot]) -> Confinement:
 
 
 def launcher_argv(folder: Path, conf: Confinement, argv: list[str]) -> list[str]:
-    """The command that runs ``argv`` under the launcher, which records its exit in ``folder``."""
+    """The command that runs ``argv`` under the launcher, which records its exit in ``folder``
+    (an isolated Python: the launcher may run as root)."""
     return [
-        sys.executable,
+        *isolated_python(),
         "-m",
         "corral.runtime.launcher",
         str(folder),
@@ -311,12 +316,16 @@ def start_launcher(
     folder: Path, conf: Confinement, argv: list[str], env: dict[str, str], log: Path
 ) -> subprocess.Popen[bytes]:
     """Run ``argv`` under the launcher in its own session (process group), its
-    output appended to ``log``; the launcher records the exit in ``folder``."""
+    output appended to ``log``; the launcher records the exit in ``folder``.
+
+    The launcher itself gets a fixed environment (it may run as root); the job's
+    ``env`` goes to it as a private file in ``folder``, for the job alone."""
+    write_private(folder / ENV_FILE, json.dumps(env))
     with open(log, "ab") as out:
         return subprocess.Popen(
             launcher_argv(folder, conf, argv),
             cwd=folder,
-            env=env,
+            env=root_environment(),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -20,6 +20,16 @@ The launcher also keeps the job inside its allocation:
   itself dies (``PR_SET_PDEATHSIG``), so it cannot overlap the next attempt.
 - **Identity.** ``--uid/--gid/--groups`` run the job as another Unix user
   (the service runs as root; the launcher stays root to write the record).
+- **Privilege separation.** A launcher run as root must never be steered by
+  the job's user. It is started in Python's isolated mode (``-I``: no
+  ``PYTHON*`` variables, no user site, not the current folder on its path)
+  with a fixed environment of its own (:func:`root_environment`), never the
+  job's; the job's variables reach it as a private file in the attempt's
+  folder (``job-env.json``, which the service wrote and only root can read),
+  read and removed before the job starts and handed to the job alone. The
+  job's working directory and output file are entered and opened in the
+  job's process after it has taken the job's identity, so a link or a swap
+  there gets the user's rights, never root's.
 - **CPUs and memory** (Slurm's ``--cpus-per-task`` and ``--mem``): with cgroups
   v2 delegated to the service, a cgroup per attempt with ``cpu.max`` and
   ``memory.max``; otherwise the job is pinned to its CPUs
@@ -45,12 +55,57 @@ from pathlib import Path
 
 EXIT_FILE = "exit.json"
 PID_FILE = "launcher.pid"
+ENV_FILE = "job-env.json"
+"""The job's environment, written by the service for the launcher (mode 0600)."""
+ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ADMIN_ENV = ("LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "TMPDIR")
+"""The service's own variables a root-run helper keeps (set by whoever started the
+service, never by a job): locale, time zone, the libraries its Python needs."""
 NOT_STARTED = 127
 """Exit code when the program could not be started (as a shell reports it)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _CLEANUP_SECONDS = 10.0
+
+
+def root_environment() -> dict[str, str]:
+    """The environment of a helper that runs as root before a job drops its privileges
+    (launcher, standby worker, round keeper's worker): a fixed ``PATH`` and the
+    service's locale and library settings, nothing a job's user could have set."""
+    env = {k: v for k, v in os.environ.items() if k in ADMIN_ENV or k.startswith("LC_")}
+    env["PATH"] = ROOT_PATH
+    return env
+
+
+def isolated_python() -> list[str]:
+    """This Python in isolated mode (``-I``), for a helper run as root: it reads no
+    ``PYTHON*`` variable, no user site and nothing from the current folder."""
+    return [sys.executable, "-I"]
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, never through a link at ``path``."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def take_job_env(folder: Path) -> dict[str, str] | None:
+    """The job's environment from ``folder/job-env.json``, removing the file (it holds
+    the attempt's token); None when there is none."""
+    path = folder / ENV_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, encoding="utf-8") as handle:
+        data = json.load(handle)
+    path.unlink(missing_ok=True)
+    if not isinstance(data, dict):
+        return None
+    return {str(k): str(v) for k, v in data.items()}
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -141,11 +196,13 @@ def main(args: list[str]) -> int:
         )
         return 2
     folder, conf, argv = parsed
+    env = take_job_env(folder)
     started: list[subprocess.Popen[bytes]] = []  # kept: a dropped Popen may reap our child
 
     def start(child_setup: Callable[[], None]) -> int:
         child = subprocess.Popen(
             argv,
+            env=env,
             restore_signals=True,
             preexec_fn=child_setup,
             user=conf.uid,

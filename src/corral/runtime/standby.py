@@ -43,8 +43,10 @@ from corral.runtime.launcher import (
     NOT_STARTED,
     PR_SET_PDEATHSIG,
     Confinement,
+    isolated_python,
     parse,
     prctl,
+    root_environment,
     supervise,
 )
 
@@ -135,6 +137,10 @@ def _fork_task(
         child_setup()
         os.environ.clear()
         os.environ.update(env)
+        # as a cold start would: the job's own module folders first (the worker itself,
+        # run as root, never read them)
+        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:0] = extra
         print(WARM_MARK, flush=True)
         code = run_module(argv[0], argv[1:])
     except SystemExit as exc:
@@ -178,14 +184,15 @@ class StandbyPool:
             try:
                 process = subprocess.Popen(
                     [
-                        sys.executable,
+                        *isolated_python(),
                         "-m",
                         "corral.runtime.standby",
                         str(theirs.fileno()),
                         *self.preload,
                     ],
                     pass_fds=[theirs.fileno()],
-                    stdin=subprocess.DEVNULL,
+                    env=root_environment(),  # a fork of it runs the job: nothing of the
+                    stdin=subprocess.DEVNULL,  # service's environment must be in its memory
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
