@@ -276,6 +276,17 @@ class SchedulerState:
         else:
             bisect.insort(same, i)
 
+    def set_aside(self, i: int) -> None:
+        """Hide pending job ``i`` from the policy (status FUTURE) without forgetting
+        when it was queued; :meth:`put_back` undoes it."""
+        self.dequeue(i)
+        self.status[i] = FUTURE
+
+    def put_back(self, i: int) -> None:
+        """Undo :meth:`set_aside`: the job waits again, queued since when it was."""
+        self.status[i] = PENDING
+        self._enqueue(i)
+
     def dequeue(self, i: int) -> None:
         """Take pending job ``i`` out of the pending set and its ordered queues
         (its status is the caller's to set)."""

@@ -40,6 +40,12 @@ from corral.errors import CorralError
 from corral.optimize.highs import Rows, solve, stack
 
 _TOL = 1e-6
+_WEIGHT_RANGE = 1e-9
+"""Weights below this fraction of the largest count as this fraction: HiGHS refuses
+coefficients beyond 1e15, and a job weighted a billionth of another is already
+given nothing of the cluster's time."""
+_LARGE = 1e9
+"""Above this, a row's data is rescaled before HiGHS sees it (see min_makespan)."""
 
 
 @dataclass
@@ -170,6 +176,8 @@ def _max_min_norm(p: AllocationProblem) -> np.ndarray:
     """What a job's throughput is divided by in max-min fairness: weight x
     proportional throughput / scale factor."""
     weights = p.weights if p.weights is not None else np.ones(p.n)
+    if p.n and (weights.max() > 1.0 or weights.min() < _WEIGHT_RANGE):  # any weight solves
+        weights = np.maximum(weights / weights.max(), _WEIGHT_RANGE)
     return np.maximum(p.proportional_throughput(), _TOL) * weights / p.gpus.astype(float)
 
 
@@ -196,6 +204,9 @@ def min_makespan(p: AllocationProblem, remaining: np.ndarray) -> np.ndarray:
     if (done := _empty(p)) is not None:
         return done
     can_run = p.fits().any(axis=1)
+    top = float(remaining[can_run].max(initial=0.0))
+    if top > _LARGE:  # a job of extreme length: the same LP in units HiGHS accepts
+        remaining = np.maximum(remaining / top, _WEIGHT_RANGE)
     v_rows = _throughput_rows(p, np.ones(p.n), 1, np.where(can_run, remaining, np.nan))
     c = np.zeros(p.n * p.k + 1)
     c[-1] = -1.0

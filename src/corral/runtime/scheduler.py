@@ -129,8 +129,11 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             with self.store.session() as s:
                 self.store.event(s, "policy_error", None, error=f"{type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stderr)
-            self.next_wakeup = now + 5.0
-            return
+            found = self._without_culprits(now)
+            if found is None:
+                self.next_wakeup = now + 5.0
+                return
+            plan = found
         self._apply(plan, now)
         wake = plan.next_wakeup
         if self.backoff:
@@ -140,6 +143,63 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
         self._update_reasons(
             self.policy.waiting_reasons(self.live.state), self.policy.running_notes(self.live.state)
         )
+
+    def _without_culprits(self, now: float, most: int = 3) -> Plan | None:
+        """After a failed pass: find the waiting jobs the policy cannot take (by halving
+        the queue), fail them with the policy's message, and plan for everyone else.
+
+        One user's job must never stop the scheduling of all: a pass that fails on
+        the whole queue is tried with parts of it set aside until the one job whose
+        absence lets it succeed is found (up to ``most`` such jobs). None when the
+        pass fails even with no job waiting (not a job's fault: the next pass tries
+        again)."""
+        st = self.live.state
+        for _ in range(most):
+            error = self._try_without([])
+            if not isinstance(error, str):
+                return error
+            suspects = sorted(st.pending)
+            if not suspects or isinstance(self._try_without(suspects), str):
+                return None
+            # invariant: the pass fails with `aside` hidden, succeeds with `suspects` too
+            aside: list[int] = []
+            while len(suspects) > 1:
+                half = suspects[: len(suspects) // 2]
+                if isinstance(self._try_without([*aside, *half]), str):
+                    aside += half
+                    suspects = suspects[len(half) :]
+                else:
+                    suspects = half
+            self._fail_unschedulable(suspects[0], error, now)
+        found = self._try_without([])
+        return None if isinstance(found, str) else found
+
+    def _try_without(self, aside: list[int]) -> Plan | str:
+        """The policy's plan with waiting jobs ``aside`` hidden, or its error message."""
+        st = self.live.state
+        for i in aside:
+            st.set_aside(i)
+        try:
+            return self.policy.schedule(st)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            for i in aside:
+                st.put_back(i)
+
+    def _fail_unschedulable(self, i: int, error: str, now: float) -> None:
+        """End a waiting job the policy cannot schedule, saying why (never silently)."""
+        job = self.live.ids[i]
+        self.live.close(i)
+        self._forget_waiting(job)
+        reason = f"PolicyError: the policy cannot schedule this job ({error[:300]})"
+        with self.store.session() as s:
+            row = s.get(JobRow, job)
+            if row is not None and row.status not in TERMINAL:
+                row.status, row.end_time, row.gpus, row.reason = JobStatus.FAILED, now, None, reason
+                self._round_task_ended(s, row, now)
+            self.store.event(s, "policy_rejected", job, error=error[:1000])
+        self.reasons[job] = reason
 
     def _apply(self, plan: Plan, now: float) -> None:
         live, st = self.live, self.live.state

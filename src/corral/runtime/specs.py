@@ -42,6 +42,14 @@ MAX_ENV_VARS = 256
 MAX_ENV_BYTES = 64 * 1024
 MAX_PATH = 4096
 MAX_ARRAY = 1000
+MAX_SECONDS = 366 * 86400.0
+"""The longest duration or wall time a job may give: a year. Longer values say nothing
+a policy can use, and ratios beyond this break the policies' LPs (see JobSpec)."""
+MIN_WEIGHT, MAX_WEIGHT = 1e-3, 1e3
+"""A job's weight in weighted objectives: a million to one between any two jobs,
+which is wider than any share a cluster gives, and keeps every LP well scaled."""
+MAX_STEPS = 10**12
+"""The most steps (iterations) a job may name."""
 """Tasks one array submission may create (Slurm's MaxArraySize is 1001 by default)."""
 _ARRAY = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*$")
 
@@ -219,7 +227,7 @@ class JobSpec(BaseModel):
         description="argv that stages the job's inputs (copies data to local disk), run "
         "once before its command; under liquid, ahead of time while the job waits",
     )
-    gpus: int = Field(1, ge=1, le=4096, description="GPUs of the gang")
+    gpus: int = Field(1, ge=1, le=4096, strict=True, description="GPUs of the gang")
     gpu_type: str | None = Field(
         None, max_length=32, description="run only on this GPU type (any when unset)"
     )
@@ -227,13 +235,26 @@ class JobSpec(BaseModel):
         "generic", min_length=1, max_length=64, description="throughput-profile key"
     )
     priority: int = Field(0, ge=-1000, le=1000, description="higher runs first among equals")
-    weight: float = Field(1.0, gt=0, description="weight in weighted-JCT objectives")
+    weight: float = Field(
+        1.0,
+        ge=MIN_WEIGHT,
+        le=MAX_WEIGHT,
+        description=f"weight in weighted objectives ({MIN_WEIGHT:g} to {MAX_WEIGHT:g})",
+    )
     max_retries: int = Field(2, ge=0, le=100, description="failed attempts retried")
-    wall_time: float | None = Field(None, description="seconds (or 1h30m, HH:MM:SS) per attempt")
+    wall_time: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="seconds (or 1h30m, HH:MM:SS) per attempt, at most a year",
+    )
     duration: float | None = Field(
         None,
-        description="expected run time (seconds, 1h30m or HH:MM:SS), for policies that rank "
-        "by work left; unset: wall_time, else an estimate from the owner's finished jobs",
+        gt=0,
+        le=MAX_SECONDS,
+        description="expected run time (seconds, 1h30m or HH:MM:SS; at most a year), for "
+        "policies that rank by work left; unset: wall_time, else an estimate from the "
+        "owner's finished jobs",
     )
     vc: str | None = Field(
         None,
@@ -254,7 +275,9 @@ class JobSpec(BaseModel):
     memory: int | None = Field(
         None, description="memory in MiB, or 16G, 512M (Slurm's --mem; unset: no limit)"
     )
-    total_steps: int | None = Field(None, ge=1, description="steps to the end (for progress)")
+    total_steps: int | None = Field(
+        None, ge=1, le=MAX_STEPS, description="steps to the end (for progress)"
+    )
     model: str | None = Field(
         None,
         max_length=64,
@@ -271,11 +294,12 @@ class JobSpec(BaseModel):
     target_loss: float | None = Field(
         None,
         gt=0,
+        le=1e12,
         description="the job trains until its loss reaches this: its work left is predicted "
         "from the loss curve its heartbeats report (Optimus' fit)",
     )
     prerun_steps: int | None = Field(
-        None, ge=0, description="iterations of a 1-GPU pre-run first (0: none; unset: config)"
+        None, ge=0, le=1_000_000, description="iterations of a 1-GPU pre-run first (0: none; unset: config)"
     )
     dependency: dict[DependencyKind, list[int]] = Field(
         default_factory=dict,

@@ -149,6 +149,9 @@ class Simulator:
             if wakeup is not None and wakeup < t:
                 t = wakeup
             if t == math.inf or t > self.config.max_time:
+                if t != math.inf:  # stopped by the limit: the run covers time up to it
+                    busy_seconds += state.busy_gpus * (self.config.max_time - last_t)
+                    last_t = self.config.max_time
                 break
             t = float(t)
             busy_seconds += state.busy_gpus * (t - last_t)
