@@ -299,7 +299,10 @@ class JobSpec(BaseModel):
         "from the loss curve its heartbeats report (Optimus' fit)",
     )
     prerun_steps: int | None = Field(
-        None, ge=0, le=1_000_000, description="iterations of a 1-GPU pre-run first (0: none; unset: config)"
+        None,
+        ge=0,
+        le=1_000_000,
+        description="iterations of a 1-GPU pre-run first (0: none; unset: config)",
     )
     dependency: dict[DependencyKind, list[int]] = Field(
         default_factory=dict,
