@@ -39,6 +39,9 @@ COLUMNS: dict[str, str] = {
     "batch_size": "int: global batch size when known (training curves, scaling), else 0",
     "batch_mode": "str: batch-size schedule ('static'; Shockwave's traces also name "
     "'gns' or 'accordion', carried and reported, not modelled)",
+    "checkpoints": "bool: a preempted job resumes from where it stopped (True, the papers' "
+    "assumption); False: it restarts from scratch, and is not preempted again before it "
+    "has run twice its longest lost attempt",
 }
 
 _DEFAULTS: dict[str, object] = {
@@ -50,6 +53,7 @@ _DEFAULTS: dict[str, object] = {
     "priority": 0,
     "batch_mode": "static",
     "batch_size": 0,
+    "checkpoints": True,
 }
 
 
@@ -171,6 +175,7 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     out["weight"] = out["weight"].astype(float)
     out["priority"] = out["priority"].fillna(0).astype(np.int64)
     out["batch_size"] = out["batch_size"].fillna(0).astype(np.int64)
+    out["checkpoints"] = out["checkpoints"].fillna(True).astype(bool)
     for column in ("job_type", "model", "vc", "user", "batch_mode"):
         out[column] = out[column].fillna("").astype(str)
     if out["job_id"].duplicated().any():

@@ -85,6 +85,10 @@ class SchedulerState:
         self.total_steps = df["total_steps"].to_numpy(dtype=np.float64)
         self.duration = df["duration"].to_numpy(dtype=np.float64)
         self.weight = df["weight"].to_numpy(dtype=np.float64)
+        self.checkpoints = df["checkpoints"].to_numpy(dtype=bool).copy()
+        """False: a preempted job loses its work (see :mod:`corral.model.unsaved_work`)."""
+        self.lost_run = np.zeros(n, dtype=np.float64)
+        """Longest run (seconds progressing) a preemption threw away, per job."""
         self.model: list[str] = df["model"].tolist()
         self.job_type: list[str] = df["job_type"].tolist()
         self.batch_size = df["batch_size"].to_numpy(dtype=np.int64)
@@ -419,7 +423,14 @@ class SchedulerState:
         self.host[guest] = -1
 
     def preempt(self, i: int, release: bool = True) -> None:
-        self._close_segment(i, release)
+        if not self.checkpoints[i]:  # it starts again from scratch: its run is lost
+            ran = self.now - float(self.progress_start[i])
+            if ran > self.lost_run[i]:
+                self.lost_run[i] = ran
+            self._close_segment(i, release)
+            self.steps_done[i] = self.attempt_steps[i]
+        else:
+            self._close_segment(i, release)
         self.status[i] = PENDING
         self.preemptions[i] += 1
         self.queued_since[i] = self.now

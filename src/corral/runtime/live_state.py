@@ -102,6 +102,8 @@ class LiveJobs:
         st.job_type[i] = job_type
         st.model[i] = model
         st.batch_size[i] = batch_size
+        st.checkpoints[i] = False  # until it reports a checkpoint (see model.unsaved_work)
+        st.lost_run[i] = 0.0
         st.noise_scale[i] = np.nan
         st.type_req[i] = (
             st.cluster.gpu_type_names.index(gpu_type)

@@ -40,6 +40,7 @@ from sqlalchemy import select
 from corral.model.jobs import JobStatus
 from corral.model.plan import Plan
 from corral.model.state import FUTURE, PENDING, RUNNING
+from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.estimates import measured_remaining
 from corral.runtime.launching import Launching
 from corral.runtime.loop_base import TERMINAL, Attempt, cluster_from_slots
@@ -134,6 +135,8 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
                 self.next_wakeup = now + 5.0
                 return
             plan = found
+        self._learn_checkpoints(plan)
+        plan = keep_unsaved_work(plan, st)
         self._apply(plan, now)
         wake = plan.next_wakeup
         if self.backoff:
@@ -173,6 +176,20 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             self._fail_unschedulable(suspects[0], error, now)
         found = self._try_without([])
         return None if isinstance(found, str) else found
+
+    def _learn_checkpoints(self, plan: Plan) -> None:
+        """Mark the jobs the plan stops that have saved a checkpoint since the loop last
+        looked (their heartbeats say so): a preemption no longer throws their work away."""
+        st = self.live.state
+        unsure = [self.live.ids[i] for i in plan.stops if not st.checkpoints[i]]
+        if not unsure:
+            return
+        with self.store.session() as s:
+            saved = s.scalars(
+                select(JobRow.id).where(JobRow.id.in_(unsure), JobRow.checkpoint_step.is_not(None))
+            ).all()
+        for job in saved:
+            st.checkpoints[self.live.index[job]] = True
 
     def _try_without(self, aside: list[int]) -> Plan | str:
         """The policy's plan with waiting jobs ``aside`` hidden, or its error message."""

@@ -31,6 +31,7 @@ from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
 from corral.model.plan import Plan
 from corral.model.state import PENDING, RUNNING, SchedulerState
+from corral.model.unsaved_work import keep_unsaved_work
 from corral.perf.speeds import SpeedModel
 from corral.perf.switching import switch_cost_seconds
 from corral.policies.base import Policy
@@ -189,7 +190,7 @@ class Simulator:
             if wakeup is not None and wakeup <= t:
                 wakeup = None
                 events += 1
-            plan = self.policy.schedule(state)
+            plan = keep_unsaved_work(self.policy.schedule(state), state)
             passes += 1
             self._apply(plan)
             # each pass says when it next needs a pass of its own; a wake-up an
