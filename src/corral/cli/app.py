@@ -38,6 +38,14 @@ console = _console()
 err_console = Console(stderr=True)
 
 
+@app.callback()
+def _each_command() -> None:
+    """Size the output for this invocation: the environment of the process may differ
+    from the one the module was imported in (a test runner, an embedding program)."""
+    fresh = _console()
+    console.size = (fresh.width, fresh.height)
+
+
 def main() -> None:
     try:
         app()
