@@ -21,8 +21,20 @@ any launcher, outlives it so the restarted service can adopt the job. A
 round keeper (:mod:`corral.train.round_keeper`) also starts in a standby
 worker, but *tethered*: it goes with the service, like an idle worker.
 
-Only CUDA is left to the job (a forked process must not inherit a CUDA
-context), so on a GPU the job still creates its context on its first use.
+**CUDA is never initialised in a worker.** A process that forks after CUDA
+is initialised leaves its child unable to use the GPU ("Cannot re-initialize
+CUDA in forked subprocess"), so the worker forks first and the job creates its
+CUDA context itself, on its own GPU, on its first use. The warm-up's optimiser
+steps would initialise CUDA on a GPU machine (PyTorch's optimisers ask the
+current accelerator stream whether a CUDA graph is being captured), so they run
+with PyTorch told that no accelerator is present (:func:`cpu_only`); and a
+worker that finds CUDA initialised all the same (a preloaded module of the
+config touched the GPU) refuses the job with a message instead of forking
+into a crash. What a switch keeps warm is therefore the interpreter, PyTorch,
+its lazily imported modules and the job's code, not a CUDA context: PipeSwitch
+also keeps the context, which would need one worker per GPU that runs the
+job in its own process; the cost of creating the context in the job is
+measured by ``benchmarks/gpu_check.py`` and stated in the README.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ import socket
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,10 +66,50 @@ READY = b"R"
 WARM_MARK = "corral: started in a standby worker (interpreter and PyTorch already loaded)"
 
 
+class CudaBeforeFork(subprocess.SubprocessError):
+    """CUDA was initialised in a process that is about to fork a job (the launcher
+    records it as a job that could not be started)."""
+
+
+def cuda_initialised() -> bool:
+    """Whether this process has initialised CUDA (False when PyTorch is not loaded)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def cpu_only() -> Iterator[None]:
+    """Within: PyTorch sees no accelerator, so nothing it runs creates a CUDA context
+    (an optimiser's step asks the accelerator's current stream otherwise)."""
+    import torch
+
+    saved = [(torch.cuda, "is_available", torch.cuda.is_available)]
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+        saved.append((accelerator, "current_accelerator", accelerator.current_accelerator))
+    for owner, name, _ in saved:
+        setattr(owner, name, _no_accelerator)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def _no_accelerator(*_args: object, **_kwargs: object) -> None:
+    return None
+
+
 def warm_up(preload: list[str]) -> None:
     """Load what a training job needs before its first step: PyTorch, corral's runner,
     the modules PyTorch imports lazily on first use (an optimiser's first step
-    pulls in its compiler stack, over a second), and any modules the config names."""
+    pulls in its compiler stack, over a second), and any modules the config names;
+    all without initialising CUDA (the job is forked from here)."""
     import importlib
 
     import torch
@@ -66,11 +118,12 @@ def warm_up(preload: list[str]) -> None:
     import corral.train.rounds
     import corral.train.run_task  # noqa: F401
 
-    weight = torch.zeros(4, requires_grad=True)
-    for optimizer in (torch.optim.SGD([weight], lr=0.1), torch.optim.Adam([weight])):
-        (weight * 2).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    with cpu_only():
+        weight = torch.zeros(4, requires_grad=True)
+        for optimizer in (torch.optim.SGD([weight], lr=0.1), torch.optim.Adam([weight])):
+            (weight * 2).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
     for name in preload:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
@@ -125,7 +178,14 @@ def main(fd: int, preload: list[str]) -> int:
 def _fork_task(
     conf: Confinement, env: dict[str, str], argv: list[str], child_setup: Callable[[], None]
 ) -> int:
-    """Fork the job: identity, limits and environment, then the task in this interpreter."""
+    """Fork the job: identity, limits and environment, then the task in this interpreter.
+    Refused (CudaBeforeFork) when this process has initialised CUDA: the child could
+    not use the GPU."""
+    if cuda_initialised():
+        raise CudaBeforeFork(
+            "this standby worker initialised CUDA before starting the job (a module it "
+            "preloaded used the GPU at import); a forked job could not use the GPU"
+        )
     pid = os.fork()
     if pid:
         return pid

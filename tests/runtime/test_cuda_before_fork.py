@@ -1,0 +1,120 @@
+"""A standby worker never initialises CUDA before it forks a job: caught on a CPU.
+
+On an NVIDIA GPU every task job started in a standby worker crashed with "Cannot
+re-initialize CUDA in forked subprocess": the worker's warm-up ran an optimiser
+step, which asks PyTorch for the current accelerator stream, and on a machine
+with a GPU that creates the CUDA context. A machine without a GPU never takes
+that path, so here a test double stands in for CUDA: PyTorch is told a CUDA
+device is present, and every call that would create the context on a real GPU
+(the accelerator's current stream, ``torch.cuda.init``, ``_lazy_init``) records
+that it was made.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from corral.runtime import standby  # noqa: E402
+from corral.runtime.launcher import NOT_STARTED, Confinement, supervise  # noqa: E402
+
+
+class FakeCuda:
+    """Records whether anything initialised "CUDA" in this process."""
+
+    def __init__(self) -> None:
+        self.initialised_by: list[str] = []
+
+    def mark(self, what: str) -> None:
+        self.initialised_by.append(what)
+
+
+class _Stream:
+    def is_capturing(self) -> bool:
+        return False
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
+    fake = FakeCuda()
+
+    def current_stream(*_args: object) -> _Stream:
+        fake.mark("torch.accelerator.current_stream")
+        return _Stream()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: bool(fake.initialised_by))
+    monkeypatch.setattr(torch.cuda, "init", lambda: fake.mark("torch.cuda.init"))
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: fake.mark("torch.cuda._lazy_init"))
+    if hasattr(torch, "accelerator"):
+        monkeypatch.setattr(
+            torch.accelerator,
+            "current_accelerator",
+            lambda check_available=False: torch.device("cuda"),
+        )
+        monkeypatch.setattr(torch.accelerator, "current_stream", current_stream)
+    yield fake
+
+
+def test_the_double_sees_an_optimiser_step_initialise_cuda(fake_cuda: FakeCuda) -> None:
+    """The double is faithful: what crashed on the GPU is recorded here."""
+    weight = torch.zeros(4, requires_grad=True)
+    optimizer = torch.optim.Adam([weight])
+    (weight * 2).sum().backward()
+    optimizer.step()
+    assert fake_cuda.initialised_by, "an optimiser step on a CUDA machine initialises CUDA"
+
+
+def test_the_warm_up_of_a_standby_worker_leaves_cuda_alone(fake_cuda: FakeCuda) -> None:
+    standby.warm_up([])
+    assert fake_cuda.initialised_by == []
+    assert not standby.cuda_initialised()
+    assert torch.cuda.is_available()  # the warm-up's blindfold is taken off again
+
+
+def test_a_worker_that_initialised_cuda_refuses_to_fork_the_job(
+    fake_cuda: FakeCuda, tmp_path: Path
+) -> None:
+    """The last line of defence (a preloaded module of the config used the GPU): the
+    attempt ends as not started, with the reason in its record, and nothing forks."""
+    torch.cuda.init()
+    assert standby.cuda_initialised()
+    with pytest.raises(standby.CudaBeforeFork):
+        standby._fork_task(Confinement(), {}, ["corral.train.run_task"], lambda: None)
+    folder = tmp_path / "attempt"
+    folder.mkdir()
+    code = supervise(
+        folder,
+        Confinement(),
+        lambda setup: standby._fork_task(Confinement(), {}, ["corral.train.run_task"], setup),
+    )
+    record = json.loads((folder / "exit.json").read_text())
+    assert code == NOT_STARTED and record["exit_code"] == NOT_STARTED
+    assert "initialised CUDA" in record["detail"]
+
+
+def test_a_real_standby_worker_process_never_initialises_cuda(tmp_path: Path) -> None:
+    """The worker process itself, as the service starts it: after its warm-up it has not
+    initialised CUDA (on a GPU machine this is the real check; on a CPU it still runs
+    the whole warm-up path)."""
+    code = (
+        "import sys, torch\n"
+        "from corral.runtime import standby\n"
+        "standby.warm_up([])\n"
+        "print('cuda-initialised', standby.cuda_initialised())\n"
+    )
+    out = subprocess.run(
+        [*standby.isolated_python(), "-c", code],
+        env=standby.root_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "cuda-initialised False" in out
