@@ -1,0 +1,284 @@
+"""One command that checks corral on a GPU machine.
+
+    python benchmarks/gpu_check.py                 # everything, about 5 minutes on one GPU
+    python benchmarks/gpu_check.py --json out.json
+
+Runs, on a machine with NVIDIA GPUs and PyTorch:
+
+- ``gpu-tests``: the tests that need a CUDA GPU (model residency, warm switches,
+  and the standby worker's CUDA-before-fork checks, which on a GPU see real CUDA);
+- ``switching``: the switching benchmark on the ResNet-50 layout (warm, copy,
+  cold), five switches of each kind;
+- ``live-cold``, ``live-parked``, ``live-standby``: ``corral serve`` with
+  ``gpus: auto`` running two ResNet-50-layout task jobs under LAS with a short
+  quantum, so that they preempt each other: restarted cold, parked in place, and
+  started in standby workers (the path that crashed with "Cannot re-initialize
+  CUDA in forked subprocess");
+- ``hare-keepers``: a job given as a task run as Hare's rounds, its tasks held
+  by round keepers (which start in standby workers);
+- ``gandiva-timeslice``: Gandiva sharing one GPU between two jobs.
+
+Prints one table, writes it as JSON, and the last line says how many checks
+passed out of how many. Where no GPU is found it says so, checks the parts that
+run on a CPU (the standby worker's CUDA-before-fork tests) and exits 0.
+
+Not yet checked here (not built): GPU topology and health read from NVIDIA's
+management library, and AntMan's memory cap measured on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_TESTS = [
+    "tests/train/test_residency.py",
+    "tests/train/test_warm_switch.py",
+    "tests/runtime/test_cuda_before_fork.py",
+]
+CPU_TESTS = ["tests/runtime/test_cuda_before_fork.py"]
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
+RESNET = {"factory": "corral.examples.tasks:resnet50", "kwargs": {"batch": 32, "size": 224}}
+DRY_RUN = {"factory": "corral.examples.tasks:digits", "kwargs": {"step_time": 0.03}}
+SETUP: dict[str, Any] = {"gpus": "auto", "model": RESNET}
+"""What the live checks run on: the machine's GPUs and the ResNet-50 layout, or, with
+``--dry-run`` on a machine without one, one virtual GPU and a small model (to try
+the script itself)."""
+
+
+def gpu_name() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return str(torch.cuda.get_device_name(0))
+
+
+def run_pytest(paths: list[str]) -> tuple[bool, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return done.returncode == 0, lines[-1] if lines else done.stderr[-300:]
+
+
+def switching() -> tuple[bool, str]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/switching.py",
+            "--switches",
+            "5",
+            "--models",
+            "resnet50",
+            "--no-profile",
+            "--no-jobs",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rows = [line for line in done.stdout.splitlines() if "resnet50" in line or "x" in line[-3:]]
+    return done.returncode == 0, " | ".join(r.strip() for r in rows[-6:])
+
+
+def service(folder: Path, policy: str, options: dict[str, Any], **settings: Any) -> Any:
+    from corral.runtime.service_process import ServiceProcess
+
+    made = ServiceProcess(
+        folder,
+        policy,
+        options,
+        gpus=SETUP["gpus"],
+        stop_grace=30,
+        heartbeat_interval=0.5,
+        **settings,
+    )
+    made.start(120)
+    return made
+
+
+def wait_all(svc: Any, ids: list[int], timeout: float) -> list[dict[str, Any]]:
+    from corral.runtime.service_process import wait_for
+
+    for job in ids:
+        wait_for(lambda j=job: svc.admin.job(j)["status"] in TERMINAL, timeout, f"job {job}")
+    return [svc.admin.job(j) for j in ids]
+
+
+def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
+    """Two ResNet-50-layout task jobs that preempt each other under LAS (4 s quantum)."""
+    from corral.runtime.standby import WARM_MARK
+
+    svc = service(folder, "las", {"quantum": 4}, workers=workers)
+    try:
+        if workers.get("standby"):
+            from corral.runtime.service_process import wait_for
+
+            wait_for(lambda: svc.admin.json("GET", "/v1/health")["standby_ready"] >= 1, 120)
+        start = time.monotonic()
+        ids = [
+            svc.client.submit({"name": f"resnet-{k}", "task": {**SETUP["model"], "steps": 300}})[
+                "id"
+            ]
+            for k in range(2)
+        ]
+        jobs = wait_all(svc, ids, 240)
+        makespan = time.monotonic() - start
+        ok = all(j["status"] == "SUCCEEDED" for j in jobs)
+        attempts = [len(j["attempts"]) for j in jobs]
+        preempted = sum(a["cause"] in ("preempted", "parked") for j in jobs for a in j["attempts"])
+        warm = sum(WARM_MARK in svc.admin.logs(j, 0, None).text for j in ids)
+        detail = (
+            f"{[j['status'] for j in jobs]}, makespan {makespan:.1f} s, attempts {attempts}, "
+            f"preemptions {preempted}"
+        )
+        if workers.get("standby"):
+            detail += f", started warm {warm}"
+            ok = ok and warm >= 1
+        if not ok:
+            detail += " | " + svc.admin.logs(ids[0], 0, None).text[-400:].replace("\n", " ")
+        return ok, detail
+    finally:
+        svc.close()
+
+
+def hare_keepers(folder: Path) -> tuple[bool, str]:
+    """A job run as Hare's rounds of one-GPU tasks, with round keepers (in standby
+    workers) holding it on the GPU between its tasks."""
+    svc = service(folder, "hare", {}, workers={"standby": 1, "keep": 1})
+    try:
+        task = {**SETUP["model"], "steps": 12, "round_steps": 2}
+        job = svc.client.submit({"name": "rounds", "task": task})
+        [done] = wait_all(svc, [job["id"]], 240)
+        tasks = [t for t in svc.client.history() if t["id"] != job["id"]]
+        reports = []
+        for t in tasks:
+            lines = svc.client.logs(t["id"]).text.splitlines()
+            found = [json.loads(x) for x in lines if x.startswith('{"round"')]
+            reports += found[:1]
+        kept = [r for r in reports if r.get("kept")]
+        ok = done["status"] == "SUCCEEDED" and all(t["status"] == "SUCCEEDED" for t in tasks)
+        ok = ok and bool(kept)
+        return ok, (
+            f"{done['status']}, {len(tasks)} tasks, {len(kept)} ran on the state a keeper held"
+        )
+    finally:
+        svc.close()
+
+
+def gandiva_timeslice(folder: Path) -> tuple[bool, str]:
+    svc = service(folder, "gandiva", {"quantum": 2})
+    try:
+        task = {**SETUP["model"], "steps": 200}
+        ids = [svc.client.submit({"name": f"slice-{k}", "task": task})["id"] for k in range(2)]
+        together = 0
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            states = [svc.admin.job(j)["status"] for j in ids]
+            together = max(together, sum(s == "RUNNING" for s in states))
+            if all(s in TERMINAL for s in states):
+                break
+            time.sleep(0.2)
+        jobs = [svc.admin.job(j) for j in ids]
+        ok = all(j["status"] == "SUCCEEDED" for j in jobs) and together == 2
+        notes = sorted({str(j.get("reason")) for j in jobs})
+        return (
+            ok,
+            f"{[j['status'] for j in jobs]}, both on the GPU at once: {together == 2}, {notes}",
+        )
+    finally:
+        svc.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", default="gpu_check.json", help="where the table goes")
+    parser.add_argument("--only", default="", help="comma-separated check names")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="no GPU: the live checks on one virtual GPU"
+    )
+    args = parser.parse_args()
+    name = gpu_name()
+    if args.dry_run and name is None:
+        SETUP.update(gpus=[{"type": "V100", "count": 1}], model=DRY_RUN)
+    rows: list[dict[str, Any]] = []
+    only = {n for n in args.only.split(",") if n}
+
+    def check(key: str, fn: Callable[[], tuple[bool, str]]) -> None:
+        if only and key not in only:
+            return
+        t0 = time.monotonic()
+        try:
+            ok, detail = fn()
+        except Exception as exc:  # a check that breaks is a failed check, with its reason
+            ok, detail = False, f"{type(exc).__name__}: {exc}"[:600]
+        rows.append(
+            {"check": key, "ok": ok, "seconds": round(time.monotonic() - t0, 1), "detail": detail}
+        )
+        print(f"{'PASS' if ok else 'FAIL'} {key} ({rows[-1]['seconds']} s): {detail}", flush=True)
+
+    if name is None and args.dry_run:
+        print("dry run: the live checks on one virtual GPU with a small model", flush=True)
+        scratch = Path(tempfile.mkdtemp(prefix="corral-gpu-check-"))
+        check("live-cold", lambda: two_resnets(scratch / "cold", {}))
+        check("live-parked", lambda: two_resnets(scratch / "parked", {"park": 1}))
+        check("live-standby", lambda: two_resnets(scratch / "standby", {"standby": 1}))
+        check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
+        check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
+    elif name is None:
+        print("no NVIDIA GPU found (PyTorch sees no CUDA device): checking the CPU parts only")
+        check("cpu-tests", lambda: run_pytest(CPU_TESTS))
+    else:
+        nvidia = shutil.which("nvidia-smi")
+        driver = ""
+        if nvidia:
+            driver = subprocess.run(
+                [nvidia, "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+        import torch
+
+        print(f"GPU: {name}; driver {driver or '?'}; PyTorch {torch.__version__}", flush=True)
+        scratch = Path(tempfile.mkdtemp(prefix="corral-gpu-check-"))
+        scratch.chmod(0o755)
+        check("gpu-tests", lambda: run_pytest(GPU_TESTS))
+        check("switching", switching)
+        check("live-cold", lambda: two_resnets(scratch / "cold", {}))
+        check("live-parked", lambda: two_resnets(scratch / "parked", {"park": 1}))
+        check("live-standby", lambda: two_resnets(scratch / "standby", {"standby": 1}))
+        check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
+        check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
+    print()
+    print(f"{'check':<20} {'result':<7} {'s':>6}  detail")
+    for row in rows:
+        print(
+            f"{row['check']:<20} {'pass' if row['ok'] else 'FAIL':<7} {row['seconds']:>6}  "
+            f"{row['detail'][:150]}"
+        )
+    Path(args.json).write_text(json.dumps({"gpu": name, "checks": rows}, indent=2))
+    passed = sum(r["ok"] for r in rows)
+    print(f"{passed} of {len(rows)} checks passed" + ("" if name else " (no GPU: CPU parts only)"))
+    return 0 if name is None or passed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
