@@ -1,13 +1,14 @@
 """A standby worker never initialises CUDA before it forks a job: caught on a CPU.
 
-On an NVIDIA GPU every task job started in a standby worker crashed with "Cannot
-re-initialize CUDA in forked subprocess": the worker's warm-up ran an optimiser
-step, which asks PyTorch for the current accelerator stream, and on a machine
-with a GPU that creates the CUDA context. A machine without a GPU never takes
-that path, so here a test double stands in for CUDA: PyTorch is told a CUDA
-device is present, and every call that would create the context on a real GPU
-(the accelerator's current stream, ``torch.cuda.init``, ``_lazy_init``) records
-that it was made.
+On an NVIDIA GPU every task job started in a standby worker crashed ("Cannot
+re-initialize CUDA in forked subprocess", later ``cudaErrorInitializationError``):
+the worker's warm-up ran a backward pass and an optimiser step, and on a machine
+with a GPU each initialises the CUDA driver (the autograd engine counts the CUDA
+devices when it first starts; the step asks for the current accelerator stream;
+``torch.cuda.is_available`` counts devices through the driver). A machine without
+a GPU never takes those paths, so here a test double stands in for CUDA: PyTorch
+is told a CUDA device is present, and every call that would initialise the
+driver on a real GPU records that it was made.
 """
 
 from __future__ import annotations
@@ -48,10 +49,29 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
         fake.mark("torch.accelerator.current_stream")
         return _Stream()
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    real_backward = torch.autograd.backward
+
+    def backward(*args: object, **kwargs: object) -> None:
+        fake.mark("the autograd engine (it counts CUDA devices as it starts)")
+        real_backward(*args, **kwargs)  # type: ignore[arg-type]
+
+    def device_count() -> int:
+        fake.mark("torch.cuda.device_count (through the driver)")
+        return 1
+
+    def available() -> bool:
+        fake.mark("torch.cuda.is_available (through the driver)")
+        return True
+
+    monkeypatch.setattr(torch.cuda, "is_available", available)
+    monkeypatch.setattr(torch.cuda, "device_count", device_count)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: bool(fake.initialised_by))
     monkeypatch.setattr(torch.cuda, "init", lambda: fake.mark("torch.cuda.init"))
     monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: fake.mark("torch.cuda._lazy_init"))
+    monkeypatch.setattr(
+        torch.cuda, "is_current_stream_capturing", lambda: fake.mark("stream capture") or False
+    )
+    monkeypatch.setattr(torch.autograd, "backward", backward)
     if hasattr(torch, "accelerator"):
         monkeypatch.setattr(
             torch.accelerator,
@@ -62,13 +82,23 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
     yield fake
 
 
-def test_the_double_sees_an_optimiser_step_initialise_cuda(fake_cuda: FakeCuda) -> None:
-    """The double is faithful: what crashed on the GPU is recorded here."""
+def test_the_double_sees_the_old_warm_up_initialise_cuda(fake_cuda: FakeCuda) -> None:
+    """The double is faithful: the warm-up that crashed on the GPU is recorded here."""
     weight = torch.zeros(4, requires_grad=True)
     optimizer = torch.optim.Adam([weight])
     (weight * 2).sum().backward()
     optimizer.step()
-    assert fake_cuda.initialised_by, "an optimiser step on a CUDA machine initialises CUDA"
+    assert fake_cuda.initialised_by, "a backward pass and a step on a CUDA machine init CUDA"
+    assert any("autograd" in what for what in fake_cuda.initialised_by)
+
+
+def test_the_driver_is_seen_loaded_from_the_process_maps(tmp_path: Path) -> None:
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert not standby.driver_loaded(maps)
+    maps.write_text(maps.read_text() + "7f02-7f03 r-xp 0 08:01 2 /usr/lib64/libcuda.so.580\n")
+    assert standby.driver_loaded(maps)
+    assert not standby.driver_loaded(tmp_path / "absent")
 
 
 def test_the_warm_up_of_a_standby_worker_leaves_cuda_alone(fake_cuda: FakeCuda) -> None:
@@ -107,11 +137,12 @@ def test_a_real_standby_worker_process_never_initialises_cuda(tmp_path: Path) ->
         "import sys, torch\n"
         "from corral.runtime import standby\n"
         "standby.warm_up([])\n"
+        "torch.cuda.is_available()  # through NVML in a worker: the driver stays unloaded\n"
         "print('cuda-initialised', standby.cuda_initialised())\n"
     )
     out = subprocess.run(
         [*standby.isolated_python(), "-c", code],
-        env=standby.root_environment(),
+        env={**standby.root_environment(), **standby.WORKER_ENV},
         capture_output=True,
         text=True,
         timeout=120,

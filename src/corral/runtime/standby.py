@@ -21,20 +21,27 @@ any launcher, outlives it so the restarted service can adopt the job. A
 round keeper (:mod:`corral.train.round_keeper`) also starts in a standby
 worker, but *tethered*: it goes with the service, like an idle worker.
 
-**CUDA is never initialised in a worker.** A process that forks after CUDA
-is initialised leaves its child unable to use the GPU ("Cannot re-initialize
-CUDA in forked subprocess"), so the worker forks first and the job creates its
-CUDA context itself, on its own GPU, on its first use. The warm-up's optimiser
-steps would initialise CUDA on a GPU machine (PyTorch's optimisers ask the
-current accelerator stream whether a CUDA graph is being captured), so they run
-with PyTorch told that no accelerator is present (:func:`cpu_only`); and a
-worker that finds CUDA initialised all the same (a preloaded module of the
-config touched the GPU) refuses the job with a message instead of forking
-into a crash. What a switch keeps warm is therefore the interpreter, PyTorch,
-its lazily imported modules and the job's code, not a CUDA context: PipeSwitch
-also keeps the context, which would need one worker per GPU that runs the
-job in its own process; the cost of creating the context in the job is
-measured by ``benchmarks/gpu_check.py`` and stated in the README.
+**CUDA is never initialised in a worker.** A process that forks after the
+CUDA driver is initialised leaves its child unable to use the GPU ("Cannot
+re-initialize CUDA in forked subprocess", or ``cudaErrorInitializationError``
+when only the driver was), so the worker forks first and the job creates its
+CUDA context itself, on its own GPU, on its first use. Three things in a
+warm-up initialise the driver on a GPU machine: the autograd engine's first
+backward pass (it counts the CUDA devices to start
+its device threads), an optimiser's step (it asks the accelerator's current
+stream whether a CUDA graph is being captured) and ``torch.cuda.is_available``
+itself (it counts devices through the driver). So the warm-up runs its
+optimiser steps on hand-made gradients, with no backward pass, with PyTorch
+told that no accelerator is present (:func:`cpu_only`); the worker runs with
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``, so any availability check in it (a
+preloaded module's) asks NVIDIA's management library instead of the driver;
+and a worker that finds the driver loaded all the same refuses the job with a
+message instead of forking into a crash (:func:`cuda_initialised`). What a
+switch keeps warm is therefore the interpreter, PyTorch, its lazily imported
+modules and the job's code, not a CUDA context: PipeSwitch also keeps the
+context, which needs one worker per GPU that runs the job in its own process
+(not a fork); the cost of creating the context in the job is in the README's
+GPU section (``benchmarks/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -71,15 +78,31 @@ class CudaBeforeFork(subprocess.SubprocessError):
     records it as a job that could not be started)."""
 
 
+WORKER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+"""Set in a worker: PyTorch's CUDA availability checks ask NVML, not the driver."""
+
+
 def cuda_initialised() -> bool:
-    """Whether this process has initialised CUDA (False when PyTorch is not loaded)."""
+    """Whether this process has initialised CUDA: PyTorch's CUDA state, or the CUDA
+    driver library loaded at all (the runtime loads it on its first call, which
+    initialises the driver; a forked child cannot use it after that)."""
     torch = sys.modules.get("torch")
-    if torch is None:
-        return False
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return True
+        except Exception:
+            pass
+    return driver_loaded()
+
+
+def driver_loaded(maps: Path = Path("/proc/self/maps")) -> bool:
+    """Whether NVIDIA's CUDA driver library (libcuda) is mapped into this process."""
     try:
-        return bool(torch.cuda.is_initialized())
-    except Exception:
+        text = maps.read_text()
+    except OSError:
         return False
+    return "/libcuda.so" in text
 
 
 @contextlib.contextmanager
@@ -121,7 +144,9 @@ def warm_up(preload: list[str]) -> None:
     with cpu_only():
         weight = torch.zeros(4, requires_grad=True)
         for optimizer in (torch.optim.SGD([weight], lr=0.1), torch.optim.Adam([weight])):
-            (weight * 2).sum().backward()
+            # a gradient made by hand: no backward pass, whose first run would start the
+            # autograd engine's device threads and with them the CUDA driver
+            weight.grad = torch.ones(4)
             optimizer.step()
             optimizer.zero_grad()
     for name in preload:
@@ -184,7 +209,7 @@ def _fork_task(
     if cuda_initialised():
         raise CudaBeforeFork(
             "this standby worker initialised CUDA before starting the job (a module it "
-            "preloaded used the GPU at import); a forked job could not use the GPU"
+            "preloaded used the GPU at import?); a forked job could not use the GPU"
         )
     pid = os.fork()
     if pid:
@@ -251,8 +276,10 @@ class StandbyPool:
                         *self.preload,
                     ],
                     pass_fds=[theirs.fileno()],
-                    env=root_environment(),  # a fork of it runs the job: nothing of the
-                    stdin=subprocess.DEVNULL,  # service's environment must be in its memory
+                    # a fork of it runs the job: nothing of the service's environment
+                    # may be in its memory
+                    env={**root_environment(), **WORKER_ENV},
+                    stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
