@@ -35,7 +35,7 @@ optimiser steps on hand-made gradients, with no backward pass, with PyTorch
 told that no accelerator is present (:func:`cpu_only`); the worker runs with
 ``PYTORCH_NVML_BASED_CUDA_CHECK=1``, so any availability check in it (a
 preloaded module's) asks NVIDIA's management library instead of the driver;
-and a worker that finds the driver loaded all the same refuses the job with a
+and a worker that finds the driver initialised all the same refuses the job with a
 message instead of forking into a crash (:func:`cuda_initialised`). What a
 switch keeps warm is therefore the interpreter, PyTorch, its lazily imported
 modules and the job's code, not a CUDA context: PipeSwitch also keeps the
@@ -47,6 +47,7 @@ GPU section (``benchmarks/gpu_check.py``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -82,10 +83,12 @@ WORKER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 """Set in a worker: PyTorch's CUDA availability checks ask NVML, not the driver."""
 
 
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
 def cuda_initialised() -> bool:
     """Whether this process has initialised CUDA: PyTorch's CUDA state, or the CUDA
-    driver library loaded at all (the runtime loads it on its first call, which
-    initialises the driver; a forked child cannot use it after that)."""
+    driver itself (a forked child cannot use the GPU after either)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         try:
@@ -93,16 +96,20 @@ def cuda_initialised() -> bool:
                 return True
         except Exception:
             pass
-    return driver_loaded()
+    return driver_initialised()
 
 
-def driver_loaded(maps: Path = Path("/proc/self/maps")) -> bool:
-    """Whether NVIDIA's CUDA driver library (libcuda) is mapped into this process."""
+def driver_initialised() -> bool:
+    """Whether the CUDA driver (libcuda) has been initialised in this process, asked
+    without initialising it: only when the library is already loaded, through a call
+    that answers "not initialised" rather than initialising (merely loading the
+    library, as importing a CUDA build of PyTorch may, does not stop a fork)."""
     try:
-        text = maps.read_text()
+        lib = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except OSError:
-        return False
-    return "/libcuda.so" in text
+        return False  # not loaded: not initialised
+    count = ctypes.c_int(0)
+    return int(lib.cuDeviceGetCount(ctypes.byref(count))) != CUDA_ERROR_NOT_INITIALIZED
 
 
 @contextlib.contextmanager
