@@ -67,14 +67,17 @@ def gpu_name() -> str | None:
 
 def run_pytest(paths: list[str]) -> tuple[bool, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+        [sys.executable, "-m", "pytest", "-rfE", "-p", "no:cacheprovider", *paths],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return done.returncode == 0, lines[-1] if lines else done.stderr[-300:]
+    summary = [line.strip("= ") for line in lines if " passed" in line or " failed" in line]
+    failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+    detail = "; ".join(summary[-1:] + failed[:3]) or (lines[-1] if lines else done.stderr[-300:])
+    return done.returncode == 0, detail
 
 
 def switching() -> tuple[bool, str]:

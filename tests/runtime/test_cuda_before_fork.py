@@ -72,6 +72,9 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
         torch.cuda, "is_current_stream_capturing", lambda: fake.mark("stream capture") or False
     )
     monkeypatch.setattr(torch.autograd, "backward", backward)
+    # the double stands in for the driver too: on a GPU machine the test process's own
+    # driver may be initialised (the faithfulness test's real backward pass does it)
+    monkeypatch.setattr(standby, "driver_initialised", lambda: bool(fake.initialised_by))
     if hasattr(torch, "accelerator"):
         monkeypatch.setattr(
             torch.accelerator,
