@@ -63,6 +63,10 @@ def _query(params: dict[str, Any] | None) -> str:
     return "?" + urlencode(plain)
 
 
+PAGE = 5000
+"""Jobs asked for per page when listing them all."""
+
+
 class Client:
     """Calls on one kept-alive connection, with the standard library only: a CLI
     command starts faster without an HTTP package to import."""
@@ -143,11 +147,30 @@ class Client:
     def job(self, job_id: int) -> dict[str, Any]:
         return self.json("GET", f"/v1/jobs/{job_id}")
 
-    def jobs(self, state: str | None = None, mine: bool = False) -> list[dict[str, Any]]:
+    def jobs(
+        self, state: str | None = None, mine: bool = False, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Every job that matches (page after page), or the first ``limit``."""
+        return self.jobs_counted(state, mine, limit)[0]
+
+    def jobs_counted(
+        self, state: str | None = None, mine: bool = False, limit: int | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The jobs that match (all, or the first ``limit``) and how many match in all."""
         params: dict[str, Any] = {"mine": mine}
         if state:
             params["state"] = state
-        return self.json("GET", "/v1/jobs", params=params)
+        out: list[dict[str, Any]] = []
+        total = 0
+        while True:
+            want = PAGE if limit is None else min(PAGE, limit - len(out))
+            answer = self.call("GET", "/v1/jobs", params={**params, "limit": want})
+            out += answer.json()
+            total = int(answer.headers.get("X-Total-Count") or len(out))
+            cursor = answer.headers.get("X-Next-After")
+            if cursor is None or (limit is not None and len(out) >= limit):
+                return out, total
+            params["after"] = int(cursor)
 
     def history(
         self, of: str | None = None, all_users: bool = False, since: float = 0.0

@@ -214,19 +214,45 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
     return view
 
 
-@router.get("/v1/jobs", response_model=list[JobView], tags=["jobs"], responses=AUTH)
+PAGE_HEADERS = {
+    "X-Total-Count": "jobs that match, over all pages",
+    "X-Next-After": "present when more jobs follow: pass it as `after` for the next page",
+}
+
+
+@router.get(
+    "/v1/jobs",
+    response_model=list[JobView],
+    tags=["jobs"],
+    responses={
+        **AUTH,
+        200: {
+            "description": "a page of jobs, oldest first",
+            "headers": {
+                k: {"description": v, "schema": {"type": "string"}} for k, v in PAGE_HEADERS.items()
+            },
+        },
+    },
+)
 def queue(
     ctx: Ctx,
     user: User,
+    response: Response,
     state: Annotated[
         str | None,
         Query(max_length=200, description="comma-separated states, or 'all' (default: live)"),
     ] = None,
     mine: bool = False,
-    limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_ID, description="only jobs with a larger id (the page cursor)")
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=100000, description="jobs per page at most")] = 1000,
 ) -> list[JobView]:
+    """Jobs in id (submission) order, a page at a time: the answer's ``X-Total-Count``
+    says how many match in all, and ``X-Next-After`` (when more follow) is the cursor
+    of the next page. Nothing is left out silently."""
     with ctx.store.session() as s:
-        query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+        query = select(JobRow)
         if state and state.strip().lower() == "all":
             pass
         elif state:
@@ -248,9 +274,15 @@ def queue(
             query = query.where(JobRow.status.not_in(TERMINAL))
         if mine:
             query = query.where(JobRow.user == user.name)
-        rows = list(s.scalars(query))
+        total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
+        page = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
+        rows = list(s.scalars(page))
+        response.headers["X-Total-Count"] = str(total)
+        if len(rows) > limit:
+            rows = rows[:limit]
+            response.headers["X-Next-After"] = str(rows[-1].id)
         where = positions(s)
-        return [JobView.of(r, where.get(r.id), left(ctx, r)) for r in reversed(rows)]
+        return [JobView.of(r, where.get(r.id), left(ctx, r)) for r in rows]
 
 
 @router.get("/v1/history", response_model=list[HistoryView], tags=["jobs"], responses=AUTH)

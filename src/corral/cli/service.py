@@ -18,7 +18,7 @@ import typer
 from rich.table import Table
 
 from corral.api.limits import LOG_CHUNK
-from corral.cli.app import app, console
+from corral.cli.app import app, console, err_console
 from corral.errors import CorralError
 from corral.model.status import JobStatus
 from corral.timespan import span
@@ -242,17 +242,30 @@ def queue(
         str | None, typer.Option(help="states to list, e.g. RUNNING,PENDING (default: live)")
     ] = None,
     mine: Annotated[bool, typer.Option(help="only my jobs")] = False,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="show the first N jobs only (default: all)")
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List jobs with their state, queue position and pending reason."""
+    """List jobs with their state, queue position and pending reason (all of them,
+    oldest first, unless --limit)."""
     with _client(url, token) as client:
-        jobs = client.jobs(state, mine)
+        jobs, total = client.jobs_counted(state, mine, limit)
+    if len(jobs) < total:
+        err_console.print(
+            f"showing the first {len(jobs)} of {total} jobs (--limit {limit}); "
+            "leave --limit out to list them all",
+            highlight=False,
+        )
     if as_json:
         console.print_json(json.dumps(jobs))
         return
-    table = Table(title=f"{len(jobs)} job{'' if len(jobs) == 1 else 's'}")
+    title = f"{total} job{'' if total == 1 else 's'}"
+    if len(jobs) < total:
+        title = f"first {len(jobs)} of {title}"
+    table = Table(title=title)
     columns = ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "left", "submit")
     for column in columns:
         table.add_column(column)

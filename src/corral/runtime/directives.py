@@ -57,6 +57,8 @@ _FIELDS: dict[str, str] = {
     "-A": "vc",
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
+_INTEGERS = {"gpus", "priority", "max_retries", "total_steps", "cpus"}
+"""Fields given as whole numbers (the API takes only JSON integers for them)."""
 _DEPENDS = {f"--{kind}": kind for kind in ("after", "afterok", "afterany", "afternotok")}
 
 
@@ -93,6 +95,11 @@ def parse_options(
             add_dependency(fields, f"{_DEPENDS[name]}:{value}")
         elif _FIELDS.get(name) == "dependency":
             add_dependency(fields, value)
+        elif _FIELDS.get(name) in _INTEGERS:
+            try:
+                fields[_FIELDS[name]] = int(value)
+            except ValueError:
+                raise InputError(source, line, name, f"'{value}' is not a whole number") from None
         elif name in _FIELDS:
             fields[_FIELDS[name]] = value
         else:
