@@ -362,3 +362,11 @@ def test_sim_charges_the_switch_cost_this_machine_measured(tmp_path):
     )
     assert result.returncode == 2 and "no switching profile at" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_text_another_user_wrote_never_drives_the_terminal() -> None:
+    from corral.cli.app import printable
+
+    shown = printable("evil\x1b]0;owned\x07\x1b[2J name\x9b31m\nnext\tline")
+    assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown
+    assert shown == "evil\\x1b]0;owned\\x07\\x1b[2J name\\x9b31m\nnext\tline"

@@ -371,3 +371,28 @@ def test_a_checkpoint_from_before_job_folders_is_carried_over(tmp_path: Path) ->
         assert not old.exists()
     finally:
         h.close()
+
+
+def test_a_start_that_would_fail_again_is_not_retried(service: Harness, tmp_path: Path) -> None:
+    """An output file in a folder that does not exist, or a missing working directory,
+    fails the same way on every try: the job fails at once, saying why."""
+    bad_output = service.submit(
+        command=["true"], output=str(tmp_path / "no" / "such" / "out.txt"), max_retries=3
+    )
+    missing = service.submit(command=["/no/such/program"], max_retries=3)
+    flaky = service.submit(command=[PY, "-c", "raise SystemExit(3)"], max_retries=1)
+    a, b, c = service.wait_done([bad_output["id"], missing["id"], flaky["id"]])
+    for job in (a, b):
+        assert job["status"] == "FAILED" and len(job["attempts"]) == 1, job
+        assert "not retried" in job["reason"]
+    assert "cannot use output" in a["attempts"][0]["detail"]
+    assert len(c["attempts"]) == 2  # an ordinary failure is still retried
+
+
+def test_resume_of_a_running_job_is_a_conflict(service: Harness) -> None:
+    job = service.submit(command=sleeper(30), max_retries=0)
+    service.wait_state(job["id"], {"RUNNING"})
+    answer = service.client.post(f"/v1/jobs/{job['id']}/resume", headers=auth("alice"))
+    assert answer.status_code == 409 and "not suspended" in answer.text
+    service.client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth("alice"))
+    service.wait_state(job["id"], {"CANCELLED"})

@@ -379,7 +379,26 @@ def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
 
 @router.post("/v1/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"], responses=ON_JOB)
 def resume(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    """Resume a suspended job, or one still checkpointing on its way to suspension
+    (RUNNING with its attempt stopping for a suspend); any other job is a 409."""
+    with ctx.store.session() as s:
+        row = owned(s, job_id, user)
+        if row.status == JobStatus.RUNNING and not suspending(s, row):
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"job {job_id} is RUNNING, not suspended; nothing to resume",
+            )
     return ask_scheduler(ctx, job_id, user, "resume", {JobStatus.SUSPENDED, JobStatus.RUNNING})
+
+
+def suspending(s: Session, row: JobRow) -> bool:
+    """Whether a running job is on its way to SUSPENDED (asked, or its attempt stopping)."""
+    if row.request == "suspend":
+        return True
+    last = s.scalars(
+        select(AttemptRow).where(AttemptRow.job_id == row.id).order_by(AttemptRow.number.desc())
+    ).first()
+    return last is not None and last.end_time is None and last.stop == "suspend"
 
 
 @router.put(

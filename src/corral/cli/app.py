@@ -35,6 +35,17 @@ def _console() -> Console:
 
 
 console = _console()
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
+del _CONTROL[ord("\n")], _CONTROL[ord("\t")]
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal control characters shown as escapes (``\\x1b``): what
+    one user wrote (a command, a name) never drives another user's terminal."""
+    return text.translate(_CONTROL)
+
+
 err_console = Console(stderr=True)
 
 

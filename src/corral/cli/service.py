@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from corral.api.limits import LOG_CHUNK
-from corral.cli.app import app, console, err_console
+from corral.cli.app import app, console, err_console, printable
 from corral.errors import CorralError
 from corral.model.status import JobStatus
 from corral.timespan import span
@@ -379,12 +380,15 @@ def show(
         f"  submitted {_when(job['submit_time'])}  started {_when(job['first_start'])}"
         f"  ended {_when(job['end_time'])}",
     ]
+    output = (job.get("spec") or {}).get("output")
+    if output:
+        lines.append(f"  output    {output} (the job's output goes there, not to 'corral logs')")
     if job.get("remaining"):
         left = job["remaining"]
         lines.append(f"  remaining {span(left['seconds'])} (from {left['source']})")
     for key, value in (job.get("policy_view") or {}).items():
         lines.append(f"  policy    {key}: {value}")
-    console.print("\n".join(lines), highlight=False)
+    console.print(printable("\n".join(lines)), highlight=False, markup=False)
     if job["attempts"]:
         table = Table(title="attempts")
         for column in ("#", "phase", "gpus", "start", "end", "cause", "detail"):
@@ -397,7 +401,7 @@ def show(
                 _when(a["start_time"]),
                 _when(a["end_time"]),
                 a["cause"] or "running",
-                a["detail"] or "",
+                Text(printable(a["detail"] or "")),
             )
         console.print(table)
 
@@ -447,6 +451,14 @@ def logs(
     out = sys.stdout.buffer
     offset, current = 0, attempt
     with _client(url, token) as client:
+        output = (client.job(job_id).get("spec") or {}).get("output")
+        if output:  # Slurm's --output: the job writes there; the log holds corral's lines
+            err_console.print(
+                f"job {job_id} writes its output to {output} (its --output); "
+                "below is what corral logged for it",
+                highlight=False,
+                markup=False,
+            )
         while True:
             response = client.logs(job_id, offset, current)
             shown = int(response.headers.get("X-Attempt", "0"))

@@ -64,6 +64,18 @@ def log_tail(path: Path, size: int = 16384) -> str:
         return ""
 
 
+DETERMINISTIC = ("cannot start ", "cannot use ")
+"""How a launcher's record begins when the job never ran because of something a retry
+would meet again (a missing program, an output file or working directory refused to
+the job's user): such a failure is final at once."""
+
+
+def never_started(record: ExitRecord) -> bool:
+    """Whether the attempt failed before the job's program ran, for a reason that a
+    retry would meet again."""
+    return record.exit_code == NOT_STARTED and (record.detail or "").startswith(DETERMINISTIC)
+
+
 def classify(stop: str | None, record: ExitRecord, phase: str, log: Path) -> tuple[Cause, str]:
     """The cause of an attempt's end and a line for people."""
     code, sig = record.exit_code, record.signal

@@ -231,17 +231,30 @@ def supervise(
     cgroup = _cgroup(folder, conf)
     record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
     me = os.getpid()
+    # the job's process says on this pipe why it could not start (its output file or
+    # working directory refused to its user); the pipe closes unwritten when it runs
+    said, tell = os.pipe()
+    os.set_inheritable(tell, False)
     try:
-        pid = start(lambda: _in_child(conf, cgroup is None, me))
+        pid = start(lambda: _in_child(conf, cgroup is None, me, tell))
     except (OSError, subprocess.SubprocessError) as exc:
         print(f"corral: cannot start {what!r}: {_why(exc)}", file=sys.stderr)
         record.update(exit_code=NOT_STARTED, detail=f"cannot start {what!r}: {_why(exc)}")
     else:
+        os.close(tell)
+        tell = -1
         code = _wait(pid)
         if code < 0:
             record["signal"] = -code
         else:
             record["exit_code"] = code
+        why = _read_all(said)
+        if why and code == NOT_STARTED:
+            record["detail"] = why
+    finally:
+        if tell >= 0:
+            os.close(tell)
+        os.close(said)
     left = _kill_leftovers(cgroup)
     if left:
         record["detail"] = f"killed {left} process(es) the job left running"
@@ -250,6 +263,17 @@ def supervise(
     write_atomic(folder / EXIT_FILE, json.dumps(record))
     code = record["exit_code"]
     return int(code) if isinstance(code, int) else 128 + int(record["signal"] or 0)
+
+
+def _read_all(fd: int) -> str:
+    """What is in the pipe now, without waiting (a process the job left may still hold
+    its other end)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace").strip()
 
 
 def _why(exc: BaseException) -> str:
@@ -268,8 +292,9 @@ def _wait(pid: int) -> int:
         return os.waitstatus_to_exitcode(status)
 
 
-def _in_child(conf: Confinement, rlimits: bool, launcher: int) -> None:
-    """In the job's process, after its user and groups are set, before it runs."""
+def _in_child(conf: Confinement, rlimits: bool, launcher: int, tell: int = -1) -> None:
+    """In the job's process, after its user and groups are set, before it runs.
+    ``tell``: where to say why the job cannot start (the launcher's pipe)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
@@ -287,7 +312,11 @@ def _in_child(conf: Confinement, rlimits: bool, launcher: int) -> None:
             else:
                 os.chdir(path)
         except OSError as exc:
-            os.write(2, f"corral: cannot use {what} {path}: {exc.strerror}\n".encode())
+            why = f"cannot use {what} {path}: {exc.strerror}"
+            os.write(2, f"corral: {why}\n".encode())
+            if tell >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(tell, why.encode())
             os._exit(NOT_STARTED)
     if conf.cpus:
         with contextlib.suppress(OSError):

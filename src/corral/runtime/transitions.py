@@ -14,7 +14,7 @@ from corral.runtime.executor import (
     ExitRecord,
     read_exit_record,
 )
-from corral.runtime.exits import Cause, classify
+from corral.runtime.exits import Cause, classify, never_started
 from corral.runtime.loop_base import TERMINAL, Attempt
 from corral.runtime.sharing import Sharing
 from corral.runtime.specs import JobSpec
@@ -186,8 +186,11 @@ class Transitions(Sharing):
                 row.reason = "Suspended"
             else:
                 row.failures += 1
-                final = row.failures > spec.max_retries or (
-                    a.phase == "prerun" and cause == Cause.USER_ERROR
+                again = never_started(record)  # a retry would fail the same way
+                final = (
+                    row.failures > spec.max_retries
+                    or (a.phase == "prerun" and cause == Cause.USER_ERROR)
+                    or again
                 )
                 self.starting.pop(a.job, None)
                 row.gpus = None
@@ -196,6 +199,8 @@ class Transitions(Sharing):
                     row.status = JobStatus.FAILED
                     row.end_time = end
                     row.reason = f"{cause.value}: {detail}"
+                    if again and row.failures <= spec.max_retries:
+                        row.reason += " (not retried: a retry would fail the same way)"
                 else:
                     live.hold(i)
                     delay = min(
