@@ -71,3 +71,32 @@ def test_the_client_lists_all_by_default_and_counts_what_it_leaves_out(
     first, total = client.jobs_counted(limit=12)
     assert len(first) == 12 and total == JOBS
     assert first == everything[:12]
+
+
+def test_a_batch_is_admitted_whole_or_not_at_all(api: TestClient) -> None:
+    ok = api.post(
+        "/v1/jobs/batch",
+        json={"jobs": [{"command": ["true"], "name": f"b{k}"} for k in range(3)]},
+        headers=auth("bob"),
+    )
+    assert ok.status_code == 201, ok.text
+    made = ok.json()
+    assert [j["name"] for j in made] == ["b0", "b1", "b2"]
+    assert made[0]["id"] < made[1]["id"] < made[2]["id"]
+    bad = api.post(
+        "/v1/jobs/batch",
+        json={"jobs": [{"command": ["true"]}, {"command": ["true"], "workdir": "/no/such/dir"}]},
+        headers=auth("bob"),
+    )
+    assert bad.status_code == 422
+    assert bad.json()["detail"][0]["loc"] == ["body", "jobs", 1, "workdir"]
+    typo = api.post(
+        "/v1/jobs/batch", json={"jobs": [{"command": ["true"], "gpu": 1}]}, headers=auth("bob")
+    )
+    assert typo.status_code == 422 and "jobs" in str(typo.json()["detail"][0]["loc"])
+    mine = api.get("/v1/jobs", params={"mine": True}, headers=auth("bob")).json()
+    assert [j["name"] for j in mine] == ["b0", "b1", "b2"]  # nothing of the refused batches
+    too_many = api.post(
+        "/v1/jobs/batch", json={"jobs": [{"command": ["true"]}] * 1001}, headers=auth("bob")
+    )
+    assert too_many.status_code == 422

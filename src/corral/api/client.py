@@ -144,6 +144,13 @@ class Client:
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self.json("POST", "/v1/jobs", json=spec)
 
+    def submit_many(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Submit jobs in batches of up to 1,000 (each batch all or nothing)."""
+        out: list[dict[str, Any]] = []
+        for k in range(0, len(specs), 1000):
+            out += self.json("POST", "/v1/jobs/batch", json={"jobs": specs[k : k + 1000]})
+        return out
+
     def job(self, job_id: int) -> dict[str, Any]:
         return self.json("GET", f"/v1/jobs/{job_id}")
 

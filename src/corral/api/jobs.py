@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -138,6 +139,68 @@ def ask_scheduler(
     responses=error_answers(400, 401, 403, 413, 429),
 )
 def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
+    check_spec(ctx, spec, user)
+    with ctx.store.session() as s:
+        check_quota(ctx, s, user, len(array_indices(spec.array)) if spec.array else 1)
+        view = admit(ctx, s, spec, user)
+    if ctx.scheduler is not None:
+        ctx.scheduler.notify()
+    return view
+
+
+MAX_BATCH = 1000
+"""Jobs one batched submission may hold (a Slurm array's default MaxArraySize is 1,001)."""
+
+
+class Batch(BaseModel):
+    """Several jobs submitted at once: all are admitted, or none."""
+
+    model_config = ConfigDict(extra="forbid")
+    jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+@router.post(
+    "/v1/jobs/batch",
+    response_model=list[JobView],
+    status_code=201,
+    tags=["jobs"],
+    responses=error_answers(400, 401, 403, 413, 429),
+)
+def submit_batch(ctx: Ctx, batch: Batch, user: User) -> list[JobView]:
+    """Submit up to 1,000 jobs in one request and one transaction: every job is checked
+    first (an error names ``jobs[k]`` and its field) and either all are queued or none."""
+    for k, spec in enumerate(batch.jobs):
+        try:
+            check_spec(ctx, spec, user)
+        except HTTPException as exc:
+            raise in_batch(exc, k) from None
+    count = sum(len(array_indices(j.array)) if j.array else 1 for j in batch.jobs)
+    views = []
+    with ctx.store.session() as s:
+        check_quota(ctx, s, user, count)
+        for k, spec in enumerate(batch.jobs):
+            try:
+                views.append(admit(ctx, s, spec, user))
+            except HTTPException as exc:
+                raise in_batch(exc, k) from None
+    if ctx.scheduler is not None:
+        ctx.scheduler.notify()
+    return views
+
+
+def in_batch(exc: HTTPException, k: int) -> HTTPException:
+    """A job's error, its location prefixed with the job's place in the batch."""
+    if isinstance(exc.detail, list):
+        for item in exc.detail:
+            if isinstance(item, dict) and isinstance(item.get("loc"), list):
+                item["loc"] = ["body", "jobs", k, *item["loc"][1:]]
+    elif isinstance(exc.detail, str):
+        exc.detail = f"jobs[{k}]: {exc.detail}"
+    return exc
+
+
+def check_spec(ctx: Context, spec: JobSpec, user: UserConfig) -> None:
+    """What a job spec must satisfy on this service (its cluster, its state folder)."""
     check_priority(ctx, spec.priority, user)
     if ctx.gpus_by_type:
         if spec.gpu_type is not None and spec.gpu_type not in ctx.gpus_by_type:
@@ -169,48 +232,51 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
         ctx.config.state_dir.resolve()
     ):
         raise field_error("output", "a job's output may not go inside the state_dir")
+
+
+def check_quota(ctx: Context, s: Session, user: UserConfig, more: int) -> None:
+    """Refuse (429) when ``more`` jobs would pass the user's max_jobs_per_user."""
+    queued = s.scalar(
+        select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
+    )
+    if (queued or 0) + more > ctx.config.max_jobs_per_user:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"{user.name} has {queued} jobs not yet ended; {more} more would "
+            f"pass {ctx.config.max_jobs_per_user}, the most allowed (max_jobs_per_user)",
+        )
+
+
+def admit(ctx: Context, s: Session, spec: JobSpec, user: UserConfig) -> JobView:
+    """Queue a checked job (its array's tasks, if any) in session ``s``; its view."""
     indices = array_indices(spec.array) if spec.array else [None]
     prerun = spec.prerun_steps
     if prerun is None:
         rule = ctx.config.prerun
         prerun = rule.steps if rule.min_gpus and spec.gpus >= rule.min_gpus else 0
-    with ctx.store.session() as s:
-        queued = s.scalar(
-            select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
-        )
-        if (queued or 0) + len(indices) > ctx.config.max_jobs_per_user:
-            raise HTTPException(
-                status.HTTP_429_TOO_MANY_REQUESTS,
-                f"{user.name} has {queued} jobs not yet ended; {len(indices)} more would "
-                f"pass {ctx.config.max_jobs_per_user}, the most allowed (max_jobs_per_user)",
-            )
-        wanted = sorted({i for group in spec.dependency.values() for i in group})
-        if wanted:
-            known = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(wanted)))}
-            missing = [i for i in wanted if i not in known]
-            if missing:
-                raise field_error("dependency", f"no job {missing[0]}")
-            spec = spec.model_copy(
-                update={"dependency": with_whole_arrays(s, spec.dependency, known)}
-            )
-        rows: list[JobRow] = []
-        for index in indices:
-            task = spec.model_copy(update={"array": None, "array_index": index})
-            phase = "prerun" if prerun else "main"
-            row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
-            s.add(row)
-            s.flush()
-            rows.append(row)
-        if spec.array:
-            for row in rows:
-                row.spec = {**row.spec, "array_job": rows[0].id}
+    wanted = sorted({i for group in spec.dependency.values() for i in group})
+    if wanted:
+        known = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(wanted)))}
+        missing = [i for i in wanted if i not in known]
+        if missing:
+            raise field_error("dependency", f"no job {missing[0]}")
+        spec = spec.model_copy(update={"dependency": with_whole_arrays(s, spec.dependency, known)})
+    rows: list[JobRow] = []
+    for index in indices:
+        task = spec.model_copy(update={"array": None, "array_index": index})
+        phase = "prerun" if prerun else "main"
+        row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
+        s.add(row)
+        s.flush()
+        rows.append(row)
+    if spec.array:
         for row in rows:
-            ctx.store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
-        view = JobView.of(rows[0])
-        if spec.array:
-            view.array_tasks = [r.id for r in rows]
-    if ctx.scheduler is not None:
-        ctx.scheduler.notify()
+            row.spec = {**row.spec, "array_job": rows[0].id}
+    for row in rows:
+        ctx.store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
+    view = JobView.of(rows[0])
+    if spec.array:
+        view.array_tasks = [r.id for r in rows]
     return view
 
 
