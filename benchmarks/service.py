@@ -158,6 +158,56 @@ def preemption(folder: Path, example: str, repeats: int) -> None:
     )
 
 
+def scale(folder: Path, n: int, runs: int = 5) -> None:
+    """The service at cluster scale: ``n`` jobs queued behind a blocker, submitted in
+    batches; then the commands users type, timed from the shell (a new process each)."""
+    import os
+    import subprocess
+
+    service = ServiceProcess(folder / "scale", "fifo", max_jobs_per_user=max(n * 2, 10_000))
+    service.start()
+    try:
+        client = service.client
+        blocker = client.submit({"name": "blocker", "gpus": 4, "command": ["sleep", "3600"]})
+        wait_for(lambda: client.job(blocker["id"])["status"] == "RUNNING")
+        specs = [{"name": f"q{k}", "gpus": 1, "command": ["true"]} for k in range(n)]
+        t0 = time.perf_counter()
+        client.submit_many(specs)
+        batched = time.perf_counter() - t0
+        env = {
+            **os.environ,
+            "CORRAL_URL": service.url,
+            "CORRAL_TOKEN": service.users["alice"],
+            "COLUMNS": "200",
+        }
+        corral = str(Path(sys.executable).parent / "corral")
+
+        def shell(*argv: str) -> float:
+            samples = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                subprocess.run([corral, *argv], env=env, capture_output=True, check=True)
+                samples.append(time.perf_counter() - t)
+            return statistics.median(samples)
+
+        rows = [
+            (
+                f"submit {n:,} jobs in batches of 1,000 (API)",
+                f"{n / batched:,.0f} jobs/s",
+                ">= 1,000/s",
+            ),
+            ("corral submit (shell)", f"{shell('submit', '--', 'true'):.2f} s", "<= 0.3 s"),
+            (f"corral queue, {n + runs:,} queued (shell)", f"{shell('queue'):.2f} s", "<= 0.5 s"),
+            ("corral queue --json (shell)", f"{shell('queue', '--json'):.2f} s", ""),
+            ("corral queue --limit 50 (shell)", f"{shell('queue', '--limit', '50'):.2f} s", ""),
+        ]
+        print(f"\n{'scale':<48} {'measured':>14}  target")
+        for what, got, target in rows:
+            print(f"{what:<48} {got:>14}  {target}")
+    finally:
+        service.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=1000)
@@ -169,9 +219,15 @@ def main() -> None:
         "(e.g. postgresql+psycopg://user@/db?host=/run/postgresql); default SQLite",
     )
     parser.add_argument("--only-submissions", action="store_true")
+    parser.add_argument(
+        "--scale", type=int, default=0, help="only the scale table, with this many jobs queued"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        if args.scale:
+            scale(folder, args.scale)
+            return
         print(f"store: {args.store or 'SQLite (WAL) in the state folder'}")
         submissions(folder, args.jobs, args.store)
         if args.only_submissions:

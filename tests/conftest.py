@@ -20,6 +20,12 @@ from tests import postgres
 # test imports Ray; see corral.ray_support).
 os.environ.setdefault(SINGLE_MACHINE_SETTING, "0")
 
+# pytest-xdist's workers are given COLUMNS=80 and LINES=24; the CLI's tests read
+# its output as a program piped into another would see it (no terminal width).
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 Row = tuple[float, int, float] | tuple[float, int, float, str]
 """(submit, gpus, duration) or (submit, gpus, duration, model)."""
 

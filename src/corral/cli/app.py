@@ -10,6 +10,7 @@ commands that use them, and the help texts read light modules only.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -38,6 +39,40 @@ console = _console()
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
 del _CONTROL[ord("\n")], _CONTROL[ord("\t")]
+
+
+def print_json(data: object) -> None:
+    """Data as JSON on standard output, indented, with no colouring: for programs (and
+    fast: rich's highlighter takes seconds over ten thousand jobs)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+PLAIN_ROWS = 500
+"""Tables longer than this are printed as plain aligned columns (rich's layout takes
+seconds over ten thousand rows; squeue prints plain columns too)."""
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table: rich's box for a screenful, plain aligned columns for a long listing.
+    Cells are shown with control characters escaped (they may come from other users)."""
+    if len(rows) <= PLAIN_ROWS:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*(Text(printable(cell)) for cell in row))
+        console.print(table)
+        return
+    cells = [[printable(c) for c in row] for row in rows]
+    widths = [max(len(columns[k]), *(len(r[k]) for r in cells)) for k in range(len(columns))]
+    out = [title, "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    sys.stdout.write("\n".join(out) + "\n")
+    sys.stdout.flush()
 
 
 def printable(text: str) -> str:

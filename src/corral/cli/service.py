@@ -7,7 +7,6 @@ so a user needs no access to the store or the machine the service runs on.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from datetime import datetime
@@ -19,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.api.limits import LOG_CHUNK
-from corral.cli.app import app, console, err_console, printable
+from corral.cli.app import app, console, err_console, print_json, print_table, printable
 from corral.errors import CorralError
 from corral.model.status import JobStatus
 from corral.timespan import span
@@ -222,7 +221,7 @@ def submit(
     with _client(url, token) as client:
         job = client.submit(spec.model_dump(mode="json", exclude_unset=True))
     if as_json:
-        console.print_json(json.dumps(job))
+        print_json(job)
     elif job.get("array_tasks"):
         tasks = job["array_tasks"]
         console.print(
@@ -261,30 +260,28 @@ def queue(
             highlight=False,
         )
     if as_json:
-        console.print_json(json.dumps(jobs))
+        print_json(jobs)
         return
     title = f"{total} job{'' if total == 1 else 's'}"
     if len(jobs) < total:
         title = f"first {len(jobs)} of {title}"
-    table = Table(title=title)
-    columns = ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "left", "submit")
-    for column in columns:
-        table.add_column(column)
-    for j in jobs:
-        kind = f" {j['gpu_type']}" if j["gpu_type"] else ""
-        table.add_row(
+    columns = ["id", "name", "user", "state", "gpus", "pos", "reason", "steps", "left", "submit"]
+    rows = [
+        [
             str(j["id"]),
             j["name"],
             j["user"],
             j["status"],
-            f"{j['gpus']}{kind}",
+            f"{j['gpus']}{' ' + j['gpu_type'] if j['gpu_type'] else ''}",
             str(j["position"] or "-"),
             j["reason"] or "",
             _steps(j),
             _left(j.get("remaining")),
             _when(j["submit_time"]),
-        )
-    console.print(table)
+        ]
+        for j in jobs
+    ]
+    print_table(title, columns, rows)
 
 
 @app.command()
@@ -312,7 +309,7 @@ def history(
     with _client(url, token) as client:
         rows = client.history(user, all_users, start)
     if as_json:
-        console.print_json(json.dumps(rows))
+        print_json(rows)
         return
     table = Table(title=f"{len(rows)} job{'' if len(rows) == 1 else 's'}")
     columns = ("id", "name", "user", "state", "gpus", "submit", "wait", "elapsed")
@@ -358,7 +355,7 @@ def show(
     with _client(url, token) as client:
         job = client.job(job_id)
     if as_json:
-        console.print_json(json.dumps(job))
+        print_json(job)
         return
     lines = [
         f"job {job['id']} '{job['name']}' of {job['user']}: {job['status']}"
@@ -492,7 +489,7 @@ def nodes(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) 
     with _client(url, token) as client:
         rows = client.nodes()
     if as_json:
-        console.print_json(json.dumps(rows))
+        print_json(rows)
         return
     table = Table(title="nodes")
     for column in ("node", "type", "gpus", "in use", "state", "jobs"):
