@@ -14,6 +14,7 @@ driver on a real GPU records that it was made.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,13 +122,20 @@ def test_a_worker_that_initialised_cuda_refuses_to_fork_the_job(
         standby._fork_task(Confinement(), {}, ["corral.train.run_task"], lambda: None)
     folder = tmp_path / "attempt"
     folder.mkdir()
-    code = supervise(
-        folder,
-        Confinement(),
-        lambda setup: standby._fork_task(Confinement(), {}, ["corral.train.run_task"], setup),
-    )
+    # as a worker does, in a process of its own: being a launcher ignores SIGTERM and
+    # makes the process a subreaper, which must not leak into the test process
+    pid = os.fork()
+    if pid == 0:
+        code = supervise(
+            folder,
+            Confinement(),
+            lambda setup: standby._fork_task(Confinement(), {}, ["corral.train.run_task"], setup),
+        )
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
     record = json.loads((folder / "exit.json").read_text())
-    assert code == NOT_STARTED and record["exit_code"] == NOT_STARTED
+    assert os.waitstatus_to_exitcode(status) == NOT_STARTED
+    assert record["exit_code"] == NOT_STARTED
     assert "initialised CUDA" in record["detail"]
 
 
