@@ -213,3 +213,8 @@ class FreeGPUs:
     def of_type(self, type_id: int) -> FreeGPUs:
         """A scratch view holding only the free GPUs of one type (for typed placement)."""
         return FreeGPUs(self.cluster, self.mask & (self.cluster.gpu_type_id == type_id))
+
+    def of_types(self, allowed: np.ndarray) -> FreeGPUs:
+        """A scratch view holding only the free GPUs of the types ``allowed`` marks
+        (a boolean per type, in ``cluster.gpu_type_names`` order)."""
+        return FreeGPUs(self.cluster, self.mask & allowed[self.cluster.gpu_type_id])

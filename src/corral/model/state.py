@@ -197,6 +197,36 @@ class SchedulerState:
             self._type_speed = speeds
         return self._type_speed
 
+    def runs_on(self, i: int) -> np.ndarray | None:
+        """The GPU types job ``i`` can run on (a boolean per type), or None when it runs
+        on every type. A job bound to a type runs there only; a job whose measured
+        speed on a type is 0 (its gang does not fit in that GPU's memory, as Gavel
+        measured ResNet-50 at batch 128 on a K80) never runs there."""
+        if len(self.cluster.gpu_type_names) == 1:
+            return None
+        bound = int(self.type_req[i])
+        if bound >= 0:
+            allowed = np.zeros(len(self.cluster.gpu_type_names), dtype=bool)
+            allowed[bound] = True
+            return allowed
+        speed = self.type_speed[i]
+        allowed = speed > 0
+        return None if allowed.all() else allowed
+
+    def runs_at(self, i: int, gpus: tuple[int, ...] | list[int]) -> bool:
+        """Whether job ``i`` makes progress on exactly ``gpus`` (its measured speed there
+        is not 0: a gang of another size may not fit a type its own size fits)."""
+        if len(self.cluster.gpu_type_names) == 1:
+            return True
+        if self.speeds is None:
+            from corral.perf.speeds import SpeedModel
+
+            self.speeds = SpeedModel()
+        speed = self.speeds.gang_speed(
+            self.cluster, gpus, self.job_type[i], self.model[i], float(self.ref_speed[i])
+        )
+        return speed > 0
+
     def measured_memory(self, idx: np.ndarray) -> np.ndarray:
         """Peak GPU memory per GPU (GB) each job was seen to use (NaN: unknown).
 

@@ -79,13 +79,19 @@ class PlanBuilder:
         self.free.take(gpus)
         self.plan.starts[i] = tuple(gpus)
 
+    def usable(self, i: int, free: FreeGPUs | None = None) -> FreeGPUs:
+        """The free GPUs (``free``, else the plan's) that job ``i`` may run on: of its
+        bound type, and never of a type where its speed is 0 (see ``runs_on``)."""
+        free = self.free if free is None else free
+        allowed = self.state.runs_on(i)
+        return free if allowed is None else free.of_types(allowed)
+
     def place(self, i: int, placement: PlacementStrategy) -> bool:
         """Start job ``i`` where the strategy says; False if it cannot be placed now.
 
-        A job bound to a GPU type is placed among the free GPUs of that type only.
+        A job is placed among the free GPUs of the types it runs on (see ``usable``).
         """
-        bound = int(self.state.type_req[i])
-        free = self.free if bound < 0 else self.free.of_type(bound)
+        free = self.usable(i)
         gpus = placement.choose_for(free, self.state, i)
         if gpus is None:
             return False

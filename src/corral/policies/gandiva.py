@@ -433,7 +433,7 @@ class Gandiva(Policy):
         trial.take(block)  # the target server is off limits to the movers
         targets: list[list[int]] = []
         for j in chosen:
-            gpus = Consolidate().choose(trial, int(state.held[j]))
+            gpus = Consolidate().choose(builder.usable(j, trial), int(state.held[j]))
             if gpus is None:
                 return False
             trial.take(gpus)
@@ -469,6 +469,8 @@ class Gandiva(Policy):
                 later = True
                 continue
             extra = builder.free.in_node(node, n)
+            if not state.runs_at(i, [*gpus, *extra]):  # the doubled gang does not fit there
+                continue
             builder.stop(i)
             builder.start(i, sorted([*gpus, *extra]))
             builder.plan.factors[i] = 1.0 + self.grow_efficiency

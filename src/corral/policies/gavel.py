@@ -473,6 +473,8 @@ class GavelMaxMinPacked(GavelPolicy):
         alone = self.table.alone.get(key, {})
         if pair is None or not alone.get((ta, g)) or not alone.get((tb, g)):
             return None  # unmeasured, or one of them does not run alone on the type
+        if pair[0] <= 0 or pair[1] <= 0:
+            return None  # the two do not fit on the type together
         return pair[0] / alone[(ta, g)], pair[1] / alone[(tb, g)]
 
     def _solve(self, state: SchedulerState, active: np.ndarray) -> None:

@@ -257,11 +257,10 @@ class ResizingPolicy(Policy):
         self, b: PlanBuilder, state: SchedulerState, j: int, want: int, speeds: SpeedModel
     ) -> None:
         """Start ``j`` on ``want`` GPUs, or on fewer where fragmentation leaves no room."""
-        bound = int(state.type_req[j])
-        free = b.free if bound < 0 else b.free.of_type(bound)
+        free = b.usable(j)
         for w in range(min(want, free.total), 0, -1):
             gpus = self.placement.choose(free, w)
-            if gpus is None:
+            if gpus is None or not state.runs_at(j, gpus):  # (a size its type cannot fit)
                 continue
             b.start(j, gpus)
             factor = self.start_factor(state, j, w, speeds)

@@ -1,0 +1,27 @@
+"""Every policy runs on Gavel's heterogeneous clusters: no job is started on a GPU type
+where its measured speed is 0 (a gang that does not fit the GPU's memory), at its own
+size or at a size a policy gives it (Optimus and Pollux resize, Gandiva grows)."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.model.cluster_specs import load_cluster
+from corral.policies import POLICIES, make_policy
+from corral.sim.engine import SimConfig, Simulator
+from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
+
+NAMES = [name for name in POLICIES if name != "gavel"]  # (an alias of max-min fairness)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_policy_runs_gavels_multi_gpu_workload_on_three_gpu_types(
+    name: str, seed: int
+) -> None:
+    """The workload that crashed Optimus, Gandiva (a 'speed 0' plan) and the packed
+    variant (a pair given speed 0) on seeds 0 and 2, smaller: every job ends."""
+    jobs = generate_gavel(GavelWorkload.parse("jobs=30,rate=20,multi=1", seed=seed))
+    config = SimConfig(check_invariants=True, seed=seed)
+    result = Simulator(jobs, load_cluster("gavel:4:4:4"), make_policy(name), config).run()
+    assert (result.state.finish_time == result.state.finish_time).all()  # all finished
