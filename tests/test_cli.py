@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corral.cli import app
+from corral.errors import CorralError
 
 runner = CliRunner()
 TIRESIAS = Path(__file__).parent / "fixtures" / "tiny_tiresias.csv"
@@ -370,3 +371,36 @@ def test_text_another_user_wrote_never_drives_the_terminal() -> None:
     shown = printable("evil\x1b]0;owned\x07\x1b[2J name\x9b31m\nnext\tline")
     assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown
     assert shown == "evil\\x1b]0;owned\\x07\\x1b[2J name\\x9b31m\nnext\tline"
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "says"),
+    [
+        (["sim", "--policy", "las"], "quantm=60", "did you mean 'quantum'"),
+        (["sim", "--policy", "las"], "las.quantm=60", "did you mean 'quantum'"),
+        (["sim", "--policy", "las"], "fifo.quantum=1", "'fifo' is not a policy of this run"),
+        (["compare", "--policies", "las,fifo"], "quantm=60", "no policy of this run (las, fifo)"),
+        (["sweep", "--policies", "las,fifo", "--loads", "1"], "quantm=60", "did you mean"),
+    ],
+)
+def test_a_misspelled_policy_option_is_an_error(
+    command: list[str], option: str, says: str, tmp_path: Path
+) -> None:
+    """A wrong experiment that looks right is the worst outcome: never ignored."""
+    args = [*command, "--trace", "tiresias-60", "--cluster", "uniform:4x4:V100"]
+    result = runner.invoke(app, [*args, "--policy-opt", option, "--out", str(tmp_path / "o")])
+    assert isinstance(result.exception, CorralError), result.output  # main() prints it, exit 2
+    assert says in str(result.exception)
+    assert not (tmp_path / "o").exists()  # refused before anything ran
+
+
+def test_a_misspelled_option_in_the_service_config_names_its_line(tmp_path: Path) -> None:
+    from corral.runtime.config import load_config
+
+    config = tmp_path / "corral.yaml"
+    config.write_text(
+        "policy: las\npolicy_options:\n  quantm: 5\n"
+        "gpus: [{type: V100, count: 2}]\nusers: [{name: a, token: aaaaaaaaaaaaaaaa1}]\n"
+    )
+    with pytest.raises(CorralError, match=r"corral.yaml:2: .*did you mean 'quantum'"):
+        load_config(config)

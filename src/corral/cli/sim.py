@@ -359,6 +359,7 @@ def sim(
     """Replay a trace on a cluster under one policy; write jobs.csv and summary.json."""
     name = policy.strip().lower()
     _check_policy_names([name])
+    _check_options(run, [name])
     jobs, machines = run.workload()
     summary = _run_one(
         jobs, machines, run.spec(name), run.progress, out, {"trace": jobs.source, "seed": run.seed}
@@ -429,6 +430,7 @@ def compare(
     if not names:
         raise CorralError("--policies names no policy")
     _check_policy_names(names)
+    _check_options(run, names)
     from corral.sim.report import FORMATS, write_report
 
     if report_format not in FORMATS:
@@ -526,6 +528,7 @@ def sweep(
     with _user_errors():
         spec = Grid.build(policies, loads, seeds, cluster_scales, grid, run.seed, run.cluster_scale)
     _check_policy_names(spec.policies)
+    _check_options(run, spec.policies)
     how = _runner(runner, address, parallel, "auto")
     points = spec.points()
     workloads: list[tuple[JobTable, Cluster]] = []
@@ -597,6 +600,12 @@ def sweep(
     with _user_errors():
         path = write_sweep(out, points, summaries, context)
     console.print(f"wrote {out}/results.csv, {out}/report.md and {path}", highlight=False)
+
+
+def _check_options(run: RunArgs, names: list[str]) -> None:
+    from corral.sim.run import check_policy_options
+
+    check_policy_options(run.policy_opt or [], names)
 
 
 def _check_policy_names(names: list[str]) -> None:

@@ -75,6 +75,28 @@ def policy_options(cls: type[Policy]) -> dict[str, Any]:
     }
 
 
+def unknown_option(name: str, option: str, accepted: list[str]) -> str:
+    """The message for an option a policy does not take, with the nearest it does."""
+    import difflib
+
+    near = difflib.get_close_matches(option, accepted, n=1)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    takes = ", ".join(accepted) if accepted else "no options"
+    return f"policy '{name}' has no option '{option}'{hint} (it takes {takes})"
+
+
+def options_of(name: str) -> list[str]:
+    """The options the policy (or round planner) named ``name`` takes."""
+    key = name.strip().lower()
+    if key in POLICIES:
+        return list(policy_options(POLICIES[key]))
+    from corral.sim.rounds.planners import ROUND_PLANNERS
+
+    if key in ROUND_PLANNERS:
+        return list(policy_options(ROUND_PLANNERS[key]))  # type: ignore[arg-type]
+    return []
+
+
 ROUND_MODEL_LIVE = (
     "plans task-level rounds: a job given as a task (task: {factory, steps, round_steps}) "
     "runs as rounds whose tasks are one-GPU jobs NAME.rR.K, placed on GPUs of any type; "
@@ -87,6 +109,10 @@ def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None
     options (None: it can)."""
     key = name.strip().lower()
     if key in POLICIES:
+        accepted = options_of(key)
+        for option in options or {}:
+            if option not in accepted:
+                return unknown_option(key, option, accepted)
         for option, why in POLICIES[key].simulator_only.items():
             if (options or {}).get(option):
                 return why
@@ -94,6 +120,10 @@ def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None
     from corral.sim.rounds.planners import ROUND_PLANNERS
 
     if key in ROUND_PLANNERS:
+        accepted = options_of(key)
+        for option in options or {}:
+            if option not in accepted:
+                return unknown_option(key, option, accepted)
         try:
             ROUND_PLANNERS[key](**(options or {}))
         except TypeError as exc:
@@ -137,5 +167,7 @@ __all__ = [
     "live_refusal",
     "live_support",
     "make_policy",
+    "options_of",
     "policy_options",
+    "unknown_option",
 ]

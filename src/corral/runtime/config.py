@@ -27,7 +27,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from corral.errors import InputError
 from corral.model.cluster import normalise_gpu_type
@@ -206,6 +214,21 @@ class ServiceConfig(BaseModel):
         description="virtual clusters and their GPU quotas (philly, hived); jobs name one "
         "with 'vc'. Unset: every VC a job names gets an equal share",
     )
+
+    @field_validator("policy_options")
+    @classmethod
+    def _known_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """A misspelled option is refused here, at its line, not ignored or left for the
+        policy to trip over at start."""
+        from corral.policies import POLICIES, options_of, unknown_option
+
+        policy = str(info.data.get("policy", "")).strip().lower()
+        accepted = options_of(policy)
+        if policy in POLICIES or accepted:
+            for option in value:
+                if option not in accepted:
+                    raise ValueError(unknown_option(policy, option, accepted))
+        return value
 
     @field_validator("default_duration", mode="before")
     @classmethod

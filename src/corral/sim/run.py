@@ -116,6 +116,42 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     return out
 
 
+def check_policy_options(pairs: list[str], policies: list[str]) -> None:
+    """Refuse an option no policy of the run takes: a misspelled option must never
+    leave an experiment silently at its defaults. A bare ``key=value`` must be taken
+    by at least one of ``policies``; ``policy.key=value`` names a policy of the run
+    and one of its options."""
+    from corral.policies import options_of, unknown_option
+
+    taken = {name: options_of(name) for name in policies}
+    for pair in pairs:
+        key, eq, _ = pair.partition("=")
+        if not eq or not key.strip():
+            raise CorralError(f"--policy-opt '{pair}': expected key=value or policy.key=value")
+        target, dot, name = key.strip().rpartition(".")
+        if dot:
+            if target not in taken:
+                raise CorralError(
+                    f"--policy-opt '{pair}': '{target}' is not a policy of this run "
+                    f"({', '.join(policies)})"
+                )
+            if name not in taken[target]:
+                raise CorralError(
+                    f"--policy-opt '{pair}': {unknown_option(target, name, taken[target])}"
+                )
+        elif not any(name in options for options in taken.values()):
+            if len(policies) == 1:
+                why = unknown_option(policies[0], name, taken[policies[0]])
+            else:
+                import difflib
+
+                every = sorted({o for options in taken.values() for o in options})
+                near = difflib.get_close_matches(name, every, n=1)
+                why = f"no policy of this run ({', '.join(policies)}) has an option '{name}'"
+                why += f"; did you mean '{near[0]}'?" if near else ""
+            raise CorralError(f"--policy-opt '{pair}': {why}")
+
+
 def _number(text: str) -> Any:
     for cast in (int, float):
         try:
