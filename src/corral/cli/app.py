@@ -84,8 +84,20 @@ def printable(text: str) -> str:
 err_console = Console(stderr=True)
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from corral import __version__
+
+        print(f"corral {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _each_command() -> None:
+def _each_command(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version, help="print corral's version"
+    ),
+) -> None:
     """Size the output for this invocation: the environment of the process may differ
     from the one the module was imported in (a test runner, an embedding program)."""
     fresh = _console()

@@ -529,6 +529,15 @@ def sweep(
         spec = Grid.build(policies, loads, seeds, cluster_scales, grid, run.seed, run.cluster_scale)
     _check_policy_names(spec.policies)
     _check_options(run, spec.policies)
+    if len(spec.seeds) > 1 and not _seeded(run):
+        err_console.print(
+            f"[yellow]note:[/] the {len(spec.seeds)} seeds give the same runs here: "
+            f"'{run.trace}' is replayed as it is, and nothing else is drawn at random "
+            "(seeds vary synthetic traces, --job-types, --failure-rate and random "
+            "placement); the spread shown will be 0",
+            highlight=False,
+            soft_wrap=True,
+        )
     how = _runner(runner, address, parallel, "auto")
     points = spec.points()
     workloads: list[tuple[JobTable, Cluster]] = []
@@ -600,6 +609,18 @@ def sweep(
     with _user_errors():
         path = write_sweep(out, points, summaries, context)
     console.print(f"wrote {out}/results.csv, {out}/report.md and {path}", highlight=False)
+
+
+def _seeded(run: RunArgs) -> bool:
+    """Whether a run's seed changes anything: a generated trace, drawn job types,
+    failures or a random placement."""
+    trace = run.trace.strip().lower()
+    return (
+        trace.startswith(("synthetic", "gavel-synthetic"))
+        or bool(run.job_types)
+        or run.failure_rate > 0
+        or (run.placement or "").strip().lower() == "random"
+    )
 
 
 def _check_options(run: RunArgs, names: list[str]) -> None:
