@@ -66,13 +66,20 @@ POLICIES: Mapping[str, type[Policy]] = _Registry(
 
 
 def policy_options(cls: type[Policy]) -> dict[str, Any]:
-    """The options a policy takes (``--policy-opt``), with their defaults."""
-    params = inspect.signature(cls.__init__).parameters.values()
-    return {
-        p.name: p.default
-        for p in params
-        if p.name not in ("self", "placement") and p.kind is p.POSITIONAL_OR_KEYWORD
-    }
+    """The options a policy takes (``--policy-opt``), with their defaults: its own
+    ``__init__``'s, and, where that passes ``**params`` on, its bases' (a Gavel
+    variant takes Gavel's options), up to :class:`Policy`, which takes none."""
+    out: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if klass is Policy or klass is object or "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        for p in params:
+            if p.name not in ("self", "placement") and p.kind is p.POSITIONAL_OR_KEYWORD:
+                out.setdefault(p.name, p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return out
 
 
 def unknown_option(name: str, option: str, accepted: list[str]) -> str:
