@@ -100,3 +100,17 @@ def test_a_batch_is_admitted_whole_or_not_at_all(api: TestClient) -> None:
         "/v1/jobs/batch", json={"jobs": [{"command": ["true"]}] * 1001}, headers=auth("bob")
     )
     assert too_many.status_code == 422
+
+
+def test_newest_first_pages_backwards(api: TestClient) -> None:
+    first = api.get("/v1/jobs", params={"limit": 10, "newest": True}, headers=auth("alice"))
+    ids = [j["id"] for j in first.json()]
+    assert ids == sorted(ids, reverse=True) and len(ids) == 10
+    more = api.get(
+        "/v1/jobs",
+        params={"limit": 100, "newest": True, "before": first.headers["X-Next-Before"]},
+        headers=auth("alice"),
+    )
+    rest = [j["id"] for j in more.json()]
+    assert rest == sorted(rest, reverse=True) and len(ids + rest) == JOBS
+    assert "X-Next-Before" not in more.headers and first.headers["X-Total-Count"] == str(JOBS)

@@ -284,6 +284,7 @@ JOB_LIST = TypeAdapter(list[JobView])
 PAGE_HEADERS = {
     "X-Total-Count": "jobs that match, over all pages",
     "X-Next-After": "present when more jobs follow: pass it as `after` for the next page",
+    "X-Next-Before": "with newest: present when older jobs follow; pass it as `before`",
 }
 
 
@@ -311,6 +312,12 @@ def queue(
     mine: bool = False,
     after: Annotated[
         int, Query(ge=0, le=MAX_ID, description="only jobs with a larger id (the page cursor)")
+    ] = 0,
+    newest: Annotated[
+        bool, Query(description="newest first; the page cursor is then `before`")
+    ] = False,
+    before: Annotated[
+        int, Query(ge=0, le=MAX_ID, description="with newest: only jobs with a smaller id")
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=100000, description="jobs per page at most")] = 1000,
 ) -> list[JobView]:
@@ -341,13 +348,18 @@ def queue(
         if mine:
             query = query.where(JobRow.user == user.name)
         total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
-        page = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
+        if newest:
+            if before:
+                query = query.where(JobRow.id < before)
+            page = query.order_by(JobRow.id.desc()).limit(limit + 1)
+        else:
+            page = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
         # plain rows, not ORM objects: a listing reads them once (a third of the time)
         rows = list(s.execute(page.with_only_columns(*JobRow.__table__.columns)))
         headers = {"X-Total-Count": str(total)}
         if len(rows) > limit:
             rows = rows[:limit]
-            headers["X-Next-After"] = str(rows[-1].id)
+            headers["X-Next-Before" if newest else "X-Next-After"] = str(rows[-1].id)
         where = positions(s)
         views = [JobView.of(r, where.get(r.id), left(ctx, r)) for r in rows]  # type: ignore[arg-type]
     # serialised once here: FastAPI would validate ten thousand views again first

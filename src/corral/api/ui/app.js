@@ -103,7 +103,8 @@ async function refresh() {
     const filter = $("f-state").value;
     const [nodes, jobs] = await Promise.all([
       json("/v1/nodes"),
-      json(`/v1/jobs${filter ? `?state=${encodeURIComponent(filter)}` : ""}`),
+      // the live queue oldest first (its head); "all" the newest first
+      json(`/v1/jobs${filter ? `?state=${encodeURIComponent(filter)}${filter === "all" ? "&newest=true" : ""}` : ""}`),
     ]);
     state.jobs = jobs;
     drawNodes(nodes);
