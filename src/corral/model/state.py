@@ -87,6 +87,9 @@ class SchedulerState:
         self.weight = df["weight"].to_numpy(dtype=np.float64)
         self.checkpoints = df["checkpoints"].to_numpy(dtype=bool).copy()
         """False: a preempted job loses its work (see :mod:`corral.model.unsaved_work`)."""
+        self.all_checkpoint = bool(self.checkpoints.all())
+        """True while every job checkpoints (the rule of unsaved work has nothing to do;
+        a trace's jobs all do unless it says otherwise)."""
         self.lost_run = np.zeros(n, dtype=np.float64)
         """Longest run (seconds progressing) a preemption threw away, per job."""
         self.model: list[str] = df["model"].tolist()

@@ -51,7 +51,7 @@ def keep_unsaved_work(plan: Plan, state: SchedulerState) -> Plan:
     """``plan`` without the stops of jobs still protected by the rule above (and
     without the starts and packs that needed their GPUs); unchanged when no stop
     is held back."""
-    if not plan.stops or state.checkpoints.all():
+    if not plan.stops or state.all_checkpoint:
         return plan
     now = state.now
     held = [i for i in plan.stops if protected_until(state, i) > now]

@@ -103,6 +103,7 @@ class LiveJobs:
         st.model[i] = model
         st.batch_size[i] = batch_size
         st.checkpoints[i] = False  # until it reports a checkpoint (see model.unsaved_work)
+        st.all_checkpoint = False
         st.lost_run[i] = 0.0
         st.noise_scale[i] = np.nan
         st.type_req[i] = (
