@@ -88,6 +88,8 @@ class SchedulerState:
         self.checkpoints = df["checkpoints"].to_numpy(dtype=bool).copy()
         """False: a preempted job loses its work (see :mod:`corral.model.unsaved_work`)."""
         self.all_checkpoint = bool(self.checkpoints.all())
+        self.one_type = len(cluster.gpu_type_names) == 1
+        """A cluster of one GPU type: every job runs on every GPU (placement's fast path)."""
         """True while every job checkpoints (the rule of unsaved work has nothing to do;
         a trace's jobs all do unless it says otherwise)."""
         self.lost_run = np.zeros(n, dtype=np.float64)
@@ -119,6 +121,8 @@ class SchedulerState:
         """Owner of each job (estimators learn from an owner's past jobs)."""
         self.speeds = speeds
         self._type_speed: np.ndarray | None = None
+        self._everywhere = np.ones(0, dtype=bool)
+        """Per job: it runs on every GPU type (kept with ``type_speed``)."""
         self.status = np.zeros(n, dtype=np.int8)
         self.steps_done = np.zeros(n, dtype=np.float64)
         self.attained_base = np.zeros(n, dtype=np.float64)
@@ -198,6 +202,7 @@ class SchedulerState:
                 other = np.arange(speeds.shape[1])[None, :] != self.type_req[:, None]
                 speeds[bound[:, None] & other] = 0.0
             self._type_speed = speeds
+            self._everywhere = (speeds > 0).all(axis=1)
         return self._type_speed
 
     def runs_on(self, i: int) -> np.ndarray | None:
@@ -205,21 +210,17 @@ class SchedulerState:
         on every type. A job bound to a type runs there only; a job whose measured
         speed on a type is 0 (its gang does not fit in that GPU's memory, as Gavel
         measured ResNet-50 at batch 128 on a K80) never runs there."""
-        if len(self.cluster.gpu_type_names) == 1:
+        if self.one_type:
             return None
-        bound = int(self.type_req[i])
-        if bound >= 0:
-            allowed = np.zeros(len(self.cluster.gpu_type_names), dtype=bool)
-            allowed[bound] = True
-            return allowed
-        speed = self.type_speed[i]
-        allowed = speed > 0
-        return None if allowed.all() else allowed
+        speeds = self.type_speed  # (a job bound to a type has speed 0 elsewhere)
+        if self._everywhere[i]:
+            return None
+        return speeds[i] > 0
 
     def runs_at(self, i: int, gpus: tuple[int, ...] | list[int]) -> bool:
         """Whether job ``i`` makes progress on exactly ``gpus`` (its measured speed there
         is not 0: a gang of another size may not fit a type its own size fits)."""
-        if len(self.cluster.gpu_type_names) == 1:
+        if self.one_type:
             return True
         if self.speeds is None:
             from corral.perf.speeds import SpeedModel

@@ -190,7 +190,9 @@ class Simulator:
             if wakeup is not None and wakeup <= t:
                 wakeup = None
                 events += 1
-            plan = keep_unsaved_work(self.policy.schedule(state), state)
+            plan = self.policy.schedule(state)
+            if not state.all_checkpoint:  # (a trace's jobs all checkpoint unless it says)
+                plan = keep_unsaved_work(plan, state)
             passes += 1
             self._apply(plan)
             # each pass says when it next needs a pass of its own; a wake-up an
