@@ -234,7 +234,6 @@ def supervise(
     # the job's process says on this pipe why it could not start (its output file or
     # working directory refused to its user); the pipe closes unwritten when it runs
     said, tell = os.pipe()
-    os.set_inheritable(tell, False)
     try:
         pid = start(lambda: _in_child(conf, cgroup is None, me, tell))
     except (OSError, subprocess.SubprocessError) as exc:
