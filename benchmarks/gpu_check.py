@@ -102,7 +102,7 @@ def switching() -> tuple[bool, str]:
 
 
 def service(folder: Path, policy: str, options: dict[str, Any], **settings: Any) -> Any:
-    from corral.runtime.service_process import ServiceProcess
+    from corral.testing.service_process import ServiceProcess
 
     made = ServiceProcess(
         folder,
@@ -118,7 +118,7 @@ def service(folder: Path, policy: str, options: dict[str, Any], **settings: Any)
 
 
 def wait_all(svc: Any, ids: list[int], timeout: float) -> list[dict[str, Any]]:
-    from corral.runtime.service_process import wait_for
+    from corral.testing.service_process import wait_for
 
     for job in ids:
         wait_for(lambda j=job: svc.admin.job(j)["status"] in TERMINAL, timeout, f"job {job}")
@@ -132,7 +132,7 @@ def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
     svc = service(folder, "las", {"quantum": 4}, workers=workers)
     try:
         if workers.get("standby"):
-            from corral.runtime.service_process import wait_for
+            from corral.testing.service_process import wait_for
 
             wait_for(lambda: svc.admin.json("GET", "/v1/health")["standby_ready"] >= 1, 120)
         start = time.monotonic()

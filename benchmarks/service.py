@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from corral.model.jobs import JobStatus
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 
 PY = sys.executable
 

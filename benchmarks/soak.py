@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from corral.runtime.service_process import ServiceProcess
+from corral.testing.service_process import ServiceProcess
 from corral.runtime.store import AttemptRow, JobRow
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from corral.perf.memory import MEMORY_MARGIN
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import PY, TERMINAL, TOKENS
 
 GB = 1e9

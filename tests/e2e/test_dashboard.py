@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from corral.api import dashboard
 from corral.cli import app
-from corral.runtime.service_process import ServiceProcess
+from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import PY, TOKENS
 
 CHROMIUM = "/usr/bin/chromium"

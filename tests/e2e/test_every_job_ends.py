@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import TERMINAL
 
 

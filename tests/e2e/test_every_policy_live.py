@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from corral.policies import POLICIES
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 SHORT_TIME_SCALE: dict[str, dict[str, Any]] = {

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 
 BIG = "ResNet-50 (batch size 128)"  # AntMan: two cannot share a GPU (out of memory)
 

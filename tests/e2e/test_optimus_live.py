@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 from corral.runtime.store import JobRow
 
 pytest.importorskip("torch")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from corral.runtime.parking import PARKED
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 from corral.train import checkpoint
 from corral.train.task import load_factory
 from tests.runtime.harness import TERMINAL, TOKENS

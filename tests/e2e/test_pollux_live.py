@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 
 JOB = """
 import time

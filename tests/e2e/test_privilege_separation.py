@@ -26,7 +26,7 @@ import pytest
 
 from corral.api.client import Client
 from corral.runtime.launcher import ENV_FILE, root_environment
-from corral.runtime.service_process import ServiceProcess
+from corral.testing.service_process import ServiceProcess
 from corral.runtime.standby import StandbyPool
 from tests.runtime.harness import TERMINAL, TOKENS, wait_for
 

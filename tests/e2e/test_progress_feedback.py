@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corral.cli import app
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import TERMINAL, TOKENS
 
 pytest.importorskip("torch")

@@ -21,7 +21,7 @@ import pytest
 
 from corral.ray_support import import_ray
 from corral.runtime.ray_executor import HEAD_FILE, NODES_FILE, stop_group
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import PY, TERMINAL, TOKENS
 
 pytest.importorskip("ray")

@@ -18,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from corral.cli import app
-from corral.runtime.service_process import ServiceProcess
+from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import PY, TERMINAL, TOKENS, check_history, wait_for
 
 pytest.importorskip("torch")

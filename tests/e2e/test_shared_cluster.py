@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from corral.runtime.executor import group_alive
-from corral.runtime.service_process import ServiceProcess
+from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import TERMINAL, TOKENS, wait_for
 
 PY = sys.executable

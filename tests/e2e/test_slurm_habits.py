@@ -16,7 +16,7 @@ import pytest
 
 from corral.errors import InputError
 from corral.runtime.directives import script_fields
-from corral.runtime.service_process import ServiceProcess, wait_for
+from corral.testing.service_process import ServiceProcess, wait_for
 from corral.runtime.specs import JobSpec, array_indices
 from tests.runtime.harness import TERMINAL, TOKENS
 

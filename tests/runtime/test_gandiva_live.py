@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from corral.runtime.config import GpuGroup
-from corral.runtime.service_process import ServiceProcess
+from corral.testing.service_process import ServiceProcess
 from corral.runtime.store import EventRow
 from tests.runtime.harness import PY, TERMINAL, Harness, auth, wait_for
 
