@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from corral.testing.service_process import ServiceProcess
 from corral.runtime.store import AttemptRow, JobRow
+from corral.testing.service_process import ServiceProcess
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 TOKENS = {"alice": "alice-soak-token", "root": "root-soak-token"}

@@ -12,8 +12,8 @@ import pytest
 from corral.errors import CorralError
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
-from corral.testing.service_process import ServiceProcess, wait_for
 from corral.runtime.specs import MAX_SECONDS, MIN_WEIGHT
+from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import PY, TERMINAL, Harness
 
 SHORT = [PY, "-c", "import time; time.sleep(0.5)"]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.testing.service_process import ServiceProcess, wait_for
 from corral.runtime.store import JobRow
+from corral.testing.service_process import ServiceProcess, wait_for
 
 pytest.importorskip("torch")
 

@@ -26,8 +26,8 @@ import pytest
 
 from corral.api.client import Client
 from corral.runtime.launcher import ENV_FILE, root_environment
-from corral.testing.service_process import ServiceProcess
 from corral.runtime.standby import StandbyPool
+from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import TERMINAL, TOKENS, wait_for
 
 pytestmark = pytest.mark.skipif(

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from corral.errors import CorralError
-from corral.testing.service_process import ServiceProcess, wait_for
 from corral.sim.rounds.planners import ROUND_PLANNERS
+from corral.testing.service_process import ServiceProcess, wait_for
 from corral.train import checkpoint
 from corral.train.rounds import run_part, state_path
 from corral.train.task import load_factory

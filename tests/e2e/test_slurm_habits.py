@@ -16,8 +16,8 @@ import pytest
 
 from corral.errors import InputError
 from corral.runtime.directives import script_fields
-from corral.testing.service_process import ServiceProcess, wait_for
 from corral.runtime.specs import JobSpec, array_indices
+from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import TERMINAL, TOKENS
 
 PY = sys.executable

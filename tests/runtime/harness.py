@@ -19,8 +19,8 @@ from corral.api.app import create_app
 from corral.runtime.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
 from corral.runtime.executor import LocalExecutor
 from corral.runtime.scheduler import Scheduler
-from corral.testing.service_process import kill_open_attempts, wait_for
 from corral.runtime.store import AttemptRow, EventRow, Store
+from corral.testing.service_process import kill_open_attempts, wait_for
 
 __all__ = ["wait_for"]
 

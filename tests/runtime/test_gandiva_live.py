@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from corral.runtime.config import GpuGroup
-from corral.testing.service_process import ServiceProcess
 from corral.runtime.store import EventRow
+from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import PY, TERMINAL, Harness, auth, wait_for
 
 JOB = str(Path(__file__).with_name("contention_job.py"))
