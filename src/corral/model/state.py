@@ -192,11 +192,9 @@ class SchedulerState:
         """jobs x ``cluster.gpu_type_names``: steps/s of each job's gang on one
         server of each GPU type (computed once, on first use)."""
         if self._type_speed is None:
-            if self.speeds is None:
-                from corral.perf.speeds import SpeedModel
-
-                self.speeds = SpeedModel()
-            speeds = self.speeds.type_speeds(self.job_type, self.gpus, self.ref_speed, self.cluster)
+            speeds = self.speed_model().type_speeds(
+                self.job_type, self.gpus, self.ref_speed, self.cluster
+            )
             bound = self.type_req >= 0
             if bound.any():  # a job bound to one type runs nowhere else
                 other = np.arange(speeds.shape[1])[None, :] != self.type_req[:, None]
@@ -204,6 +202,14 @@ class SchedulerState:
             self._type_speed = speeds
             self._everywhere = (speeds > 0).all(axis=1)
         return self._type_speed
+
+    def speed_model(self) -> SpeedModel:
+        """The speed model (the default one, made on first use, when none was given)."""
+        if self.speeds is None:
+            from corral.perf.speeds import SpeedModel
+
+            self.speeds = SpeedModel()
+        return self.speeds
 
     def runs_on(self, i: int) -> np.ndarray | None:
         """The GPU types job ``i`` can run on (a boolean per type), or None when it runs
@@ -222,11 +228,7 @@ class SchedulerState:
         is not 0: a gang of another size may not fit a type its own size fits)."""
         if self.one_type:
             return True
-        if self.speeds is None:
-            from corral.perf.speeds import SpeedModel
-
-            self.speeds = SpeedModel()
-        speed = self.speeds.gang_speed(
+        speed = self.speed_model().gang_speed(
             self.cluster, gpus, self.job_type[i], self.model[i], float(self.ref_speed[i])
         )
         return speed > 0

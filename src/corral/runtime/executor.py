@@ -32,10 +32,12 @@ from corral.errors import CorralError
 from corral.runtime.config import GpuGroup
 from corral.runtime.identity import RunAs
 from corral.runtime.launcher import (
+    ADMIN_ENV,
     ENV_FILE,
     EXIT_FILE,
     PID_FILE,
     Confinement,
+    inherited,
     isolated_python,
     live_processes,
     process_states,
@@ -46,7 +48,7 @@ from corral.runtime.launcher import (
 from corral.runtime.standby import Idle, StandbyPool
 from corral.train.round_keeper import KEEPER_ENV
 
-PASSED_ENV = ("LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "TMPDIR", "CUDA_HOME")
+PASSED_ENV = (*ADMIN_ENV, "TERM", "CUDA_HOME")
 """The service's variables a job inherits (locale, libraries); nothing else of the
 service's environment (its secrets, database URLs) reaches a job."""
 
@@ -240,7 +242,7 @@ def group_alive(pgid: int) -> bool:
 
 def job_environment(request: LaunchRequest) -> dict[str, str]:
     """A job's variables: a clean base, its identity, its spec's env and its GPUs."""
-    env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith("LC_")}
+    env = inherited(PASSED_ENV)
     # `python` in a job means the service's own environment (where corral.train is)
     path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])

@@ -69,13 +69,16 @@ PR_SET_CHILD_SUBREAPER = 36
 _CLEANUP_SECONDS = 10.0
 
 
+def inherited(names: tuple[str, ...]) -> dict[str, str]:
+    """The service's own variables among ``names``, with its locale (``LC_*``)."""
+    return {k: v for k, v in os.environ.items() if k in names or k.startswith("LC_")}
+
+
 def root_environment() -> dict[str, str]:
     """The environment of a helper that runs as root before a job drops its privileges
     (launcher, standby worker, round keeper's worker): a fixed ``PATH`` and the
     service's locale and library settings, nothing a job's user could have set."""
-    env = {k: v for k, v in os.environ.items() if k in ADMIN_ENV or k.startswith("LC_")}
-    env["PATH"] = ROOT_PATH
-    return env
+    return {**inherited(ADMIN_ENV), "PATH": ROOT_PATH}
 
 
 def isolated_python() -> list[str]:

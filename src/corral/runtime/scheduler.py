@@ -130,7 +130,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             with self.store.session() as s:
                 self.store.event(s, "policy_error", None, error=f"{type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stderr)
-            found = self._without_culprits(now)
+            found = self._without_culprits(now, f"{type(exc).__name__}: {exc}")
             if found is None:
                 self.next_wakeup = now + 5.0
                 return
@@ -147,7 +147,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
             self.policy.waiting_reasons(self.live.state), self.policy.running_notes(self.live.state)
         )
 
-    def _without_culprits(self, now: float, most: int = 3) -> Plan | None:
+    def _without_culprits(self, now: float, error: str, most: int = 3) -> Plan | None:
         """After a failed pass: find the waiting jobs the policy cannot take (by halving
         the queue), fail them with the policy's message, and plan for everyone else.
 
@@ -158,9 +158,6 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
         again)."""
         st = self.live.state
         for _ in range(most):
-            error = self._try_without([])
-            if not isinstance(error, str):
-                return error
             suspects = sorted(st.pending)
             if not suspects or isinstance(self._try_without(suspects), str):
                 return None
@@ -174,8 +171,11 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
                 else:
                     suspects = half
             self._fail_unschedulable(suspects[0], error, now)
-        found = self._try_without([])
-        return None if isinstance(found, str) else found
+            found = self._try_without([])
+            if not isinstance(found, str):
+                return found
+            error = found
+        return None
 
     def _learn_checkpoints(self, plan: Plan) -> None:
         """Mark the jobs the plan stops that have saved a checkpoint since the loop last

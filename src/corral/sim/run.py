@@ -104,16 +104,22 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     accepted = set(policy_options(cls)) if cls else set()
     out: dict[str, Any] = {}
     for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key.strip():
-            raise CorralError(f"--policy-opt '{pair}': expected key=value or policy.key=value")
-        target, dot, name = key.strip().rpartition(".")
-        if dot and target != policy:
+        target, name, value = _option_pair(pair)
+        if target and target != policy:
             continue
-        if not dot and name not in accepted:
+        if not target and name not in accepted:
             continue
-        out[name] = _number(value.strip())
+        out[name] = _number(value)
     return out
+
+
+def _option_pair(pair: str) -> tuple[str, str, str]:
+    """(policy or "", option, value) from ``key=value`` or ``policy.key=value``."""
+    key, eq, value = pair.partition("=")
+    if not eq or not key.strip():
+        raise CorralError(f"--policy-opt '{pair}': expected key=value or policy.key=value")
+    target, _, name = key.strip().rpartition(".")
+    return target, name, value.strip()
 
 
 def check_policy_options(pairs: list[str], policies: list[str]) -> None:
@@ -125,11 +131,8 @@ def check_policy_options(pairs: list[str], policies: list[str]) -> None:
 
     taken = {name: options_of(name) for name in policies}
     for pair in pairs:
-        key, eq, _ = pair.partition("=")
-        if not eq or not key.strip():
-            raise CorralError(f"--policy-opt '{pair}': expected key=value or policy.key=value")
-        target, dot, name = key.strip().rpartition(".")
-        if dot:
+        target, name, _ = _option_pair(pair)
+        if target:
             if target not in taken:
                 raise CorralError(
                     f"--policy-opt '{pair}': '{target}' is not a policy of this run "
