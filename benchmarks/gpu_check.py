@@ -127,7 +127,7 @@ def wait_all(svc: Any, ids: list[int], timeout: float) -> list[dict[str, Any]]:
 
 def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
     """Two ResNet-50-layout task jobs that preempt each other under LAS (4 s quantum)."""
-    from corral.runtime.standby import WARM_MARK
+    from corral.runtime.execution.standby import WARM_MARK
 
     svc = service(folder, "las", {"quantum": 4}, workers=workers)
     try:

@@ -21,9 +21,9 @@ from corral.model.cluster_specs import load_cluster
 from corral.model.state import SchedulerState
 from corral.optimize.gavel_lp import AllocationProblem, max_min_fairness
 from corral.perf.speeds import SpeedModel
-from corral.sim.rounds.listsched import PlanView
-from corral.sim.rounds.planners import HarePlanner
-from corral.sim.rounds.workload import build_workload
+from corral.policies.rounds.listsched import PlanView
+from corral.policies.rounds.planners import HarePlanner
+from corral.policies.rounds.workload import build_workload
 from corral.traces import load_trace
 
 CLUSTER = "gavel:336:332:332"

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from corral.train.round_keeper import KEEPER_ENV, ask
+from corral.train.keeper_client import KEEPER_ENV, ask
 from corral.train.rounds import main as run_task_main
 from corral.train.rounds import parser, request_of
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from corral.runtime.store import AttemptRow, JobRow
+from corral.runtime.storage.store import AttemptRow, JobRow
 from corral.testing.service_process import ServiceProcess
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}

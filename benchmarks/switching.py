@@ -143,9 +143,9 @@ def warm_gpu(
 
 def job_start(factory: str, repeats: int, standby: bool) -> list[float]:
     """Launch-to-exit seconds of a one-step task job through the local executor."""
-    from corral.runtime.config import GpuGroup
-    from corral.runtime.executor import LaunchRequest, LocalExecutor
-    from corral.runtime.specs import JobSpec
+    from corral.runtime.execution.executor import LaunchRequest, LocalExecutor
+    from corral.runtime.jobspec.config import GpuGroup
+    from corral.runtime.jobspec.specs import JobSpec
 
     spec = JobSpec.model_validate({"task": {"factory": factory, "steps": 1}})
     executor = LocalExecutor(

@@ -12,7 +12,8 @@ from corral.model.cluster import Cluster, Node, assign_racks
 from corral.model.jobs import JobTable
 from corral.policies import make_policy
 from corral.ray_support import SINGLE_MACHINE_SETTING
-from corral.sim.engine import SimConfig, SimResult, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig, SimResult
 from tests import postgres
 
 # Every Ray instance the tests start listens on 127.0.0.1: keep Ray from

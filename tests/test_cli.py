@@ -28,7 +28,7 @@ def test_policies_lists_every_policy():
 
 def test_policies_piped_prints_full_names_and_json():
     from corral.policies import POLICIES
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
 
     # a pipe, not a terminal: one tab-separated line per policy, nothing cut
     piped = subprocess.run(
@@ -395,7 +395,7 @@ def test_a_misspelled_policy_option_is_an_error(
 
 
 def test_a_misspelled_option_in_the_service_config_names_its_line(tmp_path: Path) -> None:
-    from corral.runtime.config import load_config
+    from corral.runtime.jobspec.config import load_config
 
     config = tmp_path / "corral.yaml"
     config.write_text(

@@ -26,12 +26,12 @@ from sqlalchemy.engine import make_url
 
 from corral.api.app import create_app
 from corral.errors import CorralError
-from corral.runtime.config import ServiceConfig
-from corral.runtime.executor import Executor, LocalExecutor
-from corral.runtime.identity import isolation_warning
-from corral.runtime.scheduler import Scheduler
-from corral.runtime.store import Store
-from corral.runtime.store_lock import StoreLock, holder_line
+from corral.runtime.execution.executor import Executor, LocalExecutor
+from corral.runtime.execution.identity import isolation_warning
+from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.storage.store import Store
+from corral.runtime.storage.store_lock import StoreLock, holder_line
 
 
 def private_dir(path: Path) -> None:
@@ -77,7 +77,7 @@ def build(config: ServiceConfig) -> tuple[Store, Scheduler]:
     store = Store(config.store_url)
     executor: Executor
     if config.executor == "ray":
-        from corral.runtime.ray_executor import RayExecutor
+        from corral.runtime.execution.ray_executor import RayExecutor
 
         executor = RayExecutor(config)
     else:

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from corral.api.app import create_app
-from corral.runtime.store import Store
+from corral.runtime.storage.store import Store
 from tests.runtime.harness import PY, auth, make_config
 
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from sqlalchemy import func, select
 
 from corral.api.app import create_app
-from corral.runtime.store import EventRow, JobRow, Store
+from corral.runtime.storage.store import EventRow, JobRow, Store
 from tests.runtime.harness import auth, make_config
 
 schemathesis = pytest.importorskip("schemathesis")

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from corral.api import client as client_module
 from corral.api.app import create_app
 from corral.api.client import Answer, Client
-from corral.runtime.store import Store
+from corral.runtime.storage.store import Store
 from tests.runtime.harness import auth, make_config
 
 JOBS = 25

@@ -30,11 +30,12 @@ from corral.model.jobs import JobTable
 from corral.perf.locality import LocalityModel
 from corral.perf.speeds import SpeedModel
 from corral.policies import make_policy
-from corral.runtime.config import GpuGroup
-from corral.runtime.executor import virtual_slots
-from corral.runtime.loop_base import cluster_from_slots
-from corral.runtime.store import JobRow
-from corral.sim.engine import SimConfig, Simulator
+from corral.runtime.execution.executor import virtual_slots
+from corral.runtime.jobspec.config import GpuGroup
+from corral.runtime.loop.loop_base import cluster_from_slots
+from corral.runtime.storage.store import JobRow
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 
 JOB = str(Path(__file__).with_name("parity_job.py"))
 GPUS = [GpuGroup(type="V100", count=2), GpuGroup(type="K80", count=2)]

@@ -12,7 +12,7 @@ import pytest
 from corral.errors import CorralError
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
-from corral.runtime.specs import MAX_SECONDS, MIN_WEIGHT
+from corral.runtime.jobspec.specs import MAX_SECONDS, MIN_WEIGHT
 from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import PY, TERMINAL, Harness
 

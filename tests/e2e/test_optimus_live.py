@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.runtime.store import JobRow
+from corral.runtime.storage.store import JobRow
 from corral.testing.service_process import ServiceProcess, wait_for
 
 pytest.importorskip("torch")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from corral.runtime.parking import PARKED
+from corral.runtime.loop.parking import PARKED
 from corral.testing.service_process import ServiceProcess, wait_for
 from corral.train import checkpoint
 from corral.train.task import load_factory

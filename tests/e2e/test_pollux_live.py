@@ -77,7 +77,7 @@ def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
 def test_an_unknown_model_is_refused_with_the_known_ones() -> None:
     from pydantic import ValidationError
 
-    from corral.runtime.specs import JobSpec
+    from corral.runtime.jobspec.specs import JobSpec
 
     with pytest.raises(ValidationError, match=r"no performance model for 'alexnet'.*resnet50"):
         JobSpec.model_validate({"command": ["true"], "model": "alexnet"})

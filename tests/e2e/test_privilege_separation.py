@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from corral.api.client import Client
-from corral.runtime.launcher import ENV_FILE, root_environment
-from corral.runtime.standby import StandbyPool
+from corral.runtime.execution.launcher import ENV_FILE, root_environment
+from corral.runtime.execution.standby import StandbyPool
 from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import TERMINAL, TOKENS, wait_for
 
@@ -289,8 +289,8 @@ def test_the_launcher_and_standby_workers_run_with_a_fixed_environment(
         assert cmdline[1] == b"-I"
     finally:
         pool.close()
-    from corral.runtime.executor import start_launcher
-    from corral.runtime.launcher import Confinement
+    from corral.runtime.execution.executor import start_launcher
+    from corral.runtime.execution.launcher import Confinement
 
     folder = tmp_path / "attempt"
     folder.mkdir()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from corral.ray_support import import_ray
-from corral.runtime.ray_executor import HEAD_FILE, NODES_FILE, stop_group
+from corral.runtime.execution.ray_executor import HEAD_FILE, NODES_FILE, stop_group
 from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import PY, TERMINAL, TOKENS
 

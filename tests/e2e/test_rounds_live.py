@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from corral.errors import CorralError
-from corral.sim.rounds.planners import ROUND_PLANNERS
+from corral.policies.rounds.planners import ROUND_PLANNERS
 from corral.testing.service_process import ServiceProcess, wait_for
 from corral.train import checkpoint
 from corral.train.rounds import run_part, state_path

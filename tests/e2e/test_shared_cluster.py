@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.runtime.executor import group_alive
+from corral.runtime.execution.executor import group_alive
 from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import TERMINAL, TOKENS, wait_for
 

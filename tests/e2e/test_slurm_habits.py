@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from corral.errors import InputError
-from corral.runtime.directives import script_fields
-from corral.runtime.specs import JobSpec, array_indices
+from corral.runtime.jobspec.directives import script_fields
+from corral.runtime.jobspec.specs import JobSpec, array_indices
 from corral.testing.service_process import ServiceProcess, wait_for
 from tests.runtime.harness import TERMINAL, TOKENS
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.runtime.standby import WARM_MARK
+from corral.runtime.execution.standby import WARM_MARK
 from corral.testing.service_process import ServiceProcess, wait_for
 from corral.train import checkpoint
 from corral.train.task import load_factory

@@ -67,7 +67,8 @@ def test_type_speed_matrix_and_trace_durations() -> None:
 def test_a_typed_job_on_a_k80_runs_as_much_slower_as_measured(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from corral.model.jobs import JobTable
     from corral.policies import make_policy
-    from corral.sim.engine import SimConfig, Simulator
+    from corral.sim.engine import Simulator
+    from corral.sim.result import SimConfig
 
     jobs = JobTable.from_records(
         [{"submit_time": 0, "num_gpus": 1, "duration": 100.0, "job_type": R50}]

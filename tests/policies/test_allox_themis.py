@@ -9,7 +9,8 @@ import pytest
 
 from corral.model.cluster import Cluster, Node, assign_racks
 from corral.policies import make_policy
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 
 from .test_gavel import FAST_ON_V100, FLAT, sim, typed
 

@@ -13,7 +13,8 @@ from corral.model.jobs import JobTable
 from corral.perf.memory import fits_together, footprint_gb, gpu_memory_gb
 from corral.perf.throughputs import gavel_throughputs
 from corral.policies import make_policy
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 
 from ..conftest import uniform
 

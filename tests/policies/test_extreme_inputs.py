@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from corral.model.cluster import Cluster, Node, assign_racks
 from corral.model.jobs import JobTable
 from corral.policies import POLICIES, make_policy
-from corral.runtime.specs import MAX_SECONDS, MAX_WEIGHT, MIN_WEIGHT, JobSpec
-from corral.sim.engine import SimConfig, Simulator
+from corral.runtime.jobspec.specs import MAX_SECONDS, MAX_WEIGHT, MIN_WEIGHT, JobSpec
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 
 EXTREME_WEIGHTS = [MIN_WEIGHT, 1.0, MAX_WEIGHT]
 EXTREME_SECONDS = [1.0, 60.0, MAX_SECONDS]

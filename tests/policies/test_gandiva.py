@@ -8,7 +8,8 @@ import pytest
 from corral.model.jobs import JobTable
 from corral.perf.switching import migration_seconds
 from corral.policies import make_policy
-from corral.sim.engine import SimConfig, SimResult, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig, SimResult
 
 from ..conftest import finish_times, uniform
 

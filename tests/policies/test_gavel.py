@@ -9,7 +9,8 @@ from corral.model.cluster import Cluster, Node, assign_racks
 from corral.model.jobs import JobTable
 from corral.perf.throughputs import gavel_throughputs
 from corral.policies import make_policy
-from corral.sim.engine import SimConfig, SimResult, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig, SimResult
 
 from ..conftest import finish_times
 
@@ -171,7 +172,7 @@ def test_a_job_arriving_after_a_reset_waits_for_the_reset_window() -> None:
 def test_jobs_that_outran_their_estimate_leave_the_lp_bounded(name: str) -> None:
     # live, every job present has run past its owner's estimate (nothing left by
     # the estimate): the LP must still have a solution (it was unbounded once)
-    from corral.runtime.live_state import LiveJobs
+    from corral.runtime.loop.live_state import LiveJobs
 
     cluster = Cluster("c", [Node("n0", "V100", 2)])
     live = LiveJobs(cluster)

@@ -8,7 +8,8 @@ import pytest
 
 from corral.model.cluster_specs import load_cluster
 from corral.policies import POLICIES, make_policy
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
 
 NAMES = [name for name in POLICIES if name != "gavel"]  # (an alias of max-min fairness)

@@ -15,7 +15,8 @@ from corral.model.cluster import Cluster, Node, assign_racks
 from corral.model.jobs import JobTable
 from corral.placement.cells import BuddyAllocator, CellTree, carve, level_sizes
 from corral.policies import make_policy
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 
 from ..conftest import uniform
 from .test_philly import vc_jobs

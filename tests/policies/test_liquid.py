@@ -78,7 +78,8 @@ def test_small_jobs_share_a_gpu_only_where_their_predicted_memory_fits() -> None
     import pandas as pd
 
     from corral.model.jobs import JobTable
-    from corral.sim.engine import SimConfig, Simulator
+    from corral.sim.engine import Simulator
+    from corral.sim.result import SimConfig
 
     def shared(job_type: str) -> int:
         frame = pd.DataFrame(

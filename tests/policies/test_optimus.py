@@ -20,7 +20,8 @@ from corral.estimate.convergence import (
 )
 from corral.model.jobs import JobTable
 from corral.policies.optimus import Optimus
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 from corral.traces.pollux import load_pollux
 from tests.conftest import run, uniform
 

@@ -13,8 +13,9 @@ from corral.model.state import FAILED
 from corral.placement.relaxed import RelaxedLocality, fewest_nodes
 from corral.policies import make_policy
 from corral.policies.philly import demand_quotas
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
 from corral.sim.metrics import summarise
+from corral.sim.result import SimConfig
 
 from ..conftest import finish_times, jobs_table, run, uniform
 

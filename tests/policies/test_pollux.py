@@ -16,7 +16,8 @@ from corral.perf.goodput import efficiency, goodput_model, noise_at
 from corral.perf.pollux_models import noise_curve
 from corral.policies.pollux import Pollux
 from corral.policies.resizing import ResizingPolicy
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 from corral.traces import load_trace
 from tests.conftest import uniform
 

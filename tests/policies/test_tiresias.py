@@ -21,7 +21,8 @@ from corral.model.state import SchedulerState
 from corral.placement.sensitivity import ModelAware
 from corral.policies import make_policy
 from corral.policies.tiresias import TiresiasGittins
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 from corral.sim.run import RunSpec
 
 from ..conftest import finish_times, jobs_table, run, uniform

@@ -16,10 +16,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from corral.api.app import create_app
-from corral.runtime.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
-from corral.runtime.executor import LocalExecutor
-from corral.runtime.scheduler import Scheduler
-from corral.runtime.store import AttemptRow, EventRow, Store
+from corral.runtime.execution.executor import LocalExecutor
+from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
+from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.storage.store import AttemptRow, EventRow, Store
 from corral.testing.service_process import kill_open_attempts, wait_for
 
 __all__ = ["wait_for"]

@@ -23,8 +23,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from corral.runtime import standby  # noqa: E402
-from corral.runtime.launcher import NOT_STARTED, Confinement, supervise  # noqa: E402
+from corral.runtime.execution import standby  # noqa: E402
+from corral.runtime.execution.launcher import NOT_STARTED, Confinement, supervise  # noqa: E402
 
 
 class FakeCuda:
@@ -145,7 +145,7 @@ def test_a_real_standby_worker_process_never_initialises_cuda(tmp_path: Path) ->
     the whole warm-up path)."""
     code = (
         "import sys, torch\n"
-        "from corral.runtime import standby\n"
+        "from corral.runtime.execution import standby\n"
         "standby.warm_up([])\n"
         "torch.cuda.is_available()  # through NVML in a worker: the driver stays unloaded\n"
         "print('cuda-initialised', standby.cuda_initialised())\n"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from corral.runtime.config import GpuGroup
-from corral.runtime.store import EventRow
+from corral.runtime.jobspec.config import GpuGroup
+from corral.runtime.storage.store import EventRow
 from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import PY, TERMINAL, Harness, auth, wait_for
 

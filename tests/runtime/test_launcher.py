@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.runtime import launcher
-from corral.runtime.launcher import Confinement, parse
+from corral.runtime.execution import launcher
+from corral.runtime.execution.launcher import Confinement, parse
 
 
 def test_options_round_trip_through_the_command_line() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.runtime.estimates import MAX_POINTS, LossHistory, extend_curve
+from corral.runtime.loop.estimates import MAX_POINTS, LossHistory, extend_curve
 
 
 def _loss(step: float) -> float:
@@ -48,7 +48,7 @@ def test_a_history_rebuilt_from_the_stored_curve_predicts_the_same():
 
 
 def test_the_heartbeat_history_keeps_missing_values_as_none_and_stays_small():
-    from corral.runtime.estimates import extend_progress
+    from corral.runtime.loop.estimates import extend_progress
 
     progress = None
     for k in range(3 * MAX_POINTS):

@@ -9,9 +9,9 @@ import pytest
 
 from corral.errors import InputError
 from corral.ray_support import TOKEN_SETTINGS, ensure_token, is_local
-from corral.runtime.config import load_config
-from corral.runtime.executor import ProcessRef
-from corral.runtime.ray_executor import _append, _attempt_end, parse_ref
+from corral.runtime.execution.executor import ProcessRef
+from corral.runtime.execution.ray_executor import _append, _attempt_end, parse_ref
+from corral.runtime.jobspec.config import load_config
 
 
 def test_references_name_the_attempts_ranks():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from corral.runtime.config import GpuGroup
-from corral.runtime.executor import LocalExecutor, RunningKeeper
-from corral.runtime.standby import Idle
+from corral.runtime.execution.executor import LocalExecutor, RunningKeeper
+from corral.runtime.execution.standby import Idle
+from corral.runtime.jobspec.config import GpuGroup
 
 
 def fake_keeper(used: float) -> RunningKeeper:
@@ -55,8 +55,8 @@ class FakePool:
 
 
 def test_a_keeper_wanted_while_no_worker_was_ready_starts_when_one_is(tmp_path: Path) -> None:
-    from corral.runtime.executor import KeeperRequest
-    from corral.runtime.launcher import Confinement
+    from corral.runtime.execution.executor import KeeperRequest
+    from corral.runtime.execution.launcher import Confinement
 
     executor = LocalExecutor([GpuGroup(type="V100", count=1)])
     pool = FakePool()

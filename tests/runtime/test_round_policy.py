@@ -3,9 +3,9 @@ goes where its job is held, all else equal."""
 
 from __future__ import annotations
 
-from corral.runtime.live_state import LiveJobs
-from corral.runtime.round_policy import KEEPER_AFFINITY, LiveRounds
-from corral.runtime.specs import RoundOf
+from corral.runtime.jobspec.specs import RoundOf
+from corral.runtime.loop.live_state import LiveJobs
+from corral.runtime.loop.round_policy import KEEPER_AFFINITY, LiveRounds
 from tests.conftest import uniform
 
 

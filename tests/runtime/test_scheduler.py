@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import Update, select
 from sqlalchemy.orm import Session
 
-from corral.runtime.config import PrerunConfig
-from corral.runtime.store import EventRow, JobRow, NodeRow
+from corral.runtime.jobspec.config import PrerunConfig
+from corral.runtime.storage.store import EventRow, JobRow, NodeRow
 from tests.runtime.harness import PY, Harness, auth, check_history, wait_for
 
 
@@ -340,7 +340,7 @@ def test_a_request_recorded_during_a_pass_is_not_lost(
 
 def test_a_restart_with_a_queue_longer_than_the_first_block_of_slots(tmp_path: Path) -> None:
     """Recovery sizes the policy's state to the queue (a soak restart found it overflowing)."""
-    from corral.runtime.live_state import MIN_CAPACITY
+    from corral.runtime.loop.live_state import MIN_CAPACITY
 
     h = Harness(tmp_path / "state")
     try:
@@ -359,7 +359,7 @@ def test_a_restart_with_a_queue_longer_than_the_first_block_of_slots(tmp_path: P
 def test_a_checkpoint_from_before_job_folders_is_carried_over(tmp_path: Path) -> None:
     """Checkpoints used to live in the state directory; a job resumed after an upgrade
     finds its checkpoint in its own folder."""
-    from corral.runtime.identity import job_folder
+    from corral.runtime.execution.identity import job_folder
 
     h = Harness(tmp_path / "state")
     try:

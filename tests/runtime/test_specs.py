@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from corral.errors import InputError
-from corral.runtime.config import GpuGroup, load_config
-from corral.runtime.executor import GpuSlot, gpu_type_from_name, virtual_slots
-from corral.runtime.scheduler import cluster_from_slots
-from corral.runtime.specs import JobSpec, load_job_spec, parse_seconds
+from corral.runtime.execution.executor import GpuSlot, gpu_type_from_name, virtual_slots
+from corral.runtime.jobspec.config import GpuGroup, load_config
+from corral.runtime.jobspec.specs import JobSpec, load_job_spec, parse_seconds
+from corral.runtime.loop.scheduler import cluster_from_slots
 
 
 @pytest.mark.parametrize(
@@ -96,7 +96,7 @@ def test_gpu_type_from_product_name(name: str, short: str) -> None:
 def test_a_stage_command_is_checked_as_a_command_and_keeps_a_task_out_of_standby() -> None:
     from pydantic import ValidationError
 
-    from corral.runtime.specs import JobSpec
+    from corral.runtime.jobspec.specs import JobSpec
 
     task = {"factory": "corral.examples.tasks:digits", "steps": 5}
     assert JobSpec.model_validate({"task": task}).warm_argv() is not None

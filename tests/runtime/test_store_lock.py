@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from corral.errors import CorralError
-from corral.runtime.store_lock import StoreBusy, StoreLock, supported_store
+from corral.runtime.storage.store_lock import StoreBusy, StoreLock, supported_store
 
 
 def test_a_second_holder_is_refused_with_the_first_ones_name(

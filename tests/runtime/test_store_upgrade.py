@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, inspect, text
 
-from corral.runtime.store import Base, JobRow, Store, add_new_columns
+from corral.runtime.storage.store import Base, JobRow, Store, add_new_columns
 
 
 def test_an_older_store_gains_new_columns_and_keeps_its_jobs(

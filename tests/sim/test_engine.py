@@ -9,7 +9,8 @@ from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.policies import make_policy
 from corral.policies.base import Policy
-from corral.sim.engine import PlanError, SimConfig, Simulator
+from corral.sim.engine import PlanError, Simulator
+from corral.sim.result import SimConfig
 from tests.conftest import finish_times, jobs_table, run, uniform
 
 

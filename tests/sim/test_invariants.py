@@ -61,7 +61,8 @@ def test_invariants_hold(
 def test_invariants_hold_with_failures(rows, nodes, per_node, policy, rate, retries):
     from corral.model.state import FAILED
     from corral.policies import make_policy
-    from corral.sim.engine import SimConfig, Simulator
+    from corral.sim.engine import Simulator
+    from corral.sim.result import SimConfig
     from tests.conftest import jobs_table
 
     cluster = uniform(nodes, per_node)

@@ -16,7 +16,8 @@ from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.model.unsaved_work import GROWTH, keep_unsaved_work
 from corral.policies import make_policy
-from corral.sim.engine import SimConfig, Simulator
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig
 from tests.conftest import uniform
 
 QUANTUM_POLICIES = [

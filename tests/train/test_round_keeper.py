@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.train.round_keeper import KEEPER_ENV, ask
+from corral.train.keeper_client import KEEPER_ENV, ask
 from corral.train.rounds import _take_apply_lock, main, state_path
 
 torch = pytest.importorskip("torch")

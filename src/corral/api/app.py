@@ -21,9 +21,9 @@ from fastapi.staticfiles import StaticFiles
 from corral.api import cluster, dashboard, jobs, service_info
 from corral.api.common import Context, service_version
 from corral.api.guards import BodyLimit, validation_error
-from corral.runtime.config import ServiceConfig
-from corral.runtime.scheduler import Scheduler
-from corral.runtime.store import Store
+from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.storage.store import Store
 
 
 def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None = None) -> FastAPI:

@@ -20,8 +20,8 @@ from corral.api.views import (
     NodeStateBody,
     NodeView,
 )
-from corral.runtime.config import UserConfig
-from corral.runtime.store import AttemptRow, NodeRow
+from corral.runtime.jobspec.config import UserConfig
+from corral.runtime.storage.store import AttemptRow, NodeRow
 
 router = APIRouter()
 

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from corral.api.views import MAX_ID, ErrorView
 from corral.model.jobs import JobStatus
-from corral.runtime.config import ServiceConfig, UserConfig, hash_token
-from corral.runtime.scheduler import Scheduler
-from corral.runtime.store import JobRow, Store
+from corral.runtime.jobspec.config import ServiceConfig, UserConfig, hash_token
+from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.storage.store import JobRow, Store
 
 
 @dataclass

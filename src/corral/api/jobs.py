@@ -39,12 +39,12 @@ from corral.api.views import (
     PriorityBody,
 )
 from corral.model.jobs import JobStatus
-from corral.runtime.config import UserConfig, hash_token
-from corral.runtime.estimates import extend_curve, extend_progress
-from corral.runtime.round_policy import plans_rounds
-from corral.runtime.scheduler import TERMINAL
-from corral.runtime.specs import JobSpec, array_indices
-from corral.runtime.store import AttemptRow, EventRow, JobRow
+from corral.runtime.jobspec.config import UserConfig, hash_token
+from corral.runtime.jobspec.specs import JobSpec, array_indices
+from corral.runtime.loop.estimates import extend_curve, extend_progress
+from corral.runtime.loop.round_policy import plans_rounds
+from corral.runtime.loop.scheduler import TERMINAL
+from corral.runtime.storage.store import AttemptRow, EventRow, JobRow
 
 router = APIRouter()
 LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}

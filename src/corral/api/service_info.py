@@ -18,7 +18,7 @@ from corral.api.views import (
     EventView,
     Health,
 )
-from corral.runtime.store import EventRow
+from corral.runtime.storage.store import EventRow
 
 router = APIRouter()
 

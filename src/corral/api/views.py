@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.api.limits import LOG_CHUNK as LOG_CHUNK
 from corral.api.limits import MAX_ID as MAX_ID
-from corral.runtime.specs import JobSpec
-from corral.runtime.store import AttemptRow, EventRow, JobRow, NodeRow
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.storage.store import AttemptRow, EventRow, JobRow, NodeRow
 
 
 class ErrorView(BaseModel):

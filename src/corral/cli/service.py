@@ -88,7 +88,7 @@ def serve(
 
     One service per store: a second one exits at once naming the holder,
     unless started with --standby."""
-    from corral.runtime.config import load_config
+    from corral.runtime.jobspec.config import load_config
     from corral.service import serve as run_service
 
     run_service(
@@ -167,8 +167,8 @@ def submit(
     command = list(ctx.args)
     from pydantic import ValidationError
 
-    from corral.runtime.directives import add_dependency, script_fields
-    from corral.runtime.specs import JobSpec, load_job_spec
+    from corral.runtime.jobspec.directives import add_dependency, script_fields
+    from corral.runtime.jobspec.specs import JobSpec, load_job_spec
 
     if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
         fields = load_job_spec(spec_file).model_dump(exclude_unset=True)
@@ -298,7 +298,7 @@ def history(
     as_json: JsonOpt = False,
 ) -> None:
     """Finished and running jobs with wait, elapsed time and GPU-hours (like sacct)."""
-    from corral.runtime.specs import parse_seconds
+    from corral.runtime.jobspec.specs import parse_seconds
 
     start = 0.0
     if since:

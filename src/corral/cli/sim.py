@@ -634,7 +634,7 @@ def _check_policy_names(names: list[str]) -> None:
 
     if all(n in POLICIES for n in names):
         return  # gang policies only: the round planners need not be loaded to say so
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
 
     known = [*POLICIES, *ROUND_PLANNERS]
     unknown = [n for n in names if n not in known]
@@ -655,7 +655,7 @@ def list_policies(
     """
     from corral.placement.registry import PLACEMENTS
     from corral.policies import POLICIES, ROUND_MODEL_LIVE, live_support, policy_options
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
 
     rows: list[dict[str, Any]] = []
     for name, cls in POLICIES.items():

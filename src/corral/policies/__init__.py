@@ -97,7 +97,7 @@ def options_of(name: str) -> list[str]:
     key = name.strip().lower()
     if key in POLICIES:
         return list(policy_options(POLICIES[key]))
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
 
     if key in ROUND_PLANNERS:
         return list(policy_options(ROUND_PLANNERS[key]))  # type: ignore[arg-type]
@@ -124,7 +124,7 @@ def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None
             if (options or {}).get(option):
                 return why
         return None
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
 
     if key in ROUND_PLANNERS:
         accepted = options_of(key)

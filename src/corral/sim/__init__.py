@@ -9,8 +9,8 @@ from __future__ import annotations
 from corral.lazy import lazy_exports
 
 _WHERE = {
-    "SimConfig": "corral.sim.engine",
-    "SimResult": "corral.sim.engine",
+    "SimConfig": "corral.sim.result",
+    "SimResult": "corral.sim.result",
     "Simulator": "corral.sim.engine",
 }
 

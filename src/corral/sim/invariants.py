@@ -16,7 +16,7 @@ import numpy as np
 from corral.model.state import DONE, FAILED, PENDING, REJECTED, RUNNING, SchedulerState
 
 if TYPE_CHECKING:
-    from corral.sim.engine import SimResult
+    from corral.sim.result import SimResult
 
 
 class InvariantViolation(AssertionError):

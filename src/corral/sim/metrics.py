@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from corral.model.state import DONE, FAILED, STATUS_NAMES
-from corral.sim.engine import SimResult
+from corral.sim.result import SimResult
 
 
 def jobs_frame(result: SimResult) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 if TYPE_CHECKING:
-    from corral.sim.engine import SimResult
+    from corral.sim.result import SimResult
 
 
 @dataclass

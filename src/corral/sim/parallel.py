@@ -55,9 +55,9 @@ def run_output(
     progress: Callable[[int, int], None] | None = None,
 ) -> RunOutput:
     """One policy's run on either engine (gang engine, or Hare's round model)."""
+    from corral.policies.rounds.planners import ROUND_PLANNERS
     from corral.sim.output import sim_output
     from corral.sim.rounds.output import round_output
-    from corral.sim.rounds.planners import ROUND_PLANNERS
     from corral.sim.run import simulate, simulate_rounds
 
     if spec.policy in ROUND_PLANNERS:

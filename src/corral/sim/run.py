@@ -15,8 +15,9 @@ from corral.perf.speeds import SpeedModel
 from corral.perf.switching import switch_cost_seconds
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.policies import POLICIES, make_policy, policy_options
-from corral.sim.engine import SimConfig, SimResult, Simulator
+from corral.sim.engine import Simulator
 from corral.sim.presets import SIM_PRESETS
+from corral.sim.result import SimConfig, SimResult
 
 if TYPE_CHECKING:
     from corral.sim.rounds.simulator import RoundResult
@@ -98,7 +99,7 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     A bare key applies to every policy that takes it; values are numbers where
     they parse as numbers.
     """
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
 
     cls = POLICIES.get(policy) or ROUND_PLANNERS.get(policy)
     accepted = set(policy_options(cls)) if cls else set()
@@ -176,9 +177,9 @@ def simulate(
 
 def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundResult:
     """Run a round-model planner (hare, sched-allox, sched-homo) on the workload."""
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.workload import build_workload
     from corral.sim.rounds.simulator import RoundSimulator
-    from corral.sim.rounds.workload import build_workload
 
     cls = ROUND_PLANNERS[spec.policy]
     try:

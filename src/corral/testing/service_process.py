@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from corral.api.client import Client
-from corral.runtime.executor import free_port
-from corral.runtime.store import AttemptRow, EventRow, Store
+from corral.runtime.execution.executor import free_port
+from corral.runtime.storage.store import AttemptRow, EventRow, Store
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "a condition") -> Any:

@@ -43,69 +43,16 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-KEEPER_ENV = "CORRAL_ROUND_KEEPER"
-"""Names, in a task's environment, the socket of the keeper holding its job on its GPU."""
+from corral.train.keeper_client import read_line, short_name
+
 IDLE_SECONDS = 300.0
 """A keeper with no task for this long ends (its job may have moved elsewhere)."""
-START_WAIT = 1.0
-"""How long a task waits for a keeper's socket to appear (the keeper is starting)."""
 IDENTITY = ("factory", "kw", "seed", "rounds", "round_steps", "dir")
 """What a task must share with a keeper to run in it: the same job."""
-
-
-@contextlib.contextmanager
-def _short(path: Path) -> Iterator[str]:
-    """A short name for ``path`` (a Unix socket's name is limited to 107 bytes, and job
-    folders are deep): through a descriptor of its folder."""
-    fd = os.open(path.parent, os.O_PATH)
-    try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
-    finally:
-        os.close(fd)
-
-
-def ask(path: Path, request: dict[str, Any]) -> dict[str, Any] | None:
-    """Run a task in the job's keeper at ``path``: its answer (``applied``, ``held``, or
-    ``error``), or None when no keeper takes it (the task then runs itself)."""
-    deadline = time.monotonic() + START_WAIT
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            with _short(path) as name:
-                sock.connect(name)
-            break
-        except FileNotFoundError:  # not bound yet (the keeper is starting), or folder gone
-            sock.close()
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.02)
-        except OSError:  # refused: its keeper is gone
-            sock.close()
-            return None
-    with sock:
-        try:
-            sock.sendall(json.dumps(request).encode() + b"\n")
-            reply = _line(sock)
-        except OSError:
-            return None
-    if not reply:
-        return None  # it went away before answering
-    answer = json.loads(reply)
-    return None if "refused" in answer else answer
-
-
-def _line(sock: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        piece = sock.recv(1 << 16)
-        if not piece:
-            return b""
-        data += piece
-    return data
 
 
 class Keeper:
@@ -229,7 +176,7 @@ def _serve_one(keeper: Keeper, conn: socket.socket) -> dict[str, Any]:
     with conn:
         conn.settimeout(None)
         try:
-            request = json.loads(_line(conn) or b"null")
+            request = json.loads(read_line(conn) or b"null")
         except ValueError:
             request = None
         if not isinstance(request, dict):
@@ -256,7 +203,7 @@ def _listen(path: Path) -> tuple[socket.socket, int]:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o077)  # only the job's user (and root) may connect
     try:
-        with _short(path) as name:
+        with short_name(path) as name:
             listener.bind(name)
     finally:
         os.umask(old)

@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from corral.train.round_keeper import KEEPER_ENV, ask
+from corral.train.keeper_client import KEEPER_ENV, ask
+from corral.train.task import keyword
 
 
 class RoundTask(Protocol):
@@ -166,7 +167,7 @@ def _buffers_on_host(task: RoundTask) -> dict[str, Any]:
 
 def place(task: RoundTask, device: str = "auto") -> None:
     """On the task's GPU when it has one (``auto``), as a job run whole is placed."""
-    from corral.train.run_task import place_task  # (PyTorch: only where a task runs)
+    from corral.train.task import place_task  # (PyTorch: only where a task runs)
 
     place_task(task, device)  # type: ignore[arg-type]
 
@@ -296,18 +297,6 @@ def parser(description: str) -> argparse.ArgumentParser:
     out.add_argument("--seed", type=int, default=0, help="seeds each mini-batch's RNG")
     out.add_argument("--kw", type=keyword, action="append", default=[], help="NAME=VALUE")
     return out
-
-
-def keyword(text: str) -> tuple[str, Any]:
-    """A factory's keyword argument, ``NAME=VALUE``, its value read as JSON where it
-    parses (numbers, booleans), else kept as a string."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.isidentifier():
-        raise argparse.ArgumentTypeError(f"'{text}': give NAME=VALUE")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value
 
 
 def request_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,9 +16,8 @@ import argparse
 import json
 import sys
 
-from corral.train.rounds import keyword
 from corral.train.session import Session
-from corral.train.task import Task, load_factory
+from corral.train.task import keyword, load_factory, place_task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,16 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     session.finish(step)
     print(json.dumps({"final_step": step}), flush=True)
     return 0
-
-
-def place_task(task: Task, device: str) -> None:
-    """Run on the job's GPU when it has one (built and restored on the host first)."""
-    import torch
-
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        from corral.train.residency import place
-
-        place(task.objects, "cuda")
 
 
 if __name__ == "__main__":

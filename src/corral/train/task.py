@@ -28,7 +28,9 @@ process can resume.
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -174,3 +176,25 @@ class WarmWorker:
         if self.device != "cpu" and resident.on_device:
             resident.host = self.mover().park(resident.task.objects, resident.host)
             resident.on_device = False
+
+
+def keyword(text: str) -> tuple[str, Any]:
+    """A factory's keyword argument, ``NAME=VALUE``, its value read as JSON where it
+    parses (numbers, booleans), else kept as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"'{text}': give NAME=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def place_task(task: Task, device: str) -> None:
+    """Run on the job's GPU when it has one (built and restored on the host first)."""
+    import torch
+
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        from corral.train.residency import place
+
+        place(task.objects, "cuda")

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.optimize.hare_lp import relaxation
-from corral.sim.rounds.listsched import _TypeHeaps
-from corral.sim.rounds.planners import ROUND_PLANNERS, HarePlanner
+from corral.policies.rounds.listsched import _TypeHeaps
+from corral.policies.rounds.planners import ROUND_PLANNERS, HarePlanner
+from corral.policies.rounds.workload import RoundWorkload
 from corral.sim.rounds.simulator import RoundSimulator
-from corral.sim.rounds.workload import RoundWorkload
 
 
 def workload(

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corral.optimize.hare_lp import relaxation
+from corral.policies.rounds.listsched import PlanView, Task
+from corral.policies.rounds.planners import RoundPlanner
+from corral.policies.rounds.workload import RoundWorkload
 from corral.sim.invariants import InvariantViolation
-from corral.sim.rounds.listsched import PlanView, Task
-from corral.sim.rounds.planners import RoundPlanner
-from corral.sim.rounds.workload import RoundWorkload
 
 
 @dataclass

@@ -12,19 +12,19 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from corral.model.jobs import JobStatus
-from corral.runtime.config import hash_token
-from corral.runtime.executor import (
+from corral.runtime.execution.executor import (
     KeeperRequest,
     LaunchRequest,
     free_port,
     write_exit_record,
 )
-from corral.runtime.identity import job_folder
-from corral.runtime.launcher import NOT_STARTED
-from corral.runtime.loop_base import Attempt, LoopBase
-from corral.runtime.specs import JobSpec
-from corral.runtime.staging import MARK, stage_argv, staged
-from corral.runtime.store import AttemptRow, JobRow
+from corral.runtime.execution.identity import job_folder
+from corral.runtime.execution.launcher import NOT_STARTED
+from corral.runtime.execution.staging import MARK, stage_argv, staged
+from corral.runtime.jobspec.config import hash_token
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.loop.loop_base import Attempt, LoopBase
+from corral.runtime.storage.store import AttemptRow, JobRow
 
 
 def output_path(spec: JobSpec, job: int, user: str) -> str | None:

@@ -12,8 +12,8 @@ import re
 from enum import StrEnum
 from pathlib import Path
 
-from corral.runtime.executor import ExitRecord
-from corral.runtime.launcher import NOT_STARTED
+from corral.runtime.execution.executor import ExitRecord
+from corral.runtime.execution.launcher import NOT_STARTED
 from corral.train.session import PRERUN_EXIT, STOPPED_EXIT
 
 

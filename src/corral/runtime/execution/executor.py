@@ -6,7 +6,7 @@ talks to this interface, so the Ray executor and warm workers plug in beside
 the local one.
 
 :class:`LocalExecutor` runs each attempt on this machine as its own process
-group (through :mod:`corral.runtime.launcher`, which records the exit in the
+group (through :mod:`corral.runtime.execution.launcher`, which records the exit in the
 attempt's folder, so the record survives a crash of the service). With
 ``gpus: auto`` it finds NVIDIA GPUs with ``nvidia-smi``; a configured list of
 virtual GPUs of named types lets a machine without GPUs run jobs on the CPU.
@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.errors import CorralError
-from corral.runtime.config import GpuGroup
-from corral.runtime.identity import RunAs
-from corral.runtime.launcher import (
+from corral.runtime.execution.identity import RunAs
+from corral.runtime.execution.launcher import (
     ADMIN_ENV,
     ENV_FILE,
     EXIT_FILE,
@@ -45,8 +44,9 @@ from corral.runtime.launcher import (
     write_atomic,
     write_private,
 )
-from corral.runtime.standby import Idle, StandbyPool
-from corral.train.round_keeper import KEEPER_ENV
+from corral.runtime.execution.standby import Idle, StandbyPool
+from corral.runtime.jobspec.config import GpuGroup
+from corral.train.keeper_client import KEEPER_ENV
 
 PASSED_ENV = (*ADMIN_ENV, "TERM", "CUDA_HOME")
 """The service's variables a job inherits (locale, libraries); nothing else of the
@@ -306,7 +306,7 @@ def launcher_argv(folder: Path, conf: Confinement, argv: list[str]) -> list[str]
     return [
         *isolated_python(),
         "-m",
-        "corral.runtime.launcher",
+        "corral.runtime.execution.launcher",
         str(folder),
         *conf.options(),
         "--",

@@ -40,7 +40,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from corral.model.status import JobStatus
 
 if TYPE_CHECKING:
-    from corral.runtime.specs import JobSpec
+    from corral.runtime.jobspec.specs import JobSpec
 
 
 class Base(DeclarativeBase):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.errors import CorralError
-from corral.runtime.config import ServiceConfig
+from corral.runtime.jobspec.config import ServiceConfig
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ import numpy as np
 
 from corral.optimize.hare_lp import relaxation
 from corral.optimize.matching import min_total_completion
-from corral.sim.rounds.listsched import PlanView, Task, list_schedule
-from corral.sim.rounds.workload import RoundWorkload
+from corral.policies.rounds.listsched import PlanView, Task, list_schedule
+from corral.policies.rounds.workload import RoundWorkload
 
 
 class RoundPlanner(ABC):

@@ -233,7 +233,7 @@ class ServiceConfig(BaseModel):
     @field_validator("default_duration", mode="before")
     @classmethod
     def _seconds(cls, value: Any) -> float:
-        from corral.runtime.specs import parse_seconds
+        from corral.runtime.jobspec.specs import parse_seconds
 
         return parse_seconds(value)
 

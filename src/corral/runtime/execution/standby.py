@@ -8,14 +8,14 @@ same for jobs given as a task (``task: {factory: module:function, steps: N}``
 in the spec; see :mod:`corral.train.task`): with ``workers: {standby: N}`` in
 the config, the executor keeps N idle workers per GPU.
 
-A standby worker (``python -m corral.runtime.standby FD``) imports PyTorch
+A standby worker (``python -m corral.runtime.execution.standby FD``) imports PyTorch
 and corral's training code, says it is ready on its socket and waits. To
 launch an attempt the executor sends it the attempt's folder, confinement,
 environment and task arguments, with the attempt's log as a passed file
 descriptor. From then on the worker *is* that attempt's launcher: it forks
 the job (which runs the task in the already-initialised interpreter, after
 taking the job's Unix identity and limits), waits for it, kills whatever it
-left, and writes the exit record, exactly as :mod:`corral.runtime.launcher`
+left, and writes the exit record, exactly as :mod:`corral.runtime.execution.launcher`
 does for a cold start. An idle worker dies with the service; a busy one, like
 any launcher, outlives it so the restarted service can adopt the job. A
 round keeper (:mod:`corral.train.round_keeper`) also starts in a standby
@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.runtime.launcher import (
+from corral.runtime.execution.launcher import (
     NOT_STARTED,
     PR_SET_PDEATHSIG,
     Confinement,
@@ -165,7 +165,7 @@ def run_module(module: str, argv: list[str]) -> int:
     """Run one of the runners a worker has loaded (``WARM_MODULES``), as ``python -m``."""
     import importlib
 
-    from corral.runtime.specs import KEEPER_MODULE, WARM_MODULES
+    from corral.runtime.jobspec.specs import KEEPER_MODULE, WARM_MODULES
 
     if module not in (*WARM_MODULES, KEEPER_MODULE):
         print(f"corral: a standby worker does not run {module}", file=sys.stderr)
@@ -278,7 +278,7 @@ class StandbyPool:
                     [
                         *isolated_python(),
                         "-m",
-                        "corral.runtime.standby",
+                        "corral.runtime.execution.standby",
                         str(theirs.fileno()),
                         *self.preload,
                     ],
@@ -358,7 +358,7 @@ class StandbyPool:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or not sys.argv[1].isdigit():
-        print("usage: python -m corral.runtime.standby FD [MODULE...]", file=sys.stderr)
+        print("usage: python -m corral.runtime.execution.standby FD [MODULE...]", file=sys.stderr)
         sys.exit(2)
     try:
         code = main(int(sys.argv[1]), sys.argv[2:])

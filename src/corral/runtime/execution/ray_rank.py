@@ -2,7 +2,7 @@
 
 The executor creates one detached, named actor per node of a gang, pinned to
 that node. The actor runs the rank's processes exactly as the local executor
-runs an attempt: through :mod:`corral.runtime.launcher`, in their own process
+runs an attempt: through :mod:`corral.runtime.execution.launcher`, in their own process
 group, which records the exit in the rank's folder. The actor outlives the
 service (it is detached), so a restarted service finds it by name and adopts
 the rank; it hands back the rank's output in pieces for the service's log.
@@ -21,13 +21,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from corral.runtime.executor import (
+from corral.runtime.execution.executor import (
     group_alive,
     process_start,
     read_exit_record,
     start_launcher,
 )
-from corral.runtime.launcher import Confinement
+from corral.runtime.execution.launcher import Confinement
 
 LOG_NAME = "output.txt"
 NODE_FILE = "ray-node-id"

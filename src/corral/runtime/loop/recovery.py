@@ -12,14 +12,14 @@ from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
 from corral.model.state import RUNNING
-from corral.runtime.estimates import ESTIMATED, LossHistory, expected_duration
-from corral.runtime.executor import (
+from corral.runtime.execution.executor import (
     ProcessRef,
 )
-from corral.runtime.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
-from corral.runtime.loop_base import TERMINAL, Attempt, LoopBase, cluster_from_slots
-from corral.runtime.specs import JobSpec
-from corral.runtime.store import JobRow, NodeRow
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.loop.estimates import ESTIMATED, LossHistory, expected_duration
+from corral.runtime.loop.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
+from corral.runtime.loop.loop_base import TERMINAL, Attempt, LoopBase, cluster_from_slots
+from corral.runtime.storage.store import JobRow, NodeRow
 
 
 class Recovery(LoopBase):

@@ -50,8 +50,7 @@ from typing import Any
 
 from corral.errors import CorralError
 from corral.ray_support import import_ray
-from corral.runtime.config import ServiceConfig
-from corral.runtime.executor import (
+from corral.runtime.execution.executor import (
     EXIT_FILE,
     Executor,
     ExitRecord,
@@ -65,8 +64,9 @@ from corral.runtime.executor import (
     read_exit_record,
     virtual_slots,
 )
-from corral.runtime.launcher import write_atomic
-from corral.runtime.ray_rank import RankProcess
+from corral.runtime.execution.launcher import write_atomic
+from corral.runtime.execution.ray_rank import RankProcess
+from corral.runtime.jobspec.config import ServiceConfig
 
 REF_PREFIX = "ray:"
 REF_FILE = "ray-ref"

@@ -2,9 +2,9 @@
 
 In ``corral serve`` a job given as a task runs as rounds (see
 :mod:`corral.train.rounds`): the service makes each round's tasks into
-one-GPU jobs of their own (:mod:`corral.runtime.round_jobs`), and this policy
+one-GPU jobs of their own (:mod:`corral.runtime.loop.round_jobs`), and this policy
 decides where and when each runs. At every pass it asks the same planner
-``corral sim`` runs (:mod:`corral.sim.rounds.planners`) for a plan of every
+``corral sim`` runs (:mod:`corral.policies.rounds.planners`) for a plan of every
 unfinished job's remaining rounds, from now, on the GPUs as they are: a GPU
 running a task is free when that task is expected to end. The tasks the
 plan starts *now* (their GPU is free and their round may start) are
@@ -28,10 +28,10 @@ import numpy as np
 from corral.model.plan import Plan
 from corral.model.state import PENDING, RUNNING, SchedulerState
 from corral.policies.base import PlanBuilder, Policy
-from corral.runtime.specs import RoundOf
-from corral.sim.rounds.listsched import PlanView
-from corral.sim.rounds.planners import ROUND_PLANNERS, RoundPlanner
-from corral.sim.rounds.workload import RoundWorkload
+from corral.policies.rounds.listsched import PlanView
+from corral.policies.rounds.planners import ROUND_PLANNERS, RoundPlanner
+from corral.policies.rounds.workload import RoundWorkload
+from corral.runtime.jobspec.specs import RoundOf
 
 SOON = 1e-3
 """Seconds: a planned start this close to now is now."""

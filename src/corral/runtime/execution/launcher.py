@@ -1,6 +1,6 @@
 """The small parent of every job process: confines the job and records how it ended.
 
-The service starts ``python -m corral.runtime.launcher DIR [OPTIONS] -- argv...``
+The service starts ``python -m corral.runtime.execution.launcher DIR [OPTIONS] -- argv...``
 in a new session (its own process group) instead of the job itself. The
 launcher runs the argv (directly, no shell), waits for it and writes
 ``DIR/exit.json`` atomically. The exit status therefore survives the service:
@@ -192,8 +192,9 @@ def main(args: list[str]) -> int:
     parsed = parse(args)
     if parsed is None:
         print(
-            "usage: python -m corral.runtime.launcher DIR [--uid N --gid N --groups N,..] "
-            "[--cpus N,..] [--cpu-quota N] [--memory BYTES] [--cwd DIR] [--output FILE] "
+            "usage: python -m corral.runtime.execution.launcher DIR "
+            "[--uid N --gid N --groups N,..] [--cpus N,..] [--cpu-quota N] [--memory BYTES] "
+            "[--cwd DIR] [--output FILE] "
             "-- PROGRAM [ARGS...]",
             file=sys.stderr,
         )

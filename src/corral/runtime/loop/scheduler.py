@@ -21,11 +21,11 @@ a crash: processes still running are adopted, the rest are requeued, and the
 GPUs of adopted processes are taken before any new plan is made.
 
 The loop reads as its stages: this module holds the pass itself (step,
-plan, apply, reasons); :mod:`~corral.runtime.recovery` rebuilds the view
-from the store, :mod:`~corral.runtime.transitions` moves jobs between states
+plan, apply, reasons); :mod:`~corral.runtime.loop.recovery` rebuilds the view
+from the store, :mod:`~corral.runtime.loop.transitions` moves jobs between states
 (attempt ends, arrivals, requests, dependencies, back-offs) and
-:mod:`~corral.runtime.launching` starts processes; all share the state in
-:mod:`~corral.runtime.loop_base`.
+:mod:`~corral.runtime.loop.launching` starts processes; all share the state in
+:mod:`~corral.runtime.loop.loop_base`.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from corral.model.jobs import JobStatus
 from corral.model.plan import Plan
 from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
-from corral.runtime.estimates import measured_remaining
-from corral.runtime.launching import Launching
-from corral.runtime.loop_base import TERMINAL, Attempt, cluster_from_slots
-from corral.runtime.parking import PARKED, PAUSE_POLL, Parking
-from corral.runtime.recovery import Recovery
-from corral.runtime.round_jobs import RoundJobs
-from corral.runtime.store import JobRow
+from corral.runtime.loop.estimates import measured_remaining
+from corral.runtime.loop.launching import Launching
+from corral.runtime.loop.loop_base import TERMINAL, Attempt, cluster_from_slots
+from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
+from corral.runtime.loop.recovery import Recovery
+from corral.runtime.loop.round_jobs import RoundJobs
+from corral.runtime.storage.store import JobRow
 
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 

@@ -34,8 +34,8 @@ from corral.estimate.convergence import (
     predicted_total_steps,
 )
 from corral.model.status import JobStatus
-from corral.runtime.specs import JobSpec
-from corral.runtime.store import JobRow, Store
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.storage.store import JobRow, Store
 
 HISTORY = 20
 """Finished jobs of the owner the estimate looks at (the most recent)."""

@@ -1,5 +1,5 @@
 """What the scheduler loop knows: its parts, its view of jobs and GPUs, and the
-small helpers every stage of the loop uses (see :mod:`corral.runtime.scheduler`)."""
+small helpers every stage of the loop uses (see :mod:`corral.runtime.loop.scheduler`)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from corral.model.jobs import JobStatus
 from corral.perf.memory import gpu_memory_gb, memory_left
 from corral.policies import POLICIES, make_policy, policy_options
 from corral.policies.base import Policy
-from corral.runtime.config import ServiceConfig
-from corral.runtime.estimates import LossHistory
-from corral.runtime.executor import (
+from corral.runtime.execution.executor import (
     Executor,
     GpuSlot,
     ProcessRef,
 )
-from corral.runtime.identity import check_identities
-from corral.runtime.live_state import LiveJobs
-from corral.runtime.round_policy import KEEPER_AFFINITY, LiveRounds, plans_rounds
-from corral.runtime.specs import RoundOf
-from corral.runtime.store import Store
+from corral.runtime.execution.identity import check_identities
+from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.jobspec.specs import RoundOf
+from corral.runtime.loop.estimates import LossHistory
+from corral.runtime.loop.live_state import LiveJobs
+from corral.runtime.loop.round_policy import KEEPER_AFFINITY, LiveRounds, plans_rounds
+from corral.runtime.storage.store import Store
 
 TERMINAL = [s.value for s in JobStatus if s.terminal]
 

@@ -29,8 +29,8 @@ from sqlalchemy import select
 
 from corral.model.plan import Plan
 from corral.model.state import RUNNING
-from corral.runtime.loop_base import Attempt, LoopBase, Turns
-from corral.runtime.store import JobRow
+from corral.runtime.loop.loop_base import Attempt, LoopBase, Turns
+from corral.runtime.storage.store import JobRow
 
 
 class Sharing(LoopBase):

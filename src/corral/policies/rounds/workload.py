@@ -1,4 +1,5 @@
-"""Turning a job table into round-based jobs on a cluster."""
+"""Turning a job table into round-based jobs on a cluster (the input every
+round planner reads)."""
 
 from __future__ import annotations
 

@@ -10,15 +10,15 @@ from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
 from corral.model.state import RUNNING
-from corral.runtime.executor import (
+from corral.runtime.execution.executor import (
     ExitRecord,
     read_exit_record,
 )
-from corral.runtime.exits import Cause, classify, never_started
-from corral.runtime.loop_base import TERMINAL, Attempt
-from corral.runtime.sharing import Sharing
-from corral.runtime.specs import JobSpec
-from corral.runtime.store import AttemptRow, JobRow, NodeRow
+from corral.runtime.execution.exits import Cause, classify, never_started
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.loop.loop_base import TERMINAL, Attempt
+from corral.runtime.loop.sharing import Sharing
+from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
 
 
 def dependency_verdict(

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections import Counter
 
 from corral.model.jobs import JobStatus
-from corral.runtime.loop_base import Attempt
-from corral.runtime.store import JobRow
-from corral.runtime.transitions import Transitions
+from corral.runtime.loop.loop_base import Attempt
+from corral.runtime.loop.transitions import Transitions
+from corral.runtime.storage.store import JobRow
 
 PARKED = "Preempted (parked)"
 """A parked job's reason, as ``corral queue`` shows it."""

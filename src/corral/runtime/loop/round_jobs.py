@@ -6,7 +6,7 @@ loop keeps it out of the policy's queues (held) and makes each of its rounds
 into ``gpus`` one-GPU jobs of their own, its *tasks*: ``NAME.rR.K``, owned
 by the same user, with the job's limits, each running ``python -m
 corral.train.rounds`` on its share of the round (in a standby worker when
-there is one). The policy (:mod:`corral.runtime.round_policy`) places them.
+there is one). The policy (:mod:`corral.runtime.loop.round_policy`) places them.
 
 Everything is derived from the store, so a restarted service carries on
 where it stopped: a job's current round is its newest tasks' round. When
@@ -24,10 +24,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
 from corral.model.jobs import JobStatus
-from corral.runtime.loop_base import TERMINAL, LoopBase
-from corral.runtime.round_policy import LiveRounds
-from corral.runtime.specs import JobSpec, RoundOf
-from corral.runtime.store import JobRow
+from corral.runtime.jobspec.specs import JobSpec, RoundOf
+from corral.runtime.loop.loop_base import TERMINAL, LoopBase
+from corral.runtime.loop.round_policy import LiveRounds
+from corral.runtime.storage.store import JobRow
 
 ROUND_NAME_ROOM = 100
 """Characters of a job's name its tasks keep (names are at most 128)."""

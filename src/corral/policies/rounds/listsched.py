@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corral.sim.rounds.workload import RoundWorkload
+from corral.policies.rounds.workload import RoundWorkload
 
 MODES = ("tasks", "gang-type", "gang-any")
 

@@ -1,7 +1,7 @@
 """Staging a job's inputs before it runs, once, possibly ahead of time (Liquid).
 
 A job may give a ``stage`` command (copy its dataset to local disk, say).
-Its attempts then run ``python -m corral.runtime.staging MARK STAGE_JSON --
+Its attempts then run ``python -m corral.runtime.execution.staging MARK STAGE_JSON --
 COMMAND...``: unless the job's folder already holds the mark of a finished
 staging, the stage command runs first (its output goes to the attempt's log),
 the mark is written, and the job's command replaces this process. Liquid's
@@ -29,7 +29,7 @@ MARK = "staged.json"
 
 def stage_argv(python: str, mark: Path, stage: list[str], command: list[str] | None) -> list[str]:
     """How an attempt (with ``command``) or an early staging (without) is run."""
-    argv = [python, "-m", "corral.runtime.staging", str(mark), json.dumps(stage)]
+    argv = [python, "-m", "corral.runtime.execution.staging", str(mark), json.dumps(stage)]
     return [*argv, "--", *command] if command else argv
 
 
@@ -43,7 +43,7 @@ def staged(mark: Path, stage: list[str]) -> bool:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: python -m corral.runtime.staging MARK STAGE_JSON [-- COMMAND...]")
+        print("usage: python -m corral.runtime.execution.staging MARK STAGE_JSON [-- COMMAND...]")
         return 2
     mark, stage = Path(argv[0]), json.loads(argv[1])
     command = argv[3:] if len(argv) > 3 and argv[2] == "--" else []
