@@ -76,7 +76,7 @@ def one(policy: str, prefix: int) -> dict:
 
 
 def _round_planners() -> list[str]:
-    from corral.sim.rounds.planners import ROUND_PLANNERS
+    from corral.policies.rounds.planners import ROUND_PLANNERS
 
     return list(ROUND_PLANNERS)
 
