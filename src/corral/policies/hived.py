@@ -38,30 +38,26 @@ whose cells are never bound, and live, GPUs the service withholds (drained
 nodes) count as bad; a VC whose cells cannot all be bound on healthy hardware
 then waits ("CellsUnavailable"). Quotas are GPU counts per VC (as Philly's, see
 :mod:`corral.policies.vcs`), carved into whole cells of the cluster.
+
+This module is the policy: the order of a pass and where each job goes. The
+VCs' cells, their binding to physical cells, bad hardware and doomed cells are
+the cell model's (:mod:`corral.placement.cell_binding`, over
+:mod:`corral.placement.cells`).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from corral.errors import CorralError
-from corral.model.cluster import Cluster, Node
+from corral.model.cluster import Cluster
 from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
-from corral.model.state import RUNNING, IndexSet, SchedulerState
-from corral.placement.cells import (
-    BuddyAllocator,
-    CellTree,
-    Chain,
-    carve,
-    parse_rack_nodes,
-    parse_sizes,
-)
+from corral.model.state import RUNNING, SchedulerState
+from corral.placement.cell_binding import CellBinding, level_for
+from corral.placement.cells import CellTree, parse_rack_nodes, parse_sizes
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
 from corral.policies.vcs import (
@@ -114,157 +110,32 @@ class HiveD(QuotaClassReasons, Policy):
         self._n = n
         if self.tree is None or self.tree.cluster is not cluster:
             self.tree = CellTree(cluster, self.sizes, self.rack_nodes)
-        tree = self.tree
         self.vcs.ensure(state)
-        self.bad = np.zeros(cluster.total_gpus, dtype=bool)
-        names = {node.name: k for k, node in enumerate(cluster.nodes)}
-        for name in self.bad_node_names:
-            node = names.get(name)
-            if node is None and name.isdigit() and int(name) < cluster.num_nodes:
-                node = int(name)
-            if node is None:
-                raise CorralError(f"bad_nodes: cluster '{cluster.name}' has no node '{name}'")
-            first = int(cluster.node_first_gpu[node])
-            self.bad[first : first + int(cluster.node_gpus[node])] = True
-        self._configured_bad = self.bad.copy()
-        self._count_bad()
-        self.buddy = BuddyAllocator(tree, self._healthy)
         self.kind = np.zeros(n, dtype=np.int8)
         """GUARANTEED or OPPORTUNISTIC for the job's current (or last) attempt."""
-        self.guaranteed = IndexSet(n)
-        self.job_cells: dict[int, list[int]] = {}
-        self.cell_jobs: dict[int, set[int]] = {}
-        self.cell_vc: dict[int, int] = {}
-        self.cell_vid: dict[int, int] = {}
-        """Each bound cell's virtual cell: its rank among its VC's cells of that kind."""
-        self.virtual_free: dict[tuple[int, tuple[int, int]], list[int]] = {}
-        """(VC, kind) -> virtual cells given back (a heap), reused lowest first."""
-        self.g_used = np.full(cluster.total_gpus, -1, dtype=np.int64)
-        """The guaranteed job on each GPU (-1: none)."""
-        self.owner = np.full(cluster.total_gpus, -1, dtype=np.int64)
-        """The VC whose bound cell holds each GPU (-1: none)."""
         self.tried = np.full(n, -1, dtype=np.int64)
         """The VC version at a job's last failed guaranteed try (retry when it moves)."""
         self.why: dict[int, str] = {}
-        self._vc_setup()
+        self.binding = CellBinding(self.tree, self.vcs, n, self.bad_node_names)
+        self._carved_now()
 
     def _vc_setup(self) -> None:
         """(Re)carve the VCs' cells from their quotas; keep what is bound."""
-        assert self.tree is not None
+        self.binding.recarve()
+        self._carved_now()
+
+    def _carved_now(self) -> None:
         k = len(self.vcs.names)
-        quotas = {v: round(float(q)) for v, q in enumerate(self.vcs.quota)}
-        self.cells: dict[int, Counter[tuple[int, int]]] = carve(self.tree, quotas, self._healthy)
-        old_bound = getattr(self, "bound", {})
-        self.bound: dict[int, Counter[tuple[int, int]]] = {
-            v: old_bound.get(v, Counter()) for v in range(k)
-        }
-        old_used = getattr(self, "vc_used", np.zeros(0, dtype=np.int64))
-        self.vc_used = np.zeros(k, dtype=np.int64)
-        self.vc_used[: len(old_used)] = old_used
-        self.vc_cells_bound: dict[int, set[int]] = {
-            v: getattr(self, "vc_cells_bound", {}).get(v, set()) for v in range(k)
-        }
-        self.vc_owned = np.array(
-            [
-                sum(self.tree.chains[c].sizes[lv] * cnt for (c, lv), cnt in self.cells[v].items())
-                for v in range(k)
-            ],
-            dtype=np.int64,
-        )
-        chains = self.tree.chains
-        self.vc_largest = np.array(
-            [
-                max(
-                    [chains[c].sizes[lv] for (c, lv), cnt in self.cells[v].items() if cnt]
-                    + [
-                        cnt * chains[c].node_gpus
-                        for (c, lv), cnt in self.cells[v].items()
-                        if lv == chains[c].node_level
-                    ]
-                    + [0]
-                )
-                for v in range(k)
-            ],
-            dtype=np.int64,
-        )
-        """The largest gang each VC's cells can ever hold (one cell, or its node cells)."""
-        self.vc_version = np.zeros(k, dtype=np.int64)
         self.fail_version = np.full(k, -1, dtype=np.int64)
         self.fail_size = np.zeros(k, dtype=np.int64)
         """The smallest job of any type a VC failed to place at ``fail_version``."""
-        self.doomed: dict[int, Counter[tuple[int, int]]] = {v: Counter() for v in range(k)}
-        """Cells each VC owns but cannot bind: bad hardware left too few (HiveD's
-        doomed cells; see :meth:`_doom`)."""
-        self.vc_doomed = np.zeros(k, dtype=np.int64)
-        self._layout = 0
-        """Bumped when a binding or the hardware's health changes (doom again)."""
-        self._doomed_at = -1
         self.tried[:] = -1
         self._carved = self.vcs.version
 
-    def _count_bad(self) -> None:
-        assert self.tree is not None
-        tree = self.tree
-        csum = np.concatenate(([0], np.cumsum(self.bad)))
-        self.cell_bad = csum[tree.first + tree.size] - csum[tree.first]
-
-    def _healthy(self, cell: int) -> bool:
-        return bool(self.cell_bad[cell] == 0)
-
-    def _spare(self, v: int, key: tuple[int, int]) -> int:
-        """Cells of this (chain, level) VC ``v`` owns, may bind, and has not bound."""
-        return self.cells[v][key] - self.doomed[v][key] - self.bound[v][key]
-
-    def _doom(self) -> None:
-        """HiveD's doomed cells: when failed hardware leaves too few healthy
-        free cells for every VC's unbound ones, decide now which VCs lose
-        which cells, rather than letting whichever VC asks last find none.
-
-        The VCs' unbound cells are bound, largest first, on a scratch copy of
-        the free cells (healthy ones only); each kind that does not all fit is
-        taken from the VCs owning the most cells of that kind (each loses one
-        in turn; ties: the VC listed first), so a VC's loss is the smallest
-        share of what it owns. The other VCs keep every cell they own. A VC's
-        doomed cells come back when hardware does; its jobs beyond what it
-        still has run opportunistically (``CellsUnavailable`` while they wait).
-        """
-        if self._doomed_at == self._layout:
-            return
-        self._doomed_at = self._layout
-        if not self.vc_doomed.any() and not self.cell_bad.any():
-            return  # healthy hardware, nothing doomed: nothing to decide
-        k = len(self.vcs.names)
-        doomed: dict[int, Counter[tuple[int, int]]] = {v: Counter() for v in range(k)}
-        if self.cell_bad.any():
-            tree = self.tree
-            assert tree is not None
-            scratch = self.buddy.copy()
-            wanted: Counter[tuple[int, int]] = Counter()
-            for v in range(k):
-                for key, count in self.cells[v].items():
-                    wanted[key] += max(count - self.bound[v][key], 0)
-            kinds = sorted(wanted, key=lambda key: (-tree.chains[key[0]].sizes[key[1]], key))
-            for key in kinds:
-                short = wanted[key]
-                while short and scratch.bind(*key) >= 0:
-                    short -= 1
-                for _ in range(short):
-                    # among VCs with an unbound cell of this kind left to lose
-                    v = max(
-                        (
-                            u
-                            for u in range(k)
-                            if self.cells[u][key] - self.bound[u][key] > doomed[u][key]
-                        ),
-                        key=lambda u: (self.cells[u][key] - doomed[u][key], -u),
-                    )
-                    doomed[v][key] += 1
-        self.doomed = doomed
-        chains = self.tree.chains if self.tree is not None else []
-        self.vc_doomed = np.array(
-            [sum(chains[c].sizes[lv] * n for (c, lv), n in doomed[v].items()) for v in range(k)],
-            dtype=np.int64,
-        )
+    @property
+    def doomed(self) -> dict[int, Counter[tuple[int, int]]]:
+        """Cells each VC owns but cannot bind (see :meth:`CellBinding.doom`)."""
+        return self.binding.doomed
 
     def prepare(self, state: SchedulerState) -> None:
         """Carve the VCs' cells for this state's jobs and cluster now (reports
@@ -274,42 +145,14 @@ class HiveD(QuotaClassReasons, Policy):
 
     def vc_cells(self) -> dict[str, dict[str, int]]:
         """Each VC's cells, as "<type> x<node GPUs>: <cell size>" -> count (reports)."""
-        assert self.tree is not None
-        out: dict[str, dict[str, int]] = {}
-        for v, cells in self.cells.items():
-            row: dict[str, int] = {}
-            for (c, lv), cnt in sorted(cells.items()):
-                chain = self.tree.chains[c]
-                what = "-GPU rack" if lv > chain.node_level else "-GPU"
-                row[f"{chain.describe()}: {chain.sizes[lv]}{what}"] = cnt
-            out[self.vcs.names[v]] = row
-        return out
+        return self.binding.vc_cells()
 
     def quotas(self) -> dict[str, float]:
         return self.vcs.quotas()
 
     def private_cluster(self, v: int) -> Cluster | None:
-        """The cluster VC ``v`` would own alone: its cells and nothing else.
-
-        A rack cell is a rack of its nodes; any other cell is a node of the
-        cell's size and type, in a rack of its own, so the private cluster's
-        cells are the VC's level for level (and a gang spread over node cells
-        crosses racks there as it may in the shared cluster). Sharing safety
-        says each VC's jobs start in the shared cluster when they would here.
-        """
-        assert self.tree is not None
-        nodes: list[Node] = []
-        racks = 0
-        for (chain, level), count in sorted(self.cells[v].items()):
-            ch = self.tree.chains[chain]
-            rack = level > ch.node_level
-            size = ch.node_gpus if rack else ch.sizes[level]
-            for k in range(count):
-                for m in range(ch.rack_nodes if rack else 1):
-                    name = f"{ch.gpu_type}-{ch.sizes[level]}-{k}-{m}"
-                    nodes.append(Node(name, ch.gpu_type, size, rack=racks))
-                racks += 1
-        return Cluster(f"private-{self.vcs.names[v]}", nodes) if nodes else None
+        """The cluster VC ``v`` would own alone (see :meth:`CellBinding.private_cluster`)."""
+        return self.binding.private_cluster(v)
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
@@ -320,9 +163,9 @@ class HiveD(QuotaClassReasons, Policy):
         if not state.known_in_advance:
             if self._carved != self.vcs.version:
                 self._vc_setup()
-            self._sync_health(state)
+            self.binding.sync_health(state)
         self._reconcile(state)
-        self._doom()
+        self.binding.doom()
         self._gpu_job: np.ndarray | None = None
         if not len(state.pending):
             return builder.build()
@@ -331,10 +174,10 @@ class HiveD(QuotaClassReasons, Policy):
             order = order[np.argsort(-state.priority[order], kind="stable")]
         vc = self.vcs.vc[order]
         need = state.gpus[order]
-        owned = self.vc_owned - self.vc_doomed
-        room = owned[vc] - self.vc_used[vc]
-        nominal = self.vc_owned[vc] - self.vc_used[vc]
-        version = self.vc_version[vc]
+        owned = self.binding.vc_owned - self.binding.vc_doomed
+        room = owned[vc] - self.binding.vc_used[vc]
+        nominal = self.binding.vc_owned[vc] - self.binding.vc_used[vc]
+        version = self.binding.vc_version[vc]
         # a VC that could not place a g-GPU job cannot place a larger one either
         # (a cell with room for more has a sub-cell with room for fewer), until
         # its cells change: only jobs of any type are skipped so
@@ -353,11 +196,11 @@ class HiveD(QuotaClassReasons, Policy):
             due[:] = True
         started: set[int] = set()
         wake: float | None = None
-        room_list = (owned - self.vc_used).tolist()
+        room_list = (owned - self.binding.vc_used).tolist()
         for i, v, g in zip(order[due].tolist(), vc[due].tolist(), need[due].tolist(), strict=True):
             if room_list[v] >= g:
                 typed = state.type_req[i] >= 0
-                now_version = self.vc_version[v]
+                now_version = self.binding.vc_version[v]
                 if typed or self.fail_version[v] != now_version or g < self.fail_size[v]:
                     if self._place_guaranteed(builder, state, i, v, g):
                         room_list[v] -= g
@@ -372,7 +215,7 @@ class HiveD(QuotaClassReasons, Policy):
             if (
                 lowest is not None
                 and state.priority[i] > lowest[v]
-                and self.vc_largest[v] >= g  # else its cells never hold it: opportunistic
+                and self.binding.vc_largest[v] >= g  # else its cells never hold it: opportunistic
             ):
                 freed = self._preempt_for(builder, state, i, v, g)
                 if freed is not None:
@@ -385,7 +228,7 @@ class HiveD(QuotaClassReasons, Policy):
             # only jobs beyond their VC's cells (its quota, or wider than its cells
             # can ever hold): one its cells could hold waits for them, as on its
             # private cluster (on idle GPUs, the VC's own later jobs would evict it)
-            beyond = (np.asarray(room_list)[vc] < need) | (self.vc_largest[vc] < need)
+            beyond = (np.asarray(room_list)[vc] < need) | (self.binding.vc_largest[vc] < need)
             self._place_opportunistic(builder, state, order[beyond], started)
         if live:
             self._note_reasons(builder, state, order, room, nominal)
@@ -395,7 +238,7 @@ class HiveD(QuotaClassReasons, Policy):
     def _reconcile(self, state: SchedulerState) -> None:
         """Release the cells of guaranteed jobs that stopped; adopt running jobs
         the policy does not know (live, after the service restarted)."""
-        tracked = self.guaranteed.array()
+        tracked = self.binding.guaranteed.array()
         if len(tracked):
             gone = tracked[state.status[tracked] != RUNNING]
             for i in gone.tolist():
@@ -404,153 +247,26 @@ class HiveD(QuotaClassReasons, Policy):
         if len(running):
             unknown = running[self.kind[running] == 0]
             for i in np.sort(unknown).tolist():
-                self._adopt(state, i)
+                adopted = self.binding.adopt(state, i)
+                self.kind[i] = GUARANTEED if adopted else OPPORTUNISTIC
 
     def _release(self, i: int) -> None:
-        tree = self.tree
-        assert tree is not None
-        self.guaranteed.remove(i)
+        self.binding.release(i)
         self.kind[i] = 0
-        cells = self.job_cells.pop(i)
-        v = self.cell_vc[cells[0]]
-        freed = 0
-        for cell in cells:
-            jobs = self.cell_jobs[cell]
-            jobs.discard(i)
-            if not jobs:
-                self._unbind(cell)
-        for cell in cells:
-            for g in tree.gpus(cell):
-                if self.g_used[g] == i:
-                    self.g_used[g] = -1
-                    freed += 1
-        self.vc_used[v] -= freed
-        self.vc_version[v] += 1
-
-    def _bind_cell(self, v: int, cell: int) -> None:
-        tree = self.tree
-        assert tree is not None
-        key = (tree.chain_list[cell], tree.level_list[cell])
-        # the lowest virtual cell of this kind the VC has not bound: placement
-        # breaks ties by virtual cell, so a VC decides as on its private cluster
-        spare = self.virtual_free.setdefault((v, key), [])
-        self.cell_vid[cell] = heapq.heappop(spare) if spare else self.bound[v][key]
-        self.cell_vc[cell] = v
-        self.cell_jobs[cell] = set()
-        self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] += 1
-        self.vc_cells_bound[v].add(cell)
-        self._layout += 1
-        first, size = tree.first_list[cell], tree.size_list[cell]
-        self.owner[first : first + size] = v
-
-    def _unbind(self, cell: int) -> None:
-        tree = self.tree
-        assert tree is not None
-        v = self.cell_vc.pop(cell)
-        del self.cell_jobs[cell]
-        key = (tree.chain_list[cell], tree.level_list[cell])
-        heapq.heappush(self.virtual_free.setdefault((v, key), []), self.cell_vid.pop(cell))
-        self.bound[v][(tree.chain_list[cell], tree.level_list[cell])] -= 1
-        self.vc_cells_bound[v].discard(cell)
-        self._layout += 1
-        first, size = tree.first_list[cell], tree.size_list[cell]
-        self.owner[first : first + size] = -1
-        self.buddy.release(cell)
 
     def _record(self, i: int, v: int, gpus: list[int], cells: list[int]) -> None:
+        self.binding.record(i, v, gpus, cells)
         self.kind[i] = GUARANTEED
-        self.guaranteed.add(i)
-        self.job_cells[i] = cells
-        for cell in cells:
-            self.cell_jobs[cell].add(i)
-        self.g_used[gpus] = i
-        self.vc_used[v] += len(gpus)
-        self.vc_version[v] += 1
-
-    def _adopt(self, state: SchedulerState, i: int) -> None:
-        """A running job the policy did not start (recovery): guaranteed if its
-        GPUs lie in a cell its VC holds or may still bind, else opportunistic."""
-        tree = self.tree
-        assert tree is not None
-        gpus = list(state.alloc[i] or ())
-        v = int(self.vcs.vc[i])
-        if v >= 0 and gpus and all(self.g_used[g] < 0 for g in gpus):
-            cell = tree.smallest_containing(gpus)
-            if cell >= 0:
-                held = tree.ancestor(cell, tree.level_list[cell])
-                while held >= 0 and held not in self.cell_vc:
-                    held = tree.parent_list[held]
-                if held >= 0 and self.cell_vc[held] == v:
-                    self._record(i, v, gpus, [held])
-                    return
-                if held < 0:
-                    chain = tree.chain_list[cell]
-                    for lv in range(tree.level_list[cell], len(tree.chains[chain].sizes)):
-                        key = (chain, lv)
-                        if self._spare(v, key) > 0:
-                            up = tree.ancestor(cell, lv)
-                            if self.buddy.take(up):
-                                self._bind_cell(v, up)
-                                self._record(i, v, gpus, [up])
-                                return
-        self.kind[i] = OPPORTUNISTIC
-
-    def _sync_health(self, state: SchedulerState) -> None:
-        """Live: GPUs neither free nor held by a running job are withheld (drained)."""
-        cluster = state.cluster
-        if state.busy_gpus + state.free.total >= cluster.total_gpus:
-            bad = self._configured_bad
-        else:
-            held = np.zeros(cluster.total_gpus, dtype=bool)
-            for gpus in state.allocations().values():
-                held[list(gpus)] = True
-            bad = self._configured_bad | (~state.free.mask & ~held)
-        if not np.array_equal(bad, self.bad):
-            self.bad = bad.copy()
-            self._count_bad()
-            self.vc_version += 1
-            self._layout += 1
 
     # ------------------------------------------------------------ guaranteed
-    def _chains_for(self, state: SchedulerState, i: int) -> list[int]:
-        tree = self.tree
-        assert tree is not None
-        bound = int(state.type_req[i])
-        if bound < 0:
-            return list(range(len(tree.chains)))
-        name = state.cluster.gpu_type_names[bound]
-        return [c for c, ch in enumerate(tree.chains) if ch.gpu_type == name]
-
-    def _usable(self) -> np.ndarray:
-        """GPUs a guaranteed job may take: no guaranteed job on them, healthy."""
-        return (self.g_used < 0) & ~self.bad
-
-    def _held_cells(
-        self, state: SchedulerState, i: int, v: int, g: int
-    ) -> Iterator[tuple[int, int, tuple[int, int, int]]]:
-        """The cells VC ``v`` holds that are large enough for job ``i``'s ``g``
-        GPUs: (cell, the size of the blocks of it the job could take, its rank:
-        chain, level and virtual cell, by which ties break as on the VC's
-        private cluster)."""
-        tree = self.tree
-        assert tree is not None
-        for c in self._chains_for(state, i):
-            level = _level_for(tree.chains[c], g)
-            if level < 0:
-                continue
-            size = tree.chains[c].sizes[level]
-            for cell in self.vc_cells_bound[v]:
-                if tree.chain_list[cell] == c and tree.level_list[cell] >= level:
-                    yield cell, size, (c, tree.level_list[cell], self.cell_vid[cell])
-
     def _place_guaranteed(
         self, builder: PlanBuilder, state: SchedulerState, i: int, v: int, g: int
     ) -> bool:
         tree = self.tree
         assert tree is not None
-        usable = self._usable()
+        usable = self.binding.usable()
         best: tuple[tuple[int, int, int, tuple[int, int, int], int], int, int] | None = None
-        for cell, size, rank in self._held_cells(state, i, v, g):
+        for cell, size, rank in self.binding.held_cells(state, i, v, g):
             first, span = tree.first_list[cell], tree.size_list[cell]
             avail = usable[first : first + span].reshape(-1, size).sum(axis=1)
             spare = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
@@ -565,22 +281,22 @@ class HiveD(QuotaClassReasons, Policy):
             return self._start_in(builder, state, i, v, g, [cell], start, usable)
         wide: list[int] = []
         spare: list[tuple[int, int, int, int]] = []  # (cell size, chain, level, job's level)
-        for c in self._chains_for(state, i):
+        for c in self.binding.chains_for(state, i):
             chain = tree.chains[c]
             if g > chain.node_gpus:
                 wide.append(c)  # whole node cells, if no rack cell can hold it
-            level = _level_for(chain, g)
+            level = level_for(chain, g)
             if level < 0:
                 continue
             for lv in range(level, len(chain.sizes)):
-                if self._spare(v, (c, lv)) > 0:
+                if self.binding.spare(v, (c, lv)) > 0:
                     spare.append((chain.sizes[lv], c, lv, level))
                     break
         for _, c, lv, level in sorted(spare):
-            cell = self.buddy.bind(c, lv, self._opp_cost(builder))
+            cell = self.binding.buddy.bind(c, lv, self.binding.busy_cost(builder.free.mask))
             if cell < 0:
                 continue  # only bad hardware left for this cell
-            self._bind_cell(v, cell)
+            self.binding.bind_cell(v, cell)
             size = tree.chains[c].sizes[level]
             first, span = tree.first_list[cell], tree.size_list[cell]
             idle = builder.free.mask[first : first + span].reshape(-1, size)
@@ -607,11 +323,11 @@ class HiveD(QuotaClassReasons, Policy):
         levels = [top] * whole
         if rest:
             fit = next(lv for lv, s in enumerate(chain.sizes) if s >= rest)
-            spare = [lv for lv in range(fit, top) if self._spare(v, (c, lv)) > 0]
+            spare = [lv for lv in range(fit, top) if self.binding.spare(v, (c, lv)) > 0]
             levels.append(spare[0] if spare else top)
-        if levels.count(top) > self._spare(v, (c, top)):
+        if levels.count(top) > self.binding.spare(v, (c, top)):
             return False
-        cost = self._opp_cost(builder)
+        cost = self.binding.busy_cost(builder.free.mask)
         rack_of = state.cluster.node_rack_list
         cells: list[int] = []
         for lv in levels:
@@ -621,29 +337,16 @@ class HiveD(QuotaClassReasons, Policy):
                 off = rack >= 0 and rack_of[tree.node_of(cell)] != rack
                 return cost(cell) + (1e6 if off else 0.0)
 
-            cell = self.buddy.bind(c, lv, near)
+            cell = self.binding.buddy.bind(c, lv, near)
             if cell < 0:
                 for back in cells:  # could not get them all: give back what was bound
-                    self.buddy.release(back)
+                    self.binding.buddy.release(back)
                 return False
             cells.append(cell)
         for cell in cells:
-            self._bind_cell(v, cell)
+            self.binding.bind_cell(v, cell)
         gpus = [x for cell in cells for x in tree.gpus(cell)][:g]
         return self._take(builder, state, i, v, gpus, cells)
-
-    def _opp_cost(self, builder: PlanBuilder):
-        """Binding cost of a cell: its GPUs busy with (opportunistic) jobs."""
-        mask = builder.free.mask
-        tree = self.tree
-        assert tree is not None
-        firsts, sizes = tree.first_list, tree.size_list
-
-        def cost(cell: int) -> float:
-            first, size = firsts[cell], sizes[cell]
-            return float(size - int(mask[first : first + size].sum()))
-
-        return cost
 
     def _start_in(
         self,
@@ -725,7 +428,7 @@ class HiveD(QuotaClassReasons, Policy):
         if not state.tiered:
             return None
         out = np.full(len(self.vcs.names), np.inf)
-        running = self.guaranteed.array()
+        running = self.binding.guaranteed.array()
         if len(running):
             np.minimum.at(out, self.vcs.vc[running], state.priority[running].astype(np.float64))
         return out
@@ -739,17 +442,17 @@ class HiveD(QuotaClassReasons, Policy):
         tree = self.tree
         assert tree is not None
         mine = int(state.priority[i])
-        usable = self._usable()
+        usable = self.binding.usable()
         stopped = builder.plan.stops
         best: tuple[tuple, int, int, list[int]] | None = None
-        for cell, size, rank in self._held_cells(state, i, v, g):
+        for cell, size, rank in self.binding.held_cells(state, i, v, g):
             first, span = tree.first_list[cell], tree.size_list[cell]
             for k, start in enumerate(range(first, first + span, size)):
                 block = range(start, start + size)
                 have = sum(1 for x in block if usable[x])
                 if have >= g:
                     continue  # room without preempting: the pass' own business
-                owners = np.where(self.bad[block], -1, self.g_used[block])
+                owners = np.where(self.binding.bad[block], -1, self.binding.g_used[block])
                 held = Counter(int(j) for j in owners[owners >= 0])
                 lower = [j for j in held if state.priority[j] < mine and j not in stopped]
                 # lowest priority first, then the latest started
@@ -770,13 +473,13 @@ class HiveD(QuotaClassReasons, Policy):
             return None
         _, cell, start, victims = best
         freed = 0
-        self.cell_jobs[cell].add(-1)  # the cell stays bound while its victims leave
+        self.binding.cell_jobs[cell].add(-1)  # the cell stays bound while its victims leave
         for j in victims:
             freed += int(state.gpus[j])
             builder.stop(j)
             self._release(j)
-        self.cell_jobs[cell].discard(-1)
-        self._start_in(builder, state, i, v, g, [cell], start, self._usable())
+        self.binding.cell_jobs[cell].discard(-1)
+        self._start_in(builder, state, i, v, g, [cell], start, self.binding.usable())
         return freed
 
     # ------------------------------------------------------------ opportunistic
@@ -795,11 +498,11 @@ class HiveD(QuotaClassReasons, Policy):
             order = order[~np.isin(order, list(started))]
             if not len(order):
                 return
-        mask = free.mask & ~self.bad
+        mask = free.mask & ~self.binding.bad
         if not mask.any():
             return
         usable = FreeGPUs(state.cluster, mask)
-        outside = FreeGPUs(state.cluster, mask & (self.owner < 0))
+        outside = FreeGPUs(state.cluster, mask & (self.binding.owner < 0))
         for i in order.tolist():
             if usable.total == 0:
                 break
@@ -840,15 +543,10 @@ class HiveD(QuotaClassReasons, Policy):
                 continue
             if nominal[k] < state.gpus[i]:  # beyond its VC's cells: waits for idle GPUs
                 self.why[i] = "QuotaExceeded"
-            elif room[k] < state.gpus[i] or self.cell_bad.any():
+            elif room[k] < state.gpus[i] or self.binding.cell_bad.any():
                 self.why[i] = "CellsUnavailable"  # some of its cells doomed, or bad hardware
             else:
                 self.why[i] = "Resources"
-
-
-def _level_for(chain: Chain, g: int) -> int:
-    """The level of the smallest cell of ``chain`` that holds ``g`` GPUs (-1: none)."""
-    return next((lv for lv, s in enumerate(chain.sizes) if s >= g), -1)
 
 
 def _flag(value: Any, name: str) -> bool:
