@@ -142,7 +142,8 @@ class Client:
 
     # convenience
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return self.json("POST", "/v1/jobs", json=spec)
+        out: dict[str, Any] = self.json("POST", "/v1/jobs", json=spec)
+        return out
 
     def submit_many(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Submit jobs in batches of up to 1,000 (each batch all or nothing)."""
@@ -152,7 +153,8 @@ class Client:
         return out
 
     def job(self, job_id: int) -> dict[str, Any]:
-        return self.json("GET", f"/v1/jobs/{job_id}")
+        out: dict[str, Any] = self.json("GET", f"/v1/jobs/{job_id}")
+        return out
 
     def jobs(
         self, state: str | None = None, mine: bool = False, limit: int | None = None
@@ -185,13 +187,17 @@ class Client:
         params: dict[str, Any] = {"all_users": all_users, "since": since, "limit": 100000}
         if of:
             params["of"] = of
-        return self.json("GET", "/v1/history", params=params)
+        out: list[dict[str, Any]] = self.json("GET", "/v1/history", params=params)
+        return out
 
     def action(self, job_id: int, verb: str) -> dict[str, Any]:
-        return self.json("POST", f"/v1/jobs/{job_id}/{verb}")
+        out: dict[str, Any] = self.json("POST", f"/v1/jobs/{job_id}/{verb}")
+        return out
 
     def set_priority(self, job_id: int, priority: int) -> dict[str, Any]:
-        return self.json("PUT", f"/v1/jobs/{job_id}/priority", json={"priority": priority})
+        body = {"priority": priority}
+        out: dict[str, Any] = self.json("PUT", f"/v1/jobs/{job_id}/priority", json=body)
+        return out
 
     def logs(self, job_id: int, offset: int = 0, attempt: int | None = None) -> Answer:
         params: dict[str, Any] = {"offset": offset}
@@ -200,8 +206,10 @@ class Client:
         return self.call("GET", f"/v1/jobs/{job_id}/logs", params=params)
 
     def nodes(self) -> list[dict[str, Any]]:
-        return self.json("GET", "/v1/nodes")
+        out: list[dict[str, Any]] = self.json("GET", "/v1/nodes")
+        return out
 
     def node_state(self, name: str, verb: str, reason: str | None = None) -> dict[str, Any]:
         """``verb`` is ``drain`` or ``resume`` (admins only)."""
-        return self.json("POST", f"/v1/nodes/{name}/{verb}", json={"reason": reason})
+        out: dict[str, Any] = self.json("POST", f"/v1/nodes/{name}/{verb}", json={"reason": reason})
+        return out

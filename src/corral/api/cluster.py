@@ -100,7 +100,7 @@ def set_node_state(
         ctx.scheduler.nodes_changed()
         ctx.scheduler.wait_passes(before)
     with ctx.store.session() as s:
-        return node_view(ctx, s.get(NodeRow, name))
+        return node_view(ctx, s.get_one(NodeRow, name))
 
 
 @router.post(

@@ -36,7 +36,8 @@ class Context:
 
 
 def context(request: Request) -> Context:
-    return request.app.state.context
+    out: Context = request.app.state.context
+    return out
 
 
 Ctx = Annotated[Context, Depends(context)]
@@ -73,7 +74,8 @@ def caller(
     digest = hash_token(credentials.credentials)
     for known, user in request.app.state.users.items():
         if hmac.compare_digest(known, digest):
-            return user
+            out: UserConfig = user
+            return out
     raise HTTPException(
         status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
     )

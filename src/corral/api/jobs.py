@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,7 @@ from corral.api.views import (
 )
 from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.config import UserConfig, hash_token
-from corral.runtime.jobspec.specs import JobSpec, array_indices
+from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices
 from corral.runtime.loop.estimates import extend_curve, extend_progress
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.loop.scheduler import TERMINAL
@@ -61,10 +62,10 @@ def check_priority(ctx: Context, priority: int, user: UserConfig) -> None:
 
 
 def with_whole_arrays(
-    s: Session, dependency: dict[str, list[int]], known: dict[int, JobRow]
-) -> dict[str, list[int]]:
+    s: Session, dependency: Mapping[DependencyKind, list[int]], known: dict[int, JobRow]
+) -> dict[DependencyKind, list[int]]:
     """As Slurm reads it, an array's job id (its first task's) stands for every task."""
-    out: dict[str, list[int]] = {}
+    out: dict[DependencyKind, list[int]] = {}
     for kind, ids in dependency.items():
         expanded: set[int] = set()
         for job in ids:
@@ -111,7 +112,7 @@ def check_round_job(spec: JobSpec, policy: str) -> None:
 
 
 def ask_scheduler(
-    ctx: Context, job_id: int, user: UserConfig, action: str, allowed: set[str]
+    ctx: Context, job_id: int, user: UserConfig, action: str, allowed: set[JobStatus]
 ) -> JobView:
     """Record an action for the scheduler loop, wake it, and wait for a pass to show it."""
     before = ctx.scheduler.passes if ctx.scheduler is not None else 0

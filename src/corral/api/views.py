@@ -114,7 +114,7 @@ class JobView(BaseModel):
             exit_code=row.exit_code,
             array_job=spec.array_job,
             array_index=spec.array_index,
-            dependency=dict(spec.dependency),
+            dependency={kind: list(ids) for kind, ids in spec.dependency.items()},
             remaining=None
             if remaining is None
             else RemainingView(seconds=remaining[0], source=remaining[1]),

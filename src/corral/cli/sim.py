@@ -330,7 +330,7 @@ def _run_one(
 
 def _summary_table(summaries: list[dict[str, Any]]) -> Table:
     table = Table(title="results")
-    columns = [
+    columns: list[tuple[str, str, Callable[[Any], str]]] = [
         ("policy", "policy", str),
         ("finished", "jobs_finished", "{:,}".format),
         ("avg JCT (h)", "avg_jct_s", lambda v: f"{v / 3600:,.2f}"),

@@ -107,10 +107,10 @@ def fit_loss_curve(
     def residuals(p: np.ndarray) -> np.ndarray:
         return np.log(1.0 / np.maximum(p[0] * x + p[1], 1e-12) + p[2]) - log_y
 
-    start = np.array([max(a0, 1e-9), max(b0, 1e-9), min(c0, low * 0.999)])
+    guess = np.array([max(a0, 1e-9), max(b0, 1e-9), min(c0, low * 0.999)])
     upper = np.array([np.inf, np.inf, low])
     try:
-        polished = optimize.least_squares(residuals, start, bounds=(np.zeros(3), upper))
+        polished = optimize.least_squares(residuals, guess, bounds=(np.zeros(3), upper))
         a, b, c = (float(v) for v in polished.x)
     except ValueError:
         a, b, c = a0, b0, c0

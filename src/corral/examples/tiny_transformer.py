@@ -42,7 +42,8 @@ class TinyTransformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
         h = self.embed(tokens) + self.position[:n]
-        return self.head(self.encoder(h, mask=self.mask[:n, :n], is_causal=True))
+        mask = self.get_buffer("mask")
+        return self.head(self.encoder(h, mask=mask[:n, :n], is_causal=True))
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -165,7 +165,7 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
         out["job_id"] = [str(i) for i in range(len(out))]
     for column, default in _DEFAULTS.items():
         if column not in out:
-            out[column] = default
+            out[column] = default  # type: ignore[call-overload]  # scalars broadcast
     out = out[list(COLUMNS)]
     out["job_id"] = out["job_id"].astype(str)
     out["submit_time"] = out["submit_time"].astype(float)

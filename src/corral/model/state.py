@@ -121,7 +121,7 @@ class SchedulerState:
         """Owner of each job (estimators learn from an owner's past jobs)."""
         self.speeds = speeds
         self._type_speed: np.ndarray | None = None
-        self._everywhere = np.ones(0, dtype=bool)
+        self._everywhere: np.ndarray = np.ones(0, dtype=bool)
         """Per job: it runs on every GPU type (kept with ``type_speed``)."""
         self.status = np.zeros(n, dtype=np.int8)
         self.steps_done = np.zeros(n, dtype=np.float64)
@@ -200,7 +200,7 @@ class SchedulerState:
                 other = np.arange(speeds.shape[1])[None, :] != self.type_req[:, None]
                 speeds[bound[:, None] & other] = 0.0
             self._type_speed = speeds
-            self._everywhere = (speeds > 0).all(axis=1)
+            self._everywhere = np.asarray((speeds > 0).all(axis=1))
         return self._type_speed
 
     def speed_model(self) -> SpeedModel:
@@ -221,7 +221,8 @@ class SchedulerState:
         speeds = self.type_speed  # (a job bound to a type has speed 0 elsewhere)
         if self._everywhere[i]:
             return None
-        return speeds[i] > 0
+        out: np.ndarray | None = speeds[i] > 0
+        return out
 
     def runs_at(self, i: int, gpus: tuple[int, ...] | list[int]) -> bool:
         """Whether job ``i`` makes progress on exactly ``gpus`` (its measured speed there
@@ -241,35 +242,42 @@ class SchedulerState:
         have reported it: only measured job types have one.
         """
         if not self.known_in_advance:
-            return self.gpu_memory[idx]
+            out: np.ndarray = self.gpu_memory[idx]
+            return out
         if self._footprints is None:
             from corral.perf.memory import footprint_gb
 
             by_type = {t: footprint_gb(t) or np.nan for t in set(self.job_type)}
             self._footprints = np.array([by_type[t] for t in self.job_type], dtype=np.float64)
-        return self._footprints[idx]
+        footprints: np.ndarray = self._footprints[idx]
+        return footprints
 
     def attained(self, idx: np.ndarray) -> np.ndarray:
         """2D attained service (GPU-seconds held so far) of the given jobs, now."""
         # ``held`` is 0 for every job not running, so no status test is needed
-        return self.attained_base[idx] + self.held[idx] * (self.now - self.seg_start[idx])
+        held_for = self.held[idx] * (self.now - self.seg_start[idx])
+        out: np.ndarray = self.attained_base[idx] + held_for
+        return out
 
     def done_steps(self, idx: np.ndarray) -> np.ndarray:
         run = self.status[idx] == RUNNING
         live = np.maximum(self.now - self.progress_start[idx], 0.0) * self.speed[idx]
-        return self.steps_done[idx] + np.where(run, live, 0.0)
+        out: np.ndarray = self.steps_done[idx] + np.where(run, live, 0.0)
+        return out
 
     def remaining_time(self, idx: np.ndarray) -> np.ndarray:
         """Oracle: seconds of work left at the reference speed (SRTF knows this)."""
         left = np.maximum(self.total_steps[idx] - self.done_steps(idx), 0.0)
-        return left / self.ref_speed[idx]
+        out: np.ndarray = left / self.ref_speed[idx]
+        return out
 
     def progressing_for(self, idx: np.ndarray) -> np.ndarray:
         """Seconds each (running) job has run since it last started, its switch-in
         overhead not counted: a minimum-run quantum or a turn counts these, else a
         switch cost as long as the quantum lets jobs take the GPUs from each other
         before any of them progresses, and the run never ends."""
-        return self.now - self.seg_start[idx] - self.seg_overhead[idx]
+        out: np.ndarray = self.now - self.seg_start[idx] - self.seg_overhead[idx]
+        return out
 
     def pending_in_order(self) -> np.ndarray:
         """The pending jobs in submit order, as a read-only array.
@@ -409,7 +417,8 @@ class SchedulerState:
         if speedup > self.max_speedup[i]:
             self.max_speedup[i] = speedup
         left = max(self.total_steps[i] - self.steps_done[i], 0.0)
-        return self.progress_start[i] + left / speed
+        out: float = self.progress_start[i] + left / speed
+        return out
 
     def _close_segment(self, i: int, release: bool = True) -> None:
         now = self.now

@@ -87,8 +87,8 @@ def relaxation(
     width = hi - lo
     # variables: y[j, t, k] (j-major), then C_j
     n_y = n * k_types * n_int
-    jj, tt, kk = np.meshgrid(np.arange(n), np.arange(k_types), np.arange(n_int), indexing="ij")
-    jj, tt, kk = jj.ravel(), tt.ravel(), kk.ravel()
+    grid = np.meshgrid(np.arange(n), np.arange(k_types), np.arange(n_int), indexing="ij")
+    jj, tt, kk = (axis.ravel() for axis in grid)
     col = np.arange(n_y)
     open_len = np.clip(hi[kk] - np.maximum(lo[kk], release[jj]), 0.0, None)
     upper = np.where(usable[jj, tt] & (open_len > 0), 1.0, 0.0)

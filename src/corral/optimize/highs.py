@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from corral.errors import CorralError
 
 if TYPE_CHECKING:
-    import highspy
+    pass
 
 Method = Literal["choose", "simplex", "ipm"]
 
-_solver: highspy._Highs | None = None
+_solver: Any = None
 _lock = threading.Lock()
 """One solver object serves the process (made once: a few milliseconds);
 the service may solve from more than one thread."""
@@ -186,7 +186,7 @@ def solve(
         return Solution(x, float(h.getInfo().objective_function_value))
 
 
-def _the_solver() -> highspy._Highs:
+def _the_solver() -> Any:
     """The process's solver, made on first use."""
     import highspy
 
@@ -194,6 +194,6 @@ def _the_solver() -> highspy._Highs:
     if _solver is None:
         # the plain solver: highspy.Highs adds Python callbacks and prints a
         # banner to the process's stdout when made
-        _solver = highspy._Highs()
+        _solver = highspy._Highs()  # type: ignore[attr-defined]
         _solver.setOptionValue("output_flag", False)
     return _solver

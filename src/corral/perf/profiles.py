@@ -43,8 +43,8 @@ def load_profiles(path: str | Path, base: ThroughputTable | None = None) -> Thro
     extra = _read_json(source) if source.endswith(".json") else _read_csv(source)
     for key, table in extra.alone.items():
         merged.alone.setdefault(key, {}).update(table)
-    for key, table in extra.paired.items():
-        merged.paired.setdefault(key, {}).update(table)
+    for key, pairs in extra.paired.items():
+        merged.paired.setdefault(key, {}).update(pairs)
     return merged
 
 

@@ -120,8 +120,8 @@ class SpeedModel:
         for i, (job_type, g) in enumerate(zip(job_types, gpus.tolist(), strict=True)):
             key = (job_type, g)
             if key not in memo:
-                row = [self.throughput(job_type, t, g) for t in names]
-                memo[key] = None if row[0] is None else [float(v) for v in row]  # type: ignore[arg-type]
+                measured = [self.throughput(job_type, t, g) for t in names]
+                memo[key] = None if measured[0] is None else [float(v or 0.0) for v in measured]
             row = memo[key]
             if row is not None:
                 out[i] = row

@@ -101,7 +101,7 @@ def read_profile(path: Path) -> dict[str, Any]:
     for name in MEASURED_MECHANISMS:
         value = mechanisms.get(name)
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < 0:
+        if not ok or not math.isfinite(value) or value < 0:  # type: ignore[arg-type,operator]
             raise InputError(
                 where, None, f"mechanisms.{name}", f"expected seconds >= 0, got {value!r}"
             )

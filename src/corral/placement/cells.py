@@ -155,13 +155,13 @@ class CellTree:
         self.cluster = cluster
         wanted = list(sizes) if sizes is not None else None
         kinds: dict[tuple[str, int], list[int]] = {}
-        for k, node in enumerate(cluster.nodes):
-            kinds.setdefault((node.gpu_type, node.gpus), []).append(k)
+        for k, spec in enumerate(cluster.nodes):
+            kinds.setdefault((spec.gpu_type, spec.gpus), []).append(k)
         self.chains: list[Chain] = []
         groups: list[list[list[int]]] = []
         """Per chain, its rack cells' nodes."""
-        for (t, g), nodes in sorted(kinds.items()):
-            runs = rack_runs(cluster, nodes)
+        for (t, g), members in sorted(kinds.items()):
+            runs = rack_runs(cluster, members)
             per_rack = auto_rack_nodes(runs) if rack_nodes is None else rack_nodes
             racks = [
                 run[k : k + per_rack]
@@ -171,7 +171,7 @@ class CellTree:
             levels = level_sizes(g, wanted)
             if racks:
                 levels.append(per_rack * g)
-            self.chains.append(Chain(t, g, tuple(levels), tuple(nodes), per_rack if racks else 0))
+            self.chains.append(Chain(t, g, tuple(levels), tuple(members), per_rack if racks else 0))
             groups.append(racks)
         chain_of: list[int] = []
         level: list[int] = []
@@ -216,8 +216,8 @@ class CellTree:
         self.parent_list: list[int] = parent
         self.chain_list: list[int] = chain_of
         node_level = np.array([ch.node_level for ch in self.chains], dtype=np.int64)
-        nodes = np.flatnonzero(self.level == node_level[self.chain])
-        self.node_cell[cluster.gpu_node[self.first[nodes]]] = nodes
+        node_cells = np.flatnonzero(self.level == node_level[self.chain])
+        self.node_cell[cluster.gpu_node[self.first[node_cells]]] = node_cells
         self.leaf = np.full(cluster.total_gpus, -1, dtype=np.int64)
         """The level-1 cell of each GPU."""
         leaves = np.flatnonzero(self.level == 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ class BatchPacker:
                 break
             pool.sort(key=lambda p: -p.fitness)
             parents = pool[: max(2, self.population // 2)]
-            children = []
+            children: list[Any] = []
             while len(parents) + len(children) < self.population:
                 a, b = self.rng.choice(len(parents), 2, replace=False)
                 child = self._cross(parents[a], parents[b], size, room, free, costs)

@@ -104,10 +104,16 @@ class AntMan(QuotaClassReasons, Policy):
         self.squeeze = float(squeeze)
         self.table: ThroughputTable = gavel_throughputs()
         self._n = -1
-        self._shares: dict[tuple, tuple[float, float] | None] = {}
+        self._shares: dict[
+            tuple[tuple[str, int], tuple[str, int], str], tuple[float, float] | None
+        ] = {}
         self._known: dict[tuple[int, int], dict[tuple[str, str], int]] = {}
         """(kind, size) -> every partner group (job type, GPU type) seen, in order seen."""
-        self._rank_cache: dict[tuple, tuple[int, list]] = {}
+        self._rank_cache: dict[
+            tuple[int, int, int, str, str | None, bool],
+            tuple[int, list[tuple[tuple[str, str], tuple[float, float]]]],
+        ] = {}
+        self._codes: np.ndarray | None = None
         self.counts = {"packed": 0, "evicted": 0, "upgraded": 0}
 
     def _init(self, state: SchedulerState) -> None:
@@ -131,7 +137,7 @@ class AntMan(QuotaClassReasons, Policy):
         builder = PlanBuilder(state)
         self.vcs.see_live(state)
         running = self._reconcile(state)
-        self._pool: dict[tuple[int, int], dict[str, list[int]]] | None = None
+        self._pool: dict[tuple[int, int], dict[tuple[str, str], list[int]]] | None = None
         quota = self.vcs.quota
         used = np.zeros(len(quota))
         guaranteed = running[self.kind[running] == GUARANTEED]
@@ -150,7 +156,7 @@ class AntMan(QuotaClassReasons, Policy):
         used_list = used.tolist()
         quota_list = quota.tolist()
 
-        def guaranteed(i: int) -> bool:
+        def place_guaranteed(i: int) -> bool:
             v, g = int(self.vcs.vc[i]), int(state.gpus[i])
             if used_list[v] + g > quota_list[v] or not self._place_guaranteed(builder, state, i, g):
                 return False
@@ -161,7 +167,7 @@ class AntMan(QuotaClassReasons, Policy):
         # jobs alike (VC, size, model, GPU type asked) fare alike within a pass:
         # after one fails, the others are not tried
         classes = ((vc * 4096 + need) * (len(kinds) + 1) + kinds) * 64 + req
-        in_order_until_failure(order[within], classes[within], guaranteed)
+        in_order_until_failure(order[within], classes[within], place_guaranteed)
         # beyond its VC's quota (as it stands after this pass' guaranteed starts):
         # opportunistic; owed jobs that found nothing wait as guaranteed
         over = np.asarray(used_list)[vc] + need > quota[vc]
@@ -190,11 +196,12 @@ class AntMan(QuotaClassReasons, Policy):
     def _type_codes(self, state: SchedulerState, order: np.ndarray) -> np.ndarray:
         """A small integer per job type for the given jobs (grouping jobs alike)."""
         if state.known_in_advance:
-            if getattr(self, "_codes", None) is None or len(self._codes) != len(state.submit):
+            if self._codes is None or len(self._codes) != len(state.submit):
                 _, self._codes = np.unique(
                     np.asarray(state.job_type, dtype=str), return_inverse=True
                 )
-            return self._codes[order]
+            out: np.ndarray = self._codes[order]
+            return out
         names = self._names = getattr(self, "_names", {})
         return np.array(
             [names.setdefault(state.job_type[i], len(names)) for i in order.tolist()],

@@ -224,7 +224,8 @@ def wider_than_any_type(state: SchedulerState) -> np.ndarray:
     types (at the slowest member's pace), so such policies place them on any
     free GPUs after the jobs their allocation chose.
     """
-    return state.gpus > state.cluster.type_gpus.max()
+    out: np.ndarray = state.gpus > state.cluster.type_gpus.max()
+    return out
 
 
 def place_wide_jobs(

@@ -67,7 +67,8 @@ be unbounded."""
 
 
 def remaining_steps(state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
-    return np.maximum(state.total_steps[jobs] - state.done_steps(jobs), MIN_REMAINING)
+    out: np.ndarray = np.maximum(state.total_steps[jobs] - state.done_steps(jobs), MIN_REMAINING)
+    return out
 
 
 class GavelPolicy(Policy):
@@ -296,18 +297,18 @@ class GavelPolicy(Policy):
         for i in state.running:
             if state.host[i] >= 0:
                 continue
-            gpus = state.alloc[i]
-            assert gpus is not None
+            held = state.alloc[i]
+            assert held is not None
             guest = int(state.guest[i])
             combo = (i,) if guest < 0 else tuple(sorted((i, guest)))
-            current[i] = (combo, int(type_of[gpus[0]]))
+            current[i] = (combo, int(type_of[held[0]]))
         if reassign:
-            room = cluster.type_gpus.copy()
+            by_type = cluster.type_gpus.copy()
             taken: set[int] = set()
         else:
-            room = state.free.by_type()
+            by_type = state.free.by_type()
             taken = {j for combo, _ in current.values() for j in combo}
-        room = [int(g) for g in room]
+        room = [int(g) for g in by_type]
         left = sum(room)
         gpus = state.gpus
         chosen: list[tuple[Combo, int]] = []

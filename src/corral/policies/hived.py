@@ -269,11 +269,11 @@ class HiveD(QuotaClassReasons, Policy):
         for cell, size, rank in self.binding.held_cells(state, i, v, g):
             first, span = tree.first_list[cell], tree.size_list[cell]
             avail = usable[first : first + span].reshape(-1, size).sum(axis=1)
-            spare = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
+            left = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
             for k in np.flatnonzero(avail >= g).tolist():
                 start = first + k * size
                 busy = size - int(builder.free.mask[start : start + size].sum())
-                key = (spare, int(avail[k]) - g, busy, rank, k)
+                key = (left, int(avail[k]) - g, busy, rank, k)
                 if best is None or key < best[0]:
                     best = (key, cell, start)
         if best is not None:
@@ -444,7 +444,8 @@ class HiveD(QuotaClassReasons, Policy):
         mine = int(state.priority[i])
         usable = self.binding.usable()
         stopped = builder.plan.stops
-        best: tuple[tuple, int, int, list[int]] | None = None
+        best: tuple[tuple[int, int, int, tuple[int, int, int], int], int, int, list[int]] | None
+        best = None
         for cell, size, rank in self.binding.held_cells(state, i, v, g):
             first, span = tree.first_list[cell], tree.size_list[cell]
             for k, start in enumerate(range(first, first + span, size)):

@@ -164,8 +164,9 @@ class Optimus(ResizingPolicy):
         """Steps/s of job ``i`` by GPU count, as Optimus believes it."""
         if not state.known_in_advance:
             seen = self._seen.setdefault(i, {})
-            if state.alloc[i] is not None and state.observed_speed[i] == state.observed_speed[i]:
-                seen[len(state.alloc[i])] = float(state.observed_speed[i])
+            alloc = state.alloc[i]
+            if alloc is not None and state.observed_speed[i] == state.observed_speed[i]:
+                seen[len(alloc)] = float(state.observed_speed[i])
             key = hash(tuple(sorted(seen.items())))
             cached = self._speed_fits.get(i)
             if cached is None or cached[0] != key:

@@ -83,7 +83,8 @@ def _rank(
     jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], state: SchedulerState
 ) -> np.ndarray:
     """Jobs sorted by user priority (higher first), then key(s), then index (= submit order)."""
-    return jobs[_order(jobs, keys, state)]
+    out: np.ndarray = jobs[_order(jobs, keys, state)]
+    return out
 
 
 def _order(

@@ -61,7 +61,8 @@ class Themis(Policy):
     def _mean_speed(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
         """Steps/s averaged over the cluster's GPUs (a share of every type)."""
         capacity = state.cluster.type_gpus
-        return state.type_speed[jobs] @ (capacity / capacity.sum())
+        out: np.ndarray = state.type_speed[jobs] @ (capacity / capacity.sum())
+        return out
 
     def rho(
         self, state: SchedulerState, jobs: np.ndarray, speed: np.ndarray, delay: float = 0.0
@@ -76,7 +77,8 @@ class Themis(Policy):
         )
         left = np.maximum(state.total_steps[jobs] - state.done_steps(jobs), 0.0)
         shared = (state.now - state.submit[jobs]) + delay + left / np.maximum(speed, 1e-12)
-        return shared / isolated
+        out: np.ndarray = shared / isolated
+        return out
 
     def _current_rho(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
         """Running jobs at their current speed; waiting ones as if they got a

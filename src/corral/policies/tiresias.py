@@ -167,7 +167,8 @@ class TiresiasLas(Policy):
 
     def queue_service(self, state: SchedulerState, idx: np.ndarray) -> np.ndarray:
         """Service of jobs seen this pass (running or pending when the pass began)."""
-        return self.svc[idx]
+        out: np.ndarray = self.svc[idx]
+        return out
 
     def _update_queues(
         self, state: SchedulerState, running: np.ndarray, pending: np.ndarray
@@ -325,7 +326,8 @@ class TiresiasLas(Policy):
     def _list_order(self, state: SchedulerState, group: np.ndarray) -> np.ndarray:
         """List order: how a group (running or waiting jobs) is laid out after a
         pass, as positions into ``group``. LAS keeps its lists' order."""
-        return self.pos[group].argsort(kind="stable")
+        out: np.ndarray = self.pos[group].argsort(kind="stable")
+        return out
 
     def _relist(self, changed: bool) -> bool:
         """Whether the lists need laying out again after a pass. LAS' lists

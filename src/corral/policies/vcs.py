@@ -53,7 +53,8 @@ def demand_quotas(vcs: np.ndarray, gpu_seconds: np.ndarray, total_gpus: int) -> 
     short = int(total_gpus - quota.sum())
     if short > 0:
         quota[np.argsort(-(exact - quota), kind="stable")[:short]] += 1
-    return quota
+    out: np.ndarray = quota
+    return out
 
 
 class VirtualClusters:

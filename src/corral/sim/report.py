@@ -130,7 +130,7 @@ def report_rows(summaries: list[dict[str, Any]]) -> tuple[list[str], list[list[s
             elif unit == "share":
                 cells.append(f"{float(value):.3f}")
             else:
-                cells.append(f"{float(value) / unit:,.2f}")
+                cells.append(f"{float(value) / float(unit):,.2f}")
         body.append(cells)
     return head, body
 

@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 MAX_POINTS = 400
 WIDTH, HEIGHT = 640, 360
@@ -39,9 +40,9 @@ def cdf_series(values: dict[str, np.ndarray], scale: float = 1.0) -> Series:
     return out
 
 
-def thin(xs: np.ndarray, ys: np.ndarray, points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+def thin(x: ArrayLike, y: ArrayLike, points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """A time series averaged into at most ``points`` equal-width bins of x."""
-    xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if len(xs) <= points:
         return xs, ys
     edges = np.linspace(xs[0], xs[-1], points + 1)
@@ -128,14 +129,16 @@ def line_chart(
         parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + pw}" y2="{y:.1f}" class="grid"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(t)}</text>')
     data = []
-    for k, (name, (x, y)) in enumerate(series.items()):
+    for k, (name, (xs, ys)) in enumerate(series.items()):
         colour = PALETTE[k % len(PALETTE)]
-        pts = " ".join(f"{sx(float(u)):.1f},{sy(float(v)):.1f}" for u, v in zip(x, y, strict=True))
+        pts = " ".join(
+            f"{sx(float(u)):.1f},{sy(float(v)):.1f}" for u, v in zip(xs, ys, strict=True)
+        )
         parts.append(
             f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6">'
             f"<title>{html.escape(name)}</title></polyline>"
         )
-        for u, v, e in zip(x, y, errors.get(name, ()), strict=False):
+        for u, v, e in zip(xs, ys, errors.get(name, ()), strict=False):
             cx, lo, hi = sx(float(u)), sy(float(v - e)), sy(float(v + e))
             parts.append(
                 f'<line x1="{cx:.1f}" y1="{lo:.1f}" x2="{cx:.1f}" y2="{hi:.1f}" '
@@ -149,8 +152,8 @@ def line_chart(
             {
                 "name": name,
                 "colour": colour,
-                "x": [round(float(u), 6) for u in x],
-                "y": [round(float(v), 6) for v in y],
+                "x": [round(float(u), 6) for u in xs],
+                "y": [round(float(v), 6) for v in ys],
             }
         )
     xtitle = html.escape(xlabel)

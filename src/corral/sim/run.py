@@ -14,7 +14,7 @@ from corral.perf.locality import LocalityModel
 from corral.perf.speeds import SpeedModel
 from corral.perf.switching import switch_cost_seconds
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
-from corral.policies import POLICIES, make_policy, policy_options
+from corral.policies import make_policy, options_of
 from corral.sim.engine import Simulator
 from corral.sim.presets import SIM_PRESETS
 from corral.sim.result import SimConfig, SimResult
@@ -99,10 +99,7 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     A bare key applies to every policy that takes it; values are numbers where
     they parse as numbers.
     """
-    from corral.policies.rounds.planners import ROUND_PLANNERS
-
-    cls = POLICIES.get(policy) or ROUND_PLANNERS.get(policy)
-    accepted = set(policy_options(cls)) if cls else set()
+    accepted = set(options_of(policy))
     out: dict[str, Any] = {}
     for pair in pairs:
         target, name, value = _option_pair(pair)
@@ -128,7 +125,7 @@ def check_policy_options(pairs: list[str], policies: list[str]) -> None:
     leave an experiment silently at its defaults. A bare ``key=value`` must be taken
     by at least one of ``policies``; ``policy.key=value`` names a policy of the run
     and one of its options."""
-    from corral.policies import options_of, unknown_option
+    from corral.policies import unknown_option
 
     taken = {name: options_of(name) for name in policies}
     for pair in pairs:

@@ -163,7 +163,7 @@ class Grid:
             raise CorralError("a sweep needs policies (--policies or the grid file's 'policies')")
         return cls(
             policies=list(dict.fromkeys(names)),
-            loads=parse_numbers(given["loads"], "loads") if given["loads"] else [None],  # type: ignore[list-item]
+            loads=list(parse_numbers(given["loads"], "loads")) if given["loads"] else [None],
             seeds=parse_seeds(given["seeds"]) if given["seeds"] else [default_seed],
             cluster_scales=(
                 parse_numbers(given["scales"], "cluster scales")
@@ -248,13 +248,13 @@ def write_sweep(
 
 
 def _cell(row: pd.Series, metric: str, unit: float) -> str:
-    mean, std = row.get(f"{metric}_mean"), row.get(f"{metric}_std")
+    mean, std = row.get(f"{metric}_mean"), row.get(f"{metric}_std", 0.0)
     if mean is None or pd.isna(mean):
         return "-"
     digits = 3 if unit == 1.0 and metric == "gpu_utilization" else (0 if unit == 1.0 else 2)
     text = f"{mean / unit:,.{digits}f}"
     if int(row["seeds"]) > 1:
-        text += f" ± {std / unit:,.{digits}f}"
+        text += f" ± {float(std or 0.0) / unit:,.{digits}f}"
     return text
 
 

@@ -47,15 +47,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from corral.train.keeper_client import KEEPER_ENV, ask
-from corral.train.task import keyword
+from corral.train.task import Task, keyword
 
 
-class RoundTask(Protocol):
-    """What a job needs to run as rounds: a model, its optimiser and the loss of a
-    mini-batch given its number (:class:`corral.examples.tasks.LoopTask` has them)."""
+class RoundTask(Task, Protocol):
+    """What a job needs to run as rounds: a task (:class:`corral.train.task.Task`)
+    with its model, its optimiser and the loss of a mini-batch given its number
+    (:class:`corral.examples.tasks.LoopTask` has them)."""
 
     model: Any
     optimizer: Any
@@ -169,7 +170,7 @@ def place(task: RoundTask, device: str = "auto") -> None:
     """On the task's GPU when it has one (``auto``), as a job run whole is placed."""
     from corral.train.task import place_task  # (PyTorch: only where a task runs)
 
-    place_task(task, device)  # type: ignore[arg-type]
+    place_task(task, device)
 
 
 def run_part(
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral: {exc}", file=sys.stderr)
         return 2
 
-    held = Held.built(lambda: factory(**dict(args.kw)))
+    held = Held.built(lambda: cast(RoundTask, factory(**dict(args.kw))))
     applied = run_part(
         held, folder, args.round_, args.part, args.parts, args.round_steps, args.rounds, args.seed
     )

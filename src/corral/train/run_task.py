@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral: {exc}", file=sys.stderr)
         return 2
     task = factory(**dict(args.kw))
-    session = Session(checkpoint_every=args.checkpoint_every, **task.objects)
+    # (a task's objects are named for what they hold, never as Session's own options)
+    session = Session(checkpoint_every=args.checkpoint_every, **task.objects)  # type: ignore[arg-type]
     step = session.restore()
     place_task(task, args.device)
     while step < args.steps:

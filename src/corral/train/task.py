@@ -62,7 +62,7 @@ def load_factory(path: str) -> Callable[..., Task]:
     factory = getattr(importlib.import_module(module), name, None)
     if not callable(factory):
         raise ValueError(f"{module} has no function {name}")
-    return factory  # type: ignore[no-any-return]
+    return factory
 
 
 @dataclass

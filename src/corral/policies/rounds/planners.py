@@ -42,7 +42,8 @@ class RoundPlanner(ABC):
 def remaining_rounds(work: RoundWorkload, view: PlanView) -> np.ndarray:
     """Rounds left per job (a partly placed round counts in proportion)."""
     j = view.jobs
-    return work.rounds[j] - view.next_round - view.placed_in_round / work.tasks[j]
+    out: np.ndarray = work.rounds[j] - view.next_round - view.placed_in_round / work.tasks[j]
+    return out
 
 
 class HarePlanner(RoundPlanner):
@@ -71,7 +72,8 @@ class HarePlanner(RoundPlanner):
             growth=self.growth,
         )
         self.last_bound = result.bound
-        return j[result.order()]
+        out: np.ndarray = j[result.order()]
+        return out
 
 
 class SchedAlloxPlanner(RoundPlanner):

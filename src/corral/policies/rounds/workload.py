@@ -37,7 +37,8 @@ class RoundWorkload:
 
     def critical_path(self) -> np.ndarray:
         """Each job's shortest possible run: every round at its fastest type."""
-        return self.rounds * self.tau.min(axis=1)
+        out: np.ndarray = self.rounds * self.tau.min(axis=1)
+        return out
 
 
 def build_workload(

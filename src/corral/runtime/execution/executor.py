@@ -375,7 +375,7 @@ def discover_nvidia() -> list[GpuSlot]:
     except (OSError, subprocess.SubprocessError):
         return []
     node = socket.gethostname()
-    slots = []
+    slots: list[GpuSlot] = []
     for line in out.splitlines():
         if "," not in line:
             continue

@@ -264,8 +264,10 @@ def supervise(
     _drop_cgroup(cgroup)
     record["end_time"] = time.time()
     write_atomic(folder / EXIT_FILE, json.dumps(record))
-    code = record["exit_code"]
-    return int(code) if isinstance(code, int) else 128 + int(record["signal"] or 0)
+    ended, killed_by = record["exit_code"], record["signal"]
+    if isinstance(ended, int):
+        return ended
+    return 128 + (killed_by if isinstance(killed_by, int) else 0)
 
 
 def _read_all(fd: int) -> str:

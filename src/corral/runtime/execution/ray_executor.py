@@ -205,7 +205,7 @@ class RayExecutor(Executor):
         alive = self._alive_nodes()
         node_id = alive[0]["NodeID"] if alive else ""
         groups = self.config.gpus
-        slots = discover_nvidia() if groups == "auto" else virtual_slots(groups)  # type: ignore[arg-type]
+        slots = discover_nvidia() if groups == "auto" else virtual_slots(groups)
         nodes: dict[str, RayNode] = {}
         for slot in slots:
             node = nodes.setdefault(

@@ -135,9 +135,9 @@ class Launching(LoopBase):
             write_exit_record(folder, NOT_STARTED, f"cannot launch: {exc}")
             return
         with self.store.session() as s:
-            att = s.get(AttemptRow, attempt_id)
-            if att is not None:
-                att.pid, att.pid_start = a.ref.pid, a.ref.pid_start
+            stored = s.get(AttemptRow, attempt_id)
+            if stored is not None:
+                stored.pid, stored.pid_start = a.ref.pid, a.ref.pid_start
 
     def _keeper_request(self, spec: JobSpec, gpus: tuple[int, ...]) -> KeeperRequest | None:
         """For a task of a round with ``workers.keep`` on: the keeper that may hold its

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,12 @@ from corral.runtime.loop.estimates import LossHistory
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.round_policy import KEEPER_AFFINITY, LiveRounds, plans_rounds
 from corral.runtime.storage.store import Store
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from corral.runtime.jobspec.specs import JobSpec
+    from corral.runtime.storage.store import JobRow
 
 TERMINAL = [s.value for s in JobStatus if s.terminal]
 
@@ -102,6 +109,33 @@ def cluster_from_slots(slots: list[GpuSlot]) -> Cluster:
 
 class LoopBase:
     """The scheduler loop's state; the stages are mixins over it."""
+
+    if TYPE_CHECKING:
+        # What the stages call on each other; each is defined in the stage named
+        # (the Scheduler class brings them together).
+
+        # transitions
+        def _set_stop(self, s: Session, a: Attempt, why: str | None) -> None: ...
+        def _signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None: ...
+        def _enqueue(self, row: JobRow, i: int, now: float) -> None: ...
+
+        # parking
+        def _parked(self, job: int) -> bool: ...
+        def _restart_parked(self, a: Attempt, gpus: tuple[int, ...], now: float) -> None: ...
+
+        # round jobs
+        def _is_round_job(self, row: JobRow, spec: JobSpec) -> bool: ...
+        def _hold_round_job(self, row: JobRow, i: int, now: float) -> None: ...
+        def _round_task_started(self, s: Session, row: JobRow, now: float) -> None: ...
+        def _round_task_ended(self, s: Session, row: JobRow, now: float) -> None: ...
+        def _round_job_cancelled(self, s: Session, row: JobRow) -> None: ...
+
+        # recovery
+        def _sync_drained(self) -> None: ...
+        def _add(
+            self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None
+        ) -> int: ...
+        def _rebuild(self) -> None: ...
 
     def __init__(
         self,

@@ -401,8 +401,8 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
         if not changes:
             return
         with self.store.session() as s:
-            for job, reason in changes.items():
+            for job, change in changes.items():
                 row = s.get(JobRow, job)
                 if row is not None and row.status in (JobStatus.PENDING, JobStatus.RUNNING):
-                    row.reason = reason
-                    self.reasons[job] = reason
+                    row.reason = change
+                    self.reasons[job] = change

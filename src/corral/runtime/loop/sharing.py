@@ -161,7 +161,12 @@ class Sharing(LoopBase):
         for job, throughput, window, beat in rows:
             started = self.attempts[job].started
             first = window is not None and window >= started and throughput is not None
-            if first and beat is not None and self.stepping_since.get(job, -1.0) < started:
+            if (
+                first
+                and beat is not None
+                and window is not None
+                and (self.stepping_since.get(job, -1.0) < started)
+            ):
                 self.stepping_since[job] = window  # its attempt's first figure
         # without the window's age (an older client), a figure may cover up to
         # two one-second windows before the beat that carried it

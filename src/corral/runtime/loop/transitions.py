@@ -333,7 +333,7 @@ class Transitions(Sharing):
             return
         dependency = spec.dependency
         if dependency and row.first_start is None:
-            self.blocked[row.id] = dict(dependency)
+            self.blocked[row.id] = {kind: list(ids) for kind, ids in dependency.items()}
             row.reason = "Dependency"
             self.reasons[row.id] = row.reason
         else:
