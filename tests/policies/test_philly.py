@@ -74,16 +74,39 @@ def test_waiting_job_relaxes_locality_on_schedule() -> None:
 
 
 def test_back_off_doubles_between_tries() -> None:
-    # One 4-GPU server; j0 holds 3 GPUs until 1000. j1 (2 GPUs) fails at 0 and
-    # is retried at 60, 180 (60+120), 420 (+240), 900 (+480 cap) and 1380:
-    # it starts at 1380, not at 1000 when the GPUs free up.
+    # One 4-GPU server; j0 holds 3 GPUs until 1000. j1 (2 GPUs) fails at 0 and,
+    # without retries on release, is retried at 60, 180 (60+120), 420 (+240),
+    # 900 (+480 cap) and 1380: it starts at 1380, not at 1000 when the GPUs free up.
+    result = simulate(
+        [(0, 3, 1000, "a"), (0, 2, 10, "a")],
+        uniform(1, 4),
+        quotas="a=4",
+        relax_after="100000,200000",
+        retry_on_release=False,
+    )
+    assert result.state.first_start[1] == pytest.approx(1380)
+
+
+def test_a_waiting_gang_tries_again_when_gpus_are_released() -> None:
+    # The same, as YARN does it: the GPUs j0 releases at 1000 are offered at
+    # once, so j1 starts then, not at its next back-off (1380).
     result = simulate(
         [(0, 3, 1000, "a"), (0, 2, 10, "a")],
         uniform(1, 4),
         quotas="a=4",
         relax_after="100000,200000",
     )
-    assert result.state.first_start[1] == pytest.approx(1380)
+    assert result.state.first_start[1] == pytest.approx(1000)
+    # a gang that does not fit what was released keeps waiting: the 4-GPU j2
+    # does not try at 1000 (2 free) but at 6000, when j1 releases the rest
+    wide = simulate(
+        [(0, 3, 1000, "a"), (0, 2, 5000, "a"), (0, 4, 10, "a")],
+        uniform(1, 4),
+        quotas="a=4",
+        relax_after="100000,200000",
+    )
+    assert wide.state.first_start[1] == pytest.approx(1000)
+    assert wide.state.first_start[2] == pytest.approx(6000)
 
 
 def test_idle_quota_is_lent_and_reclaimed() -> None:
@@ -106,8 +129,7 @@ def test_idle_quota_is_lent_and_reclaimed() -> None:
 def test_lending_takes_turns_by_fair_share() -> None:
     # 6 GPUs, quotas a=2, b=2, c=2 (c idle). a0, a1 and b0 (2 GPUs) fill a and
     # b. Two idle GPUs are lent: a2 first (tie at share 1, lower VC), which
-    # lifts a to 1.5, so b1 goes next; a3 waits (its back-off retries fall at
-    # 60, 180, 420, 900 and 1380; the GPUs free up at 1000).
+    # lifts a to 1.5, so b1 goes next; a3 waits until the GPUs free up at 1000.
     result = simulate(
         [
             (0, 1, 1000, "a"),
@@ -122,7 +144,7 @@ def test_lending_takes_turns_by_fair_share() -> None:
     )
     starts = result.state.first_start
     assert starts[[0, 1, 2, 4, 5]].tolist() == [0, 0, 0, 0, 0]
-    assert starts[3] == pytest.approx(1380)
+    assert starts[3] == pytest.approx(1000)
 
 
 def test_default_quotas_follow_demand_and_sum_to_the_cluster() -> None:

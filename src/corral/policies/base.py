@@ -236,3 +236,15 @@ def place_wide_jobs(
     for i in state.pending_order:
         if wide[i] and i not in builder.plan.starts and not builder.place(i, placement):
             break
+
+
+def option_flag(value: Any, name: str) -> bool:
+    """A policy's yes/no option, as a bool or as text (``--policy-opt x=false``)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false, got '{value}'")

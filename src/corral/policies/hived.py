@@ -59,7 +59,7 @@ from corral.model.state import RUNNING, SchedulerState
 from corral.placement.cell_binding import CellBinding, level_for
 from corral.placement.cells import CellTree, parse_rack_nodes, parse_sizes
 from corral.placement.strategies import PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy
+from corral.policies.base import PlanBuilder, Policy, option_flag
 from corral.policies.vcs import (
     GUARANTEED,
     OPPORTUNISTIC,
@@ -97,7 +97,7 @@ class HiveD(QuotaClassReasons, Policy):
         self.vcs = VirtualClusters(quotas)
         self.sizes = parse_sizes(cell_sizes)
         self.rack_nodes = parse_rack_nodes(rack_nodes)
-        self.opportunistic = _flag(opportunistic, "opportunistic")
+        self.opportunistic = option_flag(opportunistic, "opportunistic")
         self.bad_node_names = [v.strip() for v in str(bad_nodes or "").split(",") if v.strip()]
         self._n = -1
         self._carved = -1
@@ -548,14 +548,3 @@ class HiveD(QuotaClassReasons, Policy):
                 self.why[i] = "CellsUnavailable"  # some of its cells doomed, or bad hardware
             else:
                 self.why[i] = "Resources"
-
-
-def _flag(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be true or false, got '{value}'")

@@ -18,7 +18,11 @@ first asks for the fewest servers in one rack, after ``relax_after[0]``
 seconds of waiting for any servers of one rack, after ``relax_after[1]`` for
 anything. A job that could not be placed is not tried again until a back-off
 has passed (``backoff`` seconds, doubling per failed try, at most
-``backoff_max``), as YARN's delay scheduling does.
+``backoff_max``), or until GPUs are released (``retry_on_release``, the
+default): YARN offers a node's freed resources to the queue at its next
+heartbeat, so a job that fits the GPUs now free tries again at once, at the
+locality level its wait has reached. Without it a gang could wait out its
+back-off on an idle cluster.
 
 Quotas are given as ``vc=GPUs`` pairs, or default to each VC's share of the
 trace's GPU-time demand (the trace does not record the real quotas). Live,
@@ -41,7 +45,7 @@ from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.placement.relaxed import LEVELS, RelaxedLocality
 from corral.placement.strategies import PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy
+from corral.policies.base import PlanBuilder, Policy, option_flag
 from corral.policies.vcs import VirtualClusters, demand_quotas, parse_quotas
 
 __all__ = ["Philly", "demand_quotas", "parse_quotas"]
@@ -61,6 +65,7 @@ class Philly(Policy):
         relax_after: Any = "300,900",
         backoff: float = 60.0,
         backoff_max: float = 480.0,
+        retry_on_release: Any = True,
     ) -> None:
         super().__init__(placement or RelaxedLocality())
         self.vcs = VirtualClusters(quotas)
@@ -72,6 +77,7 @@ class Philly(Policy):
         if backoff <= 0 or backoff_max < backoff:
             raise ValueError("backoff must be > 0 and backoff_max >= backoff")
         self.relax_after = steps
+        self.retry_on_release = option_flag(retry_on_release, "retry_on_release")
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
         self._waits = np.minimum(self.backoff * 2.0 ** (np.arange(MAX_TRIES + 1) - 1), backoff_max)
@@ -88,6 +94,9 @@ class Philly(Policy):
         self.tries = np.zeros(n, dtype=np.int64)
         self.why: dict[int, str] = {}
         """Why each job's last try to start failed (pending reasons, live)."""
+        self._free_after = state.free.total
+        """Free GPUs when the last pass' plan was carried out: more now means
+        GPUs were released since (a job ended or was stopped)."""
         self._quiet: tuple[int, float] = (-1, 0.0)
         """After a pass that changed nothing: the state's queue count then and the
         earliest retry; until either moves no job is due, so a pass has nothing
@@ -123,10 +132,19 @@ class Philly(Policy):
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
+        plan = self._pass(state)
+        freed = sum(len(state.alloc[j] or ()) for j in plan.stops)
+        taken = sum(len(gpus) for gpus in plan.starts.values())
+        self._free_after = state.free.total + freed - taken
+        return plan
+
+    def _pass(self, state: SchedulerState) -> Plan:
         if self._n != len(state.submit):
             self._init(state)
         builder = PlanBuilder(state)
         now = state.now
+        if self.retry_on_release and state.free.total > self._free_after:
+            self._retry_released(state)
         quiet_count, earliest = self._quiet
         if quiet_count == state.queue_changes and now < earliest:
             return builder.build(_finite(earliest))  # the same jobs wait, none is due
@@ -345,6 +363,17 @@ class Philly(Policy):
                     usage[self.vc[k]] -= state.gpus[k]
                 return self._place(builder, state, i)
         return False
+
+    def _retry_released(self, state: SchedulerState) -> None:
+        """GPUs were released since the last pass: every waiting job that fits
+        the GPUs free now is due at once (its back-off count stays)."""
+        pending = state.pending.array()
+        if not len(pending):
+            return
+        fits = pending[state.gpus[pending] <= state.free.total]
+        if len(fits):
+            self.next_try[fits] = np.minimum(self.next_try[fits], state.now)
+            self._quiet = (-1, 0.0)
 
     def _back_off(self, state: SchedulerState, failed: np.ndarray) -> float:
         """Retry later, sooner if the job's locality relaxes before then.
