@@ -6,6 +6,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corral.model.cluster import Cluster, Node, assign_racks
 from corral.policies import make_policy
@@ -86,3 +88,56 @@ def test_themis_partial_allocation_shares_are_fractions_and_leftovers_are_used()
     tl = result.timeline
     waiting_idle = [b == 0 and p > 0 for b, p in zip(tl.busy_gpus, tl.pending, strict=True)]
     assert not any(waiting_idle)
+
+
+def _auction_by_full_reruns(policy, state, bidders, room):  # type: ignore[no-untyped-def]
+    """Themis' auction as the paper states it: the allocation found again
+    without each winner, and the others' welfare summed both ways."""
+    import math
+
+    bids = policy._bids(state, bidders)
+    best = policy._welfare_allocation(state, bids, bidders, room)
+
+    def welfare(alloc, who):  # type: ignore[no-untyped-def]
+        return sum(policy._log_value(bids, i, alloc.get(i)) for i in who)
+
+    out = {}
+    for j, t in best.items():
+        others = [i for i in bidders if i != j]
+        alone = policy._welfare_allocation(state, bids, others, room)
+        out[j] = (t, math.exp(min(0.0, welfare(best, others) - welfare(alone, others))))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([1, 1, 1, 2, 4, 8]), min_size=1, max_size=60),
+    types=st.sampled_from([("V100",), ("V100", "K80"), ("V100", "P100", "K80")]),
+    per_node=st.sampled_from([1, 2, 4, 8]),
+    seed=st.integers(0, 1_000),
+)
+def test_themis_auction_equals_the_full_reruns(sizes, types, per_node, seed) -> None:  # type: ignore[no-untyped-def]
+    """The auction's replay of only the offers a winner's absence changes gives
+    exactly the shares of re-running the allocation without each winner."""
+    from corral.model.state import SchedulerState
+    from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
+
+    rng = np.random.default_rng(seed)
+    table = generate_gavel(GavelWorkload(jobs=len(sizes), rate=1000, seed=seed))
+    table.df["num_gpus"] = sizes
+    table.df["submit_time"] = np.sort(rng.uniform(0, 100, len(sizes)))
+    nodes = [Node(f"n{k}", t, per_node) for k, t in enumerate(types * 2)]
+    where = Cluster("het", assign_racks(nodes, 16))
+    state = SchedulerState(where, table)
+    state.now = 200.0
+    for i in range(len(sizes)):
+        state.arrive(i)
+    policy = make_policy("themis")
+    bidders = [int(j) for j in rng.permutation(len(sizes))]
+    room = where.type_gpus.copy()
+    fast = policy.auction(state, bidders, room)  # type: ignore[attr-defined]
+    slow = _auction_by_full_reruns(policy, state, bidders, room)
+    assert fast.keys() == slow.keys()
+    for j in fast:
+        assert fast[j][0] == slow[j][0]
+        assert fast[j][1] == pytest.approx(slow[j][1], rel=1e-9, abs=1e-12)

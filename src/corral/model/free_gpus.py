@@ -212,6 +212,8 @@ class FreeGPUs:
 
     def of_type(self, type_id: int) -> FreeGPUs:
         """A scratch view holding only the free GPUs of one type (for typed placement)."""
+        if len(self.cluster.gpu_type_names) == 1 and type_id == 0:
+            return self.copy()  # every GPU is of that type (a copy costs a tenth)
         return FreeGPUs(self.cluster, self.mask & (self.cluster.gpu_type_id == type_id))
 
     def of_types(self, allowed: np.ndarray) -> FreeGPUs:

@@ -17,6 +17,7 @@ GPUs' type again keeps its GPUs.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any, ClassVar
 
@@ -88,19 +89,22 @@ class Themis(Policy):
         return self.rho(state, jobs, speed)
 
     # ---------------------------------------------------------- auction
-    def _bids(self, state: SchedulerState, j: int) -> tuple[np.ndarray, float]:
-        """Job ``j``'s rho with its gang on each type this lease, and with none
-        (its progress then waits a lease, at its mean speed after)."""
+    def _bids(self, state: SchedulerState, bidders: list[int]) -> Bids:
+        """Each bidder's rho with its gang on each type this lease, and with
+        none (its progress then waits a lease, at its mean speed after)."""
+        if not bidders:
+            return {}
+        who = np.asarray(bidders, dtype=np.int64)
         k = len(state.cluster.gpu_type_names)
-        jobs = np.full(k, j)
-        per_type = self.rho(state, jobs, state.type_speed[j].copy())
-        idle = float(self.rho(state, jobs[:1], self._mean_speed(state, jobs[:1]), self.lease)[0])
-        return per_type, idle
+        per_type = self.rho(state, np.repeat(who, k), state.type_speed[who].reshape(-1))
+        idle = self.rho(state, who, self._mean_speed(state, who), self.lease)
+        rows = per_type.reshape(len(who), k)
+        return {j: (rows[r], float(idle[r])) for r, j in enumerate(bidders)}
 
-    def _welfare_allocation(
-        self, state: SchedulerState, bids: Bids, bidders: list[int], room: np.ndarray
-    ) -> dict[int, int]:
-        """Greedy max of the product of 1/rho: assignments by gain in log rho per GPU."""
+    @staticmethod
+    def _offers(state: SchedulerState, bids: Bids, bidders: list[int]) -> list[tuple[int, int]]:
+        """Every (bidder, GPU type) that beats the bidder's idle rho, by gain in
+        log rho per GPU, best first: the order the greedy allocation reads."""
         gains = []
         for j in bidders:
             per_type, idle = bids[j]
@@ -109,9 +113,15 @@ class Themis(Policy):
                     gain = math.log(idle) - math.log(value)
                     gains.append((-gain / state.gpus[j], j, t))
         gains.sort()
+        return [(j, t) for _, j, t in gains]
+
+    def _welfare_allocation(
+        self, state: SchedulerState, bids: Bids, bidders: list[int], room: np.ndarray
+    ) -> dict[int, int]:
+        """Greedy max of the product of 1/rho: assignments by gain in log rho per GPU."""
         left = room.copy()
         chosen: dict[int, int] = {}
-        for _, j, t in gains:
+        for j, t in self._offers(state, bids, bidders):
             if j in chosen or left[t] < state.gpus[j]:
                 continue
             chosen[j] = t
@@ -119,31 +129,123 @@ class Themis(Policy):
         return chosen
 
     @staticmethod
-    def _log_welfare(bids: Bids, alloc: dict[int, int], who: list[int]) -> float:
-        """Sum of log(1/rho) of ``who`` under ``alloc``."""
-        total = 0.0
-        for j in who:
-            per_type, idle = bids[j]
-            value = per_type[alloc[j]] if j in alloc else idle
-            total -= math.log(max(float(value), 1e-12))
-        return total
+    def _log_value(bids: Bids, j: int, t: int | None) -> float:
+        """log(1/rho) of bidder ``j`` on type ``t`` (None: no GPUs this lease)."""
+        per_type, idle = bids[j]
+        value = idle if t is None else per_type[t]
+        return -math.log(max(float(value), 1e-12))
 
     def auction(
         self, state: SchedulerState, bidders: list[int], room: np.ndarray
     ) -> dict[int, tuple[int, float]]:
-        """Winners -> (GPU type, share of the lease)."""
+        """Winners -> (GPU type, share of the lease).
+
+        A winner's share is the others' welfare with it over their welfare
+        without it, the second found by running the greedy allocation again
+        without the winner. That run matches the first up to the winner's own
+        offer and, after it, from the first offer where both have the same
+        GPUs left and no bidder served differently has an offer left: only the
+        offers in between are replayed (exactly the allocation a full re-run finds, in a fraction
+        of the time: a deep queue has thousands of winners).
+        """
         self.auctions += 1
-        bids = {j: self._bids(state, j) for j in bidders}
-        best = self._welfare_allocation(state, bids, bidders, room)
+        bids = self._bids(state, bidders)
+        offers = self._offers(state, bids, bidders)
+        gpus = state.gpus
+        left = [int(x) for x in room]
+        chosen: dict[int, int] = {}
+        took: list[bool] = []
+        lefts: list[list[int]] = []  # GPUs left after each offer (the full run)
+        where: dict[int, int] = {}  # each winner's offer
+        last = {j: s for s, (j, _) in enumerate(offers)}  # each bidder's last offer
+        for s, (j, t) in enumerate(offers):
+            take = j not in chosen and left[t] >= gpus[j]
+            if take:
+                chosen[j] = t
+                left[t] -= int(gpus[j])
+                where[j] = s
+            took.append(take)
+            lefts.append(left.copy())
+        # after the full run's last take, and when every bidder made one offer, what
+        # a run without a winner takes from there depends only on the GPUs it has
+        # left: worked out once per such count
+        tail = max(where.values(), default=-1) + 1
+        once = len(last) == len(offers)
+        tails: dict[tuple[int, ...], tuple[list[tuple[int, int]], list[int]]] = {}
+        rejected = [s for s, take in enumerate(took) if not take]
         out: dict[int, tuple[int, float]] = {}
-        for j, t in best.items():
-            others = [i for i in bidders if i != j]
-            with_j = self._log_welfare(bids, best, others)
-            alone = self._welfare_allocation(state, bids, others, room)
-            without_j = self._log_welfare(bids, alone, others)
-            share = math.exp(min(0.0, with_j - without_j))
-            out[j] = (t, share)
+        for j, t in chosen.items():
+            p = where[j]
+            # without j: j's offer and its later ones are skipped
+            free = lefts[p - 1].copy() if p else [int(x) for x in room]
+            # bidders whose allocation without j differs from the full run's so
+            # far (up to the current offer): their allocation without j
+            differs: dict[int, int | None] = {}
+            horizon = -1  # the last offer of any bidder that differed
+            s = p + 1
+            while s < len(offers):
+                if not differs:
+                    # the same bidders served: the run without j has j's GPUs more
+                    # than the full run, so it takes whatever the full run takes
+                    # until the full run's next refusal
+                    k = bisect.bisect_left(rejected, s)
+                    if k == len(rejected):
+                        break
+                    if rejected[k] > s:
+                        s = rejected[k]
+                        free = lefts[s - 1].copy()
+                        free[t] += int(gpus[j])
+                if horizon < s and free == lefts[s - 1]:
+                    break  # the same GPUs left, no bidder that differs offers again
+                if once and s == tail:
+                    taken, free = self._fill(offers, tail, free, gpus, tails)
+                    differs.update(taken)
+                    break
+                i, u = offers[s]
+                s += 1
+                if i == j:
+                    continue
+                before = chosen[i] if i in chosen and where[i] < s - 1 else None
+                now_without = differs.get(i, before)
+                take = now_without is None and free[u] >= gpus[i]
+                if take:
+                    free[u] -= int(gpus[i])
+                    now_without = u
+                with_j = chosen[i] if i in chosen and where[i] <= s - 1 else None
+                if now_without == with_j:
+                    differs.pop(i, None)
+                else:
+                    differs[i] = now_without
+                    horizon = max(horizon, last[i])
+            # the others' log welfare without j, less theirs with j
+            gain = sum(
+                self._log_value(bids, i, u) - self._log_value(bids, i, chosen.get(i))
+                for i, u in differs.items()
+            )
+            out[j] = (t, math.exp(min(0.0, -gain)))
         return out
+
+    @staticmethod
+    def _fill(
+        offers: list[tuple[int, int]],
+        start: int,
+        free: list[int],
+        gpus: np.ndarray,
+        memo: dict[tuple[int, ...], tuple[list[tuple[int, int]], list[int]]],
+    ) -> tuple[list[tuple[int, int]], list[int]]:
+        """The offers from ``start`` on that fit, in order, with ``free`` GPUs left
+        (each bidder making one offer): those taken, and the GPUs left after."""
+        key = tuple(free)
+        if key not in memo:
+            left = list(free)
+            taken = []
+            for i, u in offers[start:]:
+                if left[u] >= gpus[i]:
+                    left[u] -= int(gpus[i])
+                    taken.append((i, u))
+            memo[key] = (taken, left)
+        taken, left = memo[key]
+        return taken, list(left)
 
     # ---------------------------------------------------------- schedule
     def schedule(self, state: SchedulerState) -> Plan:
