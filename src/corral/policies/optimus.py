@@ -121,6 +121,8 @@ class Optimus(ResizingPolicy):
         self._loss_fits: dict[int, tuple[int, LossCurve | None]] = {}
         """job -> (curve points fitted, the fit)."""
         self._speed_fits: dict[int, tuple[int, SpeedCurve]] = {}
+        self._fits_by_profile: dict[tuple[object, ...], SpeedCurve] = {}
+        """Simulated jobs' speed curves by what the performance model reads of a job."""
         self._seen: dict[int, dict[int, float]] = {}
         """Live: job -> {GPUs: steps/s measured there}."""
         self._remaining: dict[int, float] = {}
@@ -182,9 +184,24 @@ class Optimus(ResizingPolicy):
             return self._speed_fits[i][1]
         cached = self._speed_fits.get(i)
         if cached is None:
-            sizes = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= state.cluster.total_gpus]
-            rates = [self.model_speed(state, i, w, speeds) for w in sizes]
-            fit = fit_speed(sizes, rates) or SpeedCurve(1.0 / float(state.ref_speed[i]), 0.0, 0.0)
+            # jobs alike (what the performance model reads of them) have the same
+            # profile: measured and fitted once
+            ref = float(state.ref_speed[i])
+            alike = (
+                state.job_type[i],
+                state.model[i],
+                int(state.gpus[i]),
+                int(state.batch_size[i]),
+                ref,
+                id(speeds),
+                id(state.cluster),
+            )
+            fit = self._fits_by_profile.get(alike)
+            if fit is None:
+                sizes = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= state.cluster.total_gpus]
+                rates = self.model_speeds(state, i, np.asarray(sizes), speeds).tolist()
+                fit = fit_speed(sizes, rates) or SpeedCurve(1.0 / ref, 0.0, 0.0)
+                self._fits_by_profile[alike] = fit
             self._speed_fits[i] = (0, fit)
             cached = self._speed_fits[i]
         return cached[1]
