@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.errors import CorralError
 from corral.model.cluster import Cluster, Node, assign_racks
 from corral.policies import make_policy
 from corral.sim.engine import Simulator
@@ -141,3 +142,36 @@ def test_themis_auction_equals_the_full_reruns(sizes, types, per_node, seed) -> 
     for j in fast:
         assert fast[j][0] == slow[j][0]
         assert fast[j][1] == pytest.approx(slow[j][1], rel=1e-9, abs=1e-12)
+
+
+def test_allox_matches_at_most_window_jobs_on_types_that_rank_jobs_differently() -> None:
+    """Past ``window`` waiting jobs on a heterogeneous cluster, the shortest
+    (on their fastest type) are matched and the rest follow shortest first:
+    every job is still in the order, none twice."""
+    from corral.model.state import SchedulerState
+    from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
+
+    table = generate_gavel(GavelWorkload(jobs=40, rate=1000, seed=3))
+    nodes = [Node(f"n{k}", t, 8) for k, t in enumerate(["V100", "P100", "K80"])]
+    where = Cluster("het", assign_racks(nodes, 16))
+    state = SchedulerState(where, table)
+    state.now = 100.0
+    for i in range(len(table)):
+        state.arrive(i)
+    policy = make_policy("allox", window=5)
+    jobs = state.pending_in_order()
+    order = policy.plan_order(state, jobs)  # type: ignore[attr-defined]
+    assert sorted(j for j, _ in order) == sorted(jobs.tolist())
+    # a job's time on a type: its work at its speed there, the type's GPUs shared
+    speed = state.type_speed[jobs]
+    left = state.total_steps[jobs] - state.steps_done[jobs]
+    share = state.gpus[jobs] / where.type_gpus[0]  # every type has 8 GPUs here
+    best = {
+        int(j): float(np.min(left[k] / speed[k][speed[k] > 0]) * share[k])
+        for k, j in enumerate(jobs)
+    }
+    matched, rest = order[:5], order[5:]
+    assert max(best[j] for j, _ in matched) <= min(best[j] for j, _ in rest)
+    assert [best[j] for j, _ in rest] == sorted(best[j] for j, _ in rest)
+    with pytest.raises(CorralError, match="window must be at least 1"):
+        make_policy("allox", window=0)

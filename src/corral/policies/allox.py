@@ -15,6 +15,16 @@ Fairness knob ``alpha`` (0 .. 1): the matching considers only the
 longest-waiting ``max(free slots, ceil((1 - alpha) x waiting))`` jobs, so at
 ``alpha = 0`` it is AlloX's performance-optimal matching and as ``alpha``
 grows the choice narrows towards first-come-first-served.
+
+Scale: on one GPU type (or types that are uniformly faster for every job) the
+matching is solved by sorting (:mod:`corral.optimize.matching`), exactly, at
+any queue length. On types that rank jobs differently it needs the Hungarian
+method on an ``n x (types x n)`` matrix, ``n^3`` time: there at most
+``window`` jobs (default 1,000; about a second per solve, 0.1 s at 500) enter
+the matching, those with the shortest time on their fastest type, and the
+rest follow them shortest first on their fastest type. A departure from
+AlloX, which matches every waiting job; it applies only to queues deeper than
+``window`` on heterogeneous clusters.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import numpy as np
 
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
-from corral.optimize.matching import min_total_completion
+from corral.optimize.matching import min_total_completion, uniform_rates
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, place_wide_jobs
 
@@ -39,12 +49,19 @@ class Allox(Policy):
     )
 
     def __init__(
-        self, placement: PlacementStrategy | None = None, alpha: float = 0.0, **params: Any
+        self,
+        placement: PlacementStrategy | None = None,
+        alpha: float = 0.0,
+        window: int = 1000,
+        **params: Any,
     ) -> None:
         super().__init__(placement, **params)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        if int(window) < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
         self.alpha = float(alpha)
+        self.window = int(window)
         self._key: tuple[int, int] | None = None
         self._order: list[tuple[int, int]] = []
         self.solves = 0
@@ -69,6 +86,14 @@ class Allox(Policy):
             times = left[:, None] / speed * state.gpus[jobs, None] / capacity[None, :]
         fits = (state.gpus[jobs, None] <= capacity[None, :]) & (speed > 0)
         jobs, times = jobs[fits.any(axis=1)], np.where(fits, times, np.inf)[fits.any(axis=1)]
+        later: list[tuple[int, int]] = []
+        if len(jobs) > self.window and uniform_rates(times) is None:
+            best = times.min(axis=1)
+            by_best = np.argsort(best, kind="stable")
+            rest = by_best[self.window :]
+            later = [(int(jobs[r]), int(np.argmin(times[r]))) for r in rest.tolist()]
+            keep = np.sort(by_best[: self.window])
+            jobs, times = jobs[keep], times[keep]
         sequences = min_total_completion(times)
         # interleave the machines' sequences by their planned start times
         starts: list[tuple[float, int, int]] = []
@@ -78,7 +103,7 @@ class Allox(Policy):
                 starts.append((clock, int(jobs[r]), t))
                 clock += float(times[r, t])
         starts.sort()
-        return [(j, t) for _, j, t in starts]
+        return [(j, t) for _, j, t in starts] + later
 
     def schedule(self, state: SchedulerState) -> Plan:
         builder = PlanBuilder(state)
