@@ -63,8 +63,8 @@ def _query(params: dict[str, Any] | None) -> str:
     return "?" + urlencode(plain)
 
 
-PAGE = 5000
-"""Jobs asked for per page when listing them all."""
+PAGE = 20000
+"""Jobs asked for per page when listing them all (a listing of 10,000 is one request)."""
 
 
 class Client:
@@ -163,12 +163,19 @@ class Client:
         return self.jobs_counted(state, mine, limit)[0]
 
     def jobs_counted(
-        self, state: str | None = None, mine: bool = False, limit: int | None = None
+        self,
+        state: str | None = None,
+        mine: bool = False,
+        limit: int | None = None,
+        fields: list[str] | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
-        """The jobs that match (all, or the first ``limit``) and how many match in all."""
+        """The jobs that match (all, or the first ``limit``) and how many match in all;
+        with ``fields``, each job holds those only."""
         params: dict[str, Any] = {"mine": mine}
         if state:
             params["state"] = state
+        if fields:
+            params["fields"] = ",".join(fields)
         out: list[dict[str, Any]] = []
         total = 0
         while True:

@@ -67,7 +67,9 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
             table.add_row(*(Text(printable(cell)) for cell in row))
         console.print(table)
         return
-    cells = [[printable(c) for c in row] for row in rows]
+    cells = rows
+    if not all(c.isprintable() for row in rows for c in row):  # rare: escape them
+        cells = [[printable(c) for c in row] for row in rows]
     widths = [max(len(columns[k]), *(len(r[k]) for r in cells)) for k in range(len(columns))]
     out = [title, "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]

@@ -7,6 +7,7 @@ so a user needs no access to the store or the machine the service runs on.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from datetime import datetime
@@ -40,7 +41,13 @@ def _client(url: str | None, token: str | None) -> Any:
 
 
 def _when(t: float | None) -> str:
-    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
+    return "-" if t is None else _clock(int(t))
+
+
+@functools.lru_cache(maxsize=4096)
+def _clock(second: int) -> str:
+    """A time of day (jobs submitted in one second share it: a batch of thousands)."""
+    return datetime.fromtimestamp(second).strftime("%H:%M:%S")
 
 
 def _is_script(path: Path) -> bool:
@@ -236,6 +243,23 @@ def submit(
         console.print(f"submitted job {job['id']} ({job['name']})", highlight=False)
 
 
+QUEUE_FIELDS = [
+    "id",
+    "name",
+    "user",
+    "status",
+    "gpus",
+    "gpu_type",
+    "position",
+    "reason",
+    "steps",
+    "total_steps",
+    "remaining",
+    "submit_time",
+]
+"""What ``corral queue`` shows of each job (asked of the API, so a long listing is small)."""
+
+
 @app.command()
 def queue(
     state: Annotated[
@@ -251,8 +275,9 @@ def queue(
 ) -> None:
     """List jobs with their state, queue position and pending reason (all of them,
     oldest first, unless --limit)."""
+    shown = None if as_json else QUEUE_FIELDS
     with _client(url, token) as client:
-        jobs, total = client.jobs_counted(state, mine, limit)
+        jobs, total = client.jobs_counted(state, mine, limit, shown)
     if len(jobs) < total:
         err_console.print(
             f"showing the first {len(jobs)} of {total} jobs (--limit {limit}); "

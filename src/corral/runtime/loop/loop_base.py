@@ -276,14 +276,21 @@ class LoopBase:
     def remaining(self, job: int) -> tuple[float, str] | None:
         """The seconds of work the policy believes a queued or running job has left,
         and where the figure comes from; None for jobs the loop does not hold."""
-        i = self.live.index.get(job)
-        if i is None:
-            return None
-        st = self.live.state
-        seconds = float(st.remaining_time(np.array([i]))[0])
-        if not np.isfinite(seconds):
-            return None
-        return seconds, self.duration_source.get(job, "default")
+        return self.remaining_of([job]).get(job)
+
+    def remaining_of(self, jobs: Iterable[int]) -> dict[int, tuple[float, str]]:
+        """:meth:`remaining` of many jobs at once (a listing's page): those the
+        loop holds with a finite figure."""
+        live, index = self.live, self.live.index
+        held = [(job, index[job]) for job in jobs if job in index]
+        if not held:
+            return {}
+        seconds = live.state.remaining_time(np.array([i for _, i in held])).tolist()
+        return {
+            job: (left, self.duration_source.get(job, "default"))
+            for (job, _), left in zip(held, seconds, strict=True)
+            if np.isfinite(left)
+        }
 
     def policy_view(self, job: int) -> dict[str, str]:
         """The policy's own view of a queued or running job (empty when it has none)."""
