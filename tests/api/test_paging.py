@@ -114,3 +114,18 @@ def test_newest_first_pages_backwards(api: TestClient) -> None:
     rest = [j["id"] for j in more.json()]
     assert rest == sorted(rest, reverse=True) and len(ids + rest) == JOBS
     assert "X-Next-Before" not in more.headers and first.headers["X-Total-Count"] == str(JOBS)
+
+
+def test_a_listing_returns_only_the_fields_asked_for(api: TestClient) -> None:
+    wanted = "id,name,status,remaining"
+    answer = api.get("/v1/jobs", params={"fields": wanted}, headers=auth("alice"))
+    assert answer.status_code == 200
+    jobs = answer.json()
+    assert len(jobs) == JOBS
+    assert all(set(job) == {"id", "name", "status", "remaining"} for job in jobs)
+    whole = api.get("/v1/jobs", headers=auth("alice")).json()
+    assert [j["name"] for j in jobs] == [j["name"] for j in whole]
+    assert len(whole[0]) > 20  # no fields: every field
+    bad = api.get("/v1/jobs", params={"fields": "id,nmae"}, headers=auth("alice"))
+    assert bad.status_code == 422
+    assert "no job field 'nmae'" in bad.json()["detail"][0]["msg"]
