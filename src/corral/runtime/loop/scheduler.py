@@ -179,11 +179,17 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
 
     def _learn_checkpoints(self, plan: Plan) -> None:
         """Mark the jobs the plan stops that have saved a checkpoint since the loop last
-        looked (their heartbeats say so): a preemption no longer throws their work away."""
+        looked (their heartbeats say so), or that will be parked (a parked job keeps
+        its state, or checkpoints from it if it moves): a preemption no longer
+        throws their work away."""
         st = self.live.state
         unsure = [self.live.ids[i] for i in plan.stops if not st.checkpoints[i]]
         if not unsure:
             return
+        for job in unsure:
+            a = self.attempts.get(job)
+            if a is not None and self._parkable(a):
+                st.checkpoints[self.live.index[job]] = True
         with self.store.session() as s:
             saved = s.scalars(
                 select(JobRow.id).where(JobRow.id.in_(unsure), JobRow.checkpoint_step.is_not(None))
