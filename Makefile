@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,examples,ray]'
+	$(PY) -m pip install --quiet -e '.[test,examples,ray,gpu]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -54,13 +54,15 @@ def auth(user: str) -> dict[str, str]:
 
 
 class Harness:
-    def __init__(self, state_dir: Path, **overrides: Any) -> None:
+    def __init__(self, state_dir: Path, driver: Any = None, **overrides: Any) -> None:
         self.config = make_config(state_dir, **overrides)
         self.store = Store(self.config.store_url)
+        self.driver = driver
+        """The GPUs' driver for ``gpus: auto`` (tests give one over a fake NVML)."""
         self._start()
 
     def _start(self) -> None:
-        executor = LocalExecutor(self.config.gpus, self.config.workers.standby)
+        executor = LocalExecutor(self.config.gpus, self.config.workers.standby, driver=self.driver)
         self.scheduler = Scheduler(self.config, self.store, executor)
         self.scheduler.recover()  # as ``corral serve`` does, before the API answers
         self.stop_event = threading.Event()

@@ -92,6 +92,7 @@ def set_node_state(
                 status.HTTP_409_CONFLICT, f"node {name} is no longer in the configuration"
             )
         row.state = state
+        row.reason = reason if state == "drained" else None
         if state == "up":
             row.failures = 0
         kind = "node_drained" if state == "drained" else "node_resumed"

@@ -68,6 +68,12 @@ class JobView(BaseModel):
     grad_noise_scale: float | None = Field(
         None, description="gradient noise scale the job reports (examples)"
     )
+    gpu_utilization: float | None = Field(
+        None, description="percent, the mean over its GPUs, as the driver measured it"
+    )
+    gpu_memory_gb: float | None = Field(
+        None, description="GPU memory its processes held, as the driver measured it"
+    )
     checkpoint_step: float | None
     failures: int
     preemptions: int
@@ -118,6 +124,8 @@ class JobView(BaseModel):
             loss=row.loss,
             batch_size=row.batch_size,
             grad_noise_scale=row.grad_noise_scale,
+            gpu_utilization=row.gpu_utilization,
+            gpu_memory_gb=row.gpu_memory_gb,
             checkpoint_step=row.checkpoint_step,
             failures=row.failures,
             preemptions=row.preemptions,
@@ -204,6 +212,9 @@ class NodeView(BaseModel):
     failures: int
     virtual: bool
     jobs: list[int]
+    reason: str | None = Field(
+        None, description="why it is drained: an admin's words, failures, a GPU's fault"
+    )
     gpu_ids: list[int] = Field(default_factory=list, description="its GPUs' ids")
     gpu_jobs: list[list[int]] = Field(
         default_factory=list,
@@ -225,6 +236,7 @@ class NodeView(BaseModel):
             failures=row.failures,
             virtual=bool(row.virtual),
             jobs=sorted({job for jobs in on_gpus for job in jobs}),
+            reason=row.reason,
         )
 
 

@@ -393,6 +393,16 @@ def show(
         f"  progress  {_steps(job)} steps"
         + (f", {job['throughput']:.2f} steps/s" if job["throughput"] else "")
         + (f", loss {job['loss']:.4f}" if job["loss"] is not None else "")
+        + (
+            f", GPU {job['gpu_utilization']:.0f}% busy"
+            if job.get("gpu_utilization") is not None
+            else ""
+        )
+        + (
+            f", {job['gpu_memory_gb']:.1f} GB of GPU memory"
+            if job.get("gpu_memory_gb") is not None
+            else ""
+        )
         + (f", batch {job['batch_size']}" if job.get("batch_size") else "")
         + (
             f", noise scale {job['grad_noise_scale']:.0f}"
@@ -517,7 +527,7 @@ def nodes(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) 
         print_json(rows)
         return
     table = Table(title="nodes")
-    for column in ("node", "type", "gpus", "in use", "state", "jobs"):
+    for column in ("node", "type", "gpus", "in use", "state", "jobs", "reason"):
         table.add_column(column)
     for n in rows:
         kind = f"{n['gpu_type']} (virtual)" if n["virtual"] else n["gpu_type"]
@@ -528,6 +538,7 @@ def nodes(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) 
             str(n["gpus_in_use"]),
             n["state"],
             ",".join(map(str, n["jobs"])),
+            Text(printable(n.get("reason") or "")),
         )
     console.print(table)
 

@@ -240,6 +240,7 @@ async function drawJob(id) {
     ["steps", `${Math.round(job.steps)}${job.total_steps ? ` of ${job.total_steps}` : ""}`],
     ["throughput", job.throughput ? `${job.throughput.toFixed(2)} steps/s` : "-"],
     ["loss", job.loss == null ? "-" : Number(job.loss).toPrecision(4)],
+    ["GPU use", job.gpu_utilization == null ? "-" : `${Math.round(job.gpu_utilization)}% busy${job.gpu_memory_gb == null ? "" : `, ${job.gpu_memory_gb.toFixed(1)} GB`}`],
     ["work left", job.remaining ? `${hours(job.remaining.seconds)} (${job.remaining.source})` : "-"],
     ...Object.entries(job.policy_view ?? {}).map(([k, v]) => [`${k} (policy)`, v]),
     ["submitted", clock(job.submit_time)],

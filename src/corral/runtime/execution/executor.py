@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.errors import CorralError
+from corral.model.cluster import Links
+from corral.runtime.execution.gpu_driver import GpuDriver, GpuUsage, links_of, open_driver
 from corral.runtime.execution.identity import RunAs
 from corral.runtime.execution.launcher import (
     ADMIN_ENV,
@@ -183,6 +185,23 @@ class Executor(ABC):
         """The job run as rounds is over: its round keepers may go."""
         return None
 
+    def links(self) -> Links | None:
+        """What links the GPUs inside a node, as the driver reports it (None: the
+        model's default, PCIe)."""
+        return None
+
+    def gpu_faults(self) -> dict[int, str]:
+        """GPUs (by id) the driver reports failed now, with why (none for virtual GPUs)."""
+        return {}
+
+    def gpu_usage(self) -> dict[int, GpuUsage]:
+        """Each real GPU's utilisation, memory and processes now (by id)."""
+        return {}
+
+    def gpu_resumed(self, gpus: list[int]) -> None:
+        """An admin put these GPUs back: forget the faults the driver remembers."""
+        return None
+
     def tend(self) -> None:
         """Upkeep between the loop's passes (the local executor starts the round
         keepers it could not start when their task launched)."""
@@ -256,6 +275,8 @@ def job_environment(request: LaunchRequest) -> dict[str, str]:
     env.update(request.env)
     devices = [g.device for g in request.gpus]
     env["CUDA_VISIBLE_DEVICES"] = ",".join(d for d in devices if d is not None)
+    if any(d is not None for d in devices):  # CUDA's numbering, as the driver's (PCI order)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 
@@ -384,6 +405,15 @@ def discover_nvidia() -> list[GpuSlot]:
     return slots
 
 
+def slots_of(driver: GpuDriver) -> list[GpuSlot]:
+    """This machine's GPUs as the driver lists them (device: the driver's index)."""
+    node = socket.gethostname()
+    return [
+        GpuSlot(gpu.index, node, gpu_type_from_name(gpu.name), str(gpu.index))
+        for gpu in driver.gpus()
+    ]
+
+
 def virtual_slots(groups: list[GpuGroup]) -> list[GpuSlot]:
     """Virtual GPUs: one node per group (named, or ``local-<type>``)."""
     slots: list[GpuSlot] = []
@@ -405,9 +435,13 @@ class LocalExecutor(Executor):
         standby: int = 0,
         standby_log: Path | None = None,
         preload: list[str] | None = None,
+        driver: GpuDriver | None = None,
     ) -> None:
+        self.driver: GpuDriver | None = None
+        """The GPUs' driver (``gpus: auto`` with NVIDIA's management library)."""
         if gpus == "auto":
-            self._slots = discover_nvidia()
+            self.driver = driver or open_driver()
+            self._slots = slots_of(self.driver) if self.driver else discover_nvidia()
             if not self._slots:
                 raise CorralError(
                     "gpus: auto found no NVIDIA GPU (nvidia-smi); list virtual GPUs in the "
@@ -428,6 +462,20 @@ class LocalExecutor(Executor):
 
     def slots(self) -> list[GpuSlot]:
         return list(self._slots)
+
+    def links(self) -> Links | None:
+        return links_of(self.driver.topology()) if self.driver else None
+
+    def gpu_faults(self) -> dict[int, str]:
+        return self.driver.faults() if self.driver else {}
+
+    def gpu_usage(self) -> dict[int, GpuUsage]:
+        return self.driver.usage() if self.driver else {}
+
+    def gpu_resumed(self, gpus: list[int]) -> None:
+        if self.driver:
+            for gpu in gpus:
+                self.driver.clear(gpu)
 
     def launch(self, request: LaunchRequest) -> ProcessRef:
         request.dir.mkdir(parents=True, exist_ok=True)
@@ -517,6 +565,8 @@ class LocalExecutor(Executor):
             self._end_keeper(key, signal.SIGKILL)
         if self.pool is not None:
             self.pool.close()
+        if self.driver is not None:
+            self.driver.close()
 
     def signal(self, ref: ProcessRef, sig: int) -> None:
         if not self._same(ref):

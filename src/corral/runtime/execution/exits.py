@@ -46,6 +46,7 @@ STOPS = {
     "cancel": Cause.CANCELLED,
     "timeout": Cause.TIMEOUT,
     "hung": Cause.HUNG,
+    "gpu_failure": Cause.NODE_FAILURE,
 }
 """Stop requests of the scheduler and the cause they give the attempt."""
 

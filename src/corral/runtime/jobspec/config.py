@@ -194,6 +194,13 @@ class ServiceConfig(BaseModel):
         300.0, gt=0, description="a job that heartbeated, then fell silent this long, is hung"
     )
     heartbeat_interval: float = Field(5.0, gt=0, description="seconds between a job's heartbeats")
+    gpu_poll: float = Field(
+        5.0,
+        ge=0,
+        le=3600,
+        description="seconds between reads of real GPUs' health and use from the driver "
+        "(NVIDIA's management library; 0: never)",
+    )
     tick: float = Field(0.5, gt=0, le=60, description="longest sleep of the scheduler loop")
     drain_after: int = Field(3, ge=1, description="node failures in a row before a node drains")
     max_user_priority: int = Field(

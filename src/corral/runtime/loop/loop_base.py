@@ -3,6 +3,7 @@ small helpers every stage of the loop uses (see :mod:`corral.runtime.loop.schedu
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corral.model.cluster import Cluster, Node
+from corral.model.cluster import Cluster, Links, Node
 from corral.model.jobs import JobStatus
 from corral.perf.memory import gpu_memory_gb, memory_left
 from corral.policies import POLICIES, make_policy, policy_options
@@ -93,8 +94,9 @@ class Turns:
     """When the turn passes to the other (None until both processes run)."""
 
 
-def cluster_from_slots(slots: list[GpuSlot]) -> Cluster:
-    """The policy's cluster: one node per executor node, GPUs numbered as the slots."""
+def cluster_from_slots(slots: list[GpuSlot], links: Links | None = None) -> Cluster:
+    """The policy's cluster: one node per executor node, GPUs numbered as the slots,
+    linked as the driver reports (None: the model's default)."""
     nodes: list[Node] = []
     for slot in slots:
         if nodes and nodes[-1].name == slot.node:
@@ -104,7 +106,7 @@ def cluster_from_slots(slots: list[GpuSlot]) -> Cluster:
             nodes[-1] = Node(last.name, last.gpu_type, last.gpus + 1)
         else:
             nodes.append(Node(slot.node, slot.gpu_type, 1))
-    return Cluster("live", nodes)
+    return Cluster("live", nodes, links=links)
 
 
 class LoopBase:
@@ -115,6 +117,7 @@ class LoopBase:
         # (the Scheduler class brings them together).
 
         # transitions
+        def _stop(self, a: Attempt, why: str, now: float, grace: float | None = None) -> None: ...
         def _set_stop(self, s: Session, a: Attempt, why: str | None) -> None: ...
         def _signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None: ...
         def _enqueue(self, row: JobRow, i: int, now: float) -> None: ...
@@ -149,7 +152,7 @@ class LoopBase:
         self.executor = executor
         self.clock = clock
         self.slots = executor.slots()
-        self.cluster = cluster_from_slots(self.slots)
+        self.cluster = cluster_from_slots(self.slots, executor.links())
         self.live = LiveJobs(self.cluster)
         self.policy = self._new_policy()
         self.attempts: dict[int, Attempt] = {}
@@ -162,6 +165,12 @@ class LoopBase:
         """Jobs waiting out a retry back-off -> when they may run again."""
         self.reserved: set[int] = set()
         """GPUs of drained nodes, taken away from the policy."""
+        self.failed_gpus: dict[int, str] = {}
+        """GPUs the driver reported failed -> the reason their node was drained for."""
+        self.gpu_faults_of: dict[int, str] = {}
+        """Jobs stopped because a GPU of theirs failed -> that GPU's fault."""
+        self.gpus_polled_at = -math.inf
+        """When the driver was last asked about the GPUs' health and use."""
         self.usable = np.ones(len(self.slots), dtype=bool)
         """GPUs on nodes that are not drained (busy or not)."""
         self.reasons: dict[int, str | None] = {}

@@ -181,7 +181,7 @@ class Recovery(LoopBase):
         slots = self.executor.slots()
         if len(slots) != len(self.slots):
             self.slots = slots
-            self.cluster = cluster_from_slots(slots)
+            self.cluster = cluster_from_slots(slots, self.executor.links())
             with self.store.session() as s:
                 self._sync_nodes(s)
                 for name in {slot.node for slot in slots[len(self.usable) :]}:

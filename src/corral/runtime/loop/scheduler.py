@@ -42,6 +42,7 @@ from corral.model.plan import Plan
 from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.loop.estimates import measured_remaining
+from corral.runtime.loop.gpu_watch import GpuWatch
 from corral.runtime.loop.launching import Launching
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, cluster_from_slots
 from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
@@ -52,7 +53,7 @@ from corral.runtime.storage.store import JobRow
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 
 
-class Scheduler(Recovery, Parking, Launching, RoundJobs):
+class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch):
     """The loop: one pass polls, takes arrivals and requests, plans, and launches."""
 
     def run(self, stop: threading.Event, recover: bool = True) -> None:
@@ -91,6 +92,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs):
         changed |= self._requests(now)
         changed |= self._end_backoffs(now)
         changed |= self._dependencies(now)
+        changed |= self._watch_gpus(now)
         if self._nodes_dirty:
             self._nodes_dirty = False
             self._sync_drained()

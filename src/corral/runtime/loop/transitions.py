@@ -125,6 +125,9 @@ class Transitions(Sharing):
 
     def _ended(self, a: Attempt, record: ExitRecord, now: float) -> None:
         cause, detail = classify(a.stop, record, a.phase, a.log)
+        fault = self.gpu_faults_of.pop(a.job, None)
+        if fault is not None and a.stop == "gpu_failure":
+            detail = f"{fault} (the GPU failed under it; {detail})"
         del self.attempts[a.job]
         reported = a.job in self.beating
         self.beating.discard(a.job)
@@ -239,6 +242,7 @@ class Transitions(Sharing):
                 node.failures += 1
                 if node.failures >= self.config.drain_after and node.state == "up":
                     node.state = "drained"
+                    node.reason = f"{node.failures} node failures in a row"
                     self.store.event(s, "node_drained", None, node=name, failures=node.failures)
             elif cause in (Cause.SUCCEEDED, Cause.PRERUN_OK):
                 node.failures = 0

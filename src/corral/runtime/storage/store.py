@@ -82,6 +82,10 @@ class JobRow(Base):
     """The heartbeats' history, thinned (times, steps, throughput, loss): for charts."""
     batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     grad_noise_scale: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_utilization: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Percent, the mean over its GPUs, as the driver last measured it (real GPUs only)."""
+    gpu_memory_gb: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """GPU memory its processes held when the driver last looked."""
     last_heartbeat: Mapped[float | None] = mapped_column(Float, nullable=True)
     checkpoint_step: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -159,6 +163,8 @@ class NodeRow(Base):
     failures: Mapped[int] = mapped_column(Integer, default=0)
     """Node failures in a row (reset by a clean exit)."""
     virtual: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    """Why it is drained (an admin's words, failures in a row, a GPU's fault)."""
 
 
 class MetaRow(Base):
