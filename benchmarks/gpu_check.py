@@ -16,14 +16,21 @@ Runs, on a machine with NVIDIA GPUs and PyTorch:
   CUDA in forked subprocess");
 - ``hare-keepers``: a job given as a task run as Hare's rounds, its tasks held
   by round keepers (which start in standby workers);
-- ``gandiva-timeslice``: Gandiva sharing one GPU between two jobs.
+- ``gandiva-timeslice``: Gandiva sharing one GPU between two jobs;
+- ``driver-read``: what NVIDIA's management library reports (the GPUs, their
+  topology and the links the locality model gets, faults, utilisation), and in
+  ``live-cold`` each job's GPU utilisation and memory as the service measured them;
+- ``antman-cap``: AntMan's memory cap: an opportunistic ResNet-50-layout job
+  that needs more GPU memory than its cap (``memory_fraction`` 0.05) must fail
+  out of memory with its measured GPU memory within the cap (plus the CUDA
+  context, which the allocator's cap does not count), not take the memory.
 
 Prints one table, writes it as JSON, and the last line says how many checks
 passed out of how many. Where no GPU is found it says so, checks the parts that
 run on a CPU (the standby worker's CUDA-before-fork tests) and exits 0.
 
-Not yet checked here (not built): GPU topology and health read from NVIDIA's
-management library, and AntMan's memory cap measured on the GPU.
+Faults are not injected on a real GPU (the health checks' reactions are tested
+on CPU against a fake of the library); here the read must find none.
 """
 
 from __future__ import annotations
@@ -125,11 +132,68 @@ def wait_all(svc: Any, ids: list[int], timeout: float) -> list[dict[str, Any]]:
     return [svc.admin.job(j) for j in ids]
 
 
+def driver_read() -> tuple[bool, str]:
+    """The GPUs as NVIDIA's management library reports them."""
+    from corral.runtime.execution.gpu_driver import links_of, open_driver
+
+    driver = open_driver()
+    if driver is None:
+        return False, "NVIDIA's management library could not be opened (pip install nvidia-ml-py)"
+    try:
+        gpus = driver.gpus()
+        topology = driver.topology()
+        faults = driver.faults()
+        usage = driver.usage()
+    finally:
+        driver.close()
+    links = links_of(topology)
+    kinds = sorted(set(topology.values()))
+    detail = (
+        f"{len(gpus)} GPU(s): {gpus[0].name if gpus else '-'}, "
+        f"{gpus[0].memory_gb if gpus else 0:.0f} GB; links {kinds or 'one GPU'} -> "
+        f"intra-node {'NVLink' if links else 'PCIe (default)'}; faults {faults or 'none'}; "
+        f"utilisation read for {len(usage)} GPU(s)"
+    )
+    return bool(gpus) and not faults and len(usage) == len(gpus), detail
+
+
+def antman_cap(folder: Path) -> tuple[bool, str]:
+    """An opportunistic job whose GPU memory cap is below what it needs fails out of
+    memory within the cap instead of taking the memory."""
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory / 1e9
+    fraction = 0.05
+    svc = service(folder, "antman", {"quotas": "a=1", "memory_fraction": fraction}, gpu_poll=0.3)
+    try:
+        big = {"factory": RESNET["factory"], "kwargs": {"batch": 128, "size": 224}}
+        job = svc.client.submit(
+            {"name": "capped", "vc": "b", "max_retries": 0, "task": {**big, "steps": 30}}
+        )["id"]
+        peak = 0.0
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            view = svc.admin.job(job)
+            peak = max(peak, view.get("gpu_memory_gb") or 0.0)
+            if view["status"] in TERMINAL:
+                break
+            time.sleep(0.2)
+        causes = [a["cause"] for a in view["attempts"]]
+        cap = fraction * total
+        ok = "oom" in causes and peak <= cap + 1.5
+        return ok, (
+            f"{view['status']}, attempts {causes}; cap {cap:.1f} GB of {total:.0f} GB; "
+            f"peak measured {peak:.2f} GB (the CUDA context is outside the cap)"
+        )
+    finally:
+        svc.close()
+
+
 def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
     """Two ResNet-50-layout task jobs that preempt each other under LAS (4 s quantum)."""
     from corral.runtime.execution.standby import WARM_MARK
 
-    svc = service(folder, "las", {"quantum": 4}, workers=workers)
+    svc = service(folder, "las", {"quantum": 4}, workers=workers, gpu_poll=0.5)
     try:
         if workers.get("standby"):
             from corral.testing.service_process import wait_for
@@ -142,7 +206,21 @@ def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
             ]
             for k in range(2)
         ]
-        jobs = wait_all(svc, ids, 240)
+        use: dict[int, tuple[float, float]] = {}
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            views = [svc.admin.job(j) for j in ids]
+            for v in views:
+                if v.get("gpu_utilization") is not None:
+                    was = use.get(v["id"], (0.0, 0.0))
+                    use[v["id"]] = (
+                        max(was[0], v["gpu_utilization"]),
+                        max(was[1], v.get("gpu_memory_gb") or 0.0),
+                    )
+            if all(v["status"] in TERMINAL for v in views):
+                break
+            time.sleep(0.3)
+        jobs = wait_all(svc, ids, 10)
         makespan = time.monotonic() - start
         ok = all(j["status"] == "SUCCEEDED" for j in jobs)
         attempts = [len(j["attempts"]) for j in jobs]
@@ -152,6 +230,10 @@ def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
             f"{[j['status'] for j in jobs]}, makespan {makespan:.1f} s, attempts {attempts}, "
             f"preemptions {preempted}"
         )
+        if SETUP["gpus"] == "auto":
+            shown = ", ".join(f"{u:.0f}% / {m:.1f} GB" for u, m in use.values())
+            detail += f", GPU use measured (peak busy / memory): {shown or 'none'}"
+            ok = ok and len(use) == len(ids)
         if workers.get("standby"):
             detail += f", started warm {warm}"
             ok = ok and warm >= 1
@@ -270,6 +352,8 @@ def main() -> int:
         check("live-standby", lambda: two_resnets(scratch / "standby", {"standby": 1}))
         check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
         check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
+        check("driver-read", driver_read)
+        check("antman-cap", lambda: antman_cap(scratch / "antman"))
     print()
     print(f"{'check':<20} {'result':<7} {'s':>6}  detail")
     for row in rows:
