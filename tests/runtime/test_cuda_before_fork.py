@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,10 +99,18 @@ def test_the_double_sees_the_old_warm_up_initialise_cuda(fake_cuda: FakeCuda) ->
 
 def test_the_driver_probe_never_loads_the_driver() -> None:
     """Asked in a process without the CUDA driver loaded, the probe answers False and
-    leaves it unloaded (it opens the library only if it is already there)."""
-    assert "/libcuda.so" not in Path("/proc/self/maps").read_text()
-    assert standby.driver_initialised() is False
-    assert "/libcuda.so" not in Path("/proc/self/maps").read_text()
+    leaves it unloaded (it opens the library only if it is already there). In a
+    fresh interpreter: on a GPU machine the tests before this one load the driver."""
+    probe = (
+        "from pathlib import Path\n"
+        "from corral.runtime.execution import standby\n"
+        "maps = lambda: Path('/proc/self/maps').read_text()\n"
+        "assert '/libcuda.so' not in maps()\n"
+        "assert standby.driver_initialised() is False\n"
+        "assert '/libcuda.so' not in maps()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_warm_up_of_a_standby_worker_leaves_cuda_alone(fake_cuda: FakeCuda) -> None:
