@@ -357,7 +357,9 @@ def sim(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/sim"),
 ) -> None:
     """Replay a trace on a cluster under one policy; write jobs.csv and summary.json."""
-    name = policy.strip().lower()
+    from corral.policies import policy_key
+
+    name = policy_key(policy)
     _check_policy_names([name])
     _check_options(run, [name])
     jobs, machines = run.workload()
@@ -424,9 +426,10 @@ def compare(
     progress bar each; ``--runner ray`` as Ray tasks, as ``corral sweep``
     does); the results do not depend on how many run at once.
     """
+    from corral.policies import policy_key
     from corral.sim.parallel import RunTask, run_tasks
 
-    names = [p.strip().lower() for p in policies.split(",") if p.strip()]
+    names = [policy_key(p) for p in policies.split(",") if p.strip()]
     if not names:
         raise CorralError("--policies names no policy")
     _check_policy_names(names)
@@ -437,9 +440,16 @@ def compare(
         raise CorralError(f"--format: '{report_format}' is not one of {', '.join(FORMATS)}")
     how = _runner(runner, address, parallel, "processes")
     jobs, machines = run.workload()
+    from corral.policies import folder_name
+
+    folders = [folder_name(name) for name in names]
+    if len(set(folders)) < len(folders):
+        raise CorralError(f"--policies: two policies would write to one folder ({folders})")
     tasks = [
-        RunTask(name, 0, run.spec(name), {"trace": jobs.source, "seed": run.seed, "run_dir": name})
-        for name in names
+        RunTask(
+            folder, 0, run.spec(name), {"trace": jobs.source, "seed": run.seed, "run_dir": folder}
+        )
+        for name, folder in zip(names, folders, strict=True)
     ]
     summaries: list[dict[str, Any]] = []
     if how == "serial":

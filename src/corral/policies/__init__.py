@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -11,11 +12,19 @@ from corral.errors import CorralError
 from corral.placement.registry import make_placement
 from corral.policies.base import PlanBuilder, Policy
 
+PLUGIN_GROUP = "corral.policies"
+"""The entry-point group a package names its policies in (``name = "module:Class"``)."""
+
 
 class _Registry(Mapping[str, type[Policy]]):
     """Policy classes by name, each module imported when its class is first
     asked for: a run imports the policy it uses, not all twenty (a tenth of a
-    second of every simulation's start)."""
+    second of every simulation's start).
+
+    Besides the built-in names it knows policies from outside the project:
+    ``package.module:Class`` or ``path/to/file.py:Class`` (imported when
+    asked for), and those installed packages declare in the ``corral.policies``
+    entry-point group (listed with the built-in ones)."""
 
     def __init__(self, where: dict[str, str]) -> None:
         self._where = where
@@ -24,15 +33,80 @@ class _Registry(Mapping[str, type[Policy]]):
     def __getitem__(self, name: str) -> type[Policy]:
         cls = self._loaded.get(name)
         if cls is None:
-            module, attr = self._where[name].split(":")
-            cls = self._loaded[name] = getattr(importlib.import_module(module), attr)
+            where = self._where.get(name) or self._plugins().get(name)
+            if where is not None:
+                module, attr = where.split(":")
+                cls = getattr(importlib.import_module(module), attr)
+            elif ":" in name:
+                cls = _load_plugin(name)
+            else:
+                raise KeyError(name)
+            self._loaded[name] = cls
         return cls
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
+        return iter([*self._where, *(n for n in self._plugins() if n not in self._where)])
 
     def __len__(self) -> int:
-        return len(self._where)
+        return len(list(iter(self)))
+
+    @staticmethod
+    def _plugins() -> dict[str, str]:
+        """Installed packages' policies: entry-point name -> ``module:Class``."""
+        from importlib.metadata import entry_points
+
+        return {ep.name.lower(): ep.value for ep in entry_points(group=PLUGIN_GROUP)}
+
+
+def _load_plugin(spec: str) -> type[Policy]:
+    """The class ``module:Class`` or ``file.py:Class`` names; a clear error otherwise."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    where, _, attr = spec.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise CorralError(f"policy '{spec}': no file {path}")
+            module_name = f"corral_plugin_{path.stem}_{abs(hash(str(path))):x}"
+            module = sys.modules.get(module_name)
+            if module is None:
+                found = importlib.util.spec_from_file_location(module_name, path)
+                assert found is not None and found.loader is not None
+                module = importlib.util.module_from_spec(found)
+                sys.modules[module_name] = module  # (dataclasses and pickling look it up)
+                found.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except CorralError:
+        raise
+    except Exception as exc:  # the plugin's own import failed: say so, with its error
+        raise CorralError(f"policy '{spec}': cannot import {where}: {exc}") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise CorralError(f"policy '{spec}': {where} has no Policy subclass named {attr}")
+    return cls
+
+
+def folder_name(name: str) -> str:
+    """The folder a run of the policy named ``name`` writes to: its name, or for a
+    policy given as ``module:Class`` or ``file.py:Class``, the class's own ``name``
+    (its class name if it has none), in letters, digits, ``.``, ``_`` and ``-``."""
+    key = policy_key(name)
+    if ":" not in key:
+        return key
+    cls = POLICIES[key]
+    label = cls.name if cls.name and cls.name != Policy.name else cls.__name__
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-") or "policy"
+
+
+def policy_key(name: str) -> str:
+    """How a policy's name is looked up: built-in and entry-point names in any case,
+    a ``module:Class`` or ``file.py:Class`` as written."""
+    text = name.strip()
+    return text if ":" in text else text.lower()
 
 
 POLICIES: Mapping[str, type[Policy]] = _Registry(
@@ -94,7 +168,7 @@ def unknown_option(name: str, option: str, accepted: list[str]) -> str:
 
 def options_of(name: str) -> list[str]:
     """The options the policy (or round planner) named ``name`` takes."""
-    key = name.strip().lower()
+    key = policy_key(name)
     if key in POLICIES:
         return list(policy_options(POLICIES[key]))
     from corral.policies.rounds.planners import ROUND_PLANNERS
@@ -114,7 +188,7 @@ ROUND_MODEL_LIVE = (
 def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None:
     """Why ``corral serve`` cannot run the policy named ``name`` with these
     options (None: it can)."""
-    key = name.strip().lower()
+    key = policy_key(name)
     if key in POLICIES:
         accepted = options_of(key)
         for option in options or {}:
@@ -155,7 +229,7 @@ def live_support(cls: type[Policy]) -> str:
 def make_policy(name: str, placement: str | None = None, seed: int = 0, **options: Any) -> Policy:
     """A policy by name with a placement strategy by name (None: the policy's default)."""
     try:
-        cls = POLICIES[name.strip().lower()]
+        cls = POLICIES[policy_key(name)]
     except KeyError:
         raise CorralError(
             f"unknown policy '{name}' (choose from {', '.join(POLICIES)}; see 'corral policies')"
@@ -171,10 +245,12 @@ __all__ = [
     "POLICIES",
     "PlanBuilder",
     "Policy",
+    "folder_name",
     "live_refusal",
     "live_support",
     "make_policy",
     "options_of",
+    "policy_key",
     "policy_options",
     "unknown_option",
 ]

@@ -52,7 +52,10 @@ class GridPoint:
     def name(self) -> str:
         """Its run folder, relative to the sweep's."""
         load = "trace" if self.load is None else f"{self.load:g}"
-        return f"{self.policy}/load-{load}_seed-{self.seed}_scale-{self.cluster_scale:g}"
+        from corral.policies import folder_name
+
+        where = folder_name(self.policy)
+        return f"{where}/load-{load}_seed-{self.seed}_scale-{self.cluster_scale:g}"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -158,7 +161,9 @@ class Grid:
             for key, value in from_file.items():
                 if given[key] is None and value is not None:
                     given[key] = _listed(value)
-        names = [p.strip().lower() for p in (given["policies"] or "").split(",") if p.strip()]
+        from corral.policies import policy_key
+
+        names = [policy_key(p) for p in (given["policies"] or "").split(",") if p.strip()]
         if not names:
             raise CorralError("a sweep needs policies (--policies or the grid file's 'policies')")
         return cls(

@@ -227,11 +227,16 @@ class ServiceConfig(BaseModel):
     def _known_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         """A misspelled option is refused here, at its line, not ignored or left for the
         policy to trip over at start."""
-        from corral.policies import POLICIES, options_of, unknown_option
+        from corral.errors import CorralError
+        from corral.policies import POLICIES, options_of, policy_key, unknown_option
 
-        policy = str(info.data.get("policy", "")).strip().lower()
-        accepted = options_of(policy)
-        if policy in POLICIES or accepted:
+        policy = policy_key(str(info.data.get("policy", "")))
+        try:
+            accepted = options_of(policy)
+            known = policy in POLICIES
+        except CorralError as exc:  # a policy given as module:Class that does not load
+            raise ValueError(str(exc)) from None
+        if known or accepted:
             for option in value:
                 if option not in accepted:
                     raise ValueError(unknown_option(policy, option, accepted))

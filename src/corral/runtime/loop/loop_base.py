@@ -16,7 +16,7 @@ import numpy as np
 from corral.model.cluster import Cluster, Links, Node
 from corral.model.jobs import JobStatus
 from corral.perf.memory import gpu_memory_gb, memory_left
-from corral.policies import POLICIES, make_policy, policy_options
+from corral.policies import POLICIES, make_policy, policy_key, policy_options
 from corral.policies.base import Policy
 from corral.runtime.execution.executor import (
     Executor,
@@ -244,7 +244,7 @@ class LoopBase:
                 rounds.switch_s = KEEPER_AFFINITY
             return rounds
         if self.config.vcs is not None and "quotas" in policy_options(
-            POLICIES[self.config.policy.strip().lower()]
+            POLICIES[policy_key(self.config.policy)]
         ):
             options.setdefault("quotas", self.config.vcs)
         return make_policy(self.config.policy, self.config.placement, **options)
