@@ -1,9 +1,11 @@
 """corral: GPU cluster scheduling for deep-learning training.
 
-The package is layered (see DESIGN): ``model`` holds the domain types,
+The package is layered (the README's "Layout" section draws it, and
+``tests/test_layers.py`` checks it): ``model`` holds the domain types,
 ``perf`` says how fast jobs run, ``placement`` picks concrete GPUs,
-``policies`` decide who runs, ``traces`` load workloads and ``sim`` replays
-them. Dependencies point downward only.
+``policies`` decide who runs, ``traces`` load workloads, ``sim`` replays them
+and ``runtime`` runs them live, with ``api`` and ``cli`` on top. Dependencies
+point downward only. A policy of your own: ``docs/writing-a-policy.md``.
 """
 
 __version__ = "0.1.0"
