@@ -136,3 +136,15 @@ def test_sweep_refuses_bad_grids_with_a_message(tmp_path):
 def test_point_names_are_folders():
     assert GridPoint("las", 0.9, 3, 0.5).name == "las/load-0.9_seed-3_scale-0.5"
     assert GridPoint("fifo", None, 0, 1.0).name == "fifo/load-trace_seed-0_scale-1"
+
+
+def test_sweeps_run_in_processes_by_default_and_ray_never_attaches_to_a_stray_cluster(
+    tmp_path, monkeypatch
+):
+    """A machine where an earlier Ray run left its address behind: the default sweep
+    uses processes, and --runner ray starts an instance of its own."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # a cluster that is not there
+    _, default = _sweep(tmp_path, "default")
+    _, on_ray = _sweep(tmp_path, "ray", "--runner", "ray", "-j", "2")
+    _same_results(default, on_ray)

@@ -524,9 +524,9 @@ def sweep(
 ) -> None:
     """Run a grid of simulations (policies x loads x seeds x cluster sizes) in parallel.
 
-    Runs are Ray tasks by default (a local Ray instance with one worker per
-    core, or an existing cluster with --address; without Ray installed, worker
-    processes). Writes a folder per run, results.csv (one row per run, every
+    Runs are worker processes by default, one per core; --runner ray makes them
+    Ray tasks (on a local Ray instance of the sweep's own, or an existing
+    cluster with --address). Writes a folder per run, results.csv (one row per run, every
     summary key) and report.html / report.md with means over seeds and their
     spread.
     """
@@ -548,7 +548,7 @@ def sweep(
             highlight=False,
             soft_wrap=True,
         )
-    how = _runner(runner, address, parallel, "auto")
+    how = _runner(runner, address, parallel, "processes")
     points = spec.points()
     workloads: list[tuple[JobTable, Cluster]] = []
     index: dict[tuple[int, float, float | None], int] = {}

@@ -172,7 +172,10 @@ def start_ray(address: str | None, workers: int) -> bool:
         if address:
             ray.init(address=address, **quiet)
         else:
+            # "local": a new instance of our own, never a cluster some earlier run
+            # left behind (Ray would attach to it, and refuse num_cpus)
             ray.init(
+                address="local",
                 num_cpus=workers,
                 num_gpus=0,
                 include_dashboard=False,
