@@ -9,7 +9,37 @@ from __future__ import annotations
 
 
 class CorralError(Exception):
-    """An error caused by input; its message is meant for people."""
+    """An error caused by input; its message is meant for people.
+
+    ``exit_code`` is what the command line exits with (the README's table):
+    2 for bad usage or input, unless a subclass says otherwise."""
+
+    exit_code = 2
+
+
+class OperationFailed(CorralError):
+    """What was asked could not be done (a job in the wrong state, a job that failed
+    while ``--wait`` watched it, the service's own error)."""
+
+    exit_code = 1
+
+
+class NotFound(CorralError):
+    """The job, node or file asked for does not exist."""
+
+    exit_code = 3
+
+
+class Unreachable(CorralError):
+    """The service could not be reached."""
+
+    exit_code = 4
+
+
+class PermissionDenied(CorralError):
+    """The service refused the caller (no token, a wrong one, someone else's job)."""
+
+    exit_code = 5
 
 
 class InputError(CorralError):

@@ -15,7 +15,7 @@ from email.message import Message
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from corral.errors import CorralError
+from corral.errors import CorralError, NotFound, OperationFailed, PermissionDenied, Unreachable
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 
@@ -54,6 +54,19 @@ def describe_error(response: Answer) -> str:
     if response.status_code == 401:
         hint = " (set CORRAL_TOKEN or pass --token)"
     return f"{detail}{hint} [HTTP {response.status_code}]"
+
+
+def error_of(response: Answer) -> CorralError:
+    """The error an error answer means, of the kind its status says (the exit code)."""
+    status = response.status_code
+    kind: type[CorralError] = CorralError  # 400, 422: the request was wrong
+    if status in (401, 403):
+        kind = PermissionDenied
+    elif status == 404:
+        kind = NotFound
+    elif status == 409 or status >= 500:
+        kind = OperationFailed
+    return kind(describe_error(response))
 
 
 def _query(params: dict[str, Any] | None) -> str:
@@ -129,11 +142,11 @@ class Client:
                 self.close()
                 raise self._unreachable(exc) from None
         if response.status_code >= 400:
-            raise CorralError(describe_error(response))
+            raise error_of(response)
         return response
 
     def _unreachable(self, exc: BaseException) -> CorralError:
-        return CorralError(
+        return Unreachable(
             f"cannot reach the corral service at {self.url} ({exc}); is 'corral serve' running?"
         )
 

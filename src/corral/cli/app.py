@@ -20,7 +20,7 @@ from rich.console import Console
 from corral.errors import CorralError
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     help="corral: GPU cluster scheduling for deep-learning training (simulator and service).",
 )
@@ -111,7 +111,7 @@ def main() -> None:
         app()
     except CorralError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        sys.exit(exc.exit_code)
     except OSError as exc:  # a file or socket the user named: a message, not a traceback
         where = f"{exc.filename}: " if exc.filename else ""
         err_console.print(

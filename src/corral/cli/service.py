@@ -166,6 +166,12 @@ def submit(
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", "-W", help="wait for the job to end; exit with its exit code (sbatch -W)"
+        ),
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -241,6 +247,39 @@ def submit(
         )
     else:
         console.print(f"submitted job {job['id']} ({job['name']})", highlight=False)
+    if wait:
+        watched = [int(x) for x in job.get("array_tasks") or [job["id"]]]
+        with _client(url, token) as client:
+            raise typer.Exit(_wait_for_end(client, watched, quiet=as_json))
+
+
+WAIT_POLL = 1.0
+"""Seconds between looks at a job that ``submit --wait`` watches."""
+
+
+def _wait_for_end(client: Any, ids: list[int], quiet: bool = False) -> int:
+    """Wait until every job in ``ids`` has ended; the exit code ``sbatch --wait``
+    would give: 0 when all succeeded, else the first failed job's exit code (1 when
+    it has none: cancelled, timed out, killed)."""
+    ended: dict[int, dict[str, Any]] = {}
+    while len(ended) < len(ids):
+        for job_id in ids:
+            if job_id not in ended:
+                view = client.job(job_id)
+                if view["status"] in ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"):
+                    ended[job_id] = view
+        if len(ended) < len(ids):
+            time.sleep(WAIT_POLL)
+    code = 0
+    for job_id in ids:
+        view = ended[job_id]
+        if not quiet:
+            detail = f" (exit code {view['exit_code']})" if view["exit_code"] else ""
+            err_console.print(f"job {job_id}: {view['status']}{detail}", highlight=False)
+        if view["status"] != "SUCCEEDED" and code == 0:
+            exit_code = view["exit_code"]
+            code = exit_code if isinstance(exit_code, int) and 0 < exit_code < 256 else 1
+    return code
 
 
 QUEUE_FIELDS = [

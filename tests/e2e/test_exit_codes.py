@@ -1,0 +1,76 @@
+"""The command line's exit codes say what happened, so scripts can tell failures
+apart: 0 done, 1 the operation failed, 2 usage or input, 3 not found, 4 service
+unreachable, 5 permission denied; ``submit --wait`` exits with the job's code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.testing.service_process import ServiceProcess
+from tests.runtime.harness import TOKENS
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    made = ServiceProcess(
+        tmp_path_factory.mktemp("exit-codes"), "fifo", users=TOKENS,
+        gpus=[{"type": "V100", "count": 1}],
+    )  # fmt: skip
+    made.start()
+    yield made
+    made.close()
+
+
+def corral(service: ServiceProcess, *args: str, token: str | None = None) -> tuple[int, str]:
+    env = {
+        **os.environ,
+        "CORRAL_URL": service.url,
+        "CORRAL_TOKEN": token or TOKENS["alice"],
+    }
+    done = subprocess.run(
+        [PY, "-m", "corral.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_each_kind_of_failure_has_its_exit_code(service: ServiceProcess) -> None:
+    assert corral(service, "--version")[0] == 0
+    code, said = corral(service, "show", "9999")
+    assert code == 3 and "9999" in said
+    code, said = corral(service, "queue", token="not-a-token")
+    assert code == 5 and "token" in said.lower()
+    code, said = corral(service, "submit", "--gpus", "0", "--", "true")
+    assert code == 2, said
+    code, said = corral(service, "queue", "--nosuchflag")
+    assert code == 2, said
+    env_url = ServiceProcess.__new__(ServiceProcess)
+    env_url.url = "http://127.0.0.1:9"  # nothing listens there
+    code, said = corral(env_url, "queue")
+    assert code == 4 and "cannot reach" in said
+    # a request the service refuses in the job's state: the operation failed
+    code, said = corral(service, "submit", "--wait", "--max-retries", "0", "--", PY, "-c", "pass")
+    assert code == 0, said
+    job = int(said.split("submitted job ")[1].split()[0])
+    code, said = corral(service, "resume", str(job))
+    assert code == 1 and "409" in said
+
+
+def test_submit_wait_exits_with_the_jobs_code(service: ServiceProcess, tmp_path: Path) -> None:
+    code, said = corral(
+        service, "submit", "--wait", "--max-retries", "0", "--", PY, "-c", "import sys; sys.exit(7)"
+    )
+    assert code == 7, said
+    assert "FAILED (exit code 7)" in said
+
+
+def test_completion_is_offered() -> None:
+    done = subprocess.run([PY, "-m", "corral.cli", "--help"], capture_output=True, text=True)
+    assert "--install-completion" in done.stdout
