@@ -35,6 +35,23 @@ def test_openapi_is_served(api: tuple[TestClient, Store]) -> None:
     assert client.get("/v1/health").json()["status"] == "ok"
 
 
+def test_the_api_docs_work_offline(api: tuple[TestClient, Store]) -> None:
+    """/docs loads every script, style and icon from the service itself (the package
+    ships Swagger UI): nothing from a CDN, no validator badge from the internet."""
+    import re
+
+    client, _ = api
+    page = client.get("/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert assets and all(a.startswith("/") for a in assets), assets
+    for asset in assets:
+        assert client.get(asset).status_code == 200, asset
+    assert '"validatorUrl": null' in page.text or "validatorUrl: null" in page.text
+    assert "https://" not in page.text.replace("https://swagger.io", "")
+    assert client.get("/redoc").status_code == 404  # (it would fetch its script from a CDN)
+
+
 def test_missing_or_wrong_token_is_401(api: tuple[TestClient, Store]) -> None:
     client, _ = api
     assert client.get("/v1/jobs").status_code == 401

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from corral.api import cluster, dashboard, jobs, service_info
@@ -32,6 +34,8 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         title="corral",
         version=service_version(),
         description="GPU cluster scheduler for deep-learning training jobs.",
+        docs_url=None,  # served below from the package's own copy of Swagger UI
+        redoc_url=None,
     )
     app.state.users = {u.digest: u for u in config.users}
     app.state.context = Context(config, store, scheduler)
@@ -40,4 +44,23 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     for routes in (service_info.router, jobs.router, cluster.router, dashboard.router):
         app.include_router(routes)
     app.mount("/ui", StaticFiles(directory=dashboard.UI), name="ui")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        """The API's interactive docs, from assets the package ships (the page works
+        offline: nothing is fetched from a CDN, no validator badge is asked for)."""
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title="corral API",
+            swagger_js_url=f"{SWAGGER}/swagger-ui-bundle.js",
+            swagger_css_url=f"{SWAGGER}/swagger-ui.css",
+            swagger_favicon_url=f"{SWAGGER}/favicon-32x32.png",
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+
     return app
+
+
+SWAGGER = "/ui/swagger"
+"""Where the shipped Swagger UI (swagger-ui-dist 5.35.0, Apache-2.0, its LICENSE beside
+it) is served."""
