@@ -126,6 +126,23 @@ def test_a_listing_returns_only_the_fields_asked_for(api: TestClient) -> None:
     whole = api.get("/v1/jobs", headers=auth("alice")).json()
     assert [j["name"] for j in jobs] == [j["name"] for j in whole]
     assert len(whole[0]) > 20  # no fields: every field
+    # the columns-only listing gives exactly the views' values, the spec's defaults too
+    for extra in (
+        {"gpus": 2, "gpu_type": "k80", "max_retries": 0, "vc": "lab"},
+        {"array": "0-2", "job_type": "ResNet-50 (batch size 64)", "total_steps": 100},
+    ):
+        posted = api.post("/v1/jobs", json={"command": ["true"], **extra}, headers=auth("alice"))
+        assert posted.status_code == 201, posted.text
+    brief = ",".join(
+        ["id", "name", "user", "status", "gpus", "gpu_type", "job_type", "vc", "total_steps"]
+        + ["max_retries", "array_job", "array_index", "position", "remaining", "priority"]
+        + ["submit_time", "steps", "reason", "failures", "preemptions", "exit_code", "phase"]
+    )
+    fast = api.get("/v1/jobs", params={"fields": brief}, headers=auth("alice")).json()
+    full = api.get("/v1/jobs", headers=auth("alice")).json()
+    assert len(fast) == len(full) == JOBS + 4
+    assert fast == [{k: job[k] for k in brief.split(",")} for job in full]
+    assert {j["gpu_type"] for j in fast} == {None, "K80"} and {j["gpus"] for j in fast} == {1, 2}
     bad = api.get("/v1/jobs", params={"fields": "id,nmae"}, headers=auth("alice"))
     assert bad.status_code == 422
     assert "no job field 'nmae'" in bad.json()["detail"][0]["msg"]

@@ -28,6 +28,69 @@ def _spec_defaults() -> dict[str, Any]:
     }
 
 
+ROW_FIELDS = (
+    "id", "name", "user", "status", "reason", "priority", "phase", "submit_time",
+    "first_start", "end_time", "steps", "throughput", "loss", "batch_size",
+    "grad_noise_scale", "gpu_utilization", "gpu_memory_gb", "checkpoint_step",
+    "failures", "preemptions", "exit_code",
+)  # fmt: skip
+"""Job-view fields that are the store row's columns of the same name."""
+SPEC_FIELDS = {
+    "gpus": int,
+    "gpu_type": str,
+    "job_type": str,
+    "vc": str,
+    "total_steps": int,
+    "max_retries": int,
+    "array_job": int,
+    "array_index": int,
+}
+"""Job-view fields read from the stored spec (scalars), with their types."""
+LOOKED_UP = ("position", "remaining")
+"""Job-view fields the API adds: the queue position and the policy's work left."""
+
+
+def brief_columns(fields: set[str]) -> list[Any] | None:
+    """The columns that give these job-view fields without reading whole rows (a
+    listing of ten thousand jobs reads a fifth of the data); None when a field asked
+    for needs the whole row (a command, a dependency, lists)."""
+    from corral.runtime.storage.store import JobRow
+
+    if not fields <= {*ROW_FIELDS, *SPEC_FIELDS, *LOOKED_UP}:
+        return None
+    columns: list[Any] = [JobRow.id]
+    for name in sorted(fields):
+        if name in ROW_FIELDS and name != "id":
+            columns.append(getattr(JobRow, name).label(name))
+        elif name in SPEC_FIELDS:
+            item = JobRow.spec[name]
+            typed = item.as_integer() if SPEC_FIELDS[name] is int else item.as_string()
+            columns.append(typed.label(name))
+    return columns
+
+
+def brief_view(
+    row: Any, fields: set[str], position: int | None, remaining: tuple[float, str] | None
+) -> dict[str, Any]:
+    """A job's view restricted to ``fields``, from a row of :func:`brief_columns`
+    (the values :meth:`JobView.of` gives, the spec's defaults where it is silent)."""
+    out: dict[str, Any] = {}
+    defaults = _spec_defaults()
+    for name in fields:
+        if name == "position":
+            out[name] = position
+        elif name == "remaining":
+            out[name] = None if remaining is None else {
+                "seconds": remaining[0], "source": remaining[1]
+            }  # fmt: skip
+        elif name in SPEC_FIELDS:
+            value = getattr(row, name)
+            out[name] = defaults[name] if value is None else value
+        else:
+            out[name] = getattr(row, name)
+    return out
+
+
 class RemainingView(BaseModel):
     seconds: float
     source: str = Field(

@@ -68,11 +68,15 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         console.print(table)
         return
     cells = rows
-    if not all(c.isprintable() for row in rows for c in row):  # rare: escape them
+    if not "".join(map("".join, rows)).isprintable():  # rare: escape them
         cells = [[printable(c) for c in row] for row in rows]
-    widths = [max(len(columns[k]), *(len(r[k]) for r in cells)) for k in range(len(columns))]
-    out = [title, "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    widths = [
+        max(len(name), *map(len, column))
+        for name, column in zip(columns, zip(*cells, strict=True), strict=True)
+    ]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [title, line.format(*columns).rstrip()]
+    out += [line.format(*r).rstrip() for r in cells]
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
 
