@@ -158,6 +158,10 @@ def preemption(folder: Path, example: str, repeats: int) -> None:
     )
 
 
+SETTLE_S = 20.0
+"""Seconds the scale table waits after the batch before its settled figures."""
+
+
 def scale(folder: Path, n: int, runs: int = 5) -> None:
     """The service at cluster scale: ``n`` jobs queued behind a blocker, submitted in
     batches; then the commands users type, timed from the shell (a new process each)."""
@@ -190,14 +194,28 @@ def scale(folder: Path, n: int, runs: int = 5) -> None:
                 samples.append(time.perf_counter() - t)
             return statistics.median(samples)
 
+        # right after the batch the loop is still taking ten thousand jobs in (it
+        # reads and validates each spec), sharing the process with the API; the
+        # commands are timed then, and again once it has settled
+        burst = shell("submit", "--", "true")
+        time.sleep(SETTLE_S)
         rows = [
             (
                 f"submit {n:,} jobs in batches of 1,000 (API)",
                 f"{n / batched:,.0f} jobs/s",
                 ">= 1,000/s",
             ),
-            ("corral submit (shell)", f"{shell('submit', '--', 'true'):.2f} s", "<= 0.3 s"),
-            (f"corral queue, {n + runs:,} queued (shell)", f"{shell('queue'):.2f} s", "<= 0.5 s"),
+            ("corral submit (shell), right after the batch", f"{burst:.2f} s", "<= 0.3 s"),
+            (
+                f"corral submit (shell), {SETTLE_S:.0f} s later",
+                f"{shell('submit', '--', 'true'):.2f} s",
+                "<= 0.3 s",
+            ),
+            (
+                f"corral queue, {n + 2 * runs:,} queued (shell)",
+                f"{shell('queue'):.2f} s",
+                "<= 0.5 s",
+            ),
             ("corral queue --json (shell)", f"{shell('queue', '--json'):.2f} s", ""),
             ("corral queue --limit 50 (shell)", f"{shell('queue', '--limit', '50'):.2f} s", ""),
         ]
