@@ -133,10 +133,10 @@ def test_a_listing_returns_only_the_fields_asked_for(api: TestClient) -> None:
     ):
         posted = api.post("/v1/jobs", json={"command": ["true"], **extra}, headers=auth("alice"))
         assert posted.status_code == 201, posted.text
-    brief = ",".join(
-        ["id", "name", "user", "status", "gpus", "gpu_type", "job_type", "vc", "total_steps"]
-        + ["max_retries", "array_job", "array_index", "position", "remaining", "priority"]
-        + ["submit_time", "steps", "reason", "failures", "preemptions", "exit_code", "phase"]
+    brief = (
+        "id,name,user,status,gpus,gpu_type,job_type,vc,total_steps,max_retries,array_job,"
+        "array_index,position,remaining,priority,submit_time,steps,reason,failures,"
+        "preemptions,exit_code,phase"
     )
     fast = api.get("/v1/jobs", params={"fields": brief}, headers=auth("alice")).json()
     full = api.get("/v1/jobs", headers=auth("alice")).json()
