@@ -60,9 +60,16 @@ def start_keeper(folder: Path, parts: int, rounds: int, *extra: str) -> subproce
     sock.parent.mkdir(parents=True, exist_ok=True)
     argv = [*task_argv(folder, 0, 0, parts, rounds), "--socket", str(sock), *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
+    keeper = subprocess.Popen(
         [sys.executable, "-m", "corral.train.round_keeper", *argv], env=env, cwd=ROOT
     )
+    # a task waits a second for a keeper that is starting, then runs itself: the tests
+    # are about the keeper, so they begin once it listens (its start imports PyTorch,
+    # which takes longer than that on a loaded machine)
+    deadline = time.monotonic() + 60
+    while not sock.exists() and keeper.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return keeper
 
 
 def run_task(
