@@ -119,13 +119,7 @@ class Themis(Policy):
         self, state: SchedulerState, bids: Bids, bidders: list[int], room: np.ndarray
     ) -> dict[int, int]:
         """Greedy max of the product of 1/rho: assignments by gain in log rho per GPU."""
-        left = room.copy()
-        chosen: dict[int, int] = {}
-        for j, t in self._offers(state, bids, bidders):
-            if j in chosen or left[t] < state.gpus[j]:
-                continue
-            chosen[j] = t
-            left[t] -= state.gpus[j]
+        chosen, _, _ = _greedy(self._offers(state, bids, bidders), room, state.gpus)
         return chosen
 
     @staticmethod
@@ -145,27 +139,18 @@ class Themis(Policy):
         without the winner. That run matches the first up to the winner's own
         offer and, after it, from the first offer where both have the same
         GPUs left and no bidder served differently has an offer left: only the
-        offers in between are replayed (exactly the allocation a full re-run finds, in a fraction
-        of the time: a deep queue has thousands of winners).
+        offers in between are replayed (exactly the allocation a full re-run
+        finds, in a fraction of the time: a deep queue has thousands of winners).
         """
         self.auctions += 1
         bids = self._bids(state, bidders)
         offers = self._offers(state, bids, bidders)
         gpus = state.gpus
-        left = [int(x) for x in room]
-        chosen: dict[int, int] = {}
-        took: list[bool] = []
-        lefts: list[list[int]] = []  # GPUs left after each offer (the full run)
-        where: dict[int, int] = {}  # each winner's offer
+        chosen, where, lefts = _greedy(offers, room, gpus)
+        took = [False] * len(offers)
+        for s in where.values():
+            took[s] = True
         last = {j: s for s, (j, _) in enumerate(offers)}  # each bidder's last offer
-        for s, (j, t) in enumerate(offers):
-            take = j not in chosen and left[t] >= gpus[j]
-            if take:
-                chosen[j] = t
-                left[t] -= int(gpus[j])
-                where[j] = s
-            took.append(take)
-            lefts.append(left.copy())
         # after the full run's last take, and when every bidder made one offer, what
         # a run without a winner takes from there depends only on the GPUs it has
         # left: worked out once per such count
@@ -325,3 +310,21 @@ class Themis(Policy):
                     break
             if not builder.free.total:
                 break
+
+
+def _greedy(
+    offers: list[tuple[int, int]], room: np.ndarray, gpus: np.ndarray
+) -> tuple[dict[int, int], dict[int, int], list[list[int]]]:
+    """The greedy allocation over ``offers`` (best first): each bidder's type, the
+    offer that won it, and the GPUs left by type after each offer."""
+    left = [int(x) for x in room]
+    chosen: dict[int, int] = {}
+    where: dict[int, int] = {}
+    lefts: list[list[int]] = []
+    for s, (j, t) in enumerate(offers):
+        if j not in chosen and left[t] >= gpus[j]:
+            chosen[j] = t
+            left[t] -= int(gpus[j])
+            where[j] = s
+        lefts.append(left.copy())
+    return chosen, where, lefts
