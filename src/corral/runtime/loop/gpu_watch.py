@@ -47,6 +47,8 @@ class GpuWatch(LoopBase):
 
     def _check_health(self, now: float) -> bool:
         faults = self.executor.gpu_faults()
+        if not faults and not self.failed_gpus:
+            return False  # (virtual GPUs, or healthy ones: no store read)
         with self.store.session() as s:
             states = {r.name: r.state for r in s.scalars(select(NodeRow))}
         # a failed GPU whose node an admin resumed: its driver record is cleared, and
