@@ -39,6 +39,8 @@ COLUMNS: dict[str, str] = {
     "batch_size": "int: global batch size when known (training curves, scaling), else 0",
     "batch_mode": "str: batch-size schedule ('static'; Shockwave's traces also name "
     "'gns' or 'accordion', carried and reported, not modelled)",
+    "gpu_type": "str: the GPU type the trace says the job asked for or ran on ('' when "
+    "any); carried and reported, not a placement constraint",
     "checkpoints": "bool: a preempted job resumes from where it stopped (True, the papers' "
     "assumption); False: it restarts from scratch, and is not preempted again before it "
     "has run twice its longest lost attempt",
@@ -53,6 +55,7 @@ _DEFAULTS: dict[str, object] = {
     "priority": 0,
     "batch_mode": "static",
     "batch_size": 0,
+    "gpu_type": "",
     "checkpoints": True,
 }
 
@@ -176,7 +179,7 @@ def _normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     out["priority"] = out["priority"].fillna(0).astype(np.int64)
     out["batch_size"] = out["batch_size"].fillna(0).astype(np.int64)
     out["checkpoints"] = out["checkpoints"].fillna(True).astype(bool)
-    for column in ("job_type", "model", "vc", "user", "batch_mode"):
+    for column in ("job_type", "model", "vc", "user", "batch_mode", "gpu_type"):
         out[column] = out[column].fillna("").astype(str)
     if out["job_id"].duplicated().any():
         dup = out.loc[out["job_id"].duplicated(), "job_id"].iloc[0]

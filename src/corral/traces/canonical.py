@@ -43,7 +43,7 @@ def load_canonical(path: str, skip_bad: bool = False, report: LoadReport | None 
     if "job_id" in raw:
         data["job_id"] = check.text("job_id")
         check.unique(data["job_id"], "job_id")  # type: ignore[arg-type]
-    for column in ("job_type", "model", "vc", "user", "batch_mode"):
+    for column in ("job_type", "model", "vc", "user", "batch_mode", "gpu_type"):
         if column in raw:
             data[column] = check.text(column, required=False)
     df = check.keep(pd.DataFrame(data), report)

@@ -1,3 +1,15 @@
 """The trace formats corral reads (a light module: the CLI's help names them)."""
 
-FORMATS = ("philly", "tiresias", "gavel", "gavel-msr", "shockwave", "pollux", "canonical")
+FORMATS = (
+    "philly",
+    "tiresias",
+    "gavel",
+    "gavel-msr",
+    "gavel-6",
+    "gavel-5",
+    "shockwave",
+    "pollux",
+    "helios",
+    "pai",
+    "canonical",
+)

@@ -1,6 +1,6 @@
 """Gavel's ``.trace`` format and its two relatives: tab-separated, no header.
 
-Three layouts, told apart by their number of fields:
+Five layouts, told apart by their number of fields:
 
 * **gavel** (10): job_type, command, working_dir, num_steps_arg,
   needs_data_dir, total_steps, scale_factor, priority_weight, SLO,
@@ -9,6 +9,10 @@ Three layouts, told apart by their number of fields:
   Philly (``traces/msr/``): job_type, command, num_steps_arg,
   needs_data_dir, total_steps, arrival_time, scale_factor. Rows with scale
   factor 0 are skipped, as Gavel skips them.
+* **gavel-6** (6): Gavel's older traces: job_type, command, num_steps_arg,
+  total_steps, arrival_time, scale_factor.
+* **gavel-5** (5): the oldest, before multi-GPU jobs: the same without
+  scale_factor (every job on 1 GPU).
 * **shockwave** (12): Shockwave's dynamic traces: job_type, command,
   working_dir, num_steps_arg, needs_data_dir, total_steps, scale_factor,
   mode, priority_weight, SLO, duration, arrival_time. ``mode`` is the
@@ -67,7 +71,14 @@ SHOCKWAVE_FIELDS = [
     "duration",
     "arrival_time",
 ]
-LAYOUTS = {"gavel": GAVEL_FIELDS, "gavel-msr": MSR_FIELDS, "shockwave": SHOCKWAVE_FIELDS}
+OLD_FIELDS = ["job_type", "command", "num_steps_arg", "total_steps", "arrival_time", "scale_factor"]
+LAYOUTS = {
+    "gavel": GAVEL_FIELDS,
+    "gavel-msr": MSR_FIELDS,
+    "gavel-6": OLD_FIELDS,
+    "gavel-5": OLD_FIELDS[:5],
+    "shockwave": SHOCKWAVE_FIELDS,
+}
 """Each layout by name, with its fields in order."""
 BATCH_MODES = ("static", "gns", "accordion")
 """Shockwave's batch-size schedules."""
@@ -94,9 +105,15 @@ def load_gavel(
             report.notes.append(f"{int(idle.sum())} row(s) with scale factor 0 skipped (as Gavel)")
         weight = pd.Series(1.0, index=raw.index)
     else:
-        scale = check.number("scale_factor", integer=True, minimum=1)
+        if "scale_factor" in raw:
+            scale = check.number("scale_factor", integer=True, minimum=1)
+        else:
+            scale = pd.Series(1.0, index=raw.index)
         idle = np.zeros(len(raw), dtype=bool)
-        weight = check.number("priority_weight", positive=True)
+        if "priority_weight" in raw:
+            weight = check.number("priority_weight", positive=True)
+        else:
+            weight = pd.Series(1.0, index=raw.index)
     arrival = check.number("arrival_time", minimum=0)
     mode = pd.Series("static", index=raw.index)
     if layout == "shockwave":

@@ -21,7 +21,9 @@ from corral.traces.canonical import load_canonical
 from corral.traces.formats import FORMATS
 from corral.traces.gavel import LAYOUTS, layout_of, load_gavel
 from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
+from corral.traces.helios import is_helios_header, load_helios
 from corral.traces.job_types import assign_job_types
+from corral.traces.pai import JOB_FIELDS, TASK_FIELDS, load_pai, pai_files
 from corral.traces.philly import PHILLY_HEADER, PhillyFilter, load_philly
 from corral.traces.pollux import POLLUX_COLUMNS, load_pollux
 from corral.traces.rows import LoadReport
@@ -41,7 +43,11 @@ class TraceOptions:
 
 
 def detect_format(path: str) -> str:
-    """The format of a trace file, from its first line."""
+    """The format of a trace file, from its first line (or its name, for PAI's)."""
+    if Path(path).is_dir() or Path(path).name in ("pai_job_table.csv", "pai_task_table.csv"):
+        if pai_files(path) is not None:
+            return "pai"
+        raise InputError(path, None, None, "a folder is a trace only when it holds PAI's tables")
     opener = open
     if path.endswith(".gz"):
         import gzip
@@ -59,6 +65,10 @@ def detect_format(path: str) -> str:
         return "philly"
     if header == POLLUX_COLUMNS:
         return "pollux"
+    if is_helios_header(header):
+        return "helios"
+    if header in (JOB_FIELDS, TASK_FIELDS):
+        return "pai"
     if header[:3] == ["job_id", "num_gpu", "submit_time"]:
         return "tiresias"
     if "submit_time" in header and "num_gpus" in header:
@@ -113,7 +123,7 @@ def _load(
         table = generate(SyntheticSpec.parse(text, options.seed), total_gpus)
         return table.head(options.max_jobs) if options.max_jobs is not None else table
     path = Path(text)
-    if not path.is_file():
+    if not path.is_file() and not (path.is_dir() and pai_files(text) is not None):
         raise CorralError(
             f"trace '{spec}': no such file (or use 'philly', 'tiresias-60', 'pollux-1' .. "
             "'pollux-8' or 'synthetic')"
@@ -130,6 +140,10 @@ def _load(
         table = load_pollux(text, options.skip_bad, report)
     elif fmt == "canonical":
         table = load_canonical(text, options.skip_bad, report)
+    elif fmt == "helios":
+        table = load_helios(text, options.skip_bad, report)
+    elif fmt == "pai":
+        table = load_pai(text, options.skip_bad, report)
     else:
         raise CorralError(f"unknown trace format '{fmt}' (choose from {', '.join(FORMATS)})")
     if options.max_jobs is not None and fmt != "philly":
