@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -88,6 +91,23 @@ def printable(text: str) -> str:
 
 
 err_console = Console(stderr=True)
+
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="print the result as JSON (alone on stdout) instead of a table"),
+]
+
+
+@contextmanager
+def json_on_stdout(on: bool) -> Iterator[None]:
+    """With ``--json`` stdout carries the JSON alone: what the command says on the
+    way (progress, notes, tables) goes to stderr, so ``| jq`` always parses."""
+    before = console.stderr
+    console.stderr = before or on
+    try:
+        yield
+    finally:
+        console.stderr = before
 
 
 def _version(asked: bool) -> None:

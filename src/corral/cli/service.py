@@ -8,8 +8,10 @@ so a user needs no access to the store or the machine the service runs on.
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,7 +21,15 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.api.limits import LOG_CHUNK
-from corral.cli.app import app, console, err_console, print_json, print_table, printable
+from corral.cli.app import (
+    JsonOpt,
+    app,
+    console,
+    err_console,
+    print_json,
+    print_table,
+    printable,
+)
 from corral.errors import CorralError
 from corral.model.status import JobStatus
 from corral.timespan import span
@@ -31,7 +41,6 @@ UrlOpt = Annotated[
     str | None, typer.Option("--url", help="service URL (default: $CORRAL_URL or 127.0.0.1:8470)")
 ]
 TokenOpt = Annotated[str | None, typer.Option("--token", help="API token (default: $CORRAL_TOKEN)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
 def _client(url: str | None, token: str | None) -> Any:
@@ -477,36 +486,54 @@ def show(
         console.print(table)
 
 
-def _act(verb: str, job_id: int, url: str | None, token: str | None) -> None:
+def _act(verb: str, job_id: int, url: str | None, token: str | None, as_json: bool) -> None:
     with _client(url, token) as client:
         job = client.action(job_id, verb)
+    if as_json:
+        print_json(job)
+        return
     reason = f" ({job['reason']})" if job["reason"] else ""
     console.print(f"job {job_id}: {job['status']}{reason}", highlight=False)
 
 
 @app.command()
-def cancel(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+def cancel(
+    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
     """Cancel a job (a running one is stopped)."""
-    _act("cancel", job_id, url, token)
+    _act("cancel", job_id, url, token, as_json)
 
 
 @app.command()
-def suspend(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+def suspend(
+    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
     """Checkpoint and stop a job, and keep it out of the queue until resumed."""
-    _act("suspend", job_id, url, token)
+    _act("suspend", job_id, url, token, as_json)
 
 
 @app.command()
-def resume(job_id: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+def resume(
+    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
     """Put a suspended job back in the queue."""
-    _act("resume", job_id, url, token)
+    _act("resume", job_id, url, token, as_json)
 
 
 @app.command("set-priority", context_settings={"ignore_unknown_options": True})
-def set_priority(job_id: int, priority: int, url: UrlOpt = None, token: TokenOpt = None) -> None:
+def set_priority(
+    job_id: int,
+    priority: int,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Change a job's priority (higher runs first; negative lowers it: set-priority 6 -5)."""
     with _client(url, token) as client:
         job = client.set_priority(job_id, priority)
+    if as_json:
+        print_json(job)
+        return
     console.print(f"job {job_id}: priority {job['priority']}", highlight=False)
 
 
@@ -517,10 +544,18 @@ def logs(
     attempt: Annotated[int | None, typer.Option(help="attempt number (default latest)")] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="JSON lines instead of the raw log: one object per piece read "
+            '({"job", "attempt", "text"}), for programs that follow a log',
+        ),
+    ] = False,
 ) -> None:
     """Print a job's log (follows new attempts with -f)."""
-    out = sys.stdout.buffer
     offset, current = 0, attempt
+    write = _log_writer(job_id, as_json)
     with _client(url, token) as client:
         output = (client.job(job_id).get("spec") or {}).get("output")
         if output:  # Slurm's --output: the job writes there; the log holds corral's lines
@@ -535,8 +570,7 @@ def logs(
             shown = int(response.headers.get("X-Attempt", "0"))
             if current is None and shown:
                 current = shown  # stay on this attempt's file; newer ones are announced
-            out.write(response.content)
-            out.flush()
+            write(shown, response.content)
             offset = int(response.headers.get("X-Next-Offset", offset))
             finished = response.headers.get("X-Finished") == "1"
             if len(response.content) >= LOG_CHUNK:  # more of this file is waiting
@@ -551,10 +585,29 @@ def logs(
                     latest = client.logs(job_id, 0, None)
                     number = int(latest.headers.get("X-Attempt", "0"))
                     if number != shown and number:
-                        out.write(f"--- attempt {number} ---\n".encode())
+                        if not as_json:
+                            write(number, f"--- attempt {number} ---\n".encode())
                         offset, current = 0, number
                         continue
             time.sleep(0.5)
+
+
+def _log_writer(job_id: int, as_json: bool) -> Callable[[int, bytes], None]:
+    """Where a log's pieces go: the raw bytes to stdout, or a JSON line each."""
+    out = sys.stdout.buffer
+
+    def raw(attempt: int, data: bytes) -> None:
+        out.write(data)
+        out.flush()
+
+    def lines(attempt: int, data: bytes) -> None:
+        if data:
+            text = data.decode("utf-8", errors="replace")
+            piece = {"job": job_id, "attempt": attempt, "text": text}
+            out.write((json.dumps(piece) + "\n").encode())
+            out.flush()
+
+    return lines if as_json else raw
 
 
 @app.command()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 import typer
 from rich.table import Table
 
-from corral.cli.app import app, console, err_console
+from corral.cli.app import JsonOpt, app, console, err_console, json_on_stdout, print_json
 from corral.errors import CorralError
 from corral.perf.switching import MEASURED_MECHANISMS, SWITCH_MECHANISMS
 from corral.sim.presets import SIM_PRESETS
@@ -102,6 +102,12 @@ CheckOpt = Annotated[
     bool, typer.Option(help="check the simulator's invariants after every pass (slow)")
 ]
 ProgressOpt = Annotated[bool, typer.Option(help="show a progress bar")]
+ParquetOpt = Annotated[
+    bool,
+    typer.Option(
+        help="also write every CSV as Parquet, provenance in its metadata (needs pyarrow)"
+    ),
+]
 
 
 @contextmanager
@@ -141,7 +147,29 @@ class RunArgs:
     profiles: Path | None
     check: bool
     progress: bool
+    parquet: bool
     _profiles: ThroughputTable | None = field(default=None, init=False, repr=False)
+    invoked: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Every option of the command as run, defaults too (its provenance)."""
+    trace_info: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The trace's name, counts and checksum, once loaded."""
+
+    def provenance(self, policies: list[str], seed: int | None = None) -> dict[str, Any]:
+        """How a result of this command was made (see :mod:`corral.sim.provenance`),
+        with each policy's options as run: its defaults and the ones given."""
+        from corral.policies import option_defaults
+        from corral.sim.provenance import provenance
+        from corral.sim.run import parse_policy_options
+
+        record = provenance(self.invoked, self.trace_info, self.seed if seed is None else seed)
+        record["policy_options"] = {
+            name: {
+                **{k: v for k, v in option_defaults(name).items() if _plain_value(v)},
+                **parse_policy_options(self.policy_opt or [], name),
+            }
+            for name in policies
+        }
+        return record
 
     def workload(self) -> tuple[JobTable, Cluster]:
         """Load the cluster and the trace, and say what was loaded."""
@@ -151,6 +179,11 @@ class RunArgs:
         from corral.traces.philly import PhillyFilter
         from corral.traces.rows import LoadReport
 
+        if self.parquet:
+            from corral.sim.output import PARQUET_HINT, parquet_available
+
+            if not parquet_available():  # said before the runs, not after them
+                raise CorralError(f"--parquet: {PARQUET_HINT}")
         with _user_errors():
             machines = load_cluster(
                 self.cluster, rack_size=self.rack_size, scale=self.cluster_scale
@@ -167,6 +200,10 @@ class RunArgs:
             jobs = load_trace(self.trace, machines.total_gpus, options, report)
             if self.profiles is not None:
                 jobs = jobs.with_speeds(SpeedModel(self.measurements()))  # type: ignore[arg-type]
+            if not self.trace_info:
+                from corral.sim.provenance import trace_identity
+
+                self.trace_info = trace_identity(self.trace, jobs, report)
         if len(jobs) == 0:
             raise CorralError(f"trace '{self.trace}' has no jobs after filtering")
         if report.skipped:
@@ -182,7 +219,8 @@ class RunArgs:
         if self.switch_cost.strip().lower() in MEASURED_MECHANISMS:
             console.print(f"switch   {self.switch_description()}", highlight=False)
         console.print(
-            f"trace    {jobs.source}: {len(jobs)} jobs over {jobs.span() / 86400:.1f} days, "
+            f"trace    {self.trace_info['name']}: {len(jobs)} jobs over "
+            f"{jobs.span() / 86400:.1f} days, "
             f"offered load {jobs.offered_load(machines.total_gpus):.3f}",
             highlight=False,
         )
@@ -262,6 +300,7 @@ def _run_options(
     profiles: ProfilesOpt = None,
     check: CheckOpt = False,
     progress: ProgressOpt = True,
+    parquet: ParquetOpt = False,
 ) -> None:
     """Declares the shared options once; :func:`_with_run_options` adds them to a command."""
 
@@ -288,8 +327,10 @@ def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> None:
-        run = RunArgs(**{name: kwargs.pop(name) for name in shared})
-        command(run, **kwargs)
+        invoked = dict(kwargs)
+        run = RunArgs(**{name: kwargs.pop(name) for name in shared}, invoked=invoked)
+        with json_on_stdout(bool(kwargs.get("as_json"))):
+            command(run, **kwargs)
 
     params = [*own, *shared.values()]
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -355,6 +396,7 @@ def sim(
     run: RunArgs,
     policy: Annotated[str, typer.Option(help="policy name (see 'corral policies')")] = "fifo",
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/sim"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace on a cluster under one policy; write jobs.csv and summary.json."""
     from corral.policies import policy_key
@@ -363,9 +405,13 @@ def sim(
     _check_policy_names([name])
     _check_options(run, [name])
     jobs, machines = run.workload()
-    summary = _run_one(
-        jobs, machines, run.spec(name), run.progress, out, {"trace": jobs.source, "seed": run.seed}
-    )
+    record = run.provenance([name])
+    extra = {"trace": run.trace_info["name"], "seed": run.seed, "provenance": record}
+    summary = _run_one(jobs, machines, run.spec(name), run.progress, out, extra)
+    _write_provenance(out, record, run.parquet)
+    if as_json:
+        print_json(summary)
+        return
     console.print(_summary_table([summary]))
     console.print(f"wrote {out}/jobs.csv, {out}/summary.json", highlight=False)
 
@@ -418,6 +464,7 @@ def compare(
             "--format", help="report.html (html), report.md for papers and issues (md), or both"
         ),
     ] = "html",
+    as_json: JsonOpt = False,
 ) -> None:
     """Run the same workload under several policies and write a comparison report.
 
@@ -445,10 +492,10 @@ def compare(
     folders = [folder_name(name) for name in names]
     if len(set(folders)) < len(folders):
         raise CorralError(f"--policies: two policies would write to one folder ({folders})")
+    record = run.provenance(names)
+    base = {"trace": run.trace_info["name"], "seed": run.seed, "provenance": record}
     tasks = [
-        RunTask(
-            folder, 0, run.spec(name), {"trace": jobs.source, "seed": run.seed, "run_dir": folder}
-        )
+        RunTask(folder, 0, run.spec(name), {**base, "run_dir": folder})
         for name, folder in zip(names, folders, strict=True)
     ]
     summaries: list[dict[str, Any]] = []
@@ -470,18 +517,23 @@ def compare(
                 summaries = run_tasks(
                     tasks, [(jobs, machines)], out, how, parallel, address, on_done=done
                 )
+    from corral.sim.provenance import context_lines
+
     context = {
-        "trace": run.trace,  # as the user named it (a bundled trace by its name)
+        **context_lines(record),
         "jobs": len(jobs),
         "cluster": machines.describe(),
         "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}",
         "placement": run.placement or "policy default",
         "preset": run.preset or "none",
         "switch cost": run.switch_description(),
-        "seed": run.seed,
     }
     with _user_errors():
         path = write_report(out, summaries, context, report_format)
+        _write_provenance(out, record, run.parquet)
+    if as_json:
+        print_json({"runs": summaries, "provenance": record})
+        return
     console.print(_summary_table(summaries))
     also = f", {out}/report.md" if report_format == "both" else ""
     console.print(f"wrote {out}/comparison.csv{also} and {path}", highlight=False)
@@ -521,6 +573,7 @@ def sweep(
     parallel: ParallelOpt = None,
     runner: RunnerOpt = None,
     address: AddressOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Run a grid of simulations (policies x loads x seeds x cluster sizes) in parallel.
 
@@ -554,7 +607,9 @@ def sweep(
     index: dict[tuple[int, float, float | None], int] = {}
     for scale in spec.cluster_scales:
         for seed in spec.seeds:
-            jobs, machines = dataclasses.replace(run, seed=seed, cluster_scale=scale).workload()
+            variant = dataclasses.replace(run, seed=seed, cluster_scale=scale)
+            jobs, machines = variant.workload()
+            run.trace_info = run.trace_info or variant.trace_info
             for load in spec.loads:
                 with _user_errors():
                     table = jobs if load is None else jobs.at_load(load, machines.total_gpus)
@@ -565,7 +620,8 @@ def sweep(
         settings = dataclasses.replace(run, seed=point.seed)
         jobs, machines = workloads[index[(point.seed, point.cluster_scale, point.load)]]
         extra = {
-            "trace": jobs.source,
+            "trace": run.trace_info["name"],
+            "provenance": run.provenance([point.policy], point.seed),
             "seed": point.seed,
             "run_dir": point.name,
             "target_load": point.load,
@@ -605,8 +661,12 @@ def sweep(
                 address,
                 on_done=lambda task, summary: bar.advance(task_id),
             )
+    from corral.sim.provenance import context_lines
+
+    record = run.provenance(spec.policies)
+    record["seed"] = spec.seeds
     context = {
-        "trace": run.trace,
+        **context_lines(record),
         "cluster": f"{run.cluster} at scales {', '.join(f'{c:g}' for c in spec.cluster_scales)}",
         "policies": ", ".join(spec.policies),
         "loads": ", ".join("trace" if x is None else f"{x:g}" for x in spec.loads),
@@ -618,7 +678,31 @@ def sweep(
     }
     with _user_errors():
         path = write_sweep(out, points, summaries, context)
+        _write_provenance(out, record, run.parquet)
+    if as_json:
+        rows = [{k: v for k, v in s.items() if k != "provenance"} for s in summaries]
+        print_json({"runs": rows, "provenance": record})
+        return
     console.print(f"wrote {out}/results.csv, {out}/report.md and {path}", highlight=False)
+
+
+def _plain_value(value: Any) -> bool:
+    """Whether a default can be written as JSON (not a placement object, say)."""
+    if isinstance(value, list | tuple):
+        return all(_plain_value(v) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def _write_provenance(out: Path, record: dict[str, Any], parquet: bool = False) -> None:
+    """``provenance.json`` in the output folder; with ``--parquet``, a Parquet copy of
+    every CSV there carrying the record too."""
+    from corral.sim.provenance import write_provenance
+
+    write_provenance(out, record)
+    if parquet:
+        from corral.sim.output import write_parquet_copies
+
+        write_parquet_copies(out, record)
 
 
 def _seeded(run: RunArgs) -> bool:
@@ -740,6 +824,7 @@ def list_clusters(
     describe: Annotated[str | None, typer.Argument(help="a --cluster value to describe")] = None,
     cluster_scale: ScaleOpt = 1.0,
     rack_size: RackOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """List the cluster presets, or describe one cluster."""
     from corral.model.cluster_specs import PRESETS, load_cluster
@@ -747,8 +832,23 @@ def list_clusters(
     if describe:
         with _user_errors():
             machines = load_cluster(describe, rack_size=rack_size, scale=cluster_scale)
+        if as_json:
+            nodes = [
+                {"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus} for n in machines.nodes
+            ]
+            described = {
+                "cluster": machines.describe(),
+                "total_gpus": machines.total_gpus,
+                "gpus_by_type": machines.gpus_by_type(),
+                "nodes": nodes,
+            }
+            print_json(described)
+            return
         console.print(machines.describe(), highlight=False)
         console.print(json.dumps(machines.gpus_by_type()), highlight=False)
+        return
+    if as_json:
+        print_json({"presets": PRESETS})
         return
     table = Table(title="cluster presets (--cluster)")
     table.add_column("preset")

@@ -168,14 +168,19 @@ def unknown_option(name: str, option: str, accepted: list[str]) -> str:
 
 def options_of(name: str) -> list[str]:
     """The options the policy (or round planner) named ``name`` takes."""
+    return list(option_defaults(name))
+
+
+def option_defaults(name: str) -> dict[str, Any]:
+    """The options the policy (or round planner) named ``name`` takes, with defaults."""
     key = policy_key(name)
     if key in POLICIES:
-        return list(policy_options(POLICIES[key]))
+        return policy_options(POLICIES[key])
     from corral.policies.rounds.planners import ROUND_PLANNERS
 
     if key in ROUND_PLANNERS:
-        return list(policy_options(ROUND_PLANNERS[key]))  # type: ignore[arg-type]
-    return []
+        return policy_options(ROUND_PLANNERS[key])  # type: ignore[arg-type]
+    return {}
 
 
 ROUND_MODEL_LIVE = (

@@ -39,6 +39,36 @@ def write_outputs(output: RunOutput, out_dir: str | Path) -> dict[str, Any]:
     return output.summary
 
 
+PARQUET_HINT = "Parquet output needs pyarrow: pip install 'corral[parquet]'"
+
+
+def parquet_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def write_parquet_copies(folder: Path, provenance: dict[str, Any] | None = None) -> list[Path]:
+    """A ``.parquet`` beside every CSV under ``folder`` (typed columns, compressed:
+    a million jobs' rows load in a fraction of the CSV's time), with the run's
+    provenance in each file's metadata (``corral.provenance``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    written = []
+    for csv in sorted(folder.rglob("*.csv")):
+        frame = pd.read_csv(csv)
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if provenance is not None:
+            meta = dict(table.schema.metadata or {})
+            meta[b"corral.provenance"] = json.dumps(provenance).encode()
+            table = table.replace_schema_metadata(meta)
+        target = csv.with_suffix(".parquet")
+        pq.write_table(table, target)
+        written.append(target)
+    return written
+
+
 def sim_output(result: SimResult, extra: dict[str, Any] | None = None) -> RunOutput:
     """A gang-engine run as the common output."""
     from corral.sim.metrics import jobs_frame, summarise, timeline_frame

@@ -216,7 +216,7 @@ def results_frame(points: list[GridPoint], summaries: list[dict[str, Any]]) -> p
             "run": point.name,
         }
         for key, value in _flat(summary).items():
-            if key not in row:
+            if key not in row and not key.startswith("provenance."):
                 row[key] = value
         rows.append(row)
     return pd.DataFrame(rows)

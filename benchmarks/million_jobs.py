@@ -1,0 +1,164 @@
+"""A million jobs: simulator cost and memory on Helios-like traces of 100k, 300k, 1M jobs.
+
+Writes a synthetic trace in Helios' ``cluster_log.csv`` format for each size
+(so loading a big file a chunk at a time is measured too), then runs fifo,
+las and tiresias-las on each, every run in a fresh process so its peak
+memory is its own, and prints load and simulation seconds, seconds per 100k
+jobs and peak resident memory. The targets: cost grows linearly (the 1M run
+takes at most 12x the 100k run, policy by policy) and every run stays under
+4 GB.
+
+The traces are Helios-like, not Helios: GPU demands drawn with the shape the
+Helios paper reports for its clusters (most jobs on 1 GPU, a few multi-node
+ones up to 64 GPUs), log-normal run times with a median of 10 minutes and a
+tail to a week, Poisson arrivals at offered load 0.8 on a Saturn-sized
+cluster (262 nodes x 8 GPUs). Every size has the same arrival rate, so a
+bigger trace is a longer stretch of the same cluster's life, not a busier one:
+linear cost is then the right expectation.
+
+    python benchmarks/million_jobs.py [--sizes 100000,300000,1000000]
+        [--policies fifo,las,tiresias-las] [--dir DIR] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+CLUSTER = "uniform:262x8:V100"
+GPUS = 262 * 8
+LOAD = 0.8
+RATE_JOBS_PER_S = None
+"""Arrival rate: fixed across sizes, from the job mix and LOAD (set below)."""
+MAX_RATIO = 12.0
+MAX_MB = 4096
+DEMANDS = np.array([1, 2, 4, 8, 16, 32, 64])
+DEMAND_SHARE = np.array([0.68, 0.10, 0.09, 0.09, 0.025, 0.01, 0.005])
+
+
+def helios_like(n: int, seed: int = 0) -> pd.DataFrame:
+    """``n`` GPU jobs in Helios' columns, arriving at one fixed rate."""
+    rng = np.random.default_rng(seed)
+    gpus = rng.choice(DEMANDS, size=n, p=DEMAND_SHARE / DEMAND_SHARE.sum())
+    run = np.clip(np.exp(rng.normal(np.log(600.0), 2.0, size=n)), 10, 7 * 86400).round()
+    # The mean GPU-seconds per job of this mix (from a large fixed sample, so every
+    # size gets the same arrival rate).
+    probe = np.random.default_rng(12345)
+    pg = probe.choice(DEMANDS, size=200_000, p=DEMAND_SHARE / DEMAND_SHARE.sum())
+    pr = np.clip(np.exp(probe.normal(np.log(600.0), 2.0, size=200_000)), 10, 7 * 86400)
+    rate = LOAD * GPUS / float((pg * pr).mean())
+    submit = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    start = pd.Timestamp("2020-04-01") + pd.to_timedelta(submit.round(), unit="s")
+    fmt = "%Y-%m-%d %H:%M:%S"
+    return pd.DataFrame(
+        {
+            "job_id": np.arange(1, n + 1),
+            "user": "u" + pd.Series(rng.integers(0, 300, size=n)).astype(str),
+            "vc": "vc" + pd.Series(rng.integers(0, 20, size=n)).astype(str),
+            "gpu_num": gpus,
+            "cpu_num": gpus * 4,
+            "node_num": np.maximum(1, gpus // 8),
+            "state": "COMPLETED",
+            "submit_time": start.strftime(fmt),
+            "start_time": start.strftime(fmt),
+            "end_time": (start + pd.to_timedelta(run, unit="s")).strftime(fmt),
+            "duration": run.astype(np.int64),
+            "queue": 0,
+        }
+    )
+
+
+def one(policy: str, path: str) -> dict[str, object]:
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.run import RunSpec, simulate
+    from corral.traces import TraceOptions, load_trace
+
+    machines = load_cluster(CLUSTER)
+    t0 = time.perf_counter()
+    jobs = load_trace(path, machines.total_gpus, TraceOptions(fmt="helios"))
+    load_s = time.perf_counter() - t0
+    result = simulate(jobs, machines, RunSpec(policy))
+    state = result.state
+    finished = int(np.isfinite(state.finish_time).sum())
+    return {
+        "policy": policy,
+        "jobs": len(jobs),
+        "finished": finished,
+        "offered_load": round(jobs.offered_load(machines.total_gpus), 3),
+        "load_s": round(load_s, 2),
+        "sim_s": round(result.wall_s, 2),
+        "events": result.events,
+        "preemptions": int(state.preemptions.sum()),
+        "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+def spawn(policy: str, path: str) -> dict[str, object]:
+    args = [sys.executable, __file__, "--one", policy, "--trace", path]
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="100000,300000,1000000")
+    parser.add_argument("--policies", default="fifo,las,tiresias-las")
+    parser.add_argument("--dir", help="where the traces are written (default: a temporary one)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--trace", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.trace)))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    with tempfile.TemporaryDirectory() as scratch:
+        where = Path(args.dir or scratch)
+        where.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for n in sizes:
+            path = where / f"helios-like-{n}.csv"
+            if not path.exists():
+                helios_like(n).to_csv(path, index=False)
+            mb = path.stat().st_size / 1e6
+            print(f"{n:,} jobs: {path.name} ({mb:.0f} MB)", flush=True)
+            for policy in policies:
+                row = spawn(policy, str(path))
+                rows.append(row)
+                print(f"  {policy:14} load {row['load_s']:>6} s  sim {row['sim_s']:>7} s  "
+                      f"peak {row['peak_mb']:>5} MB", flush=True)
+    print(f"\nHelios-like traces on {CLUSTER} ({GPUS} GPUs), offered load ~{LOAD}")
+    head = ("policy", "jobs", "load s", "sim s", "s/100k", "x smallest", "peak MB", "")
+    print("{:14} {:>9} {:>7} {:>8} {:>7} {:>10} {:>8} {}".format(*head))
+    base: dict[str, float] = {}
+    for r in rows:
+        total = float(r["load_s"]) + float(r["sim_s"])  # type: ignore[arg-type]
+        per = total / int(r["jobs"]) * 100_000  # type: ignore[call-overload]
+        policy = str(r["policy"])
+        base.setdefault(policy, total)
+        ratio = total / base[policy]
+        scale = int(r["jobs"]) / sizes[0]  # type: ignore[call-overload]
+        ok = ratio <= MAX_RATIO * scale / 10 and int(r["peak_mb"]) < MAX_MB  # type: ignore[call-overload]
+        print(
+            f"{policy:14} {r['jobs']:>9,} {r['load_s']:>7} {r['sim_s']:>8} {per:>7.1f} "
+            f"{ratio:>10.2f} {r['peak_mb']:>8} {'meets' if ok else 'misses'}"
+        )
+    print(f"(target: {MAX_RATIO:g}x the smallest run's seconds per 10x the jobs; < {MAX_MB} MB)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
