@@ -153,14 +153,29 @@ def test_the_comparison_report_opens_offline_and_its_charts_render(browser, tmp_
     )
     assert lines == [2, 2, 2, 2, 2], lines  # five charts, a line per policy
     # hovering reads every policy's value under the pointer
+    page.locator("#jct-cdf").scroll_into_view_if_needed()
     box = page.locator("#jct-cdf").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
-    readout = page.locator("#jct-cdf + output").inner_text()
+    readout = page.locator("#jct-cdf ~ output").inner_text()
     assert "fifo:" in readout and "las:" in readout
+    assert re.search(r"^at [0-9.e+-]+ h - ", readout), readout  # the x axis' unit
     # and so does the keyboard
     page.locator("#utilisation").focus()
     page.keyboard.press("ArrowRight")
-    assert "fifo:" in page.locator("#utilisation + output").inner_text()
+    assert "fifo:" in page.locator("#utilisation ~ output").inner_text()
+    # the legend sits below the plot; its entries hide and show their series
+    legend = page.locator("#jct-cdf ~ .legend")
+    page.locator("#jct-cdf").scroll_into_view_if_needed()
+    box = page.locator("#jct-cdf").bounding_box()
+    assert legend.bounding_box()["y"] >= box["y"] + box["height"] - 1
+    legend.get_by_role("button", name="las").click()
+    assert not page.locator('#jct-cdf g[data-series="1"]').is_visible()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    readout = page.locator("#jct-cdf ~ output").inner_text()
+    assert "fifo:" in readout and "las:" not in readout
+    assert legend.get_by_role("button", name="las").get_attribute("aria-pressed") == "false"
+    legend.get_by_role("button", name="las").click()
+    assert page.locator('#jct-cdf g[data-series="1"]').is_visible()
     assert errors == []
     context.close()
 
@@ -182,7 +197,7 @@ def test_the_sweep_report_opens_offline_with_error_bars_and_readouts(browser, tm
     first = charts.first
     first.focus()
     page.keyboard.press("ArrowRight")
-    readout = page.locator("svg[data-chart] + output").first.inner_text()
+    readout = page.locator("svg[data-chart] ~ output").first.inner_text()
     assert "fifo:" in readout and "las:" in readout
     assert errors == []
 

@@ -178,8 +178,8 @@ def write_report(
         runs[s["policy"]] = pd.read_csv(run_dir / "jobs.csv")
         timelines[s["policy"]] = pd.read_csv(run_dir / "timeline.csv")
     distributions = [
-        ("jct", "Job completion time", "JCT (hours, log scale)"),
-        ("queueing", "Queueing delay", "delay before the first start (hours, log scale)"),
+        ("jct", "Job completion time", "JCT (h; log scale)"),
+        ("queueing", "Queueing delay", "delay before the first start (h; log scale)"),
     ]
     charts = [
         line_chart(
@@ -198,7 +198,7 @@ def write_report(
             "Jobs waiting",
             {p: thin(t["time"] / 86400.0, t["pending"]) for p, t in timelines.items()},
             "time (days)",
-            "pending jobs",
+            "pending (jobs)",
         ),
         line_chart(
             "utilisation",

@@ -2,8 +2,11 @@
 
 Each chart is an ``<svg>`` with its series drawn as polylines and the same
 points embedded as JSON; a few lines of inline script (:data:`HOVER_SCRIPT`,
-once per page) show every series' value under the pointer (or the keyboard:
-charts are focusable and arrow keys move the cursor). The page needs nothing
+once per page) show every series' value, with its unit, under the pointer (or
+the keyboard: charts are focusable and arrow keys move the cursor). The
+legend sits below the plot, never on the lines, and each entry is a button
+that hides or shows its series. A y axis whose values span more than a
+decade is drawn on a log scale (said in its title). The page needs nothing
 from elsewhere, so it opens offline. Series are thinned to at most
 :data:`MAX_POINTS` points (quantiles for distributions), which keeps an
 82,000-job comparison to a few hundred kilobytes.
@@ -21,7 +24,11 @@ from numpy.typing import ArrayLike
 
 MAX_POINTS = 400
 WIDTH, HEIGHT = 640, 360
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 48
+RIGHT, TOP, BOTTOM = 16, 16, 48
+CHAR_PX = 7.2
+"""Width of a tick label's character at the charts' 13px font (to keep the y title clear)."""
+LOG_SPAN = 10.0
+"""A positive y axis whose largest value is this many times its smallest goes log."""
 PALETTE = ["#1a5fb4", "#c01c28", "#26a269", "#e66100", "#613583", "#865e3c", "#3d3846", "#0e7c86"]
 """Series colours (distinct, dark enough to read on white)."""
 
@@ -56,7 +63,9 @@ def thin(x: ArrayLike, y: ArrayLike, points: int = MAX_POINTS) -> tuple[np.ndarr
 
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:
     if log:
-        return [10.0**k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+        decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+        steps = (1, 2, 5) if len(decades) <= 4 else (1,)
+        return [m * 10.0**k for k in decades for m in steps]
     span = hi - lo or 1.0
     step = 10 ** math.floor(math.log10(span / 5))
     for mult in (1, 2, 5, 10):
@@ -77,6 +86,20 @@ def _label(value: float) -> str:
     return f"{value:g}"
 
 
+def unit_of(label: str) -> str:
+    """The unit an axis title gives in its last parentheses: 'JCT (h)' -> 'h'."""
+    if label.endswith(")") and "(" in label:
+        inner = label[label.rindex("(") + 1 : -1].split(";")[0].strip()
+        return "" if " " in inner else inner
+    return ""
+
+
+def wants_log(values: np.ndarray) -> bool:
+    """Whether values span enough decades that a linear axis would flatten the small ones."""
+    finite = values[np.isfinite(values)]
+    return bool(len(finite)) and finite.min() > 0 and finite.max() / finite.min() > LOG_SPAN
+
+
 def line_chart(
     chart_id: str,
     title: str,
@@ -86,9 +109,11 @@ def line_chart(
     log_x: bool = False,
     y_range: tuple[float, float] | None = None,
     errors: dict[str, np.ndarray] | None = None,
+    log_y: bool | None = None,
 ) -> str:
     """A ``<figure>`` with an interactive line chart of the series; with ``errors``
-    (a half-width per point, by series), each point gets a marker and an error bar."""
+    (a half-width per point, by series), each point gets a marker and an error bar.
+    ``log_y=None`` picks a log y axis where the values span more than a decade."""
     if not series:
         return f"<figure><figcaption>{html.escape(title)}: no data</figcaption></figure>"
     errors = {k: np.nan_to_num(np.asarray(v, dtype=np.float64)) for k, v in (errors or {}).items()}
@@ -98,23 +123,34 @@ def line_chart(
         [y for _, y in series.values()]
         + [y + sign * errors[k] for k, (_, y) in series.items() if k in errors for sign in (-1, 1)]
     )
+    means = np.concatenate([y for _, y in series.values()])
+    if log_y is None:
+        log_y = y_range is None and wants_log(means)
+    if log_y:
+        ys_all = ys_all[ys_all > 0]  # a whisker below zero is cut at the axis
+        ylabel = f"{ylabel}, log scale"
     x0, x1 = float(xs_all.min()), float(xs_all.max())
     y0, y1 = y_range if y_range is not None else (float(ys_all.min()), float(ys_all.max()))
     if x1 <= x0:
         x1 = x0 * 10 if log_x else x0 + 1
     if y1 <= y0:
-        y1 = y0 + 1
+        y1 = y0 * 10 if log_y else y0 + 1
     fx = (lambda x: math.log10(x)) if log_x else (lambda x: x)
+    fy = (lambda y: math.log10(max(y, y0))) if log_y else (lambda y: y)
     a, b = fx(x0), fx(x1)
-    pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    c, d = fy(y0), fy(y1)
+    y_ticks = [t for t in _ticks(y0, y1, log_y) if y0 <= t <= y1 * (1 + 1e-9)]
+    widest = max((len(_label(t)) for t in y_ticks), default=1)
+    left = int(30 + widest * CHAR_PX)  # the y title, a gap, the widest tick label
+    pw, ph = WIDTH - left - RIGHT, HEIGHT - TOP - BOTTOM
 
     def sx(x: float) -> float:
-        return LEFT + (fx(max(x, floor)) - a) / (b - a) * pw
+        return left + (fx(max(x, floor)) - a) / (b - a) * pw
 
     def sy(y: float) -> float:
-        return TOP + ph - (y - y0) / (y1 - y0) * ph
+        return TOP + ph - (fy(y) - c) / (d - c) * ph
 
-    parts = [f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#fff" stroke="#999"/>']
+    parts = [f'<rect x="{left}" y="{TOP}" width="{pw}" height="{ph}" fill="#fff" stroke="#999"/>']
     for t in _ticks(x0, x1, log_x):
         if x0 <= t <= x1:
             x = sx(t)
@@ -124,30 +160,39 @@ def line_chart(
             parts.append(
                 f'<text x="{x:.1f}" y="{TOP + ph + 16}" text-anchor="middle">{_label(t)}</text>'
             )
-    for t in _ticks(y0, y1, False):
+    for t in y_ticks:
         y = sy(t)
-        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + pw}" y2="{y:.1f}" class="grid"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(t)}</text>')
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" class="grid"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(t)}</text>')
     data = []
+    legend = []
     for k, (name, (xs, ys)) in enumerate(series.items()):
         colour = PALETTE[k % len(PALETTE)]
         pts = " ".join(
-            f"{sx(float(u)):.1f},{sy(float(v)):.1f}" for u, v in zip(xs, ys, strict=True)
+            f"{sx(float(u)):.1f},{sy(float(v)):.1f}"
+            for u, v in zip(xs, ys, strict=True)
+            if not log_y or v > 0
         )
-        parts.append(
+        marks = [
             f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6">'
             f"<title>{html.escape(name)}</title></polyline>"
-        )
+        ]
         for u, v, e in zip(xs, ys, errors.get(name, ()), strict=False):
-            cx, lo, hi = sx(float(u)), sy(float(v - e)), sy(float(v + e))
-            parts.append(
+            if log_y and v <= 0:
+                continue
+            cx = sx(float(u))
+            lo, hi = sy(max(float(v - e), y0)), sy(min(float(v + e), y1))
+            marks.append(
                 f'<line x1="{cx:.1f}" y1="{lo:.1f}" x2="{cx:.1f}" y2="{hi:.1f}" '
                 f'stroke="{colour}"/><circle cx="{cx:.1f}" cy="{sy(float(v)):.1f}" r="3" '
                 f'fill="{colour}"/>'
             )
-        ly = TOP + 14 + 16 * k
-        parts.append(f'<rect x="{LEFT + 8}" y="{ly - 9}" width="12" height="4" fill="{colour}"/>')
-        parts.append(f'<text x="{LEFT + 24}" y="{ly - 4}">{html.escape(name)}</text>')
+        parts.append(f'<g data-series="{k}">{"".join(marks)}</g>')
+        legend.append(
+            f'<button type="button" data-series="{k}" aria-pressed="true" '
+            f'title="hide or show {html.escape(name)}">'
+            f'<span class="swatch" style="background:{colour}"></span>{html.escape(name)}</button>'
+        )
         data.append(
             {
                 "name": name,
@@ -157,7 +202,7 @@ def line_chart(
             }
         )
     xtitle = html.escape(xlabel)
-    parts.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 8}" text-anchor="middle">{xtitle}</text>')
+    parts.append(f'<text x="{left + pw / 2}" y="{HEIGHT - 8}" text-anchor="middle">{xtitle}</text>')
     parts.append(
         f'<text transform="translate(14 {TOP + ph / 2}) rotate(-90)" text-anchor="middle">'
         f"{html.escape(ylabel)}</text>"
@@ -165,13 +210,22 @@ def line_chart(
     parts.append(
         f'<line class="cursor" x1="0" x2="0" y1="{TOP}" y2="{TOP + ph}" visibility="hidden"/>'
     )
-    frame = {"left": LEFT, "width": pw, "x0": x0, "x1": x1, "log": log_x}
+    frame = {
+        "left": left,
+        "width": pw,
+        "x0": x0,
+        "x1": x1,
+        "log": log_x,
+        "xunit": unit_of(xlabel),
+        "yunit": unit_of(ylabel.removesuffix(", log scale")),
+    }
     payload = html.escape(json.dumps({"frame": frame, "series": data}), quote=True)
     return (
         f'<figure class="chart"><figcaption>{html.escape(title)}</figcaption>'
         f'<svg id="{chart_id}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" tabindex="0" '
         f'aria-label="{html.escape(title)}: {html.escape(ylabel)} against {html.escape(xlabel)}" '
         f'data-chart="{payload}">{"".join(parts)}</svg>'
+        f'<div class="legend" role="group" aria-label="series">{"".join(legend)}</div>'
         f'<output class="readout" for="{chart_id}" aria-live="polite"></output></figure>'
     )
 
@@ -201,6 +255,11 @@ figure.chart .grid { stroke: #e4e4e4; }
 figure.chart .cursor { stroke: #555; stroke-dasharray: 3 3; }
 figure.chart figcaption { font-weight: 600; }
 figure.chart .readout { display: block; min-height: 1.4em; font-size: .85rem; color: #333; }
+figure.chart .legend { display: flex; flex-wrap: wrap; gap: .25rem .5rem; margin: .25rem 0; }
+figure.chart .legend button { font: 13px system-ui, sans-serif; background: none; cursor: pointer;
+                              border: 1px solid #ccc; border-radius: 4px; padding: 1px 6px; }
+figure.chart .legend button[aria-pressed="false"] { opacity: .45; text-decoration: line-through; }
+figure.chart .swatch { display: inline-block; width: 12px; height: 4px; margin: 0 4px 3px 0; }
 """
 
 HOVER_SCRIPT = """
@@ -214,14 +273,16 @@ for (const svg of document.querySelectorAll("svg[data-chart]")) {
     return f.log ? 10 ** v : v;
   };
   let at = 0.5;
+  const hidden = new Set();
+  const unit = (u) => (u ? ` ${u}` : "");
   const show = () => {
     const x = inv(at);
-    const parts = chart.series.map((s) => {
+    const parts = chart.series.filter((s, k) => !hidden.has(k)).map((s) => {
       let lo = 0, hi = s.x.length - 1;
       while (lo < hi) { const mid = (lo + hi) >> 1; if (s.x[mid] < x) lo = mid + 1; else hi = mid; }
-      return `${s.name}: ${Number(s.y[lo]).toPrecision(3)}`;
+      return `${s.name}: ${Number(s.y[lo]).toPrecision(3)}${unit(f.yunit)}`;
     });
-    out.textContent = `at ${Number(x).toPrecision(3)} - ${parts.join("; ")}`;
+    out.textContent = `at ${Number(x).toPrecision(3)}${unit(f.xunit)} - ${parts.join("; ")}`;
     cursor.setAttribute("x1", f.left + at * f.width);
     cursor.setAttribute("x2", f.left + at * f.width);
     cursor.setAttribute("visibility", "visible");
@@ -238,5 +299,14 @@ for (const svg of document.querySelectorAll("svg[data-chart]")) {
     e.preventDefault(); show();
   });
   svg.addEventListener("focus", show);
+  for (const button of svg.parentElement.querySelectorAll(".legend button")) {
+    button.addEventListener("click", () => {
+      const k = Number(button.dataset.series), on = hidden.has(k);
+      if (on) hidden.delete(k); else hidden.add(k);
+      button.setAttribute("aria-pressed", String(on));
+      svg.querySelector(`g[data-series="${k}"]`).style.display = on ? "" : "none";
+      if (out.textContent) show();
+    });
+  }
 }
 """

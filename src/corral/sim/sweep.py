@@ -288,7 +288,7 @@ def _markdown(table: pd.DataFrame, context: dict[str, Any]) -> str:
 
 
 SWEEP_CHARTS = [
-    ("avg_jct_s", "Average JCT", "average JCT (hours)"),
+    ("avg_jct_s", "Average JCT", "average JCT (h)"),
     ("gpu_utilization", "GPU utilisation", "busy share of GPUs"),
     ("preemptions", "Preemptions", "preemptions in the run"),
 ]
