@@ -4,13 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test docs lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,examples,ray,gpu]'
+	$(PY) -m pip install --quiet -e '.[test,docs,examples,ray,gpu]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -25,11 +25,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .pytest_cache/site
 	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile
+
+# The documentation site (MkDocs, Material theme) into site/: open site/index.html.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_speed.py
 	$(PY) benchmarks/service.py
 
 clean:
-	rm -rf $(VENV) demo-out runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) demo-out runs site .pytest_cache .ruff_cache

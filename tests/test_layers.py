@@ -6,7 +6,7 @@ simulator nor the live runtime); the runtime never imports the API or the
 simulator; inside the runtime, the job language (``jobspec``) imports no other
 part of it, the store (``storage``) and execution (``execution``) only the job
 language, and only the loop (``loop``) imports them all; no module imports
-itself in a loop. The same rules are written in the README's architecture
+itself in a loop. The same rules are written in documentation's layout page (docs/layout.md)
 section and in each runtime part's docstring.
 """
 

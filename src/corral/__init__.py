@@ -1,6 +1,6 @@
 """corral: GPU cluster scheduling for deep-learning training.
 
-The package is layered (the README's "Layout" section draws it, and
+The package is layered (docs/layout.md draws it, and
 ``tests/test_layers.py`` checks it): ``model`` holds the domain types,
 ``perf`` says how fast jobs run, ``placement`` picks concrete GPUs,
 ``policies`` decide who runs, ``traces`` load workloads, ``sim`` replays them

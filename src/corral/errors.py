@@ -11,7 +11,7 @@ from __future__ import annotations
 class CorralError(Exception):
     """An error caused by input; its message is meant for people.
 
-    ``exit_code`` is what the command line exits with (the README's table):
+    ``exit_code`` is what the command line exits with (the README's exit-code table):
     2 for bad usage or input, unless a subclass says otherwise."""
 
     exit_code = 2

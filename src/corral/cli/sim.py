@@ -740,9 +740,12 @@ def _check_policy_names(names: list[str]) -> None:
 
 @app.command("policies")
 def list_policies(
+    name: Annotated[
+        str | None, typer.Argument(help="one policy to describe, with its options and defaults")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """List every policy and placement strategy.
+    """List every policy and placement strategy, or describe one policy.
 
     Piped into another program it prints tab-separated lines with every name
     and option in full (a table would be cut to the terminal's width).
@@ -752,11 +755,11 @@ def list_policies(
     from corral.policies.rounds.planners import ROUND_PLANNERS
 
     rows: list[dict[str, Any]] = []
-    for name, cls in POLICIES.items():
+    for key, cls in POLICIES.items():
         note = live_support(cls)
         rows.append(
             {
-                "name": name,
+                "name": key,
                 "oracle": cls.oracle,
                 "model": "elastic" if cls.resizes else "gang",
                 "live": f"yes; {note}" if note else "yes",
@@ -764,10 +767,10 @@ def list_policies(
                 "options": policy_options(cls),
             }
         )
-    for name, planner in ROUND_PLANNERS.items():
+    for key, planner in ROUND_PLANNERS.items():
         rows.append(
             {
-                "name": name,
+                "name": key,
                 "oracle": False,
                 "model": "round",
                 "live": f"yes; {ROUND_MODEL_LIVE}",
@@ -775,7 +778,30 @@ def list_policies(
                 "options": policy_options(planner),  # type: ignore[arg-type]
             }
         )
-    places = [{"name": name, "description": cls.description} for name, cls in PLACEMENTS.items()]
+    places = [{"name": n, "description": cls.description} for n, cls in PLACEMENTS.items()]
+    if name is not None:
+        from corral.policies import policy_key
+
+        key = policy_key(name)
+        _check_policy_names([key])
+        row = next(r for r in rows if r["name"] == key)
+        if as_json:
+            print_json(json.loads(json.dumps(row, default=str)))
+            return
+        kind = {"round": "round model", "elastic": "resizes jobs"}.get(row["model"], "gang")
+        console.print(f"[bold]{key}[/]: {row['description']}", highlight=False)
+        console.print(f"oracle: {'yes' if row['oracle'] else 'no'}; model: {kind}", highlight=False)
+        console.print(f"live (corral serve): {row['live']}", highlight=False)
+        if not row["options"]:
+            console.print("options: none", highlight=False)
+            return
+        table = Table(title="options (--policy-opt key=value)")
+        table.add_column("option", no_wrap=True)
+        table.add_column("default")
+        for option, default in row["options"].items():
+            table.add_row(option, str(default))
+        console.print(table)
+        return
     if as_json:
         print(json.dumps({"policies": rows, "placements": places}, indent=2, default=str))
         return

@@ -40,7 +40,7 @@ message instead of forking into a crash (:func:`cuda_initialised`). What a
 switch keeps warm is therefore the interpreter, PyTorch, its lazily imported
 modules and the job's code, not a CUDA context: PipeSwitch also keeps the
 context, which needs one worker per GPU that runs the job in its own process
-(not a fork); the cost of creating the context in the job is in the README's
+(not a fork); the cost of creating the context in the job is in the docs'
 GPU section (``benchmarks/gpu_check.py``).
 """
 

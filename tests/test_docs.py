@@ -1,0 +1,59 @@
+"""The documentation keeps up with the code: every policy has a system page that
+lists its options, and the README stays a short front page."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from corral.policies import POLICIES, policy_options
+from corral.policies.rounds.planners import ROUND_PLANNERS
+
+ROOT = Path(__file__).parent.parent
+SYSTEMS = ROOT / "docs" / "systems"
+
+
+def _pages() -> dict[str, str]:
+    return {p.stem: p.read_text() for p in SYSTEMS.glob("*.md")}
+
+
+def test_every_policy_has_a_system_page():
+    pages = _pages()
+    for name in [*POLICIES, *ROUND_PLANNERS]:
+        if name == "gavel":  # an alias of gavel-max-min-fairness
+            continue
+        assert any(f"**`{name}`**" in text for text in pages.values()), name
+
+
+@pytest.mark.parametrize("name", [n for n in [*POLICIES, *ROUND_PLANNERS] if n != "gavel"])
+def test_a_system_page_lists_every_option_with_its_default(name):
+    page = next(text for text in _pages().values() if f"**`{name}`**" in text)
+    cls = POLICIES.get(name) or ROUND_PLANNERS[name]
+    section = page.split(f"`{name}`:", 1)[1] if policy_options(cls) else page
+    for option in policy_options(cls):  # type: ignore[arg-type]
+        assert re.search(rf"\| `{option}` \| `[^`]*` \|", section), (name, option)
+
+
+def test_each_system_page_has_the_sections_a_reader_looks_for():
+    for slug, text in _pages().items():
+        for heading in ("## The paper", "## Where corral departs from it", "## Validation"):
+            assert heading in text, (slug, heading)
+
+
+def test_the_nav_lists_every_page():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    docs = ROOT / "docs"
+    for page in docs.rglob("*.md"):
+        rel = page.relative_to(docs).as_posix()
+        if not rel.startswith("validation/data/"):
+            assert f" {rel}" in nav, rel
+
+
+def test_the_readme_is_a_front_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 120
+    assert "make demo" in readme and "make test" in readme
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / link).exists(), link
