@@ -74,3 +74,54 @@ def test_submit_wait_exits_with_the_jobs_code(service: ServiceProcess, tmp_path:
 def test_completion_is_offered() -> None:
     done = subprocess.run([PY, "-m", "corral.cli", "--help"], capture_output=True, text=True)
     assert "--install-completion" in done.stdout
+
+
+def _json_out(service: ServiceProcess, *args: str, token: str | None = None) -> object:
+    """Run a command with --json and parse its stdout alone (stderr is kept apart)."""
+    import json
+
+    env = {**os.environ, "CORRAL_URL": service.url, "CORRAL_TOKEN": token or TOKENS["alice"]}
+    cut = args.index("--") if "--" in args else len(args)  # the flag goes before a command
+    done = subprocess.run(
+        [PY, "-m", "corral.cli", *args[:cut], "--json", *args[cut:]],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def test_verbs_that_print_a_result_print_json_when_asked(service: ServiceProcess) -> None:
+    import json
+
+    code, said = corral(service, "submit", "--wait", "--", PY, "-c", "print('hello there')")
+    assert code == 0, said
+    done = int(said.split("submitted job ")[1].split()[0])
+    lines = _json_lines(service, "logs", str(done))
+    assert lines, "no log lines"
+    pieces = [json.loads(line) for line in lines]
+    assert pieces and all(p["job"] == done and p["attempt"] >= 1 for p in pieces)
+    assert "hello there" in "".join(p["text"] for p in pieces)
+    # a job that waits behind a long one on the single GPU, so it can be changed
+    corral(service, "submit", "--", PY, "-c", "import time; time.sleep(60)")
+    job = _json_out(service, "submit", "--", PY, "-c", "pass")
+    job_id = int((job[0] if isinstance(job, list) else job)["id"])  # type: ignore[index]
+    priority = _json_out(service, "set-priority", str(job_id), "--", "-2")
+    assert isinstance(priority, dict) and priority["priority"] == -2
+    cancelled = _json_out(service, "cancel", str(job_id))
+    assert isinstance(cancelled, dict) and cancelled["status"] == "CANCELLED"
+    nodes = _json_out(service, "nodes")
+    name = nodes[0]["name"]  # type: ignore[index]
+    node = _json_out(service, "drain", name, "--reason", "test", token=TOKENS["root"])
+    assert isinstance(node, dict) and node["state"] in ("draining", "drained")
+    node = _json_out(service, "undrain", name, token=TOKENS["root"])
+    assert isinstance(node, dict) and node["state"] == "up"
+
+
+def _json_lines(service: ServiceProcess, *args: str) -> list[str]:
+    env = {**os.environ, "CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"]}
+    done = subprocess.run(
+        [PY, "-m", "corral.cli", *args, "--json"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()

@@ -635,9 +635,14 @@ def nodes(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) 
     console.print(table)
 
 
-def _set_node(name: str, verb: str, reason: str | None, url: str | None, token: str | None) -> None:
+def _set_node(
+    name: str, verb: str, reason: str | None, url: str | None, token: str | None, as_json: bool
+) -> None:
     with _client(url, token) as client:
         node = client.node_state(name, verb, reason)
+    if as_json:
+        print_json(node)
+        return
     console.print(f"node {node['name']} is {node['state']}", highlight=False)
 
 
@@ -647,9 +652,10 @@ def drain(
     reason: Annotated[str | None, typer.Option(help="why, kept in the event history")] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Admin: start nothing more on a node; jobs running there run to their end."""
-    _set_node(node, "drain", reason, url, token)
+    _set_node(node, "drain", reason, url, token, as_json)
 
 
 @app.command()
@@ -658,6 +664,7 @@ def undrain(
     reason: Annotated[str | None, typer.Option(help="why, kept in the event history")] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Admin: put a drained node back in service (its failure count starts again)."""
-    _set_node(node, "resume", reason, url, token)
+    _set_node(node, "resume", reason, url, token, as_json)
