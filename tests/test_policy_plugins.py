@@ -51,6 +51,9 @@ def test_bad_plugins_are_named_errors() -> None:
     with pytest.raises(CorralError, match="no file"):
         make_policy("/nowhere/policy.py:Thing")
     assert options_of(SPEC) == ["max_wait"]
+    # a plugin's declared options are checked as the built-in policies' are
+    with pytest.raises(CorralError, match=r"option 'max_wait' must be a number > 0, got -5"):
+        make_policy(SPEC, max_wait=-5)
 
 
 def test_an_installed_package_declares_its_policy_by_entry_point(

@@ -18,24 +18,28 @@ in the service's configuration. ``docs/writing-a-policy.md`` walks through it.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
+from corral.policies.options import Option
 
 
 class ShortestFirst(Policy):
     name = "shortest-first"
     description = "shortest expected run time first; jobs waiting over max_wait go first"
     reads_durations = True  # live, durations come from the job's 'duration' or estimates
+    options: ClassVar[dict[str, Option]] = {
+        "max_wait": Option("seconds a job may wait before it goes first", above=0),
+    }
 
     def __init__(self, placement: PlacementStrategy | None = None, max_wait: float = 3600.0):
         super().__init__(placement)
-        if max_wait <= 0:
-            raise ValueError(f"max_wait must be a positive number of seconds, got {max_wait}")
-        self.max_wait = float(max_wait)
+        self.max_wait = float(max_wait)  # checked against its declaration before it arrives
 
     def schedule(self, state: SchedulerState) -> Plan:
         builder = PlanBuilder(state)

@@ -173,5 +173,5 @@ def test_allox_matches_at_most_window_jobs_on_types_that_rank_jobs_differently()
     matched, rest = order[:5], order[5:]
     assert max(best[j] for j, _ in matched) <= min(best[j] for j, _ in rest)
     assert [best[j] for j, _ in rest] == sorted(best[j] for j, _ in rest)
-    with pytest.raises(CorralError, match="window must be at least 1"):
+    with pytest.raises(CorralError, match="'window' must be a whole number >= 1"):
         make_policy("allox", window=0)

@@ -211,7 +211,7 @@ def test_model_aware_placement_consolidates_only_skewed_models() -> None:
     assert relaxed.choose_for(free, state, 2) == [2, 3, 6]
     policy = make_policy("tiresias-las", unknown_models="any")
     assert policy.placement.choose_for(free, state, 2) == [2, 3, 6]
-    with pytest.raises(CorralError, match="unknown-model placement"):
+    with pytest.raises(CorralError, match="'unknown_models' must be one of consolidate, any"):
         make_policy("tiresias-gittins", unknown_models="sometimes")
 
 
@@ -288,7 +288,7 @@ def test_preset_gittins_runs_equal_indices_earliest_submitted_first(tmp_path) ->
     rows = [(0, 1, 30), (10, 1, 40), (20, 1, 40)]
     done = finish_times(run(rows, uniform(1, 1), "tiresias-gittins", **opts))
     assert done == pytest.approx({"j0": 30.0, "j1": 70.0, "j2": 110.0})
-    with pytest.raises(CorralError, match="index_table must be 'exact' or 'stepped'"):
+    with pytest.raises(CorralError, match="'index_table' must be one of exact, stepped"):
         make_policy("tiresias-gittins", index_table="rounded")
 
 

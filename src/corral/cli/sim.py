@@ -751,7 +751,13 @@ def list_policies(
     and option in full (a table would be cut to the terminal's width).
     """
     from corral.placement.registry import PLACEMENTS
-    from corral.policies import POLICIES, ROUND_MODEL_LIVE, live_support, policy_options
+    from corral.policies import (
+        POLICIES,
+        ROUND_MODEL_LIVE,
+        live_support,
+        option_table,
+        policy_options,
+    )
     from corral.policies.rounds.planners import ROUND_PLANNERS
 
     rows: list[dict[str, Any]] = []
@@ -765,6 +771,7 @@ def list_policies(
                 "live": f"yes; {note}" if note else "yes",
                 "description": cls.description,
                 "options": policy_options(cls),
+                "option_details": option_table(key),
             }
         )
     for key, planner in ROUND_PLANNERS.items():
@@ -776,6 +783,7 @@ def list_policies(
                 "live": f"yes; {ROUND_MODEL_LIVE}",
                 "description": planner.description,
                 "options": policy_options(planner),  # type: ignore[arg-type]
+                "option_details": option_table(key),
             }
         )
     places = [{"name": n, "description": cls.description} for n, cls in PLACEMENTS.items()]
@@ -798,8 +806,10 @@ def list_policies(
         table = Table(title="options (--policy-opt key=value)")
         table.add_column("option", no_wrap=True)
         table.add_column("default")
-        for option, default in row["options"].items():
-            table.add_row(option, str(default))
+        table.add_column("accepts")
+        table.add_column("what it does")
+        for option, about in row["option_details"].items():
+            table.add_row(option, str(about["default"]), about["accepts"], about["help"])
         console.print(table)
         return
     if as_json:

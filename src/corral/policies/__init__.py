@@ -171,6 +171,50 @@ def options_of(name: str) -> list[str]:
     return list(option_defaults(name))
 
 
+def checked_options(name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` converted and checked against the options the policy (or round
+    planner) named ``name`` declares; a CorralError names the option, what it
+    accepts and what it is for."""
+    from corral.policies.options import convert
+
+    key = policy_key(name)
+    if key in POLICIES:
+        cls: type = POLICIES[key]
+    else:
+        from corral.policies.rounds.planners import ROUND_PLANNERS
+
+        if key not in ROUND_PLANNERS:
+            return dict(values)
+        cls = ROUND_PLANNERS[key]
+    try:
+        return convert(key, cls, values)
+    except ValueError as exc:
+        raise CorralError(f"policy '{key}': {exc}") from None
+
+
+def option_table(name: str) -> dict[str, dict[str, Any]]:
+    """Each option of the policy named ``name``: default, what it accepts, help."""
+    from corral.policies.options import declared
+
+    key = policy_key(name)
+    if key in POLICIES:
+        cls: type = POLICIES[key]
+    else:
+        from corral.policies.rounds.planners import ROUND_PLANNERS
+
+        cls = ROUND_PLANNERS[key]
+    table = declared(cls)
+    out: dict[str, dict[str, Any]] = {}
+    for option, default in option_defaults(key).items():
+        spec = table.get(option)
+        out[option] = {
+            "default": default,
+            "accepts": spec.accepts() if spec else "",
+            "help": spec.help if spec else "",
+        }
+    return out
+
+
 def option_defaults(name: str) -> dict[str, Any]:
     """The options the policy (or round planner) named ``name`` takes, with defaults."""
     key = policy_key(name)
@@ -241,7 +285,9 @@ def make_policy(name: str, placement: str | None = None, seed: int = 0, **option
         ) from None
     try:
         strategy = make_placement(placement, seed) if placement is not None else None
-        return cls(strategy, **options)
+        from corral.policies.options import convert
+
+        return cls(strategy, **convert(name, cls, options))
     except (TypeError, ValueError) as exc:
         raise CorralError(f"policy '{name}': {exc}") from None
 
@@ -250,10 +296,12 @@ __all__ = [
     "POLICIES",
     "PlanBuilder",
     "Policy",
+    "checked_options",
     "folder_name",
     "live_refusal",
     "live_support",
     "make_policy",
+    "option_table",
     "options_of",
     "policy_key",
     "policy_options",

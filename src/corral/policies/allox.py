@@ -39,11 +39,24 @@ from corral.model.state import PENDING, SchedulerState
 from corral.optimize.matching import min_total_completion, uniform_rates
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, place_wide_jobs
+from corral.policies.options import Option
 
 
 class Allox(Policy):
     name: ClassVar[str] = "allox"
     reads_durations = True
+    options: ClassVar[dict[str, Option]] = {
+        "alpha": Option(
+            "fairness knob: the share of jobs, longest-waiting first, left out of the choice",
+            low=0,
+            high=1,
+        ),
+        "window": Option(
+            "jobs matched exactly on mixed GPU types (the rest follow shortest first)",
+            "integer",
+            low=1,
+        ),
+    }
     description: ClassVar[str] = (
         "AlloX: min-cost matching of waiting jobs to (GPU type, position) slots, non-preemptive"
     )

@@ -46,6 +46,8 @@ memory when the cap shrinks). It is evicted first, as in the simulator.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from corral.model.plan import Plan
@@ -54,6 +56,7 @@ from corral.perf.memory import fits_together
 from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, in_order_until_failure
+from corral.policies.options import Option
 from corral.policies.vcs import (
     GUARANTEED,
     OPPORTUNISTIC,
@@ -67,6 +70,30 @@ MIN_SHARE = 0.05
 
 class AntMan(QuotaClassReasons, Policy):
     name = "antman"
+    options: ClassVar[dict[str, Option]] = {
+        "quotas": Option(
+            "VC quotas as vc=GPUs,... (unset: each VC's share of the trace's GPU-time demand)",
+            "text",
+            unset=True,
+        ),
+        "slowdown": Option(
+            "share of its speed a guaranteed job loses to a packed opportunistic one", low=0, high=1
+        ),
+        "idle_share": Option(
+            "share of its speed alone an opportunistic job gets beside a guaranteed one, where "
+            "no pair is measured",
+            low=0,
+            high=1,
+        ),
+        "squeeze": Option(
+            "share of its memory footprint an opportunistic job is squeezed to", above=0, high=1
+        ),
+        "memory_fraction": Option(
+            "live: the first GPU memory cap of an opportunistic job, as a share of the GPU",
+            above=0,
+            high=1,
+        ),
+    }
     description = (
         "guaranteed jobs within VC quotas; opportunistic jobs on idle GPUs or packed onto "
         "under-used ones at low priority, shrunk or evicted when owners need them"

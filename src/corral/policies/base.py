@@ -20,6 +20,7 @@ from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.placement.strategies import Consolidate, PlacementStrategy
+from corral.policies.options import Option
 
 
 class PlanBuilder:
@@ -126,6 +127,9 @@ class Policy(ABC):
     """Options ``corral serve`` cannot honour, with why (refused when set)."""
     live_note: ClassVar[str] = ""
     """What ``corral serve`` does differently from the simulator for this policy."""
+    options: ClassVar[dict[str, Option]] = {}
+    """The options ``__init__`` takes, declared (see :mod:`corral.policies.options`):
+    what each means and accepts; ``__init__``'s signature gives the defaults."""
 
     def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
         if params:
@@ -239,12 +243,9 @@ def place_wide_jobs(
 
 
 def option_flag(value: Any, name: str) -> bool:
-    """A policy's yes/no option, as a bool or as text (``--policy-opt x=false``)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be true or false, got '{value}'")
+    """A policy's yes/no option, as a bool or as text (``--policy-opt x=false``), for
+    an ``__init__`` called directly (declared options arrive converted already)."""
+    try:
+        return bool(Option(name, "flag").convert(value))
+    except ValueError as exc:
+        raise ValueError(f"{name} {exc}") from None

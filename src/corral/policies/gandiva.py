@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -57,6 +58,7 @@ from corral.perf.switching import migration_seconds
 from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.strategies import Consolidate, PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, greedy_fit
+from corral.policies.options import Option
 
 MEASURE_QUANTA = 5
 """Live, how many quanta a packing trial may wait for its measured speed."""
@@ -72,6 +74,29 @@ class Gandiva(Policy):
         "the jobs' heartbeat throughputs (pairs Gavel did not measure are tried when the "
         "running job reports its throughput); migration is checkpoint, stop and start elsewhere"
     )
+    options: ClassVar[dict[str, Option]] = {
+        "quantum": Option("time-slice length (s)", above=0),
+        "slice_overhead": Option("seconds of suspend and resume per time slice", low=0),
+        "timeslice": Option(
+            "run a time-sliced pair at its shared rate, or turn by turn",
+            "choice",
+            choices=("rate", "quanta"),
+        ),
+        "packing": Option("pack jobs onto a running job's GPUs where it may pay", "flag"),
+        "probe": Option(
+            "pack any pair not known to be bad and judge it after a quantum (Gandiva's way)", "flag"
+        ),
+        "migration": Option("migrate small jobs to free a server for a gang", "flag"),
+        "grow": Option("grow jobs onto idle GPUs of their server when nobody waits", "flag"),
+        "grow_efficiency": Option(
+            "speed gained by doubling onto idle GPUs, as a share", low=0, high=1
+        ),
+        "observed_margin": Option(
+            "live: a packed pair stays only if its measured throughputs add up to more than 1 + "
+            "this",
+            low=0,
+        ),
+    }
     description = (
         "time-slicing in quanta, packing by measured pair throughput, migration, grow-shrink"
     )

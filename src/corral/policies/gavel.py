@@ -53,6 +53,7 @@ from corral.optimize.gavel_lp import (
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, place_wide_jobs, wider_than_any_type
+from corral.policies.options import Option
 
 Combo = tuple[int, ...]
 DEFAULT_RESET_WINDOW = 1920.0
@@ -75,6 +76,20 @@ class GavelPolicy(Policy):
     """Round-based realisation of an allocation; subclasses choose the LP."""
 
     name: ClassVar[str] = "gavel-max-min-fairness"
+    options: ClassVar[dict[str, Option]] = {
+        "round": Option("round length (s)", above=0),
+        "fill_between_rounds": Option(
+            "refill GPUs freed mid-round in the same order (0: idle until the round ends, as "
+            "Gavel)",
+            "flag",
+        ),
+        "reset_window": Option(
+            "seconds after which the allocation is re-solved when the job set changed (unset: "
+            "Gavel's 1,920 s)",
+            low=0,
+            unset=True,
+        ),
+    }
     description: ClassVar[str] = (
         "Gavel: weighted max-min fairness over heterogeneity-normalised throughput (LP), "
         "realised in rounds"
@@ -448,6 +463,9 @@ class GavelMaxMinPacked(GavelPolicy):
         "a packed pair runs as two process groups on the same GPUs; its speeds are Gavel's "
         "measured ones, not re-measured live"
     )
+    options: ClassVar[dict[str, Option]] = {
+        "partners": Option("measured partners considered per job", "integer", low=0),
+    }
     description = "Gavel with space sharing: max-min fairness where measured pairs may share a gang"
     packed = True
 

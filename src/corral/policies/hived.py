@@ -48,7 +48,7 @@ the cell model's (:mod:`corral.placement.cell_binding`, over
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from corral.placement.cell_binding import CellBinding, level_for
 from corral.placement.cells import CellTree, parse_rack_nodes, parse_sizes
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, option_flag
+from corral.policies.options import Option
 from corral.policies.vcs import (
     GUARANTEED,
     OPPORTUNISTIC,
@@ -76,6 +77,23 @@ VCs' events, against sharing safety)."""
 
 class HiveD(QuotaClassReasons, Policy):
     name = "hived"
+    options: ClassVar[dict[str, Option]] = {
+        "quotas": Option(
+            "VC quotas as vc=GPUs,... (unset: each VC's share of the trace's GPU-time demand)",
+            "text",
+            unset=True,
+        ),
+        "cell_sizes": Option(
+            "cell sizes in GPUs, comma-separated (auto: halving each node's GPU count)", "text"
+        ),
+        "rack_nodes": Option(
+            "nodes per rack cell (auto: the most common run in a rack; 0: no rack cells)", "text"
+        ),
+        "opportunistic": Option(
+            "run jobs beyond a VC's cells opportunistically on idle cells", "flag"
+        ),
+        "bad_nodes": Option("nodes never bound, comma-separated", "text"),
+    }
     description = (
         "VC quotas as topology cells bound by buddy allocation; opportunistic jobs on idle cells"
     )

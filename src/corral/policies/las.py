@@ -16,6 +16,7 @@ preemptions, and a kill-and-restart switch then costs about 1% of a quantum.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -23,11 +24,17 @@ from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import Policy
+from corral.policies.options import Option
 from corral.policies.priority import priority_pass
 
 
 class Las(Policy):
     name = "las"
+    options: ClassVar[dict[str, Option]] = {
+        "quantum": Option(
+            "seconds of progress a job keeps its GPUs before it may be preempted", above=0
+        ),
+    }
     description = "2D least attained service, preemptive, with a minimum run quantum"
 
     def __init__(self, placement: PlacementStrategy | None = None, quantum: float = 600.0) -> None:

@@ -33,7 +33,7 @@ fit now. Its parts, each here:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,10 +46,30 @@ from corral.placement.genetic import BatchPacker
 from corral.placement.network import NetworkBestFit
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
+from corral.policies.options import Option
 
 
 class Liquid(Policy):
     name = "liquid"
+    options: ClassVar[dict[str, Option]] = {
+        "weight": Option(
+            "lambda: weight of network cost against node fitness in placement", low=0, high=1
+        ),
+        "batch": Option("jobs arriving within a burst that are packed together", "integer", low=1),
+        "burst": Option("window of a burst (s)", low=0),
+        "generations": Option("generations of the grouping genetic algorithm", "integer", low=0),
+        "budget": Option("seconds the genetic algorithm may spend on a burst", low=0),
+        "launch": Option("seconds of launch phase (data staging) charged to every start", low=0),
+        "prescheduling": Option(
+            "stage the next job's data while the GPUs it waits for are about to free up", "flag"
+        ),
+        "small": Option(
+            "jobs on one GPU predicted to run at most this many seconds share a GPU two by two "
+            "(0: off)",
+            low=0,
+        ),
+        "seed": Option("seed of the genetic algorithm and the forests", "integer", low=0),
+    }
     description = (
         "event-driven first come first served: network-cost-aware best fit, bursts packed "
         "by a grouping genetic algorithm, random-forest run-time estimates for "

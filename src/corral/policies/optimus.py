@@ -74,6 +74,7 @@ from corral.perf.pollux_models import pollux_model, training_curve
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder
+from corral.policies.options import Option
 from corral.policies.resizing import ResizingPolicy, median_finished_seconds
 
 SERVERS_LIVE = (
@@ -87,6 +88,16 @@ PRIOR_SECONDS = 3600.0
 
 class Optimus(ResizingPolicy):
     name = "optimus"
+    options: ClassVar[dict[str, Option]] = {
+        "interval": Option("seconds between re-allocations", above=0),
+        "min_change": Option(
+            "a job resizes only if its predicted time changes by more than this share", low=0
+        ),
+        "max_gpus": Option("most GPUs a job may get (0: no cap)", "integer", low=0),
+        "parameter_servers": Option(
+            "simulator: parameter-server slots (0: all-reduce)", "integer", low=0
+        ),
+    }
     description = (
         "Optimus: loss curves fitted online predict work left; each GPU goes where it "
         "shortens predicted completion most; jobs resize"

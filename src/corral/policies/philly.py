@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from corral.model.state import SchedulerState
 from corral.placement.relaxed import LEVELS, RelaxedLocality
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, option_flag
+from corral.policies.options import Option
 from corral.policies.vcs import VirtualClusters, demand_quotas, parse_quotas
 
 __all__ = ["Philly", "demand_quotas", "parse_quotas"]
@@ -56,6 +57,23 @@ MAX_TRIES = 60
 
 class Philly(Policy):
     name = "philly"
+    options: ClassVar[dict[str, Option]] = {
+        "quotas": Option(
+            "VC quotas as vc=GPUs,... (unset: each VC's share of the trace's GPU-time demand)",
+            "text",
+            unset=True,
+        ),
+        "relax_after": Option(
+            "seconds of waiting after which placement relaxes to one rack, then anywhere (two "
+            "numbers)",
+            "text",
+        ),
+        "backoff": Option("first back-off between placement tries (s)", above=0),
+        "backoff_max": Option("longest back-off between placement tries (s)", above=0),
+        "retry_on_release": Option(
+            "retry placement at once when GPUs are released (YARN offers freed resources)", "flag"
+        ),
+    }
     description = "per-VC FIFO queues with quotas, lending of idle GPUs, relaxed gang locality"
 
     def __init__(

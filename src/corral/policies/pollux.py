@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from corral.perf.pollux_models import pollux_model
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder
+from corral.policies.options import Option
 from corral.policies.resizing import ResizingPolicy
 
 
@@ -82,6 +83,15 @@ def _rounded(value: float) -> float:
 
 class Pollux(ResizingPolicy):
     name = "pollux"
+    options: ClassVar[dict[str, Option]] = {
+        "interval": Option("seconds between re-allocations", above=0),
+        "min_change": Option(
+            "a job resizes only if its speed-up changes by more than this share", low=0
+        ),
+        "max_gpus": Option("most GPUs a job may get (0: no cap)", "integer", low=0),
+        "p": Option("exponent of the generalised mean of speed-ups (-1: harmonic, 1: arithmetic)"),
+        "adapt_batch": Option("jobs re-pick their batch size at each re-allocation", "flag"),
+    }
     description = (
         "Pollux: each job's goodput (throughput x statistical efficiency) at its best batch "
         "size; GPUs divided to maximise the generalised mean of speed-ups; jobs resize"

@@ -27,6 +27,7 @@ from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, place_wide_jobs
+from corral.policies.options import Option
 
 Bids = dict[int, tuple[np.ndarray, float]]
 """Each bidder's rho with its gang on each GPU type, and with no GPUs this lease."""
@@ -35,6 +36,14 @@ Bids = dict[int, tuple[np.ndarray, float]]
 class Themis(Policy):
     name: ClassVar[str] = "themis"
     reads_durations = True
+    options: ClassVar[dict[str, Option]] = {
+        "lease": Option("lease length (s)", above=0),
+        "fraction": Option(
+            "f: the share of jobs with the best finish-time fairness left out of the auction",
+            low=0,
+            high=1,
+        ),
+    }
     description: ClassVar[str] = (
         "Themis: leases to the jobs with the worst finish-time fairness by a "
         "partial-allocation auction, leftovers work-conserving"

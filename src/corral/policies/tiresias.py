@@ -45,7 +45,7 @@ differs from the policy as described (``--preset tiresias-sim`` sets all):
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -62,6 +62,7 @@ from corral.model.state import DONE, PENDING, SchedulerState
 from corral.placement.sensitivity import ModelAware
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import Policy
+from corral.policies.options import Option
 from corral.policies.priority import priority_pass
 from corral.timespan import span
 
@@ -87,6 +88,35 @@ def parse_thresholds(value: Any) -> tuple[float, ...]:
 
 class TiresiasLas(Policy):
     name = "tiresias-las"
+    options: ClassVar[dict[str, Option]] = {
+        "queues": Option("number of priority queues (K)", "integer", low=1),
+        "thresholds": Option(
+            "attained GPU-seconds at which a job moves down, comma-separated (the first K-1 are "
+            "used)",
+            "text",
+        ),
+        "promote_knob": Option(
+            "a job waiting longer than this x its run time returns to the top queue (0: never)",
+            low=0,
+        ),
+        "unknown_models": Option(
+            "placement of models not known to be placement-sensitive or not",
+            "choice",
+            choices=("consolidate", "any"),
+        ),
+        "queue_order": Option(
+            "within a queue: by entry time, or as lists where a demoted job joins the end "
+            "(Tiresias' simulator)",
+            "choice",
+            choices=("entry", "list"),
+        ),
+        "demotion_wakeup": Option(
+            "when a running job's demotion is noticed: exactly, or from run time as Tiresias' "
+            "simulator does",
+            "choice",
+            choices=("exact", "run-time"),
+        ),
+    }
     description = "Tiresias discretised 2D-LAS: K queues by GPU-time, FIFO within a queue"
 
     def __init__(
@@ -339,6 +369,20 @@ class TiresiasLas(Policy):
 
 class TiresiasGittins(TiresiasLas):
     name = "tiresias-gittins"
+    options: ClassVar[dict[str, Option]] = {
+        "distribution": Option(
+            "GPU-time distribution for the Gittins index: online, yarn-gput1000/5000/10000 or a "
+            "CSV with a duration column",
+            "text",
+        ),
+        "delta": Option("service quantum of the Gittins index (GPU-seconds)", above=0),
+        "ties": Option("order of jobs with equal indices", "choice", choices=("fifo", "lifo")),
+        "index_table": Option(
+            "evaluate the index exactly, or read Tiresias' simulator's rounded table",
+            "choice",
+            choices=("exact", "stepped"),
+        ),
+    }
     description = "Tiresias discretised 2D-Gittins: K queues, Gittins index within a queue"
 
     def __init__(

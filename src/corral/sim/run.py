@@ -14,7 +14,7 @@ from corral.perf.locality import LocalityModel
 from corral.perf.speeds import SpeedModel
 from corral.perf.switching import switch_cost_seconds
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
-from corral.policies import make_policy, options_of
+from corral.policies import checked_options, make_policy, options_of
 from corral.sim.engine import Simulator
 from corral.sim.presets import SIM_PRESETS
 from corral.sim.result import SimConfig, SimResult
@@ -151,6 +151,11 @@ def check_policy_options(pairs: list[str], policies: list[str]) -> None:
                 why = f"no policy of this run ({', '.join(policies)}) has an option '{name}'"
                 why += f"; did you mean '{near[0]}'?" if near else ""
             raise CorralError(f"--policy-opt '{pair}': {why}")
+    for policy in policies:  # values too, before any run starts
+        try:
+            checked_options(policy, parse_policy_options(pairs, policy))
+        except CorralError as exc:
+            raise CorralError(f"--policy-opt: {exc}") from None
 
 
 def _number(text: str) -> Any:
@@ -180,7 +185,7 @@ def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundRes
 
     cls = ROUND_PLANNERS[spec.policy]
     try:
-        planner = cls(**spec.policy_options)
+        planner = cls(**checked_options(spec.policy, spec.policy_options))
     except TypeError as exc:
         raise CorralError(f"policy '{spec.policy}': {exc}") from None
     config = spec.config()

@@ -20,6 +20,7 @@ import numpy as np
 
 from corral.optimize.hare_lp import relaxation
 from corral.optimize.matching import min_total_completion
+from corral.policies.options import Option
 from corral.policies.rounds.listsched import PlanView, Task, list_schedule
 from corral.policies.rounds.workload import RoundWorkload
 
@@ -27,6 +28,7 @@ from corral.policies.rounds.workload import RoundWorkload
 class RoundPlanner(ABC):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    options: ClassVar[dict[str, Option]] = {}
     mode: ClassVar[str] = "tasks"
 
     @abstractmethod
@@ -48,6 +50,11 @@ def remaining_rounds(work: RoundWorkload, view: PlanView) -> np.ndarray:
 
 class HarePlanner(RoundPlanner):
     name = "hare"
+    options: ClassVar[dict[str, Option]] = {
+        "growth": Option(
+            "ratio of successive intervals of the relaxation LP (coarser is faster)", above=1
+        ),
+    }
     description = (
         "Hare: relaxation LP orders the jobs; each task to the GPU where it finishes "
         "earliest (intra-job parallelism across GPU types)"

@@ -240,7 +240,12 @@ class ServiceConfig(BaseModel):
             for option in value:
                 if option not in accepted:
                     raise ValueError(unknown_option(policy, option, accepted))
-        return value
+        from corral.policies import checked_options
+
+        try:
+            return checked_options(policy, value)
+        except CorralError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("default_duration", mode="before")
     @classmethod

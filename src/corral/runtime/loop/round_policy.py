@@ -69,9 +69,11 @@ class LiveRounds(Policy):
 
     @classmethod
     def named(cls, name: str, **options: Any) -> LiveRounds:
+        from corral.policies import checked_options
+
         planner_cls = ROUND_PLANNERS[name.strip().lower()]
         try:
-            planner = planner_cls(**options)
+            planner = planner_cls(**checked_options(name, options))
         except TypeError as exc:
             raise TypeError(f"policy '{name}': {exc}") from None
         policy = cls(planner)
