@@ -76,7 +76,11 @@ def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> N
             done = client.job(job["id"])
             assert done["status"] == "SUCCEEDED", done
             kinds = [e["kind"] for e in done["events"]]
-            assert "park" in kinds and "unpark" in kinds, kinds
+            # the first job is always parked; the second only if it was preempted at
+            # all (on a loaded machine it may finish before it has run LAS' quantum
+            # past the first's attained service)
+            if job is first or done["preemptions"]:
+                assert "park" in kinds and "unpark" in kinds, kinds
             assert_as_if_never_stopped(tmp_path, job["id"], seed)
         # the first job had sent heartbeats before it was first preempted, so
         # every preemption parked it: one attempt, resumed in place each time
@@ -87,7 +91,8 @@ def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> N
         # (a cold start importing PyTorch takes longer than LAS' quantum)
         kinds = [e["kind"] for e in client.job(second["id"])["events"]]
         stopped_at = [k for k, kind in enumerate(kinds) if kind == "stop"]
-        assert not stopped_at or max(stopped_at) < kinds.index("park"), kinds
+        parked_at = kinds.index("park") if "park" in kinds else len(kinds)
+        assert not stopped_at or max(stopped_at) < parked_at, kinds
     finally:
         svc.close()
 
