@@ -20,7 +20,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from corral.api import cluster, dashboard, jobs, service_info
+from corral.api import cluster, dashboard, jobs, metrics, service_info
 from corral.api.common import Context, service_version
 from corral.api.guards import BodyLimit, validation_error
 from corral.runtime.jobspec.config import ServiceConfig
@@ -39,9 +39,17 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     )
     app.state.users = {u.digest: u for u in config.users}
     app.state.context = Context(config, store, scheduler)
+    app.state.metrics = metrics.ApiMetrics(app.state.context)
+    app.middleware("http")(app.state.metrics.count)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)
-    for routes in (service_info.router, jobs.router, cluster.router, dashboard.router):
+    for routes in (
+        service_info.router,
+        jobs.router,
+        cluster.router,
+        dashboard.router,
+        metrics.router,
+    ):
         app.include_router(routes)
     app.mount("/ui", StaticFiles(directory=dashboard.UI), name="ui")
 

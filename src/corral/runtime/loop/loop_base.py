@@ -28,6 +28,7 @@ from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
 from corral.runtime.loop.estimates import LossHistory
 from corral.runtime.loop.live_state import LiveJobs
+from corral.runtime.loop.loop_metrics import LoopMetrics
 from corral.runtime.loop.round_policy import KEEPER_AFFINITY, LiveRounds, plans_rounds
 from corral.runtime.storage.store import Store
 
@@ -198,6 +199,8 @@ class LoopBase:
         was stepping from then: a partner's speed measured earlier was not shared)."""
         self.beating: set[int] = set()
         """Jobs whose current attempt has sent a heartbeat (it uses corral.train)."""
+        self.metrics = LoopMetrics()
+        """Pass times, for the API's ``/metrics``."""
         self.startup: dict[int, float] = {}
         """Job -> seconds a start of it costs before it progresses, for jobs given as
         a task that were stopped while still starting (before their first

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 
 import numpy as np
@@ -100,7 +101,11 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch):
             self._executor_changed()
         due = self.next_wakeup is not None and now >= self.next_wakeup
         if changed or self.dirty or due:
+            began = time.perf_counter()
             self._schedule(now)
+            self.metrics.pass_seconds.labels(self.config.policy).observe(
+                time.perf_counter() - began
+            )
         elif (self.goals or self.loss_histories) and (
             now - self.observed_at >= self.config.heartbeat_interval
         ):

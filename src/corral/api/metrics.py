@@ -1,0 +1,136 @@
+"""``GET /metrics``: the service in Prometheus' text format, for graphs and alerts.
+
+Series (every name starts ``corral_``):
+
+- ``jobs{state}``: jobs in each state, now;
+- ``queue_jobs{vc,user}`` and ``queue_oldest_wait_seconds{vc,user}``: waiting
+  jobs, and how long the oldest has waited, per virtual cluster and user;
+- ``gpus{type,state}``: GPUs allocated, idle, drained or failed, per type;
+- ``pass_seconds{policy}``: a histogram of scheduling pass times;
+- ``preemptions_total``: preemptions of the jobs in the store;
+- ``attempts_total{cause}``: attempts ended, by how (succeeded, failed,
+  preempted, node_failure, ...);
+- ``api_requests_total{route,method,status}``: API requests by route template
+  (never by a job id: the series stay few), method and status code.
+
+The store's figures are read at each scrape (cheap grouped counts), so they
+are right after a restart; the loop's and the API's are kept in memory.
+Scraping needs a token, as every other read does: Prometheus sends it with
+``authorization: {credentials_file: ...}`` in its scrape config.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from corral.api.common import AUTH, Context, Ctx, User
+from corral.model.status import JobStatus
+from corral.runtime.loop.loop_metrics import gpu_states
+from corral.runtime.storage.store import AttemptRow, JobRow
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+router = APIRouter()
+
+
+class StoreCollector(Collector):
+    """The store's and the loop's state, read at each scrape."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    def collect(self) -> Iterator[Metric]:
+        store = self.context.store
+        with store.session() as s:
+            by_state = dict(
+                s.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).all()
+            )
+            vc = JobRow.spec["vc"].as_string()
+            waiting = s.execute(
+                select(vc, JobRow.user, func.count(), func.min(JobRow.submit_time))
+                .where(JobRow.status == JobStatus.PENDING.value)
+                .group_by(vc, JobRow.user)
+            ).all()
+            preemptions = s.scalar(select(func.coalesce(func.sum(JobRow.preemptions), 0)))
+            ended = s.execute(
+                select(AttemptRow.cause, func.count())
+                .where(AttemptRow.end_time.is_not(None))
+                .group_by(AttemptRow.cause)
+            ).all()
+        jobs = GaugeMetricFamily("corral_jobs", "Jobs in each state", labels=["state"])
+        for state in JobStatus:
+            jobs.add_metric([state.value], float(by_state.get(state.value, 0)))
+        yield jobs
+        queue = GaugeMetricFamily(
+            "corral_queue_jobs", "Waiting jobs per virtual cluster and user", labels=["vc", "user"]
+        )
+        oldest = GaugeMetricFamily(
+            "corral_queue_oldest_wait_seconds",
+            "How long the oldest waiting job has waited, per virtual cluster and user",
+            labels=["vc", "user"],
+        )
+        now = time.time()
+        for vc_name, user, count, first in waiting:
+            labels = [vc_name or "default", user]
+            queue.add_metric(labels, float(count))
+            oldest.add_metric(labels, max(0.0, now - float(first)))
+        yield queue
+        yield oldest
+        total = CounterMetricFamily("corral_preemptions", "Preemptions of the jobs in the store")
+        total.add_metric([], float(preemptions or 0))
+        yield total
+        causes = CounterMetricFamily(
+            "corral_attempts", "Attempts ended, by how they ended", labels=["cause"]
+        )
+        for cause, count in ended:
+            causes.add_metric([cause or "unknown"], float(count))
+        yield causes
+        scheduler = self.context.scheduler
+        if scheduler is not None:
+            gpus = GaugeMetricFamily(
+                "corral_gpus", "GPUs by type and state", labels=["type", "state"]
+            )
+            for (gpu_type, gpu_state), count in sorted(gpu_states(scheduler).items()):
+                gpus.add_metric([gpu_type, gpu_state], float(count))
+            yield gpus
+
+
+class ApiMetrics:
+    """The API's own registry: the store collector and the request counter."""
+
+    def __init__(self, context: Context) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(StoreCollector(context))
+        self.requests = Counter(
+            "corral_api_requests",
+            "API requests by route template, method and status code",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+
+    async def count(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """HTTP middleware: count each request under its route's template."""
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", None) or "unmatched"
+        self.requests.labels(template, request.method, str(response.status_code)).inc()
+        return response
+
+
+@router.get("/metrics", tags=["service"], responses=AUTH, response_class=Response)
+def metrics(request: Request, ctx: Ctx, user: User) -> Response:
+    """The service's series in Prometheus' text format (see the module's docstring)."""
+    own: ApiMetrics = request.app.state.metrics
+    body = generate_latest(own.registry)
+    if ctx.scheduler is not None:
+        body += generate_latest(ctx.scheduler.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE)
