@@ -73,6 +73,43 @@ def ended(service: ServiceProcess, ids: list[int], timeout: float = 60) -> list[
     return [service.admin.job(j) for j in ids]
 
 
+def test_sbatch_lines_are_read_with_sbatchs_meaning_or_refused_by_name(tmp_path: Path) -> None:
+    script = tmp_path / "slurm.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --gpus 2\n"
+        "#SBATCH -J bert -t 0:30:00 -c 4 --mem=16G\n"
+        "#SBATCH --array=0-3 -A lab --output=/tmp/%x-%A_%a.out\n"
+        "#CORRAL --gpu-type v100\n"
+        "srun python train.py\n"
+    )
+    spec = JobSpec.model_validate(script_fields(script))
+    assert (spec.gpus, spec.name, spec.cpus, spec.vc, spec.gpu_type) == (
+        2,
+        "bert",
+        4,
+        "lab",
+        "V100",
+    )
+    assert spec.wall_time == 1800 and spec.array is not None
+    gres = tmp_path / "gres.sh"
+    gres.write_text("#!/bin/bash\n#SBATCH --gres=gpu:a100:4\nhostname\n")
+    fields = script_fields(gres)
+    assert (fields["gpus"], fields["gpu_type"]) == (4, "a100")
+    for line, option in (
+        ("#SBATCH --nodes=2", "--nodes"),
+        ("#SBATCH -p gpu", "-p"),
+        ("#SBATCH -e err.txt", "-e"),
+        ("#SBATCH --error=err.txt", "--error"),
+        ("#SBATCH --export=ALL", "--export"),
+        ("#SBATCH --gres=shard:2", "--gres"),
+    ):
+        bad = tmp_path / "bad.sh"
+        bad.write_text(f"#!/bin/bash\n#SBATCH --gpus 2\n{line}\necho\n")
+        with pytest.raises(InputError, match=rf"bad.sh:3: field '{option}'"):
+            script_fields(bad)
+
+
 def test_an_array_from_a_script_writes_one_output_per_task(
     service: ServiceProcess, tmp_path: Path
 ) -> None:

@@ -118,7 +118,8 @@ def serve(
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     help="Submit a job: 'corral submit job.yaml', 'corral submit train.sh' (reads its "
-    "#CORRAL directives, as sbatch reads #SBATCH) or 'corral submit --gpus 2 -- python x.py'.",
+    "#CORRAL directives, and its #SBATCH lines with sbatch's meaning, refusing by name the "
+    "options corral has not) or 'corral submit --gpus 2 -- python x.py'.",
 )
 def submit(
     ctx: typer.Context,

@@ -9,6 +9,16 @@
 at the top of the script (directives after the first command are ignored, as
 sbatch does), and runs the script with the interpreter its ``#!`` line names.
 Options given on the command line win over the script's.
+
+``#SBATCH`` lines are read too, with sbatch's meaning: the options corral
+has (``--gpus``, ``-J``, ``-t``, ``-c``, ``--mem``, ``-o``, ``-D``, ``-A``,
+``--array``, ``-d``, ``--gres=gpu[:type]:N``, ...) are taken as corral
+takes them, and any other is refused by name with the line it is on, never
+ignored: a script written for Slurm must not run on another number of GPUs,
+or without the limit it asked for, without its author knowing. Where sbatch
+and corral spell an option alike but mean different things (``-e`` is
+sbatch's error file and corral's environment), the ``#SBATCH`` line means
+what sbatch means.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from corral.errors import InputError
 from corral.yamlio import read_text
 
 DIRECTIVE = "#CORRAL"
+SBATCH = "#SBATCH"
 
 _FIELDS: dict[str, str] = {
     "--name": "name",
@@ -107,6 +118,64 @@ def parse_options(
     return fields
 
 
+_SBATCH_UNLIKE = {
+    "-e": "sbatch's -e is its error file; corral writes a job's stderr with its --output",
+    "--error": "corral writes a job's stderr with its --output (no separate error file yet)",
+    "--export": "sbatch's --export passes the submitting shell's environment; give "
+    "variables with '#CORRAL --env KEY=VALUE'",
+}
+"""sbatch options corral spells alike but reads otherwise: refused in #SBATCH lines."""
+
+
+def parse_sbatch(
+    words: list[str], source: str, line: int, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Spec fields from an ``#SBATCH`` line: sbatch's options that corral has, in
+    their sbatch meaning; ``--gres=gpu[:type]:N``; any other option refused by name."""
+    k = 0
+    while k < len(words):
+        word = words[k]
+        name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if name in _SBATCH_UNLIKE:
+            raise InputError(source, line, name, f"#SBATCH {name}: {_SBATCH_UNLIKE[name]}")
+        known = name in _FIELDS or name in _DEPENDS or name == "--gres"
+        if not known:
+            have = ", ".join(sorted({*_FIELDS, "--gres"} - {"--name", "--duration"}))
+            raise InputError(
+                source,
+                line,
+                name,
+                f"#SBATCH {name}: corral has no such option and will not ignore it "
+                f"(remove the line, or use one corral has: {have})",
+            )
+        if not eq:
+            if k + 1 >= len(words):
+                raise InputError(source, line, name, "needs a value")
+            value = words[k + 1]
+            k += 1
+        k += 1
+        if name == "--gres":
+            _gres(value, source, line, fields)
+        else:
+            parse_options([name, value], source, line, fields)
+    return fields
+
+
+def _gres(value: str, source: str, line: int, fields: dict[str, Any]) -> None:
+    """``gpu:N`` or ``gpu:TYPE:N`` (Slurm's generic resources): the GPUs asked for."""
+    parts = value.split(":")
+    if parts[0] != "gpu" or len(parts) not in (2, 3):
+        raise InputError(
+            source, line, "--gres", f"'{value}': corral reads gpu:N or gpu:TYPE:N only"
+        )
+    try:
+        fields["gpus"] = int(parts[-1])
+    except ValueError:
+        raise InputError(source, line, "--gres", f"'{parts[-1]}' is not a whole number") from None
+    if len(parts) == 3:
+        fields["gpu_type"] = parts[1]
+
+
 def script_fields(path: Path) -> dict[str, Any]:
     """The spec a batch script gives: its directives, and a command that runs it."""
     text = read_text(path)
@@ -116,14 +185,18 @@ def script_fields(path: Path) -> dict[str, Any]:
         line = raw.strip()
         if number == 1 and line.startswith("#!"):
             continue
-        if line.startswith(DIRECTIVE):
+        prefix = next((p for p in (DIRECTIVE, SBATCH) if line.startswith(p)), None)
+        if prefix is not None:
             try:
-                words = shlex.split(line[len(DIRECTIVE) :], comments=True)
+                words = shlex.split(line[len(prefix) :], comments=True)
             except ValueError as exc:
                 raise InputError(
                     str(path), number, None, f"cannot read the directive: {exc}"
                 ) from None
-            parse_options(words, str(path), number, fields)
+            if prefix == SBATCH:
+                parse_sbatch(words, str(path), number, fields)
+            else:
+                parse_options(words, str(path), number, fields)
         elif line and not line.startswith("#"):
             break  # the first command ends the directives
     interpreter = ["sh"]
