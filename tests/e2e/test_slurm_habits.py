@@ -173,3 +173,47 @@ def test_history_reports_elapsed_time_and_gpu_hours(service: ServiceProcess) -> 
     table = corral(service, "history", "--all-users")
     assert "per user" in table and "alice" in table
     assert json.loads(corral(service, "history", "--json", user="bob")) == []
+
+
+def test_queue_and_history_filter_as_squeue_and_sacct_do(service: ServiceProcess) -> None:
+    client = service.client
+    hold = [PY, "-c", "import time; time.sleep(30)"]
+    gpus = sum(n["gpus"] for n in service.admin.nodes())
+    running = client.submit({"name": "hold", "command": hold, "gpus": gpus})
+    wait_for(lambda: client.job(running["id"])["status"] == "RUNNING", 60, "the holder to run")
+    waiting = client.submit({"name": "waits", "command": ["true"], "gpus": 1})
+    theirs = service.admin.submit({"name": "root-job", "command": ["true"], "gpus": 1})
+    try:
+        pd = json.loads(corral(service, "queue", "-t", "PD", "--json"))
+        assert {j["id"] for j in pd} >= {waiting["id"]} and running["id"] not in {
+            j["id"] for j in pd
+        }
+        r = json.loads(corral(service, "queue", "-t", "R", "--json"))
+        assert [j["id"] for j in r] == [running["id"]]
+        by_name = json.loads(corral(service, "queue", "-n", "waits,hold", "--json"))
+        assert {j["id"] for j in by_name} == {waiting["id"], running["id"]}
+        by_user = json.loads(corral(service, "queue", "-u", "root", "--json"))
+        assert [j["id"] for j in by_user] == [theirs["id"]]
+        by_id = json.loads(
+            corral(service, "queue", "-j", f"{waiting['id']},{theirs['id']}", "--json")
+        )
+        assert {j["id"] for j in by_id} == {waiting["id"], theirs["id"]}
+        table = corral(service, "queue", "-o", "id,state", "-j", str(waiting["id"]))
+        assert "PENDING" in table and "reason" not in table
+        bad = subprocess.run(
+            [PY, "-m", "corral.cli", "queue", "-t", "XX"], capture_output=True, text=True,
+            env={**os.environ, "CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"]},
+        )  # fmt: skip
+        assert bad.returncode == 2 and "unknown state XX" in bad.stderr + bad.stdout
+    finally:  # the waiting ones first: they would start once the holder's GPUs free
+        client.action(waiting["id"], "cancel")
+        service.admin.action(theirs["id"], "cancel")
+        client.action(running["id"], "cancel")
+    ended(service, [running["id"], waiting["id"], theirs["id"]])
+    cancelled = json.loads(corral(service, "history", "-s", "CA", "--json"))
+    assert {running["id"], waiting["id"]} <= {j["id"] for j in cancelled}
+    assert all(j["status"] == "CANCELLED" for j in cancelled)
+    none_yet = json.loads(corral(service, "history", "-E", "2000-01-01", "--json"))
+    assert none_yet == []
+    today = json.loads(corral(service, "history", "-S", "2000-01-01", "--json"))
+    assert {running["id"], waiting["id"]} <= {j["id"] for j in today}

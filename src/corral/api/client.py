@@ -181,12 +181,17 @@ class Client:
         mine: bool = False,
         limit: int | None = None,
         fields: list[str] | None = None,
+        of: str | None = None,
+        name: str | None = None,
+        ids: str | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         """The jobs that match (all, or the first ``limit``) and how many match in all;
-        with ``fields``, each job holds those only."""
+        with ``fields``, each job holds those only. ``of``, ``name`` and ``ids`` are
+        comma-separated users, job names and job ids to keep."""
         params: dict[str, Any] = {"mine": mine}
-        if state:
-            params["state"] = state
+        for key, given in (("state", state), ("of", of), ("name", name), ("ids", ids)):
+            if given:
+                params[key] = given
         if fields:
             params["fields"] = ",".join(fields)
         out: list[dict[str, Any]] = []
@@ -202,11 +207,20 @@ class Client:
             params["after"] = int(cursor)
 
     def history(
-        self, of: str | None = None, all_users: bool = False, since: float = 0.0
+        self,
+        of: str | None = None,
+        all_users: bool = False,
+        since: float = 0.0,
+        until: float | None = None,
+        state: str | None = None,
     ) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"all_users": all_users, "since": since, "limit": 100000}
         if of:
             params["of"] = of
+        if until is not None:
+            params["until"] = until
+        if state:
+            params["state"] = state
         out: list[dict[str, Any]] = self.json("GET", "/v1/history", params=params)
         return out
 

@@ -43,6 +43,7 @@ from corral.api.views import (
     brief_view,
 )
 from corral.model.jobs import JobStatus
+from corral.model.status import parse_states
 from corral.runtime.jobspec.config import UserConfig, hash_token
 from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices
 from corral.runtime.loop.estimates import extend_curve, extend_progress
@@ -311,9 +312,22 @@ def queue(
     user: User,
     state: Annotated[
         str | None,
-        Query(max_length=200, description="comma-separated states, or 'all' (default: live)"),
+        Query(
+            max_length=200,
+            description="comma-separated states, corral's or Slurm's (PD, R, CD...), "
+            "or 'all' (default: live)",
+        ),
     ] = None,
     mine: bool = False,
+    of: Annotated[
+        str | None, Query(max_length=1000, description="comma-separated users' jobs only")
+    ] = None,
+    name: Annotated[
+        str | None, Query(max_length=1000, description="comma-separated job names only")
+    ] = None,
+    ids: Annotated[
+        str | None, Query(max_length=10000, description="comma-separated job ids only")
+    ] = None,
     after: Annotated[
         int, Query(ge=0, le=MAX_ID, description="only jobs with a larger id (the page cursor)")
     ] = 0,
@@ -342,24 +356,17 @@ def queue(
         if state and state.strip().lower() == "all":
             pass
         elif state:
-            wanted = [x.strip().upper() for x in state.split(",") if x.strip()]
-            unknown = [x for x in wanted if x not in JobStatus.__members__]
-            if unknown:
-                raise HTTPException(
-                    status.HTTP_422_UNPROCESSABLE_CONTENT,
-                    detail=[
-                        {
-                            "loc": ["query", "state"],
-                            "msg": f"unknown state {unknown[0]}",
-                            "type": "value_error",
-                        }
-                    ],
-                )
-            query = query.where(JobRow.status.in_(wanted))
+            query = query.where(JobRow.status.in_(_states(state)))
         else:
             query = query.where(JobRow.status.not_in(TERMINAL))
         if mine:
             query = query.where(JobRow.user == user.name)
+        if of:
+            query = query.where(JobRow.user.in_(_words(of)))
+        if name:
+            query = query.where(JobRow.name.in_(_words(name)))
+        if ids:
+            query = query.where(JobRow.id.in_(_ids(ids)))
         total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
         if newest:
             if before:
@@ -388,6 +395,36 @@ def queue(
             shown = None if include is None else {"__all__": include}
             body = JOB_LIST.dump_json(views, include=shown)
     return Response(body, media_type="application/json", headers=headers)  # type: ignore[return-value]
+
+
+def _unprocessable(param: str, message: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        detail=[{"loc": ["query", param], "msg": message, "type": "value_error"}],
+    )
+
+
+def _states(text: str) -> list[str]:
+    """Statuses from a ``state`` query (corral's names or Slurm's); a 422 naming an
+    unknown one."""
+    try:
+        return [s.value for s in parse_states(text)]
+    except ValueError as exc:
+        raise _unprocessable("state", str(exc)) from None
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        out = [int(w) for w in _words(text)]
+    except ValueError:
+        raise _unprocessable("ids", f"'{text}': give job ids, comma-separated") from None
+    if any(not 1 <= i <= MAX_ID for i in out):
+        raise _unprocessable("ids", f"job ids are 1..{MAX_ID}")
+    return out
 
 
 def _fields(text: str | None) -> set[str] | None:
@@ -422,12 +459,23 @@ def history(
     since: Annotated[
         float, Query(ge=0, le=1e12, description="submitted at or after (Unix time)")
     ] = 0.0,
+    until: Annotated[
+        float | None, Query(ge=0, le=1e12, description="submitted before (Unix time)")
+    ] = None,
+    state: Annotated[
+        str | None,
+        Query(max_length=200, description="comma-separated states, corral's or Slurm's"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
 ) -> list[HistoryView]:
     """Accounting: every job's wait, run time and GPU-hours (Slurm's sacct)."""
     now = time.time()
     with ctx.store.session() as s:
         query = select(JobRow).where(JobRow.submit_time >= since)
+        if until is not None:
+            query = query.where(JobRow.submit_time < until)
+        if state:
+            query = query.where(JobRow.status.in_(_states(state)))
         if not all_users:
             query = query.where(JobRow.user == (of or user.name))
         rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit)))

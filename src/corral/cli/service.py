@@ -307,14 +307,38 @@ QUEUE_FIELDS = [
     "submit_time",
 ]
 """What ``corral queue`` shows of each job (asked of the API, so a long listing is small)."""
+QUEUE_COLUMNS = ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "left", "submit")
+"""The columns ``corral queue`` can show (``--format``), in its default order."""
 
 
 @app.command()
 def queue(
     state: Annotated[
-        str | None, typer.Option(help="states to list, e.g. RUNNING,PENDING (default: live)")
+        str | None,
+        typer.Option(
+            "--state",
+            "-t",
+            help="states to list, corral's or Slurm's: RUNNING,PENDING or R,PD (default: live)",
+        ),
     ] = None,
     mine: Annotated[bool, typer.Option(help="only my jobs")] = False,
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="these users' jobs (comma-separated)")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="jobs of these names (comma-separated)")
+    ] = None,
+    jobs_: Annotated[
+        str | None, typer.Option("--jobs", "-j", help="these job ids (comma-separated)")
+    ] = None,
+    columns: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-o",
+            help=f"columns to show, comma-separated, of: {', '.join(QUEUE_COLUMNS)}",
+        ),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option(min=1, help="show the first N jobs only (default: all)")
     ] = None,
@@ -323,10 +347,11 @@ def queue(
     as_json: JsonOpt = False,
 ) -> None:
     """List jobs with their state, queue position and pending reason (all of them,
-    oldest first, unless --limit)."""
+    oldest first, unless --limit); squeue's filters (-t, -u, -n, -j) and -o columns."""
+    chosen = _queue_columns(columns)
     shown = None if as_json else QUEUE_FIELDS
     with _client(url, token) as client:
-        jobs, total = client.jobs_counted(state, mine, limit, shown)
+        jobs, total = client.jobs_counted(state, mine, limit, shown, user, name, jobs_)
     if len(jobs) < total:
         err_console.print(
             f"showing the first {len(jobs)} of {total} jobs (--limit {limit}); "
@@ -339,23 +364,34 @@ def queue(
     title = f"{total} job{'' if total == 1 else 's'}"
     if len(jobs) < total:
         title = f"first {len(jobs)} of {title}"
-    columns = ["id", "name", "user", "state", "gpus", "pos", "reason", "steps", "left", "submit"]
-    rows = [
-        [
-            str(j["id"]),
-            j["name"],
-            j["user"],
-            j["status"],
-            f"{j['gpus']}{' ' + j['gpu_type'] if j['gpu_type'] else ''}",
-            str(j["position"] or "-"),
-            j["reason"] or "",
-            _steps(j),
-            _left(j.get("remaining")),
-            _when(j["submit_time"]),
-        ]
-        for j in jobs
-    ]
-    print_table(title, columns, rows)
+    cells = {
+        "id": lambda j: str(j["id"]),
+        "name": lambda j: j["name"],
+        "user": lambda j: j["user"],
+        "state": lambda j: j["status"],
+        "gpus": lambda j: f"{j['gpus']}{' ' + j['gpu_type'] if j['gpu_type'] else ''}",
+        "pos": lambda j: str(j["position"] or "-"),
+        "reason": lambda j: j["reason"] or "",
+        "steps": _steps,
+        "left": lambda j: _left(j.get("remaining")),
+        "submit": lambda j: _when(j["submit_time"]),
+    }
+    rows = [[cells[c](j) for c in chosen] for j in jobs]
+    print_table(title, chosen, rows)
+
+
+
+def _queue_columns(text: str | None) -> list[str]:
+    if not text:
+        return list(QUEUE_COLUMNS)
+    chosen = [c.strip().lower() for c in text.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in QUEUE_COLUMNS]
+    if unknown or not chosen:
+        raise CorralError(
+            f"--format: no column '{unknown[0] if unknown else text}' "
+            f"(columns: {', '.join(QUEUE_COLUMNS)})"
+        )
+    return chosen
 
 
 @app.command()
@@ -366,6 +402,20 @@ def history(
     ] = False,
     since: Annotated[
         str | None, typer.Option(help="submitted in the last ... (1d, 12h, 30m)")
+    ] = None,
+    starttime: Annotated[
+        str | None,
+        typer.Option("--starttime", "-S", help="submitted at or after (2026-11-01[T08:00])"),
+    ] = None,
+    endtime: Annotated[
+        str | None,
+        typer.Option("--endtime", "-E", help="submitted before (2026-11-02[T08:00])"),
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state", "-s", help="states, corral's or Slurm's: FAILED,CANCELLED or F,CA"
+        ),
     ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
@@ -380,8 +430,11 @@ def history(
             start = time.time() - parse_seconds(since)
         except ValueError as exc:
             raise CorralError(f"--since {since}: {exc}") from None
+    if starttime:
+        start = max(start, _moment(starttime, "--starttime"))
+    end = _moment(endtime, "--endtime") if endtime else None
     with _client(url, token) as client:
-        rows = client.history(user, all_users, start)
+        rows = client.history(user, all_users, start, end, state)
     if as_json:
         print_json(rows)
         return
@@ -416,6 +469,16 @@ def history(
         for name, (jobs, elapsed, gpu_hours) in sorted(totals.items()):
             per_user.add_row(name, str(int(jobs)), span(elapsed), f"{gpu_hours:.2f}")
         console.print(per_user)
+
+
+def _moment(text: str, option: str) -> float:
+    """A date or date and time (local time, as sacct reads them) as Unix time."""
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise CorralError(
+            f"{option} {text}: give a date or date and time, e.g. 2026-11-01 or 2026-11-01T08:00"
+        ) from None
 
 
 @app.command()
