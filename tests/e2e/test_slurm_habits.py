@@ -217,3 +217,78 @@ def test_queue_and_history_filter_as_squeue_and_sacct_do(service: ServiceProcess
     assert none_yet == []
     today = json.loads(corral(service, "history", "-S", "2000-01-01", "--json"))
     assert {running["id"], waiting["id"]} <= {j["id"] for j in today}
+
+
+def test_singleton_or_dependencies_array_throttle_and_begin(service: ServiceProcess) -> None:
+    import time
+
+    client = service.client
+    sleep = [PY, "-c", "import time; time.sleep(2)"]
+    # singleton: the second 'same' waits for the first to end
+    first = client.submit({"name": "same", "command": sleep, "gpus": 1})
+    second = client.submit(
+        {"name": "same", "command": ["true"], "gpus": 1, "dependency": "singleton"}
+    )
+    assert client.job(second["id"])["reason"] in ("Submitted", "Dependency")
+    # '?': any one condition; a failed job meets afternotok, and no condition of
+    # the last can ever be met, so it is cancelled
+    failing = client.submit({"name": "f", "command": [PY, "-c", "raise SystemExit(1)"],
+                             "gpus": 1, "max_retries": 0})  # fmt: skip
+    ok_or_not = f"afterok:{failing['id']}?afternotok:{failing['id']}"
+    either = client.submit(
+        {"name": "either", "command": ["true"], "gpus": 1, "dependency": ok_or_not}
+    )
+    # the first succeeds and the failing one fails: neither condition can be met
+    never = f"afterok:{failing['id']}?afternotok:{first['id']}"
+    neither = client.submit(
+        {"name": "neither", "command": ["true"], "gpus": 1, "dependency": never}
+    )
+    # an array of three, one at a time
+    array = client.submit({"name": "thr", "command": [PY, "-c", "import time; time.sleep(1)"],
+                           "gpus": 1, "array": "0-2%1"})  # fmt: skip
+    tasks = array["array_tasks"]
+    # not before two seconds from now
+    begin_at = time.time() + 2.5
+    later = client.submit({"name": "later", "command": ["true"], "gpus": 1, "begin": begin_at})
+    wait_for(lambda: client.job(later["id"])["reason"] == "BeginTime", 10, "the begin time")
+    jobs = ended(service, [first["id"], second["id"], either["id"], neither["id"], *tasks,
+                           later["id"]], timeout=120)  # fmt: skip
+    a, b, e, n, *rest = jobs
+    t, lt = rest[:-1], rest[-1]
+    assert b["status"] == "SUCCEEDED" and b["first_start"] >= a["end_time"] - 1e-6
+    assert e["status"] == "SUCCEEDED"
+    assert n["status"] == "CANCELLED" and n["reason"].startswith("DependencyNeverSatisfied")
+    spans = sorted((x["first_start"], x["end_time"]) for x in t)
+    assert all(x["status"] == "SUCCEEDED" for x in t)
+    assert all(spans[k][1] <= spans[k + 1][0] + 1e-6 for k in range(len(spans) - 1)), spans
+    assert lt["status"] == "SUCCEEDED" and lt["first_start"] >= begin_at - 0.01
+
+
+def test_hold_and_release(service: ServiceProcess) -> None:
+    client = service.client
+    out = corral(service, "submit", "--hold", "--json", "--", "true")
+    held = json.loads(out)
+    assert held["status"] == "SUSPENDED" and held["reason"] == "JobHeldUser"
+    time_to_start = 3.0
+    import time
+
+    time.sleep(time_to_start)  # a held job does not start, however long it waits
+    assert client.job(held["id"])["status"] == "SUSPENDED"
+    corral(service, "release", str(held["id"]))
+    (done,) = ended(service, [held["id"]])
+    assert done["status"] == "SUCCEEDED"
+    # a waiting job can be held; a running one cannot (suspend it instead)
+    gpus = sum(n["gpus"] for n in service.admin.nodes())
+    holder = client.submit({"command": [PY, "-c", "import time; time.sleep(30)"], "gpus": gpus})
+    wait_for(lambda: client.job(holder["id"])["status"] == "RUNNING", 60, "the holder to run")
+    waiting = client.submit({"command": ["true"], "gpus": 1})
+    corral(service, "hold", str(waiting["id"]))
+    assert client.job(waiting["id"])["status"] == "SUSPENDED"
+    refused = subprocess.run(
+        [PY, "-m", "corral.cli", "hold", str(holder["id"])], capture_output=True, text=True,
+        env={**os.environ, "CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"]},
+    )  # fmt: skip
+    assert refused.returncode == 1 and "409" in refused.stderr
+    client.action(holder["id"], "cancel")
+    corral(service, "release", str(waiting["id"]))
+    assert ended(service, [waiting["id"]])[0]["status"] == "SUCCEEDED"

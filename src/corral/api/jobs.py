@@ -45,7 +45,7 @@ from corral.api.views import (
 from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
 from corral.runtime.jobspec.config import UserConfig, hash_token
-from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices
+from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices, array_limit
 from corral.runtime.loop.estimates import extend_curve, extend_progress
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.loop.scheduler import TERMINAL
@@ -226,9 +226,9 @@ def check_spec(ctx: Context, spec: JobSpec, user: UserConfig) -> None:
             raise field_error("workdir", f"{spec.workdir} is not a directory on the service's host")
         if where.is_relative_to(ctx.config.state_dir.resolve()):
             raise field_error("workdir", "jobs may not run inside the service's state_dir")
-    if spec.array_index is not None or spec.array_job is not None:
-        field = "array_index" if spec.array_index is not None else "array_job"
-        raise field_error(field, "set by corral for the tasks of an array; give 'array'")
+    for field in ("array_index", "array_job", "array_limit"):
+        if getattr(spec, field) is not None:
+            raise field_error(field, "set by corral for the tasks of an array; give 'array'")
     if spec.round_of is not None:
         raise field_error("round_of", "set by corral for the tasks of a job run as rounds")
     if plans_rounds(ctx.config.policy):
@@ -268,9 +268,12 @@ def admit(ctx: Context, s: Session, spec: JobSpec, user: UserConfig) -> JobView:
         spec = spec.model_copy(update={"dependency": with_whole_arrays(s, spec.dependency, known)})
     rows: list[JobRow] = []
     for index in indices:
-        task = spec.model_copy(update={"array": None, "array_index": index})
+        limit = array_limit(spec.array) if spec.array else None
+        task = spec.model_copy(update={"array": None, "array_index": index, "array_limit": limit})
         phase = "prerun" if prerun else "main"
         row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
+        if spec.hold:
+            row.status, row.reason = JobStatus.SUSPENDED, HELD
         s.add(row)
         s.flush()
         rows.append(row)
@@ -549,6 +552,23 @@ def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
             "not suspended; cancel the job instead",
         )
     return ask_scheduler(ctx, job_id, user, "suspend", LIVE_STATES)
+
+
+HELD = "JobHeldUser"
+"""The reason a job submitted held, or held while waiting, shows (Slurm's)."""
+
+
+@router.post("/v1/jobs/{job_id}/hold", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+def hold(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    """Keep a waiting job from starting until it is released (scontrol hold); a job
+    that has started is a 409 (suspend it instead)."""
+    return ask_scheduler(ctx, job_id, user, "suspend", {JobStatus.PENDING})
+
+
+@router.post("/v1/jobs/{job_id}/release", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+def release(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    """Let a held (or suspended) job back into the queue (scontrol release)."""
+    return ask_scheduler(ctx, job_id, user, "resume", {JobStatus.SUSPENDED})
 
 
 @router.post("/v1/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"], responses=ON_JOB)

@@ -151,11 +151,18 @@ def submit(
     ] = None,
     array: Annotated[
         str | None,
-        typer.Option("--array", "-a", help="one task per index: 0-9, 1,3,5, 0-20:5"),
+        typer.Option(
+            "--array", "-a", help="one task per index: 0-9, 1,3,5, 0-20:5; %N: N at once (0-9%2)"
+        ),
     ] = None,
     dependency: Annotated[
         str | None,
-        typer.Option("--dependency", "-d", help="as sbatch: afterok:12:13,after:9"),
+        typer.Option(
+            "--dependency",
+            "-d",
+            help="as sbatch: afterok:12:13,after:9 (all), afterok:12?afternotok:13 (any), "
+            "singleton",
+        ),
     ] = None,
     after: Annotated[list[str] | None, typer.Option(help="start after job ID has started")] = None,
     afterok: Annotated[list[str] | None, typer.Option(help="start after job ID succeeded")] = None,
@@ -176,6 +183,13 @@ def submit(
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")
     ] = None,
+    begin: Annotated[
+        str | None,
+        typer.Option("--begin", "-b", help="not before: now+30m, 2026-11-27T08:00 (sbatch -b)"),
+    ] = None,
+    held: Annotated[
+        bool, typer.Option("--hold", "-H", help="submit held: it waits for 'corral release'")
+    ] = False,
     wait: Annotated[
         bool,
         typer.Option(
@@ -221,6 +235,8 @@ def submit(
         "cpus": cpus,
         "memory": memory,
         "vc": vc,
+        "begin": begin,
+        "hold": held or None,
     }
     fields.update({k: v for k, v in flags.items() if v is not None})
     for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):
@@ -582,6 +598,22 @@ def resume(
 ) -> None:
     """Put a suspended job back in the queue."""
     _act("resume", job_id, url, token, as_json)
+
+
+@app.command()
+def hold(
+    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Keep a waiting job from starting until released (scontrol hold)."""
+    _act("hold", job_id, url, token, as_json)
+
+
+@app.command()
+def release(
+    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Let a held job back into the queue (scontrol release)."""
+    _act("release", job_id, url, token, as_json)
 
 
 @app.command("set-priority", context_settings={"ignore_unknown_options": True})

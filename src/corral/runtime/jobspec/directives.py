@@ -54,6 +54,8 @@ _FIELDS: dict[str, str] = {
     "-D": "workdir",
     "--array": "array",
     "-a": "array",
+    "--begin": "begin",
+    "-b": "begin",
     "--dependency": "dependency",
     "-d": "dependency",
     "--output": "output",

@@ -58,8 +58,21 @@ DependencyKind = Literal["after", "afterany", "afterok", "afternotok"]
 after it ended, after it succeeded, after it failed."""
 
 
+def array_limit(text: str) -> int | None:
+    """The most tasks of an array that may run at once: ``0-9%2`` -> 2 (None: no limit)."""
+    _, sep, limit = text.partition("%")
+    if not sep:
+        return None
+    if not limit.strip().isdigit() or int(limit) < 1:
+        raise ValueError(f"'{text}': give the most tasks at once as %N with N >= 1 (0-9%2)")
+    return int(limit)
+
+
 def array_indices(text: str) -> list[int]:
-    """Task indices of an array: ``0-9``, ``1,3,5``, ``0-20:5`` (start-end:step)."""
+    """Task indices of an array: ``0-9``, ``1,3,5``, ``0-20:5`` (start-end:step), with
+    ``%N`` (at most N at once, Slurm's throttle) allowed at the end."""
+    array_limit(text)
+    text = text.partition("%")[0]
     if not _ARRAY.match(text.replace(" ", "")):
         raise ValueError(f"'{text}' is not an array (e.g. 0-9, 1,3,5 or 0-20:5)")
     out: set[int] = set()
@@ -77,10 +90,25 @@ def array_indices(text: str) -> list[int]:
     return sorted(out)
 
 
+def dependency_parts(text: str) -> tuple[dict[str, list[int]], bool, bool]:
+    """Slurm's ``--dependency``: the jobs to wait for by kind, whether any one met
+    condition is enough (``?`` between conditions, Slurm's OR; ``,`` is AND and the two
+    do not mix), and whether the job is a ``singleton`` (it waits for the earlier jobs
+    of its name and user to end)."""
+    text = text.replace(" ", "")
+    if "?" in text and "," in text:
+        raise ValueError(f"'{text}': use ',' (all of) or '?' (any of) between conditions, not both")
+    words = text.split("?" if "?" in text else ",")
+    singleton = "singleton" in words
+    rest = ",".join(w for w in words if w != "singleton")
+    return (parse_dependency(rest) if rest else {}), "?" in text, singleton
+
+
 def parse_dependency(text: str) -> dict[str, list[int]]:
-    """Slurm's ``--dependency`` form: ``afterok:12:13,after:9``."""
+    """Slurm's ``--dependency`` form: ``afterok:12:13,after:9`` (see
+    :func:`dependency_parts` for ``?`` and ``singleton``)."""
     out: dict[str, list[int]] = {}
-    for part in text.replace(" ", "").split(","):
+    for part in text.replace(" ", "").replace("?", ",").split(","):
         kind, *ids = part.split(":")
         if kind not in DependencyKind.__args__ or not ids:  # type: ignore[attr-defined]
             raise ValueError(
@@ -91,6 +119,29 @@ def parse_dependency(text: str) -> dict[str, list[int]]:
         except ValueError:
             raise ValueError(f"'{part}': job ids are numbers") from None
     return out
+
+
+def parse_begin(value: Any, now: float | None = None) -> float:
+    """sbatch's ``--begin``: Unix time, ``now+30m`` (s, m, h, d), or a date and time
+    (``2026-11-27``, ``2026-11-27T08:00``; local time, as sbatch reads it)."""
+    import time as clock
+    from datetime import datetime
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    if text.lower().startswith("now"):
+        rest = text[3:].strip()
+        offset = parse_seconds(rest.lstrip("+")) if rest.startswith("+") else 0.0
+        if rest and not rest.startswith("+"):
+            raise ValueError(f"'{text}': give now+30m, now+2h or a date and time")
+        return (clock.time() if now is None else now) + offset
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"'{text}': give now+30m, a date (2026-11-27) or a date and time (2026-11-27T08:00)"
+        ) from None
 
 
 def parse_memory(value: Any) -> int:
@@ -306,7 +357,26 @@ class JobSpec(BaseModel):
     )
     dependency: dict[DependencyKind, list[int]] = Field(
         default_factory=dict,
-        description="jobs to wait for, as Slurm's --dependency: {afterok: [12], after: [9]}",
+        description="jobs to wait for, as Slurm's --dependency: {afterok: [12], after: [9]}, "
+        "or its text (afterok:12,after:9; afterok:12?afternotok:13; singleton)",
+    )
+    dependency_any: bool = Field(
+        False,
+        description="start when any one dependency is met (Slurm's '?'), not all of them",
+    )
+    singleton: bool = Field(
+        False,
+        description="wait until the earlier jobs of the same name and user have ended "
+        "(Slurm's --dependency singleton)",
+    )
+    begin: float | None = Field(
+        None,
+        ge=0,
+        le=1e12,
+        description="not before this time (Unix time; sbatch's --begin)",
+    )
+    hold: bool = Field(
+        False, description="submitted held: it waits until released (sbatch -H, corral release)"
     )
     array: str | None = Field(
         None,
@@ -316,6 +386,9 @@ class JobSpec(BaseModel):
     )
     array_index: int | None = Field(None, ge=0, description="set by corral: this task's index")
     array_job: int | None = Field(None, ge=1, description="set by corral: the array's first job")
+    array_limit: int | None = Field(
+        None, ge=1, description="set by corral: at most this many of the array's tasks at once"
+    )
     round_of: RoundOf | None = Field(
         None, description="set by corral: the job and round this task belongs to"
     )
@@ -403,10 +476,23 @@ class JobSpec(BaseModel):
             raise ValueError("job ids are positive")
         return {kind: sorted(set(group)) for kind, group in value.items() if group}
 
-    @field_validator("dependency", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _dependency_text(cls, value: Any) -> Any:
-        return parse_dependency(value) if isinstance(value, str) else value
+    def _dependency_text(cls, data: Any) -> Any:
+        """A dependency given as Slurm's text sets the OR and singleton flags too."""
+        if isinstance(data, dict) and isinstance(data.get("dependency"), str):
+            ids, any_of, singleton = dependency_parts(data["dependency"])
+            data = {**data, "dependency": ids}
+            if any_of:
+                data["dependency_any"] = True
+            if singleton:
+                data["singleton"] = True
+        return data
+
+    @field_validator("begin", mode="before")
+    @classmethod
+    def _begin(cls, value: Any) -> Any:
+        return None if value is None else parse_begin(value)
 
     @field_validator("array")
     @classmethod

@@ -83,6 +83,22 @@ class Attempt:
 
 
 @dataclass
+class Waiting:
+    """What a queued job waits for before the policy sees it (sbatch's holds)."""
+
+    dependency: dict[str, list[int]]
+    any_of: bool = False
+    """Any one met condition is enough (Slurm's '?')."""
+    singleton: tuple[str, str] | None = None
+    """(user, name): wait until the earlier live jobs of this user and name end."""
+    array_job: int | None = None
+    limit: int | None = None
+    """At most ``limit`` tasks of ``array_job`` queued or running at once (``%N``)."""
+    begin: float = 0.0
+    """Not before this time (Unix)."""
+
+
+@dataclass
 class Turns:
     """Two jobs on one GPU set taking turns (Gandiva's time-slicing), by job id."""
 
@@ -175,8 +191,10 @@ class LoopBase:
         self.usable = np.ones(len(self.slots), dtype=bool)
         """GPUs on nodes that are not drained (busy or not)."""
         self.reasons: dict[int, str | None] = {}
-        self.blocked: dict[int, dict[str, list[int]]] = {}
-        """Queued jobs waiting for other jobs (their dependency), kept from the policy."""
+        self.blocked: dict[int, Waiting] = {}
+        """Queued jobs kept from the policy until what they wait for holds: their
+        dependency, a singleton's earlier namesakes, their array's throttle, their
+        begin time."""
         self.goals: dict[int, int] = {}
         """Jobs that gave their total steps -> that goal (heartbeats measure the rest)."""
         self.loss_histories: dict[int, LossHistory] = {}

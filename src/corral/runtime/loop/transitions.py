@@ -16,7 +16,7 @@ from corral.runtime.execution.executor import (
 )
 from corral.runtime.execution.exits import Cause, classify, never_started
 from corral.runtime.jobspec.specs import JobSpec
-from corral.runtime.loop.loop_base import TERMINAL, Attempt
+from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
 from corral.runtime.loop.sharing import Sharing
 from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
 
@@ -47,6 +47,21 @@ def dependency_verdict(
                 if not ended:
                     return "wait", ""
     return "ready", ""
+
+
+def any_verdict(
+    dependency: dict[str, list[int]], known: dict[int, tuple[str, bool]]
+) -> tuple[str, str]:
+    """Slurm's '?': ready when any one condition is met, never when none can be."""
+    verdicts = [dependency_verdict({k: [j]}, known) for k, ids in dependency.items() for j in ids]
+    if any(v == "ready" for v, _ in verdicts):
+        return "ready", ""
+    if verdicts and all(v == "never" for v, _ in verdicts):
+        return "never", "; ".join(why for _, why in verdicts)
+    return "wait", ""
+
+
+LIVE = (JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING)
 
 
 class Transitions(Sharing):
@@ -335,19 +350,29 @@ class Transitions(Sharing):
         if self._is_round_job(row, spec):
             self._hold_round_job(row, i, now)
             return
-        dependency = spec.dependency
-        if dependency and row.first_start is None:
-            self.blocked[row.id] = {kind: list(ids) for kind, ids in dependency.items()}
-            row.reason = "Dependency"
+        limit = spec.array_limit
+        waiting = Waiting(
+            dependency={kind: list(ids) for kind, ids in spec.dependency.items()},
+            any_of=spec.dependency_any,
+            singleton=(row.user, row.name) if spec.singleton else None,
+            array_job=spec.array_job if limit else None,
+            limit=limit,
+            begin=spec.begin or 0.0,
+        )
+        holds = waiting.dependency or waiting.singleton or waiting.limit or waiting.begin > now
+        if holds and row.first_start is None:
+            self.blocked[row.id] = waiting
+            row.reason = "BeginTime" if waiting.begin > now else "Dependency"
             self.reasons[row.id] = row.reason
         else:
             self.live.arrive(i, self.rel(now))
 
     def _dependencies(self, now: float) -> bool:
-        """Queue the held jobs whose dependency is met; cancel those whose never can be."""
+        """Queue the held jobs whose wait is over; cancel those whose dependency never
+        can be met."""
         if not self.blocked:
             return False
-        wanted = {j for dep in self.blocked.values() for ids in dep.values() for j in ids}
+        wanted = {j for w in self.blocked.values() for ids in w.dependency.values() for j in ids}
         with self.store.session() as s:
             known = {
                 r.id: (r.status, r.first_start is not None)
@@ -358,9 +383,12 @@ class Transitions(Sharing):
                 )
             }
             changed = False
-            for job, dependency in list(self.blocked.items()):
-                verdict, why = dependency_verdict(dependency, known)
-                if verdict == "wait":
+            in_flight: dict[int, int] = {}  # array -> its tasks queued or running
+            for job, waiting in sorted(self.blocked.items()):
+                verdict, why = self._wait_over(s, job, waiting, known, now, in_flight)
+                if verdict not in ("ready", "never"):
+                    if verdict != self.reasons.get(job) and (row := s.get(JobRow, job)):
+                        row.reason = self.reasons[job] = verdict
                     continue
                 del self.blocked[job]
                 changed = True
@@ -371,6 +399,8 @@ class Transitions(Sharing):
                 if verdict == "ready":
                     row.reason = None
                     self.live.arrive(i, self.rel(now))
+                    if waiting.array_job is not None:
+                        in_flight[waiting.array_job] = in_flight.get(waiting.array_job, 0) + 1
                 else:
                     self.live.close(i)
                     row.status, row.end_time = JobStatus.CANCELLED, now
@@ -378,6 +408,46 @@ class Transitions(Sharing):
                     self.store.event(s, "dependency_never_satisfied", job, why=why)
                 self.reasons[job] = row.reason
         return changed
+
+    def _wait_over(
+        self,
+        s: Session,
+        job: int,
+        waiting: Waiting,
+        known: dict[int, tuple[str, bool]],
+        now: float,
+        in_flight: dict[int, int],
+    ) -> tuple[str, str]:
+        """'ready', 'never' (with why), or the reason the job still waits."""
+        if waiting.dependency:
+            judge = any_verdict if waiting.any_of else dependency_verdict
+            verdict, why = judge(waiting.dependency, known)
+            if verdict != "ready":
+                return ("Dependency", "") if verdict == "wait" else (verdict, why)
+        if now < waiting.begin:
+            return "BeginTime", ""
+        if waiting.singleton is not None:
+            user, name = waiting.singleton
+            earlier = s.scalar(
+                select(JobRow.id)
+                .where(JobRow.user == user, JobRow.name == name, JobRow.id < job)
+                .where(JobRow.status.in_([*LIVE, JobStatus.SUSPENDED]))
+                .limit(1)
+            )
+            if earlier is not None:
+                return "Dependency", ""
+        if waiting.array_job is not None and waiting.limit is not None:
+            array = waiting.array_job
+            if array not in in_flight:
+                tasks = s.scalars(
+                    select(JobRow.id)
+                    .where(JobRow.spec["array_job"].as_integer() == array)
+                    .where(JobRow.status.in_(LIVE))
+                ).all()
+                in_flight[array] = sum(1 for t in tasks if t not in self.blocked)
+            if in_flight[array] >= waiting.limit:
+                return "JobArrayTaskLimit", ""
+        return "ready", ""
 
     def _end_backoffs(self, now: float) -> bool:
         due = [job for job, t in self.backoff.items() if t <= now]
