@@ -92,6 +92,10 @@ def test_sbatch_lines_are_read_with_sbatchs_meaning_or_refused_by_name(tmp_path:
         "V100",
     )
     assert spec.wall_time == 1800 and spec.array is not None
+    errors = tmp_path / "errors.sh"
+    errors.write_text("#!/bin/bash\n#SBATCH -e /tmp/%x.err\n#CORRAL -e A=1\nhostname\n")
+    fields = script_fields(errors)
+    assert fields["error"] == "/tmp/%x.err" and fields["env"] == {"A": "1"}  # -e: each its own
     gres = tmp_path / "gres.sh"
     gres.write_text("#!/bin/bash\n#SBATCH --gres=gpu:a100:4\nhostname\n")
     fields = script_fields(gres)
@@ -99,8 +103,6 @@ def test_sbatch_lines_are_read_with_sbatchs_meaning_or_refused_by_name(tmp_path:
     for line, option in (
         ("#SBATCH --nodes=2", "--nodes"),
         ("#SBATCH -p gpu", "-p"),
-        ("#SBATCH -e err.txt", "-e"),
-        ("#SBATCH --error=err.txt", "--error"),
         ("#SBATCH --export=ALL", "--export"),
         ("#SBATCH --gres=shard:2", "--gres"),
     ):
@@ -292,3 +294,13 @@ def test_hold_and_release(service: ServiceProcess) -> None:
     client.action(holder["id"], "cancel")
     corral(service, "release", str(waiting["id"]))
     assert ended(service, [waiting["id"]])[0]["status"] == "SUCCEEDED"
+
+
+def test_error_goes_to_its_own_file(service: ServiceProcess, tmp_path: Path) -> None:
+    out, err = tmp_path / "job-%j.out", tmp_path / "job-%j.err"
+    said = corral(service, "submit", "--output", str(out), "--error", str(err), "--json", "--",
+                  PY, "-c", "import sys; print('to out'); print('to err', file=sys.stderr)")  # fmt: skip
+    job = json.loads(said)["id"]
+    assert ended(service, [job])[0]["status"] == "SUCCEEDED"
+    assert (tmp_path / f"job-{job}.out").read_text() == "to out\n"
+    assert (tmp_path / f"job-{job}.err").read_text() == "to err\n"

@@ -233,10 +233,14 @@ def check_spec(ctx: Context, spec: JobSpec, user: UserConfig) -> None:
         raise field_error("round_of", "set by corral for the tasks of a job run as rounds")
     if plans_rounds(ctx.config.policy):
         check_round_job(spec, ctx.config.policy)
-    if spec.output is not None and Path(spec.output).resolve().is_relative_to(
-        ctx.config.state_dir.resolve()
-    ):
-        raise field_error("output", "a job's output may not go inside the state_dir")
+    for field in ("output", "error"):
+        path = getattr(spec, field)
+        if path is not None and Path(path).resolve().is_relative_to(ctx.config.state_dir.resolve()):
+            raise field_error(field, f"a job's {field} may not go inside the state_dir")
+    if spec.error is not None and ctx.config.executor == "ray":
+        raise field_error(
+            "error", "the Ray executor keeps a job's stderr with its output; leave 'error' out"
+        )
 
 
 def check_quota(ctx: Context, s: Session, user: UserConfig, more: int) -> None:

@@ -187,6 +187,10 @@ def submit(
         str | None,
         typer.Option("--begin", "-b", help="not before: now+30m, 2026-11-27T08:00 (sbatch -b)"),
     ] = None,
+    error: Annotated[
+        str | None,
+        typer.Option("--error", help="stderr apart from the output (sbatch -e; here -e is env)"),
+    ] = None,
     held: Annotated[
         bool, typer.Option("--hold", "-H", help="submit held: it waits for 'corral release'")
     ] = False,
@@ -232,6 +236,7 @@ def submit(
         "array": array,
         "dependency": dependency,
         "output": str(Path(output).absolute()) if output else None,
+        "error": str(Path(error).absolute()) if error else None,
         "cpus": cpus,
         "memory": memory,
         "vc": vc,
@@ -251,8 +256,9 @@ def submit(
         raise CorralError("no command: give a job spec, a script, or the command after '--'")
     if "workdir" not in fields:
         fields["workdir"] = str(Path.cwd())
-    if isinstance(fields.get("output"), str) and not fields["output"].startswith("/"):
-        fields["output"] = str(Path(fields["output"]).absolute())
+    for key in ("output", "error"):
+        if isinstance(fields.get(key), str) and not fields[key].startswith("/"):
+            fields[key] = str(Path(fields[key]).absolute())
     try:
         spec = JobSpec.model_validate(fields)
     except ValidationError as exc:

@@ -96,6 +96,8 @@ class LaunchRequest:
     """Bytes."""
     output: str | None = None
     """The job's output file (None: the attempt's log)."""
+    error: str | None = None
+    """The job's standard error file (None: with its output)."""
     warm_argv: list[str] | None = None
     """A task job's runner arguments: it may start in a standby worker."""
     nice: int | None = None
@@ -311,6 +313,7 @@ def confinement(request: LaunchRequest, slots: list[GpuSlot]) -> Confinement:
         cpu_quota=request.cpus,
         cwd=request.cwd,
         output=request.output,
+        error=request.error,
         nice=request.nice,
     )
     if request.run_as is not None:

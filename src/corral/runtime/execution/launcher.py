@@ -138,6 +138,8 @@ class Confinement:
     """Working directory, entered as the job's user (so it must be theirs to enter)."""
     output: str | None = None
     """File the job's output goes to, opened as the job's user (Slurm's --output)."""
+    error: str | None = None
+    """File the job's standard error goes to, apart from its output (Slurm's --error)."""
     nice: int | None = None
     """Niceness added to the job's processes (opportunistic jobs run at 19)."""
 
@@ -153,9 +155,20 @@ class Confinement:
         return out
 
 
-_OPTION_NAMES = ("uid", "gid", "groups", "cpus", "cpu_quota", "memory", "cwd", "output", "nice")
+_OPTION_NAMES = (
+    "uid",
+    "gid",
+    "groups",
+    "cpus",
+    "cpu_quota",
+    "memory",
+    "cwd",
+    "output",
+    "error",
+    "nice",
+)
 _LISTS = {"groups", "cpus"}
-_TEXTS = {"cwd", "output"}
+_TEXTS = {"cwd", "output", "error"}
 
 
 def _option(name: str) -> str:
@@ -194,7 +207,7 @@ def main(args: list[str]) -> int:
         print(
             "usage: python -m corral.runtime.execution.launcher DIR "
             "[--uid N --gid N --groups N,..] [--cpus N,..] [--cpu-quota N] [--memory BYTES] "
-            "[--cwd DIR] [--output FILE] "
+            "[--cwd DIR] [--output FILE] [--error FILE] "
             "-- PROGRAM [ARGS...]",
             file=sys.stderr,
         )
@@ -305,13 +318,15 @@ def _in_child(conf: Confinement, rlimits: bool, launcher: int, tell: int = -1) -
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
     if os.getppid() != launcher:  # the launcher died before the line above took effect
         os._exit(NOT_STARTED)
-    for what, path in (("working directory", conf.cwd), ("output", conf.output)):
+    places = (("working directory", conf.cwd), ("output", conf.output), ("error", conf.error))
+    for what, path in places:
         if path is None:
             continue
         try:
-            if what == "output":
+            if what in ("output", "error"):  # error after output: it takes stderr back
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                os.dup2(fd, 1)
+                if what == "output":
+                    os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 os.close(fd)
             else:

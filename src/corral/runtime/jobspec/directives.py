@@ -60,6 +60,7 @@ _FIELDS: dict[str, str] = {
     "-d": "dependency",
     "--output": "output",
     "-o": "output",
+    "--error": "error",
     "--cpus": "cpus",
     "--cpus-per-task": "cpus",
     "-c": "cpus",
@@ -121,8 +122,6 @@ def parse_options(
 
 
 _SBATCH_UNLIKE = {
-    "-e": "sbatch's -e is its error file; corral writes a job's stderr with its --output",
-    "--error": "corral writes a job's stderr with its --output (no separate error file yet)",
     "--export": "sbatch's --export passes the submitting shell's environment; give "
     "variables with '#CORRAL --env KEY=VALUE'",
 }
@@ -140,7 +139,7 @@ def parse_sbatch(
         name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
         if name in _SBATCH_UNLIKE:
             raise InputError(source, line, name, f"#SBATCH {name}: {_SBATCH_UNLIKE[name]}")
-        known = name in _FIELDS or name in _DEPENDS or name == "--gres"
+        known = name in _FIELDS or name in _DEPENDS or name in ("--gres", "-e", "--error")
         if not known:
             have = ", ".join(sorted({*_FIELDS, "--gres"} - {"--name", "--duration"}))
             raise InputError(
@@ -158,6 +157,8 @@ def parse_sbatch(
         k += 1
         if name == "--gres":
             _gres(value, source, line, fields)
+        elif name in ("-e", "--error"):  # sbatch's error file (corral's -e is --env)
+            fields["error"] = value
         else:
             parse_options([name, value], source, line, fields)
     return fields

@@ -398,6 +398,12 @@ class JobSpec(BaseModel):
         description="file for the job's output instead of the service's log (absolute; "
         "%j job id, %a array index, %A array job, %x name, %u user)",
     )
+    error: str | None = Field(
+        None,
+        max_length=MAX_PATH,
+        description="file for the job's standard error apart from its output (sbatch's "
+        "--error; absolute, with the patterns output takes)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -459,7 +465,7 @@ class JobSpec(BaseModel):
             )
         return value
 
-    @field_validator("workdir", "output")
+    @field_validator("workdir", "output", "error")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
         if value is not None and ("\x00" in value or not value.startswith("/")):

@@ -27,10 +27,13 @@ from corral.runtime.loop.loop_base import Attempt, LoopBase
 from corral.runtime.storage.store import AttemptRow, JobRow
 
 
-def output_path(spec: JobSpec, job: int, user: str) -> str | None:
-    """The job's ``output`` with Slurm's patterns filled in: %j job, %a array index,
-    %A array job, %x name, %u user, %% a percent sign."""
-    if spec.output is None:
+def output_path(
+    spec: JobSpec, job: int, user: str, pattern: str | None = None
+) -> str | None:
+    """The job's ``output`` (or another of its paths, ``error``) with Slurm's patterns
+    filled in: %j job, %a array index, %A array job, %x name, %u user, %% a percent."""
+    pattern = spec.output if pattern is None else pattern
+    if pattern is None:
         return None
     values = {
         "j": str(job),
@@ -40,7 +43,7 @@ def output_path(spec: JobSpec, job: int, user: str) -> str | None:
         "u": user,
         "%": "%",
     }
-    return re.sub(r"%([jaAxu%])", lambda m: values[m.group(1)], spec.output)
+    return re.sub(r"%([jaAxu%])", lambda m: values[m.group(1)], pattern)
 
 
 LOW_PRIORITY_NICE = 19
@@ -126,6 +129,7 @@ class Launching(LoopBase):
                     cpus=spec.cpus,
                     memory=spec.memory * 2**20 if spec.memory else None,
                     output=output_path(spec, job, row.user),
+                    error=output_path(spec, job, row.user, spec.error) if spec.error else None,
                     warm_argv=spec.warm_argv(),
                     nice=LOW_PRIORITY_NICE if job in self.low_priority else None,
                     keeper=self._keeper_request(spec, gpus),
