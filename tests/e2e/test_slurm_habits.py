@@ -298,8 +298,9 @@ def test_hold_and_release(service: ServiceProcess) -> None:
 
 def test_error_goes_to_its_own_file(service: ServiceProcess, tmp_path: Path) -> None:
     out, err = tmp_path / "job-%j.out", tmp_path / "job-%j.err"
+    script = "import sys; print('to out'); print('to err', file=sys.stderr)"
     said = corral(service, "submit", "--output", str(out), "--error", str(err), "--json", "--",
-                  PY, "-c", "import sys; print('to out'); print('to err', file=sys.stderr)")  # fmt: skip
+                  PY, "-c", script)  # fmt: skip
     job = json.loads(said)["id"]
     assert ended(service, [job])[0]["status"] == "SUCCEEDED"
     assert (tmp_path / f"job-{job}.out").read_text() == "to out\n"
