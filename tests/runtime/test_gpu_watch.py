@@ -93,3 +93,17 @@ def test_an_xid_event_fails_the_gpu_and_pcie_machines_keep_the_default_links(
         assert node["state"] == "drained" and "critical Xid 48" in node["reason"]
     finally:
         h.close()
+
+
+def test_a_job_that_asked_no_requeue_ends_failed_when_its_gpu_fails(tmp_path: Path) -> None:
+    nvml = nvlinked_board(2)
+    h = Harness(tmp_path / "state", driver=open_driver(nvml), gpus="auto", gpu_poll=0.2)
+    try:
+        job = h.submit(command=[PY, "-c", "import time; time.sleep(60)"], gpus=1, requeue=False)
+        [gpu] = h.wait_state(job["id"], {"RUNNING"})["assigned_gpus"]
+        nvml.gpus[gpu].ecc_uncorrected = 1
+        done = h.wait_state(job["id"], {"FAILED"})
+        assert done["attempts"][0]["cause"] == "node_failure"
+        assert "not requeued: the job asked --no-requeue" in done["reason"]
+    finally:
+        h.close()

@@ -191,6 +191,13 @@ def submit(
         str | None,
         typer.Option("--error", help="stderr apart from the output (sbatch -e; here -e is env)"),
     ] = None,
+    requeue: Annotated[
+        bool | None,
+        typer.Option(
+            "--requeue/--no-requeue",
+            help="queue the job again if its node fails (default), or end it FAILED",
+        ),
+    ] = None,
     held: Annotated[
         bool, typer.Option("--hold", "-H", help="submit held: it waits for 'corral release'")
     ] = False,
@@ -242,6 +249,7 @@ def submit(
         "vc": vc,
         "begin": begin,
         "hold": held or None,
+        "requeue": requeue,
     }
     fields.update({k: v for k, v in flags.items() if v is not None})
     for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):

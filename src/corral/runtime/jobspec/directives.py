@@ -71,6 +71,13 @@ _FIELDS: dict[str, str] = {
     "-A": "vc",
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
+_FLAGS: dict[str, tuple[str, bool]] = {
+    "--requeue": ("requeue", True),
+    "--no-requeue": ("requeue", False),
+    "--hold": ("hold", True),
+    "-H": ("hold", True),
+}
+"""Options that take no value -> the field they set and to what."""
 _INTEGERS = {"gpus", "priority", "max_retries", "total_steps", "cpus"}
 """Fields given as whole numbers (the API takes only JSON integers for them)."""
 _DEPENDS = {f"--{kind}": kind for kind in ("after", "afterok", "afterany", "afternotok")}
@@ -94,6 +101,11 @@ def parse_options(
     while k < len(words):
         word = words[k]
         name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if name in _FLAGS and not eq:
+            field, value_of = _FLAGS[name]
+            fields[field] = value_of
+            k += 1
+            continue
         if not eq:
             if k + 1 >= len(words):
                 raise InputError(source, line, name, "needs a value")
@@ -139,6 +151,11 @@ def parse_sbatch(
         name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
         if name in _SBATCH_UNLIKE:
             raise InputError(source, line, name, f"#SBATCH {name}: {_SBATCH_UNLIKE[name]}")
+        if name in _FLAGS:
+            field, value_of = _FLAGS[name]
+            fields[field] = value_of
+            k += 1
+            continue
         known = name in _FIELDS or name in _DEPENDS or name in ("--gres", "-e", "--error")
         if not known:
             have = ", ".join(sorted({*_FIELDS, "--gres"} - {"--name", "--duration"}))

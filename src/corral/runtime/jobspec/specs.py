@@ -378,6 +378,11 @@ class JobSpec(BaseModel):
     hold: bool = Field(
         False, description="submitted held: it waits until released (sbatch -H, corral release)"
     )
+    requeue: bool = Field(
+        True,
+        description="queue the job again when its node fails (false: sbatch --no-requeue, "
+        "it ends FAILED instead)",
+    )
     array: str | None = Field(
         None,
         max_length=200,

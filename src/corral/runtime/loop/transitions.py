@@ -205,10 +205,12 @@ class Transitions(Sharing):
             else:
                 row.failures += 1
                 again = never_started(record)  # a retry would fail the same way
+                kept_out = cause == Cause.NODE_FAILURE and not spec.requeue
                 final = (
                     row.failures > spec.max_retries
                     or (a.phase == "prerun" and cause == Cause.USER_ERROR)
                     or again
+                    or kept_out
                 )
                 self.starting.pop(a.job, None)
                 row.gpus = None
@@ -217,7 +219,9 @@ class Transitions(Sharing):
                     row.status = JobStatus.FAILED
                     row.end_time = end
                     row.reason = f"{cause.value}: {detail}"
-                    if again and row.failures <= spec.max_retries:
+                    if kept_out:
+                        row.reason += " (not requeued: the job asked --no-requeue)"
+                    elif again and row.failures <= spec.max_retries:
                         row.reason += " (not retried: a retry would fail the same way)"
                 else:
                     live.hold(i)
