@@ -7,7 +7,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, inspect, text
 
-from corral.runtime.storage.store import Base, JobRow, Store, add_new_columns
+from corral.runtime.storage.migrate import add_new_columns
+from corral.runtime.storage.store import Base, JobRow, Store
 
 
 def test_an_older_store_gains_new_columns_and_keeps_its_jobs(
@@ -41,6 +42,6 @@ def test_an_older_store_gains_new_columns_and_keeps_its_jobs(
             job.throughput_since = 12.5
         with store.session() as s:
             assert s.query(JobRow).one().throughput_since == 12.5
-        assert add_new_columns(store.engine) == []  # nothing left to add
+        assert add_new_columns(store.engine, Base.metadata) == []  # nothing left to add
     finally:
         store.dispose()

@@ -8,5 +8,6 @@ first in ``corral --help``."""
 from corral.cli.app import app, console, main
 from corral.cli import sim
 from corral.cli import service
+from corral.cli import store
 
-__all__ = ["app", "console", "main", "service", "sim"]
+__all__ = ["app", "console", "main", "service", "sim", "store"]

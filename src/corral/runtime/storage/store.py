@@ -5,8 +5,8 @@ pending reason, pending requests from the API), ``attempts`` (one row per
 process launch: GPUs, pid, exit, cause), ``events`` (an append-only history)
 and ``nodes``. ``meta`` keeps the service epoch (the zero of the scheduler's
 clock). Every change is one transaction, so a crash leaves either the old or
-the new state, never half of one. A store written by an older release gains
-the nullable columns added since when it is opened (:func:`add_new_columns`).
+the new state, never half of one. The schema is versioned: opening a store
+brings it to this release's revision (:mod:`corral.runtime.storage.migrate`).
 
 SQLite is the default (an embedded file, WAL mode so the API can read while
 the scheduler writes); any SQLAlchemy URL works, e.g. PostgreSQL.
@@ -25,19 +25,19 @@ from sqlalchemy import (
     Boolean,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
     create_engine,
     event,
-    inspect,
     select,
-    text,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from corral.model.status import JobStatus
+from corral.runtime.storage.migrate import upgrade
 
 if TYPE_CHECKING:
     from corral.runtime.jobspec.specs import JobSpec
@@ -49,6 +49,7 @@ class Base(DeclarativeBase):
 
 class JobRow(Base):
     __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_user_name", "user", "name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))
@@ -183,28 +184,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def add_new_columns(engine: Engine) -> list[str]:
-    """Add to existing tables the nullable columns this release defines and they
-    lack (``create_all`` makes missing tables only): a state directory written
-    by an older release keeps its jobs. Returns ``table.column`` for each added."""
-    existing = inspect(engine)
-    added: list[str] = []
-    with engine.begin() as connection:
-        for table in Base.metadata.sorted_tables:
-            if not existing.has_table(table.name):
-                continue
-            have = {c["name"] for c in existing.get_columns(table.name)}
-            for column in table.columns:
-                if column.name in have or not column.nullable:
-                    continue
-                kind = column.type.compile(dialect=engine.dialect)
-                connection.execute(
-                    text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}')
-                )
-                added.append(f"{table.name}.{column.name}")
-    return added
-
-
 class Store:
     """Sessions on the store, and the few queries more than one part needs."""
 
@@ -215,8 +194,8 @@ class Store:
         self.engine: Engine = create_engine(url, future=True)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        Base.metadata.create_all(self.engine)
-        add_new_columns(self.engine)
+        self.upgrade = upgrade(self.engine, url, Base.metadata)
+        """What opening did to the schema (see :mod:`corral.runtime.storage.migrate`)."""
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.epoch = self._epoch()
 
