@@ -221,3 +221,78 @@ def test_a_training_jobs_page_charts_its_steps_throughput_and_loss(browser, serv
     assert progress["steps"] == sorted(progress["steps"]) and progress["steps"][-1] > 0
     assert all(loss is None or loss > 0 for loss in progress["loss"])
     service.client.action(job, "cancel")
+
+
+TRAINER = """
+import time
+from corral.train import Session
+session = Session()
+for step in range(1, 100000):
+    session.report(step, loss=1.0 / step)
+    time.sleep(0.02)
+"""
+
+
+def test_job_links_progress_history_axes_and_node_admin(browser, service) -> None:
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(service.url + "/")
+    page.get_by_label("API token").fill(TOKENS["root"])
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_text("root (admin)").wait_for()
+
+    # progress and time left in the queue, for a job that reports its steps
+    trainer = service.client.submit(
+        {"command": [PY, "-c", TRAINER], "gpus": 1, "name": "trainer", "total_steps": 50000}
+    )["id"]
+    row = page.locator(f"tr[data-job='{trainer}']")
+    row.get_by_text(re.compile(r"\d+ of 50000 \(\d+%\)")).wait_for(timeout=30_000)
+
+    # a job's own address: opened from the queue, kept by a reload, shared as a link
+    page.get_by_role("button", name=f"show job {trainer}").click()
+    page.get_by_role("heading", name=f"Job {trainer}: trainer").wait_for()
+    assert page.url.endswith(f"/jobs/{trainer}")
+    page.reload()
+    page.get_by_role("heading", name=f"Job {trainer}: trainer").wait_for()
+    assert page.locator("#job-link").get_attribute("href") == f"/jobs/{trainer}"
+    # charts with labelled axes: the steps chart's y axis says steps, its x axis time
+    page.locator("#steps-chart text.y-max").wait_for(timeout=20_000)
+    assert (page.locator("#steps-chart text.y-max").text_content() or "").endswith("steps")
+    assert (page.locator("#util-chart text.y-max").text_content() or "").endswith("GPUs")
+    page.get_by_role("button", name="back to the queue").click()
+    assert page.url.rstrip("/") == service.url and page.locator("#job").is_hidden()
+    page.go_back()
+    page.get_by_role("heading", name=f"Job {trainer}: trainer").wait_for()
+
+    # the history view: ended jobs with their end, elapsed time and GPU-hours
+    service.client.action(trainer, "cancel")
+    done = service.client.submit(sleeper(0.5, "quick"))["id"]
+    wait_for_status(service, done, "SUCCEEDED")
+    page.locator("#f-state").select_option("all")
+    hist = page.locator(f"tr[data-job='{done}']")
+    hist.wait_for(timeout=10_000)
+    page.locator("#jobs th.hist").first.wait_for(state="visible", timeout=10_000)
+    cells = hist.locator("td").all_inner_texts()
+    assert re.search(r"\d", cells[-4]) and cells[-2] != "-", cells  # ended, GPU-hours
+
+    # an admin drains a node with a reason and resumes it; its history says so
+    name = service.admin.nodes()[0]["name"]
+    card = page.locator(f"div.node[data-node='{name}']")
+    card.get_by_label(f"reason for {name}").fill("new PSU")
+    card.get_by_role("button", name=f"drain node {name}").click()
+    card.locator("h3", has_text="drained: new PSU").wait_for(timeout=10_000)
+    card.locator("summary", has_text="history").click()
+    card.locator("li", has_text="drained by root: new PSU").wait_for(timeout=10_000)
+    card.get_by_role("button", name=f"resume node {name}").click()
+    card.locator("li", has_text="resumed by root").wait_for(timeout=10_000)
+    assert service.admin.nodes()[0]["state"] == "up"
+    page.screenshot(path=str(service.folder / "dashboard.png"))
+    assert errors == [], errors
+
+
+def wait_for_status(service: ServiceProcess, job: int, status: str) -> None:
+    from corral.testing.service_process import wait_for
+
+    wait_for(lambda: service.client.job(job)["status"] == status, 60, f"job {job} {status}")

@@ -17,11 +17,12 @@ from corral.api.common import (
     User,
 )
 from corral.api.views import (
+    EventView,
     NodeStateBody,
     NodeView,
 )
 from corral.runtime.jobspec.config import UserConfig
-from corral.runtime.storage.store import AttemptRow, NodeRow
+from corral.runtime.storage.store import AttemptRow, EventRow, NodeRow
 
 router = APIRouter()
 
@@ -102,6 +103,33 @@ def set_node_state(
         ctx.scheduler.wait_passes(before)
     with ctx.store.session() as s:
         return node_view(ctx, s.get_one(NodeRow, name))
+
+
+@router.get("/v1/nodes/{name}/history", response_model=list[EventView], tags=["cluster"],
+            responses=AUTH)  # fmt: skip
+def node_history(
+    ctx: Ctx,
+    name: str,
+    user: User,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 200,
+) -> list[EventView]:
+    """The node's state changes, newest last: drained and resumed (by whom, why),
+    down and up, GPUs failed, joined."""
+    with ctx.store.session() as s:
+        if s.get(NodeRow, name) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no node {name}")
+        rows = s.scalars(
+            select(EventRow)
+            .where(EventRow.kind.in_(NODE_EVENTS))
+            .where(EventRow.detail["node"].as_string() == name)
+            .order_by(EventRow.id.desc())
+            .limit(limit)
+        ).all()
+        return [EventView.of(e) for e in reversed(rows)]
+
+
+NODE_EVENTS = ("node_drained", "node_resumed", "node_down", "node_up", "node_joined", "gpu_failed")
+"""The events that change, or say why, a node's state."""
 
 
 @router.post(

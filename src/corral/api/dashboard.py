@@ -23,3 +23,10 @@ router = APIRouter()
 @router.get("/", include_in_schema=False)
 def page() -> FileResponse:
     return FileResponse(UI / "index.html", media_type="text/html; charset=utf-8")
+
+
+@router.get("/jobs/{job_id}", include_in_schema=False)
+def job_page(job_id: int) -> FileResponse:
+    """A job's own address: the same page, which opens the job (a link can be shared
+    and a reload keeps the view)."""
+    return FileResponse(UI / "index.html", media_type="text/html; charset=utf-8")

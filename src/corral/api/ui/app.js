@@ -4,7 +4,7 @@
 
 const POLL_MS = 1000;
 const UTIL_EVERY = 10;  // polls between two reads of the last hour's utilisation
-const state = { me: null, jobs: [], selected: null, polls: 0, timer: null };
+const state = { me: null, jobs: [], history: new Map(), selected: null, polls: 0, timer: null };
 
 const $ = (id) => document.getElementById(id);
 const token = () => sessionStorage.getItem("corral-token");
@@ -71,6 +71,7 @@ async function login(event) {
 
 function logout(message = "") {
   sessionStorage.removeItem("corral-token");
+  cards.clear();  // an admin's controls are not left for the next user
   clearInterval(state.timer);
   state.me = null;
   $("app").hidden = true;
@@ -95,6 +96,14 @@ async function start() {
   await refresh();
   clearInterval(state.timer);
   state.timer = setInterval(refresh, POLL_MS);
+  const named = jobInAddress();
+  if (named != null) await select(named, false);
+}
+
+// A job's own address, /jobs/ID: a link to share, and a reload keeps the view.
+function jobInAddress() {
+  const match = location.pathname.match(/^\/jobs\/(\d+)$/);
+  return match ? Number(match[1]) : null;
 }
 
 // ---------------------------------------------------------------- refresh
@@ -107,11 +116,16 @@ async function refresh() {
       json(`/v1/jobs${filter ? `?state=${encodeURIComponent(filter)}${filter === "all" ? "&newest=true" : ""}` : ""}`),
     ]);
     state.jobs = jobs;
+    if (filter === "all") {
+      const rows = await json("/v1/history?all_users=true&limit=1000");
+      state.history = new Map(rows.map((r) => [r.id, r]));
+    }
     drawNodes(nodes);
     drawJobs(jobs);
     if (state.polls++ % UTIL_EVERY === 0) {
       const use = await json("/v1/utilisation?window=3600&buckets=60");
-      sparkline($("util-chart"), use.times.map((t, i) => [t, use.busy_gpus[i]]), 0, use.total_gpus);
+      sparkline($("util-chart"), use.times.map((t, i) => [t, use.busy_gpus[i]]), 0, use.total_gpus,
+        { x: clock, y: (v) => `${Math.round(v)} GPUs` });
     }
     if (state.selected != null) await drawJob(state.selected);
   } catch (error) {
@@ -119,35 +133,89 @@ async function refresh() {
   }
 }
 
+// Node cards are made once and updated in place at each poll, so a reason being
+// typed or an opened history survives the refresh.
+const cards = new Map();
+
 function drawNodes(nodes) {
   const total = nodes.reduce((n, node) => n + node.gpus, 0);
   const busy = nodes.reduce((n, node) => n + node.gpu_jobs.filter((j) => j.length).length, 0);
   $("utilisation").textContent = `${busy} of ${total} GPUs in use now; over the last hour:`;
   const box = $("nodes");
-  box.replaceChildren(
-    ...nodes.map((node) => {
-      const cells = node.gpu_ids.map((gpu, k) => {
-        const jobs = node.gpu_jobs[k];
-        const title = jobs.length ? `GPU ${gpu}: job ${jobs.join(" and ")}` : `GPU ${gpu}: free`;
-        const cell = el(
-          "span",
-          { class: jobs.length ? "gpu busy" : "gpu", title },
-          jobs.length ? jobs.map((j) => `#${j}`).join("+") : gpu,
-        );
-        if (jobs.length === 1) cell.style.background = jobColour(jobs[0]);
-        if (jobs.length > 1) {  // shared: both jobs' colours, half and half
-          cell.style.background = `linear-gradient(90deg, ${jobColour(jobs[0])} 50%, ${jobColour(jobs[1])} 50%)`;
-        }
-        return cell;
-      });
-      const label = node.state === "up" ? "" : ` (${node.state})`;
-      return el(
-        "div",
-        { class: `node ${node.state}` },
-        el("h3", {}, `${node.name} · ${node.gpus} ${node.gpu_type}${label}`),
-        el("div", { class: "gpus" }, ...cells),
+  const shown = nodes.map((node) => {
+    const card = cards.get(node.name) ?? nodeCard(node);
+    cards.set(node.name, card);
+    const cells = node.gpu_ids.map((gpu, k) => {
+      const jobs = node.gpu_jobs[k];
+      const title = jobs.length ? `GPU ${gpu}: job ${jobs.join(" and ")}` : `GPU ${gpu}: free`;
+      const cell = el(
+        "span",
+        { class: jobs.length ? "gpu busy" : "gpu", title },
+        jobs.length ? jobs.map((j) => `#${j}`).join("+") : gpu,
       );
-    }),
+      if (jobs.length === 1) cell.style.background = jobColour(jobs[0]);
+      if (jobs.length > 1) {  // shared: both jobs' colours, half and half
+        cell.style.background = `linear-gradient(90deg, ${jobColour(jobs[0])} 50%, ${jobColour(jobs[1])} 50%)`;
+      }
+      return cell;
+    });
+    const label = node.state === "up" ? "" : ` (${node.state}${node.reason ? `: ${node.reason}` : ""})`;
+    card.className = `node ${node.state}`;
+    card.querySelector("h3").textContent = `${node.name} · ${node.gpus} ${node.gpu_type}${label}`;
+    card.querySelector(".gpus").replaceChildren(...cells);
+    const details = card.querySelector("details");
+    if (details.open && state.polls % UTIL_EVERY === 0) nodeHistory(node.name, details);
+    return card;
+  });
+  if (shown.some((card, k) => box.children[k] !== card) || box.children.length !== shown.length) {
+    box.replaceChildren(...shown);
+  }
+}
+
+function nodeCard(node) {
+  const details = el("details", {}, el("summary", {}, "history"), el("ol", { class: "events" }));
+  details.addEventListener("toggle", () => details.open && nodeHistory(node.name, details));
+  const parts = [el("h3", {}), el("div", { class: "gpus" }), details];
+  if (state.me?.admin) {
+    const id = `reason-${node.name}`;
+    const reason = el("input", { id, type: "text", placeholder: "why (kept in its history)" });
+    const act = (verb) => async () => {
+      try {
+        await json(`/v1/nodes/${encodeURIComponent(node.name)}/${verb}`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ reason: reason.value.trim() || null }),
+        });
+        reason.value = "";
+      } catch (error) {
+        alert(`${verb} node ${node.name}: ${error.message}`);
+      }
+      await refresh();
+      if (details.open) await nodeHistory(node.name, details);
+    };
+    parts.push(
+      el("div", { class: "actions" },
+        el("label", { for: id }, `reason for ${node.name}`),
+        reason,
+        el("button", { type: "button", "aria-label": `drain node ${node.name}`, onclick: act("drain") }, "drain"),
+        el("button", { type: "button", "aria-label": `resume node ${node.name}`, onclick: act("resume") }, "resume"),
+      ),
+    );
+  }
+  return el("div", { class: "node", "data-node": node.name }, ...parts);
+}
+
+async function nodeHistory(name, details) {
+  const events = await json(`/v1/nodes/${encodeURIComponent(name)}/history`);
+  const said = (e) => {
+    const d = e.detail ?? {};
+    const who = d.by ? ` by ${d.by}` : "";
+    const why = d.reason ? `: ${d.reason}` : d.failures ? `: ${d.failures} failures` : "";
+    const gpu = d.gpu != null ? ` (GPU ${d.gpu})` : "";
+    return `${new Date(e.time * 1000).toLocaleString()} ${e.kind.replace("node_", "")}${gpu}${who}${why}`;
+  };
+  details.querySelector("ol").replaceChildren(
+    ...(events.length ? events.map((e) => el("li", {}, said(e))) : [el("li", {}, "no changes yet")]),
   );
 }
 
@@ -155,6 +223,8 @@ function drawJobs(jobs) {
   const user = $("f-user").value.trim(), vc = $("f-vc").value.trim();
   const now = Date.now() / 1000;
   const shown = jobs.filter((j) => (!user || j.user === user) && (!vc || (j.vc || "") === vc));
+  const history = $("f-state").value === "all";
+  for (const th of document.querySelectorAll("#jobs th.hist")) th.hidden = !history;
   // the rows are redrawn at every poll: a keyboard user's focus on a row's
   // button moves to the same button in the new rows instead of being lost
   const body = $("jobs").tBodies[0];
@@ -177,6 +247,10 @@ function drawJobs(jobs) {
         el("td", {}, job.gpu_type ?? "any"),
         el("td", {}, job.vc ?? ""),
         el("td", {}, hours(waited)),
+        el("td", {}, progress(job)),
+        el("td", {}, job.remaining ? hours(job.remaining.seconds) : "-"),
+        el("td", {}, job.remaining && job.status === "RUNNING" ? clock(now + job.remaining.seconds) : "-"),
+        ...(history ? past(state.history.get(job.id)) : []),
         el("td", {}, el("div", { class: "actions" }, ...actions(job))),
       );
     }),
@@ -185,6 +259,24 @@ function drawJobs(jobs) {
     const again = [...body.querySelectorAll("button[aria-label]")].find((b) => b.getAttribute("aria-label") === label);
     again?.focus();
   }
+}
+
+// Steps done of the job's total (or the steps alone when it gave none).
+function progress(job) {
+  if (!job.steps) return "-";
+  const done = Math.round(job.steps);
+  if (!job.total_steps) return `${done} steps`;
+  return `${done} of ${job.total_steps} (${Math.min(100, Math.floor((100 * job.steps) / job.total_steps))}%)`;
+}
+
+// The history columns of the "all" view: when it ended, how long it ran, its GPU-hours.
+function past(row) {
+  if (!row) return [el("td", {}, "-"), el("td", {}, "-"), el("td", {}, "-")];
+  return [
+    el("td", {}, row.end_time ? new Date(row.end_time * 1000).toLocaleString() : "-"),
+    el("td", {}, hours(row.elapsed)),
+    el("td", {}, row.gpu_hours.toFixed(2)),
+  ];
 }
 
 function actions(job) {
@@ -222,11 +314,19 @@ async function setPriority(id) {
 }
 
 // ---------------------------------------------------------------- one job
-async function select(id) {
+async function select(id, remember = true) {
   state.selected = id;
   $("job").hidden = false;
+  if (remember && location.pathname !== `/jobs/${id}`) history.pushState({ job: id }, "", `/jobs/${id}`);
+  $("job-link").href = `/jobs/${id}`;
   await drawJob(id);
   $("job-title").focus?.();
+}
+
+function unselect(remember = true) {
+  state.selected = null;
+  $("job").hidden = true;
+  if (remember && location.pathname !== "/") history.pushState({}, "", "/");
 }
 
 async function drawJob(id) {
@@ -292,33 +392,54 @@ function drawProgress(job) {
   const loss = curve ? curve.steps.map((s, i) => [s, curve.losses[i]]) : pairs(p.steps, p.loss);
   const span = (pts) => (pts.length ? hours(pts[pts.length - 1][0]) : "-");
   const last = (pts, digits) => (pts.length ? Number(pts[pts.length - 1][1]).toPrecision(digits) : "-");
-  sparkline($("steps-chart"), steps, 0);
+  sparkline($("steps-chart"), steps, 0, null, { x: hours, y: (v) => `${Math.round(v)} steps` });
   const done = steps.length ? Math.round(steps[steps.length - 1][1]) : "-";
   $("steps-caption").textContent = `steps: ${done} after ${span(steps)}`;
-  sparkline($("throughput-chart"), rate, 0);
+  sparkline($("throughput-chart"), rate, 0, null, { x: hours, y: (v) => `${Number(v).toPrecision(3)} steps/s` });
   $("throughput-caption").textContent = `throughput: ${last(rate, 3)} steps/s now`;
-  sparkline($("loss-chart"), loss);
+  sparkline($("loss-chart"), loss, null, null, { x: (v) => `step ${Math.round(v)}`, y: (v) => Number(v).toPrecision(3) });
   $("loss-caption").textContent = `loss: ${last(loss, 4)} at step ${loss.length ? Math.round(loss[loss.length - 1][0]) : "-"}`;
 }
 
-// A line chart of [x, y] points in an SVG's viewBox.
-function sparkline(svg, points, yMin = null, yMax = null) {
+// A line chart of [x, y] points in an SVG's viewBox, with its axes labelled:
+// the y axis' lowest and highest values and the x axis' first and last, each
+// with its unit (labels.x and labels.y format them).
+function sparkline(svg, points, yMin = null, yMax = null, labels = null) {
   const [w, h] = svg.getAttribute("viewBox").split(" ").slice(2).map(Number);
   if (points.length < 2) {
     svg.replaceChildren();
     return;
   }
+  const fx = labels?.x ?? String, fy = labels?.y ?? String;
+  const left = 62, bottom = 12, top = 6;
   const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs);
   const y0 = yMin ?? Math.min(...ys), y1 = yMax ?? Math.max(...ys);
-  const sx = (x) => ((x - x0) / (x1 - x0 || 1)) * (w - 4) + 2;
-  const sy = (y) => h - 2 - ((y - y0) / (y1 - y0 || 1)) * (h - 4);
-  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  line.setAttribute("points", points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" "));
-  line.setAttribute("fill", "none");
-  line.setAttribute("stroke", "#1a5fb4");
-  line.setAttribute("stroke-width", "1.5");
-  svg.replaceChildren(line);
+  const sx = (x) => left + ((x - x0) / (x1 - x0 || 1)) * (w - left - 4);
+  const sy = (y) => h - bottom - ((y - y0) / (y1 - y0 || 1)) * (h - bottom - top);
+  const ns = "http://www.w3.org/2000/svg";
+  const make = (tag, attrs, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text != null) node.textContent = text;
+    return node;
+  };
+  const axes = make("path", {
+    d: `M${left},${top} V${h - bottom} H${w - 2}`, fill: "none", stroke: "#888", "stroke-width": "0.6",
+  });
+  const line = make("polyline", {
+    points: points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" "),
+    fill: "none", stroke: "#1a5fb4", "stroke-width": "1.5",
+  });
+  const text = { "font-size": "8", fill: "#333" };
+  svg.replaceChildren(
+    axes,
+    line,
+    make("text", { ...text, class: "axis y-max", x: left - 3, y: top + 6, "text-anchor": "end" }, fy(y1)),
+    make("text", { ...text, class: "axis y-min", x: left - 3, y: h - bottom, "text-anchor": "end" }, fy(y0)),
+    make("text", { ...text, class: "axis x-min", x: left, y: h - 2, "text-anchor": "start" }, fx(x0)),
+    make("text", { ...text, class: "axis x-max", x: w - 2, y: h - 2, "text-anchor": "end" }, fx(x1)),
+  );
 }
 
 // ---------------------------------------------------------------- wiring
@@ -328,5 +449,11 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const id of ["f-user", "f-vc"]) $(id).addEventListener("input", () => drawJobs(state.jobs));
   $("f-state").addEventListener("change", refresh);
   $("filters").addEventListener("submit", (e) => e.preventDefault());
+  $("job-close").addEventListener("click", () => unselect());
+  window.addEventListener("popstate", () => {
+    const named = jobInAddress();
+    if (named != null) select(named, false);
+    else unselect(false);
+  });
   start();
 });
