@@ -232,3 +232,85 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     assert ran["status"] == "SUCCEEDED"
     (where,) = ranks_placed_as_planned(service, newcomer)
     assert where in [n["name"] for n in service.admin.nodes() if n["gpu_type"] == "A100"]
+
+
+def head_processes(group: int) -> dict[str, int]:
+    """The processes of a Ray head's group, by name."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            if int(text[text.rindex(")") + 2 :].split()[2]) == group:
+                found[name] = int(stat.parent.name)
+    return found
+
+
+def head_group(state: Path) -> int | None:
+    """The service's own Ray head's process group, as recorded (None while it is
+    being replaced)."""
+    try:
+        return int(json.loads((state / HEAD_FILE).read_text())["group"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def kill_raylet(state: Path) -> int:
+    """SIGKILL the raylet of the service's own Ray head; the head's group."""
+    group = int(json.loads((state / HEAD_FILE).read_text())["group"])
+    os.kill(head_processes(group)["raylet"], signal.SIGKILL)
+    return group
+
+
+def test_a_dead_ray_instance_is_replaced_and_a_stale_head_never_blocks_a_start(services, tmp_path):
+    from corral.runtime.execution.ray_executor import ray_temp_dir
+
+    service = RayService(tmp_path / "heal", "fifo", {}, ray={"poll_interval": 0.5})
+    services.append(service)
+    state = tmp_path / "heal" / "state"
+    service.start(timeout=120)
+    running = service.client.submit(job(3))["id"]
+    wait_for(lambda: service.client.job(running)["status"] == "RUNNING", 60, "the job to run")
+
+    # the raylet dies under a running job: its attempt ends as a node failure and the
+    # job waits; the service either runs its Ray again or, where this process cannot
+    # join a new instance, says so on every node
+    old = kill_raylet(state)
+    wait_for(
+        lambda: (
+            [a["cause"] for a in service.client.job(running)["attempts"]][:1] == ["node_failure"]
+        ),
+        120,
+        "the lost attempt ended",
+    )
+    nodes = wait_for(
+        lambda: (n := service.admin.nodes()) and (
+            head_group(state) not in (None, old) or all(x["state"] == "down" for x in n)
+        ) and n,
+        120,
+        "a new Ray instance, or the nodes down with a reason",
+    )  # fmt: skip
+    if head_group(state) in (None, old):
+        assert all("restart corral serve" in (x["reason"] or "") for x in nodes), nodes
+        service.stop()
+        assert head_processes(old).get("raylet") is None
+        service.start(timeout=180)  # ends the dead instance, starts a new one
+        assert head_group(state) not in (None, old)
+    assert [j["status"] for j in service.wait_done([running], 180)] == ["SUCCEEDED"]
+
+    # killed, its head left half-dead: a start ends that head and starts a new one,
+    # instead of waiting on it or calling it a configured cluster
+    service.kill9()
+    stale = kill_raylet(state)
+    service.start(timeout=180)
+    assert head_group(state) not in (None, stale)
+    assert "raylet" not in head_processes(stale)
+    again = service.client.submit(job(0.5))["id"]
+    assert [j["status"] for j in service.wait_done([again], 180)] == ["SUCCEEDED"]
+    address = json.loads((state / HEAD_FILE).read_text())["address"]
+
+    # a clean stop leaves nothing behind: its head, its record, Ray's cluster file
+    service.stop()
+    assert not (state / HEAD_FILE).exists()
+    cluster_file = ray_temp_dir() / "ray_current_cluster"
+    assert not cluster_file.exists() or cluster_file.read_text().strip() != address

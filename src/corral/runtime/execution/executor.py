@@ -183,6 +183,10 @@ class Executor(ABC):
         """Nodes whose GPUs cannot be used now (gone from the executor's cluster)."""
         return set()
 
+    def unavailable_reason(self, node: str) -> str | None:
+        """Why a node of :meth:`unavailable_nodes` cannot be used (None: not known)."""
+        return None
+
     def release_keepers(self, job: int) -> None:
         """The job run as rounds is over: its round keepers may go."""
         return None

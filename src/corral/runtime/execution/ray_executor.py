@@ -43,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,6 +77,8 @@ HEAD_FILE = "ray-head.json"
 STATUS_EVERY = 0.25
 """Least seconds between two status calls to one attempt's ranks."""
 CALL_TIMEOUT = 30.0
+CONNECT_TRIES = 10
+"""Tries to join the service's own new Ray instance before giving up."""
 
 
 @dataclass
@@ -126,6 +129,10 @@ class RayExecutor(Executor):
         self._gone: set[str] = set()
         self._checked = 0.0
         self._rank_class: Any = None
+        self._lost_since: float | None = None
+        self._reason: dict[str, str] = {}
+        self.restarts = 0
+        """Times the service's own Ray instance died and was started again."""
         if self.settings.address:
             self._connect(self.settings.address)
             self.nodes = self._cluster_inventory()
@@ -135,7 +142,7 @@ class RayExecutor(Executor):
         self._gone = self._unalive()
 
     # ------------------------------------------------------------ Ray itself
-    def _connect(self, address: str) -> None:
+    def _connect(self, address: str, own: bool = False) -> None:
         try:
             self.ray.init(
                 address=address,
@@ -144,19 +151,28 @@ class RayExecutor(Executor):
                 logging_level="ERROR",
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise CorralError(
-                f"ray.address: cannot reach the Ray cluster at {address}: {exc}"
-            ) from None
+            what = "the service's own Ray instance" if own else "ray.address: the Ray cluster"
+            raise CorralError(f"{what} at {address} cannot be reached: {exc}") from None
 
     def _local_head(self) -> None:
         """Reach this service's own Ray instance, starting it if it is not running."""
         record = self.state_dir / HEAD_FILE
-        with contextlib.suppress(OSError, ValueError, KeyError):
+        head: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
             head = json.loads(record.read_text())
-            if _reachable(head["address"]):
-                self._head_group = int(head["group"])
-                self._connect(head["address"])
+        if head:
+            head_group = int(head.get("group", 0))
+            if head_group and head_alive(head_group) and _reachable(head.get("address", "")):
+                self._head_group = head_group
+                self._connect(head["address"], own=True)
                 return
+            # our own head, left half-dead (its raylet or GCS gone) by a crash: end it
+            # rather than wait on it, or mistake it for a configured cluster
+            if head_group:
+                stop_group(head_group, 5)
+            forget_cluster_file(head.get("address", ""))
+            with contextlib.suppress(OSError):
+                record.unlink()
         groups = self.config.gpus
         if groups == "auto":
             slots = discover_nvidia()
@@ -196,7 +212,20 @@ class RayExecutor(Executor):
         address = f"127.0.0.1:{port}"
         self._head_group = proc.pid
         write_atomic(record, json.dumps({"address": address, "group": proc.pid}))
-        self._connect(address)
+        for attempt in range(CONNECT_TRIES):  # a driver that saw its old raylet die may
+            try:  # need a moment before it can join a new instance
+                self._connect(address, own=True)
+                break
+            except CorralError:
+                if attempt == CONNECT_TRIES - 1:
+                    raise
+                with contextlib.suppress(Exception):
+                    self.ray.shutdown()
+                time.sleep(2.0)
+        with contextlib.suppress(OSError):  # Ray's own logs, reachable from the state dir
+            link = self.state_dir / "ray-logs"
+            link.unlink(missing_ok=True)
+            link.symlink_to(ray_session_logs())
 
     def _alive_nodes(self) -> list[dict[str, Any]]:
         return [n for n in self.ray.nodes() if n.get("Alive")]
@@ -268,10 +297,16 @@ class RayExecutor(Executor):
         if now - self._checked < self.settings.poll_interval:
             return False
         self._checked = now
+        if self._head_group is not None and not head_alive(self._head_group):
+            self._restart_head()
+            return True
         try:
             alive = self._alive_nodes()
-        except Exception:  # Ray's head unreachable for a moment: try again later
-            return False
+        except Exception:  # Ray's head unreachable: every node is out until it is back
+            return self._cluster_lost()
+        if self._lost_since is not None:
+            self._lost_since = None
+            self._reason = {}
         changed = False
         if self.settings.address:
             ids = {n.node_id for n in self.nodes}
@@ -285,6 +320,60 @@ class RayExecutor(Executor):
             self._gone = gone
             changed = True
         return changed
+
+    def unavailable_reason(self, node: str) -> str | None:
+        return self._reason.get(node) or (
+            "left the Ray cluster" if node in self._gone else None
+        )
+
+    def _restart_head(self) -> None:
+        """The service's own Ray instance died (its raylet or GCS): start it again.
+        Attempts that ran on it are lost with it; polling them ends each as a node
+        failure, which the loop requeues from its checkpoint. Where this process
+        cannot join the new instance (Ray's driver does not always rejoin after its
+        raylet died), every node is marked down saying so, and the next start of the
+        service ends the dead instance and starts a new one."""
+        old = self._head_group
+        print(
+            f"ray: the service's own Ray instance (process group {old}) died; starting a new one",
+            file=sys.stderr,
+            flush=True,
+        )
+        with contextlib.suppress(Exception):
+            self.ray.shutdown()
+        try:
+            self._local_head()
+        except CorralError as exc:
+            why = (
+                "the service's own Ray instance died and this process could not join a new "
+                f"one ({exc}); restart corral serve"
+            )
+            print(f"ray: {why}", file=sys.stderr, flush=True)
+            self._head_group = None  # not watched again: the restart ends it
+            self._reason = {n.name: why for n in self.nodes}
+            self._gone = {n.name for n in self.nodes}
+            return
+        self.nodes = self._local_inventory()
+        self._gone = self._unalive()
+        self._reason = {}
+        self.restarts += 1
+
+    def _cluster_lost(self) -> bool:
+        """A configured Ray cluster cannot be reached: its nodes are down, saying why,
+        and the connection is tried again at each poll until it is back."""
+        address = self.settings.address or ""
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            why = f"the Ray cluster at {address} cannot be reached"
+            self._reason = {n.name: why for n in self.nodes}
+            self._gone = {n.name for n in self.nodes}
+            return True
+        if address and _reachable(address):
+            with contextlib.suppress(Exception):
+                self.ray.shutdown()
+            with contextlib.suppress(CorralError):
+                self._connect(address)
+        return False
 
     def node_of(self, name: str) -> RayNode:
         for node in self.nodes:
@@ -493,9 +582,14 @@ class RayExecutor(Executor):
         with contextlib.suppress(Exception):
             self.ray.shutdown()
         if self._head_group is not None and not jobs_running:
+            record = self.state_dir / HEAD_FILE
+            with contextlib.suppress(OSError, ValueError):
+                forget_cluster_file(json.loads(record.read_text()).get("address", ""))
             stop_group(self._head_group)
             with contextlib.suppress(OSError):
-                (self.state_dir / HEAD_FILE).unlink()
+                record.unlink()
+            with contextlib.suppress(OSError):
+                (self.state_dir / "ray-logs").unlink()
 
 
 def _attempt_end(records: list[dict[str, Any] | None]) -> ExitRecord | None:
@@ -539,6 +633,46 @@ def _reachable(address: str) -> bool:
             return True
     except (OSError, ValueError):
         return False
+
+
+def head_alive(group: int) -> bool:
+    """Whether a Ray head started in process group ``group`` still runs its GCS and
+    its raylet (a head that lost either cannot run anything, yet may still accept
+    connections)."""
+    names: set[str] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text[text.rindex(")") + 2 :].split()
+            if int(fields[2]) == group:  # pgrp: the fifth field of stat
+                names.add(name)
+    return "raylet" in names and any(n.startswith("gcs_server") for n in names)
+
+
+def ray_temp_dir() -> Path:
+    """Where Ray keeps its sessions and its current-cluster file on this machine."""
+    try:
+        import importlib
+
+        helpers = importlib.import_module("ray._common.utils")
+        return Path(helpers.get_default_ray_temp_dir())
+    except Exception:  # another Ray: its documented default
+        return Path(tempfile.gettempdir()) / "ray"
+
+
+def ray_session_logs() -> Path:
+    """The log folder of the newest Ray session on this machine."""
+    return ray_temp_dir() / "session_latest" / "logs"
+
+
+def forget_cluster_file(address: str) -> None:
+    """Remove the file in which ``ray start`` names the machine's current cluster when
+    it names ours: a later local Ray program must not find our stopped head."""
+    path = ray_temp_dir() / "ray_current_cluster"
+    with contextlib.suppress(OSError):
+        if address and path.read_text().strip() == address:
+            path.unlink()
 
 
 def stop_group(group: int, grace: float = 10.0) -> None:

@@ -217,9 +217,10 @@ class Recovery(LoopBase):
             for row in s.scalars(select(NodeRow)):  # nodes the executor lost, and found again
                 if row.name in gone and row.state == "up":
                     row.state = "down"
-                    self.store.event(s, "node_down", None, node=row.name)
+                    row.reason = self.executor.unavailable_reason(row.name)
+                    self.store.event(s, "node_down", None, node=row.name, reason=row.reason)
                 elif row.name not in gone and row.state == "down":
-                    row.state = "up"
+                    row.state, row.reason = "up", None
                     self.store.event(s, "node_up", None, node=row.name)
             drained = {r.name for r in s.scalars(select(NodeRow).where(NodeRow.state == "drained"))}
         drained |= gone
