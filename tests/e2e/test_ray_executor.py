@@ -255,10 +255,12 @@ def head_group(state: Path) -> int | None:
         return None
 
 
-def kill_raylet(state: Path) -> int:
-    """SIGKILL the raylet of the service's own Ray head; the head's group."""
+def kill_raylet(state: Path, process: str = "raylet") -> int:
+    """SIGKILL the raylet (or another process) of the service's own Ray head; the
+    head's group."""
     group = int(json.loads((state / HEAD_FILE).read_text())["group"])
-    os.kill(head_processes(group)["raylet"], signal.SIGKILL)
+    name = next(n for n in head_processes(group) if n.startswith(process))
+    os.kill(head_processes(group)[name], signal.SIGKILL)
     return group
 
 

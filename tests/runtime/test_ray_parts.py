@@ -80,3 +80,52 @@ def test_a_token_is_made_for_rays_own_instance_once_and_kept_private(
     path.unlink()
     ensure_token()
     assert not path.exists()  # the owner said where the token is
+
+
+def test_a_configured_cluster_lost_marks_every_node_down_with_the_reason_until_back(
+    monkeypatch,
+) -> None:
+    """A test double for Ray (no cluster): ``nodes()`` fails while the cluster is
+    away, and the executor says why every node is out, then takes them back."""
+    from types import SimpleNamespace
+
+    from corral.runtime.execution import ray_executor as rx
+
+    class FakeRay:
+        def __init__(self) -> None:
+            self.away = False
+            self.inits = 0
+
+        def nodes(self) -> list[dict]:
+            if self.away:
+                raise ConnectionError("GCS unreachable")
+            return [{"NodeID": "n1", "Alive": True}, {"NodeID": "n2", "Alive": True}]
+
+        def shutdown(self) -> None:
+            pass
+
+        def init(self, **_: object) -> None:
+            self.inits += 1
+
+    executor = object.__new__(rx.RayExecutor)
+    executor.ray = FakeRay()
+    executor.settings = SimpleNamespace(address="10.0.0.1:6379", poll_interval=0.0)
+    executor.namespace = "corral"
+    executor.nodes = [rx.RayNode("a", "n1", "V100", 2, None), rx.RayNode("b", "n2", "K80", 2, None)]
+    executor._head_group = None
+    executor._checked = 0.0
+    executor._lost_since = None
+    executor._reason = {}
+    executor._gone = set()
+    executor.state_dir = None
+    monkeypatch.setattr(rx, "_reachable", lambda address: True)
+    assert executor.watch() is False and executor.unavailable_nodes() == set()
+    executor.ray.away = True
+    assert executor.watch() is True
+    assert executor.unavailable_nodes() == {"a", "b"}
+    assert executor.unavailable_reason("a") == "the Ray cluster at 10.0.0.1:6379 cannot be reached"
+    executor.watch()  # still away: it tries to connect again
+    assert executor.ray.inits == 1
+    executor.ray.away = False
+    assert executor.watch() is True  # back: every node usable, no reason left
+    assert executor.unavailable_nodes() == set() and executor.unavailable_reason("a") is None

@@ -163,9 +163,12 @@ class RayExecutor(Executor):
         if head:
             head_group = int(head.get("group", 0))
             if head_group and head_alive(head_group) and _reachable(head.get("address", "")):
-                self._head_group = head_group
-                self._connect(head["address"], own=True)
-                return
+                try:
+                    self._connect(head["address"], own=True)
+                    self._head_group = head_group
+                    return
+                except CorralError as exc:  # whole, yet not joinable: replaced as stale
+                    print(f"ray: replacing the service's own Ray instance: {exc}", file=sys.stderr)
             # our own head, left half-dead (its raylet or GCS gone) by a crash: end it
             # rather than wait on it, or mistake it for a configured cluster
             if head_group:
@@ -349,7 +352,11 @@ class RayExecutor(Executor):
                 f"one ({exc}); restart corral serve"
             )
             print(f"ray: {why}", file=sys.stderr, flush=True)
-            self._head_group = None  # not watched again: the restart ends it
+            if self._head_group is not None and self._head_group != old:
+                stop_group(self._head_group, 5)  # the new one: the restart makes its own
+            with contextlib.suppress(OSError):
+                (self.state_dir / HEAD_FILE).unlink()
+            self._head_group = None  # not watched again
             self._reason = {n.name: why for n in self.nodes}
             self._gone = {n.name for n in self.nodes}
             return
