@@ -20,6 +20,7 @@ May import: nothing of corral's but its errors (the store imports this module).
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from corral.errors import CorralError
 
+MIGRATING = threading.Lock()
+"""Alembic's ``context`` is one per process: stores opened on several threads at
+once (tests, in-process services) take their turns."""
 BASELINE = "0001"
 """The revision of a store written before versioned migrations."""
 
@@ -126,7 +130,7 @@ def upgrade(engine: Engine, url: str, metadata: MetaData, target: str = "head") 
         metadata.create_all(engine)  # tables its release did not have
         legacy = tuple(add_new_columns(engine, metadata))
         _stamp(engine, BASELINE)
-    with engine.begin() as connection:
+    with MIGRATING, engine.begin() as connection:
         command.upgrade(config(connection), target)
     return Upgrade(before, current(engine) or wanted, backup, legacy)
 
@@ -137,13 +141,13 @@ def downgrade(engine: Engine, url: str, target: str) -> Upgrade:
         raise CorralError(f"no revision {target} (known: {', '.join(known_revisions())})")
     before = current(engine)
     backup = _backup(url, before or "unversioned")
-    with engine.begin() as connection:
+    with MIGRATING, engine.begin() as connection:
         command.downgrade(config(connection), target)
     return Upgrade(before, current(engine) or target, backup)
 
 
 def _stamp(engine: Engine, revision: str) -> None:
-    with engine.begin() as connection:
+    with MIGRATING, engine.begin() as connection:
         command.stamp(config(connection), revision)
 
 
