@@ -24,6 +24,7 @@ what sbatch means.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,27 +92,41 @@ def add_dependency(fields: dict[str, Any], text: str) -> None:
     fields["dependency"] = f"{have},{text}" if have else text
 
 
+def _options(
+    words: list[str], source: str, line: int | None, known: Callable[[str], None] | None = None
+) -> Iterator[tuple[str, str | None]]:
+    """``(option, value)`` pairs from sbatch-like words (``--gpus 2``, ``--gpus=2``,
+    ``-J x``); value None for the flags of :data:`_FLAGS`. ``known`` may refuse an
+    option before its value is read."""
+    k = 0
+    while k < len(words):
+        word = words[k]
+        name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if known is not None:
+            known(name)
+        k += 1
+        if name in _FLAGS and not eq:
+            yield name, None
+            continue
+        if not eq:
+            if k >= len(words):
+                raise InputError(source, line, name, "needs a value")
+            value = words[k]
+            k += 1
+        yield name, value
+
+
 def parse_options(
     words: list[str], source: str, line: int | None, fields: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Spec fields from sbatch-like options (``--gpus 2``, ``--gpus=2``, ``-e K=V``),
     added to ``fields`` (env and dependencies accumulate; other options replace)."""
     fields = {} if fields is None else fields
-    k = 0
-    while k < len(words):
-        word = words[k]
-        name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
-        if name in _FLAGS and not eq:
+    for name, value in _options(words, source, line):
+        if value is None:
             field, value_of = _FLAGS[name]
             fields[field] = value_of
-            k += 1
             continue
-        if not eq:
-            if k + 1 >= len(words):
-                raise InputError(source, line, name, "needs a value")
-            value = words[k + 1]
-            k += 1
-        k += 1
         if name in ("--env", "-e", "--export"):
             key, sep, val = value.partition("=")
             if not sep:
@@ -145,19 +160,13 @@ def parse_sbatch(
 ) -> dict[str, Any]:
     """Spec fields from an ``#SBATCH`` line: sbatch's options that corral has, in
     their sbatch meaning; ``--gres=gpu[:type]:N``; any other option refused by name."""
-    k = 0
-    while k < len(words):
-        word = words[k]
-        name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
+
+    def known(name: str) -> None:
         if name in _SBATCH_UNLIKE:
             raise InputError(source, line, name, f"#SBATCH {name}: {_SBATCH_UNLIKE[name]}")
-        if name in _FLAGS:
-            field, value_of = _FLAGS[name]
-            fields[field] = value_of
-            k += 1
-            continue
-        known = name in _FIELDS or name in _DEPENDS or name in ("--gres", "-e", "--error")
-        if not known:
+        if name in _FIELDS or name in _DEPENDS or name in _FLAGS:
+            return
+        if name not in ("--gres", "-e", "--error"):
             have = ", ".join(sorted({*_FIELDS, "--gres"} - {"--name", "--duration"}))
             raise InputError(
                 source,
@@ -166,12 +175,12 @@ def parse_sbatch(
                 f"#SBATCH {name}: corral has no such option and will not ignore it "
                 f"(remove the line, or use one corral has: {have})",
             )
-        if not eq:
-            if k + 1 >= len(words):
-                raise InputError(source, line, name, "needs a value")
-            value = words[k + 1]
-            k += 1
-        k += 1
+
+    for name, value in _options(words, source, line, known):
+        if value is None:
+            field, value_of = _FLAGS[name]
+            fields[field] = value_of
+            continue
         if name == "--gres":
             _gres(value, source, line, fields)
         elif name in ("-e", "--error"):  # sbatch's error file (corral's -e is --env)
