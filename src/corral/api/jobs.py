@@ -207,6 +207,12 @@ def in_batch(exc: HTTPException, k: int) -> HTTPException:
 def check_spec(ctx: Context, spec: JobSpec, user: UserConfig) -> None:
     """What a job spec must satisfy on this service (its cluster, its state folder)."""
     check_priority(ctx, spec.priority, user)
+    if spec.exclusive and not ctx.config.allow_exclusive and not user.admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "--exclusive jobs are for admins on this service (allow_exclusive: false); "
+            "submit without it",
+        )
     if ctx.gpus_by_type:
         if spec.gpu_type is not None and spec.gpu_type not in ctx.gpus_by_type:
             have = ", ".join(ctx.gpus_by_type)

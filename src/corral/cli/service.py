@@ -198,6 +198,12 @@ def submit(
             help="queue the job again if its node fails (default), or end it FAILED",
         ),
     ] = None,
+    exclusive: Annotated[
+        bool,
+        typer.Option(
+            "--exclusive", help="no other job on its nodes while it runs (sbatch --exclusive)"
+        ),
+    ] = False,
     held: Annotated[
         bool, typer.Option("--hold", "-H", help="submit held: it waits for 'corral release'")
     ] = False,
@@ -250,6 +256,7 @@ def submit(
         "begin": begin,
         "hold": held or None,
         "requeue": requeue,
+        "exclusive": exclusive or None,
     }
     fields.update({k: v for k, v in flags.items() if v is not None})
     for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):

@@ -206,6 +206,11 @@ class ServiceConfig(BaseModel):
     max_user_priority: int = Field(
         0, description="highest priority a non-admin may give a job (admins: any)"
     )
+    allow_exclusive: bool = Field(
+        True,
+        description="users may submit --exclusive jobs (a whole node each; quotas and fair "
+        "share count the GPUs a job asks for, not the node it holds); false: admins only",
+    )
     max_jobs_per_user: int = Field(
         10000, ge=1, description="jobs a user may have not yet ended (Slurm's MaxSubmitJobs)"
     )

@@ -77,6 +77,7 @@ _FLAGS: dict[str, tuple[str, bool]] = {
     "--no-requeue": ("requeue", False),
     "--hold": ("hold", True),
     "-H": ("hold", True),
+    "--exclusive": ("exclusive", True),
 }
 """Options that take no value -> the field they set and to what."""
 _INTEGERS = {"gpus", "priority", "max_retries", "total_steps", "cpus"}
@@ -105,7 +106,9 @@ def _options(
         if known is not None:
             known(name)
         k += 1
-        if name in _FLAGS and not eq:
+        if name in _FLAGS:
+            if eq:
+                raise InputError(source, line, name, f"takes no value, got '{value}'")
             yield name, None
             continue
         if not eq:

@@ -383,6 +383,11 @@ class JobSpec(BaseModel):
         description="queue the job again when its node fails (false: sbatch --no-requeue, "
         "it ends FAILED instead)",
     )
+    exclusive: bool = Field(
+        False,
+        description="its nodes run no other job while it runs (sbatch --exclusive): it "
+        "starts only on nodes with no job, and their other GPUs stay unused meanwhile",
+    )
     array: str | None = Field(
         None,
         max_length=200,

@@ -241,6 +241,12 @@ class LoopBase:
         """Running jobs upgraded from opportunistic: their memory cap is lifted."""
         self.low_priority: dict[int, float] = {}
         """Jobs the plan started at low priority -> their GPU memory fraction."""
+        self.exclusive: set[int] = set()
+        """Live jobs that asked for their nodes alone (sbatch --exclusive)."""
+        self.fenced: set[int] = set()
+        """Free GPUs taken from the policy because an exclusive job runs on their node."""
+        self.exclusive_skipped: set[int] = set()
+        """Exclusive jobs whose start the last plan gave but their nodes were not idle."""
         self.preempted: set[int] = set()
         """Queued jobs whose last attempt was preempted (their reason says so)."""
         self.identities = check_identities(config)

@@ -132,6 +132,8 @@ class Recovery(LoopBase):
         spec = JobSpec.model_validate(row.spec)
         if spec.round_of is not None:
             self.round_refs[row.id] = spec.round_of
+        if spec.exclusive:
+            self.exclusive.add(row.id)
         gpus = 1 if row.phase == "prerun" else spec.gpus
         duration, source = expected_duration(
             self.store, s, spec, row.user, self.config.default_duration, histories
@@ -171,6 +173,7 @@ class Recovery(LoopBase):
             self._load(s, rows)
             self.seen = max([self.seen, *(r.id for r in rows)])
         self.reserved.clear()
+        self.fenced.clear()
         self._sync_drained()
         self.dirty = True
 

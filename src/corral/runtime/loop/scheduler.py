@@ -43,6 +43,7 @@ from corral.model.plan import Plan
 from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.loop.estimates import measured_remaining
+from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
 from corral.runtime.loop.gpu_watch import GpuWatch
 from corral.runtime.loop.launching import Launching
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, cluster_from_slots
@@ -54,7 +55,7 @@ from corral.runtime.storage.store import JobRow
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 
 
-class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch):
+class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNodes):
     """The loop: one pass polls, takes arrivals and requests, plans, and launches."""
 
     def run(self, stop: threading.Event, recover: bool = True) -> None:
@@ -130,6 +131,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch):
         self.observed_at = now
         if self.policy.shares_gpus:
             self._observe_speeds(now)
+        self._fence_exclusive()
         try:
             plan = self.policy.schedule(st)
         except Exception as exc:
@@ -144,6 +146,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch):
             plan = found
         self._learn_checkpoints(plan)
         plan = keep_unsaved_work(plan, st)
+        plan = self._keep_exclusive(plan)
         self._apply(plan, now)
         wake = plan.next_wakeup
         if self.backoff:
@@ -398,6 +401,8 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch):
                 reason = PARKED if self._parked(job) else "Preempted"
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
+            if job in self.exclusive_skipped and reason in ("Resources", "Priority"):
+                reason = EXCLUSIVE_WAIT
             if self.reasons.get(job) != reason:
                 changes[job] = reason
         # running jobs: the policy's note (Opportunistic), else Shared when the

@@ -1,0 +1,106 @@
+"""Exclusive jobs (sbatch's ``--exclusive``): a node that runs one runs no other job.
+
+Policies know nothing of it (the simulator's traces have no such jobs); the loop
+keeps the rule around them, in two steps of each pass:
+
+- **Fence** (before the policy plans): the free GPUs of every node where an
+  exclusive job runs are taken from the policy's view, so no policy places,
+  packs or backfills a job there. They come back at the first pass after that
+  job stops.
+- **Keep** (after the policy plans): a start that would break the rule is not
+  carried out: an exclusive job planned onto a node where another job runs or
+  is starting in the same plan, and any job planned beside an exclusive start.
+  The job stays queued with the reason, and the next pass plans again.
+
+An exclusive job thus waits for whole idle nodes, as under Slurm; with no
+reservation for it, small jobs arriving on a busy cluster can keep it waiting
+(Slurm's backfill reserves nodes for the queue's head; corral's policies
+decide the order, and only ones that reserve, like FIFO's strict head, hold
+GPUs back for it).
+"""
+
+from __future__ import annotations
+
+from corral.model.plan import Plan
+from corral.runtime.loop.loop_base import LoopBase
+
+EXCLUSIVE_WAIT = "Resources (--exclusive: waits for whole idle nodes)"
+"""A queued exclusive job's reason while the plan could not give it whole nodes."""
+
+
+class ExclusiveNodes(LoopBase):
+    """Nodes that run an exclusive job run nothing else."""
+
+    def _exclusive_nodes(self) -> set[int]:
+        """Nodes where an exclusive job runs or is starting."""
+        st, live = self.live.state, self.live
+        node = self.cluster.gpu_node_list
+        out: set[int] = set()
+        for i in st.running:
+            if live.ids[i] in self.exclusive:
+                out.update(node[g] for g in st.alloc[i] or ())
+        return out
+
+    def _fence_exclusive(self) -> None:
+        """Take the free GPUs of nodes with an exclusive job from the policy's view;
+        give back those whose exclusive job has stopped."""
+        free = self.live.state.free
+        if self.exclusive:
+            self.exclusive &= self.live.index.keys()  # forget jobs that are over
+        nodes = self._exclusive_nodes() if self.exclusive else set()
+        node = self.cluster.gpu_node_list
+        back = [g for g in self.fenced if node[g] not in nodes]
+        if back:
+            self.fenced.difference_update(back)
+            # a node drained meanwhile keeps its GPUs from the policy as drained ones
+            self.reserved.update(g for g in back if not self.usable[g])
+            free.release([g for g in back if self.usable[g]])
+        if not nodes:
+            return
+        take = [
+            g
+            for g in range(len(node))
+            if node[g] in nodes and free.mask[g] and g not in self.reserved
+        ]
+        if take:
+            free.take(take)
+            self.fenced.update(take)
+
+    def _keep_exclusive(self, plan: Plan) -> Plan:
+        """The plan without the starts that would put an exclusive job beside another."""
+        if not self.exclusive or not plan.starts:
+            return plan
+        st, live = self.live.state, self.live
+        node = self.cluster.gpu_node_list
+        stopped = set(plan.stops)
+        users: dict[int, set[int]] = {}  # node -> jobs on it once the plan is carried out
+        for i in st.running:
+            if i not in stopped:
+                for g in st.alloc[i] or ():
+                    users.setdefault(node[g], set()).add(i)
+        for i, gpus in plan.starts.items():
+            for g in gpus:
+                users.setdefault(node[g], set()).add(i)
+        dropped: list[int] = []
+        self.exclusive_skipped.clear()
+        for i, gpus in plan.starts.items():
+            nodes = {node[g] for g in gpus}
+            alone = all(users[n] == {i} for n in nodes)
+            beside = any(live.ids[j] in self.exclusive for n in nodes for j in users[n] - {i})
+            if (live.ids[i] in self.exclusive and not alone) or beside:
+                dropped.append(i)
+        if not dropped:
+            return plan
+        with self.store.session() as s:
+            for i in dropped:
+                job = live.ids[i]
+                del plan.starts[i]
+                plan.packs.pop(i, None)
+                plan.factors.pop(i, None)
+                plan.low_priority.pop(i, None)
+                why = "its nodes are not idle" if job in self.exclusive else "beside --exclusive"
+                self.store.event(s, "start_skipped", job, why=why)
+                if job in self.exclusive:
+                    self.exclusive_skipped.add(job)
+        plan.free_after = None
+        return plan
