@@ -9,5 +9,6 @@ from corral.cli.app import app, console, main
 from corral.cli import sim
 from corral.cli import service
 from corral.cli import store
+from corral.cli import traces
 
-__all__ = ["app", "console", "main", "service", "sim", "store"]
+__all__ = ["app", "console", "main", "service", "sim", "store", "traces"]

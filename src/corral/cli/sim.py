@@ -63,6 +63,13 @@ PlacementOpt = Annotated[
 FailureOpt = Annotated[
     float, typer.Option(help="chance that one attempt of a job fails (0 = no failures)")
 ]
+FailureRatesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="chances by gang size, over --failure-rate: 1:0.05,2-4:0.1,9-:0.3 "
+        "('corral trace-stats' gives a Philly job log's own)"
+    ),
+]
 RetriesOpt = Annotated[int, typer.Option(help="failed attempts retried before a job is FAILED")]
 PresetOpt = Annotated[
     str | None,
@@ -137,6 +144,7 @@ class RunArgs:
     placement: str | None
     preset: str | None
     failure_rate: float
+    failure_rates: str | None
     max_retries: int
     seed: int
     switch_cost: str
@@ -258,6 +266,7 @@ class RunArgs:
             check_invariants=self.check,
             policy_options=parse_policy_options(self.policy_opt or [], policy),
             failure_rate=self.failure_rate,
+            failure_rates=self.failure_rates,
             max_retries=self.max_retries,
             preset=self.preset,
             profiles=self.measurements(),
@@ -290,6 +299,7 @@ def _run_options(
     placement: PlacementOpt = None,
     preset: PresetOpt = None,
     failure_rate: FailureOpt = 0.0,
+    failure_rates: FailureRatesOpt = None,
     max_retries: RetriesOpt = 3,
     seed: SeedOpt = 0,
     switch_cost: SwitchOpt = "kill-restart",
@@ -713,14 +723,17 @@ def _seeded(run: RunArgs) -> bool:
         trace.startswith(("synthetic", "gavel-synthetic"))
         or bool(run.job_types)
         or run.failure_rate > 0
+        or bool(run.failure_rates)
         or (run.placement or "").strip().lower() == "random"
     )
 
 
 def _check_options(run: RunArgs, names: list[str]) -> None:
+    from corral.sim.result import parse_failure_rates
     from corral.sim.run import check_policy_options
 
     check_policy_options(run.policy_opt or [], names)
+    parse_failure_rates(run.failure_rates or "")  # refused before any run starts
 
 
 def _check_policy_names(names: list[str]) -> None:

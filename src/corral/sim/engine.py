@@ -65,6 +65,7 @@ class Simulator:
         self._version = np.zeros(len(jobs), dtype=np.int64)
         self._fail_steps = np.full(len(jobs), np.nan)
         """Step count at which the current attempt fails (NaN: it will not)."""
+        self._injects_failures = self.config.injects_failures
         self._checker = (
             InvariantChecker(self.state, self.policy.resizes)
             if self.config.check_invariants
@@ -226,7 +227,7 @@ class Simulator:
                 if state.guest[host] >= 0 or state.host[host] >= 0:
                     raise PlanError(f"plan packs job {state.job_ids[i]} on a GPU already shared")
             state.start(i, gpus, speed, overhead, take=not adopt, host=host)
-            if self.config.failure_rate > 0:
+            if self._injects_failures:
                 self._draw_failure(i)
             self._push(i)
             if host >= 0:
@@ -242,7 +243,7 @@ class Simulator:
     def _draw_failure(self, i: int) -> None:
         """Decide whether the attempt just started fails, and at which step."""
         state = self.state
-        if self._rng.random() < self.config.failure_rate:
+        if self._rng.random() < self.config.attempt_failure_rate(int(state.gpus[i])):
             left = state.total_steps[i] - state.steps_done[i]
             self._fail_steps[i] = state.steps_done[i] + self._rng.random() * left
         else:

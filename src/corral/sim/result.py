@@ -31,6 +31,10 @@ class SimConfig:
     """Stop the simulation at this simulated time (jobs left unfinished)."""
     failure_rate: float = 0.0
     """Chance that one attempt of a job fails (at a uniformly drawn point of it)."""
+    failure_rates: tuple[tuple[int, int, float], ...] = ()
+    """Chances by gang size, ``(min GPUs, max GPUs, chance)``, overriding
+    ``failure_rate`` for the sizes they cover (see :func:`parse_failure_rates`;
+    a Philly job log's own rates come from ``corral trace-stats``)."""
     max_retries: int = 3
     """Failed attempts retried per job; after that the job ends as FAILED."""
     seed: int = 0
@@ -40,7 +44,47 @@ class SimConfig:
             raise CorralError(f"failure rate must be in [0, 1), got {self.failure_rate}")
         if self.max_retries < 0:
             raise CorralError(f"max retries must be >= 0, got {self.max_retries}")
+        for _, _, rate in self.failure_rates:
+            if not 0.0 <= rate < 1.0:
+                raise CorralError(f"failure rates must be in [0, 1), got {rate}")
 
+    @property
+    def injects_failures(self) -> bool:
+        return self.failure_rate > 0 or any(rate > 0 for _, _, rate in self.failure_rates)
+
+    def attempt_failure_rate(self, gpus: int) -> float:
+        """The chance that an attempt of a ``gpus``-GPU job fails."""
+        for lo, hi, rate in self.failure_rates:
+            if lo <= gpus <= hi:
+                return rate
+        return self.failure_rate
+
+
+def parse_failure_rates(text: str) -> tuple[tuple[int, int, float], ...]:
+    """``1:0.05,2-4:0.1,5-8:0.2,9-:0.3`` -> ((1, 1, .05), (2, 4, .1), (5, 8, .2), (9, inf, .3)):
+    a chance per attempt for each range of gang sizes (``9-``: 9 GPUs or more)."""
+    out: list[tuple[int, int, float]] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        sizes, sep, value = part.partition(":")
+        lo_text, dash, hi_text = sizes.strip().partition("-")
+        try:
+            if not sep:
+                raise ValueError
+            lo = int(lo_text)
+            hi = (int(hi_text) if hi_text.strip() else 1 << 30) if dash else lo
+            rate = float(value)
+        except ValueError:
+            raise CorralError(
+                f"--failure-rates: '{part}' is not SIZES:CHANCE (e.g. 1:0.05, 2-4:0.1, 9-:0.3)"
+            ) from None
+        if lo < 1 or hi < lo:
+            raise CorralError(f"--failure-rates: '{sizes}' is not a range of GPU counts")
+        if not 0.0 <= rate < 1.0:
+            raise CorralError(f"--failure-rates: the chance in '{part}' must be in [0, 1)")
+        if any(a <= hi and lo <= b for a, b, _ in out):
+            raise CorralError(f"--failure-rates: '{sizes}' overlaps an earlier range")
+        out.append((lo, hi, rate))
+    return tuple(out)
 
 @dataclass
 class Timeline:

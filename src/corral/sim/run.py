@@ -17,7 +17,7 @@ from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.policies import checked_options, make_policy, options_of
 from corral.sim.engine import Simulator
 from corral.sim.presets import SIM_PRESETS
-from corral.sim.result import SimConfig, SimResult
+from corral.sim.result import SimConfig, SimResult, parse_failure_rates
 
 if TYPE_CHECKING:
     from corral.sim.rounds.simulator import RoundResult
@@ -39,6 +39,8 @@ class RunSpec:
     measured_locality: bool = True
     """Locality slowdown from Pollux's measurements for the models it measured."""
     failure_rate: float = 0.0
+    failure_rates: str | None = None
+    """Chances by gang size (``1:0.05,2-4:0.1,9-:0.3``), over ``failure_rate``."""
     max_retries: int = 3
     preset: str | None = None
     profiles: ThroughputTable | None = None
@@ -88,6 +90,7 @@ class RunSpec:
             ),
             check_invariants=self.check_invariants,
             failure_rate=self.failure_rate,
+            failure_rates=parse_failure_rates(self.failure_rates or ""),
             max_retries=self.max_retries,
             seed=self.seed,
         )

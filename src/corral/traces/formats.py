@@ -2,6 +2,7 @@
 
 FORMATS = (
     "philly",
+    "philly-log",
     "tiresias",
     "gavel",
     "gavel-msr",

@@ -25,6 +25,7 @@ from corral.traces.helios import is_helios_header, load_helios
 from corral.traces.job_types import assign_job_types
 from corral.traces.pai import JOB_FIELDS, TASK_FIELDS, load_pai, pai_files
 from corral.traces.philly import PHILLY_HEADER, PhillyFilter, load_philly
+from corral.traces.philly_log import is_philly_log, load_philly_log
 from corral.traces.pollux import POLLUX_COLUMNS, load_pollux
 from corral.traces.rows import LoadReport
 from corral.traces.synthetic import SyntheticSpec, generate
@@ -55,9 +56,14 @@ def detect_format(path: str) -> str:
         opener = gzip.open  # type: ignore[assignment]
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
-            first = fh.readline().rstrip("\r\n")
+            start = fh.read(4096)  # a JSON log may be one line of a gigabyte
     except UnicodeDecodeError:
         raise InputError(path, 1, None, "not a text file") from None
+    if start.lstrip().startswith("["):
+        if is_philly_log(start):
+            return "philly-log"
+        raise InputError(path, 1, None, "a JSON trace must be Philly's cluster_job_log")
+    first = start.split("\n", 1)[0].rstrip("\r")
     if not first.strip():
         raise InputError(path, 1, None, "the first line is empty; cannot tell the trace format")
     header = [c.strip() for c in first.split(",")]
@@ -144,6 +150,8 @@ def _load(
         table = load_helios(text, options.skip_bad, report)
     elif fmt == "pai":
         table = load_pai(text, options.skip_bad, report)
+    elif fmt == "philly-log":
+        table = load_philly_log(text, options.skip_bad, report)
     else:
         raise CorralError(f"unknown trace format '{fmt}' (choose from {', '.join(FORMATS)})")
     if options.max_jobs is not None and fmt != "philly":
