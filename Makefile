@@ -26,7 +26,8 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .pytest_cache/site
-	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile
+	$(PY) -m pytest -n 4 --dist loadfile --ignore tests/e2e/test_parity.py
+	$(PY) -m pytest tests/e2e/test_parity.py  # alone: it compares live timing with the simulator
 
 # The documentation site (MkDocs, Material theme) into site/: open site/index.html.
 docs: $(STAMP)
