@@ -41,6 +41,21 @@ def jobs_frame(result: SimResult) -> pd.DataFrame:
     )
 
 
+def _fairness(result: SimResult) -> dict[str, float | None]:
+    """Finish-time fairness (Themis' rho): the worst, the median, Jain's index."""
+    from corral.sim.fairness import finish_time_fairness, jain_index
+
+    rho = finish_time_fairness(result)
+    rho = rho[np.isfinite(rho)]
+    if not len(rho):
+        return {"max_ftf_rho": None, "median_ftf_rho": None, "jain_ftf": None}
+    return {
+        "max_ftf_rho": float(rho.max()),
+        "median_ftf_rho": float(np.median(rho)),
+        "jain_ftf": jain_index(rho),
+    }
+
+
 def summarise(result: SimResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     s = result.state
     done = s.status == DONE
@@ -72,6 +87,7 @@ def summarise(result: SimResult, extra: dict[str, Any] | None = None) -> dict[st
         "gpu_utilization": result.busy_gpu_seconds / (gpus * makespan) if makespan > 0 else 0.0,
         "offered_load": result.jobs.offered_load(gpus),
         "preemptions": int(s.preemptions.sum()),
+        **_fairness(result),
         "failed_attempts": int(s.failures.sum()),
         "jobs_failed": int((s.status == FAILED).sum()),
         "switch_overhead_gpu_s": float(np.sum(s.overhead * s.gpus)),
@@ -105,9 +121,15 @@ def timeline_frame(result: SimResult, bins: int = 500) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def step_integral(t: np.ndarray, v: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Integral up to each ``x`` of the step function that takes value v[k] from t[k]
+    (0 before t[0], v[-1] after the last knot)."""
+    knots = np.append(t, max(float(np.max(x)), float(t[-1])))
+    cumulative = np.concatenate(([0.0], np.cumsum(v * np.diff(knots))))
+    out: np.ndarray = np.interp(x, knots, cumulative)
+    return out
+
+
 def _bin_average(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Average over each bin of the step function that takes value v[k] from t[k]."""
-    knots = np.append(t, edges[-1])
-    cumulative = np.concatenate(([0.0], np.cumsum(v * np.diff(knots))))
-    at_edges = np.interp(edges, knots, cumulative)
-    return np.diff(at_edges) / np.diff(edges)
+    return np.diff(step_integral(t, v, edges)) / np.diff(edges)
