@@ -70,19 +70,18 @@ misplaced, 3 preempted in one run only, JCT within 25%."""
 
 
 BACKFILL = {"hived", "liquid", "sjf"}
-"""Queues that start later small jobs around a waiting gang, with no reservation
-for it (HiveD within a VC's cells, Liquid's first come first served that skips
-what does not fit, SJF that skips jobs that do not fit: in one CI run its
-2-GPU job 4 started behind 1-GPU jobs that slipped in, 4 misplaced, JCT 17%
-above the simulator's, where run alone on a quiet machine it agrees exactly). On this trace the 2-GPU jobs 7, 10, 13 and 16 wait for two
-GPUs of one node while 1-GPU jobs keep arriving: whenever one GPU frees, a
-1-GPU job takes it unless the other GPU of that node freed within the same
-pass. The simulator sees such ends at their exact instants, live passes group
-ends tens of milliseconds apart differently, and under load (a full test run)
-those gangs start later live, one after another: 3 or 4 misplaced jobs, all
-of them these gangs, JCT 11-12% above the simulator's; in other runs they
-agree exactly. Held to: at most 4 misplaced, 3 preempted in one run only,
-JCT within 20%."""
+"""Queues that start later small jobs around a waiting gang, with no reservation for it
+(HiveD within a VC's cells, Liquid's first come first served that skips what does
+not fit, SJF that skips jobs that do not fit: in one CI run its 2-GPU job 4 started
+behind 1-GPU jobs that slipped in, 4 misplaced, JCT 17% above the simulator's, where
+run alone on a quiet machine it agrees exactly). On this trace the 2-GPU jobs 7, 10,
+13 and 16 wait for two GPUs of one node while 1-GPU jobs keep arriving: whenever one
+GPU frees, a 1-GPU job takes it unless the other GPU of that node freed within the
+same pass. The simulator sees such ends at their exact instants, live passes group
+ends tens of milliseconds apart differently, and under load (a full test run) those
+gangs start later live, one after another: 3 or 4 misplaced jobs, all of them these
+gangs, JCT 11-12% above the simulator's; in other runs they agree exactly. Held to:
+at most 4 misplaced, 3 preempted in one run only, JCT within 20%."""
 
 
 MATCHED_ON_EVENTS = {"allox"}

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.errors import CorralError
 from corral.estimate.convergence import (
     LossCurve,
     ServerSpeedCurve,
@@ -231,3 +232,40 @@ def test_parameter_servers_are_refused_live(tmp_path):
     make_config(tmp_path, policy="optimus", policy_options={})
     with pytest.raises(ValueError, match="parameter_servers is for the simulator"):
         make_config(tmp_path, policy="optimus", policy_options={"parameter_servers": 8})
+
+
+class _Linear:
+    """A speed curve that grows with every GPU up to ``most``, then stays."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+
+    def speed(self, gpus: int) -> float:
+        return float(min(gpus, self.most))
+
+
+def test_drf_fills_equal_shares_in_arrival_order_while_speed_grows():
+    """One GPU each, then water-filling: the job holding fewest gets the next GPU
+    (earliest first among equals); a job no faster with another leaves the filling."""
+    policy = Optimus(allocation="drf")
+    policy._remaining = {0: 100.0, 1: 1.0, 2: 50.0, 3: 10.0}
+    policy._curves = {0: _Linear(8), 1: _Linear(8), 2: _Linear(2), 3: _Linear(8)}
+    alloc = policy._equal_shares(9, pinned={}, order=[0, 1, 2, 3])
+    assert alloc == {0: 3, 1: 2, 2: 2, 3: 2}  # job 2 stops at 2; work left does not matter
+    assert policy._equal_shares(3, pinned={}, order=[2, 0, 1, 3]) == {2: 1, 0: 1, 1: 1}
+    assert policy._equal_shares(6, pinned={3: 4}, order=[3, 0, 1]) == {3: 4, 0: 1, 1: 1}
+
+
+def test_drf_and_oracle_predictions_run_pollux_workload_and_oracle_is_refused_live(tmp_path):
+    jobs = _servers_trace(tmp_path)
+    for options in ({"allocation": "drf"}, {"predictions": "oracle"}):
+        result = Simulator(
+            jobs, uniform(4, 4), Optimus(**options), SimConfig(check_invariants=True)
+        ).run()
+        assert not np.isnan(result.state.finish_time).any()
+    from tests.runtime.harness import make_config
+
+    with pytest.raises(ValueError, match="predictions=oracle reads the trace's true work"):
+        make_config(tmp_path, policy="optimus", policy_options={"predictions": "oracle"})
+    with pytest.raises(CorralError, match="allocation must be optimus or drf"):
+        Optimus(allocation="fair")

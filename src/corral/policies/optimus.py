@@ -97,12 +97,28 @@ class Optimus(ResizingPolicy):
         "parameter_servers": Option(
             "simulator: parameter-server slots (0: all-reduce)", "integer", low=0
         ),
+        "predictions": Option(
+            "curve: work left from the fitted loss curve; oracle (simulator): the trace's "
+            "true work left, to measure what prediction errors cost",
+            "choice",
+            choices=("curve", "oracle"),
+        ),
+        "allocation": Option(
+            "optimus: each GPU where predicted completion drops most, shortest first; drf: "
+            "equal shares in arrival order (the paper's DRF baseline, same jobs and resizing)",
+            "choice",
+            choices=("optimus", "drf"),
+        ),
     }
     description = (
         "Optimus: loss curves fitted online predict work left; each GPU goes where it "
         "shortens predicted completion most; jobs resize"
     )
-    simulator_only: ClassVar[dict[str, str]] = {"parameter_servers": SERVERS_LIVE}
+    simulator_only: ClassVar[dict[str, str]] = {
+        "parameter_servers": SERVERS_LIVE,
+        "predictions": "predictions=oracle reads the trace's true work, which a live job "
+        "does not have",
+    }
     live_note = (
         "work left comes from the loss curve fitted to heartbeats (jobs with a target_loss), "
         "speeds per size from heartbeats; a resize restarts the job from its checkpoint"
@@ -115,9 +131,19 @@ class Optimus(ResizingPolicy):
         min_change: float = 0.1,
         max_gpus: int = 0,
         parameter_servers: int = 0,
+        predictions: str = "curve",
+        allocation: str = "optimus",
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
+        if allocation not in ("optimus", "drf"):
+            raise CorralError(f"optimus: allocation must be optimus or drf, got {allocation!r}")
+        if allocation == "drf" and parameter_servers:
+            raise CorralError("optimus: allocation=drf shares GPUs only (parameter_servers=0)")
+        self.allocation = allocation
+        if predictions not in ("curve", "oracle"):
+            raise CorralError(f"optimus: predictions must be curve or oracle, got {predictions!r}")
+        self.predictions = predictions
         if parameter_servers < 0:
             raise CorralError(
                 f"optimus: parameter_servers must be >= 0 (0: all-reduce), got {parameter_servers}"
@@ -157,6 +183,8 @@ class Optimus(ResizingPolicy):
         there is one, else twice what it has done (at least the median finished
         job's work). Never the trace's or the owner's figure: Optimus does not
         take users' word for it."""
+        if self.predictions == "oracle" and state.known_in_advance:
+            return float(state.total_steps[i])
         fallback = max(2.0 * done, prior * float(state.ref_speed[i]))
         if not state.known_in_advance:  # live: the service fits the heartbeats' curve
             return max(float(state.total_steps[i]), done) if state.curve_predicted[i] else fallback
@@ -286,6 +314,8 @@ class Optimus(ResizingPolicy):
         if it uses them), then each further GPU or server goes to the job whose
         predicted completion time drops most per share of that resource, until
         neither helps or both run out. Pinned jobs keep their servers too."""
+        if self.allocation == "drf":
+            return self._equal_shares(capacity, pinned, order)
         if not self.parameter_servers:
             return super().allocate(jobs, capacity, pinned, order)
         alloc = dict(pinned)
@@ -339,6 +369,37 @@ class Optimus(ResizingPolicy):
         self._planned_servers = servers
         return alloc
 
+    def _equal_shares(
+        self, capacity: int, pinned: dict[int, int], order: list[int]
+    ) -> dict[int, int]:
+        """Dominant resource fairness with GPUs the one resource: one GPU each in
+        arrival order while they last, then each further GPU to the job holding
+        fewest (earliest first among equals) while its predicted speed still grows,
+        up to ``max_gpus``: water-filling, blind to work left."""
+        alloc = dict(pinned)
+        left = capacity - sum(pinned.values())
+        cap = self.max_gpus or capacity
+        admitted: list[int] = []
+        for j in order:
+            if j in pinned:
+                continue
+            if left <= 0:
+                break
+            alloc[j] = 1
+            left -= 1
+            admitted.append(j)
+        rank = {j: k for k, j in enumerate(admitted)}
+        heap = [(1, rank[j], j) for j in admitted]
+        heapq.heapify(heap)
+        while left > 0 and heap:
+            held, _, j = heapq.heappop(heap)
+            if held >= cap or self.cost(j, held + 1) >= self.cost(j, held):
+                continue  # no faster with another GPU: it leaves the filling
+            alloc[j] = held + 1
+            left -= 1
+            heapq.heappush(heap, (held + 1, rank[j], j))
+        return alloc
+
     def resized(self, state: SchedulerState, j: int, want: int) -> bool:
         if want != int(state.held[j]):
             return True
@@ -383,4 +444,6 @@ class Optimus(ResizingPolicy):
         return self._remaining[j] / np.asarray(self._curves[j].speed(sizes))
 
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
+        if self.allocation == "drf":
+            return (float(state.submit[j]),)  # arrival order: DRF knows nothing of work left
         return (self.cost(j, 1),)
