@@ -125,3 +125,36 @@ def test_the_memory_estimator_learns_each_types_footprint() -> None:
     assert estimator.fits >= 1
     predicted = estimator.predict(state, list(range(300, 400)))
     assert np.allclose(predicted, truth[300:], rtol=0.05)
+
+
+def test_run_time_estimates_follow_recent_history_of_the_owner_then_the_vc() -> None:
+    """Before the forest: an owner's recent jobs, else the VC's; with the forest, a VC
+    whose jobs run 100x longer than another's is predicted so, sizes and types alike."""
+    import pandas as pd
+
+    from corral.estimate.requirements import RunTimeEstimator
+    from corral.model.jobs import JobTable
+    from corral.model.state import SchedulerState
+
+    n = 400
+    vcs = ["short" if k % 2 else "long" for k in range(n)]
+    duration = [60.0 if v == "short" else 6000.0 for v in vcs]
+    users = ["" for _ in range(n)]
+    users[1] = "ann"
+    jobs = JobTable(
+        pd.DataFrame(
+            {"submit_time": 0.0, "num_gpus": 1, "duration": duration, "vc": vcs, "user": users}
+        )
+    )
+    state = SchedulerState(uniform(1, 1), jobs)
+    est = RunTimeEstimator(min_samples=100, refit_every=100, recent=10)
+    est.observe(state, 0, 6000.0)  # a "long" job, no owner
+    est.observe(state, 1, 30.0)  # ann's, in "short"
+    guess = est.predict(state, [2, 3])  # "long" (no owner), "short" (no owner)
+    assert guess[0] == pytest.approx(6000.0)
+    assert guess[1] == pytest.approx(30.0)  # the VC's recent: ann's job is all it has
+    for i in range(4, 300):
+        est.observe(state, i, duration[i])
+    assert est.fits >= 1
+    predicted = est.predict(state, list(range(300, 400)))
+    assert np.allclose(predicted, duration[300:], rtol=0.1)
