@@ -79,8 +79,9 @@ class Liquid(Policy):
     live_note = (
         "pre-scheduling runs a waiting job's 'stage' command (its inputs' staging) ahead of "
         "its start, as its user and without GPUs; its attempt then finds them staged. "
-        "Before the forest is fitted, a job's stated duration is its estimate. Set 'launch' "
-        "to the jobs' typical staging time: it is charged to every start"
+        "Before the forest is fitted, the owner's recent jobs give a job's estimate, else "
+        "its VC's, else its stated duration. Set 'launch' to the jobs' typical staging "
+        "time: it is charged to every start"
     )
 
     def __init__(
