@@ -36,7 +36,7 @@ here comes from this model (``LocalityModel``); others keep the fixed factors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
@@ -193,6 +193,8 @@ class Calibration:
     profiles: dict[str, ModelProfile]
     errors: dict[str, np.ndarray] = field(default_factory=dict)
     compute_errors: dict[str, np.ndarray] = field(default_factory=dict)
+    held_out_errors: dict[str, np.ndarray] = field(default_factory=dict)
+    """Relative errors on the samples left out of the fit (``calibrate(held_out=...)``)."""
 
 
 def _compute_fit(samples: Sequence[StepSample]) -> tuple[float, float, np.ndarray]:
@@ -205,7 +207,11 @@ def _compute_fit(samples: Sequence[StepSample]) -> tuple[float, float, np.ndarra
     return fixed, per, (fixed + per * a[:, 1]) / y - 1
 
 
-def calibrate(models: Sequence[str] = POLLUX_MODELS, links: Links | None = None) -> Calibration:
+def calibrate(
+    models: Sequence[str] = POLLUX_MODELS,
+    links: Links | None = None,
+    held_out: Callable[[StepSample], bool] | None = None,
+) -> Calibration:
     """Fit step times to Pollux's measurements.
 
     Compute lines come from each model's 1-GPU samples. Then, on the log of
@@ -213,16 +219,19 @@ def calibrate(models: Sequence[str] = POLLUX_MODELS, links: Links | None = None)
     exponent, the gradient size of the models :data:`GRADIENT_BYTES` lacks,
     and (unless ``links`` is given) the in-node and between-node bandwidths and
     latencies. Racks are not in the measurements: ``cross_rack`` stays at half
-    the fitted cross-node rate.
+    the fitted cross-node rate. Samples ``held_out`` says so of are kept out of
+    every fit and scored apart (out-of-sample errors).
     """
     models = list(models)
     samples = {m: step_samples(m) for m in models}
-    lines = {m: _compute_fit(samples[m]) for m in models}
+    out = held_out or (lambda _s: False)
+    lines = {m: _compute_fit([s for s in samples[m] if not out(s)]) for m in models}
     unknown = [m for m in models if m not in GRADIENT_BYTES]
     free_links = links is None
     n_links = 4 if free_links else 0
 
     multi = [(m, s) for m in models for s in samples[m] if s.replicas > 1]
+    fitted = np.array([not out(s) for _, s in multi], dtype=bool)
     model_ix = np.array([models.index(m) for m, _ in multi])
     gpus = np.array([s.replicas for _, s in multi], dtype=np.float64)
     one_node = np.array([s.nodes == 1 for _, s in multi])
@@ -251,12 +260,16 @@ def calibrate(models: Sequence[str] = POLLUX_MODELS, links: Links | None = None)
         p, g, _, bw, lat = unpack(x)
         comm = 2 * (gpus - 1) / gpus * g[model_ix] / bw + lat * (gpus - 1)
         pm = p[model_ix]
-        pred = (compute**pm + comm**pm) ** (1.0 / pm)
+        with np.errstate(over="ignore"):  # trial overlaps far out, on the way to the fit
+            pred = (compute**pm + comm**pm) ** (1.0 / pm)
         return np.log(pred / measured)
+
+    def fit_residuals(x: np.ndarray) -> np.ndarray:
+        return residuals(x)[fitted]
 
     x0 = [np.log(2.0), np.log(0.5), np.log(5e-4), np.log(5e-4)] if free_links else []
     x0 += [0.0] * len(models) + [np.log(0.1)] * len(unknown)
-    fit = optimize.least_squares(residuals, np.array(x0, dtype=np.float64))
+    fit = optimize.least_squares(fit_residuals, np.array(x0, dtype=np.float64))
     p, g, link_values, _, _ = unpack(fit.x)
     if free_links:
         intra, net, lat_in, lat_net = (float(v) for v in link_values)
@@ -272,8 +285,9 @@ def calibrate(models: Sequence[str] = POLLUX_MODELS, links: Links | None = None)
     return Calibration(
         links,
         profiles,
-        {m: errors[model_ix == k] for k, m in enumerate(models)},
+        {m: errors[(model_ix == k) & fitted] for k, m in enumerate(models)},
         {m: lines[m][2] for m in models},
+        {m: errors[(model_ix == k) & ~fitted] for k, m in enumerate(models)},
     )
 
 
