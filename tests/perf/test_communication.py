@@ -162,3 +162,18 @@ def test_cluster_specs_name_their_links(tmp_path):
     path.write_text("nodes:\n  - {gpu_type: V100, gpus: 8}\nlinks:\n  intra_node: infiniband\n")
     with pytest.raises(InputError, match=r"field 'links.intra_node'"):
         cluster_from_yaml(path)
+
+
+def test_held_out_samples_are_kept_out_of_the_fit_and_scored_apart() -> None:
+    """Leaving samples out changes the fit (they no longer pull on it) and scores them
+    apart; the errors on placements the fit never saw stay close to in-sample ones."""
+    from corral.perf.pollux_models import step_samples
+
+    out = lambda s: s.replicas > 1 and s.per_node == (1, 1)  # noqa: E731
+    split = calibrate(["cifar10", "bert"], held_out=out)
+    whole = calibrate(["cifar10", "bert"])
+    held = sum(1 for s in step_samples("cifar10") if out(s))
+    assert held and len(split.held_out_errors["cifar10"]) == held
+    assert len(split.errors["cifar10"]) + held == len(whole.errors["cifar10"])
+    assert split.links != whole.links
+    assert np.median(np.abs(split.held_out_errors["cifar10"])) < 0.25
