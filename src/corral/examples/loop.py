@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from corral.train import GradientNoise, Session
+from corral.train import AdaScale, GradientNoise, Session
 
 TARGET_WINDOW = 50
 """Steps the target loss is averaged over (one step's loss is noisy). A resumed
@@ -54,6 +54,12 @@ def parse_args(description: str, steps: int, argv: list[str] | None = None) -> a
         help="estimate the gradient noise scale every N steps and report it (0: never)",
     )
     parser.add_argument(
+        "--adascale",
+        action="store_true",
+        help="scale the learning rate by AdaScale's gain when the batch is bigger than "
+        "--batch (needs --noise-every: the gain is read from the noise scale)",
+    )
+    parser.add_argument(
         "--target-loss",
         type=float,
         default=None,
@@ -86,6 +92,11 @@ def train(
     if step:
         print(f"resumed from step {step} at t={time.time():.3f} (batch {size})", flush=True)
     noise = GradientNoise() if args.noise_every > 0 else None
+    scale = (
+        AdaScale(optimizer, base_batch=args.batch or batch, noise=noise)
+        if args.adascale and noise is not None
+        else None
+    )
     recent: deque[float] = deque(maxlen=TARGET_WINDOW)
     while step < args.steps:
         model.train()
@@ -102,6 +113,8 @@ def train(
         loss.backward()
         if noise is not None and small is not None:
             noise.update(small, size // 2, grad_sqnorm(model), size)
+        if scale is not None:
+            scale.step(size)
         optimizer.step()
         step += 1
         if args.step_time > 0:

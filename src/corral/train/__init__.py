@@ -9,11 +9,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from corral.train.adascale import AdaScale
     from corral.train.noise import GradientNoise
     from corral.train.session import STOPPED_EXIT, Session
 
-__all__ = ["STOPPED_EXIT", "GradientNoise", "Session"]
-_WHERE = {"GradientNoise": "noise", "Session": "session", "STOPPED_EXIT": "session"}
+__all__ = ["STOPPED_EXIT", "AdaScale", "GradientNoise", "Session"]
+_WHERE = {
+    "AdaScale": "adascale",
+    "GradientNoise": "noise",
+    "Session": "session",
+    "STOPPED_EXIT": "session",
+}
 
 
 def __getattr__(name: str) -> Any:
