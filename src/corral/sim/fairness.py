@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from corral.model.state import DONE
-from corral.sim.metrics import step_integral
 from corral.sim.result import SimResult
+from corral.sim.step_function import step_integral
 
 
 def finish_time_fairness(result: SimResult) -> np.ndarray:

@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 
 from corral.model.state import DONE, FAILED, STATUS_NAMES
+from corral.sim.fairness import finish_time_fairness, jain_index
 from corral.sim.result import SimResult
+from corral.sim.step_function import step_integral
 
 
 def jobs_frame(result: SimResult) -> pd.DataFrame:
@@ -43,8 +45,6 @@ def jobs_frame(result: SimResult) -> pd.DataFrame:
 
 def _fairness(result: SimResult) -> dict[str, float | None]:
     """Finish-time fairness (Themis' rho): the worst, the median, Jain's index."""
-    from corral.sim.fairness import finish_time_fairness, jain_index
-
     rho = finish_time_fairness(result)
     rho = rho[np.isfinite(rho)]
     if not len(rho):
@@ -119,15 +119,6 @@ def timeline_frame(result: SimResult, bins: int = 500) -> pd.DataFrame:
     ):
         out[name] = _bin_average(t, np.asarray(values, dtype=float), edges) / scale
     return pd.DataFrame(out)
-
-
-def step_integral(t: np.ndarray, v: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Integral up to each ``x`` of the step function that takes value v[k] from t[k]
-    (0 before t[0], v[-1] after the last knot)."""
-    knots = np.append(t, max(float(np.max(x)), float(t[-1])))
-    cumulative = np.concatenate(([0.0], np.cumsum(v * np.diff(knots))))
-    out: np.ndarray = np.interp(x, knots, cumulative)
-    return out
 
 
 def _bin_average(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
