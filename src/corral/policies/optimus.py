@@ -75,7 +75,7 @@ from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder
 from corral.policies.options import Option
-from corral.policies.resizing import ResizingPolicy, median_finished_seconds
+from corral.policies.resizing import ResizingPolicy, admit_one_each, median_finished_seconds
 
 SERVERS_LIVE = (
     "optimus: parameter_servers is for the simulator: the service runs no parameter "
@@ -318,27 +318,23 @@ class Optimus(ResizingPolicy):
             return self._equal_shares(capacity, pinned, order)
         if not self.parameter_servers:
             return super().allocate(jobs, capacity, pinned, order)
-        alloc = dict(pinned)
         servers = {j: self._servers[j] for j in pinned if j in self._servers}
-        gpus_left = capacity - sum(pinned.values())
         servers_left = self._servers_free - sum(servers.values())
+
+        def with_server(j: int) -> bool:
+            """A job that uses servers is admitted only with one of its own."""
+            nonlocal servers_left
+            if j not in self._server_curves:
+                return True
+            if servers_left <= 0:
+                return False
+            servers[j] = 1
+            servers_left -= 1
+            return True
+
+        alloc, gpus_left, admitted = admit_one_each(order, pinned, capacity, with_server)
         cap = self.max_gpus or capacity
         gpu_share, server_share = float(capacity or 1), float(self.parameter_servers)
-        admitted: list[int] = []
-        for j in order:
-            if j in pinned:
-                continue
-            if gpus_left <= 0:
-                break
-            needs = j in self._server_curves
-            if needs and servers_left <= 0:
-                continue
-            alloc[j] = 1
-            gpus_left -= 1
-            if needs:
-                servers[j] = 1
-                servers_left -= 1
-            admitted.append(j)
         heap: list[tuple[float, int, int]] = []
 
         def offer(j: int) -> None:
@@ -376,18 +372,8 @@ class Optimus(ResizingPolicy):
         arrival order while they last, then each further GPU to the job holding
         fewest (earliest first among equals) while its predicted speed still grows,
         up to ``max_gpus``: water-filling, blind to work left."""
-        alloc = dict(pinned)
-        left = capacity - sum(pinned.values())
+        alloc, left, admitted = admit_one_each(order, pinned, capacity)
         cap = self.max_gpus or capacity
-        admitted: list[int] = []
-        for j in order:
-            if j in pinned:
-                continue
-            if left <= 0:
-                break
-            alloc[j] = 1
-            left -= 1
-            admitted.append(j)
         rank = {j: k for k, j in enumerate(admitted)}
         heap = [(1, rank[j], j) for j in admitted]
         heapq.heapify(heap)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,32 @@ from corral.model.state import DONE, SchedulerState
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy
+
+
+def admit_one_each(
+    order: list[int],
+    pinned: dict[int, int],
+    capacity: int,
+    admits: Callable[[int], bool] | None = None,
+) -> tuple[dict[int, int], int, list[int]]:
+    """The first step of every allocation here: pinned jobs keep their GPUs, the
+    others get one each in ``order`` while GPUs last (``admits`` may turn a job
+    away, e.g. for want of another resource). Returns (GPUs per job, GPUs left,
+    the jobs admitted in order)."""
+    alloc = dict(pinned)
+    left = capacity - sum(pinned.values())
+    admitted: list[int] = []
+    for j in order:
+        if j in pinned:
+            continue
+        if left <= 0:
+            break
+        if admits is not None and not admits(j):
+            continue
+        alloc[j] = 1
+        left -= 1
+        admitted.append(j)
+    return alloc, left, admitted
 
 
 class ResizingPolicy(Policy):
@@ -145,18 +172,8 @@ class ResizingPolicy(Policy):
         ones before it, so it counts as the largest of them), and the most
         negative of all jobs' drops are taken, as many as GPUs are left. That
         is the one-at-a-time rule's result, ties aside."""
-        alloc = dict(pinned)
-        left = capacity - sum(pinned.values())
+        alloc, left, admitted = admit_one_each(order, pinned, capacity)
         cap = self.max_gpus or capacity
-        admitted: list[int] = []
-        for j in order:
-            if j in pinned:
-                continue
-            if left <= 0:
-                break
-            alloc[j] = 1
-            left -= 1
-            admitted.append(j)
         most = min(cap, left + 1)
         if left <= 0 or most <= 1 or not admitted:
             return alloc
