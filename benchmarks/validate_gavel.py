@@ -19,7 +19,7 @@ import argparse
 import time
 from typing import Any
 
-from validation_io import notes_for, validation_main
+from validation_io import notes_for, simulate_gavel_workload, validation_main
 
 CLUSTER = "gavel:36:36:36"
 WORKLOADS = [
@@ -40,18 +40,10 @@ JOBS = 300
 
 
 def run(task: dict[str, Any]) -> dict[str, Any]:
-    from corral.model.cluster_specs import load_cluster
     from corral.sim.metrics import summarise
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import load_trace
 
     t0 = time.perf_counter()
-    cluster = load_cluster(CLUSTER)
-    trace = (
-        f"gavel-synthetic:jobs={JOBS},rate={task['rate']},multi={task['multi']},seed={task['seed']}"
-    )
-    jobs = load_trace(trace, cluster.total_gpus)
-    result = simulate(jobs, cluster, RunSpec(task["policy"], check_invariants=True))
+    result = simulate_gavel_workload(CLUSTER, task["policy"], task, JOBS, check_invariants=True)
     s = summarise(result)
     return task | {
         "avg_jct": s["avg_jct_s"],

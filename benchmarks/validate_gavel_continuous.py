@@ -23,7 +23,7 @@ import argparse
 import time
 from typing import Any
 
-from validation_io import notes_for, validation_main
+from validation_io import mean_of, notes_for, simulate_gavel_workload, validation_main
 
 CLUSTER = "gavel:36:36:36"
 POLICIES = ["gavel-max-min-fairness-agnostic", "gavel-max-min-fairness"]
@@ -35,16 +35,10 @@ WINDOW = (4000, 5000)
 def run(task: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    from corral.model.cluster_specs import load_cluster
     from corral.sim.metrics import summarise
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import load_trace
 
     t0 = time.perf_counter()
-    cluster = load_cluster(CLUSTER)
-    trace = f"gavel-synthetic:jobs={JOBS},rate={task['rate']},multi=0,seed={task['seed']}"
-    jobs = load_trace(trace, cluster.total_gpus)
-    result = simulate(jobs, cluster, RunSpec(task["policy"]))
+    result = simulate_gavel_workload(CLUSTER, task["policy"], task, JOBS)
     state = result.state
     order = np.argsort(state.submit, kind="stable")
     window = order[WINDOW[0] : WINDOW[1]]
@@ -84,13 +78,10 @@ def render(results: list[dict[str, Any]]) -> str:
             continue
         agn, aware = (pair[p] for p in POLICIES)
 
-        def mean(rows: list[dict[str, Any]], key: str) -> float:
-            return sum(r[key] for r in rows) / len(rows)
-
-        a, w = mean(agn, "window_jct"), mean(aware, "window_jct")
+        a, w = mean_of(agn, "window_jct"), mean_of(aware, "window_jct")
         wall = sum(r["wall_s"] for r in agn + aware)
         lines.append(
-            f"| {rate:g} | {mean(agn, 'load'):.2f} | {a / 3600:.1f} | {w / 3600:.1f} "
+            f"| {rate:g} | {mean_of(agn, 'load'):.2f} | {a / 3600:.1f} | {w / 3600:.1f} "
             f"| {a / w:.2f}x | {wall:.0f} |"
         )
     lines += ["", *notes_for(__file__)]

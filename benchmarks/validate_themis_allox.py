@@ -27,7 +27,7 @@ import argparse
 import time
 from typing import Any
 
-from validation_io import notes_for, validation_main
+from validation_io import mean_of, notes_for, simulate_gavel_workload, validation_main
 
 CLUSTER = "gavel:36:36:36"
 WORKLOADS = [
@@ -46,18 +46,10 @@ JOBS = 600
 
 
 def run(task: dict[str, Any]) -> dict[str, Any]:
-    from corral.model.cluster_specs import load_cluster
     from corral.sim.metrics import summarise
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import load_trace
 
     t0 = time.perf_counter()
-    cluster = load_cluster(CLUSTER)
-    trace = (
-        f"gavel-synthetic:jobs={JOBS},rate={task['rate']},multi={task['multi']},seed={task['seed']}"
-    )
-    jobs = load_trace(trace, cluster.total_gpus)
-    s = summarise(simulate(jobs, cluster, RunSpec(task["policy"], check_invariants=True)))
+    s = summarise(simulate_gavel_workload(CLUSTER, task["policy"], task, JOBS, True))
     return task | {
         key: s[key]
         for key in (
@@ -71,10 +63,6 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
             "jobs_finished",
         )
     } | {"wall_s": time.perf_counter() - t0}
-
-
-def _mean(rows: list[dict[str, Any]], key: str) -> float:
-    return sum(r[key] for r in rows) / len(rows)
 
 
 def render(results: list[dict[str, Any]]) -> str:
@@ -93,7 +81,7 @@ def render(results: list[dict[str, Any]]) -> str:
         rows = [r for r in results if r["rate"] == rate and r["multi"] == multi]
         if not rows:
             continue
-        load = _mean(rows, "offered_load")
+        load = mean_of(rows, "offered_load")
         lines += [
             f"## {label} (offered load on V100 speeds {load:.2f})",
             "",
@@ -106,10 +94,10 @@ def render(results: list[dict[str, Any]]) -> str:
             if not mine:
                 continue
             lines.append(
-                f"| {policy} | {_mean(mine, 'avg_jct_s') / 3600:.1f} "
-                f"| {_mean(mine, 'p99_jct_s') / 3600:.1f} | {_mean(mine, 'max_ftf_rho'):.2f} "
-                f"| {_mean(mine, 'median_ftf_rho'):.2f} | {_mean(mine, 'jain_ftf'):.3f} "
-                f"| {_mean(mine, 'preemptions'):,.0f} |"
+                f"| {policy} | {mean_of(mine, 'avg_jct_s') / 3600:.1f} "
+                f"| {mean_of(mine, 'p99_jct_s') / 3600:.1f} | {mean_of(mine, 'max_ftf_rho'):.2f} "
+                f"| {mean_of(mine, 'median_ftf_rho'):.2f} | {mean_of(mine, 'jain_ftf'):.3f} "
+                f"| {mean_of(mine, 'preemptions'):,.0f} |"
             )
         lines.append("")
     lines += notes_for(__file__)

@@ -44,3 +44,27 @@ def validation_main(
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     Path(args.out).write_text(render(results) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
+
+
+def simulate_gavel_workload(
+    cluster_spec: str, policy: str, task: Result, jobs: int, check_invariants: bool = False
+) -> Any:
+    """One run of Gavel's generated workload (``task``: its ``rate``, ``seed`` and,
+    optionally, ``multi``) on ``cluster_spec`` under ``policy``: the SimResult."""
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.run import RunSpec, simulate
+    from corral.traces import load_trace
+
+    cluster = load_cluster(cluster_spec)
+    trace = (
+        f"gavel-synthetic:jobs={jobs},rate={task['rate']},multi={task.get('multi', 0)},"
+        f"seed={task['seed']}"
+    )
+    workload = load_trace(trace, cluster.total_gpus)
+    return simulate(workload, cluster, RunSpec(policy, check_invariants=check_invariants))
+
+
+def mean_of(rows: list[Result], key: str) -> float:
+    """``key`` averaged over ``rows`` (one per seed)."""
+    return sum(r[key] for r in rows) / len(rows)
+
