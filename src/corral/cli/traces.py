@@ -9,6 +9,7 @@ per-size failure chances to give ``corral sim --failure-rates``.
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
@@ -46,13 +47,20 @@ def trace_stats(
     """Summarise a trace: jobs by size, run times, GPU-hours; for Philly's original job
     log also the ATC'19 tables and its failure rates by job size."""
     from corral.traces.loading import TraceOptions, detect_format, load_trace
+    from corral.traces.philly_analysis import analyse
+    from corral.traces.philly_log import philly_log_table, read_philly_log
     from corral.traces.rows import LoadReport
 
     report = LoadReport(trace)
     options = TraceOptions(fmt=trace_format, skip_bad=skip_bad)
     with json_on_stdout(as_json):
         try:
-            table = load_trace(trace, 0, options, report)
+            fmt = (trace_format or (detect_format(trace) if Path(trace).is_file() else "")).lower()
+            logged = read_philly_log(trace, skip_bad, report) if fmt == "philly-log" else None
+            if logged is not None:
+                table = philly_log_table(logged, trace, report)
+            else:
+                table = load_trace(trace, 0, options, report)
         except FileNotFoundError as exc:
             raise CorralError(f"{exc.filename}: {exc.strerror}") from None
         df = table.df
@@ -68,12 +76,8 @@ def trace_stats(
             "notes": report.notes,
             "skipped_rows": report.skipped,
         }
-        fmt = (trace_format or ("" if not _is_file(trace) else detect_format(trace))).lower()
-        if fmt == "philly-log":
-            from corral.traces.philly_analysis import analyse
-            from corral.traces.philly_log import read_philly_log
-
-            analysis = analyse(read_philly_log(trace, skip_bad))
+        if logged is not None:
+            analysis = analyse(logged)
             out["atc19"] = {
                 "jobs_scheduled": analysis.jobs,
                 "by_status": [asdict(r) for r in analysis.by_status],
@@ -85,12 +89,6 @@ def trace_stats(
             print_json(out)
             return
         _print(out)
-
-
-def _is_file(trace: str) -> bool:
-    from pathlib import Path
-
-    return Path(trace).exists()
 
 
 def _print(out: dict[str, Any]) -> None:

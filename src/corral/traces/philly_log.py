@@ -85,8 +85,10 @@ class LoggedJob:
     @property
     def running(self) -> bool:
         """Still running when the log was taken (its last attempt began and has no end)."""
-        return bool(self.attempts) and self.attempts[-1].start is not None and (
-            self.attempts[-1].end is None
+        return (
+            bool(self.attempts)
+            and self.attempts[-1].start is not None
+            and (self.attempts[-1].end is None)
         )
 
     @property
@@ -240,7 +242,11 @@ def load_philly_log(
     path: str, skip_bad: bool = False, report: LoadReport | None = None
 ) -> JobTable:
     report = report or LoadReport(path)
-    jobs = read_philly_log(path, skip_bad, report)
+    return philly_log_table(read_philly_log(path, skip_bad, report), path, report)
+
+
+def philly_log_table(jobs: list[LoggedJob], path: str, report: LoadReport) -> JobTable:
+    """The job table of jobs read from a log (for callers that analyse them too)."""
     kept = [j for j in jobs if j.gpus and not j.running and j.run_seconds > 0]
     never = sum(1 for j in jobs if not j.gpus)
     running = sum(1 for j in jobs if j.gpus and j.running)
