@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -117,6 +119,45 @@ class RowChecker:
         return df.loc[~self.bad].reset_index(drop=True)
 
 
+def _csv_settings(sep: str, header: bool, names: list[str] | None) -> dict[str, Any]:
+    """How every trace file is read: all fields as text, blank lines kept (for the
+    line numbers), tab-separated files unquoted."""
+    return {
+        "sep": sep,
+        "header": 0 if header else None,
+        "names": names,
+        "dtype": str,
+        "keep_default_na": False,
+        "skip_blank_lines": False,
+        "quoting": 3 if sep == "\t" else 0,
+        "engine": "c",
+    }
+
+
+@contextmanager
+def _read_errors(path: str) -> Iterator[None]:
+    """pandas' reading errors as input errors naming the file (and line, if known)."""
+    try:
+        yield
+    except pd.errors.ParserError as exc:
+        raise InputError(path, _parser_line(str(exc)), None, f"malformed row: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, None, f"not a text file ({exc.reason})") from None
+    except pd.errors.EmptyDataError:
+        raise InputError(path, 1, None, "the file is empty") from None
+
+
+def _numbered(raw: pd.DataFrame, offset: int) -> pd.DataFrame:
+    """``raw`` with stripped column names, fully blank rows dropped, and ``__row``:
+    each row's index among the file's data rows (``offset`` for the first here)."""
+    raw.columns = [str(c).strip() for c in raw.columns]
+    blank = (raw.apply(lambda col: col.astype(str).str.strip() == "")).all(axis=1).to_numpy()
+    rows = offset + np.arange(len(raw))
+    raw = raw.loc[~blank].reset_index(drop=True)
+    raw.insert(0, "__row", rows[~blank])
+    return raw
+
+
 def read_text_frame(
     path: str, *, sep: str = ",", header: bool = True, names: list[str] | None = None
 ) -> tuple[pd.DataFrame, int]:
@@ -125,31 +166,9 @@ def read_text_frame(
     Returns the frame (fully blank rows dropped) and the file line of row 0.
     Rows with too many fields raise an error naming the line.
     """
-    try:
-        raw = pd.read_csv(
-            path,
-            sep=sep,
-            header=0 if header else None,
-            names=names,
-            dtype=str,
-            keep_default_na=False,
-            skip_blank_lines=False,
-            quoting=3 if sep == "\t" else 0,
-            engine="c",
-        )
-    except pd.errors.ParserError as exc:
-        raise InputError(path, _parser_line(str(exc)), None, f"malformed row: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, None, None, f"not a text file ({exc.reason})") from None
-    except pd.errors.EmptyDataError:
-        raise InputError(path, 1, None, "the file is empty") from None
-    raw.columns = [str(c).strip() for c in raw.columns]
-    first_line = 2 if header else 1
-    blank = (raw.apply(lambda col: col.astype(str).str.strip() == "")).all(axis=1).to_numpy()
-    raw = raw.loc[~blank]
-    raw.index = np.flatnonzero(~blank)
-    raw = raw.reset_index(drop=False).rename(columns={"index": "__row"})
-    return raw, first_line
+    with _read_errors(path):
+        raw = pd.read_csv(path, **_csv_settings(sep, header, names))
+    return _numbered(raw, 0), 2 if header else 1
 
 
 ROWS_PER_CHUNK = 200_000
@@ -175,38 +194,22 @@ def read_text_chunks(
     the columns the header must have.
     """
     wanted = set(usecols) if usecols is not None else None
-    try:
+    with _read_errors(path):
         reader = pd.read_csv(
             path,
-            sep=sep,
-            header=0 if header else None,
-            names=names,
+            **_csv_settings(sep, header, names),
             usecols=(lambda c: str(c).strip() in wanted) if wanted is not None else None,
-            dtype=str,
-            keep_default_na=False,
-            skip_blank_lines=False,
-            quoting=3 if sep == "\t" else 0,
-            engine="c",
             chunksize=rows_per_chunk or ROWS_PER_CHUNK,
         )
         offset = 0
         with reader:
             for raw in reader:
-                raw.columns = [str(c).strip() for c in raw.columns]
                 if offset == 0 and require:
+                    raw.columns = [str(c).strip() for c in raw.columns]
                     require_columns(path, raw, require)
-                blank = (raw.apply(lambda col: col.str.strip() == "")).all(axis=1).to_numpy()
-                rows = offset + np.arange(len(raw))
-                offset += len(raw)
-                raw = raw.loc[~blank].reset_index(drop=True)
-                raw.insert(0, "__row", rows[~blank])
-                yield raw, 2 if header else 1
-    except pd.errors.ParserError as exc:
-        raise InputError(path, _parser_line(str(exc)), None, f"malformed row: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, None, None, f"not a text file ({exc.reason})") from None
-    except pd.errors.EmptyDataError:
-        raise InputError(path, 1, None, "the file is empty") from None
+                size = len(raw)
+                yield _numbered(raw, offset), 2 if header else 1
+                offset += size
 
 
 def load_chunked(
