@@ -4,7 +4,9 @@ allocation against brute force, and the policy on Pollux's own jobs."""
 from __future__ import annotations
 
 import itertools
+from typing import ClassVar
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ from corral.perf.communication import model_profile
 from corral.perf.goodput import efficiency, goodput_model, noise_at
 from corral.perf.pollux_models import noise_curve
 from corral.policies.pollux import Pollux
-from corral.policies.resizing import ResizingPolicy
+from corral.policies.resizing import ResizingPolicy, exact_division
 from corral.sim.engine import Simulator
 from corral.sim.result import SimConfig
 from corral.traces import load_trace
@@ -118,3 +120,112 @@ def test_bad_options_are_refused():
         Pollux(p=0)
     with pytest.raises(Exception, match="interval"):
         Pollux(interval=-1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.floats(-5.0, 5.0), min_size=4, max_size=4), min_size=1, max_size=4),
+    st.integers(0, 6),
+)
+def test_exact_division_matches_brute_force_for_any_costs(rows, left):
+    """The dynamic programme finds the least total cost for costs of any shape
+    (here random, far from convex), as enumerating every division does."""
+    arrays = [np.array(r) for r in rows]
+    extras = exact_division(arrays, left)
+    assert extras.sum() <= left and (extras >= 0).all() and (extras < 4).all()
+    best = min(
+        sum(r[e] for r, e in zip(arrays, es, strict=True))
+        for es in itertools.product(range(4), repeat=len(rows))
+        if sum(es) <= left
+    )
+    got = sum(r[e] for r, e in zip(arrays, extras, strict=True))
+    assert got == pytest.approx(best, abs=1e-9)
+
+
+def test_the_greedy_misses_what_the_exact_search_finds_on_non_convex_speed_ups():
+    """A job whose second GPU helps little but whose fourth (a whole node)
+    helps much: the greedy gives the spare GPUs to the other job one by one;
+    the exact search gives the first job its node. The cost is Pollux's
+    1/speed-up."""
+
+    class _Two(ResizingPolicy):
+        name = "two"
+        speedups: ClassVar[dict[int, list[float]]] = {
+            0: [1.0, 1.05, 1.1, 3.6],
+            1: [1.0, 1.5, 1.8, 2.0],
+        }
+
+        def prepare(self, state, jobs, speeds):  # pragma: no cover - not used here
+            pass
+
+        def cost(self, j: int, gpus: int) -> float:
+            return 1.0 / self.speedups[j][gpus - 1]
+
+        def admission_key(self, state, j):  # pragma: no cover - not used here
+            return (j,)
+
+    greedy, exact = _Two(), _Two()
+    exact.search = "exact"
+    total = {
+        "greedy": greedy.allocate([0, 1], 5, {}, [0, 1]),
+        "exact": exact.allocate([0, 1], 5, {}, [0, 1]),
+    }
+    assert total["exact"] == {0: 4, 1: 1}
+    cost = {k: sum(greedy.cost(j, w) for j, w in a.items()) for k, a in total.items()}
+    assert cost["exact"] < cost["greedy"]
+    assert exact.search_gaps and exact.search_gaps[0] > 0
+
+
+class _Watching(Pollux):
+    """Pollux that notes, at every start, the GPUs given and the cap then."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.starts: list[tuple[int, int, int]] = []
+
+    def on_start(self, builder, state, j, gpus):
+        self.starts.append((j, gpus, self._cap(j)))
+        super().on_start(builder, state, j, gpus)
+
+
+def test_pollux_learns_each_jobs_scaling_by_running_it():
+    """With step times learnt (the default), a job is never given more than
+    twice the GPUs it has been measured on, so jobs grow 1, 2, 4 ...; every job
+    that ran has a fitted model; an oracle of the step times gives large
+    allocations at once."""
+    jobs = load_trace("pollux-6", 32).head(24)
+    cluster = uniform(8, 4, gpu_type="T4")
+    learning = _Watching()
+    result = Simulator(jobs, cluster, learning, SimConfig(check_invariants=True)).run()
+    assert (result.state.status == DONE).all()
+    assert learning.starts and all(w <= cap for _, w, cap in learning.starts)
+    first = {}
+    for j, w, _ in learning.starts:
+        first.setdefault(j, w)
+    assert set(first.values()) == {1}  # nothing measured: one GPU
+    assert max(w for _, w, _ in learning.starts) >= 4  # and grown by learning
+    assert learning.counts["fits"] > 0
+    assert all(p.model is not None for p in learning.profiles.values())
+    oracle = _Watching(throughput="known")
+    Simulator(jobs, cluster, oracle, SimConfig(check_invariants=True)).run()
+    oracle_first: dict[int, int] = {}
+    for j, w, _ in oracle.starts:
+        oracle_first.setdefault(j, w)
+    assert max(oracle_first.values()) > 1
+
+
+def test_what_a_learning_pollux_believes_does_not_change_how_fast_a_job_runs():
+    """The engine runs a job at the truth: at the batch the policy picks, a
+    learning Pollux and the oracle give the same speed factor."""
+    jobs = load_trace("pollux-6", 32).head(8)
+    cluster = uniform(8, 4, gpu_type="T4")
+    learning, oracle = Pollux(), Pollux(throughput="known")
+    Simulator(jobs, cluster, learning, SimConfig()).run()
+    state = Simulator(jobs, cluster, oracle, SimConfig()).run().state
+    j = next(iter(learning.profiles))
+    for policy in (learning, oracle):
+        policy._state = state
+        policy._noise[j] = float("nan")  # batch stays: both pick the initial one
+    assert learning._progress_factor(state, j, 4) == pytest.approx(
+        oracle._progress_factor(state, j, 4), rel=1e-12
+    )

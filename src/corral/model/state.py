@@ -109,6 +109,9 @@ class SchedulerState:
         self._footprints: np.ndarray | None = None
         self.noise_scale = np.full(n, np.nan)
         """Gradient noise scale a live job reports (NaN: none); goodput policies read it."""
+        self.step_time = np.full(n, np.nan)
+        """Seconds per step a live job's heartbeats report on the GPUs it holds now
+        (NaN: none yet); Pollux learns each job's scaling from it."""
         self.curve_predicted = np.zeros(n, dtype=bool)
         """True where the work is predicted from the job's own loss curve (live jobs
         with a target loss; Optimus reads it)."""

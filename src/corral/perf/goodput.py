@@ -11,7 +11,9 @@ gives a job more GPUs and a larger batch.
 
 Throughput comes from the communication model (``perf.communication``): a
 step of global batch M on w GPUs of the fewest nodes takes the model's step
-time at local batch M/w. The batch is searched between M0 and the largest
+time at local batch M/w; or, for a scheduler that learns each job's scaling
+as it runs (Pollux), from the job's own fitted model
+(``estimate.step_time``). The batch is searched between M0 and the largest
 batch the model was trained to the target with, keeping the local batch
 within what was measured to fit (no gradient accumulation).
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corral.estimate.step_time import StepTimeModel
 from corral.model.cluster import Links
 from corral.perf.communication import ModelProfile, Span
 from corral.perf.pollux_models import batch_limits, noise_curve
@@ -45,10 +48,15 @@ class GoodputModel:
     initial_batch: int
     max_batch: int
     max_local: int
+    fitted: StepTimeModel | None = None
+    """The job's own step-time model, learnt from its measurements (None: the
+    communication model's, known up front)."""
 
     def throughput(self, gpus: int, batch: float) -> float:
         """Examples per second of ``gpus`` GPUs (fewest nodes) at global ``batch``."""
         span = Span.packed(gpus, self.node_size)
+        if self.fitted is not None:
+            return batch / self.fitted.step_time(span.nodes, gpus, batch / gpus)
         return batch / self.profile.step_time(span, self.links, local_batch=batch / gpus)
 
     def best(self, gpus: int, noise: float) -> tuple[float, float]:
@@ -65,10 +73,14 @@ class GoodputModel:
 
 
 def goodput_model(
-    profile: ModelProfile, links: Links, node_size: int, initial_batch: int
+    profile: ModelProfile,
+    links: Links,
+    node_size: int,
+    initial_batch: int,
+    fitted: StepTimeModel | None = None,
 ) -> GoodputModel:
     max_batch, max_local = batch_limits(profile.name)
-    return GoodputModel(profile, links, node_size, initial_batch, max_batch, max_local)
+    return GoodputModel(profile, links, node_size, initial_batch, max_batch, max_local, fitted)
 
 
 def noise_at(model: str, batch: int, steps: float) -> float:

@@ -9,9 +9,13 @@ Every ``interval`` (60 s, as in the paper):
 2. the GPUs are divided to maximise the **generalised mean** of the speed-ups
    with exponent ``p`` (-1 by default, the paper's: a harmonic mean that
    keeps any job from being starved for the others' sake). Pollux searches
-   allocations with a genetic algorithm; corral hands GPUs out one at a time
-   to the job whose term gains most, which is exact when each job's term is
-   convex in its GPUs (``policies.resizing``, shared with Optimus);
+   allocations with a genetic algorithm; corral finds the best division of
+   GPU counts exactly, by dynamic programming over jobs
+   (``resizing.exact_division``), and places each job on its size's fewest
+   nodes. ``search=greedy`` hands GPUs out one at a time to the job whose
+   term gains most instead (Optimus' rule), exact only when every term is
+   convex in its GPUs, which measured speed-ups are not: on Pollux's
+   workload-6 the greedy's objective was worse in a fifth of the divisions;
 3. jobs resize (a restart) unless their speed-up would change by less than
    ``min_change``; jobs that keep their GPUs re-pick their batch size, which
    changes their speed without a restart, as Pollux's agents do.
@@ -22,8 +26,24 @@ keeps its queue first come first served too).
 
 Where goodput comes from: a job of a model the communication model knows,
 with its batch size (Pollux's workloads; live jobs that state ``model`` and
-``batch_size``), gets Pollux's model: throughput from the fitted step times
-and statistical efficiency from its gradient noise scale, in the simulator
+``batch_size``), gets Pollux's model: throughput from step times and
+statistical efficiency from its gradient noise scale.
+
+Step times are **learnt per job as it runs** (``throughput=fitted``, the
+paper's way): at every pass each running job's step time at its present
+configuration (nodes, GPUs, local batch) is recorded, in the simulator the
+communication model's (the truth the engine runs it at), live the one its
+heartbeats' throughput implies, and the job's own model is refitted to what
+it has measured (``estimate.step_time``: optimistic where nothing is
+measured, so an untried scale looks good until tried). A job that has not
+run yet is assumed to scale perfectly, and no job gets more than twice the
+GPUs it has been measured on, so a job grows 1, 2, 4 ... as its model
+learns. ``throughput=known`` gives every job the communication model's step
+times up front instead (an oracle; corral's behaviour before the fitting).
+What the engine runs a job at is always the truth: only the policy's choices
+come from what it has learnt.
+
+The noise scale is, in the simulator
 the one its bundled training curve records at its progress, live the one its
 heartbeats report (``corral.train.GradientNoise``; until one is reported the
 batch stays as given). The batch size chosen goes with the plan
@@ -46,10 +66,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from corral.errors import CorralError
+from corral.estimate.step_time import StepTimeModel, StepTimeProfile, exploration_cap
 from corral.model.cluster import Links
 from corral.model.state import SchedulerState
-from corral.perf.communication import model_profile
-from corral.perf.goodput import GoodputModel, goodput_model, noise_at
+from corral.perf.communication import Span, model_profile
+from corral.perf.goodput import GoodputModel, efficiency, goodput_model, noise_at
 from corral.perf.pollux_models import pollux_model
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
@@ -60,14 +81,21 @@ from corral.policies.resizing import ResizingPolicy
 
 @lru_cache(maxsize=65536)
 def _best(
-    model: str, initial: int, node_size: int, links: Links, noise: float, gpus: int
+    model: str,
+    initial: int,
+    node_size: int,
+    links: Links,
+    noise: float,
+    gpus: int,
+    fitted: StepTimeModel | None = None,
 ) -> tuple[float, float]:
     """(batch, goodput) of a job at a gradient noise scale (NaN: unknown, the
-    batch stays): shared by every job of the same model and initial batch
-    (passes ask it thousands of times)."""
+    batch stays), by the communication model's step times or the job's own
+    ``fitted`` ones: shared by every job of the same model, initial batch and
+    fit (passes ask it thousands of times)."""
     profile = model_profile(model)
     assert profile is not None
-    gm = goodput_model(profile, links, node_size, initial)
+    gm = goodput_model(profile, links, node_size, initial, fitted)
     if noise != noise:
         return float(initial), gm.throughput(gpus, float(initial))
     return gm.best(gpus, noise)
@@ -91,6 +119,18 @@ class Pollux(ResizingPolicy):
         "max_gpus": Option("most GPUs a job may get (0: no cap)", "integer", low=0),
         "p": Option("exponent of the generalised mean of speed-ups (-1: harmonic, 1: arithmetic)"),
         "adapt_batch": Option("jobs re-pick their batch size at each re-allocation", "flag"),
+        "search": Option(
+            "how GPUs are divided: greedy (one at a time to the largest gain) or exact "
+            "(dynamic programming over jobs)",
+            "choice",
+            choices=("greedy", "exact"),
+        ),
+        "throughput": Option(
+            "step times learnt per job from its measurements (fitted, the paper's) or known "
+            "up front (known: an oracle)",
+            "choice",
+            choices=("fitted", "known"),
+        ),
     }
     description = (
         "Pollux: each job's goodput (throughput x statistical efficiency) at its best batch "
@@ -110,11 +150,22 @@ class Pollux(ResizingPolicy):
         max_gpus: int = 0,
         p: float = -1.0,
         adapt_batch: bool = True,
+        throughput: str = "fitted",
+        search: str = "exact",
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
         self.adapt_batch = bool(adapt_batch)
         """False: every job keeps its initial batch size (an ablation)."""
+        if throughput not in ("fitted", "known"):
+            raise CorralError(f"pollux: throughput must be fitted or known, got {throughput!r}")
+        self.learns = throughput == "fitted"
+        if search not in ("greedy", "exact"):
+            raise CorralError(f"pollux: search must be greedy or exact, got {search!r}")
+        self.search = search
+        """True: each job's step times are learnt from its own measurements."""
+        self.profiles: dict[int, StepTimeProfile] = {}
+        """Goodput job -> the step times it has measured and its model of them."""
         if p == 0 or not -10 <= p <= 1:
             raise CorralError(f"pollux: p must be in [-10, 1] and not 0, got {p}")
         self.p = float(p)
@@ -132,6 +183,8 @@ class Pollux(ResizingPolicy):
         self.batches: dict[int, float] = {}
         """Job -> the batch size it runs at now."""
         self.counts["retunes"] = 0
+        if self.learns:
+            self.counts["fits"] = 0
 
     # ---- goodput -------------------------------------------------------------
 
@@ -163,11 +216,52 @@ class Pollux(ResizingPolicy):
         model = self._goodput_job(state, j)
         if model is None:
             return float(state.batch_size[j]), self.model_speed(state, j, gpus, speeds)
+        fitted = None
+        if self.learns:
+            fitted = self.profiles[j].model if j in self.profiles else None
+            if fitted is None:  # never measured: perfect scaling at its own batch
+                return float(state.batch_size[j]), float(gpus)
         node = int(state.cluster.node_gpus.max())
         batch, goodput = _best(
-            model, int(state.batch_size[j]), node, state.cluster.links, self._noise[j], gpus
+            model,
+            int(state.batch_size[j]),
+            node,
+            state.cluster.links,
+            self._noise[j],
+            gpus,
+            fitted,
         )
         return float(batch), float(goodput)
+
+    # ---- learning step times -------------------------------------------------
+
+    def _measure(self, state: SchedulerState, j: int, model: str) -> None:
+        """Record running job ``j``'s step time at its configuration now and
+        refit its model when the configuration is new. The simulator's step
+        time is the communication model's at the job's actual placement;
+        live it is what the job's heartbeats report."""
+        gpus = state.alloc[j]
+        if not gpus:
+            return
+        held = len(gpus)
+        span = Span.of(state.cluster, gpus)
+        local = self.batches.get(j, float(state.batch_size[j])) / held
+        if state.known_in_advance:
+            profile = model_profile(model)
+            assert profile is not None
+            step = profile.step_time(span, state.cluster.links, local_batch=local)
+            compute = profile.compute_time(local)
+        else:
+            step, compute = float(state.step_time[j]), float("nan")
+        job_profile = self.profiles.setdefault(j, StepTimeProfile())
+        if job_profile.record(span.nodes, held, local, step, compute):
+            job_profile.refit()
+            self.counts["fits"] += 1
+
+    def _cap(self, j: int) -> int:
+        """Most GPUs job ``j`` may be given while its scaling is being learnt."""
+        profile = self.profiles.get(j)
+        return exploration_cap(profile.max_gpus if profile is not None else 0)
 
     # ---- the resizing pass's hooks --------------------------------------------
 
@@ -183,14 +277,19 @@ class Pollux(ResizingPolicy):
             self._base[j] = self._rate(j, 1)[1]
 
     def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
-        """Speed-ups change only with the jobs' noise scales (and the GPUs each
-        holds, when a resize could not place a job at its size)."""
+        """Speed-ups change only with the jobs' noise scales, their learnt step
+        times (and the GPUs each holds, when a resize could not place a job at
+        its size). Each interval begins here, so this is where running jobs'
+        step times are measured (learning)."""
         done = state.done_steps(np.asarray(jobs, dtype=np.int64)).tolist()
         key = []
         for j, d in zip(jobs, done, strict=True):
             model = self._goodput_job(state, j)
             noise = self._noise_now(state, j, model, d) if model is not None else None
-            key.append((j, int(state.held[j]), noise))
+            if self.learns and model is not None and j in state.running:
+                self._measure(state, j, model)
+            fits = self.profiles[j].fits if j in self.profiles else 0
+            key.append((j, int(state.held[j]), noise, fits))
         return tuple(key)
 
     def cost(self, j: int, gpus: int) -> float:
@@ -200,6 +299,8 @@ class Pollux(ResizingPolicy):
         state, speeds = self._state, self._speeds
         assert state is not None and speeds is not None
         if self._goodput_job(state, j) is not None:
+            if self.learns:  # no further than the job's scaling has been tried
+                sizes = np.minimum(sizes, self._cap(j))
             s = np.array([self._rate(j, int(w))[1] for w in sizes]) / self._base[j]
         elif speeds.scales_linearly(
             state.job_type[j], state.model[j]
@@ -225,8 +326,10 @@ class Pollux(ResizingPolicy):
         return factor
 
     def _progress_factor(self, state: SchedulerState, j: int, gpus: int) -> float:
-        """Steps (at the initial batch) per second at the best batch on ``gpus``
-        GPUs, relative to the initial batch on the GPUs asked for."""
+        """Steps (at the initial batch) per second at the batch the policy picks
+        on ``gpus`` GPUs, relative to the initial batch on the GPUs asked for.
+        The batch comes from what the policy believes (its fit, when learning);
+        the speed is the truth at that batch, as the engine runs the job."""
         batch, goodput = self._rate(j, gpus)
         self.batches[j] = batch
         model = self._goodput_job(state, j)
@@ -234,11 +337,13 @@ class Pollux(ResizingPolicy):
         profile = model_profile(model)
         assert profile is not None
         node = int(state.cluster.node_gpus.max())
-        gm: GoodputModel = goodput_model(
-            profile, state.cluster.links, node, int(state.batch_size[j])
-        )
-        asked = int(state.gpus[j])
-        return goodput / gm.throughput(asked, float(state.batch_size[j]))
+        initial = int(state.batch_size[j])
+        gm: GoodputModel = goodput_model(profile, state.cluster.links, node, initial)
+        if self.learns:
+            noise = self._noise[j]
+            gain = efficiency(noise, initial, batch) if noise == noise else 1.0
+            goodput = gm.throughput(gpus, batch) * gain
+        return goodput / gm.throughput(int(state.gpus[j]), float(initial))
 
     def retune(self, builder: PlanBuilder, state: SchedulerState, kept: list[int]) -> None:
         for j in kept:

@@ -106,6 +106,7 @@ class LiveJobs:
         st.all_checkpoint = False
         st.lost_run[i] = 0.0
         st.noise_scale[i] = np.nan
+        st.step_time[i] = np.nan
         st.type_req[i] = (
             st.cluster.gpu_type_names.index(gpu_type)
             if gpu_type in st.cluster.gpu_type_names

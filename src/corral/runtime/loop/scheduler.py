@@ -339,19 +339,27 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
 
     def _observe_noise(self) -> None:
         """Running jobs that state a batch size: the gradient noise scale their
-        heartbeats report, for goodput policies (Pollux) to tune the batch by."""
+        heartbeats report, and their step time on the GPUs they hold now (from
+        a throughput window that began after this attempt started), for goodput
+        policies (Pollux) to tune the batch and learn the job's scaling by."""
         st = self.live.state
         jobs = [self.live.ids[i] for i in st.running if st.batch_size[i] > 0]
         if not jobs:
             return
         with self.store.session() as s:
             rows = s.execute(
-                select(JobRow.id, JobRow.grad_noise_scale).where(
-                    JobRow.id.in_(jobs), JobRow.grad_noise_scale.is_not(None)
-                )
+                select(
+                    JobRow.id, JobRow.grad_noise_scale, JobRow.throughput, JobRow.throughput_since
+                ).where(JobRow.id.in_(jobs))
             ).all()
-        for job, noise in rows:
-            st.noise_scale[self.live.index[job]] = noise
+        for job, noise, throughput, window in rows:
+            i = self.live.index[job]
+            if noise is not None:
+                st.noise_scale[i] = noise
+            a = self.attempts.get(job)
+            fresh = a is not None and window is not None and window >= a.started
+            rate = float(throughput) if throughput is not None else 0.0
+            st.step_time[i] = 1.0 / rate if fresh and rate > 0 else np.nan
 
     def _observe_memory(self) -> None:
         """The peak GPU memory running jobs' heartbeats report, for policies that
