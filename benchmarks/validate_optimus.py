@@ -112,6 +112,14 @@ def run_sim(workload: int, policy: str, options: dict[str, Any]) -> dict[str, An
     counts = getattr(result.policy, "counts", None)
     if counts:
         out["counts"] = dict(counts)
+    gaps = np.asarray(getattr(result.policy, "search_gaps", []), dtype=np.float64)
+    if len(gaps):  # how much worse the greedy's division would have been
+        out["search_gaps"] = {
+            "divisions": len(gaps),
+            "greedy_worse": int((gaps > 1e-9).sum()),
+            "median_worse": float(np.median(gaps[gaps > 1e-9])) if (gaps > 1e-9).any() else 0.0,
+            "max": float(gaps.max()),
+        }
     return out
 
 

@@ -162,3 +162,24 @@ def test_memory_left_beside_a_job_keeps_a_margin_and_a_floor() -> None:
     assert memory_left(20e9, 16e9) == MIN_MEMORY_SHARE  # an over-full GPU: the floor
     caps = [memory_left(used * 1e9, 16e9) for used in range(17)]
     assert caps == sorted(caps, reverse=True)  # more used, never more left
+
+
+def test_a_local_batch_beyond_one_gpu_accumulates_gradients():
+    """BERT's largest measured local batch is 12: a 384 batch on 6 GPUs (64
+    each) runs as 6 micro-batches of about 11, so a step costs the measured
+    step at 11 plus 5 more compute passes; a batch that fits is the measured
+    step as it is."""
+    from corral.perf.pollux_models import largest_local_batch, step_samples
+
+    assert largest_local_batch("bert") == 12
+    assert largest_local_batch("yolov3") == 8  # capped as Pollux's simulator caps it
+    fits = step_time("bert", 6, 72)  # 12 per GPU
+    big = step_time("bert", 6, 384)
+    samples = [s for s in step_samples("bert") if s.replicas == 6]
+    fewest = min(s.nodes for s in samples)
+    one = min(
+        (s for s in samples if s.nodes == fewest),
+        key=lambda s: (abs(s.local_bsz - 64 / 6), s.local_bsz),
+    )
+    assert big == pytest.approx(one.step_time + 5 * (one.step_time - one.sync_time))
+    assert big > 2.5 * fits

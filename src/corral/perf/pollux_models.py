@@ -11,6 +11,7 @@ batch size takes).
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -74,6 +75,10 @@ def step_time(model: str, replicas: int, global_batch: int) -> float:
 
     Uses the sample with that replica count (or the nearest measured one) on
     the fewest nodes, at the local batch size closest to global / replicas.
+    A local batch larger than any measured (than fits on a GPU) is run as
+    gradient accumulation, as a real job (and Pollux's simulator) must: ``k``
+    micro-batches of at most the largest measured size, so a step takes the
+    sample's step time plus ``k - 1`` more compute passes (step minus sync).
     """
     samples = step_samples(model)
     counts = sorted({s.replicas for s in samples})
@@ -81,11 +86,14 @@ def step_time(model: str, replicas: int, global_batch: int) -> float:
     same = [s for s in samples if s.replicas == nearest]
     fewest = min(s.nodes for s in same)
     local = global_batch / max(replicas, 1)
+    largest = largest_local_batch(model)
+    micro = max(1, math.ceil(local / largest - 1e-9))
+    local /= micro
     best = min(
         (s for s in same if s.nodes == fewest),
         key=lambda s: (abs(s.local_bsz - local), s.local_bsz),
     )
-    return best.step_time
+    return best.step_time + (micro - 1) * (best.step_time - best.sync_time)
 
 
 def steps_to_target(model: str, global_batch: int) -> int:
@@ -140,14 +148,26 @@ def noise_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple
     return tuple(steps), tuple(noise)
 
 
+LOCAL_BATCH_CAPS = {"yolov3": 8}
+"""Models whose largest local batch is below the largest measured: Pollux's
+simulator caps YOLOv3 at 8 per GPU, though a step at 16 was measured."""
+
+
+@cache
+def largest_local_batch(model: str) -> int:
+    """The largest batch one GPU takes in one pass (larger local batches
+    accumulate gradients over several)."""
+    measured = max(s.local_bsz for s in step_samples(model))
+    return min(measured, LOCAL_BATCH_CAPS.get(model, measured))
+
+
 @cache
 def batch_limits(model: str) -> tuple[int, int]:
-    """(largest global batch trained to the target, largest local batch measured):
+    """(largest global batch trained to the target, largest local batch):
     the range a batch-size search may use for this model."""
     folder = data_path("pollux", "models", model)
     batches = [int(p.stem.split("-")[1]) for p in folder.glob("validation-*.csv")]
-    local = max(s.local_bsz for s in step_samples(model))
-    return max(batches), local
+    return max(batches), largest_local_batch(model)
 
 
 MODEL_ALIASES = {"resnet50": "imagenet", "resnet18": "cifar10"}
