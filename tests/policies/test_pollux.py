@@ -229,3 +229,28 @@ def test_what_a_learning_pollux_believes_does_not_change_how_fast_a_job_runs():
     assert learning._progress_factor(state, j, 4) == pytest.approx(
         oracle._progress_factor(state, j, 4), rel=1e-12
     )
+
+
+def test_starting_from_the_models_smallest_batch_counts_progress_in_the_jobs_own_steps():
+    """With ``initial_batch=model`` a job may run below the batch it was
+    submitted with, and its goodput is converted to steps at its own batch
+    by statistical efficiency: where both settings pick the same batch (a
+    large noise scale favours the largest), they give the same speed; where
+    the small batch is picked, its steps are worth more than one each."""
+    jobs = load_trace("pollux-6", 32).head(8)
+    cluster = uniform(8, 4, gpu_type="T4")
+    own, small = Pollux(throughput="known"), Pollux(throughput="known", initial_batch="model")
+    state = Simulator(jobs, cluster, own, SimConfig()).run().state
+    j = next(i for i in range(len(state.model)) if state.model[i] == "bert")
+    for policy in (own, small):
+        policy._state = state
+        policy._speeds = state.speed_model()
+        policy._noise[j] = 1e7
+    assert small._initial(state, j, "bert") == 12 < state.batch_size[j]
+    assert small._progress_factor(state, j, 8) == pytest.approx(own._progress_factor(state, j, 8))
+    assert small.batches[j] == own.batches[j]
+    small._noise[j] = own._noise[j] = 50.0  # little noise: small batches are efficient
+    assert small._progress_factor(state, j, 1) > own._progress_factor(state, j, 1)
+    assert small.batches[j] < state.batch_size[j]
+    with pytest.raises(Exception, match="initial_batch"):
+        Pollux(initial_batch="tiny")

@@ -14,12 +14,14 @@ step of global batch M on w GPUs of the fewest nodes takes the model's step
 time at local batch M/w; or, for a scheduler that learns each job's scaling
 as it runs (Pollux), from the job's own fitted model
 (``estimate.step_time``). The batch is searched between M0 and the largest
-batch the model was trained to the target with, keeping the local batch
-within what was measured to fit (no gradient accumulation).
+batch the model was trained to the target with; a local batch beyond what
+one GPU takes is run as gradient accumulation (as Pollux does), each further
+micro-batch costing a compute pass.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,17 +55,26 @@ class GoodputModel:
     communication model's, known up front)."""
 
     def throughput(self, gpus: int, batch: float) -> float:
-        """Examples per second of ``gpus`` GPUs (fewest nodes) at global ``batch``."""
+        """Examples per second of ``gpus`` GPUs (fewest nodes) at global ``batch``.
+        A local batch beyond what one GPU takes accumulates gradients over
+        micro-batches: each further one costs a compute pass."""
         span = Span.packed(gpus, self.node_size)
+        local = batch / gpus
+        micro = max(1, math.ceil(local / self.max_local - 1e-9))
+        local /= micro
         if self.fitted is not None:
-            return batch / self.fitted.step_time(span.nodes, gpus, batch / gpus)
-        return batch / self.profile.step_time(span, self.links, local_batch=batch / gpus)
+            step = self.fitted.step_time(span.nodes, gpus, local)
+            step += (micro - 1) * self.fitted.compute(local)
+        else:
+            step = self.profile.step_time(span, self.links, local_batch=local)
+            step += (micro - 1) * self.profile.compute_time(local)
+        return batch / step
 
     def best(self, gpus: int, noise: float) -> tuple[float, float]:
         """(batch, goodput in examples/s at the initial batch's efficiency) that
         maximise goodput on ``gpus`` GPUs."""
         low = float(self.initial_batch)
-        high = float(max(low, min(self.max_batch, gpus * self.max_local)))
+        high = float(max(low, self.max_batch))
         batches = np.unique(np.geomspace(low, high, GRID)) if high > low else np.array([low])
         goodputs = [
             self.throughput(gpus, m) * efficiency(noise, self.initial_batch, m) for m in batches

@@ -162,12 +162,17 @@ def largest_local_batch(model: str) -> int:
 
 
 @cache
+def trained_batches(model: str) -> tuple[int, ...]:
+    """The global batch sizes the model was trained to the target with, in order."""
+    folder = data_path("pollux", "models", model)
+    return tuple(sorted(int(p.stem.split("-")[1]) for p in folder.glob("validation-*.csv")))
+
+
+@cache
 def batch_limits(model: str) -> tuple[int, int]:
     """(largest global batch trained to the target, largest local batch):
     the range a batch-size search may use for this model."""
-    folder = data_path("pollux", "models", model)
-    batches = [int(p.stem.split("-")[1]) for p in folder.glob("validation-*.csv")]
-    return max(batches), largest_local_batch(model)
+    return trained_batches(model)[-1], largest_local_batch(model)
 
 
 MODEL_ALIASES = {"resnet50": "imagenet", "resnet18": "cifar10"}

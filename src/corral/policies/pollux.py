@@ -71,7 +71,7 @@ from corral.model.cluster import Links
 from corral.model.state import SchedulerState
 from corral.perf.communication import Span, model_profile
 from corral.perf.goodput import GoodputModel, efficiency, goodput_model, noise_at
-from corral.perf.pollux_models import pollux_model
+from corral.perf.pollux_models import pollux_model, trained_batches
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder
@@ -125,6 +125,12 @@ class Pollux(ResizingPolicy):
             "choice",
             choices=("greedy", "exact"),
         ),
+        "initial_batch": Option(
+            "the batch a job starts from and scales up from: its own (job) or its model's "
+            "smallest trained batch (model: how Pollux's artifact submits its workloads)",
+            "choice",
+            choices=("job", "model"),
+        ),
         "throughput": Option(
             "step times learnt per job from its measurements (fitted, the paper's) or known "
             "up front (known: an oracle)",
@@ -152,6 +158,7 @@ class Pollux(ResizingPolicy):
         adapt_batch: bool = True,
         throughput: str = "fitted",
         search: str = "exact",
+        initial_batch: str = "job",
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
@@ -163,6 +170,11 @@ class Pollux(ResizingPolicy):
         if search not in ("greedy", "exact"):
             raise CorralError(f"pollux: search must be greedy or exact, got {search!r}")
         self.search = search
+        if initial_batch not in ("job", "model"):
+            raise CorralError(f"pollux: initial_batch must be job or model, got {initial_batch!r}")
+        self.from_model = initial_batch == "model"
+        """True: a job starts from its model's smallest trained batch, whatever
+        batch it was submitted with (Pollux's artifact's set-up)."""
         """True: each job's step times are learnt from its own measurements."""
         self.profiles: dict[int, StepTimeProfile] = {}
         """Goodput job -> the step times it has measured and its model of them."""
@@ -196,6 +208,13 @@ class Pollux(ResizingPolicy):
             return None
         return model
 
+    def _initial(self, state: SchedulerState, j: int, model: str) -> int:
+        """The batch job ``j`` starts from and scales up from (M0). Its work is
+        counted in steps at the batch it was submitted with; progress at any
+        other batch is converted by statistical efficiency."""
+        own = int(state.batch_size[j])
+        return min(own, trained_batches(model)[0]) if self.from_model else own
+
     def _noise_now(self, state: SchedulerState, j: int, model: str, done: float) -> float:
         """The job's noise scale: in the simulator its bundled curve's at its
         progress, live what its heartbeats report (NaN: nothing known, or batch
@@ -216,15 +235,16 @@ class Pollux(ResizingPolicy):
         model = self._goodput_job(state, j)
         if model is None:
             return float(state.batch_size[j]), self.model_speed(state, j, gpus, speeds)
+        initial = self._initial(state, j, model)
         fitted = None
         if self.learns:
             fitted = self.profiles[j].model if j in self.profiles else None
-            if fitted is None:  # never measured: perfect scaling at its own batch
-                return float(state.batch_size[j]), float(gpus)
+            if fitted is None:  # never measured: perfect scaling at its initial batch
+                return float(initial), float(gpus)
         node = int(state.cluster.node_gpus.max())
         batch, goodput = _best(
             model,
-            int(state.batch_size[j]),
+            initial,
             node,
             state.cluster.links,
             self._noise[j],
@@ -245,7 +265,7 @@ class Pollux(ResizingPolicy):
             return
         held = len(gpus)
         span = Span.of(state.cluster, gpus)
-        local = self.batches.get(j, float(state.batch_size[j])) / held
+        local = self.batches.get(j, float(self._initial(state, j, model))) / held
         if state.known_in_advance:
             profile = model_profile(model)
             assert profile is not None
@@ -326,10 +346,11 @@ class Pollux(ResizingPolicy):
         return factor
 
     def _progress_factor(self, state: SchedulerState, j: int, gpus: int) -> float:
-        """Steps (at the initial batch) per second at the batch the policy picks
-        on ``gpus`` GPUs, relative to the initial batch on the GPUs asked for.
-        The batch comes from what the policy believes (its fit, when learning);
-        the speed is the truth at that batch, as the engine runs the job."""
+        """Steps (at the submitted batch, in which its work is counted) per
+        second at the batch the policy picks on ``gpus`` GPUs, relative to the
+        submitted batch on the GPUs asked for. The batch comes from what the
+        policy believes (its fit, when learning); the speed is the truth at
+        that batch, as the engine runs the job."""
         batch, goodput = self._rate(j, gpus)
         self.batches[j] = batch
         model = self._goodput_job(state, j)
@@ -337,13 +358,15 @@ class Pollux(ResizingPolicy):
         profile = model_profile(model)
         assert profile is not None
         node = int(state.cluster.node_gpus.max())
-        initial = int(state.batch_size[j])
-        gm: GoodputModel = goodput_model(profile, state.cluster.links, node, initial)
+        own, initial = int(state.batch_size[j]), self._initial(state, j, model)
+        gm: GoodputModel = goodput_model(profile, state.cluster.links, node, own)
+        noise = self._noise[j]
         if self.learns:
-            noise = self._noise[j]
             gain = efficiency(noise, initial, batch) if noise == noise else 1.0
             goodput = gm.throughput(gpus, batch) * gain
-        return goodput / gm.throughput(int(state.gpus[j]), float(initial))
+        if initial != own and noise == noise:  # goodput at M0's efficiency -> at its own
+            goodput *= efficiency(noise, own, initial)
+        return goodput / gm.throughput(int(state.gpus[j]), float(own))
 
     def retune(self, builder: PlanBuilder, state: SchedulerState, kept: list[int]) -> None:
         for j in kept:
