@@ -1,6 +1,7 @@
 """Pollux live: a job that states its model and batch size and reports its
 gradient noise scale has its batch tuned by the policy, sent in heartbeat
-answers, and trains at it from its next step without a restart."""
+answers, and trains at it from its next step without a restart; its step
+times, read from its heartbeats, teach the policy how it scales."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
     service = ServiceProcess(
         tmp_path,
         "pollux",
-        {"interval": 1.0},
+        {"interval": 1.0, "max_gpus": 1},  # batch tuning alone: no resize
         gpus=[{"type": "T4", "count": 4}],
         heartbeat_interval=0.2,
     )
@@ -64,6 +65,50 @@ def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
         assert len(attempts) == 1  # tuned without a restart
         service.client.action(job, "cancel")
         # its process outlives the service otherwise (jobs survive restarts)
+        wait_for(
+            lambda: service.client.job(job)["status"] == "CANCELLED",
+            timeout=30,
+            what="the job to be cancelled",
+        )
+    finally:
+        service.stop()
+    assert "Traceback" not in service.log.read_text()
+
+
+def test_pollux_learns_a_live_jobs_scaling_from_its_heartbeats(tmp_path: Path) -> None:
+    """A job that has only run on one GPU is grown to two once its step time
+    there is measured (its heartbeats' throughput), not further: Pollux
+    trusts its learnt model no further than twice the GPUs it has seen."""
+    service = ServiceProcess(
+        tmp_path,
+        "pollux",
+        {"interval": 1.0},
+        gpus=[{"type": "T4", "count": 4}],
+        heartbeat_interval=0.2,
+    )
+    service.start()
+    try:
+        job = service.client.submit(
+            {
+                "name": "cifar",
+                "command": [sys.executable, "-c", JOB],
+                "gpus": 1,
+                "model": "cifar10",
+                "batch_size": 128,
+            }
+        )["id"]
+
+        def attempts() -> list[dict]:
+            return service.client.json("GET", f"/v1/jobs/{job}")["attempts"]
+
+        grown = wait_for(
+            lambda: len(a := attempts()) >= 2 and a,
+            timeout=60,
+            what="the job to be resized once measured",
+        )
+        assert len(grown[0]["gpus"]) == 1
+        assert len(grown[1]["gpus"]) == 2  # twice what was measured, not all four
+        service.client.action(job, "cancel")
         wait_for(
             lambda: service.client.job(job)["status"] == "CANCELLED",
             timeout=30,

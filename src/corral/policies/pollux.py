@@ -143,9 +143,10 @@ class Pollux(ResizingPolicy):
         "size; GPUs divided to maximise the generalised mean of speed-ups; jobs resize"
     )
     live_note = (
-        "batch sizes are tuned for jobs that state their model and batch_size and report a "
-        "gradient noise scale (sent in heartbeat answers); other jobs' speed-ups come from the "
-        "performance model (linear when it knows nothing); a resize restarts from a checkpoint"
+        "jobs that state their model and batch_size have their step times learnt from their "
+        "heartbeats' throughput and their batch tuned once they report a gradient noise scale "
+        "(sent in heartbeat answers); other jobs' speed-ups come from the performance model "
+        "(linear when it knows nothing); a resize restarts from a checkpoint"
     )
 
     def __init__(
