@@ -6,7 +6,10 @@ times, read from its heartbeats, teach the policy how it scales."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,13 +31,12 @@ for step in range(1, 100000):
 """
 
 
-def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
+@contextmanager
+def _cifar_job(tmp_path: Path, options: dict[str, Any]) -> Iterator[tuple[ServiceProcess, int]]:
+    """A Pollux service on 4 T4s running one CIFAR-10 job at batch 128 (the
+    job above); cancels the job and stops the service afterwards."""
     service = ServiceProcess(
-        tmp_path,
-        "pollux",
-        {"interval": 1.0, "max_gpus": 1},  # batch tuning alone: no resize
-        gpus=[{"type": "T4", "count": 4}],
-        heartbeat_interval=0.2,
+        tmp_path, "pollux", options, gpus=[{"type": "T4", "count": 4}], heartbeat_interval=0.2
     )
     service.start()
     try:
@@ -47,6 +49,22 @@ def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
                 "batch_size": 128,
             }
         )["id"]
+        yield service, job
+        service.client.action(job, "cancel")
+        # its process outlives the service otherwise (jobs survive restarts)
+        wait_for(
+            lambda: service.client.job(job)["status"] == "CANCELLED",
+            timeout=30,
+            what="the job to be cancelled",
+        )
+    finally:
+        service.stop()
+    assert "Traceback" not in service.log.read_text()
+
+
+def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
+    # batch tuning alone (one GPU at most: no resize)
+    with _cifar_job(tmp_path, {"interval": 1.0, "max_gpus": 1}) as (service, job):
         # launched at its own batch (no noise scale known yet) ...
         wait_for(
             lambda: service.client.job(job)["batch_size"] == 128,
@@ -63,60 +81,20 @@ def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
         assert view["status"] == "RUNNING"
         attempts = service.client.json("GET", f"/v1/jobs/{job}")["attempts"]
         assert len(attempts) == 1  # tuned without a restart
-        service.client.action(job, "cancel")
-        # its process outlives the service otherwise (jobs survive restarts)
-        wait_for(
-            lambda: service.client.job(job)["status"] == "CANCELLED",
-            timeout=30,
-            what="the job to be cancelled",
-        )
-    finally:
-        service.stop()
-    assert "Traceback" not in service.log.read_text()
 
 
 def test_pollux_learns_a_live_jobs_scaling_from_its_heartbeats(tmp_path: Path) -> None:
     """A job that has only run on one GPU is grown to two once its step time
     there is measured (its heartbeats' throughput), not further: Pollux
     trusts its learnt model no further than twice the GPUs it has seen."""
-    service = ServiceProcess(
-        tmp_path,
-        "pollux",
-        {"interval": 1.0},
-        gpus=[{"type": "T4", "count": 4}],
-        heartbeat_interval=0.2,
-    )
-    service.start()
-    try:
-        job = service.client.submit(
-            {
-                "name": "cifar",
-                "command": [sys.executable, "-c", JOB],
-                "gpus": 1,
-                "model": "cifar10",
-                "batch_size": 128,
-            }
-        )["id"]
-
-        def attempts() -> list[dict]:
-            return service.client.json("GET", f"/v1/jobs/{job}")["attempts"]
-
+    with _cifar_job(tmp_path, {"interval": 1.0}) as (service, job):
         grown = wait_for(
-            lambda: len(a := attempts()) >= 2 and a,
+            lambda: len(a := service.client.json("GET", f"/v1/jobs/{job}")["attempts"]) >= 2 and a,
             timeout=60,
             what="the job to be resized once measured",
         )
         assert len(grown[0]["gpus"]) == 1
         assert len(grown[1]["gpus"]) == 2  # twice what was measured, not all four
-        service.client.action(job, "cancel")
-        wait_for(
-            lambda: service.client.job(job)["status"] == "CANCELLED",
-            timeout=30,
-            what="the job to be cancelled",
-        )
-    finally:
-        service.stop()
-    assert "Traceback" not in service.log.read_text()
 
 
 def test_an_unknown_model_is_refused_with_the_known_ones() -> None:
