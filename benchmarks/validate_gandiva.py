@@ -1,0 +1,138 @@
+"""Gandiva's time-slicing rule measured; writes docs/validation/gandiva.md.
+
+Gandiva's average JCT on the whole Philly trace is 1.2x Tiresias' at offered
+load 0.7 but 8-9x at 0.9 and 1.1 (``docs/validation/tiresias.md``), where
+Tiresias' paper reports Gandiva at about 2x. corral's fast time-slicing
+(``timeslice=rate``) lets at most two jobs share a GPU set, at half speed
+each, and queues the rest first come first served; Gandiva's own turns
+(``timeslice=quanta``: a job that has run a quantum yields to the one that
+has waited longest, any number taking turns) have no such cap. This runs
+both, beside ``tiresias-las``, at the three loads on the trace's first
+20,000 jobs (``--jobs``), with the settings of the Tiresias page (Gandiva's
+jobs typed from Gavel's measured types, 0.1 s suspend/resume; the others a
+5.87 s kill-and-restart).
+
+    python benchmarks/validate_gandiva.py [--workers 2]
+    python benchmarks/validate_gandiva.py --from-json docs/validation/data/gandiva-results.json
+
+The turn-by-turn runs take minutes each (millions of quanta).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from validate_tiresias import LOADS, hours, ratio
+from validation_io import notes_for, validation_main
+
+JOBS = 20_000
+"""The first jobs of the Philly trace (of 82,247): turns are simulated quantum
+by quantum, and over the whole trace at load 0.9 or more the backlog makes
+that hours of events."""
+
+SCHEMES: list[tuple[str, str, dict[str, Any]]] = [
+    ("tiresias-las", "tiresias-las", {}),
+    ("gandiva, two per GPU set (rate)", "gandiva", {}),
+    ("gandiva, turns (quanta)", "gandiva", {"timeslice": "quanta"}),
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--loads", default=",".join(str(x) for x in LOADS))
+    parser.add_argument("--jobs", type=int, default=JOBS, help="first jobs of the Philly trace")
+
+
+def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    tasks = [
+        {"load": float(load), "label": label, "policy": policy, "options": options}
+        | {"jobs": args.jobs}
+        for load in args.loads.split(",")
+        for label, policy, options in SCHEMES
+    ]
+    # the turn-by-turn runs are the long ones: start them first
+    return sorted(tasks, key=lambda t: (t["options"] == {}, -t["load"]))
+
+
+def run(task: dict[str, Any]) -> dict[str, Any]:
+    """One scheme on the trace's first ``jobs`` jobs, Philly's cluster scaled so
+    that those jobs offer ``load``."""
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.metrics import summarise
+    from corral.sim.run import RunSpec, simulate
+    from corral.traces import TraceOptions, load_trace
+
+    t0 = time.perf_counter()
+    full = load_cluster("philly")
+    gandiva = task["policy"] == "gandiva"
+    options = TraceOptions(job_types="gavel" if gandiva else None)
+    offered = load_trace("philly", full.total_gpus).head(task["jobs"]).offered_load(full.total_gpus)
+    machines = load_cluster("philly", scale=offered / task["load"])
+    jobs = load_trace("philly", machines.total_gpus, options).head(task["jobs"])
+    spec = RunSpec(
+        task["policy"],
+        switch_cost="gandiva" if gandiva else None,
+        policy_options=dict(task["options"]),
+    )
+    summary = summarise(simulate(jobs, machines, spec))
+    summary.update(
+        {
+            "task": task,
+            "label": task["label"],
+            "load": task["load"],
+            "gpus": machines.total_gpus,
+            "offered_load": jobs.offered_load(machines.total_gpus),
+            "total_s": time.perf_counter() - t0,
+        }
+    )
+    return {k: v for k, v in summary.items() if not isinstance(v, float) or v == v}
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    loads = sorted({r["load"] for r in results})
+    by = {(r["load"], r["label"]): r for r in results}
+    labels = [label for label, _, _ in SCHEMES]
+    out = [
+        "# Gandiva's time-slicing: two per GPU set against turns",
+        "",
+        f"Written by `benchmarks/validate_gandiva.py`: the first {results[0]['task']['jobs']:,} "
+        "jobs of the Philly trace, with Philly's cluster scaled so that they offer each load, "
+        "set up as on the [Tiresias page](tiresias.md) (which runs the whole trace).",
+        "",
+        "| load | scheme | GPUs | avg JCT (h) | median JCT (h) | p95 JCT (h) | avg queueing (h) "
+        "| preemptions | sim (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for load in loads:
+        for label in labels:
+            r = by.get((load, label))
+            if r is None:
+                continue
+            out.append(
+                f"| {load} | {label} | {r['gpus']} | {hours(r['avg_jct_s'])} "
+                f"| {hours(r['median_jct_s'])} "
+                f"| {hours(r['p95_jct_s'])} | {hours(r['avg_queueing_s'])} "
+                f"| {r['preemptions']:,} | {r['wall_s']:.1f} |"
+            )
+    out += [
+        "",
+        "| load | gandiva (two per set) / tiresias-las | gandiva (turns) / tiresias-las |",
+        "|---|---:|---:|",
+    ]
+    for load in loads:
+        base = by.get((load, labels[0]))
+        if base is None:
+            continue
+        cells = [
+            f"{ratio(by[(load, label)], base):.2f}" if (load, label) in by else "-"
+            for label in labels[1:]
+        ]
+        out.append(f"| {load} | " + " | ".join(cells) + " |")
+    out.append("")
+    out += notes_for(__file__)
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    validation_main(__doc__.splitlines()[0], "gandiva", add_arguments, make_tasks, run, render)
