@@ -15,7 +15,8 @@ Every ``interval`` (60 s, as in the paper):
    nodes. ``search=greedy`` hands GPUs out one at a time to the job whose
    term gains most instead (Optimus' rule), exact only when every term is
    convex in its GPUs, which measured speed-ups are not: on Pollux's
-   workload-6 the greedy's objective was worse in a fifth of the divisions;
+   workload-6 the greedy's objective was worse in about a third of the
+   divisions (``docs/validation/pollux.md``);
 3. jobs resize (a restart) unless their speed-up would change by less than
    ``min_change``; jobs that keep their GPUs re-pick their batch size, which
    changes their speed without a restart, as Pollux's agents do.
@@ -52,9 +53,11 @@ batch stays as given). The batch size chosen goes with the plan
 the performance model's speed at w GPUs over one, linear for jobs nothing is
 known about.
 
-In the simulator a job's work is the steps its curve took at its initial
-batch size; at another batch a step does ``goodput / initial batch`` of them
-per second, so a larger batch helps only as far as its efficiency allows.
+In the simulator a job's work is the steps its curve took at the batch it
+was submitted with (B); at batch M it does ``throughput x (phi + B) /
+(phi + M) / B`` of them per second, so a larger batch helps only as far as
+its efficiency allows (and a smaller one, with ``initial_batch=model``, is
+worth more per example).
 """
 
 from __future__ import annotations
