@@ -21,7 +21,6 @@ micro-batch costing a compute pass.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +28,7 @@ import numpy as np
 from corral.estimate.step_time import StepTimeModel
 from corral.model.cluster import Links
 from corral.perf.communication import ModelProfile, Span
-from corral.perf.pollux_models import batch_limits, noise_curve
+from corral.perf.pollux_models import batch_limits, micro_batches, noise_curve
 
 GRID = 24
 """Batch sizes tried between the smallest and largest allowed (geometric)."""
@@ -59,9 +58,7 @@ class GoodputModel:
         A local batch beyond what one GPU takes accumulates gradients over
         micro-batches: each further one costs a compute pass."""
         span = Span.packed(gpus, self.node_size)
-        local = batch / gpus
-        micro = max(1, math.ceil(local / self.max_local - 1e-9))
-        local /= micro
+        micro, local = micro_batches(batch / gpus, self.max_local)
         if self.fitted is not None:
             step = self.fitted.step_time(span.nodes, gpus, local)
             step += (micro - 1) * self.fitted.compute(local)

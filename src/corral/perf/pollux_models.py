@@ -86,9 +86,7 @@ def step_time(model: str, replicas: int, global_batch: int) -> float:
     same = [s for s in samples if s.replicas == nearest]
     fewest = min(s.nodes for s in same)
     local = global_batch / max(replicas, 1)
-    largest = largest_local_batch(model)
-    micro = max(1, math.ceil(local / largest - 1e-9))
-    local /= micro
+    micro, local = micro_batches(local, largest_local_batch(model))
     best = min(
         (s for s in same if s.nodes == fewest),
         key=lambda s: (abs(s.local_bsz - local), s.local_bsz),
@@ -151,6 +149,13 @@ def noise_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple
 LOCAL_BATCH_CAPS = {"yolov3": 8}
 """Models whose largest local batch is below the largest measured: Pollux's
 simulator caps YOLOv3 at 8 per GPU, though a step at 16 was measured."""
+
+
+def micro_batches(local: float, largest: int) -> tuple[int, float]:
+    """(passes, batch per pass) of a local batch on a GPU that takes at most
+    ``largest`` in one pass: beyond it, gradients accumulate over passes."""
+    micro = max(1, math.ceil(local / largest - 1e-9))
+    return micro, local / micro
 
 
 @cache

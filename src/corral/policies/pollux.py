@@ -300,18 +300,24 @@ class Pollux(ResizingPolicy):
                 continue  # its costs are the shared linear row: no base needed
             self._base[j] = self._rate(j, 1)[1]
 
+    def observe(self, state: SchedulerState, jobs: list[int]) -> None:
+        """Learning: each running goodput job's step time at its configuration now."""
+        if not self.learns:
+            return
+        for j in jobs:
+            model = self._goodput_job(state, j)
+            if model is not None and j in state.running:
+                self._measure(state, j, model)
+
     def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
         """Speed-ups change only with the jobs' noise scales, their learnt step
         times (and the GPUs each holds, when a resize could not place a job at
-        its size). Each interval begins here, so this is where running jobs'
-        step times are measured (learning)."""
+        its size)."""
         done = state.done_steps(np.asarray(jobs, dtype=np.int64)).tolist()
         key = []
         for j, d in zip(jobs, done, strict=True):
             model = self._goodput_job(state, j)
             noise = self._noise_now(state, j, model, d) if model is not None else None
-            if self.learns and model is not None and j in state.running:
-                self._measure(state, j, model)
             fits = self.profiles[j].fits if j in self.profiles else 0
             key.append((j, int(state.held[j]), noise, fits))
         return tuple(key)

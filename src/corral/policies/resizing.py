@@ -146,6 +146,10 @@ class ResizingPolicy(Policy):
             int(state.batch_size[j]),
         )
 
+    def observe(self, state: SchedulerState, jobs: list[int]) -> None:
+        """At the start of an interval, before its inputs are compared: what the
+        policy measures of running jobs (Pollux: their step times)."""
+
     def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
         """What an interval's division depends on besides the job set, when the
         policy can say (None: re-divide at every interval). An interval that
@@ -227,9 +231,9 @@ class ResizingPolicy(Policy):
         extra = np.bincount(candidates // (most - 1), minlength=len(admitted))
         if self.search == "exact":
             exact = exact_division(costs, left)
-            picked = np.arange(len(costs))
-            greedy_cost = float(sum(r[e] for r, e in zip(costs, extra, strict=True)))
-            exact_cost = float(np.vstack(costs)[picked, exact].sum())
+            table, rows_at = np.vstack(costs), np.arange(len(costs))
+            greedy_cost = float(table[rows_at, extra].sum())
+            exact_cost = float(table[rows_at, exact].sum())
             if exact_cost != 0:
                 self.search_gaps.append((greedy_cost - exact_cost) / abs(exact_cost))
             extra = exact
@@ -255,6 +259,7 @@ class ResizingPolicy(Policy):
         if not jobs:
             return b.build(None)
         if tick:
+            self.observe(state, jobs)
             key = self.inputs_key(state, jobs)
             division = None if key is None else (frozenset(jobs), key)
             if division is not None and division == self._last_division:

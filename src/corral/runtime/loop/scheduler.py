@@ -126,7 +126,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         st.now = self.rel(now)
         self.dirty = False
         self._observe_progress()
-        self._observe_noise()
+        self._observe_goodput()
         self._observe_memory()
         self.observed_at = now
         if self.policy.shares_gpus:
@@ -337,7 +337,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             st.estimated[i] = st.curve_predicted[i] = source == "convergence"
             self.duration_source[job] = source
 
-    def _observe_noise(self) -> None:
+    def _observe_goodput(self) -> None:
         """Running jobs that state a batch size: the gradient noise scale their
         heartbeats report, and their step time on the GPUs they hold now (from
         a throughput window that began after this attempt started), for goodput
