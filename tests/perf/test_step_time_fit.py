@@ -83,6 +83,8 @@ def test_recording_says_when_to_refit():
     assert profile.record(1, 1, 64, 0.2, math.nan)  # moved: refit
     assert not profile.record(1, 2, 64, math.nan, math.nan)  # nothing measured
     assert not profile.record(1, 2, 64, 0.0, math.nan)
+    assert not profile.record(1, 2, 64, 1e-300, math.nan)  # a job's absurd report
+    assert not profile.record(1, 2, 64, 1e300, math.nan)
     assert profile.max_gpus == 1
     assert profile.refit().step_time(1, 1, 64) == pytest.approx(0.2, rel=1e-6)
     assert profile.fits == 1

@@ -40,6 +40,11 @@ optimize = LazyModule("scipy.optimize")
 FLOOR = 1e-8
 """Lower bound of every time parameter (seconds): 'nothing measured' sits here."""
 
+SHORTEST_STEP, LONGEST_STEP = 1e-6, 86_400.0
+"""Step times outside these (seconds) are not measurements: live, a job's
+reported throughput is its own word, and an absurd figure would otherwise
+make it look infinitely fast (or slow) to the fit."""
+
 CHANGED = 0.1
 """A configuration is refitted when a new measurement of it differs from the
 one kept by more than this share (live measurements wander a little)."""
@@ -97,8 +102,9 @@ class StepTimeProfile:
         """Add a measurement; True when the model should be refitted: the
         configuration is new, or its step time moved by more than
         ``CHANGED`` (a later measurement of a configuration replaces the
-        earlier: the newest is the job's speed now)."""
-        if not (step_time > 0 and math.isfinite(step_time)):
+        earlier: the newest is the job's speed now). Step times outside
+        [``SHORTEST_STEP``, ``LONGEST_STEP``] are ignored."""
+        if not SHORTEST_STEP <= step_time <= LONGEST_STEP:  # NaN fails too
             return False
         key = (int(nodes), int(gpus), round(float(local_batch), 3))
         before = self.observations.get(key)
