@@ -66,13 +66,17 @@ def exact_division(rows: list[np.ndarray], left: int) -> np.ndarray:
     """Extra GPUs per job that minimise the sum of costs exactly, by dynamic
     programming over jobs: ``rows[k][e]`` is job k's cost with ``e`` extra
     GPUs (``e`` = 0 .. len - 1), at most ``left`` extras in all. Whatever the
-    shape of the costs (the greedy is exact only for convex ones); J jobs and
-    G GPUs take J x G x G steps, vectorised per job."""
-    most = len(rows[0]) if rows else 0
+    shape of the costs (the greedy is exact only for convex ones). A job is
+    never given extras past its cheapest count (more would cost no less and
+    use more GPUs), so J jobs on G GPUs take J x G x (the longest such run)
+    steps, vectorised per job: small when jobs' useful sizes are capped
+    (Pollux's exploration cap), G x G per job at worst."""
     best = np.zeros(left + 1)  # best[g]: least cost of the jobs so far with g extras
-    grid_g, grid_e = np.arange(left + 1)[:, None], np.arange(most)[None, :]
+    grid_g = np.arange(left + 1)[:, None]
     choices = np.zeros((len(rows), left + 1), dtype=np.int64)
-    for k, row in enumerate(rows):
+    for k, full_row in enumerate(rows):
+        row = full_row[: int(np.argmin(full_row)) + 1]
+        grid_e = np.arange(len(row))[None, :]
         # cand[g, e] = best[g - e] + row[e], for e <= g
         prior = np.where(grid_e <= grid_g, best[np.clip(grid_g - grid_e, 0, None)], np.inf)
         cand = prior + row[None, :]
