@@ -21,10 +21,10 @@ The turn-by-turn runs take minutes each (millions of quanta).
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
-from validate_tiresias import LOADS, hours, ratio
+from validate_tiresias import LOADS, hours, ratio, scale_for
+from validate_tiresias import run as run_one
 from validation_io import notes_for, validation_main
 
 JOBS = 20_000
@@ -45,48 +45,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
-    tasks = [
-        {"load": float(load), "label": label, "policy": policy, "options": options}
-        | {"jobs": args.jobs}
-        for load in args.loads.split(",")
-        for label, policy, options in SCHEMES
-    ]
+    tasks = []
+    for load in (float(x) for x in args.loads.split(",")):
+        scale = scale_for(load, args.jobs)
+        for label, policy, options in SCHEMES:
+            tasks.append(
+                {
+                    "load": load,
+                    "label": label,
+                    "policy": policy,
+                    "options": options,
+                    "trace": "philly",
+                    "jobs": args.jobs,
+                    "cluster": "philly",
+                    "scale": scale,
+                }
+            )
     # the turn-by-turn runs are the long ones: start them first
     return sorted(tasks, key=lambda t: (t["options"] == {}, -t["load"]))
 
 
 def run(task: dict[str, Any]) -> dict[str, Any]:
-    """One scheme on the trace's first ``jobs`` jobs, Philly's cluster scaled so
-    that those jobs offer ``load``."""
-    from corral.model.cluster_specs import load_cluster
-    from corral.sim.metrics import summarise
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import TraceOptions, load_trace
-
-    t0 = time.perf_counter()
-    full = load_cluster("philly")
-    gandiva = task["policy"] == "gandiva"
-    options = TraceOptions(job_types="gavel" if gandiva else None)
-    offered = load_trace("philly", full.total_gpus).head(task["jobs"]).offered_load(full.total_gpus)
-    machines = load_cluster("philly", scale=offered / task["load"])
-    jobs = load_trace("philly", machines.total_gpus, options).head(task["jobs"])
-    spec = RunSpec(
-        task["policy"],
-        switch_cost="gandiva" if gandiva else None,
-        policy_options=dict(task["options"]),
-    )
-    summary = summarise(simulate(jobs, machines, spec))
-    summary.update(
-        {
-            "task": task,
-            "label": task["label"],
-            "load": task["load"],
-            "gpus": machines.total_gpus,
-            "offered_load": jobs.offered_load(machines.total_gpus),
-            "total_s": time.perf_counter() - t0,
-        }
-    )
-    return {k: v for k, v in summary.items() if not isinstance(v, float) or v == v}
+    """One scheme on the trace's first ``jobs`` jobs (the Tiresias page's run)."""
+    return run_one(task) | {"label": task["label"], "load": task["load"]}
 
 
 def render(results: list[dict[str, Any]]) -> str:

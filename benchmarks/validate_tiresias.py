@@ -57,6 +57,8 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     gandiva = task["policy"] == "gandiva"
     options = TraceOptions(job_types="gavel" if gandiva else None)
     jobs = load_trace(task["trace"], machines.total_gpus, options)
+    if task.get("jobs"):  # the trace's first jobs only
+        jobs = jobs.head(task["jobs"])
     spec = RunSpec(
         task["policy"],
         switch_cost="gandiva" if gandiva else None,
@@ -76,12 +78,15 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if not isinstance(v, float) or v == v}
 
 
-def scale_for(load: float) -> float:
+def scale_for(load: float, first: int | None = None) -> float:
+    """Scale of Philly's cluster at which the trace (its ``first`` jobs) offers ``load``."""
     from corral.model.cluster_specs import load_cluster
     from corral.traces import load_trace
 
     full = load_cluster("philly")
     jobs = load_trace("philly", full.total_gpus)
+    if first:
+        jobs = jobs.head(first)
     return jobs.offered_load(full.total_gpus) / load
 
 
