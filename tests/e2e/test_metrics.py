@@ -114,6 +114,7 @@ def test_the_series_change_as_jobs_run(service: ServiceProcess) -> None:
     for _ in range(2):
         client.submit({"name": "waits", "command": [PY, "-c", "import time; time.sleep(60)"],
                        "gpus": 2, "vc": "lab"})  # fmt: skip
+
     def queued_now() -> dict | None:  # type: ignore[type-arg]
         now = scrape(service)
         return now if value(now, "corral_queue_jobs", vc="lab", user="alice") >= 1 else None

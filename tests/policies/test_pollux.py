@@ -254,3 +254,71 @@ def test_starting_from_the_models_smallest_batch_counts_progress_in_the_jobs_own
     assert small.batches[j] < state.batch_size[j]
     with pytest.raises(Exception, match="initial_batch"):
         Pollux(initial_batch="tiny")
+
+
+def _prepared(state, j: int, **options) -> Pollux:
+    """A Pollux whose pass is prepared for job ``j`` alone on ``state``."""
+    policy = Pollux(throughput="known", **options)
+    policy.prepare(state, [j], state.speed_model())
+    return policy
+
+
+def test_a_running_job_moves_only_past_pollux_reallocation_penalty():
+    """Pollux's penalty: at every size but the one it holds, a running job's
+    speed-up is scaled by (T - R d) / (T + d); a job re-allocated as often as
+    its age allows may not move at all (its other sizes cost as if it got
+    nothing), and with ``restart_delay=0`` nothing is scaled."""
+    jobs = load_trace("pollux-6", 32).head(8)
+    state = Simulator(jobs, uniform(8, 4, gpu_type="T4"), Pollux(), SimConfig()).run().state
+    j = 0
+    state.held[j] = 2
+    state.now = float(state.submit[j]) + 600.0
+    sizes = np.arange(1, 9, dtype=np.float64)
+    free = _prepared(state, j, restart_delay=0)
+    penalised = _prepared(state, j)
+    penalised.reallocations[j] = 3
+    factor = (600.0 - 3 * 30.0) / (600.0 + 30.0)
+    assert penalised._realloc_factor(state, j) == pytest.approx(factor)
+    base, cost = free.costs(j, sizes), penalised.costs(j, sizes)
+    held = sizes == 2
+    assert cost[held] == pytest.approx(base[held])  # where it is: no penalty
+    assert cost[~held] == pytest.approx(base[~held] / factor)  # p = -1: cost / factor
+    penalised.reallocations[j] = 20  # moved 20 times in 600 s: may not move
+    assert penalised._realloc_factor(state, j) == 0.0
+    assert penalised.costs(j, sizes)[~held] == pytest.approx(1 / 1e-3)
+    state.held[j] = 0  # a job not running is not being moved
+    assert penalised._realloc_factor(state, j) == 1.0
+    with pytest.raises(Exception, match="restart_delay"):
+        Pollux(restart_delay=-1)
+
+
+def test_speed_ups_are_measured_against_a_fair_share_of_the_cluster():
+    """The paper's speed-up is over the goodput of a fair share (the cluster's
+    GPUs over the jobs, rounded up); ``speedup_base=one`` measures it against
+    one GPU instead. A job nothing is known about scales linearly: w / fair."""
+    rows = [(0.0, 1, 3600.0), (0.0, 2, 7200.0), (100.0, 1, 600.0)]
+    from tests.conftest import run
+
+    state = run(rows, uniform(2, 4), "pollux").state  # 8 GPUs
+    state.pending_order = [0, 1, 2]
+    fair, one = _prepared(state, 0), _prepared(state, 0, speedup_base="one")
+    assert fair._fair == 3 and one._fair == 1  # ceil(8 / 3)
+    sizes = np.arange(1, 7, dtype=np.float64)
+    assert fair.costs(0, sizes) == pytest.approx(3 / sizes)
+    assert one.costs(0, sizes) == pytest.approx(1 / sizes)
+    with pytest.raises(Exception, match="speedup_base"):
+        Pollux(speedup_base="half")
+
+
+def test_the_penalty_stops_jobs_flapping_between_sizes():
+    """On Pollux's workload the penalty (the default) restarts jobs less
+    often than a Pollux without it, and every job still finishes."""
+    jobs = load_trace("pollux-6", 32).head(40)
+    cluster = uniform(8, 4, gpu_type="T4")
+    runs = {}
+    for delay in (0.0, 30.0):
+        policy = Pollux(restart_delay=delay)
+        state = Simulator(jobs, cluster, policy, SimConfig(check_invariants=True)).run().state
+        assert (state.status == DONE).all()
+        runs[delay] = policy.counts["resizes"]
+    assert runs[30.0] < runs[0.0], runs

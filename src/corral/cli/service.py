@@ -417,7 +417,6 @@ def queue(
     print_table(title, chosen, rows)
 
 
-
 def _queue_columns(text: str | None) -> list[str]:
     if not text:
         return list(QUEUE_COLUMNS)
@@ -450,9 +449,7 @@ def history(
     ] = None,
     state: Annotated[
         str | None,
-        typer.Option(
-            "--state", "-s", help="states, corral's or Slurm's: FAILED,CANCELLED or F,CA"
-        ),
+        typer.Option("--state", "-s", help="states, corral's or Slurm's: FAILED,CANCELLED or F,CA"),
     ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
@@ -622,9 +619,7 @@ def resume(
 
 
 @app.command()
-def hold(
-    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
-) -> None:
+def hold(job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """Keep a waiting job from starting until released (scontrol hold)."""
     _act("hold", job_id, url, token, as_json)
 

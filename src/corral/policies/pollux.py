@@ -17,9 +17,15 @@ Every ``interval`` (60 s, as in the paper):
    convex in its GPUs, which measured speed-ups are not: on Pollux's
    workload-6 the greedy's objective was worse in about a third of the
    divisions (``docs/validation/pollux.md``);
-3. jobs resize (a restart) unless their speed-up would change by less than
-   ``min_change``; jobs that keep their GPUs re-pick their batch size, which
-   changes their speed without a restart, as Pollux's agents do.
+3. a running job's speed-up at any size but its own is scaled by Pollux's
+   **re-allocation penalty** ``max(T - R d, 0) / (T + d)``, T the job's age,
+   R how many times it has been re-allocated and d ``restart_delay`` (30 s,
+   the paper's artifact's): a young job, or one re-allocated often for its
+   age, moves only for a large gain, so jobs do not flap between two sizes;
+4. jobs resize (a restart) unless their speed-up would change by less than
+   ``min_change`` (0 by default: the penalty is Pollux's hysteresis); jobs
+   that keep their GPUs re-pick their batch size, which changes their speed
+   without a restart, as Pollux's agents do.
 
 When there are more jobs than GPUs a p-mean with p < 0 is zero for every
 allocation; the oldest jobs then get one GPU each and the rest wait (Pollux
@@ -81,6 +87,11 @@ from corral.policies.base import PlanBuilder
 from corral.policies.options import Option
 from corral.policies.resizing import ResizingPolicy
 
+RESTART_DELAY = 30.0
+"""Seconds a re-allocation is taken to cost in the penalty (Pollux's artifact's)."""
+PENALTY_FLOOR = 1e-3
+"""Least speed-up a penalised size is given (Pollux's objective adds 1e-3)."""
+
 
 @lru_cache(maxsize=65536)
 def _best(
@@ -140,6 +151,17 @@ class Pollux(ResizingPolicy):
             "choice",
             choices=("fitted", "known"),
         ),
+        "speedup_base": Option(
+            "what a speed-up is measured against: a fair share of the cluster (fair, the "
+            "paper's: its GPUs over the jobs) or one GPU (one)",
+            "choice",
+            choices=("fair", "one"),
+        ),
+        "restart_delay": Option(
+            "seconds a re-allocation is taken to cost in Pollux's re-allocation penalty "
+            "(0: no penalty)",
+            low=0,
+        ),
     }
     description = (
         "Pollux: each job's goodput (throughput x statistical efficiency) at its best batch "
@@ -156,13 +178,15 @@ class Pollux(ResizingPolicy):
         self,
         placement: PlacementStrategy | None = None,
         interval: float = 60.0,
-        min_change: float = 0.1,
+        min_change: float = 0.0,
         max_gpus: int = 0,
         p: float = -1.0,
         adapt_batch: bool = True,
         throughput: str = "fitted",
         search: str = "exact",
         initial_batch: str = "job",
+        restart_delay: float = RESTART_DELAY,
+        speedup_base: str = "fair",
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
@@ -171,6 +195,7 @@ class Pollux(ResizingPolicy):
         if throughput not in ("fitted", "known"):
             raise CorralError(f"pollux: throughput must be fitted or known, got {throughput!r}")
         self.learns = throughput == "fitted"
+        """True: each job's step times are learnt from its own measurements."""
         if search not in ("greedy", "exact"):
             raise CorralError(f"pollux: search must be greedy or exact, got {search!r}")
         self.search = search
@@ -179,7 +204,13 @@ class Pollux(ResizingPolicy):
         self.from_model = initial_batch == "model"
         """True: a job starts from its model's smallest trained batch, whatever
         batch it was submitted with (Pollux's artifact's set-up)."""
-        """True: each job's step times are learnt from its own measurements."""
+        if not (math.isfinite(float(restart_delay)) and float(restart_delay) >= 0):
+            raise CorralError(f"pollux: restart_delay must be >= 0 seconds, got {restart_delay}")
+        self.restart_delay = float(restart_delay)
+        if speedup_base not in ("fair", "one"):
+            raise CorralError(f"pollux: speedup_base must be fair or one, got {speedup_base!r}")
+        self.fair_base = speedup_base == "fair"
+        """True: speed-ups are over a fair share's goodput (the paper's)."""
         self.profiles: dict[int, StepTimeProfile] = {}
         """Goodput job -> the step times it has measured and its model of them."""
         if p == 0 or not -10 <= p <= 1:
@@ -194,8 +225,11 @@ class Pollux(ResizingPolicy):
         self._started: dict[int, float] = {}
         """Running job -> the speed factor it started at (a re-tune's ``respeeds``
         are relative to it, as the engine's are to the speed a job started at)."""
-        self._linear_costs: dict[tuple[int, float], np.ndarray] = {}
-        """Cost rows of jobs that scale linearly, by (sizes, first size): shared."""
+        self._linear_costs: dict[tuple[int, float, int], np.ndarray] = {}
+        """Cost rows of jobs that scale linearly, by (sizes, first size, fair
+        share): shared."""
+        self._fair = 1
+        """GPUs of a fair share in this pass (see :meth:`_fair_share`)."""
         self.batches: dict[int, float] = {}
         """Job -> the batch size it runs at now."""
         self.counts["retunes"] = 0
@@ -291,6 +325,7 @@ class Pollux(ResizingPolicy):
 
     def prepare(self, state: SchedulerState, jobs: list[int], speeds: SpeedModel) -> None:
         self._state, self._speeds = state, speeds
+        self._fair = self._fair_share(state)
         done = state.done_steps(np.asarray(jobs, dtype=np.int64)).tolist()
         for j, d in zip(jobs, done, strict=True):
             model = self._goodput_job(state, j)
@@ -298,7 +333,16 @@ class Pollux(ResizingPolicy):
                 self._noise[j] = self._noise_now(state, j, model, d)
             elif speeds.scales_linearly(state.job_type[j], state.model[j]):
                 continue  # its costs are the shared linear row: no base needed
-            self._base[j] = self._rate(j, 1)[1]
+            self._base[j] = self._rate(j, self._fair)[1]
+
+    def _fair_share(self, state: SchedulerState) -> int:
+        """GPUs of a fair share, the allocation speed-ups are measured against:
+        the cluster's GPUs over the jobs running or waiting (rounded up, as
+        Pollux does), or one GPU with ``speedup_base=one``."""
+        if not self.fair_base:
+            return 1
+        active = len(state.running) + len(state.pending_order)
+        return max(1, math.ceil(state.cluster.total_gpus / max(active, 1)))
 
     def observe(self, state: SchedulerState, jobs: list[int]) -> None:
         """Learning: each running goodput job's step time at its configuration now."""
@@ -311,15 +355,17 @@ class Pollux(ResizingPolicy):
 
     def inputs_key(self, state: SchedulerState, jobs: list[int]) -> object | None:
         """Speed-ups change only with the jobs' noise scales, their learnt step
-        times (and the GPUs each holds, when a resize could not place a job at
-        its size)."""
+        times, their re-allocation penalties (to two places: they creep towards
+        1 as jobs age) and the GPUs each holds (a resize may not have placed a
+        job at its size)."""
         done = state.done_steps(np.asarray(jobs, dtype=np.int64)).tolist()
         key = []
         for j, d in zip(jobs, done, strict=True):
             model = self._goodput_job(state, j)
             noise = self._noise_now(state, j, model, d) if model is not None else None
             fits = self.profiles[j].fits if j in self.profiles else 0
-            key.append((j, int(state.held[j]), noise, fits))
+            penalty = round(self._realloc_factor(state, j), 2)
+            key.append((j, int(state.held[j]), noise, fits, penalty))
         return tuple(key)
 
     def cost(self, j: int, gpus: int) -> float:
@@ -329,19 +375,44 @@ class Pollux(ResizingPolicy):
         state, speeds = self._state, self._speeds
         assert state is not None and speeds is not None
         if self._goodput_job(state, j) is not None:
-            if self.learns:  # no further than the job's scaling has been tried
-                sizes = np.minimum(sizes, self._cap(j))
-            s = np.array([self._rate(j, int(w))[1] for w in sizes]) / self._base[j]
-        elif speeds.scales_linearly(
-            state.job_type[j], state.model[j]
-        ):  # speed-up w on w GPUs: one row for all
-            key = (len(sizes), float(sizes[0]))
-            if key not in self._linear_costs:
-                self._linear_costs[key] = sizes**self.p if self.p < 0 else -(sizes**self.p)
-            return self._linear_costs[key]
+            # no further than the job's scaling has been tried
+            tried = np.minimum(sizes, self._cap(j)) if self.learns else sizes
+            s = np.array([self._rate(j, int(w))[1] for w in tried]) / self._base[j]
+        elif speeds.scales_linearly(state.job_type[j], state.model[j]):
+            if self._realloc_factor(state, j) != 1.0:
+                s = sizes / self._fair
+            else:  # speed-up w / fair on w GPUs: one row for all
+                key = (len(sizes), float(sizes[0]), self._fair)
+                if key not in self._linear_costs:
+                    row = sizes / self._fair
+                    self._linear_costs[key] = row**self.p if self.p < 0 else -(row**self.p)
+                return self._linear_costs[key]
         else:
             s = self.model_speeds(state, j, sizes, speeds) / self._base[j]
+        s = self._penalised(state, j, sizes, s)
         return s**self.p if self.p < 0 else -(s**self.p)
+
+    def _realloc_factor(self, state: SchedulerState, j: int) -> float:
+        """Pollux's re-allocation penalty for running job ``j``: ``(T - R d) /
+        (T + d)`` (at least 0), T its age, R its re-allocations so far. 1 for a
+        job not running (it is not being moved) or with the penalty off."""
+        if self.restart_delay <= 0 or state.held[j] <= 0:
+            return 1.0
+        age = max(float(state.now - state.submit[j]), 0.0)
+        moved = self.reallocations.get(j, 0)
+        return max(age - moved * self.restart_delay, 0.0) / (age + self.restart_delay)
+
+    def _penalised(
+        self, state: SchedulerState, j: int, sizes: np.ndarray, speedups: np.ndarray
+    ) -> np.ndarray:
+        """Speed-ups at every size but the one job ``j`` holds, scaled by its
+        re-allocation penalty (floored, as Pollux's objective adds 1e-3, so that
+        a job that may not move costs a finite amount anywhere else)."""
+        factor = self._realloc_factor(state, j)
+        if factor == 1.0:
+            return speedups
+        moved = np.maximum(speedups * factor, PENALTY_FLOOR)
+        return np.where(sizes == int(state.held[j]), speedups, moved)
 
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
         return (float(state.submit[j]),)

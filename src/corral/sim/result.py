@@ -86,6 +86,7 @@ def parse_failure_rates(text: str) -> tuple[tuple[int, int, float], ...]:
         out.append((lo, hi, rate))
     return tuple(out)
 
+
 @dataclass
 class Timeline:
     """Samples taken after each scheduling pass."""

@@ -325,9 +325,7 @@ class RayExecutor(Executor):
         return changed
 
     def unavailable_reason(self, node: str) -> str | None:
-        return self._reason.get(node) or (
-            "left the Ray cluster" if node in self._gone else None
-        )
+        return self._reason.get(node) or ("left the Ray cluster" if node in self._gone else None)
 
     def _restart_head(self) -> None:
         """The service's own Ray instance died (its raylet or GCS): start it again.

@@ -27,9 +27,7 @@ from corral.runtime.loop.loop_base import Attempt, LoopBase
 from corral.runtime.storage.store import AttemptRow, JobRow
 
 
-def output_path(
-    spec: JobSpec, job: int, user: str, pattern: str | None = None
-) -> str | None:
+def output_path(spec: JobSpec, job: int, user: str, pattern: str | None = None) -> str | None:
     """The job's ``output`` (or another of its paths, ``error``) with Slurm's patterns
     filled in: %j job, %a array index, %A array job, %x name, %u user, %% a percent."""
     pattern = spec.output if pattern is None else pattern
