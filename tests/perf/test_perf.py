@@ -183,3 +183,21 @@ def test_a_local_batch_beyond_one_gpu_accumulates_gradients():
     )
     assert big == pytest.approx(one.step_time + 5 * (one.step_time - one.sync_time))
     assert big > 2.5 * fits
+
+
+def test_a_noise_scale_is_the_same_quantity_whichever_batch_curve_it_is_read_from():
+    """The bundled curves record gradient variance over the model's initial
+    batch (AdaptDL's convention, Pollux's gain formula), so the noise scale
+    read at the same point of training from runs at 8 and at 512 agrees to
+    within a small factor; read per run's batch it would differ 64x. Early in
+    training a large batch is then inefficient (YOLOv3 at 512 starts below 5%
+    of the initial batch's progress per example)."""
+    from corral.perf.goodput import efficiency, noise_at
+    from corral.perf.pollux_models import noise_curve
+
+    small, large = noise_curve("yolov3", 8), noise_curve("yolov3", 512)
+    for share in (0.3, 0.6, 0.9):
+        a = small[1][int(share * (len(small[1]) - 1))]
+        b = large[1][int(share * (len(large[1]) - 1))]
+        assert 0.33 < a / b < 3.0, (share, a, b)
+    assert efficiency(noise_at("yolov3", 512, 0), 8, 512) < 0.05

@@ -132,17 +132,24 @@ def noise_curve(model: str, global_batch: int) -> tuple[tuple[float, ...], tuple
     """(steps, gradient noise scale) along a run at this batch size.
 
     The curves carry estimates of the squared gradient norm (``grad_sqr``) and
-    of the gradient variance at the run's batch (``grad_var``); the noise scale
-    in examples is ``batch x grad_var / grad_sqr`` (McCandlish et al.'s simple
-    noise scale, Pollux's phi). It grows as training goes on.
+    of the gradient variance (``grad_var``) as AdaptDL records them: the
+    variance of a gradient taken over the model's *initial* batch (its
+    smallest trained one), whatever batch the run used, so that Pollux's gain
+    at ``scale = batch / initial`` is ``(var + sqr) / (var / scale + sqr)``.
+    The noise scale in examples (McCandlish et al.'s simple noise scale,
+    Pollux's phi) is therefore ``initial x grad_var / grad_sqr``; it grows as
+    training goes on. (Read per run's batch instead, it came out batch /
+    initial times too large, 16-64x for Pollux's workloads' batches, and
+    made large batches look nearly free.)
     """
+    initial = trained_batches(model)[0]
     steps: list[float] = []
     noise: list[float] = []
     for row in _validation_rows(model, global_batch):
         sqr, var = float(row["grad_sqr"]), float(row["grad_var"])
         if sqr > 0 and var >= 0:
             steps.append(float(row["iteration"]))
-            noise.append(global_batch * var / sqr)
+            noise.append(initial * var / sqr)
     return tuple(steps), tuple(noise)
 
 
