@@ -192,8 +192,7 @@ def render(r: dict[str, Any]) -> str:
         "left out: links, overlaps and gradient sizes are fitted on the rest, and the "
         "step-time error is measured on placements the fit never saw.",
         "",
-        "| model | fitted on | in-sample error median | held out | held-out error median "
-        "| p90 |",
+        "| model | fitted on | in-sample error median | held out | held-out error median | p90 |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for model, m in r["models"].items():

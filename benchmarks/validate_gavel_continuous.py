@@ -102,9 +102,7 @@ def main() -> None:
         parser.add_argument("--seeds", type=int, nargs="+", default=[0])
         parser.add_argument("--rates", type=float, nargs="+", default=None)
 
-    validation_main(
-        __doc__.splitlines()[0], "gavel-continuous", arguments, make_tasks, run, render
-    )
+    validation_main(__doc__.splitlines()[0], "gavel-continuous", arguments, make_tasks, run, render)
 
 
 if __name__ == "__main__":

@@ -87,8 +87,11 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_sim(workload: int, policy: str, options: dict[str, Any]) -> dict[str, Any]:
-    """One Pollux workload on the testbed's shape (``validate_pollux`` uses it too)."""
+def run_sim(
+    workload: int, policy: str, options: dict[str, Any], per_job: bool = False
+) -> dict[str, Any]:
+    """One Pollux workload on the testbed's shape (``validate_pollux`` uses it too);
+    ``per_job`` adds each job's JCT by name (``jct_by_job``)."""
     import numpy as np
 
     from corral.model.cluster_specs import load_cluster
@@ -109,6 +112,8 @@ def run_sim(workload: int, policy: str, options: dict[str, Any]) -> dict[str, An
         "utilization": float(result.busy_gpu_seconds / (result.end_time * s.cluster.total_gpus)),
         "sim_s": round(result.wall_s, 2),
     }
+    if per_job:
+        out["jct_by_job"] = dict(zip(jobs.df["job_id"], jct.tolist(), strict=True))
     counts = getattr(result.policy, "counts", None)
     if counts:
         out["counts"] = dict(counts)

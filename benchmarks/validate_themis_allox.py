@@ -50,19 +50,23 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     s = summarise(simulate_gavel_workload(CLUSTER, task["policy"], task, JOBS, True))
-    return task | {
-        key: s[key]
-        for key in (
-            "avg_jct_s",
-            "p99_jct_s",
-            "max_ftf_rho",
-            "median_ftf_rho",
-            "jain_ftf",
-            "preemptions",
-            "offered_load",
-            "jobs_finished",
-        )
-    } | {"wall_s": time.perf_counter() - t0}
+    return (
+        task
+        | {
+            key: s[key]
+            for key in (
+                "avg_jct_s",
+                "p99_jct_s",
+                "max_ftf_rho",
+                "median_ftf_rho",
+                "jain_ftf",
+                "preemptions",
+                "offered_load",
+                "jobs_finished",
+            )
+        }
+        | {"wall_s": time.perf_counter() - t0}
+    )
 
 
 def render(results: list[dict[str, Any]]) -> str:

@@ -67,4 +67,3 @@ def simulate_gavel_workload(
 def mean_of(rows: list[Result], key: str) -> float:
     """``key`` averaged over ``rows`` (one per seed)."""
     return sum(r[key] for r in rows) / len(rows)
-

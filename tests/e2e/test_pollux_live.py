@@ -86,8 +86,10 @@ def test_pollux_tunes_a_reporting_jobs_batch_size(tmp_path: Path) -> None:
 def test_pollux_learns_a_live_jobs_scaling_from_its_heartbeats(tmp_path: Path) -> None:
     """A job that has only run on one GPU is grown to two once its step time
     there is measured (its heartbeats' throughput), not further: Pollux
-    trusts its learnt model no further than twice the GPUs it has seen."""
-    with _cifar_job(tmp_path, {"interval": 1.0}) as (service, job):
+    trusts its learnt model no further than twice the GPUs it has seen.
+    (Without the re-allocation penalty, which would keep a job this young,
+    seconds old against its 30-s restart delay, where it is.)"""
+    with _cifar_job(tmp_path, {"interval": 1.0, "restart_delay": 0}) as (service, job):
         grown = wait_for(
             lambda: len(a := service.client.json("GET", f"/v1/jobs/{job}")["attempts"]) >= 2 and a,
             timeout=60,
