@@ -322,3 +322,22 @@ def test_the_penalty_stops_jobs_flapping_between_sizes():
         assert (state.status == DONE).all()
         runs[delay] = policy.counts["resizes"]
     assert runs[30.0] < runs[0.0], runs
+
+
+def test_a_jobs_batch_and_speed_follow_its_noise_scale_between_reallocations():
+    """A job's efficiency moves with its noise scale as it trains, so its
+    batch and speed are re-tuned every minute (Pollux's agents) whatever the
+    re-allocation interval. Frozen until the next re-allocation, a lone
+    CIFAR-10 job kept the speed of its first minute (when small batches are
+    worth most per example) and finished faster with a 10-minute interval
+    than with a 1-minute one."""
+    jobs = load_trace("pollux-6", 64)
+    lone = jobs._replace(jobs.df[jobs.df.job_id == "cifar10-0"].reset_index(drop=True))
+    lone.df["submit_time"] = 0.0
+    jct = {}
+    for interval in (60.0, 600.0):
+        policy = Pollux(throughput="known", initial_batch="model", interval=interval)
+        state = Simulator(lone, uniform(16, 4, gpu_type="T4"), policy, SimConfig()).run().state
+        jct[interval] = float(state.finish_time[0] - state.submit[0])
+        assert jct[interval] > 120 and policy.counts["retunes"] >= 2, (interval, policy.counts)
+    assert jct[600.0] >= jct[60.0], jct

@@ -87,6 +87,12 @@ from corral.policies.base import PlanBuilder
 from corral.policies.options import Option
 from corral.policies.resizing import ResizingPolicy
 
+AGENT_PERIOD = 60.0
+"""Seconds between re-tunes of a running job's batch size (and so of its
+speed) between re-allocations. Pollux's agents re-tune as the job trains,
+whatever the scheduler's interval; a job's efficiency moves with its noise
+scale, so a speed frozen until the next re-allocation would be stale."""
+
 RESTART_DELAY = 30.0
 """Seconds a re-allocation is taken to cost in the penalty (Pollux's artifact's)."""
 PENALTY_FLOOR = 1e-3
@@ -125,6 +131,7 @@ def _rounded(value: float) -> float:
 
 class Pollux(ResizingPolicy):
     name = "pollux"
+    retune_period = AGENT_PERIOD
     options: ClassVar[dict[str, Option]] = {
         "interval": Option("seconds between re-allocations", above=0),
         "min_change": Option(

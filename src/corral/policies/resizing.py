@@ -118,6 +118,7 @@ class ResizingPolicy(Policy):
         self.min_change = float(min_change)
         self.max_gpus = int(max_gpus)
         self._next_tick = -math.inf
+        self._next_retune = -math.inf
         self._last_division: object | None = None
         """The job set and inputs of the last interval's division (see inputs_key)."""
         self.counts: dict[str, int] = {"resizes": 0}
@@ -127,6 +128,10 @@ class ResizingPolicy(Policy):
         self.search_gaps: list[float] = []
         """With ``search = exact``: per division, how much worse (relative) the
         greedy's objective would have been; the measure of what the greedy gives up."""
+
+    retune_period: float = math.inf
+    """Seconds between re-tunes of running jobs between re-allocations
+    (:meth:`retune`; infinite: only at re-allocations)."""
 
     # ---- what subclasses say -------------------------------------------------
 
@@ -260,20 +265,27 @@ class ResizingPolicy(Policy):
         tick = state.now >= self._next_tick or starved
         if tick:
             self._next_tick = state.now + self.interval
-        if not pending and not tick:
-            return b.build(self._next_tick if running else None)
+        # between re-allocations, running jobs still re-tune (Pollux's agents)
+        refresh = not tick and bool(running) and state.now >= self._next_retune
+        if tick or refresh or self._next_retune <= state.now:  # (due with none running)
+            self._next_retune = state.now + self.retune_period
+        wakeup = min(self._next_tick, self._next_retune)
+        if not pending and not tick and not refresh:
+            return b.build(wakeup if running else None)
         jobs = running + pending if tick else pending
-        if not jobs:
+        if not jobs and not refresh:
             return b.build(None)
         if tick:
             self.observe(state, jobs)
             key = self.inputs_key(state, jobs)
             division = None if key is None else (frozenset(jobs), key)
             if division is not None and division == self._last_division:
-                return b.build(self._next_tick)
+                return b.build(wakeup)
             self._last_division = division
+        if refresh:
+            self.observe(state, running)
         speeds = state.speeds or SpeedModel()
-        self.prepare(state, jobs, speeds)
+        self.prepare(state, running + pending if refresh else jobs, speeds)
         order = sorted(jobs, key=lambda j: (*self.admission_key(state, j), j))
         if tick:
             capacity = state.free.total + sum(int(state.held[j]) for j in running)
@@ -302,13 +314,15 @@ class ResizingPolicy(Policy):
                     self.counts["resizes"] += 1
             else:
                 kept.append(j)
+        if refresh:
+            kept = running
         if kept:
             self.retune(b, state, kept)
         to_place += [j for j in pending if alloc.get(j, 0) > 0]
         to_place.sort(key=lambda j: (-alloc[j], j))
         for j in to_place:
             self._place(b, state, j, alloc[j], speeds)
-        return b.build(self._next_tick)
+        return b.build(wakeup)
 
     def resized(self, state: SchedulerState, j: int, want: int) -> bool:
         """Whether running job ``j`` must restart to run on ``want`` GPUs (Optimus
