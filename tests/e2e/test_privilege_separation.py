@@ -283,9 +283,19 @@ def test_the_launcher_and_standby_workers_run_with_a_fixed_environment(
     pool = StandbyPool(1, tmp_path / "workers.log", preload=[])
     try:
         worker = pool.idle[0].process
+        # on a loaded machine the worker may still be between fork and exec (its
+        # command line empty or the parent's): wait for the interpreter's own
+        cmdline = wait_for(
+            lambda: (
+                (argv := Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0"))[0]
+                == sys.executable.encode()
+                and argv
+            ),
+            30,
+            "the standby worker to exec",
+        )
         seen = Path(f"/proc/{worker.pid}/environ").read_bytes().split(b"\0")
         assert not any(v.startswith((b"CORRAL_TEST_SECRET", b"PYTHONPATH")) for v in seen)
-        cmdline = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline[1] == b"-I"
     finally:
         pool.close()
