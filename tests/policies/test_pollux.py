@@ -276,14 +276,14 @@ def test_a_running_job_moves_only_past_pollux_reallocation_penalty():
     sizes = np.arange(1, 9, dtype=np.float64)
     free = _prepared(state, j, restart_delay=0)
     penalised = _prepared(state, j)
-    penalised.reallocations[j] = 3
+    state.preemptions[j] = 3
     factor = (600.0 - 3 * 30.0) / (600.0 + 30.0)
     assert penalised._realloc_factor(state, j) == pytest.approx(factor)
     base, cost = free.costs(j, sizes), penalised.costs(j, sizes)
     held = sizes == 2
     assert cost[held] == pytest.approx(base[held])  # where it is: no penalty
     assert cost[~held] == pytest.approx(base[~held] / factor)  # p = -1: cost / factor
-    penalised.reallocations[j] = 20  # moved 20 times in 600 s: may not move
+    state.preemptions[j] = 20  # moved 20 times in 600 s: may not move
     assert penalised._realloc_factor(state, j) == 0.0
     assert penalised.costs(j, sizes)[~held] == pytest.approx(1 / 1e-3)
     state.held[j] = 0  # a job not running is not being moved

@@ -401,12 +401,14 @@ class Pollux(ResizingPolicy):
 
     def _realloc_factor(self, state: SchedulerState, j: int) -> float:
         """Pollux's re-allocation penalty for running job ``j``: ``(T - R d) /
-        (T + d)`` (at least 0), T its age, R its re-allocations so far. 1 for a
-        job not running (it is not being moved) or with the penalty off."""
+        (T + d)`` (at least 0), T its age, R its re-allocations so far (the
+        state's preemption count: every stop of a running job, kept across a
+        service restart). 1 for a job not running (it is not being moved) or
+        with the penalty off."""
         if self.restart_delay <= 0 or state.held[j] <= 0:
             return 1.0
         age = max(float(state.now - state.submit[j]), 0.0)
-        moved = self.reallocations.get(j, 0)
+        moved = int(state.preemptions[j])
         return max(age - moved * self.restart_delay, 0.0) / (age + self.restart_delay)
 
     def _penalised(

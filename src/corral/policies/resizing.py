@@ -122,9 +122,6 @@ class ResizingPolicy(Policy):
         self._last_division: object | None = None
         """The job set and inputs of the last interval's division (see inputs_key)."""
         self.counts: dict[str, int] = {"resizes": 0}
-        self.reallocations: dict[int, int] = {}
-        """Running job -> how many times a re-allocation has stopped it (resized
-        or preempted): what Pollux's re-allocation penalty counts."""
         self.search_gaps: list[float] = []
         """With ``search = exact``: per division, how much worse (relative) the
         greedy's objective would have been; the measure of what the greedy gives up."""
@@ -308,7 +305,6 @@ class ResizingPolicy(Policy):
             want = alloc.get(j, 0)
             if self.resized(state, j, want):
                 b.stop(j)
-                self.reallocations[j] = self.reallocations.get(j, 0) + 1
                 if want:
                     to_place.append(j)
                     self.counts["resizes"] += 1
