@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from validate_optimus import CLUSTER, REPORTED, run_sim
+from validate_optimus import ARTIFACT_RESULTS, CLUSTER, REPORTED, run_sim
 from validation_io import notes_for, validation_main
 
 ARTIFACT = {"initial_batch": "model"}
@@ -36,21 +36,6 @@ ARTIFACT_TIRESIAS = {"queues": 2, "thresholds": "57600"}
 """How Pollux's artifact configures its Tiresias baseline: two queues, a job
 moving down after 16 GPU-hours (corral's defaults are the Tiresias paper's)."""
 
-ARTIFACT_RESULTS: dict[str, dict[int, float]] = {
-    "pollux": {
-        1: 2088.8, 2: 3322.9, 3: 2188.5, 4: 2721.0, 5: 2673.7, 6: 2446.1, 7: 3616.1, 8: 2951.9
-    },
-    "tiresias": {
-        1: 2473.7, 2: 5145.0, 3: 3876.3, 4: 3280.3, 5: 3501.0, 6: 3469.7, 7: 5479.9, 8: 5079.7
-    },
-    "optimus": {
-        1: 4087.1, 2: 6913.9, 3: 3944.0, 4: 5967.8, 5: 5656.2, 6: 5301.9, 7: 7290.9, 8: 6293.8
-    },
-}  # fmt: skip
-"""Average JCT (s) per workload in the results Pollux's artifact ships
-(``results-jobload``, load 1.0: one run of each policy on each of the eight
-workloads); its README's workload-6 figures are these rounded. Its Tiresias,
-re-run here, reproduces them on all eight to the second."""
 
 SCHEMES: list[tuple[str, str, dict[str, Any]]] = [
     ("pollux", "pollux", ARTIFACT),
