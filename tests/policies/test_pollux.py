@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from corral.model.cluster import Links
 from corral.model.state import DONE
-from corral.perf.communication import model_profile
+from corral.perf.communication import Span, model_profile
 from corral.perf.goodput import efficiency, goodput_model, noise_at
-from corral.perf.pollux_models import noise_curve
+from corral.perf.pollux_models import largest_local_batch, micro_batches, noise_curve
 from corral.policies.pollux import Pollux
 from corral.policies.resizing import ResizingPolicy, exact_division
 from corral.sim.engine import Simulator
@@ -184,7 +184,7 @@ class _Watching(Pollux):
         self.starts: list[tuple[int, int, int]] = []
 
     def on_start(self, builder, state, j, gpus):
-        self.starts.append((j, gpus, self._cap(j)))
+        self.starts.append((j, len(gpus), self._cap(j)))
         super().on_start(builder, state, j, gpus)
 
 
@@ -226,8 +226,8 @@ def test_what_a_learning_pollux_believes_does_not_change_how_fast_a_job_runs():
     for policy in (learning, oracle):
         policy._state = state
         policy._noise[j] = float("nan")  # batch stays: both pick the initial one
-    assert learning._progress_factor(state, j, 4) == pytest.approx(
-        oracle._progress_factor(state, j, 4), rel=1e-12
+    assert learning._progress_factor(state, j, range(4)) == pytest.approx(
+        oracle._progress_factor(state, j, range(4)), rel=1e-12
     )
 
 
@@ -247,10 +247,12 @@ def test_starting_from_the_models_smallest_batch_counts_progress_in_the_jobs_own
         policy._speeds = state.speed_model()
         policy._noise[j] = 1e7
     assert small._initial(state, j, "bert") == 12 < state.batch_size[j]
-    assert small._progress_factor(state, j, 8) == pytest.approx(own._progress_factor(state, j, 8))
+    assert small._progress_factor(state, j, range(8)) == pytest.approx(
+        own._progress_factor(state, j, range(8))
+    )
     assert small.batches[j] == own.batches[j]
     small._noise[j] = own._noise[j] = 50.0  # little noise: small batches are efficient
-    assert small._progress_factor(state, j, 1) > own._progress_factor(state, j, 1)
+    assert small._progress_factor(state, j, [0]) > own._progress_factor(state, j, [0])
     assert small.batches[j] < state.batch_size[j]
     with pytest.raises(Exception, match="initial_batch"):
         Pollux(initial_batch="tiny")
@@ -341,3 +343,139 @@ def test_a_jobs_batch_and_speed_follow_its_noise_scale_between_reallocations():
         jct[interval] = float(state.finish_time[0] - state.submit[0])
         assert jct[interval] > 120 and policy.counts["retunes"] >= 2, (interval, policy.counts)
     assert jct[600.0] >= jct[60.0], jct
+
+
+def _split_and_packed(state, j: int, noise: float) -> tuple[Pollux, list[int], list[int]]:
+    """An oracle Pollux prepared for job ``j`` at this noise scale, with four
+    GPUs on one node and four GPUs on four nodes of an 8x4 cluster; jobs
+    start from their model's smallest batch (12 for BERT)."""
+    policy = _prepared(state, j, initial_batch="model")
+    policy._noise[j] = noise
+    return policy, [0, 1, 2, 3], [0, 4, 8, 12]
+
+
+def test_a_job_split_across_nodes_runs_at_its_layouts_goodput():
+    """The batch is picked for the GPUs' actual layout, and the speed is the
+    truth there: a BERT job split over four nodes synchronises over the
+    network, so it accumulates gradients into a larger batch than on one
+    node, and the engine's speed (its reference speed times the layout's
+    locality times the policy's factor) is the communication model's goodput
+    at that batch and layout (computed here from the step times directly)."""
+    jobs = load_trace("pollux-6", 32).head(8)
+    state = Simulator(jobs, uniform(8, 4, gpu_type="T4"), Pollux(), SimConfig()).run().state
+    j = next(i for i in range(len(state.model)) if state.model[i] == "bert")
+    policy, packed, split = _split_and_packed(state, j, 1000.0)
+    f_packed = policy._progress_factor(state, j, packed)
+    b_packed = policy.batches[j]
+    f_split = policy._progress_factor(state, j, split)
+    b_split = policy.batches[j]
+    assert b_split > b_packed
+    cluster, profile = state.cluster, model_profile("bert")
+    assert profile is not None
+    own = int(state.batch_size[j])
+    locality = state.speed_model().locality.factor(cluster, split, "bert")
+    assert locality < 1.0
+    reference = goodput_model(profile, cluster.links, 4, own).throughput(int(state.gpus[j]), own)
+    micro = int(np.ceil(b_split / 4 / 12 - 1e-9))
+    local = b_split / 4 / micro
+    span = Span.of(cluster, split)
+    step = profile.step_time(span, cluster.links, local_batch=local)
+    step += (micro - 1) * profile.compute_time(local)
+    truth = b_split / step * efficiency(1000.0, own, b_split)
+    assert f_split * locality == pytest.approx(truth / reference, rel=1e-9)
+    assert f_split * locality < f_packed  # split, it is slower all the same
+
+
+def test_pollux_may_start_a_job_on_fewer_gpus_of_fewer_nodes():
+    """Where the free GPUs are scattered, Pollux starts a job where its
+    goodput is best: early in training (a small noise scale: accumulating
+    into large batches does not pay) BERT on three GPUs of one node rather
+    than four GPUs of four nodes, later (a large one) on the four; the other
+    resizing policies take the largest size that fits."""
+    jobs = load_trace("pollux-6", 32).head(8)
+    state = Simulator(jobs, uniform(8, 4, gpu_type="T4"), Pollux(), SimConfig()).run().state
+    j = next(i for i in range(len(state.model)) if state.model[i] == "bert")
+    policy, _, split = _split_and_packed(state, j, 200.0)
+    options = [tuple(split), (0, 1, 2), (0, 1), (0,)]
+    assert policy.pick_placement(state, j, options) == (0, 1, 2)
+    policy._noise[j] = 1e5
+    assert policy.pick_placement(state, j, options) == tuple(split)
+    assert ResizingPolicy.pick_placement(policy, state, j, options) == tuple(split)
+
+
+class _CheckingSpeeds(Pollux):
+    """Pollux that, at every pass, checks each running job's engine speed
+    against the communication model's goodput at its actual layout."""
+
+    def __init__(self, **kw):
+        super().__init__(throughput="known", **kw)
+        self.checked: list[tuple[int, ...]] = []
+
+    def schedule(self, state):
+        for j in state.running.array().tolist():
+            gpus = state.alloc[j]
+            if not gpus or j not in self.batches or j not in self._noise:
+                continue
+            model, own, batch = state.model[j], int(state.batch_size[j]), self.batches[j]
+            profile = model_profile(model)
+            span = Span.of(state.cluster, gpus)
+            micro, local = micro_batches(batch / len(gpus), largest_local_batch(model))
+            step = profile.step_time(span, state.cluster.links, local_batch=local)
+            step += (micro - 1) * profile.compute_time(local)
+            noise = self._noise[j]
+            gain = efficiency(noise, own, batch) if noise == noise else 1.0
+            examples = batch / step * gain
+            reference = goodput_model(profile, state.cluster.links, 4, own).throughput(
+                int(state.gpus[j]), own
+            )
+            truth = float(state.ref_speed[j]) * examples / reference
+            assert state.speed[j] == pytest.approx(truth, rel=1e-9), (j, span, batch)
+            self.checked.append(span.per_node)
+        return super().schedule(state)
+
+
+def test_the_engine_runs_pollux_jobs_at_the_goodput_of_their_actual_layout():
+    """Across a run, every running job's speed is its reference speed scaled
+    by the communication model's goodput at its batch and actual layout
+    (split gangs included) over its goodput as submitted."""
+    jobs = load_trace("pollux-6", 32).head(30)
+    policy = _CheckingSpeeds()
+    result = Simulator(jobs, uniform(8, 4, gpu_type="T4"), policy, SimConfig()).run()
+    assert (result.state.status == DONE).all()
+    assert len(policy.checked) > 100
+    assert any(len(p) > 1 and any(g < 4 for g in p[:-1]) for p in policy.checked)  # split
+
+
+def test_pollux_keeps_gangs_that_span_nodes_off_each_others_nodes():
+    """Interference avoidance (Pollux's rule): a gang spanning nodes is never
+    placed on a node that holds another such gang, checked at every pass of a
+    run; with ``avoid_interference`` off, such gangs do share nodes."""
+
+    def shared_nodes(policy: Pollux) -> tuple[int, int]:
+        """(passes with a node under two spanning gangs, spanning gangs seen)."""
+        seen = {"shared": 0, "spanning": 0}
+        inner = policy.schedule
+
+        def checking(state):
+            node_of = state.cluster.gpu_node
+            owner: dict[int, int] = {}
+            clash = False
+            for j in state.running.array().tolist():
+                nodes = {int(node_of[g]) for g in state.alloc[j] or ()}
+                if len(nodes) > 1:
+                    seen["spanning"] += 1
+                    for n in nodes:
+                        clash |= owner.setdefault(n, j) != j
+            seen["shared"] += clash
+            return inner(state)
+
+        policy.schedule = checking  # type: ignore[method-assign]
+        jobs = load_trace("pollux-6", 32).head(40)
+        result = Simulator(jobs, uniform(8, 4, gpu_type="T4"), policy, SimConfig()).run()
+        assert (result.state.status == DONE).all()
+        return seen["shared"], seen["spanning"]
+
+    shared, spanning = shared_nodes(Pollux(initial_batch="model"))
+    assert spanning > 50 and shared == 0
+    shared, _ = shared_nodes(Pollux(initial_batch="model", avoid_interference=False))
+    assert shared > 0

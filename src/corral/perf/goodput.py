@@ -53,11 +53,14 @@ class GoodputModel:
     """The job's own step-time model, learnt from its measurements (None: the
     communication model's, known up front)."""
 
-    def throughput(self, gpus: int, batch: float) -> float:
-        """Examples per second of ``gpus`` GPUs (fewest nodes) at global ``batch``.
-        A local batch beyond what one GPU takes accumulates gradients over
-        micro-batches: each further one costs a compute pass."""
-        span = Span.packed(gpus, self.node_size)
+    def throughput(self, gpus: int, batch: float, span: Span | None = None) -> float:
+        """Examples per second of ``gpus`` GPUs at global ``batch``, laid out as
+        ``span`` (None: the fewest nodes). A local batch beyond what one GPU
+        takes accumulates gradients over micro-batches: each further one costs
+        a compute pass, so accumulation pays most where synchronising is dear
+        (across nodes)."""
+        if span is None:
+            span = Span.packed(gpus, self.node_size)
         micro, local = micro_batches(batch / gpus, self.max_local)
         if self.fitted is not None:
             step = self.fitted.step_time(span.nodes, gpus, local)
@@ -67,14 +70,16 @@ class GoodputModel:
             step += (micro - 1) * self.profile.compute_time(local)
         return batch / step
 
-    def best(self, gpus: int, noise: float) -> tuple[float, float]:
+    def best(self, gpus: int, noise: float, span: Span | None = None) -> tuple[float, float]:
         """(batch, goodput in examples/s at the initial batch's efficiency) that
-        maximise goodput on ``gpus`` GPUs."""
+        maximise goodput on ``gpus`` GPUs laid out as ``span`` (None: the fewest
+        nodes)."""
         low = float(self.initial_batch)
         high = float(max(low, self.max_batch))
         batches = np.unique(np.geomspace(low, high, GRID)) if high > low else np.array([low])
         goodputs = [
-            self.throughput(gpus, m) * efficiency(noise, self.initial_batch, m) for m in batches
+            self.throughput(gpus, m, span) * efficiency(noise, self.initial_batch, m)
+            for m in batches
         ]
         k = int(np.argmax(goodputs))
         return float(batches[k]), float(goodputs[k])

@@ -54,6 +54,7 @@ Where the remaining steps come from:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -404,14 +405,18 @@ class Optimus(ResizingPolicy):
         after = self.server_cost(j, want, want_p)
         return abs(before - after) < self.min_change * abs(before)
 
-    def start_factor(self, state: SchedulerState, j: int, gpus: int, speeds: SpeedModel) -> float:
+    def start_factor(
+        self, state: SchedulerState, j: int, gpus: Sequence[int], speeds: SpeedModel
+    ) -> float:
         factor = super().start_factor(state, j, gpus, speeds)
         servers = self._planned_servers.get(j, 0)
         if servers:
-            factor *= self.true_server_factor(state, j, gpus, servers)
+            factor *= self.true_server_factor(state, j, len(gpus), servers)
         return factor
 
-    def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
+    def on_start(
+        self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: Sequence[int]
+    ) -> None:
         servers = self._planned_servers.get(j, 0)
         if servers:
             self._servers[j] = servers

@@ -11,8 +11,8 @@ Every ``interval`` (60 s, as in the paper):
    keeps any job from being starved for the others' sake). Pollux searches
    allocations with a genetic algorithm; corral finds the best division of
    GPU counts exactly, by dynamic programming over jobs
-   (``resizing.exact_division``), and places each job on its size's fewest
-   nodes. ``search=greedy`` hands GPUs out one at a time to the job whose
+   (``resizing.exact_division``), counting each size on its fewest nodes.
+   ``search=greedy`` hands GPUs out one at a time to the job whose
    term gains most instead (Optimus' rule), exact only when every term is
    convex in its GPUs, which measured speed-ups are not: on Pollux's
    workload-6 the greedy's objective was worse in about a third of the
@@ -25,7 +25,14 @@ Every ``interval`` (60 s, as in the paper):
 4. jobs resize (a restart) unless their speed-up would change by less than
    ``min_change`` (0 by default: the penalty is Pollux's hysteresis); jobs
    that keep their GPUs re-pick their batch size, which changes their speed
-   without a restart, as Pollux's agents do.
+   without a restart, as Pollux's agents do;
+5. a job is placed where its goodput is best among the layouts the free GPUs
+   allow, from its size down (Pollux's search scores the nodes a job spans
+   too): where they are scattered, three GPUs of one node can be worth more
+   than four of four nodes. Its batch is picked for the layout it got: a
+   gang split across nodes synchronises over the network, and accumulating
+   gradients into a larger batch pays there (``docs/validation/pollux.md``
+   measures what picking it as if the gang were packed costs).
 
 When there are more jobs than GPUs a p-mean with p < 0 is zero for every
 allocation; the oldest jobs then get one GPU each and the rest wait (Pollux
@@ -69,6 +76,7 @@ worth more per example).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -77,10 +85,16 @@ import numpy as np
 from corral.errors import CorralError
 from corral.estimate.step_time import StepTimeModel, StepTimeProfile, exploration_cap
 from corral.model.cluster import Links
+from corral.model.free_gpus import FreeGPUs
 from corral.model.state import SchedulerState
 from corral.perf.communication import Span, model_profile
 from corral.perf.goodput import GoodputModel, efficiency, goodput_model, noise_at
-from corral.perf.pollux_models import pollux_model, trained_batches
+from corral.perf.pollux_models import (
+    largest_local_batch,
+    micro_batches,
+    pollux_model,
+    trained_batches,
+)
 from corral.perf.speeds import SpeedModel
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder
@@ -108,17 +122,19 @@ def _best(
     noise: float,
     gpus: int,
     fitted: StepTimeModel | None = None,
+    span: Span | None = None,
 ) -> tuple[float, float]:
     """(batch, goodput) of a job at a gradient noise scale (NaN: unknown, the
     batch stays), by the communication model's step times or the job's own
-    ``fitted`` ones: shared by every job of the same model, initial batch and
-    fit (passes ask it thousands of times)."""
+    ``fitted`` ones, on ``gpus`` GPUs laid out as ``span`` (None: the fewest
+    nodes): shared by every job of the same model, initial batch and fit
+    (passes ask it thousands of times)."""
     profile = model_profile(model)
     assert profile is not None
     gm = goodput_model(profile, links, node_size, initial, fitted)
     if noise != noise:
-        return float(initial), gm.throughput(gpus, float(initial))
-    return gm.best(gpus, noise)
+        return float(initial), gm.throughput(gpus, float(initial), span)
+    return gm.best(gpus, noise, span)
 
 
 def _rounded(value: float) -> float:
@@ -164,6 +180,10 @@ class Pollux(ResizingPolicy):
             "choice",
             choices=("fair", "one"),
         ),
+        "avoid_interference": Option(
+            "at most one gang spanning nodes per node (Pollux's interference avoidance)",
+            "flag",
+        ),
         "restart_delay": Option(
             "seconds a re-allocation is taken to cost in Pollux's re-allocation penalty "
             "(0: no penalty)",
@@ -194,6 +214,7 @@ class Pollux(ResizingPolicy):
         initial_batch: str = "job",
         restart_delay: float = RESTART_DELAY,
         speedup_base: str = "fair",
+        avoid_interference: bool = True,
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
@@ -218,6 +239,10 @@ class Pollux(ResizingPolicy):
             raise CorralError(f"pollux: speedup_base must be fair or one, got {speedup_base!r}")
         self.fair_base = speedup_base == "fair"
         """True: speed-ups are over a fair share's goodput (the paper's)."""
+        self.avoid_interference = bool(avoid_interference)
+        """True: a gang that spans nodes never shares a node with another such
+        gang (Pollux's rule: two jobs synchronising over one node's network
+        link slow each other down)."""
         self.profiles: dict[int, StepTimeProfile] = {}
         """Goodput job -> the step times it has measured and its model of them."""
         if p == 0 or not -10 <= p <= 1:
@@ -273,8 +298,9 @@ class Pollux(ResizingPolicy):
         except CorralError:  # no curve at this batch size
             return float("nan")
 
-    def _rate(self, j: int, gpus: int) -> tuple[float, float]:
-        """(batch, goodput or speed) of job ``j`` on ``gpus`` GPUs now."""
+    def _rate(self, j: int, gpus: int, span: Span | None = None) -> tuple[float, float]:
+        """(batch, goodput or speed) of job ``j`` on ``gpus`` GPUs now, laid out
+        as ``span`` (None: the fewest nodes, as divisions assume)."""
         state, speeds = self._state, self._speeds
         assert state is not None and speeds is not None
         model = self._goodput_job(state, j)
@@ -287,6 +313,8 @@ class Pollux(ResizingPolicy):
             if fitted is None:  # never measured: perfect scaling at its initial batch
                 return float(initial), float(gpus)
         node = int(state.cluster.node_gpus.max())
+        if span is not None and span.racks == 1 and span == Span.packed(gpus, node):
+            span = None  # (the divisions' layout: one cache entry)
         batch, goodput = _best(
             model,
             initial,
@@ -295,6 +323,7 @@ class Pollux(ResizingPolicy):
             self._noise[j],
             gpus,
             fitted,
+            span,
         )
         return float(batch), float(goodput)
 
@@ -312,6 +341,9 @@ class Pollux(ResizingPolicy):
         span = Span.of(state.cluster, gpus)
         local = self.batches.get(j, float(self._initial(state, j, model))) / held
         if state.known_in_advance:
+            # a local batch beyond one GPU's runs as micro-batches: what is measured
+            # (and what the fitted model predicts) is one synchronised micro-step
+            _, local = micro_batches(local, largest_local_batch(model))
             profile = model_profile(model)
             assert profile is not None
             step = profile.step_time(span, state.cluster.links, local_batch=local)
@@ -426,7 +458,9 @@ class Pollux(ResizingPolicy):
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
         return (float(state.submit[j]),)
 
-    def start_factor(self, state: SchedulerState, j: int, gpus: int, speeds: SpeedModel) -> float:
+    def start_factor(
+        self, state: SchedulerState, j: int, gpus: Sequence[int], speeds: SpeedModel
+    ) -> float:
         model = self._goodput_job(state, j)
         if model is None:
             factor = super().start_factor(state, j, gpus, speeds)
@@ -435,13 +469,51 @@ class Pollux(ResizingPolicy):
         self._started[j] = factor
         return factor
 
-    def _progress_factor(self, state: SchedulerState, j: int, gpus: int) -> float:
+    compares_placements = True
+
+    def spread_free(self, b: PlanBuilder, state: SchedulerState, free: FreeGPUs) -> FreeGPUs:
+        """With ``avoid_interference``: the free GPUs of nodes that hold no gang
+        spanning nodes (those running on, and those this plan starts)."""
+        if not self.avoid_interference:
+            return free
+        node_of = state.cluster.gpu_node
+        stopped = set(b.plan.stops)
+        gangs = [state.alloc[j] for j in state.running.array().tolist() if j not in stopped]
+        gangs += list(b.plan.starts.values())
+        taken: set[int] = set()
+        for gpus in gangs:
+            nodes = {int(node_of[g]) for g in gpus or ()}
+            if len(nodes) > 1:
+                taken |= nodes
+        if not taken:
+            return free
+        return FreeGPUs(state.cluster, free.mask & ~np.isin(node_of, sorted(taken)))
+
+    def pick_placement(
+        self, state: SchedulerState, j: int, options: list[tuple[int, ...]]
+    ) -> tuple[int, ...]:
+        """The placement with the best goodput the job's model believes in: a
+        division counts GPUs as if on their fewest nodes, and where the free
+        GPUs are scattered, fewer GPUs on fewer nodes can be worth more than
+        the size given (Pollux's search weighs the nodes a job spans too)."""
+        if len(options) == 1 or self._goodput_job(state, j) is None:
+            return options[0]
+        cluster = state.cluster
+        rated = [(self._rate(j, len(g), Span.of(cluster, g))[1], len(g), g) for g in options]
+        return max(rated, key=lambda r: (r[0], r[1]))[2]
+
+    def _progress_factor(self, state: SchedulerState, j: int, gpus: Sequence[int]) -> float:
         """Steps (at the submitted batch, in which its work is counted) per
-        second at the batch the policy picks on ``gpus`` GPUs, relative to the
-        submitted batch on the GPUs asked for. The batch comes from what the
-        policy believes (its fit, when learning); the speed is the truth at
-        that batch, as the engine runs the job."""
-        batch, goodput = self._rate(j, gpus)
+        second at the batch the policy picks on these GPUs, relative to the
+        speed the engine gives the job there on its own (its submitted batch on
+        the GPUs asked for, times the placement's locality). The batch is
+        picked for the GPUs' actual layout, from what the policy believes (its
+        fit, when learning): a gang split across nodes syncs over the network
+        and is worth a larger batch (gradient accumulation). The speed is the
+        truth at that batch and layout, as the engine runs the job."""
+        w = len(gpus)
+        span = Span.of(state.cluster, gpus)
+        batch, goodput = self._rate(j, w, span)
         self.batches[j] = batch
         model = self._goodput_job(state, j)
         assert model is not None
@@ -453,16 +525,18 @@ class Pollux(ResizingPolicy):
         noise = self._noise[j]
         if self.learns:
             gain = efficiency(noise, initial, batch) if noise == noise else 1.0
-            goodput = gm.throughput(gpus, batch) * gain
+            goodput = gm.throughput(w, batch, span) * gain
         if initial != own and noise == noise:  # goodput at M0's efficiency -> at its own
             goodput *= efficiency(noise, own, initial)
-        return goodput / gm.throughput(int(state.gpus[j]), float(own))
+        speeds = self._speeds or SpeedModel()
+        locality = speeds.locality.factor(state.cluster, gpus, state.model[j])
+        return goodput / gm.throughput(int(state.gpus[j]), float(own)) / locality
 
     def retune(self, builder: PlanBuilder, state: SchedulerState, kept: list[int]) -> None:
         for j in kept:
-            if self._goodput_job(state, j) is None or j not in self._started:
+            gpus = state.alloc[j]
+            if self._goodput_job(state, j) is None or j not in self._started or not gpus:
                 continue
-            gpus = int(state.held[j])
             before = self.batches.get(j)
             factor = self._progress_factor(state, j, gpus)
             if abs(factor - self._started[j]) > 1e-9 * self._started[j]:
@@ -471,6 +545,8 @@ class Pollux(ResizingPolicy):
             if self.batches[j] != before:
                 builder.plan.batch_sizes[j] = round(self.batches[j])
 
-    def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
+    def on_start(
+        self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: Sequence[int]
+    ) -> None:
         if j in self.batches and self._goodput_job(state, j) is not None:
             builder.plan.batch_sizes[j] = round(self.batches[j])

@@ -15,20 +15,22 @@ The pass, common to both:
   is resized, unless a job arrives to no free GPU while running jobs hold
   more than they asked for: then the GPUs are re-divided at once;
 * a job is placed on its size's fewest nodes, or on fewer GPUs where
-  fragmentation leaves no room; its speed at that size comes with the plan's
-  ``factors``.
+  fragmentation leaves no room (Pollux weighs the layouts the free GPUs
+  allow, :meth:`ResizingPolicy.pick_placement`); its speed there comes with
+  the plan's ``factors``.
 """
 
 from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from corral.errors import CorralError
+from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import DONE, SchedulerState
 from corral.perf.speeds import SpeedModel
@@ -126,6 +128,10 @@ class ResizingPolicy(Policy):
         """With ``search = exact``: per division, how much worse (relative) the
         greedy's objective would have been; the measure of what the greedy gives up."""
 
+    compares_placements: bool = False
+    """True: :meth:`pick_placement` is offered every size the free GPUs allow,
+    not only the largest."""
+
     retune_period: float = math.inf
     """Seconds between re-tunes of running jobs between re-allocations
     (:meth:`retune`; infinite: only at re-allocations)."""
@@ -144,14 +150,17 @@ class ResizingPolicy(Policy):
     def admission_key(self, state: SchedulerState, j: int) -> tuple[float, ...]:
         """Order in which jobs get their first GPU when there are too few for all."""
 
-    def start_factor(self, state: SchedulerState, j: int, gpus: int, speeds: SpeedModel) -> float:
-        """Speed of job ``j`` on ``gpus`` GPUs relative to the size it asked for."""
+    def start_factor(
+        self, state: SchedulerState, j: int, gpus: Sequence[int], speeds: SpeedModel
+    ) -> float:
+        """Speed of job ``j`` on these GPUs relative to the size it asked for
+        (the engine applies the placement's locality itself)."""
         return speeds.size_factor(
             state.cluster,
             state.job_type[j],
             state.model[j],
             int(state.gpus[j]),
-            gpus,
+            len(gpus),
             int(state.batch_size[j]),
         )
 
@@ -166,8 +175,24 @@ class ResizingPolicy(Policy):
         the GPUs as the last one did, so it is skipped."""
         return None
 
-    def on_start(self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: int) -> None:
-        """A job starts on ``gpus`` GPUs (e.g. Pollux records its batch size)."""
+    def on_start(
+        self, builder: PlanBuilder, state: SchedulerState, j: int, gpus: Sequence[int]
+    ) -> None:
+        """A job starts on these GPUs (e.g. Pollux records its batch size)."""
+
+    def spread_free(self, b: PlanBuilder, state: SchedulerState, free: FreeGPUs) -> FreeGPUs:
+        """The free GPUs a gang that spans nodes may use (``free`` itself: all of
+        them; Pollux keeps such gangs off nodes that hold another one)."""
+        return free
+
+    def pick_placement(
+        self, state: SchedulerState, j: int, options: list[tuple[int, ...]]
+    ) -> tuple[int, ...]:
+        """Where job ``j`` starts, given the placements the free GPUs allow, from
+        the size it was given down (the first: its size, or the largest that
+        fits). A policy whose speeds know the layout may prefer fewer GPUs on
+        fewer nodes (Pollux)."""
+        return options[0]
 
     def retune(self, builder: PlanBuilder, state: SchedulerState, kept: list[int]) -> None:
         """At an interval, running jobs that keep their GPUs (e.g. Pollux re-picks
@@ -337,18 +362,31 @@ class ResizingPolicy(Policy):
     def _place(
         self, b: PlanBuilder, state: SchedulerState, j: int, want: int, speeds: SpeedModel
     ) -> None:
-        """Start ``j`` on ``want`` GPUs, or on fewer where fragmentation leaves no room."""
+        """Start ``j`` on ``want`` GPUs, or on fewer where fragmentation leaves
+        no room (or where the policy prefers fewer, :meth:`pick_placement`)."""
         free = b.usable(j)
+        spread: FreeGPUs | None = None  # (what a gang across nodes may use: asked once)
+        node_of = state.cluster.gpu_node
+        options: list[tuple[int, ...]] = []
         for w in range(min(want, free.total), 0, -1):
-            gpus = self.placement.choose(free, w)
-            if gpus is None or not state.runs_at(j, gpus):  # (a size its type cannot fit)
+            chosen = self.placement.choose(free, w)
+            if chosen is not None and len({int(node_of[g]) for g in chosen}) > 1:
+                spread = self.spread_free(b, state, free) if spread is None else spread
+                if spread is not free:
+                    chosen = self.placement.choose(spread, w)
+            if chosen is None or not state.runs_at(j, chosen):  # (a size its type cannot fit)
                 continue
-            b.start(j, gpus)
-            factor = self.start_factor(state, j, w, speeds)
-            if factor != 1.0:
-                b.plan.factors[j] = factor
-            self.on_start(b, state, j, w)
+            options.append(tuple(chosen))
+            if not self.compares_placements:
+                break
+        if not options:
             return
+        gpus = self.pick_placement(state, j, options)
+        b.start(j, gpus)
+        factor = self.start_factor(state, j, gpus, speeds)
+        if factor != 1.0:
+            b.plan.factors[j] = factor
+        self.on_start(b, state, j, gpus)
 
 
 def median_finished_seconds(state: SchedulerState, default: float) -> float:
