@@ -16,6 +16,7 @@ from corral.model.state import DONE
 from corral.perf.communication import Span, model_profile
 from corral.perf.goodput import efficiency, goodput_model, noise_at
 from corral.perf.pollux_models import largest_local_batch, micro_batches, noise_curve
+from corral.policies.base import PlanBuilder
 from corral.policies.pollux import Pollux
 from corral.policies.resizing import ResizingPolicy, exact_division
 from corral.sim.engine import Simulator
@@ -479,3 +480,51 @@ def test_pollux_keeps_gangs_that_span_nodes_off_each_others_nodes():
     assert spanning > 50 and shared == 0
     shared, _ = shared_nodes(Pollux(initial_batch="model", avoid_interference=False))
     assert shared > 0
+
+
+class _Probed(Exception):
+    """Ends a run once the probe below has looked at a pass."""
+
+
+def test_a_job_to_grow_may_stay_where_it_is_and_one_to_shrink_may_not():
+    """When a running job is resized, Pollux is offered its own GPUs among
+    the placements if it is to grow (staying is no restart: the job is
+    unstopped and keeps its GPUs), never if it is to shrink (it must give
+    GPUs up for the others)."""
+    offered: dict[str, list[tuple[int, ...]]] = {}
+
+    class Probe(Pollux):
+        def schedule(self, state):
+            plan = super().schedule(state)
+            running = [j for j in state.running.array().tolist() if j in self._started]
+            big = [j for j in running if len(state.alloc[j]) >= 2 and j not in plan.stops]
+            if not big:
+                return plan
+            j = big[0]
+            held = tuple(state.alloc[j])
+            offered["held"] = [held]
+            speeds = state.speeds or state.speed_model()
+
+            def stay(st, i, options, name):
+                offered[name] = list(options)
+                return held if held in options else options[0]
+
+            grow = PlanBuilder(state)
+            grow.stop(j)
+            self.pick_placement = lambda st, i, o: stay(st, i, o, "grow")
+            assert self._place(grow, state, j, len(held) + 1, speeds) == "kept"
+            assert j not in grow.plan.stops and j not in grow.plan.starts
+            assert not grow.free.mask[list(held)].any()  # still its own
+            shrink = PlanBuilder(state)
+            shrink.stop(j)
+            self.pick_placement = lambda st, i, o: stay(st, i, o, "shrink")
+            assert self._place(shrink, state, j, len(held) - 1, speeds) == "started"
+            assert j in shrink.plan.stops and len(shrink.plan.starts[j]) == len(held) - 1
+            raise _Probed
+
+    jobs = load_trace("pollux-6", 32).head(24)
+    with pytest.raises(_Probed):
+        Simulator(jobs, uniform(8, 4, gpu_type="T4"), Probe(), SimConfig()).run()
+    [held] = offered["held"]
+    assert held in offered["grow"]
+    assert held not in offered["shrink"] and offered["shrink"]

@@ -58,6 +58,17 @@ class PlanBuilder:
             self.free.release(gpus)
         self.plan.stops.append(i)
 
+    def unstop(self, i: int) -> None:
+        """Undo :meth:`stop` of job ``i`` before the plan is built: it keeps its
+        GPUs (which must still be free in the plan; a guest stopped with it
+        stays stopped)."""
+        gpus = self.state.alloc[i]
+        if gpus is None or i not in self.plan.stops:
+            raise ValueError(f"job {i} is not stopped by this plan")
+        if self.state.host[i] < 0:
+            self.free.take(gpus)
+        self.plan.stops.remove(i)
+
     def pack(
         self,
         i: int,

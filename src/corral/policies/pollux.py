@@ -495,12 +495,20 @@ class Pollux(ResizingPolicy):
         """The placement with the best goodput the job's model believes in: a
         division counts GPUs as if on their fewest nodes, and where the free
         GPUs are scattered, fewer GPUs on fewer nodes can be worth more than
-        the size given (Pollux's search weighs the nodes a job spans too)."""
+        the size given (Pollux's search weighs the nodes a job spans too). A
+        running job's own GPUs are among the options when still free; any
+        other placement is scaled by its re-allocation penalty, so it moves
+        only where the layout it can get is worth the restart."""
         if len(options) == 1 or self._goodput_job(state, j) is None:
             return options[0]
         cluster = state.cluster
-        rated = [(self._rate(j, len(g), Span.of(cluster, g))[1], len(g), g) for g in options]
-        return max(rated, key=lambda r: (r[0], r[1]))[2]
+        held = tuple(state.alloc[j] or ())
+        penalty = self._realloc_factor(state, j) if held else 1.0
+        rated = []
+        for g in options:
+            goodput = self._rate(j, len(g), Span.of(cluster, g))[1]
+            rated.append((goodput if g == held else goodput * penalty, len(g), g == held, g))
+        return max(rated, key=lambda r: r[:3])[3]
 
     def _progress_factor(self, state: SchedulerState, j: int, gpus: Sequence[int]) -> float:
         """Steps (at the submitted batch, in which its work is counted) per

@@ -190,8 +190,10 @@ class ResizingPolicy(Policy):
     ) -> tuple[int, ...]:
         """Where job ``j`` starts, given the placements the free GPUs allow, from
         the size it was given down (the first: its size, or the largest that
-        fits). A policy whose speeds know the layout may prefer fewer GPUs on
-        fewer nodes (Pollux)."""
+        fits). With :attr:`compares_placements`, every size is offered, and a
+        running job to grow is also offered the GPUs it holds (picking them
+        keeps it running, unstopped): a policy whose speeds know the
+        layout may prefer fewer GPUs on fewer nodes, or staying (Pollux)."""
         return options[0]
 
     def retune(self, builder: PlanBuilder, state: SchedulerState, kept: list[int]) -> None:
@@ -332,6 +334,7 @@ class ResizingPolicy(Policy):
                 b.stop(j)
                 if want:
                     to_place.append(j)
+                else:
                     self.counts["resizes"] += 1
             else:
                 kept.append(j)
@@ -342,7 +345,8 @@ class ResizingPolicy(Policy):
         to_place += [j for j in pending if alloc.get(j, 0) > 0]
         to_place.sort(key=lambda j: (-alloc[j], j))
         for j in to_place:
-            self._place(b, state, j, alloc[j], speeds)
+            if self._place(b, state, j, alloc[j], speeds) == "kept":
+                self.retune(b, state, [j])
         return b.build(wakeup)
 
     def resized(self, state: SchedulerState, j: int, want: int) -> bool:
@@ -361,9 +365,13 @@ class ResizingPolicy(Policy):
 
     def _place(
         self, b: PlanBuilder, state: SchedulerState, j: int, want: int, speeds: SpeedModel
-    ) -> None:
+    ) -> str:
         """Start ``j`` on ``want`` GPUs, or on fewer where fragmentation leaves
-        no room (or where the policy prefers fewer, :meth:`pick_placement`)."""
+        no room (or where the policy prefers fewer, :meth:`pick_placement`).
+        A running job being resized may be offered its own GPUs too: when the
+        policy picks them, it is not stopped after all (only one to grow: one
+        to shrink must give GPUs up). Returns ``started``,
+        ``kept`` or ``waits``."""
         free = b.usable(j)
         spread: FreeGPUs | None = None  # (what a gang across nodes may use: asked once)
         node_of = state.cluster.gpu_node
@@ -379,14 +387,27 @@ class ResizingPolicy(Policy):
             options.append(tuple(chosen))
             if not self.compares_placements:
                 break
+        held = state.alloc[j]
+        if held and self.compares_placements and len(held) <= want and j in b.plan.stops:
+            mine = tuple(held)  # a job to grow may stay where it is (not one to shrink)
+            if bool(b.free.mask[list(mine)].all()) and mine not in options:
+                options.append(mine)  # (still free in the plan)
         if not options:
-            return
+            if held:
+                self.counts["resizes"] += 1  # stopped, and waits
+            return "waits"
         gpus = self.pick_placement(state, j, options)
+        if held and gpus == tuple(held):
+            b.unstop(j)
+            return "kept"
+        if held:
+            self.counts["resizes"] += 1
         b.start(j, gpus)
         factor = self.start_factor(state, j, gpus, speeds)
         if factor != 1.0:
             b.plan.factors[j] = factor
         self.on_start(b, state, j, gpus)
+        return "started"
 
 
 def median_finished_seconds(state: SchedulerState, default: float) -> float:
