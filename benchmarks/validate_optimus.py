@@ -105,10 +105,15 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_sim(
-    workload: int, policy: str, options: dict[str, Any], per_job: bool = False
+    workload: int,
+    policy: str,
+    options: dict[str, Any],
+    per_job: bool = False,
+    switch_cost: float | None = None,
 ) -> dict[str, Any]:
     """One Pollux workload on the testbed's shape (``validate_pollux`` uses it too);
-    ``per_job`` adds each job's JCT by name (``jct_by_job``)."""
+    ``per_job`` adds each job's JCT by name (``jct_by_job``); ``switch_cost``
+    replaces the simulator's default seconds per restart."""
     import numpy as np
 
     from corral.model.cluster_specs import load_cluster
@@ -118,6 +123,10 @@ def run_sim(
     cluster = load_cluster(CLUSTER)
     jobs = load_trace(f"pollux-{workload}", cluster.total_gpus)
     spec = RunSpec(policy, check_invariants=True, policy_options=options)
+    if switch_cost is not None:
+        spec = RunSpec(
+            policy, check_invariants=True, policy_options=options, switch_cost=switch_cost
+        )
     result = simulate(jobs, cluster, spec)
     s = result.state
     jct = s.finish_time - s.submit
