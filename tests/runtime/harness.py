@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,27 @@ class Harness:
             lambda: (j := self.job(job_id))["status"] in states and j,
             timeout,
             f"job {job_id} to reach {states}",
+        )
+
+    def wait_loop(self, predicate: Any, timeout: float, what: str) -> Any:
+        """:func:`wait_for`, and on a timeout what the loop was doing (for a
+        failure seen only on a loaded machine: the loop stalled, or ran and
+        did not see what was waited for)."""
+        try:
+            return wait_for(predicate, timeout, what)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; {self.loop_report()}") from None
+
+    def loop_report(self) -> str:
+        sch = self.scheduler
+        passes = sch._passes
+        time.sleep(1.0)
+        attempts = [(a.job, list(a.gpus), a.stop) for a in list(sch.attempts.values())]
+        return (
+            f"loop thread alive: {self.thread.is_alive()}; passes {passes}, "
+            f"{sch._passes - passes} more in the next second; errors {sch.errors}; "
+            f"attempts (job, GPUs, stop) {attempts}; GPUs polled at {sch.gpus_polled_at:.1f} "
+            f"(clock {sch.clock():.1f}); driver usage {sch.executor.gpu_usage()}"
         )
 
     def wait_done(self, ids: list[int], timeout: float = 120.0) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ def test_a_failed_gpu_drains_its_node_and_ends_its_job_as_a_node_failure(tmp_pat
         nvml.gpus[gpu].utilization = 77.0
         nvml.gpus[gpu].used_gb = 4.0
         nvml.gpus[gpu].processes = {pid: 3.5, 999_999: 0.5}  # and a process not its own
-        seen = wait_for(
+        seen = h.wait_loop(
             lambda: (j := h.job(job["id"]))["gpu_utilization"] == 77.0 and j, 60, "GPU use"
         )
         assert seen["gpu_memory_gb"] == 3.5
