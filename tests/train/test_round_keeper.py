@@ -212,3 +212,33 @@ def test_a_round_lock_left_by_a_dead_task_is_taken_over(tmp_path: Path) -> None:
     assert _take_apply_lock(lock)
     assert lock.read_text() == str(os.getpid())
     assert not _take_apply_lock(lock)  # held by a live process (this one)
+
+
+def test_a_keepers_socket_appears_only_once_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that finds the keeper's socket file connects at once: bound but not
+    yet listening, it would be refused and run itself. The socket is bound under a
+    name of its own and renamed into place once it listens."""
+    import socket as sockets
+
+    from corral.train import round_keeper
+    from corral.train.keeper_client import short_name
+
+    path = tmp_path / "rounds" / "keeper-0.sock"
+    seen: list[bool] = []
+    real_replace = os.replace
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        seen.append(Path(dst).exists())
+        probe = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+        with probe, short_name(Path(src)) as name:
+            probe.connect(name)  # refused unless it listens already
+        real_replace(src, dst)
+
+    monkeypatch.setattr(round_keeper.os, "replace", replace)
+    listener, inode = round_keeper._listen(path)
+    with listener:
+        assert seen == [False]  # not at its name before it listened
+        assert path.stat().st_ino == inode
+        assert [p.name for p in path.parent.iterdir()] == ["keeper-0.sock"]

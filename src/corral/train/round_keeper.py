@@ -196,18 +196,26 @@ def _serve_one(keeper: Keeper, conn: socket.socket) -> dict[str, Any]:
 
 
 def _listen(path: Path) -> tuple[socket.socket, int]:
-    """Listen at ``path``; the socket and the inode of its file there."""
+    """Listen at ``path``; the socket and the inode of its file there.
+
+    The socket is bound under a name of its own and renamed to ``path`` once it
+    listens: a task that finds the file may connect at once (bound but not yet
+    listening, it would be refused and take the keeper for gone)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # a keeper before this one died without removing it
+    starting = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        starting.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o077)  # only the job's user (and root) may connect
     try:
-        with short_name(path) as name:
+        with short_name(starting) as name:
             listener.bind(name)
     finally:
         os.umask(old)
     listener.listen(16)
+    os.replace(starting, path)
     listener.settimeout(0.05)  # to notice the next round's state, SIGTERM, the idle limit
     return listener, path.stat().st_ino
 
