@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -365,7 +365,7 @@ class ResizingPolicy(Policy):
 
     def _place(
         self, b: PlanBuilder, state: SchedulerState, j: int, want: int, speeds: SpeedModel
-    ) -> str:
+    ) -> Literal["started", "kept", "waits"]:
         """Start ``j`` on ``want`` GPUs, or on fewer where fragmentation leaves
         no room (or where the policy prefers fewer, :meth:`pick_placement`).
         A running job being resized may be offered its own GPUs too: when the
