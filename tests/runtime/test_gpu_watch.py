@@ -31,8 +31,12 @@ def test_a_failed_gpu_drains_its_node_and_ends_its_job_as_a_node_failure(tmp_pat
         job = h.submit(command=[PY, "-c", "import time; time.sleep(60)"], gpus=1)
         running = h.wait_state(job["id"], {"RUNNING"})
         [gpu] = running["assigned_gpus"]
-        with h.store.session() as s:
-            pid = s.query(AttemptRow).filter(AttemptRow.job_id == job["id"]).one().pid
+
+        def launched() -> int | None:  # RUNNING comes before the launch's pid is stored
+            with h.store.session() as s:
+                return s.query(AttemptRow).filter(AttemptRow.job_id == job["id"]).one().pid
+
+        pid = h.wait_loop(launched, 60, "the job's process")
         # what the driver measures of the job: its GPU busy, memory held by its process
         nvml.gpus[gpu].utilization = 77.0
         nvml.gpus[gpu].used_gb = 4.0
