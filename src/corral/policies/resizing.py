@@ -333,9 +333,7 @@ class ResizingPolicy(Policy):
             if self.resized(state, j, want):
                 b.stop(j)
                 if want:
-                    to_place.append(j)
-                else:
-                    self.counts["resizes"] += 1
+                    to_place.append(j)  # (counted as a resize where it is placed)
             else:
                 kept.append(j)
         if refresh:
