@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -262,6 +262,21 @@ def check_quota(ctx: Context, s: Session, user: UserConfig, more: int) -> None:
         )
 
 
+def stored_spec(spec: JobSpec) -> JobSpec:
+    """``spec`` as it will be stored, checked by the rules the loop reads it with: what
+    corral adds at submission (an array's tasks, the tasks a dependency on an
+    array stands for) must pass them too, or one record could fail every pass."""
+    try:
+        return JobSpec.model_validate(spec.model_dump(mode="json"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "spec"
+        msg = first.get("msg", "invalid")
+        if field == "dependency":
+            msg += " (an array named in a dependency stands for all its tasks)"
+        raise field_error(field, msg) from None
+
+
 def admit(ctx: Context, s: Session, spec: JobSpec, user: UserConfig) -> JobView:
     """Queue a checked job (its array's tasks, if any) in session ``s``; its view."""
     indices = array_indices(spec.array) if spec.array else [None]
@@ -277,9 +292,12 @@ def admit(ctx: Context, s: Session, spec: JobSpec, user: UserConfig) -> JobView:
             raise field_error("dependency", f"no job {missing[0]}")
         spec = spec.model_copy(update={"dependency": with_whole_arrays(s, spec.dependency, known)})
     rows: list[JobRow] = []
-    for index in indices:
-        limit = array_limit(spec.array) if spec.array else None
-        task = spec.model_copy(update={"array": None, "array_index": index, "array_limit": limit})
+    limit = array_limit(spec.array) if spec.array else None
+    base = stored_spec(
+        spec.model_copy(update={"array": None, "array_index": indices[0], "array_limit": limit})
+    )
+    for index in indices:  # the tasks differ in their index alone (valid if the first is)
+        task = base.model_copy(update={"array_index": index})
         phase = "prerun" if prerun else "main"
         row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
         if spec.hold:

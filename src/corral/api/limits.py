@@ -5,3 +5,6 @@ LOG_CHUNK = 1 << 20
 
 MAX_ID = 2**63 - 1
 """The largest id the store's integer columns hold (SQLite INTEGER, SQL BIGINT)."""
+
+MAX_REPORTED = 1e15
+"""The largest number a heartbeat may report (steps, throughput, bytes of memory)."""

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.api.limits import LOG_CHUNK as LOG_CHUNK
 from corral.api.limits import MAX_ID as MAX_ID
-from corral.runtime.jobspec.specs import JobSpec
+from corral.api.limits import MAX_REPORTED
+from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
 from corral.runtime.storage.store import AttemptRow, EventRow, JobRow, NodeRow
 
 
@@ -314,21 +315,35 @@ class PriorityBody(BaseModel):
 
 
 class HeartbeatBody(BaseModel):
+    """What a job reports; every number is bounded so a stored value is one the loop
+    and the store can hold (an integer past 64 bits would fail the store's write)."""
+
     model_config = ConfigDict(allow_inf_nan=False)
     attempt: int = Field(ge=1, le=MAX_ID)
-    step: float = Field(ge=0)
-    throughput: float | None = None
+    step: float = Field(ge=0, le=MAX_REPORTED)
+    throughput: float | None = Field(None, ge=0, le=MAX_REPORTED)
     throughput_age: float | None = Field(
-        None, ge=0, description="seconds since the window the throughput covers began"
+        None,
+        ge=0,
+        le=MAX_REPORTED,
+        description="seconds since the window the throughput covers began",
     )
-    loss: float | None = None
-    batch_size: int | None = Field(None, ge=1, description="global batch size of the last step")
+    loss: float | None = Field(None, ge=-MAX_REPORTED, le=MAX_REPORTED)
+    batch_size: int | None = Field(
+        None, ge=1, le=MAX_BATCH, description="global batch size of the last step"
+    )
     grad_noise_scale: float | None = Field(
-        None, ge=0, description="estimated gradient noise scale, in examples (optional)"
+        None,
+        ge=0,
+        le=MAX_REPORTED,
+        description="estimated gradient noise scale, in examples (optional)",
     )
-    checkpoint_step: float | None = None
+    checkpoint_step: float | None = Field(None, ge=0, le=MAX_REPORTED)
     gpu_memory: float | None = Field(
-        None, ge=0, description="peak GPU memory (bytes, per GPU) since the last heartbeat"
+        None,
+        ge=0,
+        le=MAX_REPORTED,
+        description="peak GPU memory (bytes, per GPU) since the last heartbeat",
     )
 
 

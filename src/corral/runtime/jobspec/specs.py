@@ -49,6 +49,8 @@ MIN_WEIGHT, MAX_WEIGHT = 1e-3, 1e3
 """A job's weight in weighted objectives: a million to one between any two jobs,
 which is wider than any share a cluster gives, and keeps every LP well scaled."""
 MAX_STEPS = 10**12
+MAX_BATCH = 10_000_000
+"""The largest global batch size a job may state, or report in a heartbeat."""
 """The most steps (iterations) a job may name."""
 """Tasks one array submission may create (Slurm's MaxArraySize is 1001 by default)."""
 _ARRAY = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*$")
@@ -257,6 +259,11 @@ class RoundOf(BaseModel):
     rounds: int = Field(ge=1)
 
 
+MAX_DEPENDENCIES = MAX_ARRAY
+"""Jobs one job may wait for, an array's tasks each counted: a whole array of the
+largest size fits, so a job can wait for any one array (Slurm's afterok:ARRAYID)."""
+
+
 class JobSpec(BaseModel):
     """A training job as its owner describes it."""
 
@@ -339,7 +346,7 @@ class JobSpec(BaseModel):
     batch_size: int | None = Field(
         None,
         ge=1,
-        le=10_000_000,
+        le=MAX_BATCH,
         description="its global batch size (goodput policies may tune it)",
     )
     target_loss: float | None = Field(
@@ -486,8 +493,11 @@ class JobSpec(BaseModel):
     @classmethod
     def _dependency(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
         ids = [i for group in value.values() for i in group]
-        if len(ids) > 100:
-            raise ValueError("a job waits for at most 100 others")
+        if len(ids) > MAX_DEPENDENCIES:
+            raise ValueError(
+                f"a job waits for at most {MAX_DEPENDENCIES} others (each task of an array "
+                "named counts as one)"
+            )
         if any(not 1 <= i < 2**63 for i in ids):
             raise ValueError("job ids are positive")
         return {kind: sorted(set(group)) for kind, group in value.items() if group}

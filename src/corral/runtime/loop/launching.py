@@ -68,7 +68,7 @@ class Launching(LoopBase):
         with self.store.session() as s:
             row = s.get(JobRow, job)
             assert row is not None
-            spec = JobSpec.model_validate(row.spec)
+            spec = self._spec(row)
             number = (s.scalar(select(func.count()).where(AttemptRow.job_id == job)) or 0) + 1
             folder = config.state_dir / "jobs" / str(job) / f"attempt-{number}"
             att = AttemptRow(
@@ -133,8 +133,8 @@ class Launching(LoopBase):
                     keeper=self._keeper_request(spec, gpus),
                 )
             )
-        except OSError as exc:
-            write_exit_record(folder, NOT_STARTED, f"cannot launch: {exc}")
+        except Exception as exc:  # one job's launch never fails the pass: its attempt ends
+            write_exit_record(folder, NOT_STARTED, f"cannot launch: {type(exc).__name__}: {exc}")
             return
         with self.store.session() as s:
             stored = s.get(AttemptRow, attempt_id)
@@ -160,9 +160,9 @@ class Launching(LoopBase):
             return  # (on Ray the attempt stages its inputs itself)
         with self.store.session() as s:
             row = s.get(JobRow, job)
-            if row is None or row.status != JobStatus.PENDING:
+            if row is None or row.status != JobStatus.PENDING or row.id not in self.specs:
                 return
-            spec = JobSpec.model_validate(row.spec)
+            spec = self.specs[row.id]
             user = row.user
             run_as = self.identities.get(user)
         if not spec.stage:

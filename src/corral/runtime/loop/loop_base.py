@@ -29,10 +29,12 @@ from corral.runtime.jobspec.specs import RoundOf
 from corral.runtime.loop.estimates import LossHistory
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
+from corral.runtime.loop.records import check_record
 from corral.runtime.loop.round_policy import KEEPER_AFFINITY, LiveRounds, plans_rounds
 from corral.runtime.storage.store import Store
 
 if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement
     from sqlalchemy.orm import Session
 
     from corral.runtime.jobspec.specs import JobSpec
@@ -138,6 +140,7 @@ class LoopBase:
         def _set_stop(self, s: Session, a: Attempt, why: str | None) -> None: ...
         def _signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None: ...
         def _enqueue(self, row: JobRow, i: int, now: float) -> None: ...
+        def _forget_waiting(self, job: int) -> None: ...
 
         # parking
         def _parked(self, job: int) -> bool: ...
@@ -156,6 +159,8 @@ class LoopBase:
             self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None
         ) -> int: ...
         def _rebuild(self) -> None: ...
+        def _set_aside(self, s: Session, row: JobRow, exc: Exception | str, now: float) -> None: ...
+        def _rows(self, s: Session, where: ColumnElement[bool]) -> list[JobRow]: ...
 
     def __init__(
         self,
@@ -253,6 +258,12 @@ class LoopBase:
         """API user -> Unix user their jobs run as (the service runs as root)."""
         self.round_refs: dict[int, RoundOf] = {}
         """Job id -> the job and round it is a task of (policies that plan rounds)."""
+        self.specs: dict[int, JobSpec] = {}
+        """Job id -> its spec, checked once where the job entered the loop's view
+        (see runtime.loop.records): the loop never re-validates a stored spec."""
+        self.aside: dict[int, str] = {}
+        """Jobs set aside because their record is unusable -> why; one still running
+        (found so at a restart) is stopped and ends FAILED with that reason."""
         self.seen = 0
         self.next_wakeup: float | None = None
         self.dirty = True
@@ -280,6 +291,14 @@ class LoopBase:
         """The job and round the job in state row ``i`` is a task of (None: not a task)."""
         ids = self.live.ids
         return self.round_refs.get(ids[i]) if i < len(ids) else None
+
+    def _spec(self, row: JobRow) -> JobSpec:
+        """The job's spec as checked where it entered the loop (raises BadRecord
+        when the stored record is unusable)."""
+        spec = self.specs.get(row.id)
+        if spec is None:
+            spec = self.specs[row.id] = check_record(row)
+        return spec
 
     def rel(self, t: float) -> float:
         """Wall-clock time as the policy's clock (seconds since the store's epoch)."""

@@ -4,10 +4,12 @@ adopted processes, queued and held jobs."""
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
@@ -19,6 +21,7 @@ from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.estimates import ESTIMATED, LossHistory, expected_duration
 from corral.runtime.loop.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, LoopBase, cluster_from_slots
+from corral.runtime.loop.records import SET_ASIDE, BadRecord, aside_reason
 from corral.runtime.storage.store import JobRow, NodeRow
 
 
@@ -36,6 +39,11 @@ class Recovery(LoopBase):
                 self.live = self._live_for(len(rows))
             open_attempts = {a.job_id: a for a in self.store.open_attempts(s)}
             for row in rows:
+                try:
+                    spec: JobSpec | None = self._spec(row)
+                except BadRecord as bad:
+                    spec = None
+                    self.aside[row.id] = bad.reason
                 att = open_attempts.get(row.id)
                 if att is not None:
                     ref = (
@@ -53,9 +61,9 @@ class Recovery(LoopBase):
                         tuple(att.gpus),
                         Path(att.dir),
                         att.start_time,
-                        JobSpec.model_validate(row.spec).wall_time,
-                        stop=att.stop,
-                        parked=att.stop == "park",
+                        None if spec is None else spec.wall_time,
+                        stop=att.stop if spec is not None else "cancel",
+                        parked=att.stop == "park" and spec is not None,
                     )
                     if a.parked:  # a parked job is stopped, to resume from its checkpoint
                         self._set_stop(s, a, "preempt")
@@ -69,8 +77,10 @@ class Recovery(LoopBase):
                     self.store.event(
                         s, "adopted" if alive else "found_ended", row.id, attempt=att.number
                     )
-                elif row.status in (JobStatus.STARTING, JobStatus.RUNNING) and not (
-                    self._is_round_job(row, JobSpec.model_validate(row.spec))
+                elif (
+                    spec is not None
+                    and row.status in (JobStatus.STARTING, JobStatus.RUNNING)
+                    and not self._is_round_job(row, spec)
                 ):
                     row.status = JobStatus.PENDING
                     row.gpus = None
@@ -87,9 +97,33 @@ class Recovery(LoopBase):
         self.dirty = True
 
     def _live_rows(self, s: Session) -> list[JobRow]:
-        return list(
-            s.scalars(select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id))
-        )
+        return self._rows(s, JobRow.status.not_in(TERMINAL))
+
+    def _rows(self, s: Session, where: ColumnElement[bool]) -> list[JobRow]:
+        """The jobs matching ``where``, by id; one whose row cannot even be loaded
+        (a stored value its column cannot decode) is set aside by id, not loaded."""
+        try:
+            return list(s.scalars(select(JobRow).where(where).order_by(JobRow.id)))
+        except (ValueError, TypeError, ArithmeticError):
+            pass
+        rows = []
+        for job in s.scalars(select(JobRow.id).where(where).order_by(JobRow.id)).all():
+            try:
+                row = s.get(JobRow, job)
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                reason = f"{SET_ASIDE} (its stored row cannot be read: {type(exc).__name__})"
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job)
+                    .values(status=JobStatus.FAILED, end_time=self.clock(), reason=reason)
+                    .execution_options(synchronize_session=False)
+                )
+                self.store.event(s, "set_aside", job, why=reason)
+                print(f"corral: job {job} set aside: {reason}", file=sys.stderr, flush=True)
+                continue
+            if row is not None:
+                rows.append(row)
+        return rows
 
     def _load(self, s: Session, rows: list[JobRow]) -> None:
         """Give every live job a slot and put it where it belongs (queue, running, held)."""
@@ -98,7 +132,15 @@ class Recovery(LoopBase):
         attained = self.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
         histories: dict[str, list[float]] = {}
         for row in rows:
-            i = self._add(s, row, histories)
+            if row.id in self.attempts and row.id in self.aside:
+                continue  # still running: it is stopped, then ends set aside
+            try:
+                i = self._add(s, row, histories)
+            except SQLAlchemyError:
+                raise  # the store's trouble, not the job's
+            except Exception as exc:
+                self._set_aside(s, row, exc, now)
+                continue
             if row.reason == "Preempted":
                 self.preempted.add(row.id)
             live.state.attained_base[i] = attained.get(row.id, 0.0)
@@ -128,8 +170,24 @@ class Recovery(LoopBase):
             elif row.id in self.starting:
                 live.start(i, self.starting[row.id])
 
+    def _set_aside(self, s: Session, row: JobRow, exc: Exception | str, now: float) -> None:
+        """End a job whose record the loop cannot use, saying why (logged once): the
+        pass, and everyone else's jobs, go on without it."""
+        reason = exc if isinstance(exc, str) else aside_reason(exc)
+        self.specs.pop(row.id, None)
+        i = self.live.index.get(row.id)
+        if i is not None:
+            self.live.close(i)
+        self._forget_waiting(row.id)
+        row.status, row.end_time, row.gpus = JobStatus.FAILED, now, None
+        row.reason, row.request = reason, None
+        self.reasons[row.id] = reason
+        self.aside.pop(row.id, None)
+        self.store.event(s, "set_aside", row.id, why=reason)
+        print(f"corral: job {row.id} set aside: {reason}", file=sys.stderr, flush=True)
+
     def _add(self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None) -> int:
-        spec = JobSpec.model_validate(row.spec)
+        spec = self._spec(row)
         if spec.round_of is not None:
             self.round_refs[row.id] = spec.round_of
         if spec.exclusive:
@@ -168,6 +226,7 @@ class Recovery(LoopBase):
         with self.store.session() as s:
             rows = self._live_rows(s)
             self.live = self._live_for(len(rows))
+            self.specs = {j: spec for j, spec in self.specs.items() if j in self.attempts}
             self.policy = self._new_policy()
             self.backoff.clear()
             self._load(s, rows)

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, object_session
 from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.specs import JobSpec, RoundOf
 from corral.runtime.loop.loop_base import TERMINAL, LoopBase
+from corral.runtime.loop.records import BadRecord, spec_problem
 from corral.runtime.loop.round_policy import LiveRounds
 from corral.runtime.storage.store import JobRow
 
@@ -82,7 +83,7 @@ class RoundJobs(LoopBase):
         """Move a job run as rounds on: its next round's tasks, or its end."""
         if job.status in TERMINAL:
             return
-        spec = JobSpec.model_validate(job.spec)
+        spec = self._spec(job)
         # a round's tasks are made together, after the round before ended: the
         # newest ``gpus`` tasks are the current round's (no need to read them all)
         current = list(
@@ -96,8 +97,8 @@ class RoundJobs(LoopBase):
         if not current:
             self._make_round(s, job, spec, 0, spec.duration, now)
             return
-        refs = [JobSpec.model_validate(t.spec).round_of for t in current]
-        latest = max(ref.round for ref in refs if ref is not None)
+        refs = [self._round_of(t) for t in current]
+        latest = max((ref.round for ref in refs if ref is not None), default=0)
         over = [t for t in current if t.status in TERMINAL and t.status != JobStatus.SUCCEEDED]
         rounds = spec.rounds()
         if over:
@@ -124,6 +125,11 @@ class RoundJobs(LoopBase):
         self._make_round(s, job, spec, latest + 1, per_task, now)
         job.steps = float((latest + 1) * spec.round_steps())
 
+    def _round_of(self, task: JobRow) -> RoundOf | None:
+        """The round a task belongs to (None when its stored spec is unusable)."""
+        spec = self.specs.get(task.id) or spec_problem(task.spec)[0]
+        return None if spec is None else spec.round_of
+
     def _end_round_job(self, s: Session, job: JobRow) -> None:
         self.executor.release_keepers(job.id)  # nothing left for them to hold
         i = self.live.index.get(job.id)
@@ -146,6 +152,7 @@ class RoundJobs(LoopBase):
         rounds = spec.rounds()
         if round_ == 0 and expected is not None:
             expected = expected / rounds
+        tasks: list[JobSpec] = []
         for part in range(spec.gpus):
             ref = RoundOf(job=job.id, round=round_, part=part, parts=spec.gpus, rounds=rounds)
             task = spec.model_copy(
@@ -162,6 +169,15 @@ class RoundJobs(LoopBase):
                     "round_of": ref,
                 }
             )
+            checked, problem = spec_problem(task.model_dump(mode="json"))
+            if checked is None:  # the tasks would fail the loop's check: the job cannot run
+                job.status, job.end_time, job.gpus = JobStatus.FAILED, now, None
+                job.reason = BadRecord(job.id, "task", f"its round's task: {problem}").reason
+                self._end_round_job(s, job)
+                self.store.event(s, "set_aside", job.id, why=job.reason)
+                return
+            tasks.append(checked)
+        for task in tasks:
             s.add(
                 JobRow.queued(
                     task, job.user, job.priority, "Rounds", parent=job.id, submit_time=now

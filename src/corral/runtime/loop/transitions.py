@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
@@ -15,7 +16,6 @@ from corral.runtime.execution.executor import (
     read_exit_record,
 )
 from corral.runtime.execution.exits import Cause, classify, never_started
-from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
 from corral.runtime.loop.sharing import Sharing
 from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
@@ -139,6 +139,9 @@ class Transitions(Sharing):
             self._resume(a, now)
 
     def _ended(self, a: Attempt, record: ExitRecord, now: float) -> None:
+        if a.job in self.aside:
+            self._ended_aside(a, record, now)
+            return
         cause, detail = classify(a.stop, record, a.phase, a.log)
         fault = self.gpu_faults_of.pop(a.job, None)
         if fault is not None and a.stop == "gpu_failure":
@@ -161,7 +164,7 @@ class Transitions(Sharing):
             row = s.get(JobRow, a.job)
             att = s.get(AttemptRow, a.id)
             assert row is not None and att is not None
-            spec = JobSpec.model_validate(row.spec)
+            spec = self._spec(row)
             att.end_time = max(end, att.start_time)
             att.exit_code, att.signal = record.exit_code, record.signal
             att.cause, att.detail = cause.value, detail
@@ -251,6 +254,26 @@ class Transitions(Sharing):
             )
         self._sync_drained()
 
+    def _ended_aside(self, a: Attempt, record: ExitRecord, now: float) -> None:
+        """The end of an attempt found running at a restart whose job's record is
+        unusable: the job ends set aside, its GPUs free once its process is gone."""
+        del self.attempts[a.job]
+        self.beating.discard(a.job)
+        for g in a.gpus:
+            if self.holders.get(g) == a.job:
+                del self.holders[g]
+        reason = self.aside[a.job]
+        with self.store.session() as s:
+            att = s.get(AttemptRow, a.id)
+            if att is not None:
+                att.end_time = max(min(record.end or now, now), att.start_time)
+                att.exit_code, att.signal = record.exit_code, record.signal
+                att.cause, att.detail = Cause.CANCELLED.value, reason
+            row = s.get(JobRow, a.job)
+            if row is not None:
+                self._set_aside(s, row, reason, now)
+        self.dirty = True
+
     def _count_node(self, s: Session, a: Attempt, cause: Cause) -> None:
         """Node failures in a row drain a node; a clean exit resets the count."""
         for name in {self.node_of(g) for g in a.gpus}:
@@ -270,15 +293,20 @@ class Transitions(Sharing):
         rebuild = False
         histories: dict[str, list[float]] = {}
         with self.store.session() as s:
-            rows = list(s.scalars(select(JobRow).where(JobRow.id > self.seen).order_by(JobRow.id)))
+            rows = self._rows(s, JobRow.id > self.seen)
             for row in rows:
                 if self.live.full:
                     rebuild = True
                     break
                 if row.status not in TERMINAL and row.id not in self.live.index:
-                    i = self._add(s, row, histories)
-                    if row.status != JobStatus.SUSPENDED:
-                        self._enqueue(row, i, now)
+                    try:
+                        i = self._add(s, row, histories)
+                        if row.status != JobStatus.SUSPENDED:
+                            self._enqueue(row, i, now)
+                    except SQLAlchemyError:
+                        raise  # the store's trouble, not the job's
+                    except Exception as exc:  # one job's record never stops the pass
+                        self._set_aside(s, row, exc, now)
                 self.seen = row.id
         if rebuild:
             self._rebuild()
@@ -350,7 +378,7 @@ class Transitions(Sharing):
     def _enqueue(self, row: JobRow, i: int, now: float) -> None:
         """Queue a job for the policy, or hold it while its dependency is unmet (a job
         run as rounds is never queued: its tasks are)."""
-        spec = JobSpec.model_validate(row.spec)
+        spec = self._spec(row)
         if self._is_round_job(row, spec):
             self._hold_round_job(row, i, now)
             return
