@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from corral.runtime.execution import launcher
 from corral.runtime.execution.launcher import Confinement, parse
+from tests.runtime.harness import auth
+from tests.runtime.refork_chain import count
 
 
 def test_options_round_trip_through_the_command_line() -> None:
@@ -52,3 +59,72 @@ def test_without_delegated_cgroups_the_job_gets_rlimits(
     monkeypatch.setattr(launcher, "CGROUP_ROOT", tmp_path / "absent")
     assert launcher._cgroup(tmp_path / "a", Confinement(memory=2**30)) is None
     assert launcher._cgroup(tmp_path / "a", Confinement()) is None  # nothing to limit
+
+
+CHAIN = Path(__file__).with_name("refork_chain.py")
+
+
+def test_a_job_that_reforks_outside_its_session_ends_with_all_its_processes(
+    tmp_path: Path,
+) -> None:
+    """Workers that call setsid and fork two more whenever their parent dies: the
+    launcher's exit record is written only once none of them is left."""
+    marker = f"corral-chain-{os.getpid()}-{tmp_path.name}"
+    folder = tmp_path / "attempt-1"
+    folder.mkdir()
+    argv = [sys.executable, "-m", "corral.runtime.execution.launcher", str(folder)]
+    try:
+        done = subprocess.run(
+            [*argv, "--", sys.executable, str(CHAIN), marker],
+            start_new_session=True,
+            timeout=120,
+            check=False,
+        )
+        record = json.loads((folder / "exit.json").read_text())
+        assert done.returncode == 0 and record["exit_code"] == 0
+        assert "killed" in (record["detail"] or "")
+        assert count(marker) == 0  # nothing of the job outlived its exit record
+    finally:
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _marked(marker: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                out.append(int(entry))
+    return out
+
+
+def test_a_cancelled_job_releases_its_gpus_only_once_every_process_is_gone(
+    tmp_path: Path,
+) -> None:
+    """The stop's SIGKILL goes to the job, not its launcher (killed, the launcher would
+    leave the setsid'd workers to init and its GPUs would go to the next job while
+    they ran): the next job on the same GPUs finds none of them."""
+    from tests.runtime.harness import Harness
+
+    marker = f"corral-chain-{os.getpid()}-{tmp_path.name}"
+    service = Harness(tmp_path, policy="fifo", policy_options={}, stop_grace=0.5)
+    try:
+        first = service.submit(
+            command=[sys.executable, str(CHAIN), marker, "--stay"], gpus=2, gpu_type="V100"
+        )
+        service.wait_state(first["id"], {"RUNNING"})
+        service.wait_loop(lambda: count(marker) >= 3, 30, "the job's workers to start")
+        second = service.submit(
+            "bob", command=[sys.executable, str(CHAIN), "--count", marker], gpus=2, gpu_type="V100"
+        )
+        cancel = service.client.post(f"/v1/jobs/{first['id']}/cancel", headers=auth("alice"))
+        assert cancel.is_success, cancel.text
+        ended = service.wait_done([first["id"], second["id"]], timeout=120)
+        assert [j["status"] for j in ended] == ["CANCELLED", "SUCCEEDED"], ended
+        assert count(marker) == 0
+    finally:
+        service.close()
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

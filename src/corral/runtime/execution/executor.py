@@ -40,6 +40,7 @@ from corral.runtime.execution.launcher import (
     Confinement,
     inherited,
     isolated_python,
+    job_processes,
     live_processes,
     process_states,
     root_environment,
@@ -577,6 +578,14 @@ class LocalExecutor(Executor):
 
     def signal(self, ref: ProcessRef, sig: int) -> None:
         if not self._same(ref):
+            return
+        if sig == signal.SIGKILL:
+            # the job's processes, not its launcher: the launcher then kills whatever
+            # else the job left (a setsid'd daemon is outside the group) and records
+            # the end only once none is left; killed itself, it could do neither
+            for pid in job_processes(ref.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(ref.pid, sig)

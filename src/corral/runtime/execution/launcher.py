@@ -375,30 +375,61 @@ def live_processes() -> Iterator[tuple[int, int, int]]:
             yield pid, ppid, pgrp
 
 
-def _members() -> set[int]:
-    """Other processes of this job: its process group (when the launcher leads it, as the
-    service starts it), and children of the subreaper."""
-    me = os.getpid()
-    group = me if os.getpgid(0) == me else -1
-    return {
-        pid for pid, ppid, pgrp in live_processes() if pid != me and (pgrp == group or ppid == me)
-    }
+def job_processes(launcher: int) -> set[int]:
+    """Every live process of the job ``launcher`` runs: its process group (when the
+    launcher leads it, as the service starts it) and all its descendants, however
+    deep (a process that called ``setsid`` is still one: as a subreaper the
+    launcher inherits whatever its parent leaves), the launcher excepted."""
+    children: dict[int, list[int]] = {}
+    group: set[int] = set()
+    for pid, ppid, pgrp in live_processes():
+        children.setdefault(ppid, []).append(pid)
+        if pgrp == launcher:
+            group.add(pid)
+    out: set[int] = set()
+    stack = [launcher, *group]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in out:
+                out.add(child)
+                stack.append(child)
+    return (out | group) - {launcher}
 
 
 def _kill_leftovers(cgroup: Path | None) -> int:
-    """SIGKILL and reap every process the job left; how many there were."""
+    """Kill and reap every process the job left; how many there were.
+
+    Each round stops them all first (``SIGSTOP``: a stopped process cannot fork, so
+    a job that re-forks when its parent dies cannot outrun the kill), looks
+    again until no new one appears, then kills them. It never gives up: the exit
+    record, and with it the job's end and the release of its GPUs, waits until
+    none is left (a line in the attempt's log every ``_CLEANUP_SECONDS`` says so)."""
     killed: set[int] = set()
-    deadline = time.monotonic() + _CLEANUP_SECONDS
-    while time.monotonic() < deadline:
-        alive = _members() | _cgroup_members(cgroup)
-        if not alive:
-            break
-        killed |= alive
-        for pid in alive:
+    me = os.getpid()
+    _cgroup_kill(cgroup)
+    began = warned = time.monotonic()
+    while alive := job_processes(me) | _cgroup_members(cgroup):
+        while alive:  # freeze, then look for what was forked meanwhile
+            for pid in alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            more = (job_processes(me) | _cgroup_members(cgroup)) - killed - alive
+            killed |= alive
+            alive = more
+        for pid in killed:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         _reap()
         time.sleep(0.02)
+        if time.monotonic() - warned >= _CLEANUP_SECONDS:
+            warned = time.monotonic()
+            left = len(job_processes(me) | _cgroup_members(cgroup))
+            print(
+                f"corral: {left} process(es) of the job still alive after "
+                f"{warned - began:.0f}s of killing; the attempt ends when they are gone",
+                file=sys.stderr,
+                flush=True,
+            )
     _reap()
     return len(killed)
 
@@ -415,18 +446,21 @@ def _reap() -> None:
 
 # ------------------------------------------------------------- cgroups v2
 def _cgroup(folder: Path, conf: Confinement) -> Path | None:
-    """A cgroup v2 for this attempt with the job's limits, the launcher moved into it;
-    None where cgroups v2 is not delegated to us (the job then gets rlimits)."""
-    if not (conf.memory or conf.cpu_quota):
-        return None
+    """A cgroup v2 for this attempt, the launcher moved into it, with the job's limits
+    where it asked for any: every attempt gets one where cgroups v2 is delegated
+    to the service, so its processes are ended together (``cgroup.kill``).
+    None elsewhere (the job then gets rlimits; its processes are found by the tree
+    under the launcher)."""
     base = CGROUP_ROOT / "corral"
     try:
-        controllers = (CGROUP_ROOT / "cgroup.controllers").read_text().split()
-        if not {"memory", "cpu"} <= set(controllers):
+        controllers = set((CGROUP_ROOT / "cgroup.controllers").read_text().split())
+        limits = {"memory", "cpu"} <= controllers
+        if (conf.memory or conf.cpu_quota) and not limits:
             return None
         base.mkdir(exist_ok=True)
-        (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory +cpu")
-        (base / "cgroup.subtree_control").write_text("+memory +cpu")
+        if limits:
+            (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory +cpu")
+            (base / "cgroup.subtree_control").write_text("+memory +cpu")
         group = base / f"{folder.parent.name}-{folder.name}-{os.getpid()}"
         group.mkdir()
         if conf.memory:
@@ -437,6 +471,16 @@ def _cgroup(folder: Path, conf: Confinement) -> Path | None:
     except OSError:
         return None
     return group
+
+
+def _cgroup_kill(cgroup: Path | None) -> None:
+    """Kill every process of the attempt's cgroup but the launcher, at once, where the
+    kernel offers ``cgroup.kill`` (5.14+): the launcher first moves itself out."""
+    if cgroup is None or not (cgroup / "cgroup.kill").exists():
+        return
+    with contextlib.suppress(OSError):
+        (CGROUP_ROOT / "cgroup.procs").write_text(str(os.getpid()))
+        (cgroup / "cgroup.kill").write_text("1")
 
 
 def _cgroup_members(cgroup: Path | None) -> set[int]:
