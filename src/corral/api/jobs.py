@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ from corral.api.views import (
 )
 from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
+from corral.runtime.execution.job_files import open_regular
 from corral.runtime.jobspec.config import UserConfig, hash_token
 from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices, array_limit
 from corral.runtime.loop.estimates import extend_curve, extend_progress
@@ -683,10 +685,12 @@ def logs(
         finished = att.end_time is not None
         number = att.number
     data = b""
+    fd = open_regular(path)  # a regular file only, never through a link
     try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(LOG_CHUNK)
+        if fd is not None:
+            with os.fdopen(fd, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(LOG_CHUNK)
     except OSError:
         pass
     headers = {

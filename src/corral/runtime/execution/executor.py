@@ -32,6 +32,7 @@ from corral.errors import CorralError
 from corral.model.cluster import Links
 from corral.runtime.execution.gpu_driver import GpuDriver, GpuUsage, links_of, open_driver
 from corral.runtime.execution.identity import RunAs
+from corral.runtime.execution.job_files import read_small
 from corral.runtime.execution.launcher import (
     ADMIN_ENV,
     ENV_FILE,
@@ -235,8 +236,11 @@ def process_start(pid: int) -> str | None:
 def read_exit_record(folder: Path) -> ExitRecord | None:
     """The launcher's record of how an attempt ended, if it wrote one."""
     try:
-        record = json.loads((folder / EXIT_FILE).read_text())
-    except (OSError, ValueError):
+        data = read_small(folder / EXIT_FILE)
+        record = json.loads(data) if data is not None else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
         return None
     code, sig, detail = record.get("exit_code"), record.get("signal"), record.get("detail")
     lost = bool(record.get("lost", False))
@@ -621,8 +625,8 @@ class LocalExecutor(Executor):
 
     def pid_from(self, folder: Path) -> ProcessRef | None:
         try:
-            pid = int((folder / PID_FILE).read_text())
-        except (OSError, ValueError):
+            pid = int(read_small(folder / PID_FILE, 64) or b"")
+        except ValueError:
             return None
         start = process_start(pid)
         return ProcessRef(pid, start) if start is not None else None

@@ -8,11 +8,13 @@ and node failures count against the node (which drains after several).
 
 from __future__ import annotations
 
+import os
 import re
 from enum import StrEnum
 from pathlib import Path
 
 from corral.runtime.execution.executor import ExitRecord
+from corral.runtime.execution.job_files import open_regular
 from corral.runtime.execution.launcher import NOT_STARTED
 from corral.train.session import PRERUN_EXIT, STOPPED_EXIT
 
@@ -56,8 +58,11 @@ _OOM = re.compile(
 
 
 def log_tail(path: Path, size: int = 16384) -> str:
+    fd = open_regular(path)  # a regular file only, never through a link
+    if fd is None:
+        return ""
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(fd, "rb") as handle:
             handle.seek(0, 2)
             handle.seek(max(0, handle.tell() - size))
             return handle.read().decode("utf-8", "replace")

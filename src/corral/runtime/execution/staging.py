@@ -23,8 +23,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from corral.runtime.execution.job_files import read_small
+
 MARK = "staged.json"
 """In the job's own folder: the stage command that completed."""
+MARK_LIMIT = 256 * 1024
+"""The most bytes of a mark read (a stage command is at most 16 KiB)."""
 
 
 def stage_argv(python: str, mark: Path, stage: list[str], command: list[str] | None) -> list[str]:
@@ -34,10 +38,13 @@ def stage_argv(python: str, mark: Path, stage: list[str], command: list[str] | N
 
 
 def staged(mark: Path, stage: list[str]) -> bool:
-    """Whether ``stage`` already completed for this job."""
+    """Whether ``stage`` already completed for this job. The mark lies in the job's
+    own folder, which its user controls: it is read as a small regular file only
+    (the service reads it as root, on its loop's thread)."""
+    data = read_small(mark, MARK_LIMIT)
     try:
-        return json.loads(mark.read_text()).get("stage") == stage
-    except (OSError, ValueError, AttributeError):
+        return data is not None and json.loads(data).get("stage") == stage
+    except (ValueError, AttributeError, RecursionError):
         return False
 
 
