@@ -128,3 +128,27 @@ def test_a_cancelled_job_releases_its_gpus_only_once_every_process_is_gone(
         for pid in _marked(marker):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_jobs_log_is_cut_at_its_limit_and_says_where(tmp_path: Path) -> None:
+    """20 MB of output against a 64 KiB limit: the log keeps the first 64 KiB and a line
+    saying it was cut, the job is not held up by it and ends as it would."""
+    folder = tmp_path / "attempt-1"
+    folder.mkdir()
+    log = folder / "log.txt"
+    script = "import sys\nfor _ in range(20): sys.stdout.write('y' * 10**6)\nprint('end')"
+    argv = [sys.executable, "-m", "corral.runtime.execution.launcher", str(folder)]
+    with open(log, "ab") as out:
+        done = subprocess.run(
+            [*argv, "--log-limit", str(2**16), "--", sys.executable, "-c", script],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0
+    assert json.loads((folder / "exit.json").read_text())["exit_code"] == 0
+    text = log.read_bytes()
+    assert text.startswith(b"y" * 2**16)
+    assert b"the log was cut here at 65536 bytes (log_limit)" in text
+    assert len(text) < 2**16 + 200 and not text.rstrip().endswith(b"end")

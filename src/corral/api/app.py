@@ -19,10 +19,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import OperationalError
 
 from corral.api import cluster, dashboard, jobs, metrics, service_info
 from corral.api.common import Context, service_version
-from corral.api.guards import BodyLimit, validation_error
+from corral.api.guards import BodyLimit, store_error_handler, validation_error
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import Store
@@ -43,6 +44,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     app.middleware("http")(app.state.metrics.count)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(OperationalError, store_error_handler(config.store_url))
     for routes in (
         service_info.router,
         jobs.router,

@@ -3,6 +3,9 @@ answered as plain JSON (never a 500 because the offending input was NaN or huge)
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import Request, status
@@ -87,3 +90,47 @@ async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
             }
         )
     return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether a store error is its disk being full (SQLite's and PostgreSQL's words)."""
+    text = str(exc).lower()
+    orig = getattr(exc, "orig", None)
+    return (
+        "database or disk is full" in text
+        or "no space left on device" in text
+        or "could not extend file" in text
+        or (isinstance(orig, OSError) and orig.errno == errno.ENOSPC)
+    )
+
+
+def store_error_handler(store_url: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """An answer for a request the store could not carry out: 507 naming the disk when
+    it is full (nothing was changed; the service recovers by itself once there is
+    space again), 503 for any other trouble of the store; never a bare 500."""
+    where = (
+        str(Path(store_url.removeprefix("sqlite:///")).parent)
+        if store_url.startswith("sqlite:///")
+        else "the store's database server"
+    )
+
+    async def answer(_request: Request, exc: Exception) -> JSONResponse:
+        if out_of_space(exc):
+            return JSONResponse(
+                {
+                    "detail": f"the service's store is out of disk space ({where} is full): "
+                    "nothing was changed; jobs already running go on, and requests "
+                    "succeed again once space is freed there"
+                },
+                status_code=507,
+            )
+        return JSONResponse(
+            {
+                "detail": f"the service's store cannot be written now ({type(exc).__name__}); "
+                "nothing was changed: try again shortly"
+            },
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
+
+    return answer

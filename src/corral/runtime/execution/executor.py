@@ -106,6 +106,8 @@ class LaunchRequest:
     """Niceness for the job's processes (opportunistic jobs: 19)."""
     keeper: KeeperRequest | None = None
     """A task of a round: the keeper that may hold its job on its GPU."""
+    log_limit: int | None = None
+    """Bytes of the job's output its attempt's log keeps (None: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +326,7 @@ def confinement(request: LaunchRequest, slots: list[GpuSlot]) -> Confinement:
         output=request.output,
         error=request.error,
         nice=request.nice,
+        log_limit=request.log_limit if request.output is None or request.error is None else None,
     )
     if request.run_as is not None:
         who = request.run_as

@@ -48,6 +48,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -142,6 +143,10 @@ class Confinement:
     """File the job's standard error goes to, apart from its output (Slurm's --error)."""
     nice: int | None = None
     """Niceness added to the job's processes (opportunistic jobs run at 19)."""
+    log_limit: int | None = None
+    """Bytes of the job's output the log (the launcher's own output) keeps: the job
+    writes into a pipe the launcher relays, cut at this size (None: the job
+    writes to the log itself, without limit)."""
 
     def options(self) -> list[str]:
         """The launcher's command-line options that give this confinement."""
@@ -166,6 +171,7 @@ _OPTION_NAMES = (
     "output",
     "error",
     "nice",
+    "log_limit",
 )
 _LISTS = {"groups", "cpus"}
 _TEXTS = {"cwd", "output", "error"}
@@ -207,7 +213,7 @@ def main(args: list[str]) -> int:
         print(
             "usage: python -m corral.runtime.execution.launcher DIR "
             "[--uid N --gid N --groups N,..] [--cpus N,..] [--cpu-quota N] [--memory BYTES] "
-            "[--cwd DIR] [--output FILE] [--error FILE] "
+            "[--cwd DIR] [--output FILE] [--error FILE] [--nice N] [--log-limit BYTES] "
             "-- PROGRAM [ARGS...]",
             file=sys.stderr,
         )
@@ -215,6 +221,8 @@ def main(args: list[str]) -> int:
     folder, conf, argv = parsed
     env = take_job_env(folder)
     started: list[subprocess.Popen[bytes]] = []  # kept: a dropped Popen may reap our child
+
+    relay = LogRelay(conf.log_limit) if conf.log_limit else None
 
     def start(child_setup: Callable[[], None]) -> int:
         child = subprocess.Popen(
@@ -225,11 +233,66 @@ def main(args: list[str]) -> int:
             user=conf.uid,
             group=conf.gid,
             extra_groups=conf.groups if conf.uid is not None else None,
+            stdout=None if relay is None else relay.write_fd,
+            stderr=None if relay is None else subprocess.STDOUT,
         )
         started.append(child)
+        if relay is not None:
+            relay.start()
         return child.pid
 
-    return supervise(folder, conf, start, what=argv[0])
+    return supervise(
+        folder, conf, start, what=argv[0], before_record=relay.finish if relay else None
+    )
+
+
+class LogRelay:
+    """The job's output, copied from a pipe into the log (the launcher's standard
+    output) up to a limit: one job's output cannot fill the disk the service's
+    store and every other job's log live on. Past the limit a line says where
+    the log was cut, and the rest is read and discarded (the job never blocks on
+    a full pipe)."""
+
+    def __init__(self, limit: int, out: int = 1) -> None:
+        self.limit, self.out = limit, out
+        self.read_fd, self.write_fd = os.pipe()
+        self.written = 0
+        self.thread = threading.Thread(target=self._relay, daemon=True)
+
+    def start(self) -> None:
+        """The job has its end of the pipe: close ours, so the relay sees its end."""
+        os.close(self.write_fd)
+        self.thread.start()
+
+    def _relay(self) -> None:
+        cut = False
+        while chunk := os.read(self.read_fd, 1 << 16):
+            keep = chunk[: max(self.limit - self.written, 0)]
+            if keep:
+                self._write(keep)
+                self.written += len(keep)
+            if len(keep) < len(chunk) and not cut:
+                cut = True
+                self._write(
+                    f"\ncorral: the log was cut here at {self.limit} bytes (log_limit); "
+                    "the job's further output is discarded\n".encode()
+                )
+        os.close(self.read_fd)
+
+    def _write(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):  # a full disk: the job goes on, its log is short
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.out, view) :]
+
+    def finish(self) -> None:
+        """Wait (briefly) for the relay to copy what the job wrote last (nothing to
+        wait for when the job never started)."""
+        if self.thread.is_alive() or self.thread.ident is not None:
+            self.thread.join(5.0)
+        else:
+            os.close(self.write_fd)
+            os.close(self.read_fd)
 
 
 def supervise(
@@ -237,6 +300,7 @@ def supervise(
     conf: Confinement,
     start: Callable[[Callable[[], None]], int],
     what: str = "the job",
+    before_record: Callable[[], None] | None = None,
 ) -> int:
     """Be an attempt's launcher: ``start(child_setup)`` starts the job's process (calling
     ``child_setup`` in it once its identity is set) and returns its pid; then wait for
@@ -275,6 +339,8 @@ def supervise(
     if left:
         record["detail"] = f"killed {left} process(es) the job left running"
     _drop_cgroup(cgroup)
+    if before_record is not None:
+        before_record()
     record["end_time"] = time.time()
     write_atomic(folder / EXIT_FILE, json.dumps(record))
     ended, killed_by = record["exit_code"], record["signal"]

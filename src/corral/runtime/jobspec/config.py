@@ -184,6 +184,13 @@ class ServiceConfig(BaseModel):
     prerun: PrerunConfig = Field(default_factory=PrerunConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     stop_grace: float = Field(30.0, ge=0, description="seconds from SIGTERM to SIGKILL")
+    log_limit: int | None = Field(
+        2**30,
+        ge=4096,
+        description="bytes of a job's output its attempt's log keeps (the rest is "
+        "discarded, the log saying where it was cut); null: no limit. Logs live in "
+        "state_dir, beside the store: one job's output must not fill its disk",
+    )
     pause_grace: float = Field(
         2.0,
         ge=0,

@@ -131,6 +131,7 @@ class Launching(LoopBase):
                     warm_argv=spec.warm_argv(),
                     nice=LOW_PRIORITY_NICE if job in self.low_priority else None,
                     keeper=self._keeper_request(spec, gpus),
+                    log_limit=self.config.log_limit,
                 )
             )
         except Exception as exc:  # one job's launch never fails the pass: its attempt ends
