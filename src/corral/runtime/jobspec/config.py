@@ -63,6 +63,20 @@ class UserConfig(BaseModel):
         description="Unix account the user's jobs run as (the service must run as root)",
     )
 
+    max_gpus: int | None = Field(
+        None,
+        ge=0,
+        description="GPUs this user's running jobs may hold at once (overrides limits.user_gpus)",
+    )
+    max_running: int | None = Field(
+        None,
+        ge=0,
+        description="jobs of this user that may run at once (overrides limits.user_running)",
+    )
+    shares: float = Field(
+        1.0, gt=0, le=1e6, description="the user's share of the cluster under fair_share"
+    )
+
     @model_validator(mode="after")
     def _one_token(self) -> UserConfig:
         if (self.token is None) == (self.token_sha256 is None):
@@ -86,6 +100,63 @@ class GpuGroup(BaseModel):
     @classmethod
     def _type(cls, value: str) -> str:
         return normalise_gpu_type(value)
+
+
+class LimitsConfig(BaseModel):
+    """Caps around every policy, as Slurm's QOS and association limits: a job that
+    would pass one waits (its reason names the limit) whatever its policy ranks."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_gpus: int | None = Field(
+        None, ge=0, description="GPUs one user's running jobs may hold (MaxTRESPerUser=gres/gpu)"
+    )
+    user_running: int | None = Field(
+        None, ge=0, description="jobs of one user that may run at once (MaxJobsPerUser)"
+    )
+    vc_gpus: dict[str, int] = Field(
+        default_factory=dict,
+        description="virtual cluster (account) -> GPUs its running jobs may hold (GrpTRES)",
+    )
+    vc_running: dict[str, int] = Field(
+        default_factory=dict,
+        description="virtual cluster (account) -> jobs of it that may run at once (GrpJobs)",
+    )
+
+    @field_validator("vc_gpus", "vc_running")
+    @classmethod
+    def _per_vc(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, cap in value.items():
+            if not _VC_NAME.match(name):
+                raise ValueError(f"'{name}' is not a valid virtual cluster name")
+            if cap < 0:
+                raise ValueError(f"the limit of '{name}' must be >= 0")
+        return value
+
+
+class FairShareConfig(BaseModel):
+    """Slurm's classic fair share: each user's jobs are ordered against others' by the
+    user's recent GPU use (decayed with a half-life) over their shares."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    half_life: float = Field(
+        7 * 86400.0, gt=0, description="seconds for past use to count half (PriorityDecayHalfLife)"
+    )
+    weight: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="priority points a user with no recent use gains "
+        "(PriorityWeightFairshare); added to each job's own priority",
+    )
+    refresh: float = Field(60.0, gt=0, description="seconds between recomputations of the use")
+
+    @field_validator("half_life", "refresh", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> float:
+        from corral.runtime.jobspec.specs import parse_seconds
+
+        return parse_seconds(value)
 
 
 class RetryConfig(BaseModel):
@@ -220,6 +291,14 @@ class ServiceConfig(BaseModel):
     )
     max_jobs_per_user: int = Field(
         10000, ge=1, description="jobs a user may have not yet ended (Slurm's MaxSubmitJobs)"
+    )
+    limits: LimitsConfig = Field(
+        default_factory=LimitsConfig,
+        description="per-user and per-VC caps on GPUs held and jobs running, around any policy",
+    )
+    fair_share: FairShareConfig = Field(
+        default_factory=FairShareConfig,
+        description="order users' jobs by their recent use over their shares (off by default)",
     )
     api_url: str | None = Field(None, description="URL jobs use to reach the API (default: listen)")
     default_duration: float = Field(

@@ -264,6 +264,12 @@ class LoopBase:
         self.aside: dict[int, str] = {}
         """Jobs set aside because their record is unusable -> why; one still running
         (found so at a restart) is stopped and ends FAILED with that reason."""
+        self.user_configs = {u.name: u for u in config.users}
+        """API user -> their config (per-user limits, fair-share shares)."""
+        self.share_bonus: dict[str, int] = {}
+        """User -> priority points their fair-share factor gives their jobs now."""
+        self.shares_at = -math.inf
+        """When the users' fair-share factors were last computed."""
         self.seen = 0
         self.next_wakeup: float | None = None
         self.dirty = True

@@ -205,7 +205,7 @@ class Recovery(LoopBase):
             row.id,
             self.rel(row.submit_time),
             gpus,
-            priority=row.priority,
+            priority=row.priority + self.share_bonus.get(row.user, 0),
             weight=spec.weight,
             job_type=spec.job_type,
             gpu_type=spec.gpu_type,

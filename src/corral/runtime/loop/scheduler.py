@@ -50,12 +50,13 @@ from corral.runtime.loop.loop_base import TERMINAL, Attempt, cluster_from_slots
 from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
 from corral.runtime.loop.recovery import Recovery
 from corral.runtime.loop.round_jobs import RoundJobs
+from corral.runtime.loop.user_limits import UserLimits
 from corral.runtime.storage.store import JobRow
 
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 
 
-class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNodes):
+class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNodes, UserLimits):
     """The loop: one pass polls, takes arrivals and requests, plans, and launches."""
 
     def run(self, stop: threading.Event, recover: bool = True) -> None:
@@ -132,30 +133,40 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         if self.policy.shares_gpus:
             self._observe_speeds(now)
         self._fence_exclusive()
+        self._refresh_fair_share(now)
+        capped = self._hide_capped()  # jobs a user's or VC's limit keeps back
         try:
-            plan = self.policy.schedule(st)
-        except Exception as exc:
-            self.errors += 1
-            with self.store.session() as s:
-                self.store.event(s, "policy_error", None, error=f"{type(exc).__name__}: {exc}")
-            traceback.print_exc(file=sys.stderr)
-            found = self._without_culprits(now, f"{type(exc).__name__}: {exc}")
-            if found is None:
-                self.next_wakeup = now + 5.0
-                return
-            plan = found
+            found = self._plan(now)
+        finally:
+            self._unhide(capped)
+        if found is None:
+            self.next_wakeup = now + 5.0
+            return
+        plan = found
         self._learn_checkpoints(plan)
         plan = keep_unsaved_work(plan, st)
         plan = self._keep_exclusive(plan)
+        plan = self._keep_limits(plan, capped)
         self._apply(plan, now)
         wake = plan.next_wakeup
         if self.backoff:
             soonest = self.rel(min(self.backoff.values()))
             wake = soonest if wake is None else min(wake, soonest)
         self.next_wakeup = None if wake is None else self.store.epoch + wake
-        self._update_reasons(
-            self.policy.waiting_reasons(self.live.state), self.policy.running_notes(self.live.state)
-        )
+        waits = self.policy.waiting_reasons(self.live.state)
+        self._update_reasons({**waits, **capped}, self.policy.running_notes(self.live.state))
+
+    def _plan(self, now: float) -> Plan | None:
+        """The policy's plan; after a failure, the plan without the jobs it fails on
+        (see :meth:`_without_culprits`), or None."""
+        try:
+            return self.policy.schedule(self.live.state)
+        except Exception as exc:
+            self.errors += 1
+            with self.store.session() as s:
+                self.store.event(s, "policy_error", None, error=f"{type(exc).__name__}: {exc}")
+            traceback.print_exc(file=sys.stderr)
+            return self._without_culprits(now, f"{type(exc).__name__}: {exc}")
 
     def _without_culprits(self, now: float, error: str, most: int = 3) -> Plan | None:
         """After a failed pass: find the waiting jobs the policy cannot take (by halving

@@ -334,7 +334,7 @@ class Transitions(Sharing):
                 a = self.attempts.get(row.id)
                 self.store.event(s, f"request_{request}", row.id)
                 if request == "priority":
-                    live.set_priority(i, row.priority)
+                    live.set_priority(i, row.priority + self.share_bonus.get(row.user, 0))
                 elif request == "cancel":
                     self._forget_waiting(row.id)
                     live.close(i)
