@@ -80,6 +80,8 @@ def service(
         jobs_dir=str(jobs),
         env={"CORRAL_TEST_SECRET": "service-secret-42"},
         retry={"backoff": 0.2, "backoff_max": 1},
+        # the test host's Python may live under /root: these jobs run system programs
+        require_reachable_python=False,
     )
     made.start()
     made.jobs_dir = jobs  # type: ignore[attr-defined]

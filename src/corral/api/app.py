@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
 
 from corral.api import cluster, dashboard, jobs, metrics, service_info
+from corral.api.auth_guard import AuthGuard
 from corral.api.common import Context, service_version
 from corral.api.guards import BodyLimit, store_error_handler, validation_error
 from corral.runtime.jobspec.config import ServiceConfig
@@ -39,6 +40,9 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         redoc_url=None,
     )
     app.state.users = {u.digest: u for u in config.users}
+    app.state.auth_guard = AuthGuard(
+        config.auth.failures, config.auth.window, config.auth.backoff_max
+    )
     app.state.context = Context(config, store, scheduler)
     app.state.metrics = metrics.ApiMetrics(app.state.context)
     app.middleware("http")(app.state.metrics.count)

@@ -14,6 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from corral.api.auth_guard import AuthGuard
 from corral.api.views import MAX_ID, ErrorView
 from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig, hash_token
@@ -72,10 +73,21 @@ def caller(
             headers={"WWW-Authenticate": "Bearer"},
         )
     digest = hash_token(credentials.credentials)
+    guard: AuthGuard = request.app.state.auth_guard
+    address = request.client.host if request.client is not None else "unknown"
+    wait = guard.wait(address, digest)
+    if wait > 0:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"too many failed tokens from {address}: try again in {wait:.0f}s",
+            headers={"Retry-After": str(max(1, round(wait)))},
+        )
     for known, user in request.app.state.users.items():
         if hmac.compare_digest(known, digest):
+            guard.succeeded(address, digest)
             out: UserConfig = user
             return out
+    guard.failed(address)
     raise HTTPException(
         status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
     )
@@ -95,7 +107,8 @@ def error_answers(*codes: int) -> dict[int | str, dict[str, Any]]:
         404: "no such job or node",
         409: "not possible in the job's or node's state",
         413: "the request body is too large",
-        429: "the caller has too many jobs not yet ended",
+        429: "the caller has too many jobs not yet ended, or its address sent too many "
+        "wrong tokens (Retry-After says when to try again)",
     }
     return {code: {"model": ErrorView, "description": meaning[code]} for code in codes}
 

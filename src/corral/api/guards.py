@@ -37,28 +37,34 @@ class BodyLimit:
                 if declared < 0 or declared > self.limit:
                     await self._refuse(send)
                     return
+        # no length given (a chunked body): read it whole first, up to the limit, so an
+        # oversized one is answered 413 before any route (whose JSON parsing would
+        # otherwise turn the cut into a 400) sees a byte of it
+        chunks: list[bytes] = []
         seen = 0
-        started = False
-
-        async def counted() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
-
-        async def watched(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counted, watched)
-        except _TooLarge:
-            if not started:
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
                 await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
         response = JSONResponse(
@@ -66,10 +72,6 @@ class BodyLimit:
             status_code=status.HTTP_413_CONTENT_TOO_LARGE,
         )
         await response({"type": "http"}, _nothing, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 async def _nothing() -> Message:

@@ -30,6 +30,7 @@ from corral.api.common import (
     positions,
 )
 from corral.api.views import (
+    HIDDEN,
     LOG_CHUNK,
     MAX_ID,
     AttemptView,
@@ -42,9 +43,11 @@ from corral.api.views import (
     PriorityBody,
     brief_columns,
     brief_view,
+    private_spec,
 )
 from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
+from corral.runtime.execution.identity import usable_folder
 from corral.runtime.execution.job_files import open_regular
 from corral.runtime.jobspec.config import UserConfig, hash_token
 from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices, array_limit
@@ -55,6 +58,20 @@ from corral.runtime.storage.store import AttemptRow, EventRow, JobRow
 
 router = APIRouter()
 LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
+
+
+def resolved(path: str, field: str) -> Path:
+    """``path`` with its links followed; 422 for a loop of links or a path too long."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError) as exc:
+        raise field_error(field, f"{path} cannot be resolved ({exc})") from None
+
+
+def hides(ctx: Context, user: UserConfig, owner: str) -> bool:
+    """Whether ``user`` sees another's job without its command, environment and paths
+    (``private_data``; admins see all)."""
+    return ctx.config.private_data and not user.admin and owner != user.name
 
 
 def check_priority(ctx: Context, priority: int, user: UserConfig) -> None:
@@ -228,10 +245,20 @@ def check_spec(ctx: Context, spec: JobSpec, user: UserConfig) -> None:
     if ctx.config.vcs is not None and spec.vc is not None and spec.vc not in ctx.config.vcs:
         have = ", ".join(ctx.config.vcs)
         raise field_error("vc", f"no virtual cluster '{spec.vc}' here (there are {have})")
+    who = ctx.scheduler.identities.get(user.name) if ctx.scheduler is not None else None
+    runs_as = f"'{who.name}'" if who is not None else "the service's user"
+    if who is not None and not who.runs_python and (spec.stage or spec.task):
+        raise field_error(
+            "stage" if spec.stage else "task",
+            f"{runs_as} cannot run this service's Python, which stage commands and jobs "
+            "given as tasks need (require_reachable_python is off); ask the operator",
+        )
     if spec.workdir is not None:
-        where = Path(spec.workdir).resolve()
-        if not where.is_dir():
-            raise field_error("workdir", f"{spec.workdir} is not a directory on the service's host")
+        where = resolved(spec.workdir, "workdir")
+        if not usable_folder(spec.workdir, who):  # as the job's user: no oracle of others'
+            raise field_error(
+                "workdir", f"{spec.workdir} is not a folder {runs_as} can enter (or it is missing)"
+            )
         if where.is_relative_to(ctx.config.state_dir.resolve()):
             raise field_error("workdir", "jobs may not run inside the service's state_dir")
     for field in ("array_index", "array_job", "array_limit"):
@@ -243,7 +270,11 @@ def check_spec(ctx: Context, spec: JobSpec, user: UserConfig) -> None:
         check_round_job(spec, ctx.config.policy)
     for field in ("output", "error"):
         path = getattr(spec, field)
-        if path is not None and Path(path).resolve().is_relative_to(ctx.config.state_dir.resolve()):
+        if path is None:
+            continue
+        # (opened by the job's process as its user; a folder missing or not theirs
+        # fails the job at its start, saying so, as under Slurm)
+        if resolved(path, field).is_relative_to(ctx.config.state_dir.resolve()):
             raise field_error(field, f"a job's {field} may not go inside the state_dir")
     if spec.error is not None and ctx.config.executor == "ray":
         raise field_error(
@@ -409,7 +440,7 @@ def queue(
             page = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
         # plain rows, not ORM objects: a listing reads them once (a third of the time);
         # with fields that columns give, only those columns (and the spec's scalars)
-        brief = brief_columns(include | {"status"}) if include is not None else None
+        brief = brief_columns(include | {"status", "user"}) if include is not None else None
         columns = brief if brief is not None else list(JobRow.__table__.columns)
         rows = list(s.execute(page.with_only_columns(*columns)))
         headers = {"X-Total-Count": str(total)}
@@ -421,9 +452,16 @@ def queue(
         known = ctx.scheduler.remaining_of(live) if ctx.scheduler is not None else {}
         if brief is not None and include is not None:
             listed = [brief_view(r, include, where.get(r.id), known.get(r.id)) for r in rows]
+            if "command" in include:
+                for item, r in zip(listed, rows, strict=True):
+                    if hides(ctx, user, r.user):
+                        item["command"] = [HIDDEN]
             body = json.dumps(listed, separators=(",", ":")).encode()
         else:
             views = [JobView.of(r, where.get(r.id), known.get(r.id)) for r in rows]  # type: ignore[arg-type]
+            for view in views:
+                if hides(ctx, user, view.user):
+                    view.command = [HIDDEN]
             # serialised once here: FastAPI would validate ten thousand views again first
             shown = None if include is None else {"__all__": include}
             body = JOB_LIST.dump_json(views, include=shown)
@@ -552,9 +590,12 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
         )
         events = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
         base = JobView.of(row, positions(s).get(job_id), left(ctx, row))
-        spec = dict(row.spec)
-        if row.user != user.name and not user.admin and spec.get("env"):
-            spec["env"] = {key: "(hidden)" for key in spec["env"]}
+        spec = dict(row.spec) if isinstance(row.spec, dict) else {}
+        if hides(ctx, user, row.user):
+            spec = private_spec(spec)
+            base.command = [HIDDEN]
+        elif row.user != user.name and not user.admin and isinstance(spec.get("env"), dict):
+            spec["env"] = {key: HIDDEN for key in spec["env"]}
         return JobDetail(
             **base.model_dump(),
             spec=spec,

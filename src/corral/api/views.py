@@ -102,6 +102,23 @@ class RemainingView(BaseModel):
     )
 
 
+HIDDEN = "(hidden)"
+"""What another user's job shows in place of its command, environment and paths
+under ``private_data``."""
+UNREADABLE = "(unreadable record)"
+"""The command shown for a job whose stored spec cannot be read (set aside)."""
+PRIVATE_SPEC = ("command", "env", "stage", "workdir", "output", "error", "task")
+"""A job's fields only its owner and admins see under ``private_data``: commands
+and environments carry secrets (``--password=...``), paths tell what others work on."""
+
+
+def private_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as another user sees it under ``private_data``."""
+    return {
+        k: HIDDEN if k in PRIVATE_SPEC and v not in (None, {}, []) else v for k, v in spec.items()
+    }
+
+
 class JobView(BaseModel):
     id: int
     name: str
@@ -163,7 +180,22 @@ class JobView(BaseModel):
         # the stored spec was validated when it was submitted: its fields are read
         # as they are, with the schema's defaults for those it leaves out (building a
         # JobSpec for each of ten thousand listed jobs took most of a listing's time)
-        spec = {**_spec_defaults(), **row.spec}
+        stored = row.spec if isinstance(row.spec, dict) else {}
+        try:
+            return cls._of(row, {**_spec_defaults(), **stored}, position, remaining)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            # a record the loop set aside as unusable: shown, never a failed listing
+            unusable = {**_spec_defaults(), "command": [UNREADABLE]}
+            return cls._of(row, unusable, position, remaining)
+
+    @classmethod
+    def _of(
+        cls,
+        row: JobRow,
+        spec: dict[str, Any],
+        position: int | None,
+        remaining: tuple[float, str] | None,
+    ) -> JobView:
         return cls(
             id=row.id,
             name=row.name,

@@ -9,9 +9,12 @@ service says at start that jobs are not isolated from each other.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,9 @@ class RunAs:
     gid: int
     groups: tuple[int, ...]
     home: str
+    runs_python: bool = True
+    """Whether this user can run the service's Python (jobs given as tasks, stage
+    commands and the training library run it as the job's user)."""
 
 
 def lookup(unix_user: str) -> RunAs:
@@ -62,8 +68,45 @@ def check_identities(config: ServiceConfig) -> dict[str, RunAs]:
                 f"{blocked}; put jobs_dir where every unix_user can reach it "
                 "(e.g. /var/lib/corral-jobs)"
             )
+        cannot = cannot_run_python(who)
+        if cannot is not None and config.require_reachable_python:
+            raise CorralError(
+                f"user '{name}': unix_user '{unix_user}' cannot run this service's Python "
+                f"({sys.executable}): {cannot}. Jobs given as tasks, stage commands and "
+                "corral.train run it as the job's user: install corral where every "
+                "unix_user can read it (e.g. a virtual environment under /opt, not under "
+                "/root), or set require_reachable_python: false to start anyway (such "
+                "jobs are then refused at submission)"
+            )
+        if cannot is not None:
+            who = dataclasses.replace(who, runs_python=False)
         out[name] = who
     return out
+
+
+def cannot_run_python(who: RunAs) -> str | None:
+    """Why ``who`` cannot run this Python and import corral with it (None: they can)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", "import corral"],
+            user=who.uid,
+            group=who.gid,
+            extra_groups=list(who.groups),
+            env={"PATH": "/usr/bin:/bin", "HOME": who.home},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "it did not start within 60 s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else f"exit code {done.returncode}"
 
 
 def first_unreachable(path: Path, who: RunAs) -> Path | None:
@@ -128,3 +171,32 @@ def job_folder(config: ServiceConfig, job: int, run_as: RunAs | None) -> Path:
                 for name in [where, *(os.path.join(where, f) for f in dirs + files)]:
                     os.chown(name, run_as.uid, run_as.gid, follow_symlinks=False)
     return folder
+
+
+def usable_folder(path: str, who: RunAs | None) -> bool:
+    """Whether ``path`` is a folder ``who`` can enter, as the
+    kernel decides for that user (links, ACLs, a parent they cannot enter), so a
+    check made for them by a service running as root tells them nothing more than
+    they could learn themselves: a folder that is missing and one that is not theirs
+    get the same answer. Without ``who``, for the service's own user."""
+    if who is None:
+        return os.path.isdir(path) and os.access(path, os.X_OK)
+    test = shutil.which("test") or "/usr/bin/test"
+    argv = [test, "-d", path, "-a", "-x", path]
+    try:
+        done = subprocess.run(
+            argv,
+            user=who.uid,
+            group=who.gid,
+            extra_groups=list(who.groups),
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0

@@ -159,6 +159,17 @@ class FairShareConfig(BaseModel):
         return parse_seconds(value)
 
 
+class AuthConfig(BaseModel):
+    """How failed tokens are slowed, per client address (see corral.api.auth_guard)."""
+
+    model_config = ConfigDict(extra="forbid")
+    failures: int = Field(20, ge=1, description="failed tokens from one address that lock it out")
+    window: float = Field(60.0, gt=0, description="seconds over which the failures count")
+    backoff_max: float = Field(
+        300.0, ge=1, description="the longest lock-out (it doubles from 1 s at each in a row)"
+    )
+
+
 class RetryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     backoff: float = Field(5.0, ge=0, description="seconds before the first retry")
@@ -291,6 +302,21 @@ class ServiceConfig(BaseModel):
     )
     max_jobs_per_user: int = Field(
         10000, ge=1, description="jobs a user may have not yet ended (Slurm's MaxSubmitJobs)"
+    )
+    require_reachable_python: bool = Field(
+        True,
+        description="refuse to start when a mapped unix_user cannot run this service's "
+        "Python (jobs given as tasks, stage commands and corral.train need it); false: "
+        "start anyway and refuse such jobs of that user at submission",
+    )
+    auth: AuthConfig = Field(
+        default_factory=AuthConfig, description="lock-out of addresses that send wrong tokens"
+    )
+    private_data: bool = Field(
+        True,
+        description="users see only their own jobs' commands, environments, stage commands "
+        "and paths; others' jobs show their name, owner, state and resources (Slurm's "
+        "PrivateData=jobs, narrower); admins see all. On by default: commands carry secrets",
     )
     limits: LimitsConfig = Field(
         default_factory=LimitsConfig,
