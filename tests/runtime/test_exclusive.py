@@ -14,6 +14,7 @@ from corral.errors import InputError
 from corral.runtime.jobspec.directives import script_fields
 from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT
+from corral.runtime.storage.store import Store
 from tests.runtime.harness import Harness, auth, check_history, wait_for
 
 PY = sys.executable
@@ -86,3 +87,27 @@ def test_an_operator_can_keep_exclusive_jobs_for_admins(tmp_path: Path) -> None:
         assert h.submit(user="root", **spec)["id"]
     finally:
         h.close()
+
+
+def test_an_exclusive_job_planned_with_others_on_one_node_never_idles_it(
+    tmp_path: Path,
+) -> None:
+    """One node: FIFO plans a job, an exclusive one and more together on it. Each
+    pass used to drop them all (every start was beside the exclusive one), so the
+    node stayed idle for good; now the first comes first, and everyone runs."""
+    from corral.runtime.jobspec.config import GpuGroup
+    from tests.runtime.harness import make_config
+    from tests.runtime.test_poisoned_records import queue, states
+    from tests.runtime.virtual import VirtualClock, run_for, virtual_scheduler
+
+    config = make_config(
+        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=8)]
+    )
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    scheduler = virtual_scheduler(config, store, clock)
+    jobs = [queue(store, "alice", clock, command=["sleep", "5"])]
+    jobs.append(queue(store, "alice", clock, command=["sleep", "5"], exclusive=True))
+    jobs += [queue(store, "bob", clock, command=["sleep", "5"]) for _ in range(3)]
+    run_for(scheduler, clock, 60)
+    assert all(states(store)[j][0] == "SUCCEEDED" for j in jobs), states(store)

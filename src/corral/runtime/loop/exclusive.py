@@ -73,21 +73,30 @@ class ExclusiveNodes(LoopBase):
         st, live = self.live.state, self.live
         node = self.cluster.gpu_node_list
         stopped = set(plan.stops)
-        users: dict[int, set[int]] = {}  # node -> jobs on it once the plan is carried out
+        busy: set[int] = set()  # nodes where a job runs on after the plan
         for i in st.running:
             if i not in stopped:
-                for g in st.alloc[i] or ():
-                    users.setdefault(node[g], set()).add(i)
-        for i, gpus in plan.starts.items():
-            for g in gpus:
-                users.setdefault(node[g], set()).add(i)
+                busy.update(node[g] for g in st.alloc[i] or ())
+        # the starts in the plan's order (the policy's), first come first kept: an
+        # exclusive start needs its nodes free of running jobs and of starts kept
+        # before it; any other start needs its nodes free of a kept exclusive one.
+        # (Dropping every start that met one beside an exclusive start left a
+        # one-node cluster idle for good: each pass planned them together again.)
+        taken: set[int] = set()  # nodes of starts kept so far
+        walled: set[int] = set()  # nodes of exclusive starts kept
         dropped: list[int] = []
         self.exclusive_skipped.clear()
         for i, gpus in plan.starts.items():
             nodes = {node[g] for g in gpus}
-            alone = all(users[n] == {i} for n in nodes)
-            beside = any(live.ids[j] in self.exclusive for n in nodes for j in users[n] - {i})
-            if (live.ids[i] in self.exclusive and not alone) or beside:
+            if live.ids[i] in self.exclusive:
+                keep = not nodes & (busy | taken)
+                if keep:
+                    walled |= nodes
+            else:
+                keep = not nodes & walled
+            if keep:
+                taken |= nodes
+            else:
                 dropped.append(i)
         if not dropped:
             return plan
