@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from corral.runtime.execution.executor import group_alive
+from corral.runtime.execution.identity import cannot_run_python, lookup
 from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import TERMINAL, TOKENS, wait_for
 
@@ -133,7 +134,9 @@ def test_state_and_config_are_private_and_jobs_run_outside_them(
     bob = httpx.get(
         f"{service.url}/v1/jobs/{job['id']}", headers={"Authorization": f"Bearer {TOKENS['bob']}"}
     ).json()
-    assert "alice-key" not in str(bob) and bob["spec"]["env"] == {"API_KEY": "(hidden)"}
+    # private_data (the default): not even the variables' names, nor the command
+    assert "alice-key" not in str(bob) and bob["spec"]["env"] == "(hidden)"
+    assert "API_KEY" not in str(bob) and bob["command"] == ["(hidden)"]
     assert service.admin.job(job["id"])["spec"]["env"] == {"API_KEY": "alice-key"}
     assert service.client.job(job["id"])["spec"]["env"] == {"API_KEY": "alice-key"}
     log = service.log.read_text()
@@ -153,7 +156,12 @@ def test_as_root_jobs_run_as_their_users_unix_account(services: Any, tmp_path: P
     assert "who cannot enter" in refused.log.read_text()
     jobs = Path(tempfile.mkdtemp(prefix="corral-jobs-"))
     jobs.chmod(0o711)  # where the admin would put it: every unix_user may enter
-    service = services(unix_users=accounts, jobs_dir=str(jobs))
+    if cannot_run_python(lookup("nobody")) is not None:  # a Python under /root, say
+        strict = services(name="strict", unix_users=accounts, jobs_dir=str(jobs))
+        strict.launch()
+        assert strict.proc is not None and strict.proc.wait(30) == 2
+        assert "cannot run this service's Python" in strict.log.read_text()
+    service = services(unix_users=accounts, jobs_dir=str(jobs), require_reachable_python=False)
     service.start()
     # the service's Python may live where 'nobody' cannot go: probe with the shell
     probe = (
