@@ -4,6 +4,7 @@ block, follow the link or read without bound."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -103,3 +104,51 @@ def test_the_api_serves_no_log_through_a_link(tmp_path: Path, secret: Path) -> N
             assert answer.status_code == 200 and answer.content == b"", kind
     finally:
         service.close()
+
+
+def test_liquid_pre_staging_a_job_whose_mark_is_a_fifo_never_stops_the_loop(
+    tmp_path: Path,
+) -> None:
+    """The reported case, in virtual time: Liquid pre-stages a waiting job whose own
+    folder holds a FIFO at the staging mark. The pass reads the mark and goes on;
+    the job runs (it stages again, as its user) and the other user's job succeeds."""
+    from corral.runtime.jobspec.config import GpuGroup
+    from corral.runtime.storage.store import EventRow, Store
+    from tests.runtime.harness import make_config
+    from tests.runtime.test_poisoned_records import queue, states
+    from tests.runtime.virtual import VirtualClock, run_for, virtual_scheduler
+
+    config = make_config(
+        tmp_path,
+        policy="liquid",
+        policy_options={"launch": 5.0},  # pre-scheduling on: stage 5 s ahead
+        gpus=[GpuGroup(type="V100", count=4)],
+    )
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    scheduler = virtual_scheduler(config, store, clock)
+    # it says 10 s (ends expected at 15, launch phase included); it runs 20
+    queue(store, "alice", clock, command=["sleep", "20"], gpus=4, duration=10)
+    run_for(scheduler, clock, 2)
+    staged_job = queue(store, "alice", clock, command=["sleep", "3"], stage=["true"], duration=3)
+    folder = config.job_root / str(staged_job)
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / MARK)
+
+    def go_on() -> int:
+        run_for(scheduler, clock, 9)  # the running job is due to end within the launch phase:
+        other = queue(store, "bob", clock, command=["sleep", "3"], duration=3)  # a pass now
+        run_for(scheduler, clock, 40)
+        return other
+
+    try:
+        other = within(30, go_on)
+    finally:  # a reader blocked on the FIFO (the defect) gets its end: the test fails, not hangs
+        with contextlib.suppress(OSError):
+            os.close(os.open(folder / MARK, os.O_WRONLY | os.O_NONBLOCK))
+    with store.session() as s:
+        prestaged = s.query(EventRow).filter(EventRow.kind == "prestage").count()
+    assert prestaged >= 1  # the FIFO was met
+    assert states(store)[other][0] == "SUCCEEDED"
+    assert states(store)[staged_job][0] == "SUCCEEDED"
+    assert scheduler.errors == 0
