@@ -143,7 +143,9 @@ def test_an_array_from_a_script_writes_one_output_per_task(
 def test_dependencies_hold_a_job_and_an_unmeetable_one_is_cancelled(
     service: ServiceProcess,
 ) -> None:
-    first = service.client.submit({"command": ["sleep", "2"], "name": "first"})
+    first = service.client.submit(
+        {"command": ["sleep", "6"], "name": "first"}
+    )  # outlasts a slow CLI
     broken = service.client.submit({"command": ["false"], "name": "broken", "max_retries": 0})
     out = corral(service, "submit", "--afterok", str(first["id"]), "--json", "--", "true")
     then = json.loads(out)

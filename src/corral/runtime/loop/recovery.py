@@ -6,10 +6,11 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sqlalchemy import ColumnElement, func, select, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
@@ -169,6 +170,70 @@ class Recovery(LoopBase):
                 live.hold(i)
             elif row.id in self.starting:
                 live.start(i, self.starting[row.id])
+
+    def _quarantine(self) -> bool:
+        """After a failed pass: check every job in the loop's view again as if it had
+        just entered it, and set aside those whose record has become unusable (a
+        value written behind the loop's back); True when one was found."""
+        now = self.clock()
+        found = False
+        for job in sorted({*self.live.index, *self.attempts}):
+            try:
+                with self.store.session() as s:
+                    row = s.get(JobRow, job)
+                    if row is None or row.status in TERMINAL:
+                        continue
+                    self.specs.pop(job, None)
+                    self._spec(row)
+                    continue
+            except SQLAlchemyError as exc:
+                if not isinstance(exc.__cause__ or exc, ValueError | TypeError):
+                    raise
+                problem: Exception = exc
+            except Exception as exc:  # the check's BadRecord, or a value it cannot read
+                problem = exc
+            found = True
+            self._set_aside_by_id(job, problem, now)
+        return found
+
+    def _set_aside_by_id(self, job: int, exc: Exception, now: float) -> None:
+        """Set aside a job whose row may not even load: its decoded columns are reset
+        to what loads, in one statement; a job still running is stopped first
+        (its GPUs are freed when its process is gone)."""
+        reason = (
+            aside_reason(exc)
+            if isinstance(exc, BadRecord)
+            else (f"{SET_ASIDE} (its stored row cannot be read: {type(exc).__name__})")
+        )
+        values: dict[str, Any] = {"reason": reason, "request": None, "gpus": None}
+        if job not in self.attempts:
+            values.update(status=JobStatus.FAILED, end_time=now)
+        for column, blank in (("spec", {}), ("loss_curve", None), ("progress", None)):
+            try:  # a column whose stored bytes do not decode is reset, so the row loads
+                with self.store.session() as s:
+                    s.execute(select(getattr(JobRow, column)).where(JobRow.id == job)).all()
+            except (ValueError, TypeError, StatementError):
+                values[column] = blank
+        with self.store.session() as s:
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job)
+                .values(values)
+                .execution_options(synchronize_session=False)
+            )
+            self.store.event(s, "set_aside", job, why=reason)
+        print(f"corral: job {job} set aside: {reason}", file=sys.stderr, flush=True)
+        self.reasons[job] = reason
+        self.specs.pop(job, None)
+        i = self.live.index.get(job)
+        if i is not None:
+            self.live.close(i)
+        self._forget_waiting(job)
+        a = self.attempts.get(job)
+        if a is not None:  # ends set aside (see Transitions._ended_aside)
+            self.aside[job] = reason
+            if a.stop is None:
+                self._stop(a, "cancel", now)
 
     def _set_aside(self, s: Session, row: JobRow, exc: Exception | str, now: float) -> None:
         """End a job whose record the loop cannot use, saying why (logged once): the

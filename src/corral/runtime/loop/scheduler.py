@@ -37,6 +37,7 @@ import traceback
 
 import numpy as np
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError, StatementError
 
 from corral.model.jobs import JobStatus
 from corral.model.plan import Plan
@@ -87,6 +88,20 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             self.wake.clear()
 
     def step(self) -> None:
+        """One pass; a pass that fails on a job's record sets that job aside and
+        resynchronises (the others' jobs go on at the next pass)."""
+        try:
+            self._pass()
+        except SQLAlchemyError as exc:
+            if not isinstance(exc, StatementError) or not self._quarantine():
+                raise  # the store's own trouble: run() retries
+            self._rebuild()
+        except Exception:
+            if not self._quarantine():
+                raise
+            self._rebuild()
+
+    def _pass(self) -> None:
         now = self.clock()
         changed = self._poll(now)
         if self.config.workers.park:
