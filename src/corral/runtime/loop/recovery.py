@@ -22,7 +22,7 @@ from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.estimates import ESTIMATED, LossHistory, expected_duration
 from corral.runtime.loop.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, LoopBase, cluster_from_slots
-from corral.runtime.loop.records import SET_ASIDE, BadRecord, aside_reason
+from corral.runtime.loop.records import BadRecord, aside_reason
 from corral.runtime.storage.store import JobRow, NodeRow
 
 
@@ -109,22 +109,37 @@ class Recovery(LoopBase):
             pass
         rows = []
         for job in s.scalars(select(JobRow.id).where(where).order_by(JobRow.id)).all():
-            try:
-                row = s.get(JobRow, job)
-            except (ValueError, TypeError, ArithmeticError) as exc:
-                reason = f"{SET_ASIDE} (its stored row cannot be read: {type(exc).__name__})"
-                s.execute(
-                    update(JobRow)
-                    .where(JobRow.id == job)
-                    .values(status=JobStatus.FAILED, end_time=self.clock(), reason=reason)
-                    .execution_options(synchronize_session=False)
-                )
-                self.store.event(s, "set_aside", job, why=reason)
-                print(f"corral: job {job} set aside: {reason}", file=sys.stderr, flush=True)
-                continue
+            self._repair(s, job)  # what does not decode is reset; the row is then checked
+            row = s.get(JobRow, job)
             if row is not None:
                 rows.append(row)
         return rows
+
+    def _repair(self, s: Session, job: int) -> list[str]:
+        """Reset the columns of a job's row whose stored bytes do not decode (so the row
+        loads, and the loop's check then decides about the job); their names."""
+        values: dict[str, Any] = {}
+        for column, blank in (
+            ("spec", {}),
+            ("gpus", None),
+            ("loss_curve", None),
+            ("progress", None),
+        ):
+            try:  # each alone, in a session of its own (reads only)
+                with self.store.session() as probe:
+                    probe.execute(select(getattr(JobRow, column)).where(JobRow.id == job)).all()
+            except (ValueError, TypeError, StatementError):
+                values[column] = blank
+        if values:
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job)
+                .values(values)
+                .execution_options(synchronize_session=False)
+            )
+            s.expire_all()
+            self.store.event(s, "repaired", job, columns=sorted(values))
+        return sorted(values)
 
     def _load(self, s: Session, rows: list[JobRow]) -> None:
         """Give every live job a slot and put it where it belongs (queue, running, held)."""
@@ -173,67 +188,37 @@ class Recovery(LoopBase):
 
     def _quarantine(self) -> bool:
         """After a failed pass: check every job in the loop's view again as if it had
-        just entered it, and set aside those whose record has become unusable (a
-        value written behind the loop's back); True when one was found."""
+        just entered it (its row's undecodable columns reset first), and set aside
+        those whose record has become unusable (a value written behind the loop's
+        back); True when one was found."""
         now = self.clock()
         found = False
         for job in sorted({*self.live.index, *self.attempts}):
-            try:
-                with self.store.session() as s:
-                    row = s.get(JobRow, job)
-                    if row is None or row.status in TERMINAL:
-                        continue
-                    self.specs.pop(job, None)
+            with self.store.session() as s:
+                found |= bool(self._repair(s, job))
+                row = s.get(JobRow, job)
+                if row is None or row.status in TERMINAL:
+                    continue
+                self.specs.pop(job, None)
+                try:
                     self._spec(row)
                     continue
-            except SQLAlchemyError as exc:
-                if not isinstance(exc.__cause__ or exc, ValueError | TypeError):
-                    raise
-                problem: Exception = exc
-            except Exception as exc:  # the check's BadRecord, or a value it cannot read
-                problem = exc
-            found = True
-            self._set_aside_by_id(job, problem, now)
-        return found
-
-    def _set_aside_by_id(self, job: int, exc: Exception, now: float) -> None:
-        """Set aside a job whose row may not even load: its decoded columns are reset
-        to what loads, in one statement; a job still running is stopped first
-        (its GPUs are freed when its process is gone)."""
-        reason = (
-            aside_reason(exc)
-            if isinstance(exc, BadRecord)
-            else (f"{SET_ASIDE} (its stored row cannot be read: {type(exc).__name__})")
-        )
-        values: dict[str, Any] = {"reason": reason, "request": None, "gpus": None}
-        if job not in self.attempts:
-            values.update(status=JobStatus.FAILED, end_time=now)
-        for column, blank in (("spec", {}), ("loss_curve", None), ("progress", None)):
-            try:  # a column whose stored bytes do not decode is reset, so the row loads
-                with self.store.session() as s:
-                    s.execute(select(getattr(JobRow, column)).where(JobRow.id == job)).all()
-            except (ValueError, TypeError, StatementError):
-                values[column] = blank
-        with self.store.session() as s:
-            s.execute(
-                update(JobRow)
-                .where(JobRow.id == job)
-                .values(values)
-                .execution_options(synchronize_session=False)
-            )
-            self.store.event(s, "set_aside", job, why=reason)
-        print(f"corral: job {job} set aside: {reason}", file=sys.stderr, flush=True)
-        self.reasons[job] = reason
-        self.specs.pop(job, None)
-        i = self.live.index.get(job)
-        if i is not None:
-            self.live.close(i)
-        self._forget_waiting(job)
-        a = self.attempts.get(job)
-        if a is not None:  # ends set aside (see Transitions._ended_aside)
-            self.aside[job] = reason
+                except BadRecord as exc:
+                    problem = exc
+                found = True
+                a = self.attempts.get(job)
+                if a is None:
+                    self._set_aside(s, row, problem, now)
+                    continue
+                # still running: stopped, it ends set aside (Transitions._ended_aside)
+                self.aside[job] = row.reason = self.reasons[job] = problem.reason
+                self.store.event(s, "set_aside", job, why=problem.reason)
+            i = self.live.index.get(job)
+            if i is not None:
+                self.live.close(i)
             if a.stop is None:
                 self._stop(a, "cancel", now)
+        return found
 
     def _set_aside(self, s: Session, row: JobRow, exc: Exception | str, now: float) -> None:
         """End a job whose record the loop cannot use, saying why (logged once): the
