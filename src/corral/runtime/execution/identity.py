@@ -15,6 +15,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +182,23 @@ def usable_folder(path: str, who: RunAs | None) -> bool:
     get the same answer. Without ``who``, for the service's own user."""
     if who is None:
         return os.path.isdir(path) and os.access(path, os.X_OK)
+    key, now = (who.uid, path), time.monotonic()
+    known = _FOLDER_ANSWERS.get(key)
+    if known is not None and now - known[0] < FOLDER_ANSWER_SECONDS:
+        return known[1]  # a batch of jobs with one workdir asks once, not per job
+    answer = _usable_as(path, who)
+    if len(_FOLDER_ANSWERS) >= 4096:
+        _FOLDER_ANSWERS.clear()
+    _FOLDER_ANSWERS[key] = (now, answer)
+    return answer
+
+
+FOLDER_ANSWER_SECONDS = 10.0
+"""How long a folder check's answer is reused for the same user and path."""
+_FOLDER_ANSWERS: dict[tuple[int, str], tuple[float, bool]] = {}
+
+
+def _usable_as(path: str, who: RunAs) -> bool:
     test = shutil.which("test") or "/usr/bin/test"
     argv = [test, "-d", path, "-a", "-x", path]
     try:
