@@ -101,8 +101,9 @@ class Recovery(LoopBase):
         return self._rows(s, JobRow.status.not_in(TERMINAL))
 
     def _rows(self, s: Session, where: ColumnElement[bool]) -> list[JobRow]:
-        """The jobs matching ``where``, by id; one whose row cannot even be loaded
-        (a stored value its column cannot decode) is set aside by id, not loaded."""
+        """The jobs matching ``where``, by id; a row that cannot even be loaded (a
+        stored value its column cannot decode) is repaired first (:meth:`_repair`),
+        and the loop's check then decides about its job."""
         try:
             return list(s.scalars(select(JobRow).where(where).order_by(JobRow.id)))
         except (ValueError, TypeError, ArithmeticError):

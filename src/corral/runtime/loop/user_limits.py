@@ -165,10 +165,6 @@ class UserLimits(LoopBase):
             plan.free_after = None
         return plan
 
-    def _share_bonus(self, user: str) -> int:
-        """Priority points the user's fair-share factor gives their jobs now."""
-        return self.share_bonus.get(user, 0)
-
     def _refresh_fair_share(self, now: float) -> None:
         """Recompute every user's decayed use and factor (each ``refresh`` seconds), and
         each live job's priority from them."""
@@ -204,7 +200,7 @@ class UserLimits(LoopBase):
         for job, i in self.live.index.items():
             if job not in priorities:
                 continue
-            want = int(priorities[job]) + self._share_bonus(st.user[i])
+            want = int(priorities[job]) + self.share_bonus.get(st.user[i], 0)
             if st.priority[i] != want:
                 self.live.set_priority(i, want)
                 changed = True
