@@ -21,8 +21,8 @@ from corral.runtime.jobspec.config import GpuGroup
 from corral.runtime.jobspec.specs import MAX_SECONDS, MAX_STEPS, MIN_WEIGHT, JobSpec
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import JobRow, Store
+from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
-from tests.runtime.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
 
 POLICIES = ["fifo", "tiresias-las", "liquid", "themis", "gavel-max-min-fairness"]
 BOUND = 900.0

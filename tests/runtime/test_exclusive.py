@@ -96,9 +96,9 @@ def test_an_exclusive_job_planned_with_others_on_one_node_never_idles_it(
     pass used to drop them all (every start was beside the exclusive one), so the
     node stayed idle for good; now the first comes first, and everyone runs."""
     from corral.runtime.jobspec.config import GpuGroup
+    from corral.testing.virtual import VirtualClock, run_for, virtual_scheduler
     from tests.runtime.harness import make_config
     from tests.runtime.test_poisoned_records import queue, states
-    from tests.runtime.virtual import VirtualClock, run_for, virtual_scheduler
 
     config = make_config(
         tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=8)]

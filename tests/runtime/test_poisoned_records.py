@@ -20,8 +20,8 @@ from sqlalchemy import text, update
 from corral.runtime.jobspec.config import GpuGroup
 from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.storage.store import JobRow, Store
+from corral.testing.virtual import VirtualClock, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
-from tests.runtime.virtual import VirtualClock, run_for, virtual_scheduler
 
 
 def queue(store: Store, user: str, clock: VirtualClock, **spec: Any) -> int:

@@ -1,0 +1,363 @@
+"""The scheduler loop in virtual time: a clock the test moves and an executor
+whose "processes" are records that live in that time.
+
+The real loop, store and policies run; only the clock and the processes are
+stand-ins, so a loop test is exact, repeatable and as fast as the loop's own
+code (no process, thread or wall-clock wait is involved).
+
+A job's command says what its process does:
+
+- ``["sleep", "N"]``: N seconds of work, then exit 0;
+- ``["false"]``: exit 1 at once;
+- ``["crash", "N"]``: killed by SIGSEGV after N seconds of work;
+- ``["hang"]``: never ends by itself and ignores SIGTERM (only SIGKILL ends it);
+- ``["train", "STEPS", "RATE"]`` (``"exclusive"`` after them: see below): a
+  job that reports heartbeats as ``corral.train`` does (steps, throughput over
+  the last second, at each heartbeat interval), checkpoints and exits when
+  asked to stop (SIGTERM), and resumes from its checkpoint when relaunched;
+- anything else: :data:`DEFAULT_RUN` seconds of work.
+
+Work is done at speed 1, except that processes marked ``exclusive`` that run on
+the same GPU share it: each of n such runs at 1/n (as compute-bound jobs packed
+on a real GPU take turns step by step). A paused process (SIGSTOP, SIGTSTP)
+does no work until SIGCONT. SIGTERM and SIGKILL end a process at once (a
+``train`` process checkpoints first; a ``hang`` one ignores SIGTERM).
+
+Nodes can fail (:meth:`VirtualExecutor.fail_node`: their processes are lost
+and their GPUs unavailable) and come back (:meth:`VirtualExecutor.return_node`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from corral.runtime.execution.executor import (
+    Executor,
+    ExitRecord,
+    GpuSlot,
+    LaunchRequest,
+    ProcessRef,
+)
+from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.storage.store import AttemptRow, JobRow, Store
+from corral.train.session import STOPPED_EXIT
+
+DEFAULT_RUN = 5.0
+WINDOW = 1.0
+"""Seconds a reported throughput covers (as ``corral.train``'s window)."""
+EPSILON = 1e-9
+
+
+class VirtualClock:
+    """Wall-clock seconds the test moves by hand."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class VirtualProcess:
+    """One launched job process, and what it has done so far."""
+
+    request: LaunchRequest
+    pid: int
+    started: float
+    work: float
+    """Seconds of work at speed 1 it does before it exits (inf: never by itself)."""
+    exit_code: int | None = 0
+    exit_signal: int | None = None
+    done: float = 0.0
+    ended: float | None = None
+    paused: bool = False
+    ignores_term: bool = False
+    exclusive: bool = False
+    rate: float = 0.0
+    """Steps per second at speed 1, for a process that reports heartbeats (else 0)."""
+    speeds: list[tuple[float, float]] = field(default_factory=list)
+    """(since, speed) at each change of its speed: its throughput's history."""
+    last_beat: float = -math.inf
+    lost: bool = False
+
+    @property
+    def job(self) -> int:
+        return int(self.request.env.get("CORRAL_JOB_ID", "0"))
+
+    @property
+    def attempt(self) -> int:
+        return int(self.request.env.get("CORRAL_ATTEMPT", "0"))
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return tuple(slot.id for slot in self.request.gpus)
+
+    def alive(self) -> bool:
+        return self.ended is None
+
+    def mean_speed(self, since: float, until: float) -> float:
+        """Its average speed over ``[since, until]`` (from its history)."""
+        total = 0.0
+        marks = [*self.speeds, (until, 0.0)]
+        for (t0, speed), (t1, _) in itertools.pairwise(marks):
+            lo, hi = max(t0, since), min(t1, until)
+            if hi > lo:
+                total += speed * (hi - lo)
+        return total / (until - since) if until > since else 0.0
+
+
+def _behaviour(argv: list[str]) -> dict[str, Any]:
+    """What a command stands for: its work, exit and heartbeats."""
+    head, args = (argv[0] if argv else ""), argv[1:]
+    number = lambda k, default: float(args[k]) if len(args) > k else default  # noqa: E731
+    if head == "sleep":
+        return {"work": number(0, DEFAULT_RUN)}
+    if head == "false":
+        return {"work": 0.0, "exit_code": 1}
+    if head == "crash":
+        return {"work": number(0, 1.0), "exit_code": None, "exit_signal": int(signal.SIGSEGV)}
+    if head == "hang":
+        return {"work": math.inf, "ignores_term": True}
+    if head == "train":
+        steps, rate = number(0, 100.0), number(1, 10.0)
+        return {"work": steps / rate, "rate": rate, "exclusive": "exclusive" in args}
+    return {"work": DEFAULT_RUN}
+
+
+class VirtualExecutor(Executor):
+    """GPUs of the config's groups, a node each; processes that live in virtual time.
+
+    Given the store, ``train`` processes write their heartbeats into it (as the
+    API's heartbeat route does) and read their checkpoint from it.
+    """
+
+    def __init__(
+        self, config: ServiceConfig, clock: VirtualClock, store: Store | None = None
+    ) -> None:
+        self.clock = clock
+        self.store = store
+        self.beat_every = config.heartbeat_interval
+        ids = itertools.count()
+        groups = config.gpus if isinstance(config.gpus, list) else []
+        self._slots = [
+            GpuSlot(next(ids), f"node-{n}", group.type)
+            for n, group in enumerate(groups)
+            for _ in range(group.count)
+        ]
+        self.processes: dict[int, VirtualProcess] = {}
+        self._pids = itertools.count(1000)
+        self.launches: list[LaunchRequest] = []
+        self.down: set[str] = set()
+        self._changed = False
+        self._at = clock()
+        self.on_launch: Callable[[VirtualProcess], None] | None = None
+        """Called at each launch (a test's check that the attempt row exists)."""
+
+    # ----------------------------------------------------------- Executor
+    def slots(self) -> list[GpuSlot]:
+        return list(self._slots)
+
+    def launch(self, request: LaunchRequest) -> ProcessRef:
+        self._sync()
+        now = self.clock()
+        pid = next(self._pids)
+        process = VirtualProcess(request, pid, now, **_behaviour(request.argv))
+        if process.rate and self.store is not None:
+            with self.store.session() as s:
+                row = s.get(JobRow, process.job)
+                step = row.checkpoint_step if row is not None else None
+            if isinstance(step, int) and step > 0:
+                process.done = min(step / process.rate, process.work)
+        self.processes[pid] = process
+        self.launches.append(request)
+        if self.on_launch is not None:
+            self.on_launch(process)
+        if any(slot.node in self.down for slot in request.gpus):
+            self._end(process, now, lost=True)
+        self._resettle(now)
+        return ProcessRef(pid, str(pid))
+
+    def signal(self, ref: ProcessRef, sig: int) -> None:
+        self._sync()
+        process = self.processes.get(ref.pid)
+        now = self.clock()
+        if process is None or not process.alive():
+            return
+        if sig in (signal.SIGSTOP, signal.SIGTSTP):
+            process.paused = True
+        elif sig == signal.SIGCONT:
+            process.paused = False
+        elif sig == signal.SIGKILL or (sig == signal.SIGTERM and not process.ignores_term):
+            if sig == signal.SIGTERM and process.rate:  # checkpoints, then exits
+                self._checkpoint(process)
+                process.exit_code, process.exit_signal = STOPPED_EXIT, None
+            else:
+                process.exit_code, process.exit_signal = None, int(sig)
+            self._end(process, now)
+        self._resettle(now)
+
+    def poll(self, ref: ProcessRef, folder: Path) -> ExitRecord | None:
+        self._sync()
+        process = self.processes.get(ref.pid)
+        if process is None or process.lost:
+            return ExitRecord(None, None, "lost", lost=True)
+        if process.alive():
+            return None
+        return ExitRecord(process.exit_code, process.exit_signal, end=process.ended)
+
+    def adopt(self, ref: ProcessRef) -> bool:
+        self._sync()
+        process = self.processes.get(ref.pid)
+        return process is not None and process.alive()
+
+    def watch(self) -> bool:
+        changed, self._changed = self._changed, False
+        return changed
+
+    def unavailable_nodes(self) -> set[str]:
+        return set(self.down)
+
+    def unavailable_reason(self, node: str) -> str | None:
+        return "node failed" if node in self.down else None
+
+    # ------------------------------------------------------------- faults
+    def fail_node(self, node: str) -> None:
+        """The node is lost: its processes vanish and its GPUs cannot be used."""
+        self._sync()
+        self.down.add(node)
+        self._changed = True
+        for process in self.processes.values():
+            if process.alive() and any(slot.node == node for slot in process.request.gpus):
+                self._end(process, self.clock(), lost=True)
+        self._resettle(self.clock())
+
+    def return_node(self, node: str) -> None:
+        self.down.discard(node)
+        self._changed = True
+
+    def nodes(self) -> list[str]:
+        return sorted({slot.node for slot in self._slots})
+
+    # ------------------------------------------------------------ the model
+    def running(self) -> list[VirtualProcess]:
+        self._sync()
+        return [p for p in self.processes.values() if p.alive()]
+
+    def _speed(self, process: VirtualProcess, live: list[VirtualProcess]) -> float:
+        if process.paused:
+            return 0.0
+        if not process.exclusive:
+            return 1.0
+        mine = set(process.gpus)
+        sharing = sum(1 for p in live if p.exclusive and not p.paused and mine.intersection(p.gpus))
+        return 1.0 / max(sharing, 1)
+
+    def _resettle(self, now: float) -> None:
+        """Record each live process's speed from ``now`` (after a change)."""
+        live = [p for p in self.processes.values() if p.alive()]
+        for p in live:
+            speed = self._speed(p, live)
+            if not p.speeds or p.speeds[-1][1] != speed:
+                p.speeds.append((now, speed))
+
+    def _sync(self) -> None:
+        """Bring every process up to the clock: work done, exits, heartbeats."""
+        now = self.clock()
+        while self._at < now:
+            live = [p for p in self.processes.values() if p.alive()]
+            if not live:
+                break
+            speeds = {p.pid: self._speed(p, live) for p in live}
+            step = now - self._at
+            for p in live:
+                if speeds[p.pid] > 0:
+                    step = min(step, (p.work - p.done) / speeds[p.pid])
+            step = max(step, 0.0)
+            at = self._at + step
+            for p in live:
+                p.done += speeds[p.pid] * step
+                if p.done >= p.work - EPSILON:
+                    self._end(p, at)
+            self._at = at
+            self._resettle(at)
+            if step == 0.0 and not any(p.done >= p.work - EPSILON for p in live):
+                break
+        self._at = max(self._at, now)
+        self._beat(now)
+
+    def _end(self, process: VirtualProcess, at: float, lost: bool = False) -> None:
+        process.ended = at
+        process.lost = lost
+        process.speeds.append((at, 0.0))
+
+    def _beat(self, now: float) -> None:
+        """Heartbeats of the ``train`` processes due one."""
+        if self.store is None:
+            return
+        due = [
+            p
+            for p in self.processes.values()
+            if p.alive()
+            and p.rate
+            and not p.paused
+            and now - p.last_beat >= self.beat_every
+            and now - p.started >= WINDOW
+        ]
+        if not due:
+            return
+        with self.store.session() as s:
+            for p in due:
+                attempt = s.scalars(
+                    select(AttemptRow).where(
+                        AttemptRow.job_id == p.job, AttemptRow.number == p.attempt
+                    )
+                ).first()
+                row = s.get(JobRow, p.job)
+                if attempt is None or attempt.end_time is not None or row is None:
+                    continue
+                p.last_beat = now
+                row.steps = int(p.done * p.rate)
+                row.throughput = p.mean_speed(now - WINDOW, now) * p.rate
+                row.throughput_since = now - WINDOW
+                row.last_heartbeat = now
+
+    def _checkpoint(self, process: VirtualProcess) -> None:
+        if self.store is None:
+            return
+        with self.store.session() as s:
+            row = s.get(JobRow, process.job)
+            if row is not None:
+                row.checkpoint_step = int(process.done * process.rate)
+                row.steps = row.checkpoint_step
+
+
+def virtual_scheduler(
+    config: ServiceConfig, store: Store, clock: VirtualClock, executor: Any = None
+) -> Scheduler:
+    """A loop on ``store`` in virtual time, recovered as ``corral serve`` starts it."""
+    scheduler = Scheduler(
+        config, store, executor or VirtualExecutor(config, clock, store), clock=clock
+    )
+    scheduler.recover()
+    return scheduler
+
+
+def run_for(scheduler: Scheduler, clock: VirtualClock, seconds: float, tick: float = 0.5) -> None:
+    """Step the loop every ``tick`` virtual seconds for ``seconds``."""
+    for _ in range(int(seconds / tick)):
+        scheduler.step()
+        clock.advance(tick)
