@@ -29,6 +29,7 @@ and their GPUs unavailable) and come back (:meth:`VirtualExecutor.return_node`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import signal
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from corral.runtime.execution.executor import (
     Executor,
@@ -224,6 +226,14 @@ class VirtualExecutor(Executor):
         process = self.processes.get(ref.pid)
         return process is not None and process.alive()
 
+    def pid_from(self, folder: Path) -> ProcessRef | None:
+        """The process launched for an attempt's folder (its pid file, for the
+        local executor): found when the pid's write to the store failed."""
+        for process in self.processes.values():
+            if process.request.dir == folder:
+                return ProcessRef(process.pid, str(process.pid))
+        return None
+
     def watch(self) -> bool:
         changed, self._changed = self._changed, False
         return changed
@@ -319,6 +329,11 @@ class VirtualExecutor(Executor):
         ]
         if not due:
             return
+        with contextlib.suppress(OperationalError):  # a full disk: the API answers 507
+            self._write_beats(due, now)
+
+    def _write_beats(self, due: list[VirtualProcess], now: float) -> None:
+        assert self.store is not None
         with self.store.session() as s:
             for p in due:
                 attempt = s.scalars(
@@ -338,11 +353,14 @@ class VirtualExecutor(Executor):
     def _checkpoint(self, process: VirtualProcess) -> None:
         if self.store is None:
             return
-        with self.store.session() as s:
-            row = s.get(JobRow, process.job)
-            if row is not None:
-                row.checkpoint_step = int(process.done * process.rate)
-                row.steps = row.checkpoint_step
+        try:
+            with self.store.session() as s:
+                row = s.get(JobRow, process.job)
+                if row is not None:
+                    row.checkpoint_step = int(process.done * process.rate)
+                    row.steps = row.checkpoint_step
+        except OperationalError:
+            pass  # a full disk: the checkpoint's step is not recorded
 
 
 def virtual_scheduler(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import ColumnElement, func, select, update
-from sqlalchemy.exc import SQLAlchemyError, StatementError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
@@ -24,6 +24,18 @@ from corral.runtime.loop.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, LoopBase, cluster_from_slots
 from corral.runtime.loop.records import BadRecord, aside_reason
 from corral.runtime.storage.store import JobRow, NodeRow
+
+
+def store_trouble(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store's own trouble (a full disk, a lost connection,
+    a lock), not a job's value the store could not take."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, SQLAlchemyError) and not isinstance(exc, StatementError)
+    )
+
+
+KEPT = ("wake", "_cv", "_passes", "errors", "metrics")
+"""What a resync keeps of the loop: what other threads wait on, and its counters."""
 
 
 class Recovery(LoopBase):
@@ -271,6 +283,19 @@ class Recovery(LoopBase):
     def _live_for(self, jobs: int) -> LiveJobs:
         """A policy state with room for ``jobs`` live jobs and as many again."""
         return LiveJobs(self.cluster, max(MIN_CAPACITY, 2 * (jobs + 1)))
+
+    def _resync(self) -> None:
+        """Forget everything the loop holds and recover from the store, as a restart
+        does (live processes are adopted again). Raises while the store fails; the
+        loop stays due for a resync until one succeeds."""
+        kept = {name: getattr(self, name) for name in KEPT}
+        LoopBase.__init__(self, self.config, self.store, self.executor, self.clock)
+        self.__dict__.update(kept)
+        self.resync_due = True
+        self.recover()
+        self.resync_due = False
+        with self.store.session() as s:
+            self.store.event(s, "resynced", None)
 
     def _rebuild(self) -> None:
         """More jobs than slots: a larger state holding the live jobs only, and a fresh policy."""

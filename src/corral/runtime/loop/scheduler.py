@@ -37,7 +37,6 @@ import traceback
 
 import numpy as np
 from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError, StatementError
 
 from corral.model.jobs import JobStatus
 from corral.model.plan import Plan
@@ -49,7 +48,7 @@ from corral.runtime.loop.gpu_watch import GpuWatch
 from corral.runtime.loop.launching import Launching
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, cluster_from_slots
 from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
-from corral.runtime.loop.recovery import Recovery
+from corral.runtime.loop.recovery import Recovery, store_trouble
 from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.loop.user_limits import UserLimits
 from corral.runtime.storage.store import JobRow
@@ -70,14 +69,10 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         while not stop.is_set():
             try:
                 self.step()
-            except Exception:  # keep scheduling: the store is consistent, so resync from it
+            except Exception:  # keep scheduling: the next step resyncs from the store
                 self.errors += 1
                 traceback.print_exc(file=sys.stderr)
                 stop.wait(1.0)
-                try:
-                    self._rebuild()
-                except Exception:
-                    traceback.print_exc(file=sys.stderr)
             timeout = self.config.tick
             for at in (self.next_wakeup, self.turn_wakeup):
                 if at is not None:
@@ -88,18 +83,24 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             self.wake.clear()
 
     def step(self) -> None:
-        """One pass; a pass that fails on a job's record sets that job aside and
-        resynchronises (the others' jobs go on at the next pass)."""
+        """One pass; a pass that fails on a job's record sets that job aside, and
+        any failed pass resynchronises the loop from the store (the others' jobs
+        go on at the next pass).
+
+        A pass that fails may have changed the loop's memory and not the store
+        (a write the store refused: a full disk), so the loop then forgets what
+        it holds and recovers from the store as a restart does, before its next
+        pass; until that succeeds no pass runs on a view apart from the store.
+        """
+        if self.resync_due:
+            self._resync()
         try:
             self._pass()
-        except SQLAlchemyError as exc:
-            if not isinstance(exc, StatementError) or not self._quarantine():
-                raise  # the store's own trouble: run() retries
-            self._rebuild()
-        except Exception:
-            if not self._quarantine():
-                raise
-            self._rebuild()
+        except Exception as exc:
+            self.resync_due = True
+            if store_trouble(exc) or not self._quarantine():
+                raise  # the store's own trouble (run() retries), or no job at fault
+            self._resync()
 
     def _pass(self) -> None:
         now = self.clock()

@@ -1,0 +1,576 @@
+"""Deterministic simulation testing of the live loop: random schedules of inputs
+and faults, from a seed, run against the real loop, store and policy in
+virtual time, with the loop's invariants checked after every step.
+
+A schedule is a list of timed operations: submissions (valid ones, and ones a
+hostile user would try: refused specs, arrays, dependencies on arrays, held
+jobs), cancels, suspends, resumes and priority changes, records written
+behind the loop's back, heartbeats with extreme values, an operator's
+``kill -9`` of a job's process, nodes that fail and come back, a full disk
+under the store, ``kill -9`` of the service itself (the loop is dropped and
+rebuilt from the store, its jobs' processes running on) and jumps of the
+clock. After the last operation every node comes back, held jobs are let go,
+and the loop runs until every job has ended.
+
+Invariants, checked after every step:
+
+- no GPU is held by two attempts (two, for a policy that packs jobs), in the
+  store and among the processes;
+- an attempt's row exists before its process (checked at each launch);
+- no process outlives its attempt: each live process has an open attempt;
+- the loop's own view agrees with the store: its attempts are the open
+  attempt rows, and every job it shows running has one;
+- no pass fails (outside a full disk), and a restart always succeeds;
+- once the inputs stop, every job ends (a job whose dependency can never be
+  met may wait, as Slurm's do, but says so).
+
+:func:`run_schedule` gives the first violation (or None); :func:`shrink`
+removes operations from a failing schedule while it still fails, so that
+what is printed is short. The same seed always gives the same schedule and
+the same run.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import ValidationError
+from sqlalchemy import event, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from corral.api.common import Context
+from corral.api.jobs import admit, check_quota, check_spec
+from corral.api.limits import MAX_REPORTED
+from corral.runtime.execution.executor import ProcessRef
+from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.storage.store import AttemptRow, JobRow, Store
+from corral.testing.virtual import VirtualClock, VirtualExecutor, VirtualProcess
+
+USERS = ("alice", "bob")
+ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
+DRAIN_LIMIT = 3000.0
+"""Virtual seconds the loop has, once the inputs stop, to end every job."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a schedule: at ``at`` virtual seconds from its start."""
+
+    at: float
+    kind: str
+    args: tuple[Any, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.at:7.2f}s {self.kind} {' '.join(map(repr, self.args))}".rstrip()
+
+
+@dataclass
+class Violation:
+    """A broken invariant: what, and when (the operation it followed, if any)."""
+
+    what: str
+    at: float
+    after: Op | None = None
+
+    def __str__(self) -> str:
+        where = f" after [{self.after}]" if self.after is not None else ""
+        return f"at {self.at:.2f}s{where}: {self.what}"
+
+
+class Broken(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+# ------------------------------------------------------------------ schedules
+def _command(rng: random.Random) -> list[str]:
+    kind = rng.choices(["sleep", "train", "false", "crash", "hang"], [5, 4, 1, 1, 1])[0]
+    if kind == "sleep":
+        return ["sleep", str(rng.choice([1, 2, 5, 10, 20]))]
+    if kind == "train":
+        steps = rng.choice([50, 200, 600])
+        extra = ["exclusive"] if rng.random() < 0.3 else []
+        return ["train", str(steps), str(rng.choice([10, 50])), *extra]
+    if kind == "crash":
+        return ["crash", str(rng.choice([0, 1, 3]))]
+    return [kind]
+
+
+def _spec(rng: random.Random, earlier: int) -> dict[str, Any]:
+    """A job spec a user might send: mostly valid, some refused, some hostile."""
+    spec: dict[str, Any] = {"command": _command(rng), "gpus": rng.choice([1, 1, 1, 2, 4])}
+    if spec["command"] == ["hang"]:
+        spec["wall_time"] = rng.choice([5.0, 20.0])  # else it would rightly run for ever
+    roll = rng.random()
+    if roll < 0.08:
+        spec["array"] = rng.choice(["0-3", "0-20%2", "1-5"])
+    elif roll < 0.16 and earlier:
+        kind = rng.choice(["afterok", "afterany", "afternotok"])
+        spec["dependency"] = f"{kind}:{rng.randint(1, earlier)}"
+    elif roll < 0.20:
+        spec["hold"] = True
+    elif roll < 0.24:  # refused: more GPUs than there are, a bad value, a stray field
+        spec.update(
+            rng.choice([{"gpus": 64}, {"priority": 10**6}, {"gpus": 0}, {"bogus": 1}])
+        )
+    elif roll < 0.27 and earlier:  # a dependency past the last job: refused
+        spec["dependency"] = f"afterok:{earlier + 50}"
+    if rng.random() < 0.2:
+        spec["max_retries"] = rng.choice([0, 1, 3])
+    if rng.random() < 0.1:
+        spec["priority"] = rng.choice([-5, 5])
+    return spec
+
+
+CORRUPTIONS: list[tuple[str, Any]] = [
+    ("spec", {"command": []}),
+    ("spec", {"command": ["sleep", "1"], "gpus": "many"}),
+    ("gpus", [99, 100]),
+    ("priority", float("nan")),
+    ("status", "BOGUS"),
+    ("request", "explode"),
+    ("submit_time", float("inf")),
+    ("failures", -3),
+    ("phase", "nowhere"),
+]
+"""Values written straight into a job's row, behind the loop's back."""
+
+
+def make_schedule(seed: int, length: int = 40, span: float = 120.0) -> list[Op]:
+    """``length`` operations over ``span`` virtual seconds, from ``seed``."""
+    rng = random.Random(seed)
+    ops: list[Op] = []
+    submitted = 0
+    kinds = [
+        ("submit", 12),
+        ("cancel", 2),
+        ("suspend", 1),
+        ("resume", 1),
+        ("priority", 1),
+        ("kill_process", 1),
+        ("fail_node", 1),
+        ("return_node", 1),
+        ("restart", 1),
+        ("disk_full", 1),
+        ("clock_jump", 1),
+        ("heartbeat", 1),
+        ("corrupt", 1),
+    ]
+    names, weights = zip(*kinds, strict=True)
+    times = sorted(rng.uniform(0, span) for _ in range(length))
+    for at in times:
+        kind = rng.choices(names, weights)[0]
+        pick = rng.randint(1, max(submitted, 1))
+        if kind == "submit":
+            ops.append(Op(round(at, 2), kind, (rng.choice(USERS), _spec(rng, submitted))))
+            submitted += 1
+        elif kind in ("cancel", "suspend", "resume"):
+            ops.append(Op(round(at, 2), kind, (pick,)))
+        elif kind == "priority":
+            ops.append(Op(round(at, 2), kind, (pick, rng.choice([-10, 0, 10]))))
+        elif kind in ("fail_node", "return_node"):
+            ops.append(Op(round(at, 2), kind, (rng.randrange(2),)))
+        elif kind == "kill_process":
+            ops.append(Op(round(at, 2), kind, (rng.randrange(1000),)))
+        elif kind == "disk_full":
+            ops.append(Op(round(at, 2), kind, (rng.choice([1.0, 5.0, 15.0]),)))
+        elif kind == "clock_jump":
+            ops.append(Op(round(at, 2), kind, (rng.choice([5.0, 60.0, 600.0]),)))
+        elif kind == "heartbeat":
+            ops.append(Op(round(at, 2), kind, (rng.randrange(1000), rng.random() < 0.5)))
+        elif kind == "corrupt":
+            ops.append(Op(round(at, 2), kind, (pick, rng.randrange(len(CORRUPTIONS)))))
+        else:
+            ops.append(Op(round(at, 2), kind))
+    return ops
+
+
+# ---------------------------------------------------------------- the world
+def service_config(folder: Path, policy: str) -> ServiceConfig:
+    """Two nodes of four GPUs (V100 and K80), two users and an admin, short timers."""
+    options: dict[str, Any] = {"round": 5.0} if policy.startswith("gavel") else {}
+    return ServiceConfig(
+        state_dir=folder,
+        policy=policy,
+        policy_options=options,
+        gpus=[GpuGroup(type="V100", count=4), GpuGroup(type="K80", count=4)],
+        users=[
+            UserConfig(name="alice", token="alice-token-0123456789"),
+            UserConfig(name="bob", token="bob-token-0123456789ab"),
+            UserConfig(name="root", token="root-token-0123456789a", admin=True),
+        ],
+        stop_grace=3.0,
+        heartbeat_interval=1.0,
+        heartbeat_timeout=10.0,
+        tick=1.0,
+        retry=RetryConfig(backoff=1.0, backoff_max=8.0),
+    )
+
+
+class DiskFull:
+    """Makes every write to the store fail, as a full disk does, while on."""
+
+    def __init__(self, store: Store) -> None:
+        self.until = -1.0
+        self.clock: Callable[[], float] = lambda: 0.0
+        event.listen(store.engine, "before_cursor_execute", self._check)
+
+    @property
+    def on(self) -> bool:
+        return self.clock() < self.until
+
+    def _check(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if self.on and statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
+            raise OperationalError(statement, None, Exception("database or disk is full"))
+
+
+@dataclass
+class World:
+    """The loop under test and everything around it."""
+
+    policy: str
+    folder: Path
+    config: ServiceConfig = field(init=False)
+    store: Store = field(init=False)
+    clock: VirtualClock = field(init=False)
+    executor: VirtualExecutor = field(init=False)
+    scheduler: Scheduler = field(init=False)
+    disk: DiskFull = field(init=False)
+    passes: int = 0
+    refused: int = 0
+
+    def __post_init__(self) -> None:
+        self.config = service_config(self.folder, self.policy)
+        self.store = Store(self.config.store_url)
+        self.clock = VirtualClock(1_800_000_000.0)
+        self.executor = VirtualExecutor(self.config, self.clock, self.store)
+        self.executor.on_launch = self._launched
+        self.disk = DiskFull(self.store)
+        self.disk.clock = self.clock
+        self.scheduler = self._start()
+
+    def _start(self) -> Scheduler:
+        """The service starts: its loop recovers from the store. On a full disk
+        it cannot yet; it is started again (as its supervisor would) until it
+        can, and nothing is scheduled meanwhile."""
+        scheduler = Scheduler(self.config, self.store, self.executor, clock=self.clock)
+        try:
+            scheduler.recover()
+        except Exception as exc:
+            if not self.disk.on:
+                raise Broken(f"the service cannot start: {type(exc).__name__}: {exc}") from exc
+            scheduler.resync_due = True
+        return scheduler
+
+    # -------------------------------------------------------------- checks
+    def _launched(self, process: VirtualProcess) -> None:
+        """At each launch: its attempt's row is in the store already."""
+        with self.store.session() as s:
+            row = s.scalars(
+                select(AttemptRow).where(
+                    AttemptRow.job_id == process.job, AttemptRow.number == process.attempt
+                )
+            ).first()
+        if row is None or row.end_time is not None:
+            raise Broken(f"job {process.job} attempt {process.attempt} launched without its row")
+
+    def check(self) -> None:
+        """The invariants that hold after every step."""
+        sharing = self.scheduler.policy.shares_gpus
+        most = 2 if sharing else 1
+        with self.store.session() as s:
+            open_rows = list(s.scalars(select(AttemptRow).where(AttemptRow.end_time.is_(None))))
+            statuses = dict(s.execute(select(JobRow.id, JobRow.status)).all())
+        holders: dict[int, list[int]] = {}
+        for row in open_rows:
+            for g in row.gpus or []:
+                holders.setdefault(int(g), []).append(row.job_id)
+        for g, jobs in holders.items():
+            if len(jobs) > most:
+                raise Broken(f"GPU {g} held by the open attempts of jobs {sorted(jobs)}")
+        on_gpu: dict[int, list[int]] = {}
+        open_keys = {(r.job_id, r.number) for r in open_rows}
+        for p in self.executor.running():
+            for g in p.gpus:
+                on_gpu.setdefault(g, []).append(p.job)
+            if (p.job, p.attempt) not in open_keys:
+                raise Broken(
+                    f"job {p.job} attempt {p.attempt}'s process runs, but its attempt "
+                    f"has ended (job {statuses.get(p.job)})"
+                )
+        for g, jobs in on_gpu.items():
+            if len(jobs) > most:
+                raise Broken(f"GPU {g} runs the processes of jobs {sorted(jobs)}")
+        if self.scheduler.resync_due:
+            return  # a pass failed on the store: its next step recovers from the store
+        loop = {(job, a.number) for job, a in self.scheduler.attempts.items()}
+        if loop != open_keys:
+            raise Broken(
+                f"the loop's attempts {sorted(loop)} are not the store's open ones "
+                f"{sorted(open_keys)}"
+            )
+        for job, status in statuses.items():
+            if status == "RUNNING" and job not in self.scheduler.attempts:
+                raise Broken(f"job {job} shows RUNNING with no attempt in the loop")
+
+    # ------------------------------------------------------------- driving
+    def step(self) -> None:
+        """One pass, handled as the service's thread handles it."""
+        before = self.scheduler.errors
+        full = self.disk.on
+        try:
+            self.scheduler.step()
+        except Exception as exc:
+            if not full:
+                raise Broken(f"a pass failed: {type(exc).__name__}: {exc}") from exc
+            # as run() does: the next step resyncs from the store once it works
+        self.passes += 1
+        if self.scheduler.errors > before and not full:
+            raise Broken(f"a pass failed ({self.scheduler.errors - before} error(s) counted)")
+
+    def next_step(self, limit: float) -> float:
+        """When the service's thread would next run a pass: at its tick, its
+        wake-up or turn, or when a process ends (an exit wakes it)."""
+        now = self.clock()
+        soonest = now + self.config.tick
+        for at in (self.scheduler.next_wakeup, self.scheduler.turn_wakeup):
+            if at is not None:
+                soonest = min(soonest, max(at, now + 0.01))
+        for p in self.executor.processes.values():
+            if p.alive() and not p.paused and p.work != float("inf"):
+                soonest = min(soonest, now + max(p.work - p.done, 0.0) + 0.01)
+        return min(soonest, limit)
+
+    def run_until(self, limit: float) -> None:
+        while self.clock() < limit:
+            self.clock.now = self.next_step(limit)
+            self.step()
+            self.check()
+
+    # ---------------------------------------------------------- operations
+    def apply(self, op: Op) -> None:
+        getattr(self, f"_op_{op.kind}")(*op.args)
+
+    def _user(self, name: str) -> UserConfig:
+        return next(u for u in self.config.users if u.name == name)
+
+    def _op_submit(self, user: str, raw: dict[str, Any]) -> None:
+        ctx = Context(self.config, self.store, self.scheduler)
+        try:
+            spec = JobSpec(**raw)
+            check_spec(ctx, spec, self._user(user))
+            with self.store.session() as s:
+                check_quota(ctx, s, self._user(user), 1)
+                view = admit(ctx, s, spec, self._user(user))
+                s.execute(  # the virtual time of submission, as the API's clock would say
+                    update(JobRow).where(JobRow.id >= view.id).values(submit_time=self.clock())
+                )
+        except (ValidationError, HTTPException, ValueError):
+            self.refused += 1
+        except OperationalError:
+            if not self.disk.on:
+                raise
+            self.refused += 1  # the API answers 507
+
+    def _request(self, job: int, action: str, **values: Any) -> None:
+        try:
+            with self.store.session() as s:
+                row = s.get(JobRow, job)
+                if row is None or row.status in ENDED:
+                    return
+                for name, value in values.items():
+                    setattr(row, name, value)
+                if row.request != "cancel":
+                    row.request = action
+        except OperationalError:
+            if not self.disk.on:
+                raise
+
+    def _op_cancel(self, job: int) -> None:
+        self._request(job, "cancel")
+
+    def _op_suspend(self, job: int) -> None:
+        self._request(job, "suspend")
+
+    def _op_resume(self, job: int) -> None:
+        self._request(job, "resume")
+
+    def _op_priority(self, job: int, priority: int) -> None:
+        self._request(job, "priority", priority=priority)
+
+    def _live(self, pick: int) -> VirtualProcess | None:
+        live = sorted(self.executor.running(), key=lambda p: p.pid)
+        return live[pick % len(live)] if live else None
+
+    def _op_kill_process(self, pick: int) -> None:
+        process = self._live(pick)
+        if process is not None:  # an operator's kill -9: the loop did not ask for it
+            self.executor.signal(ProcessRef(process.pid, str(process.pid)), signal.SIGKILL)
+
+    def _op_fail_node(self, node: int) -> None:
+        self.executor.fail_node(self.executor.nodes()[node])
+
+    def _op_return_node(self, node: int) -> None:
+        self.executor.return_node(self.executor.nodes()[node])
+
+    def _op_restart(self) -> None:
+        """``kill -9`` of the service: the loop's memory is lost, processes run on.
+        What the new loop recovers from the store must be what the old one held."""
+        before = None if self.scheduler.resync_due else self._book()
+        self.scheduler = self._start()
+        after = None if self.scheduler.resync_due else self._book()
+        if before is not None and after is not None and before != after:
+            raise Broken(f"the loop held {before}; recovery from the store gives {after}")
+
+    def _book(self) -> dict[int, tuple[int, tuple[int, ...]]]:
+        """The loop's attempts in flight: job -> (attempt, GPUs)."""
+        return {job: (a.number, tuple(a.gpus)) for job, a in self.scheduler.attempts.items()}
+
+    def _op_disk_full(self, seconds: float) -> None:
+        self.disk.until = self.clock() + seconds
+
+    def _op_clock_jump(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def _op_heartbeat(self, pick: int, high: bool) -> None:
+        """The largest (or smallest) figures a heartbeat may carry, for a running job."""
+        process = self._live(pick)
+        if process is None or self.disk.on:
+            return
+        figure = float(MAX_REPORTED) if high else 0.0
+        with self.store.session() as s:
+            row = s.get(JobRow, process.job)
+            if row is not None:
+                row.steps = int(figure)
+                row.throughput = figure
+                row.throughput_since = self.clock() - 1.0
+                row.last_heartbeat = self.clock()
+                row.batch_size = int(figure) or None
+                row.grad_noise_scale = figure
+
+    def _op_corrupt(self, job: int, which: int) -> None:
+        name, value = CORRUPTIONS[which]
+        if self.disk.on:
+            return
+        try:
+            with self.store.session() as s:
+                s.execute(update(JobRow).where(JobRow.id == job).values({name: value}))
+        except IntegrityError:
+            pass  # the database itself refuses it (NaN where NULL is not allowed)
+
+    # --------------------------------------------------------------- drain
+    def drain(self) -> None:
+        """The inputs stop: the disk is freed, nodes come back, the service is
+        restarted once (recovery must agree with the loop), held jobs go, and
+        every job must end."""
+        self.disk.until = -1.0
+        for node in list(self.executor.down):
+            self.executor.return_node(node)
+        self.run_until(self.clock() + 2 * self.config.tick)
+        self._op_restart()
+        limit = self.clock() + DRAIN_LIMIT
+        while self.clock() < limit:
+            with self.store.session() as s:  # an admin lets held jobs go
+                for row in s.scalars(select(JobRow).where(JobRow.status == "SUSPENDED")):
+                    if row.request is None:
+                        row.request = "resume"
+            self.run_until(min(self.clock() + 60.0, limit))
+            if not self.waiting():
+                return
+        raise Broken(f"jobs never ended: {self.waiting()}")
+
+    def waiting(self) -> dict[int, str]:
+        """Jobs not ended, except those whose dependency can never be met."""
+        with self.store.session() as s:
+            rows = s.execute(
+                select(JobRow.id, JobRow.status, JobRow.reason).where(JobRow.status.not_in(ENDED))
+            ).all()
+        return {
+            job: f"{status} ({reason})"
+            for job, status, reason in rows
+            if reason != "DependencyNeverSatisfied"
+        }
+
+    def close(self) -> None:
+        self.store.dispose()
+
+
+@contextmanager
+def world(policy: str, folder: Path | None = None) -> Iterator[World]:
+    with tempfile.TemporaryDirectory(prefix="corral-sim-") as scratch:
+        w = World(policy, folder or Path(scratch))
+        try:
+            yield w
+        finally:
+            w.close()
+
+
+@dataclass
+class Result:
+    """How a schedule's run went: the first invariant it broke (None: none), and
+    the passes the loop made."""
+
+    violation: Violation | None
+    passes: int
+
+
+def play(policy: str, ops: list[Op], folder: Path | None = None) -> Result:
+    """Run ``ops`` against a fresh loop, checking the invariants after every step."""
+    with world(policy, folder) as w:
+        start = w.clock()
+        last: Op | None = None
+        try:
+            w.check()
+            for op in ops:
+                w.run_until(start + op.at)
+                last = op
+                w.apply(op)
+                w.check()
+            w.drain()
+        except Broken as exc:
+            return Result(Violation(exc.what, w.clock() - start, last), w.passes)
+        except Exception as exc:  # the harness's own trouble counts too: it is the loop's
+            what = f"{type(exc).__name__}: {exc}"
+            return Result(Violation(what, w.clock() - start, last), w.passes)
+        return Result(None, w.passes)
+
+
+def run_schedule(policy: str, ops: list[Op], folder: Path | None = None) -> Violation | None:
+    """The first invariant ``ops`` breaks, or None."""
+    return play(policy, ops, folder).violation
+
+
+def run_seed(policy: str, seed: int, length: int = 40) -> Violation | None:
+    """The first invariant the schedule of ``seed`` breaks, or None."""
+    return run_schedule(policy, make_schedule(seed, length))
+
+
+def shrink(policy: str, ops: list[Op], budget: int = 200) -> list[Op]:
+    """A shorter schedule that still breaks an invariant: operations are dropped,
+    in halves and then one by one, while the run still fails (at most
+    ``budget`` runs)."""
+    runs = 0
+    chunk = max(len(ops) // 2, 1)
+    while chunk >= 1 and runs < budget:
+        k, changed = 0, False
+        while k < len(ops) and runs < budget:
+            candidate = ops[:k] + ops[k + chunk :]
+            runs += 1
+            if candidate and run_schedule(policy, candidate) is not None:
+                ops, changed = candidate, True
+            else:
+                k += chunk
+        if not changed:
+            chunk //= 2
+    return ops
