@@ -51,7 +51,7 @@ from corral.api.jobs import admit, check_quota, check_spec
 from corral.api.limits import MAX_REPORTED
 from corral.runtime.execution.executor import ProcessRef
 from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
-from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import AttemptRow, JobRow, Store
 from corral.testing.virtual import VirtualClock, VirtualExecutor, VirtualProcess
@@ -121,9 +121,7 @@ def _spec(rng: random.Random, earlier: int) -> dict[str, Any]:
     elif roll < 0.20:
         spec["hold"] = True
     elif roll < 0.24:  # refused: more GPUs than there are, a bad value, a stray field
-        spec.update(
-            rng.choice([{"gpus": 64}, {"priority": 10**6}, {"gpus": 0}, {"bogus": 1}])
-        )
+        spec.update(rng.choice([{"gpus": 64}, {"priority": 10**6}, {"gpus": 0}, {"bogus": 1}]))
     elif roll < 0.27 and earlier:  # a dependency past the last job: refused
         spec["dependency"] = f"afterok:{earlier + 50}"
     if rng.random() < 0.2:
@@ -449,6 +447,7 @@ class World:
         if process is None or self.disk.on:
             return
         figure = float(MAX_REPORTED) if high else 0.0
+        batch = MAX_BATCH if high else None
         with self.store.session() as s:
             row = s.get(JobRow, process.job)
             if row is not None:
@@ -456,7 +455,7 @@ class World:
                 row.throughput = figure
                 row.throughput_since = self.clock() - 1.0
                 row.last_heartbeat = self.clock()
-                row.batch_size = int(figure) or None
+                row.batch_size = batch
                 row.grad_noise_scale = figure
 
     def _op_corrupt(self, job: int, which: int) -> None:

@@ -182,7 +182,7 @@ class VirtualExecutor(Executor):
             with self.store.session() as s:
                 row = s.get(JobRow, process.job)
                 step = row.checkpoint_step if row is not None else None
-            if isinstance(step, int) and step > 0:
+            if isinstance(step, int | float) and step > 0:
                 process.done = min(step / process.rate, process.work)
         self.processes[pid] = process
         self.launches.append(request)

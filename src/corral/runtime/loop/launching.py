@@ -59,8 +59,18 @@ class Launching(LoopBase):
             host = self.packed_on.get(job)  # a packed guest shares its host's GPUs
             if job in self.attempts or any(self.holders.get(g, host) != host for g in gpus):
                 continue
+            if host is not None and self._guest_leaving(job, host):
+                continue
             del self.starting[job]
             self._launch(job, gpus, now)
+
+    def _guest_leaving(self, job: int, host: int) -> bool:
+        """Whether another guest packed on ``host`` still has a process (stopped, it
+        has not exited yet): a new guest waits for it, so no GPU runs three jobs."""
+        return any(
+            other != job and on == host and other in self.attempts
+            for other, on in self.packed_on.items()
+        )
 
     def _launch(self, job: int, gpus: tuple[int, ...], now: float) -> None:
         config = self.config

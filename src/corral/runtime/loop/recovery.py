@@ -81,7 +81,9 @@ class Recovery(LoopBase):
                     if a.parked:  # a parked job is stopped, to resume from its checkpoint
                         self._set_stop(s, a, "preempt")
                     sharing = {self.holders[g] for g in att.gpus if g in self.holders}
-                    if len(sharing) == 1 and alive:  # two jobs packed on these GPUs
+                    # two jobs packed on these GPUs (whether or not the guest's process
+                    # still runs: its attempt holds them until its end is recorded)
+                    if len(sharing) == 1:
                         self.packed_on[row.id] = sharing.pop()
                     else:
                         for g in att.gpus:
