@@ -247,11 +247,16 @@ class World:
     disk: DiskFull = field(init=False)
     passes: int = 0
     refused: int = 0
+    ended: dict[int, str] = field(default_factory=dict)
+    """Jobs seen ended -> how: a job ends once, and stays so."""
+    tampered: set[int] = field(default_factory=set)
+    """Jobs whose record was written behind the loop's back."""
 
     def __post_init__(self) -> None:
         self.config = service_config(self.folder, self.policy)
         self.store = Store(self.config.store_url)
         self.clock = VirtualClock(1_800_000_000.0)
+        self.store.clock = self.clock
         self.executor = VirtualExecutor(self.config, self.clock, self.store)
         self.executor.on_launch = self._launched
         self.disk = DiskFull(self.store)
@@ -310,6 +315,12 @@ class World:
         for g, jobs in on_gpu.items():
             if len(jobs) > most:
                 raise Broken(f"GPU {g} runs the processes of jobs {sorted(jobs)}")
+        for job, status in statuses.items():
+            was = self.ended.get(job)
+            if was is not None and status != was and job not in self.tampered:
+                raise Broken(f"job {job} ended {was}, and is now {status}")
+            if status in ENDED:
+                self.ended.setdefault(job, status)
         if self.scheduler.resync_due:
             return  # a pass failed on the store: its next step recovers from the store
         loop = {(job, a.number) for job, a in self.scheduler.attempts.items()}
@@ -462,6 +473,7 @@ class World:
         name, value = CORRUPTIONS[which]
         if self.disk.on:
             return
+        self.tampered.add(job)
         try:
             with self.store.session() as s:
                 s.execute(update(JobRow).where(JobRow.id == job).values({name: value}))

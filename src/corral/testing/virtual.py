@@ -366,7 +366,9 @@ class VirtualExecutor(Executor):
 def virtual_scheduler(
     config: ServiceConfig, store: Store, clock: VirtualClock, executor: Any = None
 ) -> Scheduler:
-    """A loop on ``store`` in virtual time, recovered as ``corral serve`` starts it."""
+    """A loop on ``store`` in virtual time, recovered as ``corral serve`` starts it
+    (the store's events are stamped in virtual time too)."""
+    store.clock = clock
     scheduler = Scheduler(
         config, store, executor or VirtualExecutor(config, clock, store), clock=clock
     )

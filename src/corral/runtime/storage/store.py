@@ -15,7 +15,7 @@ the scheduler writes); any SQLAlchemy URL works, e.g. PostgreSQL.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,8 +187,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 class Store:
     """Sessions on the store, and the few queries more than one part needs."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         self.url = url
+        self.clock = clock
+        """What stamps events: the wall clock, or a test's virtual one."""
         if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.engine: Engine = create_engine(url, future=True)
@@ -214,7 +216,7 @@ class Store:
             return float(row.value)
 
     def event(self, session: Session, kind: str, job_id: int | None = None, **detail: Any) -> None:
-        session.add(EventRow(time=time.time(), job_id=job_id, kind=kind, detail=detail))
+        session.add(EventRow(time=self.clock(), job_id=job_id, kind=kind, detail=detail))
 
     def closed_attempt_seconds(
         self, session: Session, jobs: list[int], per_gpu: bool = False
