@@ -104,15 +104,17 @@ class Outcome:
         return float(np.mean(np.subtract(self.finish, self.submit)))
 
 
-def simulate(name: str, submits: list[float], restart: float | None = None) -> Outcome:
+def simulate(
+    name: str, submits: list[float], restart: float | None = None, launch: float = LAUNCH
+) -> Outcome:
     cluster = cluster_from_slots(virtual_slots(GPUS))
     records = [
         {
             "job_id": f"j{k}",
             "submit_time": float(t),
             "num_gpus": gpus,
-            "duration": work + LAUNCH,
-            "total_steps": work + LAUNCH,
+            "duration": work + launch,
+            "total_steps": work + launch,
         }
         for k, ((_, gpus, work), t) in enumerate(zip(TRACE, submits, strict=True))
     ]
@@ -161,6 +163,62 @@ def run_live(name: str, folder: Path) -> Outcome:
             )
     finally:
         h.close()
+
+
+def run_virtual(name: str, folder: Path) -> Outcome:
+    """The trace through the live loop in virtual time: each job is a virtual
+    ``work`` process (its progress kept across stops, faster when granted more
+    GPUs, as :mod:`parity_job`), and a pass runs at each arrival, each process
+    end and each wake-up the loop asks for, at that instant, with no launch
+    or restart cost: the simulator's assumptions, so the two may agree exactly."""
+    from corral.runtime.storage.store import Store
+    from corral.testing.virtual import VirtualClock, VirtualExecutor, virtual_scheduler
+    from tests.runtime.harness import make_config
+    from tests.runtime.test_poisoned_records import queue
+
+    config = make_config(folder, policy=name, policy_options=options_for(name), gpus=GPUS)
+    store = Store(config.store_url)
+    clock = VirtualClock(1_800_000_000.0)
+    executor = VirtualExecutor(config, clock, store)
+    scheduler = virtual_scheduler(config, store, clock, executor)
+    epoch = store.epoch
+    arrivals = [(clock() + at, gpus, work) for at, gpus, work in TRACE]
+    ids: list[int] = []
+    try:
+        for _ in range(100_000):
+            now = clock()
+            while len(ids) < len(arrivals) and arrivals[len(ids)][0] <= now + 1e-9:
+                _, gpus, work = arrivals[len(ids)]
+                command = ["work", str(work), str(gpus), str(GROW_EFFICIENCY)]
+                spec = {"name": f"j{len(ids)}", "command": command, "gpus": gpus}
+                ids.append(queue(store, "alice", clock, duration=work, **spec))
+            for _ in range(10):  # passes at this instant until nothing moves
+                before = (dict(scheduler.attempts), dict(scheduler.starting), scheduler.dirty)
+                scheduler.step()
+                after = (dict(scheduler.attempts), dict(scheduler.starting), scheduler.dirty)
+                if before == after and executor.next_end() != now:
+                    break
+            with store.session() as s:
+                done = s.query(JobRow).filter(JobRow.end_time.is_not(None)).count()
+            if len(ids) == len(arrivals) and done == len(ids):
+                break
+            times = [scheduler.next_wakeup, scheduler.turn_wakeup, executor.next_end()]
+            if len(ids) < len(arrivals):
+                times.append(arrivals[len(ids)][0])
+            later = [t for t in times if t is not None and t > now + 1e-9]
+            clock.now = min(later) if later else now + config.tick
+        with store.session() as s:
+            rows = {r.id: r for r in s.query(JobRow).filter(JobRow.id.in_(ids))}
+            bad = [(j, rows[j].status) for j in ids if rows[j].status != "SUCCEEDED"]
+            assert not bad, bad
+            return Outcome(
+                [rows[j].submit_time - epoch for j in ids],
+                [float(rows[j].first_start or np.nan) - epoch for j in ids],
+                [rows[j].preemptions for j in ids],
+                [float(rows[j].end_time or np.nan) - epoch for j in ids],
+            )
+    finally:
+        store.dispose()
 
 
 TIE = 1.0

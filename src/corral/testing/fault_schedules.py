@@ -356,9 +356,9 @@ class World:
         for at in (self.scheduler.next_wakeup, self.scheduler.turn_wakeup):
             if at is not None:
                 soonest = min(soonest, max(at, now + 0.01))
-        for p in self.executor.processes.values():
-            if p.alive() and not p.paused and p.work != float("inf"):
-                soonest = min(soonest, now + max(p.work - p.done, 0.0) + 0.01)
+        end = self.executor.next_end()
+        if end is not None:
+            soonest = min(soonest, max(end, now + 0.01))
         return min(soonest, limit)
 
     def run_until(self, limit: float) -> None:

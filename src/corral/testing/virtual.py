@@ -15,6 +15,11 @@ A job's command says what its process does:
   job that reports heartbeats as ``corral.train`` does (steps, throughput over
   the last second, at each heartbeat interval), checkpoints and exits when
   asked to stop (SIGTERM), and resumes from its checkpoint when relaunched;
+- ``["work", "W", "ASKED", "EFFICIENCY"]``: W seconds of work that survive a
+  stop (the executor keeps the job's progress, as a checkpoint would: a stopped
+  one leaves with the code of a checkpointed stop and resumes where it was),
+  done faster when granted more GPUs than ASKED (each extra gang adds
+  EFFICIENCY of its speed), as the simulator's model of an elastic job;
 - anything else: :data:`DEFAULT_RUN` seconds of work.
 
 Work is done at speed 1, except that processes marked ``exclusive`` that run on
@@ -57,7 +62,8 @@ from corral.train.session import STOPPED_EXIT
 DEFAULT_RUN = 5.0
 WINDOW = 1.0
 """Seconds a reported throughput covers (as ``corral.train``'s window)."""
-EPSILON = 1e-9
+EPSILON = 1e-6
+"""Work left (seconds) under which a process has ended: clock sums are not exact."""
 
 
 class VirtualClock:
@@ -95,6 +101,9 @@ class VirtualProcess:
     """(since, speed) at each change of its speed: its throughput's history."""
     last_beat: float = -math.inf
     lost: bool = False
+    scale: float = 1.0
+    """Its speed alone (an elastic job granted more GPUs than it asked runs faster)."""
+    keeps_progress: bool = False
 
     @property
     def job(self) -> int:
@@ -134,6 +143,8 @@ def _behaviour(argv: list[str]) -> dict[str, Any]:
         return {"work": number(0, 1.0), "exit_code": None, "exit_signal": int(signal.SIGSEGV)}
     if head == "hang":
         return {"work": math.inf, "ignores_term": True}
+    if head == "work":
+        return {"work": number(0, DEFAULT_RUN), "keeps_progress": True}
     if head == "train":
         steps, rate = number(0, 100.0), number(1, 10.0)
         return {"work": steps / rate, "rate": rate, "exclusive": "exclusive" in args}
@@ -163,6 +174,8 @@ class VirtualExecutor(Executor):
         self.processes: dict[int, VirtualProcess] = {}
         self._pids = itertools.count(1000)
         self.launches: list[LaunchRequest] = []
+        self.progress: dict[int, float] = {}
+        """Job -> work done when its last ``work`` process left (its checkpoint)."""
         self.down: set[str] = set()
         self._changed = False
         self._at = clock()
@@ -178,6 +191,11 @@ class VirtualExecutor(Executor):
         now = self.clock()
         pid = next(self._pids)
         process = VirtualProcess(request, pid, now, **_behaviour(request.argv))
+        if process.keeps_progress:
+            asked = int(request.argv[2]) if len(request.argv) > 2 else len(request.gpus)
+            efficiency = float(request.argv[3]) if len(request.argv) > 3 else 0.0
+            process.scale = 1.0 + efficiency * (len(request.gpus) / asked - 1.0)
+            process.done = min(self.progress.get(process.job, 0.0), process.work)
         if process.rate and self.store is not None:
             with self.store.session() as s:
                 row = s.get(JobRow, process.job)
@@ -206,6 +224,9 @@ class VirtualExecutor(Executor):
         elif sig == signal.SIGKILL or (sig == signal.SIGTERM and not process.ignores_term):
             if sig == signal.SIGTERM and process.rate:  # checkpoints, then exits
                 self._checkpoint(process)
+                process.exit_code, process.exit_signal = STOPPED_EXIT, None
+            elif sig == signal.SIGTERM and process.keeps_progress:
+                self.progress[process.job] = process.done
                 process.exit_code, process.exit_signal = STOPPED_EXIT, None
             else:
                 process.exit_code, process.exit_signal = None, int(sig)
@@ -271,7 +292,7 @@ class VirtualExecutor(Executor):
         if process.paused:
             return 0.0
         if not process.exclusive:
-            return 1.0
+            return process.scale
         mine = set(process.gpus)
         sharing = sum(1 for p in live if p.exclusive and not p.paused and mine.intersection(p.gpus))
         return 1.0 / max(sharing, 1)
@@ -283,6 +304,17 @@ class VirtualExecutor(Executor):
             speed = self._speed(p, live)
             if not p.speeds or p.speeds[-1][1] != speed:
                 p.speeds.append((now, speed))
+
+    def next_end(self) -> float | None:
+        """When the first live process will end at today's speeds (None: none will)."""
+        self._sync()
+        live = [p for p in self.processes.values() if p.alive()]
+        ends = [
+            self._at + (p.work - p.done) / speed
+            for p in live
+            if (speed := self._speed(p, live)) > 0 and p.work != math.inf
+        ]
+        return min(ends, default=None)
 
     def _sync(self) -> None:
         """Bring every process up to the clock: work done, exits, heartbeats."""
