@@ -178,7 +178,7 @@ def run_virtual(name: str, folder: Path) -> Outcome:
 
     config = make_config(folder, policy=name, policy_options=options_for(name), gpus=GPUS)
     store = Store(config.store_url)
-    clock = VirtualClock(1_800_000_000.0)
+    clock = VirtualClock(store.epoch + 1.0)  # times near the store's epoch, as live
     executor = VirtualExecutor(config, clock, store)
     scheduler = virtual_scheduler(config, store, clock, executor)
     epoch = store.epoch
