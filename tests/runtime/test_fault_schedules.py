@@ -95,3 +95,18 @@ def test_a_failing_schedule_shrinks_to_what_breaks_it(monkeypatch: pytest.Monkey
     assert len(small) < len(ops) and run_schedule("las", small) is not None
     assert all(isinstance(op, Op) for op in small)
     assert "s " in str(small[0])  # printable: its time, kind and arguments
+
+
+def test_a_status_change_outside_the_life_cycle_table_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every status the service writes is checked against the table: one that
+    forbids a change the loop makes (a job's launch) is caught at once."""
+    from corral.model.status import TRANSITIONS, JobStatus
+    from corral.testing import fault_schedules
+
+    strict = dict(TRANSITIONS)
+    strict[JobStatus.STARTING] = TRANSITIONS[JobStatus.STARTING] - {JobStatus.RUNNING}
+    monkeypatch.setattr(fault_schedules, "TRANSITIONS", strict)
+    violation = run_seed("fifo", 0)
+    assert violation is not None and "from STARTING to RUNNING" in violation.what, violation

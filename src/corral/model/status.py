@@ -24,6 +24,27 @@ class JobStatus(StrEnum):
 
 _TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMEOUT}
 
+_P, _S, _R, _H = JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUSPENDED
+_FAILED, _CANCELLED = JobStatus.FAILED, JobStatus.CANCELLED
+
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    # waiting: started, held, cancelled, or ended unrunnable (set aside, refused
+    # by the policy, a dependency that failed); a job left RUNNING at a restart
+    # whose attempt is adopted shows RUNNING again
+    _P: frozenset({_S, _R, _H, _CANCELLED, _FAILED}),
+    # placed, its process not launched yet: launched, preempted or requeued first
+    _S: frozenset({_R, _P, _H, _CANCELLED, _FAILED}),
+    # running: back to the queue (preempted, a retry), held, or ended any way
+    _R: frozenset({_P, _S, _H, *_TERMINAL}),
+    # held: released, cancelled, set aside; adopted again at a restart while its
+    # stop is still in progress
+    _H: frozenset({_P, _R, _CANCELLED, _FAILED}),
+    **{end: frozenset() for end in _TERMINAL},
+}
+"""Which status a job may go to from each: a job ends once, and an ended job
+never changes again. The deterministic simulation tests check every status
+the live service writes against this table."""
+
 
 SLURM_STATES: dict[str, JobStatus] = {
     "PD": JobStatus.PENDING,

@@ -49,6 +49,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from corral.api.common import Context
 from corral.api.jobs import admit, check_quota, check_spec
 from corral.api.limits import MAX_REPORTED
+from corral.model.status import TRANSITIONS
 from corral.runtime.execution.executor import ProcessRef
 from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
 from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
@@ -261,6 +262,8 @@ class World:
         self.executor.on_launch = self._launched
         self.disk = DiskFull(self.store)
         self.disk.clock = self.clock
+        self.illegal: list[str] = []
+        event.listen(JobRow.status, "set", self._status_set)
         self.scheduler = self._start()
 
     def _start(self) -> Scheduler:
@@ -277,6 +280,13 @@ class World:
         return scheduler
 
     # -------------------------------------------------------------- checks
+    def _status_set(self, row: JobRow, new: Any, old: Any, _initiator: Any) -> None:
+        """Every status the service writes, checked against the life-cycle table."""
+        if row.id is None or row.id in self.tampered or new == old:
+            return
+        if old in TRANSITIONS and new not in TRANSITIONS[old]:
+            self.illegal.append(f"job {row.id} went from {old} to {new}")
+
     def _launched(self, process: VirtualProcess) -> None:
         """At each launch: its attempt's row is in the store already."""
         with self.store.session() as s:
@@ -290,6 +300,8 @@ class World:
 
     def check(self) -> None:
         """The invariants that hold after every step."""
+        if self.illegal:
+            raise Broken(self.illegal[0])
         sharing = self.scheduler.policy.shares_gpus
         most = 2 if sharing else 1
         with self.store.session() as s:
@@ -514,6 +526,7 @@ class World:
         }
 
     def close(self) -> None:
+        event.remove(JobRow.status, "set", self._status_set)
         self.store.dispose()
 
 
