@@ -1,0 +1,86 @@
+"""A loop broken on purpose is caught by the fault schedules within a few seeds
+(:mod:`corral.testing.fault_schedules`), and a failing schedule shrinks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral.runtime.loop.launching import Launching
+from corral.runtime.loop.recovery import Recovery
+from corral.testing.fault_schedules import Op, make_schedule, run_schedule, run_seed, shrink
+
+SEEDS = range(12)
+
+
+def caught(policy: str, seeds: range = SEEDS) -> tuple[int, str] | None:
+    for seed in seeds:
+        violation = run_seed(policy, seed)
+        if violation is not None:
+            return seed, violation.what
+    return None
+
+
+def careless_launch(self: Any, now: float) -> None:
+    """Launch what the plan started without waiting for its GPUs to be free."""
+    for job, gpus in list(self.starting.items()):
+        if job not in self.attempts:
+            del self.starting[job]
+            self._launch(job, gpus, now)
+
+
+def test_a_loop_that_launches_onto_busy_gpus_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Launching, "_launch_ready", careless_launch)
+    found = caught("las")
+    assert found is not None and "GPU" in found[1], found
+
+
+def test_a_guest_packed_beside_a_leaving_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect these schedules found under Gandiva: a new guest was launched on a
+    host while the guest it replaced (stopped, ignoring SIGTERM) still ran."""
+    monkeypatch.setattr(Launching, "_guest_leaving", lambda self, job, host: False)
+    found = caught("gandiva")
+    assert found is not None and "held by the open attempts" in found[1], found
+
+
+def test_a_loop_that_keeps_its_memory_after_a_failed_pass_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The defect these schedules found first: after a pass failed on a full disk,
+    the loop rebuilt its queue but kept its attempts, so an attempt it had dropped
+    before the store refused the write stayed open in the store for good."""
+
+    def rebuild_only(self: Any) -> None:
+        self.resync_due = False
+        self._rebuild()
+
+    monkeypatch.setattr(Recovery, "_resync", rebuild_only)
+    found = caught("fifo", range(20))
+    assert found is not None, "not caught"
+
+
+def test_a_failing_schedule_shrinks_to_what_breaks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Launching, "_launch_ready", careless_launch)
+    found = caught("las")
+    assert found is not None
+    ops = make_schedule(found[0])
+    small = shrink("las", ops, budget=6)
+    assert len(small) < len(ops) and run_schedule("las", small) is not None
+    assert all(isinstance(op, Op) for op in small)
+    assert "s " in str(small[0])  # printable: its time, kind and arguments
+
+
+def test_a_status_change_outside_the_life_cycle_table_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every status the service writes is checked against the table: one that
+    forbids a change the loop makes (a job's launch) is caught at once."""
+    from corral.model.status import TRANSITIONS, JobStatus
+    from corral.testing import fault_schedules
+
+    strict = dict(TRANSITIONS)
+    strict[JobStatus.STARTING] = TRANSITIONS[JobStatus.STARTING] - {JobStatus.RUNNING}
+    monkeypatch.setattr(fault_schedules, "TRANSITIONS", strict)
+    violation = run_seed("fifo", 0)
+    assert violation is not None and "from STARTING to RUNNING" in violation.what, violation
