@@ -96,8 +96,10 @@ def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> N
             assert_as_if_never_stopped(tmp_path, job["id"], seed)
         # the first job had sent heartbeats before it was first preempted, so
         # every preemption parked it: one attempt, resumed in place each time
+        # (at least once: on a loaded machine the second job's cold start can
+        # take the rest of the first job's run, so it is preempted only once)
         done = client.job(first["id"])
-        assert done["preemptions"] >= 2, done
+        assert done["preemptions"] >= 1, done
         assert [a["cause"] for a in done["attempts"]] == ["succeeded"], done["attempts"]
         # the second may be stopped the old way only before its first heartbeat
         # (a cold start importing PyTorch takes longer than LAS' quantum)

@@ -330,7 +330,7 @@ def test_a_request_recorded_during_a_pass_is_not_lost(
         # found it still checkpointing would rightly end the attempt as cancelled).
         assert suspended.ref is not None
         ex = h.scheduler.executor
-        wait_for(lambda: ex.poll(suspended.ref, suspended.dir) is not None, 30, "the suspend")
+        wait_for(lambda: ex.poll(suspended.ref, suspended.dir) is not None, 90, "the suspend")
         h.restart()
         done = h.wait_state(job["id"], {"CANCELLED"})  # the suspend was carried out first
         assert [a["cause"] for a in done["attempts"]] == ["suspended"]

@@ -120,7 +120,7 @@ def test_tasks_run_in_a_keeper_hold_the_state_and_end_bit_identical(
         answers = [run_task(folder, r, part, 2, 3, capsys) for r in range(3) for part in (1, 0)]
     finally:
         keeper.send_signal(signal.SIGTERM)
-        assert keeper.wait(10) == 0
+        assert keeper.wait(60) == 0
     assert [a.get("kept") for a in answers] == [True] * 6  # it applied every round itself
     assert [a["applied"] for a in answers] == [False, True] * 3
     assert_bit_identical(plain, final_state(folder, 3))
@@ -152,7 +152,7 @@ def test_a_keeper_that_did_not_apply_reads_the_next_state_and_stays_exact(
             answers.append(run_task(folder, r, 0, 2, 3, capsys))
     finally:
         keeper.kill()
-        keeper.wait(10)
+        keeper.wait(60)
     later = prefetch  # held when the task came: read ahead, or read by the task
     assert [a.get("kept") for a in answers] == [True, None, later, None, later, None]
     assert_bit_identical(plain, final_state(folder, 3))
@@ -175,7 +175,7 @@ def test_a_keeper_refuses_another_jobs_task_and_the_task_runs_itself(
         assert state_path(other, 1).exists()
     finally:
         keeper.kill()
-        keeper.wait(10)
+        keeper.wait(60)
 
 
 def test_a_task_without_its_keeper_runs_itself_soon(tmp_path: Path) -> None:
