@@ -152,17 +152,23 @@ def run_live(name: str, folder: Path) -> Outcome:
         jobs = h.wait_done(ids, timeout=180)
         bad = [j for j in jobs if j["status"] != "SUCCEEDED"]
         assert not bad, bad
-        epoch = h.store.epoch
-        with h.store.session() as s:
-            rows = {r.id: r for r in s.query(JobRow).filter(JobRow.id.in_(ids))}
-            return Outcome(
-                [rows[j].submit_time - epoch for j in ids],
-                [float(rows[j].first_start or np.nan) - epoch for j in ids],
-                [rows[j].preemptions for j in ids],
-                [float(rows[j].end_time or np.nan) - epoch for j in ids],
-            )
+        return stored_outcome(h.store, ids)
     finally:
         h.close()
+
+
+def stored_outcome(store: Any, ids: list[int]) -> Outcome:
+    """What the live run decided for jobs ``ids``, from its store, on the
+    store's clock (seconds from its epoch)."""
+    epoch = store.epoch
+    with store.session() as s:
+        rows = {r.id: r for r in s.query(JobRow).filter(JobRow.id.in_(ids))}
+        return Outcome(
+            [rows[j].submit_time - epoch for j in ids],
+            [float(rows[j].first_start or np.nan) - epoch for j in ids],
+            [rows[j].preemptions for j in ids],
+            [float(rows[j].end_time or np.nan) - epoch for j in ids],
+        )
 
 
 def run_virtual(name: str, folder: Path) -> Outcome:
@@ -181,7 +187,6 @@ def run_virtual(name: str, folder: Path) -> Outcome:
     clock = VirtualClock(store.epoch + 1.0)  # times near the store's epoch, as live
     executor = VirtualExecutor(config, clock, store)
     scheduler = virtual_scheduler(config, store, clock, executor)
-    epoch = store.epoch
     arrivals = [(clock() + at, gpus, work) for at, gpus, work in TRACE]
     ids: list[int] = []
     try:
@@ -208,15 +213,10 @@ def run_virtual(name: str, folder: Path) -> Outcome:
             later = [t for t in times if t is not None and t > now + 1e-9]
             clock.now = min(later) if later else now + config.tick
         with store.session() as s:
-            rows = {r.id: r for r in s.query(JobRow).filter(JobRow.id.in_(ids))}
-            bad = [(j, rows[j].status) for j in ids if rows[j].status != "SUCCEEDED"]
-            assert not bad, bad
-            return Outcome(
-                [rows[j].submit_time - epoch for j in ids],
-                [float(rows[j].first_start or np.nan) - epoch for j in ids],
-                [rows[j].preemptions for j in ids],
-                [float(rows[j].end_time or np.nan) - epoch for j in ids],
-            )
+            rows = s.query(JobRow).filter(JobRow.id.in_(ids)).all()
+            bad = [(r.id, r.status) for r in rows if r.status != "SUCCEEDED"]
+        assert not bad, bad
+        return stored_outcome(store, ids)
     finally:
         store.dispose()
 
