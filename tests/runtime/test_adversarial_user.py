@@ -5,7 +5,7 @@ extreme values the API accepts; the service restarts once at a random moment.
 Under fifo, tiresias-las, liquid, themis and gavel-max-min-fairness, over several
 seeds, every job of the other user succeeds within a bound, and no pass fails.
 
-In virtual time (tests/runtime/virtual.py): each case takes a second or two.
+In virtual time (corral.testing.virtual): each case takes a second or two.
 """
 
 from __future__ import annotations

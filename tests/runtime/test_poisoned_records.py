@@ -1,6 +1,6 @@
 """One job's stored record can never stop the loop, nor the service's restart.
 
-Run in virtual time (see tests/runtime/virtual.py): a record the loop cannot
+Run in virtual time (see corral.testing.virtual): a record the loop cannot
 use is set aside (FAILED, its reason naming the field) and every other job
 runs; a restart on the same store starts and does the same.
 """
