@@ -364,10 +364,7 @@ class World:
         """When the service's thread would next run a pass: at its tick, its
         wake-up or turn, or when a process ends (an exit wakes it)."""
         now = self.clock()
-        soonest = now + self.config.tick
-        for at in (self.scheduler.next_wakeup, self.scheduler.turn_wakeup):
-            if at is not None:
-                soonest = min(soonest, max(at, now + 0.01))
+        soonest = now + max(self.scheduler.sleep_for(), 0.01)
         end = self.executor.next_end()
         if end is not None:
             soonest = min(soonest, max(end, now + 0.01))

@@ -134,7 +134,10 @@ class VirtualProcess:
 def _behaviour(argv: list[str]) -> dict[str, Any]:
     """What a command stands for: its work, exit and heartbeats."""
     head, args = (argv[0] if argv else ""), argv[1:]
-    number = lambda k, default: float(args[k]) if len(args) > k else default  # noqa: E731
+
+    def number(k: int, default: float) -> float:
+        return float(args[k]) if len(args) > k else default
+
     if head == "sleep":
         return {"work": number(0, DEFAULT_RUN)}
     if head == "false":

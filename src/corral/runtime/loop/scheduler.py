@@ -73,14 +73,19 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                 self.errors += 1
                 traceback.print_exc(file=sys.stderr)
                 stop.wait(1.0)
-            timeout = self.config.tick
-            for at in (self.next_wakeup, self.turn_wakeup):
-                if at is not None:
-                    timeout = min(timeout, max(at - self.clock(), 0.0))
-            if self.config.workers.park and self._awaiting_pause():
-                timeout = min(timeout, PAUSE_POLL)
-            self.wake.wait(timeout)
+            self.wake.wait(self.sleep_for())
             self.wake.clear()
+
+    def sleep_for(self) -> float:
+        """Seconds until the next pass is due, unless something wakes the loop first:
+        the tick, the policy's wake-up, a time-sliced pair's turn, a pause to watch."""
+        timeout = self.config.tick
+        for at in (self.next_wakeup, self.turn_wakeup):
+            if at is not None:
+                timeout = min(timeout, max(at - self.clock(), 0.0))
+        if self.config.workers.park and self._awaiting_pause():
+            timeout = min(timeout, PAUSE_POLL)
+        return timeout
 
     def step(self) -> None:
         """One pass; a pass that fails on a job's record sets that job aside, and
