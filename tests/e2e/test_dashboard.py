@@ -274,7 +274,8 @@ def test_job_links_progress_history_axes_and_node_admin(browser, service) -> Non
     hist = page.locator(f"tr[data-job='{done}']")
     hist.wait_for(timeout=10_000)
     page.locator("#jobs th.hist").first.wait_for(state="visible", timeout=10_000)
-    cells = hist.locator("td").all_inner_texts()
+    # the table is redrawn on every refresh, so read the row until a whole one is seen
+    cells = settled_cells(hist, lambda c: len(c) >= 4 and bool(re.search(r"\d", c[-4])))
     assert re.search(r"\d", cells[-4]) and cells[-2] != "-", cells  # ended, GPU-hours
 
     # an admin drains a node with a reason and resumes it; its history says so
@@ -290,6 +291,22 @@ def test_job_links_progress_history_axes_and_node_admin(browser, service) -> Non
     assert service.admin.nodes()[0]["state"] == "up"
     page.screenshot(path=str(service.folder / "dashboard.png"))
     assert errors == [], errors
+
+
+def settled_cells(row: Any, whole: Any, timeout: float = 10.0) -> list[str]:
+    """A table row's cell texts, read again until ``whole`` accepts them.
+
+    The dashboard redraws its table on each refresh; a read that falls between
+    the old row's removal and the new one's drawing sees no cells at all.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    cells: list[str] = row.locator("td").all_inner_texts()
+    while not whole(cells) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        cells = row.locator("td").all_inner_texts()
+    return cells
 
 
 def wait_for_status(service: ServiceProcess, job: int, status: str) -> None:
