@@ -65,13 +65,25 @@ def start_two_jobs(svc: ServiceProcess) -> tuple[dict[str, Any], dict[str, Any]]
     return first, second
 
 
+def wait_ended(client: Any, *jobs: dict[str, Any], timeout: float = 180) -> None:
+    """Wait for the jobs to end; on a timeout, say what each had been through."""
+    try:
+        for job in jobs:
+            wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, timeout)
+    except TimeoutError:
+        seen = {
+            j["id"]: [(e["kind"], e["detail"].get("cause")) for e in client.job(j["id"])["events"]]
+            for j in jobs
+        }
+        raise TimeoutError(f"the jobs did not end in {timeout} s; their events: {seen}") from None
+
+
 def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> None:
     svc = service(tmp_path)
     try:
         client = svc.client
         first, second = start_two_jobs(svc)
-        for job in (first, second):
-            wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, 180)
+        wait_ended(client, first, second)
         for job, seed in ((first, 1), (second, 2)):
             done = client.job(job["id"])
             assert done["status"] == "SUCCEEDED", done
@@ -81,16 +93,26 @@ def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> N
             # second only if it was preempted once it trained (on a loaded machine
             # it may be stopped cold once and then finish within LAS' quantum)
             parks = kinds.count("park")
-            cold = sum(
-                e["kind"] == "attempt_end" and e["detail"]["cause"] == "preempted"
+            # a parked attempt stopped where it was (its pause grace ran out) ends
+            # "preempted" too, but was counted once, when it was parked
+            parked = {e["detail"]["attempt"] for e in done["events"] if e["kind"] == "park"}
+            ended_preempted = [
+                e["detail"]["attempt"]
                 for e in done["events"]
-            )
+                if e["kind"] == "attempt_end" and e["detail"]["cause"] == "preempted"
+            ]
+            cold = sum(n not in parked for n in ended_preempted)
+            stopped_parked = sum(n in parked for n in ended_preempted)
             assert done["preemptions"] == parks + cold, done["events"]
             # each park is undone by an unpark, except that a job parked as it took
             # its last step may end parked (it exits with its work done)
             last_park = len(kinds) - 1 - kinds[::-1].index("park") if parks else -1
-            ended_parked = parks > 0 and "unpark" not in kinds[last_park:]
-            assert kinds.count("unpark") == parks - ended_parked, kinds
+            ended_parked = (
+                parks > 0
+                and "unpark" not in kinds[last_park:]
+                and done["events"][last_park]["detail"]["attempt"] not in ended_preempted
+            )
+            assert kinds.count("unpark") == parks - ended_parked - stopped_parked, kinds
             if job is first:
                 assert parks >= 1 and cold == 0, kinds
             assert_as_if_never_stopped(tmp_path, job["id"], seed)
@@ -121,8 +143,7 @@ def test_a_parked_job_suspended_checkpoints_from_its_parked_state(tmp_path: Path
         parked = client.job(first["id"])
         assert [a["cause"] for a in parked["attempts"]] == ["suspended"], parked["attempts"]
         client.action(first["id"], "resume")
-        for job in (first, second):
-            wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, 180)
+        wait_ended(client, first, second)
         done = client.job(first["id"])
         assert done["status"] == "SUCCEEDED", done
         assert_as_if_never_stopped(tmp_path, first["id"], 1)
@@ -182,8 +203,8 @@ def test_task_jobs_get_through_a_quantum_shorter_than_their_cold_start(tmp_path:
         second = client.submit(
             {"name": "b", "task": {**short, "kwargs": task(2)["kwargs"]}, "gpus": 1}
         )
+        wait_ended(client, first, second, timeout=240)
         for job in (first, second):
-            wait_for(lambda j=job: client.job(j["id"])["status"] in TERMINAL, 240, "the jobs")
             assert client.job(job["id"])["status"] == "SUCCEEDED"
     finally:
         svc.close()

@@ -15,7 +15,7 @@ from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
 NAMES = [name for name in POLICIES if name != "gavel"]  # (an alias of max-min fairness)
 
 
-@pytest.mark.parametrize(("seed", "multi"), [(0, 1), (1, 1), (2, 1), (0, 0)])
+@pytest.mark.parametrize(("seed", "multi"), [(0, 1), (2, 1), (0, 0)])
 @pytest.mark.parametrize("name", NAMES)
 def test_every_policy_runs_gavels_workloads_on_three_gpu_types(
     name: str, seed: int, multi: int
