@@ -24,8 +24,9 @@ from sqlalchemy.exc import OperationalError
 from corral.api import cluster, dashboard, jobs, metrics, service_info
 from corral.api.auth_guard import AuthGuard
 from corral.api.common import Context, service_version
-from corral.api.guards import BodyLimit, store_error_handler, validation_error
+from corral.api.guards import BodyLimit, refused_error, store_error_handler, validation_error
 from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.loop.admission import Refused
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import Store
 
@@ -48,6 +49,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     app.middleware("http")(app.state.metrics.count)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Refused, refused_error)
     app.add_exception_handler(OperationalError, store_error_handler(config.store_url))
     for routes in (
         service_info.router,

@@ -18,6 +18,7 @@ from corral.api.auth_guard import AuthGuard
 from corral.api.views import MAX_ID, ErrorView
 from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig, hash_token
+from corral.runtime.loop.admission import Admission
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import JobRow, Store
 
@@ -29,6 +30,12 @@ class Context:
     config: ServiceConfig
     store: Store
     scheduler: Scheduler | None = None
+
+    @property
+    def admission(self) -> Admission:
+        """The runtime's admission rules over this service (the loop reads what they store)."""
+        identities = self.scheduler.identities if self.scheduler is not None else {}
+        return Admission(self.config, self.store, lambda: self.gpus_by_type, identities)
 
     @property
     def gpus_by_type(self) -> dict[str, int]:

@@ -13,6 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral.runtime.loop.admission import Refused
+
 MAX_BODY = 1 << 20
 """Bytes a request body may have (a job spec is a few KiB at most)."""
 
@@ -92,6 +94,16 @@ async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
             }
         )
     return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+async def refused_error(_request: Request, exc: Exception) -> JSONResponse:
+    """A submission admission refused: its status, and pydantic's shape for a field's
+    fault (so clients read every validation error one way), the message otherwise."""
+    assert isinstance(exc, Refused)
+    detail: Any = exc.message
+    if exc.where:
+        detail = [{"loc": ["body", *exc.where], "msg": exc.message, "type": "value_error"}]
+    return JSONResponse({"detail": detail}, status_code=exc.status)
 
 
 def out_of_space(exc: BaseException) -> bool:

@@ -6,12 +6,11 @@ import hmac
 import json
 import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -24,7 +23,6 @@ from corral.api.common import (
     JobId,
     User,
     error_answers,
-    field_error,
     job_or_404,
     owned,
     positions,
@@ -47,10 +45,10 @@ from corral.api.views import (
 )
 from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
-from corral.runtime.execution.identity import usable_folder
 from corral.runtime.execution.job_files import open_regular
 from corral.runtime.jobspec.config import UserConfig, hash_token
-from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices, array_limit
+from corral.runtime.jobspec.specs import JobSpec, array_indices
+from corral.runtime.loop.admission import Refused
 from corral.runtime.loop.estimates import extend_curve, extend_progress
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.loop.scheduler import TERMINAL
@@ -60,51 +58,10 @@ router = APIRouter()
 LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
 
 
-def resolved(path: str, field: str) -> Path:
-    """``path`` with its links followed; 422 for a loop of links or a path too long."""
-    try:
-        return Path(path).resolve()
-    except (OSError, RuntimeError) as exc:
-        raise field_error(field, f"{path} cannot be resolved ({exc})") from None
-
-
 def hides(ctx: Context, user: UserConfig, owner: str) -> bool:
     """Whether ``user`` sees another's job without its command, environment and paths
     (``private_data``; admins see all)."""
     return ctx.config.private_data and not user.admin and owner != user.name
-
-
-def check_priority(ctx: Context, priority: int, user: UserConfig) -> None:
-    """Raising priority is the operators' lever (as in Slurm): users may only lower it."""
-    if priority > ctx.config.max_user_priority and not user.admin:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"priority {priority} is above {ctx.config.max_user_priority}, the most a user "
-            "may set; ask an admin",
-        )
-
-
-def with_whole_arrays(
-    s: Session, dependency: Mapping[DependencyKind, list[int]], known: dict[int, JobRow]
-) -> dict[DependencyKind, list[int]]:
-    """As Slurm reads it, an array's job id (its first task's) stands for every task."""
-    out: dict[DependencyKind, list[int]] = {}
-    for kind, ids in dependency.items():
-        expanded: set[int] = set()
-        for job in ids:
-            expanded.add(job)
-            first = known[job]
-            if first.spec.get("array_job") == job:
-                siblings = s.execute(
-                    select(JobRow.id, JobRow.spec).where(
-                        JobRow.user == first.user,
-                        JobRow.id > job,
-                        JobRow.submit_time <= first.submit_time + 60,
-                    )
-                )
-                expanded |= {r.id for r in siblings if r.spec.get("array_job") == job}
-        out[kind] = sorted(expanded)
-    return out
 
 
 def left(ctx: Context, row: JobRow) -> tuple[float, str] | None:
@@ -112,26 +69,6 @@ def left(ctx: Context, row: JobRow) -> tuple[float, str] | None:
     if ctx.scheduler is None or row.status in TERMINAL:
         return None
     return ctx.scheduler.remaining(row.id)
-
-
-def check_round_job(spec: JobSpec, policy: str) -> None:
-    """Under a policy that plans rounds, a job runs as rounds: it must be given as a
-    task, in whole rounds."""
-    if spec.task is None:
-        raise field_error(
-            "task",
-            f"policy {policy} runs jobs as rounds of tasks: give the job as a task "
-            "(task: {factory: module:function, steps: N}), not as a command",
-        )
-    per_round = spec.round_steps()
-    if spec.task.steps % per_round:
-        raise field_error(
-            "task.steps",
-            f"{spec.task.steps} is not a whole number of rounds of {per_round} mini-batches "
-            "(task.round_steps; unset, one per GPU asked)",
-        )
-    if spec.dependency:
-        raise field_error("dependency", f"not yet supported for jobs run as rounds ({policy})")
 
 
 def ask_scheduler(
@@ -163,12 +100,21 @@ def ask_scheduler(
     responses=error_answers(400, 401, 403, 413, 429),
 )
 def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
-    check_spec(ctx, spec, user)
+    admission = ctx.admission
+    admission.check(spec, user)
     with ctx.store.session() as s:
-        check_quota(ctx, s, user, len(array_indices(spec.array)) if spec.array else 1)
-        view = admit(ctx, s, spec, user)
+        admission.check_quota(s, user, len(array_indices(spec.array)) if spec.array else 1)
+        view = submitted(admission.admit(s, spec, user))
     if ctx.scheduler is not None:
         ctx.scheduler.notify()
+    return view
+
+
+def submitted(rows: list[JobRow]) -> JobView:
+    """The view of a job just queued; an array's names every task."""
+    view = JobView.of(rows[0])
+    if rows[0].spec.get("array_job") is not None:
+        view.array_tasks = [r.id for r in rows]
     return view
 
 
@@ -193,160 +139,24 @@ class Batch(BaseModel):
 def submit_batch(ctx: Ctx, batch: Batch, user: User) -> list[JobView]:
     """Submit up to 1,000 jobs in one request and one transaction: every job is checked
     first (an error names ``jobs[k]`` and its field) and either all are queued or none."""
+    admission = ctx.admission
     for k, spec in enumerate(batch.jobs):
         try:
-            check_spec(ctx, spec, user)
-        except HTTPException as exc:
-            raise in_batch(exc, k) from None
+            admission.check(spec, user)
+        except Refused as exc:
+            raise exc.in_batch(k) from None
     count = sum(len(array_indices(j.array)) if j.array else 1 for j in batch.jobs)
     views = []
     with ctx.store.session() as s:
-        check_quota(ctx, s, user, count)
+        admission.check_quota(s, user, count)
         for k, spec in enumerate(batch.jobs):
             try:
-                views.append(admit(ctx, s, spec, user))
-            except HTTPException as exc:
-                raise in_batch(exc, k) from None
+                views.append(submitted(admission.admit(s, spec, user)))
+            except Refused as exc:
+                raise exc.in_batch(k) from None
     if ctx.scheduler is not None:
         ctx.scheduler.notify()
     return views
-
-
-def in_batch(exc: HTTPException, k: int) -> HTTPException:
-    """A job's error, its location prefixed with the job's place in the batch."""
-    if isinstance(exc.detail, list):
-        for item in exc.detail:
-            if isinstance(item, dict) and isinstance(item.get("loc"), list):
-                item["loc"] = ["body", "jobs", k, *item["loc"][1:]]
-    elif isinstance(exc.detail, str):
-        exc.detail = f"jobs[{k}]: {exc.detail}"
-    return exc
-
-
-def check_spec(ctx: Context, spec: JobSpec, user: UserConfig) -> None:
-    """What a job spec must satisfy on this service (its cluster, its state folder)."""
-    check_priority(ctx, spec.priority, user)
-    if spec.exclusive and not ctx.config.allow_exclusive and not user.admin:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            "--exclusive jobs are for admins on this service (allow_exclusive: false); "
-            "submit without it",
-        )
-    if ctx.gpus_by_type:
-        if spec.gpu_type is not None and spec.gpu_type not in ctx.gpus_by_type:
-            have = ", ".join(ctx.gpus_by_type)
-            raise field_error("gpu_type", f"no {spec.gpu_type} GPUs here (there are {have})")
-        limit = ctx.gpus_by_type[spec.gpu_type] if spec.gpu_type else sum(ctx.gpus_by_type.values())
-        if spec.gpus > limit:
-            kind = f"{spec.gpu_type} " if spec.gpu_type else ""
-            raise field_error(
-                "gpus", f"asks for {spec.gpus} GPUs; the cluster has {limit} {kind}GPUs"
-            )
-    if ctx.config.vcs is not None and spec.vc is not None and spec.vc not in ctx.config.vcs:
-        have = ", ".join(ctx.config.vcs)
-        raise field_error("vc", f"no virtual cluster '{spec.vc}' here (there are {have})")
-    who = ctx.scheduler.identities.get(user.name) if ctx.scheduler is not None else None
-    runs_as = f"'{who.name}'" if who is not None else "the service's user"
-    if who is not None and not who.runs_python and (spec.stage or spec.task):
-        raise field_error(
-            "stage" if spec.stage else "task",
-            f"{runs_as} cannot run this service's Python, which stage commands and jobs "
-            "given as tasks need (require_reachable_python is off); ask the operator",
-        )
-    if spec.workdir is not None:
-        where = resolved(spec.workdir, "workdir")
-        if not usable_folder(spec.workdir, who):  # as the job's user: no oracle of others'
-            raise field_error(
-                "workdir", f"{spec.workdir} is not a folder {runs_as} can enter (or it is missing)"
-            )
-        if where.is_relative_to(ctx.config.state_dir.resolve()):
-            raise field_error("workdir", "jobs may not run inside the service's state_dir")
-    for field in ("array_index", "array_job", "array_limit"):
-        if getattr(spec, field) is not None:
-            raise field_error(field, "set by corral for the tasks of an array; give 'array'")
-    if spec.round_of is not None:
-        raise field_error("round_of", "set by corral for the tasks of a job run as rounds")
-    if plans_rounds(ctx.config.policy):
-        check_round_job(spec, ctx.config.policy)
-    for field in ("output", "error"):
-        path = getattr(spec, field)
-        if path is None:
-            continue
-        # (opened by the job's process as its user; a folder missing or not theirs
-        # fails the job at its start, saying so, as under Slurm)
-        if resolved(path, field).is_relative_to(ctx.config.state_dir.resolve()):
-            raise field_error(field, f"a job's {field} may not go inside the state_dir")
-    if spec.error is not None and ctx.config.executor == "ray":
-        raise field_error(
-            "error", "the Ray executor keeps a job's stderr with its output; leave 'error' out"
-        )
-
-
-def check_quota(ctx: Context, s: Session, user: UserConfig, more: int) -> None:
-    """Refuse (429) when ``more`` jobs would pass the user's max_jobs_per_user."""
-    queued = s.scalar(
-        select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
-    )
-    if (queued or 0) + more > ctx.config.max_jobs_per_user:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"{user.name} has {queued} jobs not yet ended; {more} more would "
-            f"pass {ctx.config.max_jobs_per_user}, the most allowed (max_jobs_per_user)",
-        )
-
-
-def stored_spec(spec: JobSpec) -> JobSpec:
-    """``spec`` as it will be stored, checked by the rules the loop reads it with: what
-    corral adds at submission (an array's tasks, the tasks a dependency on an
-    array stands for) must pass them too, or one record could fail every pass."""
-    try:
-        return JobSpec.model_validate(spec.model_dump(mode="json"))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ())) or "spec"
-        msg = first.get("msg", "invalid")
-        if field == "dependency":
-            msg += " (an array named in a dependency stands for all its tasks)"
-        raise field_error(field, msg) from None
-
-
-def admit(ctx: Context, s: Session, spec: JobSpec, user: UserConfig) -> JobView:
-    """Queue a checked job (its array's tasks, if any) in session ``s``; its view."""
-    indices = array_indices(spec.array) if spec.array else [None]
-    prerun = spec.prerun_steps
-    if prerun is None:
-        rule = ctx.config.prerun
-        prerun = rule.steps if rule.min_gpus and spec.gpus >= rule.min_gpus else 0
-    wanted = sorted({i for group in spec.dependency.values() for i in group})
-    if wanted:
-        known = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(wanted)))}
-        missing = [i for i in wanted if i not in known]
-        if missing:
-            raise field_error("dependency", f"no job {missing[0]}")
-        spec = spec.model_copy(update={"dependency": with_whole_arrays(s, spec.dependency, known)})
-    rows: list[JobRow] = []
-    limit = array_limit(spec.array) if spec.array else None
-    base = stored_spec(
-        spec.model_copy(update={"array": None, "array_index": indices[0], "array_limit": limit})
-    )
-    for index in indices:  # the tasks differ in their index alone (valid if the first is)
-        task = base.model_copy(update={"array_index": index})
-        phase = "prerun" if prerun else "main"
-        row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
-        if spec.hold:
-            row.status, row.reason = JobStatus.SUSPENDED, HELD
-        s.add(row)
-        s.flush()
-        rows.append(row)
-    if spec.array:
-        for row in rows:
-            row.spec = {**row.spec, "array_job": rows[0].id}
-    for row in rows:
-        ctx.store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
-    view = JobView.of(rows[0])
-    if spec.array:
-        view.array_tasks = [r.id for r in rows]
-    return view
 
 
 JOB_LIST = TypeAdapter(list[JobView])
@@ -625,10 +435,6 @@ def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
     return ask_scheduler(ctx, job_id, user, "suspend", LIVE_STATES)
 
 
-HELD = "JobHeldUser"
-"""The reason a job submitted held, or held while waiting, shows (Slurm's)."""
-
-
 @router.post("/v1/jobs/{job_id}/hold", response_model=JobView, tags=["jobs"], responses=ON_JOB)
 def hold(ctx: Ctx, job_id: JobId, user: User) -> JobView:
     """Keep a waiting job from starting until it is released (scontrol hold); a job
@@ -672,7 +478,7 @@ def suspending(s: Session, row: JobRow) -> bool:
 def set_priority(ctx: Ctx, job_id: JobId, body: PriorityBody, user: User) -> JobView:
     with ctx.store.session() as s:
         row = owned(s, job_id, user)
-        check_priority(ctx, body.priority, user)
+        ctx.admission.check_priority(body.priority, user)
         if row.status in TERMINAL:
             raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is {row.status}")
         row.priority = body.priority
@@ -780,12 +586,14 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
                 row.checkpoint_step = body.checkpoint_step
             row.last_heartbeat = now
         stop = att.stop is not None or att.end_time is not None
-        batch = ctx.scheduler.batch_sizes.get(job_id) if ctx.scheduler is not None else None
-        cap = None
-        if ctx.scheduler is not None and not stop:
-            if body.gpu_memory is not None:
-                ctx.scheduler.gpu_memory[job_id] = body.gpu_memory
-            cap = ctx.scheduler.memory_cap(job_id)
+        batch = cap = None
+        if ctx.scheduler is not None:  # the loop's own answers; what it needs, posted to it
+            answers = ctx.scheduler.answers
+            batch = answers.batch_sizes.get(job_id)
+            if not stop:
+                if body.gpu_memory is not None:
+                    ctx.scheduler.report_memory(job_id, body.gpu_memory)
+                cap = answers.memory_caps.get(job_id)
         return HeartbeatAnswer(
             stop=stop,
             why=att.stop,

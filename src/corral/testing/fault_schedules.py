@@ -41,18 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import HTTPException
 from pydantic import ValidationError
 from sqlalchemy import event, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from corral.api.common import Context
-from corral.api.jobs import admit, check_quota, check_spec
 from corral.api.limits import MAX_REPORTED
 from corral.model.status import TRANSITIONS
 from corral.runtime.execution.executor import ProcessRef
 from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
 from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
+from corral.runtime.loop.admission import Admission, Refused
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import AttemptRow, JobRow, Store
 from corral.testing.virtual import VirtualClock, VirtualExecutor, VirtualProcess
@@ -384,17 +382,18 @@ class World:
         return next(u for u in self.config.users if u.name == name)
 
     def _op_submit(self, user: str, raw: dict[str, Any]) -> None:
-        ctx = Context(self.config, self.store, self.scheduler)
+        sch = self.scheduler
+        admission = Admission(self.config, self.store, sch.cluster.gpus_by_type, sch.identities)
         try:
             spec = JobSpec(**raw)
-            check_spec(ctx, spec, self._user(user))
+            admission.check(spec, self._user(user))
             with self.store.session() as s:
-                check_quota(ctx, s, self._user(user), 1)
-                view = admit(ctx, s, spec, self._user(user))
+                admission.check_quota(s, self._user(user), 1)
+                first = admission.admit(s, spec, self._user(user))[0].id
                 s.execute(  # the virtual time of submission, as the API's clock would say
-                    update(JobRow).where(JobRow.id >= view.id).values(submit_time=self.clock())
+                    update(JobRow).where(JobRow.id >= first).values(submit_time=self.clock())
                 )
-        except (ValidationError, HTTPException, ValueError):
+        except (ValidationError, Refused, ValueError):
             self.refused += 1
         except OperationalError:
             if not self.disk.on:

@@ -27,6 +27,7 @@ from corral.runtime.execution.identity import check_identities
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
 from corral.runtime.loop.estimates import LossHistory
+from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
 from corral.runtime.loop.records import check_record
@@ -242,6 +243,10 @@ class LoopBase:
         and in heartbeat answers."""
         self.gpu_memory: dict[int, float] = {}
         """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
+        self.inbox = Inbox()
+        """Reports the API's threads post for the loop (heartbeats' GPU memory)."""
+        self.answers = Answers()
+        """What heartbeats are answered with, published by the loop after each pass."""
         self.staging: dict[int, tuple[ProcessRef, Path]] = {}
         """Waiting jobs whose inputs are being staged ahead of their start (Liquid)."""
         self.uncapped: set[int] = set()
@@ -385,6 +390,21 @@ class LoopBase:
             if used and capacity:
                 caps.append(memory_left(sum(used), capacity * 1e9))
         return min(caps) if caps else configured
+
+    def report_memory(self, job: int, used: float) -> None:
+        """A heartbeat's GPU memory (bytes per GPU), for the loop's next pass (any thread)."""
+        self.inbox.post(MemoryReport(job, used))
+
+    def _read_inbox(self) -> None:
+        """What other threads posted: reports of jobs still running are kept."""
+        for report in self.inbox.take():
+            if report.job in self.attempts:
+                self.gpu_memory[report.job] = report.used
+
+    def _publish(self) -> None:
+        """The heartbeats' answers as of this pass, swapped in whole for the API."""
+        capped = set(self.low_priority) | self.uncapped
+        self.answers = Answers.of(self.batch_sizes, {job: self.memory_cap(job) for job in capped})
 
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""

@@ -68,18 +68,30 @@ def _count(value: Any, *, nullable: bool, high: int = MAX_COUNT) -> str | None:
     return None
 
 
-def spec_problem(spec: Any) -> tuple[JobSpec | None, str | None]:
-    """The stored spec as the loop reads it, or the first fault the validator found."""
+def spec_fault(spec: Any) -> tuple[JobSpec | None, str, str]:
+    """The stored spec as the loop reads it; or None, the field at fault ("" when the
+    fault is the whole spec's) and why.
+
+    Admission stores nothing this would refuse (``loop.admission.stored_spec``), so
+    a record that fails here was changed behind the service's back."""
     if not isinstance(spec, dict):
-        return None, f"not a mapping ({type(spec).__name__})"
+        return None, "", f"not a mapping ({type(spec).__name__})"
     try:
-        return JobSpec.model_validate(spec), None
+        return JobSpec.model_validate(spec), "", ""
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "spec"
-        return None, f"{where}: {first.get('msg', 'invalid')}"
+        return None, where, str(first.get("msg", "invalid"))
     except (TypeError, ValueError, RecursionError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, "", f"{type(exc).__name__}: {exc}"
+
+
+def spec_problem(spec: Any) -> tuple[JobSpec | None, str | None]:
+    """The stored spec as the loop reads it, or the first fault the validator found."""
+    read, where, why = spec_fault(spec)
+    if read is not None:
+        return read, None
+    return None, f"{where}: {why}" if where else why
 
 
 def check_record(row: Any) -> JobSpec:

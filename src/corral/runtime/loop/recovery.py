@@ -34,8 +34,9 @@ def store_trouble(exc: BaseException) -> bool:
     )
 
 
-KEPT = ("wake", "_cv", "_passes", "errors", "metrics")
-"""What a resync keeps of the loop: what other threads wait on, and its counters."""
+KEPT = ("wake", "_cv", "_passes", "errors", "metrics", "inbox", "answers")
+"""What a resync keeps of the loop: what other threads wait on or post to, what
+they read, and its counters."""
 
 
 class Recovery(LoopBase):

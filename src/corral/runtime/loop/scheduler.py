@@ -109,6 +109,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
 
     def _pass(self) -> None:
         now = self.clock()
+        self._read_inbox()
         changed = self._poll(now)
         if self.config.workers.park:
             self._release_parked(now)
@@ -139,6 +140,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         self.executor.tend()
         self._poll_staging()
         self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
+        self._publish()
         with self._cv:
             self._passes += 1
             self._cv.notify_all()

@@ -1,0 +1,252 @@
+"""Admission: the rules a job must pass to be queued, and the rows it is queued as.
+
+Why here, beside the loop, and not in the API: the loop re-reads every stored
+record with its own validator (:mod:`corral.runtime.loop.records`), and one
+record it cannot read must never be stored by submission (a job that
+names a large array was once expanded past the dependency limit and then failed
+every pass). With both in the runtime, submission checks what it adds (an
+array's tasks, the tasks a dependency on an array stands for) by the very rules
+the loop reads it with. The API parses requests and turns a :class:`Refused`
+into its HTTP answer; the fault-schedule tests admit jobs through this module
+directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from corral.model.jobs import JobStatus
+from corral.runtime.execution.identity import RunAs, usable_folder
+from corral.runtime.jobspec.config import ServiceConfig, UserConfig
+from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices, array_limit
+from corral.runtime.loop.loop_base import TERMINAL
+from corral.runtime.loop.records import spec_fault
+from corral.runtime.loop.round_policy import plans_rounds
+from corral.runtime.storage.store import JobRow, Store
+
+HELD = "JobHeldUser"
+"""The reason shown for a job held at submission or by ``hold`` (Slurm's word)."""
+
+
+FORBIDDEN = 403
+INVALID = 422
+TOO_MANY = 429
+
+
+class Refused(Exception):
+    """A submission that breaks a rule: what is wrong, the field at fault (None for
+    the request as a whole) and the HTTP status the API answers with."""
+
+    def __init__(self, message: str, field: str | None = None, status: int = INVALID) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status = status
+        self.where: tuple[str | int, ...] = (field,) if field is not None else ()
+        """The field's place in the request body (a batch puts the job's index first)."""
+
+    def in_batch(self, k: int) -> Refused:
+        """The same refusal, placed at the ``k``-th job of a batched submission."""
+        out = Refused(self.message if self.where else f"jobs[{k}]: {self.message}", self.field)
+        out.status = self.status
+        out.where = ("jobs", k, *self.where) if self.where else ()
+        return out
+
+
+def resolved(path: str, field: str) -> Path:
+    """``path`` with its links followed; refused for a loop of links or a path too long."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError) as exc:
+        raise Refused(f"{path} cannot be resolved ({exc})", field) from None
+
+
+def stored_spec(spec: JobSpec) -> JobSpec:
+    """``spec`` as it will be stored, read back by the loop's own validator: what
+    corral adds at submission must pass it too, or one record could fail every pass."""
+    read, where, why = spec_fault(spec.model_dump(mode="json"))
+    if read is None:
+        if where == "dependency":
+            why += " (an array named in a dependency stands for all its tasks)"
+        raise Refused(why, where or "spec")
+    return read
+
+
+def check_round_job(spec: JobSpec, policy: str) -> None:
+    """Under a policy that plans rounds, a job runs as rounds: it must be given as a
+    task, in whole rounds."""
+    if spec.task is None:
+        raise Refused(
+            f"policy {policy} runs jobs as rounds of tasks: give the job as a task "
+            "(task: {factory: module:function, steps: N}), not as a command",
+            "task",
+        )
+    per_round = spec.round_steps()
+    if spec.task.steps % per_round:
+        raise Refused(
+            f"{spec.task.steps} is not a whole number of rounds of {per_round} mini-batches "
+            "(task.round_steps; unset, one per GPU asked)",
+            "task.steps",
+        )
+    if spec.dependency:
+        raise Refused(f"not yet supported for jobs run as rounds ({policy})", "dependency")
+
+
+def with_whole_arrays(
+    s: Session, dependency: Mapping[DependencyKind, list[int]], known: dict[int, JobRow]
+) -> dict[DependencyKind, list[int]]:
+    """As Slurm reads it, an array's job id (its first task's) stands for every task."""
+    out: dict[DependencyKind, list[int]] = {}
+    for kind, ids in dependency.items():
+        expanded: set[int] = set()
+        for job in ids:
+            expanded.add(job)
+            first = known[job]
+            if first.spec.get("array_job") == job:
+                siblings = s.execute(
+                    select(JobRow.id, JobRow.spec).where(
+                        JobRow.user == first.user,
+                        JobRow.id > job,
+                        JobRow.submit_time <= first.submit_time + 60,
+                    )
+                )
+                expanded |= {r.id for r in siblings if r.spec.get("array_job") == job}
+        out[kind] = sorted(expanded)
+    return out
+
+
+@dataclass
+class Admission:
+    """The service's admission rules over its configuration, store and cluster."""
+
+    config: ServiceConfig
+    store: Store
+    gpus_by_type: Callable[[], dict[str, int]] = dict
+    """The cluster's GPUs by type, now (an executor's cluster may grow)."""
+    identities: Mapping[str, RunAs] = field(default_factory=dict)
+    """Service user -> the Unix user their jobs run as (when the service maps them)."""
+
+    def check_priority(self, priority: int, user: UserConfig) -> None:
+        """Raising priority is the operators' lever (as in Slurm): users may only lower it."""
+        if priority > self.config.max_user_priority and not user.admin:
+            raise Refused(
+                f"priority {priority} is above {self.config.max_user_priority}, the most a "
+                "user may set; ask an admin",
+                status=FORBIDDEN,
+            )
+
+    def check(self, spec: JobSpec, user: UserConfig) -> None:
+        """What a job spec must satisfy on this service (its cluster, its state folder)."""
+        config = self.config
+        self.check_priority(spec.priority, user)
+        if spec.exclusive and not config.allow_exclusive and not user.admin:
+            raise Refused(
+                "--exclusive jobs are for admins on this service (allow_exclusive: false); "
+                "submit without it",
+                status=FORBIDDEN,
+            )
+        by_type = self.gpus_by_type()
+        if by_type:
+            if spec.gpu_type is not None and spec.gpu_type not in by_type:
+                have = ", ".join(by_type)
+                raise Refused(f"no {spec.gpu_type} GPUs here (there are {have})", "gpu_type")
+            limit = by_type[spec.gpu_type] if spec.gpu_type else sum(by_type.values())
+            if spec.gpus > limit:
+                kind = f"{spec.gpu_type} " if spec.gpu_type else ""
+                raise Refused(
+                    f"asks for {spec.gpus} GPUs; the cluster has {limit} {kind}GPUs", "gpus"
+                )
+        if config.vcs is not None and spec.vc is not None and spec.vc not in config.vcs:
+            have = ", ".join(config.vcs)
+            raise Refused(f"no virtual cluster '{spec.vc}' here (there are {have})", "vc")
+        who = self.identities.get(user.name)
+        runs_as = f"'{who.name}'" if who is not None else "the service's user"
+        if who is not None and not who.runs_python and (spec.stage or spec.task):
+            raise Refused(
+                f"{runs_as} cannot run this service's Python, which stage commands and jobs "
+                "given as tasks need (require_reachable_python is off); ask the operator",
+                "stage" if spec.stage else "task",
+            )
+        state_dir = config.state_dir.resolve()
+        if spec.workdir is not None:
+            where = resolved(spec.workdir, "workdir")
+            if not usable_folder(spec.workdir, who):  # as the job's user: no oracle of others'
+                raise Refused(
+                    f"{spec.workdir} is not a folder {runs_as} can enter (or it is missing)",
+                    "workdir",
+                )
+            if where.is_relative_to(state_dir):
+                raise Refused("jobs may not run inside the service's state_dir", "workdir")
+        for name in ("array_index", "array_job", "array_limit"):
+            if getattr(spec, name) is not None:
+                raise Refused("set by corral for the tasks of an array; give 'array'", name)
+        if spec.round_of is not None:
+            raise Refused("set by corral for the tasks of a job run as rounds", "round_of")
+        if plans_rounds(config.policy):
+            check_round_job(spec, config.policy)
+        for name in ("output", "error"):
+            path = getattr(spec, name)
+            if path is None:
+                continue
+            # (opened by the job's process as its user; a folder missing or not theirs
+            # fails the job at its start, saying so, as under Slurm)
+            if resolved(path, name).is_relative_to(state_dir):
+                raise Refused(f"a job's {name} may not go inside the state_dir", name)
+        if spec.error is not None and config.executor == "ray":
+            raise Refused(
+                "the Ray executor keeps a job's stderr with its output; leave 'error' out",
+                "error",
+            )
+
+    def check_quota(self, s: Session, user: UserConfig, more: int) -> None:
+        """Refuse when ``more`` jobs would pass the user's max_jobs_per_user."""
+        queued = s.scalar(
+            select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
+        )
+        if (queued or 0) + more > self.config.max_jobs_per_user:
+            raise Refused(
+                f"{user.name} has {queued} jobs not yet ended; {more} more would "
+                f"pass {self.config.max_jobs_per_user}, the most allowed (max_jobs_per_user)",
+                status=TOO_MANY,
+            )
+
+    def admit(self, s: Session, spec: JobSpec, user: UserConfig) -> list[JobRow]:
+        """Queue a checked job (its array's tasks, if any) in session ``s``; its rows."""
+        indices = array_indices(spec.array) if spec.array else [None]
+        prerun = spec.prerun_steps
+        if prerun is None:
+            rule = self.config.prerun
+            prerun = rule.steps if rule.min_gpus and spec.gpus >= rule.min_gpus else 0
+        wanted = sorted({i for group in spec.dependency.values() for i in group})
+        if wanted:
+            known = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(wanted)))}
+            missing = [i for i in wanted if i not in known]
+            if missing:
+                raise Refused(f"no job {missing[0]}", "dependency")
+            whole = with_whole_arrays(s, spec.dependency, known)
+            spec = spec.model_copy(update={"dependency": whole})
+        rows: list[JobRow] = []
+        limit = array_limit(spec.array) if spec.array else None
+        base = stored_spec(
+            spec.model_copy(update={"array": None, "array_index": indices[0], "array_limit": limit})
+        )
+        for index in indices:  # the tasks differ in their index alone (valid if the first is)
+            task = base.model_copy(update={"array_index": index})
+            phase = "prerun" if prerun else "main"
+            row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
+            if spec.hold:
+                row.status, row.reason = JobStatus.SUSPENDED, HELD
+            s.add(row)
+            s.flush()
+            rows.append(row)
+        if spec.array:
+            for row in rows:
+                row.spec = {**row.spec, "array_job": rows[0].id}
+        for row in rows:
+            self.store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
+        return rows
