@@ -22,16 +22,10 @@ from corral.policies import POLICIES
 from tests.e2e.parity import Outcome, run_virtual, simulate
 
 DIFFER: dict[str, str] = {
-    "srtf": "preempts on near-ties of work left: jobs 3 and 5 differ (starts up to 0.8 s)",
-    "las": "from job 0 on (preempted twice simulated, once live): 10 jobs' preemption "
-    "counts differ, JCT 6.88 s live against 6.95 s",
     "tiresias-gittins": "job 7 preempted once more in one engine (finish 0.9 s apart)",
     "gandiva": "packing at quantum boundaries: starts up to 1.7 s apart, the same preemptions",
     "gavel-max-min-fairness-agnostic": "round boundaries: starts up to 2 s apart",
-    "gavel-finish-time-fairness": "round boundaries: 5 jobs' preemptions differ",
-    "gavel-min-makespan": "round boundaries: 7 jobs' preemptions differ",
     "gavel-max-throughput": "round boundaries: 3 jobs' preemptions differ",
-    "themis": "lease ends: jobs 7, 14 and 19 preempted differently",
     "optimus": "its periodic refits: starts up to 3.4 s apart, the same preemptions",
     "pollux": "goodput measured live from heartbeats (none here) against modelled: "
     "JCT 4.52 s live against 5.11 s",
@@ -40,6 +34,10 @@ DIFFER: dict[str, str] = {
 what was measured (this release, in virtual time)."""
 
 EXACT = [name for name in POLICIES if name not in DIFFER]
+
+EXACT_TO = 1e-5
+"""Seconds two engines' times may differ by and count as the same: a trace's times
+are single precision (about 1e-6 s at these magnitudes), the service's double."""
 
 
 def runs(name: str, folder: Path) -> tuple[Outcome, Outcome]:
@@ -54,8 +52,8 @@ def test_the_live_loop_reproduces_the_simulators_schedule_exactly(
     sim, live = runs(name, tmp_path)
     starts = np.abs(np.subtract(sim.first_start, live.first_start))
     ends = np.abs(np.subtract(sim.finish, live.finish))
-    assert starts.max() < 1e-6, {k: (sim.first_start[k], live.first_start[k]) for k in range(20)}
-    assert ends.max() < 1e-6, {k: (sim.finish[k], live.finish[k]) for k in range(20)}
+    assert starts.max() < EXACT_TO, {k: (sim.first_start[k], live.first_start[k]) for k in range(20)}
+    assert ends.max() < EXACT_TO, {k: (sim.finish[k], live.finish[k]) for k in range(20)}
     assert sim.preemptions == live.preemptions
 
 
@@ -71,4 +69,4 @@ def test_the_policies_that_differ_still_end_every_job_near_the_simulator(
 def test_the_list_of_differences_is_current() -> None:
     """A policy listed as differing that now agrees exactly should move to EXACT."""
     assert set(DIFFER) <= set(POLICIES)
-    assert len(EXACT) >= 10
+    assert len(EXACT) >= 16

@@ -133,3 +133,27 @@ def test_the_filter_keeps_a_protected_jobs_gpus_and_asks_for_a_pass() -> None:
     state.now = 15.0
     plan = keep_unsaved_work(Plan(starts={1: (0,)}, stops=[0]), state)
     assert plan.stops == [0] and plan.starts == {1: (0,)}
+
+
+def test_a_job_that_saved_as_it_stopped_keeps_its_progress_and_is_not_held() -> None:
+    """Live, a job's checkpointing is learned: a process that leaves a preemption with
+    the exit code of a checkpointed stop saved its work after all, so the state
+    gives its progress back and the rule no longer holds it."""
+    table = scratch_jobs([100.0, 100.0], [1, 1])
+    state = SchedulerState(uniform(1, 1), table)
+    state.arrive(0)
+    state.arrive(1)
+    state.start(0, (0,), 1.0, 0.0)
+    state.now = 2.0
+    state.preempt(0)  # 2 s thought thrown away ...
+    state.start(1, (0,), 1.0, 0.0)
+    assert state.lost_run[0] == 2.0 and state.steps_done[0] == 0.0
+    state.saved_on_stop(0)  # ... but the job saved them as it left
+    assert state.checkpoints[0] and state.lost_run[0] == 0.0 and state.steps_done[0] == 2.0
+    state.preempt(1)
+    state.start(0, (0,), 1.0, 0.0)
+    state.now = 3.0
+    plan = keep_unsaved_work(Plan(starts={1: (0,)}, stops=[0]), state)
+    assert plan.stops == [0]  # not held: a preemption no longer loses its work
+    state.saved_on_stop(0)  # a second report changes nothing
+    assert state.steps_done[0] == 2.0

@@ -94,6 +94,10 @@ class SchedulerState:
         a trace's jobs all do unless it says otherwise)."""
         self.lost_run = np.zeros(n, dtype=np.float64)
         """Longest run (seconds progressing) a preemption threw away, per job."""
+        self.lost_run_before = np.zeros(n, dtype=np.float64)
+        """``lost_run`` before the job's last preemption (see :meth:`saved_on_stop`)."""
+        self.unsaved_steps = np.zeros(n, dtype=np.float64)
+        """Progress the job's last preemption threw away (see :meth:`saved_on_stop`)."""
         self.model: list[str] = df["model"].tolist()
         self.job_type: list[str] = df["job_type"].tolist()
         self.batch_size = df["batch_size"].to_numpy(dtype=np.int64)
@@ -473,9 +477,11 @@ class SchedulerState:
     def preempt(self, i: int, release: bool = True) -> None:
         if not self.checkpoints[i]:  # it starts again from scratch: its run is lost
             ran = self.now - float(self.progress_start[i])
+            self.lost_run_before[i] = self.lost_run[i]
             if ran > self.lost_run[i]:
                 self.lost_run[i] = ran
             self._close_segment(i, release)
+            self.unsaved_steps[i] = self.steps_done[i] - self.attempt_steps[i]
             self.steps_done[i] = self.attempt_steps[i]
         else:
             self._close_segment(i, release)
@@ -483,6 +489,18 @@ class SchedulerState:
         self.preemptions[i] += 1
         self.queued_since[i] = self.now
         self._enqueue(i)
+
+    def saved_on_stop(self, i: int) -> None:
+        """Job ``i``, preempted while not known to checkpoint, saved its progress as
+        it stopped after all (live: its process left with the exit code of a
+        checkpointed stop). That preemption threw nothing away, and later ones
+        will not: its progress and its longest lost run are as they were."""
+        if self.checkpoints[i]:
+            return
+        self.checkpoints[i] = True
+        self.steps_done[i] += self.unsaved_steps[i]
+        self.unsaved_steps[i] = 0.0
+        self.lost_run[i] = self.lost_run_before[i]
 
     def fail(self, i: int, final: bool) -> None:
         """The running attempt of job ``i`` failed: its progress since it started is lost.

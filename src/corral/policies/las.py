@@ -25,7 +25,7 @@ from corral.model.state import SchedulerState
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import Policy
 from corral.policies.options import Option
-from corral.policies.priority import priority_pass
+from corral.policies.priority import priority_pass, tie_resolution
 
 
 class Las(Policy):
@@ -49,7 +49,9 @@ class Las(Policy):
 
         # one key for running and waiting jobs alike: a waiting job's attained
         # service is its base (it holds no GPUs)
-        key = state.attained
+        def key(idx: np.ndarray) -> np.ndarray:
+            return tie_resolution(state.attained(idx))
+
         builder = priority_pass(state, self.placement, key, running_key=key, pinned=pinned)
         waiting = len(state.pending) - len(builder.plan.starts) + len(builder.plan.stops)
         wakeup = None

@@ -79,6 +79,21 @@ def _as_tuple(keys: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ..
     return keys if isinstance(keys, tuple) else (keys,)
 
 
+RESOLUTION = 1e-3
+"""Seconds (or GPU-seconds) within which two jobs' keys are the same, for keys in
+time (attained service, remaining time): closer values are a tie, broken by
+submission order as equal ones are. Float rounding, never a real difference,
+separates jobs that ran equal quanta or have equal work left: a trace's times
+are single precision, the service's are seconds since its epoch, and the order
+of such a pair must not depend on which engine did the sums."""
+
+
+def tie_resolution(seconds: np.ndarray) -> np.ndarray:
+    """A key in seconds, to :data:`RESOLUTION`, for ranking."""
+    out: np.ndarray = np.round(seconds / RESOLUTION)
+    return out
+
+
 def _rank(
     jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], state: SchedulerState
 ) -> np.ndarray:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.policies.base import Policy
-from corral.policies.priority import priority_pass
+from corral.policies.priority import priority_pass, tie_resolution
 
 
 class Sjf(Policy):
@@ -15,7 +17,10 @@ class Sjf(Policy):
     reads_durations = True
 
     def schedule(self, state: SchedulerState) -> Plan:
-        return priority_pass(state, self.placement, state.remaining_time).build()
+        def key(idx: np.ndarray) -> np.ndarray:
+            return tie_resolution(state.remaining_time(idx))
+
+        return priority_pass(state, self.placement, key).build()
 
 
 class Srtf(Policy):
@@ -25,5 +30,7 @@ class Srtf(Policy):
     reads_durations = True
 
     def schedule(self, state: SchedulerState) -> Plan:
-        key = state.remaining_time
+        def key(idx: np.ndarray) -> np.ndarray:
+            return tie_resolution(state.remaining_time(idx))
+
         return priority_pass(state, self.placement, key, running_key=key).build()

@@ -104,7 +104,7 @@ class LiveJobs:
         st.batch_size[i] = batch_size
         st.checkpoints[i] = False  # until it reports a checkpoint (see model.unsaved_work)
         st.all_checkpoint = False
-        st.lost_run[i] = 0.0
+        st.lost_run[i] = st.lost_run_before[i] = st.unsaved_steps[i] = 0.0
         st.noise_scale[i] = np.nan
         st.step_time[i] = np.nan
         st.type_req[i] = (

@@ -51,7 +51,8 @@ from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
 from corral.runtime.loop.recovery import Recovery, store_trouble
 from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.loop.user_limits import UserLimits
-from corral.runtime.storage.store import JobRow
+from corral.runtime.storage.store import AttemptRow, JobRow
+from corral.train.session import STOPPED_EXIT
 
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 
@@ -223,9 +224,11 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
 
     def _learn_checkpoints(self, plan: Plan) -> None:
         """Mark the jobs the plan stops that have saved a checkpoint since the loop last
-        looked (their heartbeats say so), or that will be parked (a parked job keeps
-        its state, or checkpoints from it if it moves): a preemption no longer
-        throws their work away."""
+        looked (their heartbeats say so, or an earlier attempt stopped with the exit
+        code of a checkpointed stop, as a job that saves its state on SIGTERM does
+        without corral's library), or that will be parked (a parked job keeps its
+        state, or checkpoints from it if it moves): a preemption no longer throws
+        their work away."""
         st = self.live.state
         unsure = [self.live.ids[i] for i in plan.stops if not st.checkpoints[i]]
         if not unsure:
@@ -235,9 +238,13 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             if a is not None and self._parkable(a):
                 st.checkpoints[self.live.index[job]] = True
         with self.store.session() as s:
-            saved = s.scalars(
-                select(JobRow.id).where(JobRow.id.in_(unsure), JobRow.checkpoint_step.is_not(None))
-            ).all()
+            reported = select(JobRow.id).where(
+                JobRow.id.in_(unsure), JobRow.checkpoint_step.is_not(None)
+            )
+            stopped_saved = select(AttemptRow.job_id).where(
+                AttemptRow.job_id.in_(unsure), AttemptRow.exit_code == STOPPED_EXIT
+            )
+            saved = set(s.scalars(reported).all()) | set(s.scalars(stopped_saved).all())
         for job in saved:
             st.checkpoints[self.live.index[job]] = True
 

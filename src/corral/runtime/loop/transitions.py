@@ -19,6 +19,7 @@ from corral.runtime.execution.exits import Cause, classify, never_started
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
 from corral.runtime.loop.sharing import Sharing
 from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
+from corral.train.session import STOPPED_EXIT
 
 
 def dependency_verdict(
@@ -194,6 +195,8 @@ class Transitions(Sharing):
                     st.resize(i, spec.gpus)
             elif cause == Cause.PREEMPTED:
                 self.preempted.add(a.job)
+                if not ours and record.exit_code == STOPPED_EXIT:
+                    st.saved_on_stop(i)  # it left with a checkpoint: its run was not lost
                 if not reported and spec.task is not None:
                     # stopped while still starting (it had not reported): its next
                     # start is given twice as long before its minimum run counts
