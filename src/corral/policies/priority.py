@@ -94,6 +94,14 @@ def tie_resolution(seconds: np.ndarray) -> np.ndarray:
     return out
 
 
+def on_grid(seconds: np.ndarray) -> np.ndarray:
+    """Seconds rounded to :data:`RESOLUTION` (for values compared with each other
+    that two engines may sum differently: Gittins' samples and the service they
+    are looked up at)."""
+    out: np.ndarray = tie_resolution(seconds) * RESOLUTION
+    return out
+
+
 def _rank(
     jobs: np.ndarray, keys: np.ndarray | tuple[np.ndarray, ...], state: SchedulerState
 ) -> np.ndarray:

@@ -63,7 +63,7 @@ from corral.placement.sensitivity import ModelAware
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import Policy
 from corral.policies.options import Option
-from corral.policies.priority import priority_pass
+from corral.policies.priority import on_grid, priority_pass, tie_resolution
 from corral.timespan import span
 
 DEFAULT_THRESHOLDS = (3250.0, 7200.0, 18000.0)
@@ -230,7 +230,9 @@ class TiresiasLas(Policy):
         svc = state.attained(both) - base[both]
         self.svc[both] = svc
         old_q = self.queue[both]
-        new_q = self.thresholds.searchsorted(svc, side="right")
+        # (to the millisecond: a job whose service reached a threshold at the instant
+        # it was due to is in the lower queue, whichever way the sums rounded)
+        new_q = tie_resolution(self.thresholds).searchsorted(tie_resolution(svc), side="right")
         moved = (new_q != old_q).nonzero()[0]
         if len(moved):
             jobs = both[moved]
@@ -445,7 +447,7 @@ class TiresiasGittins(TiresiasLas):
         new = state.finished[self._seen :]
         if new:
             idx = np.asarray(new, dtype=np.int64)
-            self.online.add(state.attained_base[idx][state.status[idx] == DONE])
+            self.online.add(on_grid(state.attained_base[idx][state.status[idx] == DONE]))
             self._seen = len(state.finished)
         table = self.online.table()
         if table is not self.table:
@@ -466,7 +468,7 @@ class TiresiasGittins(TiresiasLas):
             # waiting one at every pass; live, passes come every few seconds)
             primary = np.zeros(len(idx))
         elif running:
-            primary = -self.table.index(service)
+            primary = -self.table.index(on_grid(service))
         else:
             self._refresh_index(idx, service)
             primary = self._minus_index[idx]
@@ -504,5 +506,5 @@ class TiresiasGittins(TiresiasLas):
         stale = (~(self._index_svc[idx] == service)).nonzero()[0]  # NaN: never computed
         if len(stale):
             jobs = idx[stale]
-            self._minus_index[jobs] = -self.table.index(service[stale])
+            self._minus_index[jobs] = -self.table.index(on_grid(service[stale]))
             self._index_svc[jobs] = service[stale]

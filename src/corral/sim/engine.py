@@ -35,7 +35,9 @@ from corral.sim.invariants import InvariantChecker
 from corral.sim.result import SimConfig, SimResult, Timeline
 
 TIME_EPS = 1e-6
-"""Completions within this many seconds of an instant belong to it (float noise)."""
+"""Completions and arrivals within this many seconds of an instant belong to it
+(float noise: a round boundary and an arrival meant for the same instant must not
+become two passes, as they are one live, where both are read off one clock)."""
 
 
 class PlanError(RuntimeError):
@@ -104,6 +106,10 @@ class Simulator:
                     last_t = self.config.max_time
                 break
             t = float(t)
+            # a wake-up or completion and an arrival within TIME_EPS of it are one
+            # instant (the arrival's: no job starts before its submission)
+            if next_arrival < n and t < submit[next_arrival] <= t + TIME_EPS:
+                t = float(submit[next_arrival])
             busy_seconds += state.busy_gpus * (t - last_t)
             last_t = t
             state.now = t

@@ -110,6 +110,9 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
 
     def _pass(self) -> None:
         now = self.clock()
+        # the state's clock first: what ends in this pass ends now (a finished
+        # job's service, which Gittins learns from, is counted to this instant)
+        self.live.state.now = self.rel(now)
         self._read_inbox()
         changed = self._poll(now)
         if self.config.workers.park:
