@@ -406,3 +406,42 @@ def test_a_misspelled_option_in_the_service_config_names_its_line(tmp_path: Path
     )
     with pytest.raises(CorralError, match=r"corral.yaml:2: .*did you mean 'quantum'"):
         load_config(config)
+
+
+HEAVY = ("pandas", "numpy", "scipy", "sqlalchemy", "fastapi")
+"""What the service's verbs must not import: each costs a user tenths of a second on
+every command (pandas alone took corral's startup from 0.1 s to 0.6 s)."""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--version"],
+        ["submit", "--gpus", "1", "--", "true"],
+        ["queue"],
+        ["history"],
+        ["show", "1"],
+        ["cancel", "1"],
+        ["nodes"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_the_service_verbs_import_no_data_libraries(argv: list[str]) -> None:
+    """Run as from a shell (a fresh interpreter) against an address with no service:
+    what was imported by the time the command answered is what a user waits for."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['corral', *{argv!r}]\n"
+        "try:\n"
+        "    runpy.run_module('corral.cli', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    env = {"CORRAL_URL": "http://127.0.0.1:9", "CORRAL_TOKEN": "x", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    loaded = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]
+    assert loaded == ["LOADED []"], (done.stdout[-2000:], done.stderr[-2000:])

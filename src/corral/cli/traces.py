@@ -10,18 +10,23 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
 
 from corral.cli.app import JsonOpt, app, console, json_on_stdout, print_json, print_table
 from corral.cli.sim import FormatOpt, SkipOpt
 from corral.errors import CorralError
-from corral.traces.philly_log import SIZE_BUCKETS
+
+if TYPE_CHECKING:  # numpy and the trace readers (pandas) are imported by the verb alone
+    import numpy as np
 
 
 def _sizes(gpus: np.ndarray, hours: np.ndarray, run: np.ndarray) -> list[dict[str, Any]]:
+    import numpy as np
+
+    from corral.traces.philly_log import SIZE_BUCKETS
+
     rows = []
     for lo, hi, label in SIZE_BUCKETS:
         mask = (gpus >= lo) & (gpus <= hi)
@@ -46,6 +51,8 @@ def trace_stats(
 ) -> None:
     """Summarise a trace: jobs by size, run times, GPU-hours; for Philly's original job
     log also the ATC'19 tables and its failure rates by job size."""
+    import numpy as np
+
     from corral.traces.loading import TraceOptions, detect_format, load_trace
     from corral.traces.philly_analysis import analyse
     from corral.traces.philly_log import philly_log_table, read_philly_log

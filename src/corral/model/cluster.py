@@ -74,14 +74,6 @@ all-reduce): PCIe as the Pollux testbed measured; NVLink ~18x it, the ratio of
 NVLink 2 (V100, 150 GB/s) to PCIe 3 x16 (~8 GB/s nominal)."""
 
 
-def normalise_gpu_type(name: str) -> str:
-    """GPU type names are case-insensitive; corral spells them upper case."""
-    text = str(name).strip()
-    if not text:
-        raise ValueError("empty GPU type")
-    return text.upper()
-
-
 class Cluster:
     """A set of GPU nodes in racks."""
 

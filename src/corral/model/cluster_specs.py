@@ -23,8 +23,8 @@ from corral.model.cluster import (
     Cluster,
     Node,
     assign_racks,
-    normalise_gpu_type,
 )
+from corral.model.gpu_names import normalise_gpu_type
 
 TIRESIAS_HEADER = [
     "num_switch",

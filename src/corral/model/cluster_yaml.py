@@ -20,8 +20,8 @@ from corral.model.cluster import (
     Links,
     Node,
     assign_racks,
-    normalise_gpu_type,
 )
+from corral.model.gpu_names import normalise_gpu_type
 from corral.yamlio import LineDict, load_yaml, validation_error
 
 

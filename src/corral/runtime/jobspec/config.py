@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from corral.errors import InputError
-from corral.model.cluster import normalise_gpu_type
+from corral.model.gpu_names import normalise_gpu_type
 from corral.yamlio import load_yaml, validation_error
 
 _VC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from corral.errors import InputError
-from corral.model.cluster import normalise_gpu_type
+from corral.model.gpu_names import normalise_gpu_type
 from corral.yamlio import load_yaml, validation_error
 
 RESERVED_ENV_PREFIX = "CORRAL_"
