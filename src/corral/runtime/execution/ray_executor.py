@@ -434,6 +434,13 @@ class RayExecutor(Executor):
                     CORRAL_WORLD_SIZE=str(len(names)),
                     CORRAL_NODE_GPUS=str(len(by_node[name])),
                     CORRAL_NODE=name,
+                    SLURM_PROCID=str(rank),
+                    SLURM_NODEID=str(rank),
+                    SLURM_NTASKS=str(len(names)),
+                    SLURM_NNODES=str(len(names)),
+                    SLURM_JOB_NUM_NODES=str(len(names)),
+                    SLURM_GPUS_ON_NODE=str(len(by_node[name])),
+                    SLURMD_NODENAME=name,
                 )
                 if len(names) > 1:
                     env.update(

@@ -13,9 +13,11 @@ Options given on the command line win over the script's.
 ``#SBATCH`` lines are read too, with sbatch's meaning: the options corral
 has (``--gpus``, ``-J``, ``-t``, ``-c``, ``--mem``, ``-o``, ``-D``, ``-A``,
 ``--array``, ``-d``, ``--gres=gpu[:type]:N``, ...) are taken as corral
-takes them, and any other is refused by name with the line it is on, never
-ignored: a script written for Slurm must not run on another number of GPUs,
-or without the limit it asked for, without its author knowing. Where sbatch
+takes them (``--time`` in Slurm's formats: a bare number is minutes,
+``1-12:00:00`` a day and a half, ``UNLIMITED`` no limit), and any other is
+refused by name with the line it is on, never ignored: a script written for
+Slurm must not run on another number of GPUs, or without the limit it asked
+for, without its author knowing. Where sbatch
 and corral spell an option alike but mean different things (``-e`` is
 sbatch's error file and corral's environment), the ``#SBATCH`` line means
 what sbatch means.
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import InputError
+from corral.runtime.jobspec.specs import parse_seconds, slurm_seconds
 from corral.yamlio import read_text
 
 DIRECTIVE = "#CORRAL"
@@ -144,6 +147,12 @@ def parse_options(
                 fields[_FIELDS[name]] = int(value)
             except ValueError:
                 raise InputError(source, line, name, f"'{value}' is not a whole number") from None
+        elif _FIELDS.get(name) in ("wall_time", "duration"):
+            try:
+                parse_seconds(value)  # refused here, with its line, not at submission
+            except ValueError as exc:
+                raise InputError(source, line, name, str(exc)) from None
+            fields[_FIELDS[name]] = value
         elif name in _FIELDS:
             fields[_FIELDS[name]] = value
         else:
@@ -186,6 +195,15 @@ def parse_sbatch(
             continue
         if name == "--gres":
             _gres(value, source, line, fields)
+        elif name in ("--time", "-t"):  # sbatch's formats: a bare number is minutes
+            try:
+                seconds = slurm_seconds(value)
+            except ValueError as exc:
+                raise InputError(source, line, name, str(exc)) from None
+            if seconds is None:  # UNLIMITED
+                fields.pop("wall_time", None)
+            else:
+                fields["wall_time"] = seconds
         elif name in ("-e", "--error"):  # sbatch's error file (corral's -e is --env)
             fields["error"] = value
         else:

@@ -163,14 +163,53 @@ def parse_memory(value: Any) -> int:
     return int(mib)
 
 
+_SLURM_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
+SLURM_UNLIMITED = ("unlimited", "infinite")
+"""sbatch's words for no time limit."""
+
+
+def slurm_seconds(value: str) -> float | None:
+    """Seconds from sbatch's ``--time``: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``
+    or ``D-H:M:S`` (a bare number is minutes, as in Slurm); None for UNLIMITED."""
+    text = value.strip().lower()
+    if text in SLURM_UNLIMITED:
+        return None
+    days = _SLURM_DAYS.match(text)
+    if days is not None:
+        d, h, m, sec = (int(g) if g else 0 for g in days.groups())
+        seconds = float(((d * 24 + h) * 60 + m) * 60 + sec)
+    else:
+        parts = text.split(":")
+        if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(
+                f"'{value}' is not one of Slurm's time formats (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)"
+            )
+        numbers = [int(p) for p in parts]
+        if len(numbers) == 1:
+            seconds = numbers[0] * 60.0  # minutes
+        elif len(numbers) == 2:
+            seconds = numbers[0] * 60.0 + numbers[1]  # minutes:seconds
+        else:
+            seconds = (numbers[0] * 60.0 + numbers[1]) * 60 + numbers[2]
+    if seconds <= 0:
+        raise ValueError("a time limit must be positive")
+    return seconds
+
+
 def parse_seconds(value: Any) -> float:
-    """Seconds from a number, ``HH:MM:SS`` / ``MM:SS`` (Slurm's form) or ``1h30m`` / ``90s``."""
+    """Seconds from a number, ``HH:MM:SS`` / ``MM:SS``, Slurm's ``D-HH:MM:SS`` or
+    ``1h30m`` / ``90s``. (A bare number is seconds here; in an ``#SBATCH`` line it
+    is minutes, as sbatch reads it: :func:`slurm_seconds`.)"""
     if isinstance(value, bool):
         raise ValueError("expected a duration")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
         text = str(value).strip().lower()
+        if _SLURM_DAYS.match(text):
+            found = slurm_seconds(text)
+            assert found is not None  # (only UNLIMITED is None)
+            return found
         if ":" in text:
             parts = text.split(":")
             if len(parts) > 3 or not all(p.strip().isdigit() for p in parts):

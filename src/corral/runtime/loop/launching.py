@@ -27,6 +27,43 @@ from corral.runtime.loop.loop_base import Attempt, LoopBase
 from corral.runtime.storage.store import AttemptRow, JobRow
 
 
+def slurm_env(
+    row: JobRow, spec: JobSpec, number: int, gpus: tuple[int, ...], own: Path
+) -> dict[str, str]:
+    """The variables a batch script written for Slurm reads (its job and array ids,
+    name, submit directory, GPU and task counts), beside corral's own ``CORRAL_*``.
+
+    A job's processes form one task on one node here; the Ray executor gives each
+    rank of a multi-node gang its own ``SLURM_PROCID``, ``SLURM_NODEID`` and node
+    counts. ``SLURM_SUBMIT_DIR`` is the job's working directory: ``corral submit``
+    sends the directory it was run from, as sbatch records it."""
+    env = {
+        "SLURM_JOB_ID": str(row.id),
+        "SLURM_JOBID": str(row.id),
+        "SLURM_JOB_NAME": row.name,
+        "SLURM_JOB_USER": row.user,
+        "SLURM_SUBMIT_DIR": spec.workdir or str(own),
+        "SLURM_RESTART_COUNT": str(number - 1),
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NNODES": "1",
+        "SLURM_NTASKS": "1",
+        "SLURM_PROCID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_GPUS_ON_NODE": str(len(gpus)),
+        "SLURM_JOB_GPUS": ",".join(str(g) for g in gpus),
+        "SLURM_CLUSTER_NAME": "corral",
+    }
+    if spec.array_index is not None:
+        env["SLURM_ARRAY_JOB_ID"] = str(spec.array_job or row.id)
+        env["SLURM_ARRAY_TASK_ID"] = str(spec.array_index)
+    if spec.cpus is not None:
+        env["SLURM_CPUS_PER_TASK"] = str(spec.cpus)
+    if spec.vc is not None:
+        env["SLURM_JOB_ACCOUNT"] = spec.vc
+    return env
+
+
 def output_path(spec: JobSpec, job: int, user: str, pattern: str | None = None) -> str | None:
     """The job's ``output`` (or another of its paths, ``error``) with Slurm's patterns
     filled in: %j job, %a array index, %A array job, %x name, %u user, %% a percent."""
@@ -243,6 +280,7 @@ class Launching(LoopBase):
             CORRAL_HEARTBEAT_INTERVAL=str(self.config.heartbeat_interval),
             CORRAL_LEASE_SECONDS=str(self.config.heartbeat_timeout),
         )
+        env.update(slurm_env(row, spec, number, gpus, base))
         if spec.total_steps is not None:
             env["CORRAL_TOTAL_STEPS"] = str(spec.total_steps)
         if spec.array_index is not None:
