@@ -307,3 +307,20 @@ def test_error_goes_to_its_own_file(service: ServiceProcess, tmp_path: Path) -> 
     assert ended(service, [job])[0]["status"] == "SUCCEEDED"
     assert (tmp_path / f"job-{job}.out").read_text() == "to out\n"
     assert (tmp_path / f"job-{job}.err").read_text() == "to err\n"
+
+
+def test_cancel_takes_an_arrays_id_several_ids_and_filters_as_scancel(
+    service: ServiceProcess,
+) -> None:
+    sleep = ["--", PY, "-c", "import time; time.sleep(60)"]
+    array = json.loads(corral(service, "submit", "--array", "0-2", "--json", *sleep))
+    tasks = array["array_tasks"]
+    singles = [json.loads(corral(service, "submit", "--json", *sleep))["id"] for _ in range(5)]
+    out = corral(service, "cancel", str(array["id"]))
+    assert "cancel: 3 jobs asked" in out, out
+    out = corral(service, "cancel", str(singles[0]), str(singles[1]))
+    assert "cancel: 2 jobs asked" in out, out
+    answer = json.loads(corral(service, "cancel", "-u", "alice", "--json"))
+    assert answer["done"] == singles[2:], answer
+    jobs = ended(service, tasks + singles)
+    assert {j["status"] for j in jobs} == {"CANCELLED"}, jobs

@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
 
-from corral.api import cluster, dashboard, jobs, metrics, service_info
+from corral.api import bulk, cluster, dashboard, jobs, metrics, service_info
 from corral.api.auth_guard import AuthGuard
 from corral.api.common import Context, service_version
 from corral.api.guards import BodyLimit, refused_error, store_error_handler, validation_error
@@ -53,6 +53,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     app.add_exception_handler(OperationalError, store_error_handler(config.store_url))
     for routes in (
         service_info.router,
+        bulk.router,  # before jobs': /v1/jobs/actions/... is not a job's id
         jobs.router,
         cluster.router,
         dashboard.router,

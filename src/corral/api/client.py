@@ -228,6 +228,12 @@ class Client:
         out: dict[str, Any] = self.json("POST", f"/v1/jobs/{job_id}/{verb}")
         return out
 
+    def act_on_many(self, verb: str, selection: dict[str, Any]) -> dict[str, Any]:
+        """Cancel, suspend, hold, release or resume every job a selection names (ids,
+        ``tasks`` as [array id, index], ``user``, ``states``, ``name``, ``vc``)."""
+        out: dict[str, Any] = self.json("POST", f"/v1/jobs/actions/{verb}", json=selection)
+        return out
+
     def set_priority(self, job_id: int, priority: int) -> dict[str, Any]:
         body = {"priority": priority}
         out: dict[str, Any] = self.json("PUT", f"/v1/jobs/{job_id}/priority", json=body)

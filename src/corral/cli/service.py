@@ -594,42 +594,155 @@ def _act(verb: str, job_id: int, url: str | None, token: str | None, as_json: bo
     console.print(f"job {job_id}: {job['status']}{reason}", highlight=False)
 
 
+def job_selection(words: list[str]) -> dict[str, list[Any]]:
+    """Job ids as scancel takes them: ``12`` (an array's id: all its tasks), ``12_3``
+    (one task), ``12_[1-5,7]`` (some tasks)."""
+    from corral.runtime.jobspec.specs import array_indices
+
+    ids: list[int] = []
+    tasks: list[list[int]] = []
+    for word in words:
+        head, sep, rest = word.partition("_")
+        try:
+            job = int(head)
+            if not sep:
+                ids.append(job)
+                continue
+            indices = array_indices(rest[1:-1] if rest.startswith("[") else rest)
+        except ValueError:
+            raise CorralError(
+                f"'{word}' is not a job id (12), an array task (12_3) or tasks (12_[1-5])"
+            ) from None
+        tasks += [[job, index] for index in indices]
+    return {"ids": ids, "tasks": tasks}
+
+
+def _act_on_many(
+    verb: str,
+    jobs: list[str],
+    filters: dict[str, str | None],
+    url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """One job by its id alone (not an array's): the job's state after; any other
+    selection (an array's id stands for all its tasks): one request for all, and
+    what was done and skipped."""
+    if len(jobs) == 1 and jobs[0].isdigit() and not any(filters.values()):
+        job_id = int(jobs[0])
+        with _client(url, token) as client:
+            first_of_array = client.job(job_id).get("array_job") == job_id
+        if not first_of_array:
+            _act(verb, job_id, url, token, as_json)
+            return
+    selection: dict[str, Any] = {**job_selection(jobs)}
+    selection.update({k: v for k, v in filters.items() if v})
+    if not (selection["ids"] or selection["tasks"] or any(filters.values())):
+        raise CorralError(f"{verb} what? give job ids, or -u USER, -t STATE, -n NAME, --vc VC")
+    with _client(url, token) as client:
+        answer = client.act_on_many(verb, selection)
+    if as_json:
+        print_json(answer)
+        return
+    done, skipped = answer["done"], answer["skipped"]
+    console.print(f"{verb}: {len(done)} job{'s' * (len(done) != 1)} asked", highlight=False)
+    for job, why in list(skipped.items())[:20]:
+        err_console.print(f"job {job} left alone: {why}", highlight=False)
+    if len(skipped) > 20:
+        err_console.print(f"... and {len(skipped) - 20} more left alone", highlight=False)
+
+
+JobsArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="job ids: 12, an array's id for all its tasks, 12_3, 12_[1-5]"),
+]
+UserFilter = Annotated[str | None, typer.Option("--user", "-u", help="this user's jobs")]
+StateFilter = Annotated[
+    str | None, typer.Option("--state", "-t", help="jobs in these states: PD,R")
+]
+NameFilter = Annotated[str | None, typer.Option("--name", "-n", help="jobs of this name")]
+VcFilter = Annotated[str | None, typer.Option("--vc", "--account", "-A", help="jobs of this VC")]
+
+
 @app.command()
 def cancel(
-    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+    jobs: JobsArg = None,
+    user: UserFilter = None,
+    state: StateFilter = None,
+    name: NameFilter = None,
+    vc: VcFilter = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Cancel a job (a running one is stopped)."""
-    _act("cancel", job_id, url, token, as_json)
+    """Cancel jobs (a running one is stopped), as scancel: ids, an array's id (all its
+    tasks), tasks (12_3, 12_[1-5]), or every job of -u USER, -t STATE, -n NAME."""
+    filters = {"user": user, "states": state, "name": name, "vc": vc}
+    _act_on_many("cancel", jobs or [], filters, url, token, as_json)
 
 
 @app.command()
 def suspend(
-    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+    jobs: JobsArg = None,
+    user: UserFilter = None,
+    state: StateFilter = None,
+    name: NameFilter = None,
+    vc: VcFilter = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Checkpoint and stop a job, and keep it out of the queue until resumed."""
-    _act("suspend", job_id, url, token, as_json)
+    """Checkpoint and stop jobs, and keep them out of the queue until resumed."""
+    filters = {"user": user, "states": state, "name": name, "vc": vc}
+    _act_on_many("suspend", jobs or [], filters, url, token, as_json)
 
 
 @app.command()
 def resume(
-    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+    jobs: JobsArg = None,
+    user: UserFilter = None,
+    state: StateFilter = None,
+    name: NameFilter = None,
+    vc: VcFilter = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Put a suspended job back in the queue."""
-    _act("resume", job_id, url, token, as_json)
+    """Put suspended jobs back in the queue."""
+    filters = {"user": user, "states": state, "name": name, "vc": vc}
+    _act_on_many("resume", jobs or [], filters, url, token, as_json)
 
 
 @app.command()
-def hold(job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
-    """Keep a waiting job from starting until released (scontrol hold)."""
-    _act("hold", job_id, url, token, as_json)
+def hold(
+    jobs: JobsArg = None,
+    user: UserFilter = None,
+    state: StateFilter = None,
+    name: NameFilter = None,
+    vc: VcFilter = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Keep waiting jobs from starting until released (scontrol hold)."""
+    filters = {"user": user, "states": state, "name": name, "vc": vc}
+    _act_on_many("hold", jobs or [], filters, url, token, as_json)
 
 
 @app.command()
 def release(
-    job_id: int, url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+    jobs: JobsArg = None,
+    user: UserFilter = None,
+    state: StateFilter = None,
+    name: NameFilter = None,
+    vc: VcFilter = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Let a held job back into the queue (scontrol release)."""
-    _act("release", job_id, url, token, as_json)
+    """Let held jobs back into the queue (scontrol release)."""
+    filters = {"user": user, "states": state, "name": name, "vc": vc}
+    _act_on_many("release", jobs or [], filters, url, token, as_json)
 
 
 @app.command("set-priority", context_settings={"ignore_unknown_options": True})

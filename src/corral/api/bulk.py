@@ -1,0 +1,148 @@
+"""Acting on many jobs in one request, as ``scancel -u``, ``scancel ARRAYID`` and
+``scontrol hold`` on a list do: every job a selection names (ids, an array's id
+for all its tasks, single tasks, and filters by user, state, name and virtual
+cluster) is asked in one transaction, and the loop woken once.
+
+Why one request: a user cancelling ten thousand jobs one call at a time waited
+about a minute; a selection is one transaction and one pass. What a user may
+touch is what they may touch one job at a time: their own jobs (an admin's,
+anyone's); a job of another's named by id is reported as skipped, with why.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, status
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+
+from corral.api.common import Ctx, User, error_answers
+from corral.api.views import MAX_ID
+from corral.model.jobs import JobStatus
+from corral.model.status import parse_states
+from corral.runtime.loop.loop_base import TERMINAL
+from corral.runtime.loop.round_policy import plans_rounds
+from corral.runtime.storage.store import JobRow
+
+router = APIRouter()
+
+MAX_SELECTED = 100_000
+"""Ids or tasks one selection may name."""
+
+JobIdField = Annotated[int, Field(ge=1, le=MAX_ID)]
+
+LIVE = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
+ACTIONS: dict[str, tuple[str, set[JobStatus]]] = {
+    "cancel": ("cancel", LIVE | {JobStatus.SUSPENDED}),
+    "suspend": ("suspend", LIVE),
+    "hold": ("suspend", {JobStatus.PENDING}),
+    "release": ("resume", {JobStatus.SUSPENDED}),
+    "resume": ("resume", {JobStatus.SUSPENDED}),
+}
+"""Verb -> the request the loop is given, and the states a job may be in for it."""
+
+
+class Selection(BaseModel):
+    """Which jobs: those named (``ids``; an array's id names all its tasks), single
+    tasks of arrays (``tasks``: [array id, index]), narrowed by the filters. At
+    least one of them must be given: an empty selection is never "every job"."""
+
+    model_config = ConfigDict(extra="forbid")
+    ids: list[JobIdField] = Field(default_factory=list, max_length=MAX_SELECTED)
+    tasks: list[tuple[JobIdField, Annotated[int, Field(ge=0, le=MAX_ID)]]] = Field(
+        default_factory=list, max_length=MAX_SELECTED
+    )
+    user: str | None = Field(None, min_length=1, max_length=64)
+    states: str | None = Field(None, max_length=200, description="e.g. PD,R (Slurm's or corral's)")
+    name: str | None = Field(None, min_length=1, max_length=256)
+    vc: str | None = Field(None, min_length=1, max_length=64)
+
+
+class BulkAnswer(BaseModel):
+    action: str
+    done: list[int]
+    """The jobs asked (in id order)."""
+    skipped: dict[int, str]
+    """Jobs named but not asked -> why (their state, or whose they are)."""
+
+
+def _wanted(row: JobRow, sel: Selection, ids: set[int], tasks: set[tuple[int, int]]) -> bool:
+    spec: dict[str, Any] = row.spec if isinstance(row.spec, dict) else {}
+    if ids or tasks:
+        array = spec.get("array_job")
+        named = row.id in ids or (array in ids if array is not None else False)
+        named |= (array, spec.get("array_index")) in tasks
+        if not named:
+            return False
+    if sel.name is not None and row.name != sel.name:
+        return False
+    return sel.vc is None or spec.get("vc") == sel.vc
+
+
+@router.post(
+    "/v1/jobs/actions/{action}",
+    response_model=BulkAnswer,
+    tags=["jobs"],
+    responses=error_answers(400, 401, 403, 409),
+)
+def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer:
+    """Cancel, suspend, hold, release or resume every job the selection names, in one
+    transaction; the answer lists the jobs asked and those skipped, with why."""
+    if action not in ACTIONS:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"no action '{action}' (there are {', '.join(ACTIONS)})"
+        )
+    if not (sel.ids or sel.tasks or sel.user or sel.states or sel.name or sel.vc):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "select jobs: give ids, array tasks, or a filter (user, states, name, vc)",
+        )
+    if sel.user is not None and sel.user != user.name and not user.admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"only admins act on {sel.user}'s jobs; you are {user.name}"
+        )
+    if action == "suspend" and plans_rounds(ctx.config.policy):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"under policy {ctx.config.policy} jobs run as rounds and are not suspended",
+        )
+    try:
+        states = set(parse_states(sel.states)) if sel.states else None
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"states: {exc}") from None
+    request, allowed = ACTIONS[action]
+    ids, tasks = set(sel.ids), {(a, i) for a, i in sel.tasks}
+    done: list[int] = []
+    skipped: dict[int, str] = {}
+    before = ctx.scheduler.passes if ctx.scheduler is not None else 0
+    with ctx.store.session() as s:
+        query = select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id)
+        owner = sel.user if sel.user is not None else (None if user.admin else user.name)
+        if owner is not None and not ids:  # (others' jobs named by id are reported)
+            query = query.where(JobRow.user == owner)
+        rows = s.scalars(query).all()
+        for row in rows:
+            if not _wanted(row, sel, ids, tasks):
+                continue
+            if states is not None and row.status not in states:
+                continue
+            if owner is not None and row.user != owner:
+                if row.id in ids:  # named by id: say why it was left alone
+                    skipped[row.id] = f"belongs to {row.user}"
+                continue
+            if row.status not in allowed:
+                skipped[row.id] = f"{row.status}; cannot {action}"
+                continue
+            if row.request != "cancel":  # a cancel is never overridden
+                row.request = request
+            ctx.store.event(s, "requested", row.id, action=request, by=user.name)
+            done.append(row.id)
+        found = {row.id for row in rows}
+        for job in sorted(ids - found - set(done) - set(skipped)):
+            ended = s.get(JobRow, job)
+            skipped[job] = f"{ended.status}; it has ended" if ended is not None else "no such job"
+    if done and ctx.scheduler is not None:
+        ctx.scheduler.notify()
+        ctx.scheduler.wait_passes(before)
+    return BulkAnswer(action=action, done=done, skipped=skipped)
