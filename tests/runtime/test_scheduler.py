@@ -198,9 +198,10 @@ def test_lost_processes_count_against_the_node_which_drains(tmp_path: Path) -> N
         h.wait_state(job["id"], {"RUNNING"})
         pid = wait_for(lambda: h.attempts()[0].pid, 10, "the pid to be recorded")
         os.killpg(pid, signal.SIGKILL)  # launcher and job die together: no exit record
-        wait_for(lambda: h.job(job["id"])["failures"] == 1, 20, "the loss to be seen")
+        wait_for(lambda: h.job(job["id"])["attempts"][0]["cause"], 20, "the loss to be seen")
         first = h.job(job["id"])["attempts"][0]
         assert first["cause"] == "node_failure"
+        assert h.job(job["id"])["failures"] == 0  # requeued: the node's failure, not the job's
         with h.store.session() as s:
             node = s.get(NodeRow, h.scheduler.node_of(first["gpus"][0]))
             assert node is not None and node.state == "drained"

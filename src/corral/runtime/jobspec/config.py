@@ -174,6 +174,13 @@ class RetryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     backoff: float = Field(5.0, ge=0, description="seconds before the first retry")
     backoff_max: float = Field(600.0, ge=0, description="cap of the doubling back-off")
+    node_requeues: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description="node failures a job is requeued after without using its retries "
+        "(Slurm's --requeue and MaxBatchRequeue); later ones count as failures; 0: each counts",
+    )
 
 
 class WorkersConfig(BaseModel):

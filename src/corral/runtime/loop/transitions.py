@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -209,10 +209,13 @@ class Transitions(Sharing):
                 row.status = JobStatus.SUSPENDED
                 row.reason = "Suspended"
             else:
-                row.failures += 1
+                lost_node = cause == Cause.NODE_FAILURE
+                requeued = lost_node and spec.requeue and self._node_requeue(s, a.job)
+                if not requeued:  # (a node's failure is not the job's, as Slurm requeues)
+                    row.failures += 1
                 again = never_started(record)  # a retry would fail the same way
-                kept_out = cause == Cause.NODE_FAILURE and not spec.requeue
-                final = (
+                kept_out = lost_node and not spec.requeue
+                final = not requeued and (
                     row.failures > spec.max_retries
                     or (a.phase == "prerun" and cause == Cause.USER_ERROR)
                     or again
@@ -232,14 +235,16 @@ class Transitions(Sharing):
                 else:
                     live.hold(i)
                     delay = min(
-                        self.config.retry.backoff * 2 ** (row.failures - 1),
+                        self.config.retry.backoff * 2 ** max(row.failures - 1, 0),
                         self.config.retry.backoff_max,
                     )
                     row.eligible_at = now + delay
                     self.backoff[a.job] = row.eligible_at
                     row.status = JobStatus.PENDING
                     row.reason = (
-                        f"BackOff (retry {row.failures} of {spec.max_retries} after "
+                        f"BackOff (requeued after node_failure, {delay:.0f}s; retries not used)"
+                        if requeued
+                        else f"BackOff (retry {row.failures} of {spec.max_retries} after "
                         f"{cause.value}, {delay:.0f}s)"
                     )
             self.reasons[a.job] = row.reason
@@ -256,6 +261,16 @@ class Transitions(Sharing):
                 exit_code=record.exit_code,
             )
         self._sync_drained()
+
+    def _node_requeue(self, s: Session, job: int) -> bool:
+        """Whether a job whose node failed under it is requeued without using a retry:
+        its first ``retry.node_requeues`` node failures are (this one counted)."""
+        lost = s.scalar(
+            select(func.count()).where(
+                AttemptRow.job_id == job, AttemptRow.cause == Cause.NODE_FAILURE.value
+            )
+        )
+        return (lost or 0) <= self.config.retry.node_requeues
 
     def _ended_aside(self, a: Attempt, record: ExitRecord, now: float) -> None:
         """The end of an attempt found running at a restart whose job's record is

@@ -1,0 +1,61 @@
+"""A job whose node fails under it is requeued without using its retries, as Slurm
+requeues a batch job (``--requeue``, up to ``MaxBatchRequeue``); ``--no-requeue``
+ends it FAILED; past ``retry.node_requeues`` node failures count as failures
+(virtual time: the node fails and returns at chosen instants)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from corral.runtime.jobspec.config import GpuGroup, RetryConfig
+from corral.runtime.storage.store import JobRow, Store
+from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
+from tests.runtime.harness import make_config
+from tests.runtime.test_poisoned_records import queue
+
+
+def lose_node_repeatedly(tmp_path: Path, times: int, **spec: Any) -> JobRow:
+    """Run a 30-s job on a one-node cluster whose node fails ``times`` times under it."""
+    config = make_config(
+        tmp_path,
+        policy="fifo",
+        policy_options={},
+        gpus=[GpuGroup(type="V100", count=1)],
+        retry=RetryConfig(backoff=1.0, backoff_max=1.0, node_requeues=3),
+        drain_after=100,  # (the node is not what is tested here)
+    )
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    executor = VirtualExecutor(config, clock, store)
+    scheduler = virtual_scheduler(config, store, clock, executor)
+    job = queue(store, "alice", clock, command=["sleep", "30"], gpus=1, **spec)
+    (node,) = executor.nodes()
+    for _ in range(times):
+        run_for(scheduler, clock, 5)
+        executor.fail_node(node)
+        run_for(scheduler, clock, 2)
+        executor.return_node(node)
+    run_for(scheduler, clock, 60)
+    with store.session() as s:
+        row = s.get(JobRow, job)
+        assert row is not None
+        s.expunge(row)
+    store.dispose()
+    return row
+
+
+def test_node_failures_requeue_the_job_without_using_its_retries(tmp_path: Path) -> None:
+    row = lose_node_repeatedly(tmp_path, 3, max_retries=0)
+    assert (row.status, row.failures) == ("SUCCEEDED", 0), row.reason
+
+
+def test_past_the_requeue_limit_a_node_failure_counts_as_a_failure(tmp_path: Path) -> None:
+    row = lose_node_repeatedly(tmp_path, 4, max_retries=0)
+    assert row.status == "FAILED" and row.failures == 1
+    assert row.reason is not None and row.reason.startswith("node_failure")
+
+
+def test_a_job_that_asked_not_to_be_requeued_ends_failed(tmp_path: Path) -> None:
+    row = lose_node_repeatedly(tmp_path, 1, max_retries=3, requeue=False)
+    assert row.status == "FAILED" and "--no-requeue" in (row.reason or "")
