@@ -164,7 +164,8 @@ SETTLE_S = 20.0
 
 def scale(folder: Path, n: int, runs: int = 5) -> None:
     """The service at cluster scale: ``n`` jobs queued behind a blocker, submitted in
-    batches; then the commands users type, timed from the shell (a new process each)."""
+    batches; then the commands users type, timed from the shell (a new process each),
+    last the cancel of every waiting job in one command."""
     import os
     import subprocess
 
@@ -218,7 +219,17 @@ def scale(folder: Path, n: int, runs: int = 5) -> None:
             ),
             ("corral queue --json (shell)", f"{shell('queue', '--json'):.2f} s", ""),
             ("corral queue --limit 50 (shell)", f"{shell('queue', '--limit', '50'):.2f} s", ""),
+            ("corral --version (shell)", f"{shell('--version'):.2f} s", ""),
         ]
+        # last: cancelling every waiting job of the user's in one request (scancel -u)
+        t = time.perf_counter()
+        subprocess.run(
+            [corral, "cancel", "-u", "alice", "-t", "PD"], env=env, capture_output=True, check=True
+        )
+        cancelled = time.perf_counter() - t
+        rows.append(
+            (f"corral cancel -u alice -t PD, {n:,} jobs (shell)", f"{cancelled:.2f} s", "<= 2 s")
+        )
         print(f"\n{'scale':<48} {'measured':>14}  target")
         for what, got, target in rows:
             print(f"{what:<48} {got:>14}  {target}")

@@ -1,7 +1,9 @@
 """Acting on many jobs in one request, as ``scancel -u``, ``scancel ARRAYID`` and
 ``scontrol hold`` on a list do: every job a selection names (ids, an array's id
 for all its tasks, single tasks, and filters by user, state, name and virtual
-cluster) is asked in one transaction, and the loop woken once.
+cluster) is asked in one transaction, and the loop woken once. The answer lists
+the jobs asked; as with scancel, it does not wait for the loop to carry the
+requests out (the requests are stored: a restart carries them out too).
 
 Why one request: a user cancelling ten thousand jobs one call at a time waited
 about a minute; a selection is one transaction and one pass. What a user may
@@ -115,7 +117,6 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
     ids, tasks = set(sel.ids), {(a, i) for a, i in sel.tasks}
     done: list[int] = []
     skipped: dict[int, str] = {}
-    before = ctx.scheduler.passes if ctx.scheduler is not None else 0
     with ctx.store.session() as s:
         query = select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id)
         owner = sel.user if sel.user is not None else (None if user.admin else user.name)
@@ -143,6 +144,5 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
             ended = s.get(JobRow, job)
             skipped[job] = f"{ended.status}; it has ended" if ended is not None else "no such job"
     if done and ctx.scheduler is not None:
-        ctx.scheduler.notify()
-        ctx.scheduler.wait_passes(before)
+        ctx.scheduler.notify()  # (no wait for the pass, as scancel returns at once)
     return BulkAnswer(action=action, done=done, skipped=skipped)
