@@ -31,6 +31,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    insert,
     select,
 )
 from sqlalchemy.engine import Engine
@@ -217,6 +218,13 @@ class Store:
 
     def event(self, session: Session, kind: str, job_id: int | None = None, **detail: Any) -> None:
         session.add(EventRow(time=self.clock(), job_id=job_id, kind=kind, detail=detail))
+
+    def events(self, session: Session, kind: str, jobs: list[int], **detail: Any) -> None:
+        """The same event for many jobs, in one statement (a bulk action's ten thousand)."""
+        if jobs:
+            now = self.clock()
+            rows = [{"time": now, "job_id": j, "kind": kind, "detail": detail} for j in jobs]
+            session.execute(insert(EventRow), rows)
 
     def closed_attempt_seconds(
         self, session: Session, jobs: list[int], per_gpu: bool = False
