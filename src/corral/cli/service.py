@@ -664,85 +664,35 @@ NameFilter = Annotated[str | None, typer.Option("--name", "-n", help="jobs of th
 VcFilter = Annotated[str | None, typer.Option("--vc", "--account", "-A", help="jobs of this VC")]
 
 
-@app.command()
-def cancel(
-    jobs: JobsArg = None,
-    user: UserFilter = None,
-    state: StateFilter = None,
-    name: NameFilter = None,
-    vc: VcFilter = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Cancel jobs (a running one is stopped), as scancel: ids, an array's id (all its
-    tasks), tasks (12_3, 12_[1-5]), or every job of -u USER, -t STATE, -n NAME."""
-    filters = {"user": user, "states": state, "name": name, "vc": vc}
-    _act_on_many("cancel", jobs or [], filters, url, token, as_json)
+def _bulk_verb(verb: str, doc: str) -> None:
+    """Register ``corral VERB``: jobs by id (as scancel takes them) or by filter."""
+
+    def command(
+        jobs: JobsArg = None,
+        user: UserFilter = None,
+        state: StateFilter = None,
+        name: NameFilter = None,
+        vc: VcFilter = None,
+        url: UrlOpt = None,
+        token: TokenOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        filters = {"user": user, "states": state, "name": name, "vc": vc}
+        _act_on_many(verb, jobs or [], filters, url, token, as_json)
+
+    command.__doc__ = doc
+    app.command(verb)(command)
 
 
-@app.command()
-def suspend(
-    jobs: JobsArg = None,
-    user: UserFilter = None,
-    state: StateFilter = None,
-    name: NameFilter = None,
-    vc: VcFilter = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Checkpoint and stop jobs, and keep them out of the queue until resumed."""
-    filters = {"user": user, "states": state, "name": name, "vc": vc}
-    _act_on_many("suspend", jobs or [], filters, url, token, as_json)
-
-
-@app.command()
-def resume(
-    jobs: JobsArg = None,
-    user: UserFilter = None,
-    state: StateFilter = None,
-    name: NameFilter = None,
-    vc: VcFilter = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Put suspended jobs back in the queue."""
-    filters = {"user": user, "states": state, "name": name, "vc": vc}
-    _act_on_many("resume", jobs or [], filters, url, token, as_json)
-
-
-@app.command()
-def hold(
-    jobs: JobsArg = None,
-    user: UserFilter = None,
-    state: StateFilter = None,
-    name: NameFilter = None,
-    vc: VcFilter = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Keep waiting jobs from starting until released (scontrol hold)."""
-    filters = {"user": user, "states": state, "name": name, "vc": vc}
-    _act_on_many("hold", jobs or [], filters, url, token, as_json)
-
-
-@app.command()
-def release(
-    jobs: JobsArg = None,
-    user: UserFilter = None,
-    state: StateFilter = None,
-    name: NameFilter = None,
-    vc: VcFilter = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Let held jobs back into the queue (scontrol release)."""
-    filters = {"user": user, "states": state, "name": name, "vc": vc}
-    _act_on_many("release", jobs or [], filters, url, token, as_json)
+_bulk_verb(
+    "cancel",
+    "Cancel jobs (a running one is stopped), as scancel: ids, an array's id (all its "
+    "tasks), tasks (12_3, 12_[1-5]), or every job of -u USER, -t STATE, -n NAME.",
+)
+_bulk_verb("suspend", "Checkpoint and stop jobs, and keep them out of the queue until resumed.")
+_bulk_verb("resume", "Put suspended jobs back in the queue.")
+_bulk_verb("hold", "Keep waiting jobs from starting until released (scontrol hold).")
+_bulk_verb("release", "Let held jobs back into the queue (scontrol release).")
 
 
 @app.command("set-priority", context_settings={"ignore_unknown_options": True})
