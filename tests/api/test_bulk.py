@@ -101,3 +101,17 @@ def test_the_command_lines_job_ids_read_as_scancels() -> None:
     }
     with pytest.raises(CorralError, match="not a job id"):
         job_selection(["12_x"])
+
+
+def test_requeue_applies_to_running_jobs_only(api: tuple[TestClient, Store]) -> None:
+    client, store = api
+    waiting = submit(client, "alice")["id"]
+    running = submit(client, "alice")["id"]
+    with store.session() as s:  # as the loop would have started it
+        row = s.get(JobRow, running)
+        assert row is not None
+        row.status = "RUNNING"
+    answer = act(client, "alice", "requeue", ids=[waiting, running]).json()
+    assert answer["done"] == [running]
+    assert answer["skipped"] == {str(waiting): "PENDING; cannot requeue"}
+    assert requests(store)[running] == "requeue"

@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from corral.runtime.jobspec.config import GpuGroup, RetryConfig
-from corral.runtime.storage.store import JobRow, Store
+from corral.runtime.storage.store import AttemptRow, JobRow, Store
 from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
 from tests.runtime.test_poisoned_records import queue
@@ -59,3 +61,35 @@ def test_past_the_requeue_limit_a_node_failure_counts_as_a_failure(tmp_path: Pat
 def test_a_job_that_asked_not_to_be_requeued_ends_failed(tmp_path: Path) -> None:
     row = lose_node_repeatedly(tmp_path, 1, max_retries=3, requeue=False)
     assert row.status == "FAILED" and "--no-requeue" in (row.reason or "")
+
+
+def test_a_requeued_job_is_stopped_queued_again_and_resumes_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """scontrol requeue: the running attempt is stopped as a preemption, the job waits
+    again, starts again and ends, the work before the requeue kept (it checkpoints)."""
+    config = make_config(
+        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=1)]
+    )
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    executor = VirtualExecutor(config, clock, store)
+    scheduler = virtual_scheduler(config, store, clock, executor)
+    job = queue(store, "alice", clock, command=["train", "200", "10"], gpus=1)
+    run_for(scheduler, clock, 5)
+    with store.session() as s:
+        row = s.get(JobRow, job)
+        assert row is not None and row.status == "RUNNING"
+        row.request = "requeue"  # as the API records it
+    run_for(scheduler, clock, 40)
+    with store.session() as s:
+        row = s.get(JobRow, job)
+        assert row is not None
+        assert (row.status, row.preemptions, row.failures) == ("SUCCEEDED", 1, 0), row.reason
+        attempts = s.scalars(
+            select(AttemptRow).where(AttemptRow.job_id == job).order_by(AttemptRow.number)
+        ).all()
+        assert [a.cause for a in attempts] == ["preempted", "succeeded"]
+        ran = [(a.end_time or 0.0) - a.start_time for a in attempts]
+        assert ran[1] < 20.0 - 1.0  # the second resumed: less than the whole 20 s of work
+    store.dispose()

@@ -41,6 +41,7 @@ ACTIONS: dict[str, tuple[str, set[JobStatus]]] = {
     "hold": ("suspend", {JobStatus.PENDING}),
     "release": ("resume", {JobStatus.SUSPENDED}),
     "resume": ("resume", {JobStatus.SUSPENDED}),
+    "requeue": ("requeue", {JobStatus.RUNNING}),
 }
 """Verb -> the request the loop is given, and the states a job may be in for it."""
 
@@ -94,8 +95,8 @@ CHUNK = 500
     responses=error_answers(400, 401, 403, 409),
 )
 def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer:
-    """Cancel, suspend, hold, release or resume every job the selection names, in one
-    transaction; the answer lists the jobs asked and those skipped, with why."""
+    """Cancel, suspend, hold, release, resume or requeue every job the selection names,
+    in one transaction; the answer lists the jobs asked and those skipped, with why."""
     if action not in ACTIONS:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no action '{action}' (there are {', '.join(ACTIONS)})"

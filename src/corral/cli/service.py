@@ -628,7 +628,7 @@ def _act_on_many(
     """One job by its id alone (not an array's): the job's state after; any other
     selection (an array's id stands for all its tasks): one request for all, and
     what was done and skipped."""
-    if len(jobs) == 1 and jobs[0].isdigit() and not any(filters.values()):
+    if len(jobs) == 1 and jobs[0].isdigit() and not any(filters.values()) and verb != "requeue":
         job_id = int(jobs[0])
         with _client(url, token) as client:
             first_of_array = client.job(job_id).get("array_job") == job_id
@@ -693,6 +693,11 @@ _bulk_verb("suspend", "Checkpoint and stop jobs, and keep them out of the queue 
 _bulk_verb("resume", "Put suspended jobs back in the queue.")
 _bulk_verb("hold", "Keep waiting jobs from starting until released (scontrol hold).")
 _bulk_verb("release", "Let held jobs back into the queue (scontrol release).")
+_bulk_verb(
+    "requeue",
+    "Stop running jobs and queue them again (scontrol requeue): they start over, from "
+    "their checkpoint where they keep one.",
+)
 
 
 @app.command("set-priority", context_settings={"ignore_unknown_options": True})

@@ -23,7 +23,7 @@ from corral.runtime.jobspec.specs import JobSpec
 SET_ASIDE = "InvalidRecord"
 """The reason's prefix for a job the loop set aside because its record is unusable."""
 
-REQUESTS = (None, "cancel", "suspend", "resume", "priority")
+REQUESTS = (None, "cancel", "suspend", "resume", "priority", "requeue")
 """The API requests the loop carries out (``jobs.request``)."""
 
 MAX_PRIORITY = 1_000_000

@@ -371,6 +371,10 @@ class Transitions(Sharing):
                         stops.append((a, "suspend"))
                     else:
                         row.status, row.gpus, row.reason = JobStatus.SUSPENDED, None, "Suspended"
+                elif request == "requeue":  # scontrol requeue: stopped, and queued again
+                    if a is not None and a.stop is None and live.state.status[i] == RUNNING:
+                        live.preempt(i)
+                        stops.append((a, "preempt"))
                 elif request == "resume":
                     if a is not None and a.stop == "suspend":
                         # still checkpointing: it goes back to the queue when it exits
