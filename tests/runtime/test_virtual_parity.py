@@ -25,7 +25,10 @@ DIFFER: dict[str, str] = {
     "gandiva": "time-slicing is fluid in the simulator (each job of a pair at its share of "
     "speed all the time) and in turns live (one runs, one paused, for a quantum): a pair's "
     "ends differ by up to a quantum (2 s here), and the starts after them",
-    "optimus": "its periodic refits: starts up to 3.4 s apart, the same preemptions",
+    "optimus": "a job it grows runs, in the simulator, at the speed-up its plan predicts "
+    "(linear with no fitted data: 4x on 4 GPUs for a 1-GPU job), and live at the job's "
+    "own (here 80% per extra GPU): grown jobs end sooner simulated, and the starts after "
+    "them move (up to 3.4 s); the same preemptions",
     "pollux": "goodput measured live from heartbeats (none here) against modelled: "
     "JCT 4.52 s live against 5.11 s",
 }
