@@ -109,6 +109,26 @@ def test_pai_bad_task_row_names_its_line(tmp_path):
         load(folder)
 
 
+@pytest.mark.parametrize("table", ["pai_job_table.csv", "pai_task_table.csv"])
+def test_pai_row_that_lost_a_field_is_refused_not_read_shifted(tmp_path, table):
+    """A row missing a field in its middle would be read with the later fields in the
+    wrong columns (a CSV reader pads short rows); it is refused with its line, or
+    left out and counted when bad rows are skipped."""
+    folder = tmp_path / "pai"
+    shutil.copytree(FIXTURES / "pai", folder)
+    path = folder / table
+    lines = path.read_text().splitlines()
+    fields = lines[1].split(",")
+    del fields[2]  # the user (jobs) or the instance count (tasks)
+    lines[1] = ",".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=rf"{table}:2: .*comma-separated fields"):
+        load(folder)
+    report = LoadReport(str(folder))
+    kept = load(folder, report, skip_bad=True)
+    assert report.skipped == 1 and len(kept) <= 3
+
+
 @pytest.mark.parametrize(
     ("name", "layout", "gpus"),
     [

@@ -128,8 +128,46 @@ def _chunks(path: str, fields: list[str], usecols: list[str]) -> Iterator[tuple[
     )
 
 
+def misshapen_rows(path: str, fields: list[str]) -> np.ndarray:
+    """The data rows (numbered as the reader numbers them: from 0, blank lines and the
+    header left out) that have another number of fields than the table's. A CSV
+    reader pads a short row with empty fields, so a row that lost a field in its
+    middle would be read with the others shifted into the wrong columns, silently:
+    a user's name read as a status, an end read as a start."""
+    expected = len(fields) - 1
+    rows: list[int] = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        first = fh.readline()
+        k = 0
+        if first.strip() and first.strip().split(",")[0] != fields[0]:  # no header
+            if first.count(",") != expected:
+                rows.append(k)
+            k += 1
+        for line in fh:
+            if not line.strip():
+                continue
+            if line.count(",") != expected:
+                rows.append(k)
+            k += 1
+    return np.asarray(rows, dtype=np.int64)
+
+
+def flag_misshapen(check: RowChecker, bad_rows: np.ndarray, fields: list[str]) -> None:
+    """Refuse (or, skipping bad rows, drop) the rows :func:`misshapen_rows` found."""
+    if len(bad_rows):
+        check.flag(
+            np.isin(check.raw["__row"].to_numpy(), bad_rows),
+            fields[0],
+            f"the row does not have the table's {len(fields)} comma-separated fields "
+            f"({', '.join(fields)}): a field is missing or extra",
+        )
+
+
 def _jobs(path: str, skip_bad: bool, report: LoadReport) -> pd.DataFrame:
+    bad_rows = misshapen_rows(path, JOB_FIELDS)
+
     def convert(check: RowChecker) -> pd.DataFrame:
+        flag_misshapen(check, bad_rows, JOB_FIELDS)
         return pd.DataFrame(
             {
                 "job_name": check.text("job_name"),
@@ -154,8 +192,10 @@ def _tasks_per_job(path: str, skip_bad: bool, report: LoadReport) -> pd.DataFram
     """Each job's GPUs, first task start, last task end and main GPU type, summed a
     chunk at a time (memory grows with jobs, not task rows)."""
     parts: list[pd.DataFrame] = []
+    bad_rows = misshapen_rows(path, TASK_FIELDS)
 
     def convert(check: RowChecker) -> pd.DataFrame:
+        flag_misshapen(check, bad_rows, TASK_FIELDS)
         instances = check.number("inst_num", minimum=0, required=False).fillna(1)
         share = check.number("plan_gpu", minimum=0, required=False).fillna(0)
         start = check.number("start_time", minimum=0, required=False)
