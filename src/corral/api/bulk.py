@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import or_, select, update
 
 from corral.api.common import Ctx, User, error_answers
+from corral.api.jobs import LIVE_STATES
 from corral.api.views import MAX_ID
 from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
@@ -34,16 +35,16 @@ MAX_SELECTED = 100_000
 
 JobIdField = Annotated[int, Field(ge=1, le=MAX_ID)]
 
-LIVE = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
 ACTIONS: dict[str, tuple[str, set[JobStatus]]] = {
-    "cancel": ("cancel", LIVE | {JobStatus.SUSPENDED}),
-    "suspend": ("suspend", LIVE),
+    "cancel": ("cancel", LIVE_STATES | {JobStatus.SUSPENDED}),
+    "suspend": ("suspend", LIVE_STATES),
     "hold": ("suspend", {JobStatus.PENDING}),
     "release": ("resume", {JobStatus.SUSPENDED}),
     "resume": ("resume", {JobStatus.SUSPENDED}),
     "requeue": ("requeue", {JobStatus.RUNNING}),
 }
-"""Verb -> the request the loop is given, and the states a job may be in for it."""
+"""Verb -> the request the loop is given, and the states a job may be in for it (the
+same as for one job by its own route)."""
 
 
 class Selection(BaseModel):
