@@ -45,6 +45,7 @@ from corral.api.views import (
 )
 from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
+from corral.runtime.execution.exits import PARK
 from corral.runtime.execution.job_files import open_regular
 from corral.runtime.jobspec.config import UserConfig, hash_token
 from corral.runtime.jobspec.specs import JobSpec, array_indices
@@ -585,7 +586,9 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
             if body.checkpoint_step is not None:
                 row.checkpoint_step = body.checkpoint_step
             row.last_heartbeat = now
-        stop = att.stop is not None or att.end_time is not None
+        # a parked attempt is not leaving: told to stop, a beat sent as it paused
+        # would end it on its resumption, as a preemption the plan never made
+        stop = (att.stop is not None and att.stop != PARK) or att.end_time is not None
         batch = cap = None
         if ctx.scheduler is not None:  # the loop's own answers; what it needs, posted to it
             answers = ctx.scheduler.answers
@@ -596,7 +599,7 @@ def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -
                 cap = answers.memory_caps.get(job_id)
         return HeartbeatAnswer(
             stop=stop,
-            why=att.stop,
+            why=att.stop if stop else None,
             lease_until=now + ctx.config.heartbeat_timeout,
             batch_size=batch,
             memory_fraction=cap,

@@ -41,9 +41,13 @@ class Cause(StrEnum):
 
 _FAILURES = {Cause.HUNG, Cause.USER_ERROR, Cause.OOM, Cause.KILLED, Cause.NODE_FAILURE}
 
+PARK = "park"
+"""The stop of a parked attempt: it is paused and keeps its process, not asked to
+leave (its heartbeats must not tell it to stop: it resumes in place)."""
+
 STOPS = {
     "preempt": Cause.PREEMPTED,
-    "park": Cause.PREEMPTED,
+    PARK: Cause.PREEMPTED,
     "suspend": Cause.SUSPENDED,
     "cancel": Cause.CANCELLED,
     "timeout": Cause.TIMEOUT,

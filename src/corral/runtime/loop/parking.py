@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 
 from corral.model.jobs import JobStatus
+from corral.runtime.execution.exits import PARK
 from corral.runtime.loop.loop_base import Attempt
 from corral.runtime.loop.transitions import Transitions
 from corral.runtime.storage.store import JobRow
@@ -45,7 +46,7 @@ class Parking(Transitions):
     def _parked(self, job: int) -> bool:
         """True while the job's process is parked (it waits for the plan's next word)."""
         a = self.attempts.get(job)
-        return a is not None and a.stop == "park"
+        return a is not None and a.stop == PARK
 
     def _launched(self, job: int) -> bool:
         """True while the job has a process that runs, or is being stopped."""
@@ -69,7 +70,7 @@ class Parking(Transitions):
         parked = Counter(  # jobs parked and not being started again
             g
             for b in self.attempts.values()
-            if b.stop == "park" and b.job not in self.starting
+            if b.stop == PARK and b.job not in self.starting
             for g in b.gpus
         )
         return all(parked[g] < limit for g in a.gpus)
@@ -77,7 +78,7 @@ class Parking(Transitions):
     def _park(self, a: Attempt, now: float) -> None:
         a.parked = True
         with self.store.session() as s:
-            self._set_stop(s, a, "park")
+            self._set_stop(s, a, PARK)
             row = s.get(JobRow, a.job)
             if row is not None:
                 row.preemptions += 1
@@ -92,7 +93,7 @@ class Parking(Transitions):
         """True while a parked job still holds GPUs it has not paused on yet: the
         loop then looks again within milliseconds, not at its next tick."""
         return any(
-            a.stop == "park" and any(self.holders.get(g) == a.job for g in a.gpus)
+            a.stop == PARK and any(self.holders.get(g) == a.job for g in a.gpus)
             for a in self.attempts.values()
         )
 
@@ -100,7 +101,7 @@ class Parking(Transitions):
         """A parked job's GPUs are free for others once it has paused (or its pause
         grace has passed and it was stopped where it was)."""
         for a in self.attempts.values():
-            if a.stop != "park" or a.paused_at is None or a.ref is None:
+            if a.stop != PARK or a.paused_at is None or a.ref is None:
                 continue
             held = [g for g in a.gpus if self.holders.get(g) == a.job]
             if not held:

@@ -18,6 +18,7 @@ from corral.model.state import RUNNING
 from corral.runtime.execution.executor import (
     ProcessRef,
 )
+from corral.runtime.execution.exits import PARK
 from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.estimates import ESTIMATED, LossHistory, expected_duration
 from corral.runtime.loop.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
@@ -77,7 +78,7 @@ class Recovery(LoopBase):
                         att.start_time,
                         None if spec is None else spec.wall_time,
                         stop=att.stop if spec is not None else "cancel",
-                        parked=att.stop == "park" and spec is not None,
+                        parked=att.stop == PARK and spec is not None,
                     )
                     if a.parked:  # a parked job is stopped, to resume from its checkpoint
                         self._set_stop(s, a, "preempt")

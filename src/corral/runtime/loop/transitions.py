@@ -15,7 +15,7 @@ from corral.runtime.execution.executor import (
     ExitRecord,
     read_exit_record,
 )
-from corral.runtime.execution.exits import Cause, classify, never_started
+from corral.runtime.execution.exits import PARK, Cause, classify, never_started
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
 from corral.runtime.loop.sharing import Sharing
 from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
@@ -195,7 +195,9 @@ class Transitions(Sharing):
                     st.resize(i, spec.gpus)
             elif cause == Cause.PREEMPTED:
                 self.preempted.add(a.job)
-                if not ours and record.exit_code == STOPPED_EXIT:
+                if ours:  # it left by itself (a SIGTERM from outside, its own stop):
+                    live.preempt(i)  # queued again, or the policy would wait on it forever
+                if record.exit_code == STOPPED_EXIT:
                     st.saved_on_stop(i)  # it left with a checkpoint: its run was not lost
                 if not reported and spec.task is not None:
                     # stopped while still starting (it had not reported): its next
@@ -387,7 +389,7 @@ class Transitions(Sharing):
                         row.status, row.reason = JobStatus.PENDING, None
                         self._enqueue(row, i, now)
         for a, why in stops:
-            if why == "cancel" or a.stop in (None, "preempt", "park"):
+            if why == "cancel" or a.stop in (None, "preempt", PARK):
                 self._stop(a, why, now)
         return bool(rows)
 
