@@ -69,8 +69,17 @@ class RayService(ServiceProcess):
                 f"jobs {ids} to end",
             )
         except TimeoutError as exc:
-            states = {j: self.client.job(j)["status"] for j in ids}
-            raise TimeoutError(f"{exc}: {states}") from None
+            jobs = {j: self.client.job(j) for j in ids}
+            states = {j: job["status"] for j, job in jobs.items()}
+            stuck = {  # what each unfinished job went through, readable in a CI log
+                j: [
+                    (e["kind"], e["detail"].get("cause") or e["detail"].get("gpus"))
+                    for e in job["events"]
+                ]
+                for j, job in jobs.items()
+                if job["status"] not in TERMINAL
+            }
+            raise TimeoutError(f"{exc}: {states}; events of those not ended: {stuck}") from None
         return [self.client.job(j) for j in ids]
 
     def close(self) -> None:
@@ -173,7 +182,7 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     # a 4-GPU V100 gang spans both V100 nodes: two ranks, one per node
     gang = service.client.submit(job(4, gpus=4, gpu_type="V100", name="gang"))["id"]
     ids = [gang] + [service.client.submit(job(2.5 + k % 3))["id"] for k in range(9)]
-    done = service.wait_done(ids, timeout=240)
+    done = service.wait_done(ids, timeout=420)  # (Ray starts workers slowly on a loaded host)
     assert [j["status"] for j in done] == ["SUCCEEDED"] * 10, [
         (j["id"], j["status"], [(a["cause"], a["detail"]) for a in j["attempts"]])
         for j in done
