@@ -82,3 +82,20 @@ def test_a_parked_attempts_heartbeat_does_not_tell_it_to_stop(tmp_path: Path) ->
     answer = client.post(url, json={"attempt": 1, "step": 3}, headers=beat).json()
     assert answer["stop"] is True and answer["why"] == "preempt"
     store.dispose()
+
+
+def test_a_wakeup_at_now_does_not_make_the_live_loop_pass_again_at_once(tmp_path: Path) -> None:
+    """Live, as in the simulator, a wake-up at or before the pass's instant means
+    the next event: the loop does not run the policy again at the next tick."""
+    config = make_config(tmp_path, policy="tests.sim.test_engine:_StaleWakeup", policy_options={})
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    scheduler = virtual_scheduler(config, store, clock)
+    queue(store, "alice", clock, command=["sleep", "30"], gpus=1)
+    run_for(scheduler, clock, 5)
+    assert scheduler.next_wakeup is None
+    policy = scheduler.policy
+    passes = len(policy.passes)  # type: ignore[attr-defined]
+    run_for(scheduler, clock, 5)
+    assert len(policy.passes) == passes  # type: ignore[attr-defined]
+    store.dispose()

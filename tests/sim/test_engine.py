@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from corral.model.jobs import JobTable
-from corral.model.plan import Plan
+from corral.model.plan import Plan, upcoming
 from corral.model.state import SchedulerState
+from corral.placement.strategies import PlacementStrategy
 from corral.policies import make_policy
 from corral.policies.base import Policy
-from corral.sim.engine import PlanError, Simulator
+from corral.sim.engine import Simulator
 from corral.sim.result import SimConfig
 from tests.conftest import finish_times, jobs_table, run, uniform
 
@@ -64,10 +65,19 @@ class _DoubleBooker(Policy):
 
 
 class _StaleWakeup(Policy):
+    """FIFO that asks on every pass to be woken at once (``now + x`` with ``x``
+    tiny beside ``now`` rounds to ``now``)."""
+
     name = "stale-wakeup"
 
+    def __init__(self, placement: PlacementStrategy | None = None) -> None:
+        super().__init__(placement)  # (the live loop passes one)
+        self.passes: list[float] = []
+
     def schedule(self, state: SchedulerState) -> Plan:
-        return Plan(next_wakeup=state.now)
+        self.passes.append(state.now)
+        starts = {int(i): (int(i),) for i in state.pending}  # job i on GPU i
+        return Plan(starts=starts, next_wakeup=state.now + 1e-13 * (state.now > 1))
 
 
 class _WakesOnce(Policy):
@@ -100,9 +110,19 @@ def test_a_plan_that_gives_a_gpu_twice_is_refused():
         Simulator(jobs, uniform(1, 2), _DoubleBooker()).run()
 
 
-def test_a_wakeup_in_the_past_is_refused():
-    with pytest.raises(PlanError, match="wake"):
-        Simulator(jobs_table([(0.0, 1, 10.0)]), uniform(1, 1), _StaleWakeup()).run()
+def test_a_wakeup_at_now_means_the_next_event():
+    # neither an error nor a second pass at the same instant: passes come at the
+    # arrivals and the finishes only
+    policy = _StaleWakeup()
+    result = Simulator(jobs_table([(0.0, 1, 10.0), (5.0, 1, 20.0)]), uniform(1, 2), policy).run()
+    assert finish_times(result) == {"j0": 10.0, "j1": 25.0}
+    assert policy.passes == [0.0, 5.0, 10.0, 25.0]
+
+
+def test_upcoming_keeps_only_a_future_wakeup():
+    assert upcoming(None, 5.0) is None
+    assert upcoming(5.0, 5.0) is None and upcoming(4.0, 5.0) is None
+    assert upcoming(5.5, 5.0) == 5.5
 
 
 def test_same_seed_gives_identical_jobs_csv(tmp_path):

@@ -773,39 +773,38 @@ def list_policies(
     )
     from corral.policies.rounds.planners import ROUND_PLANNERS
 
-    rows: list[dict[str, Any]] = []
-    for key, cls in POLICIES.items():
+    def gang_row(key: str) -> dict[str, Any]:
+        cls = POLICIES[key]
         note = live_support(cls)
-        rows.append(
-            {
-                "name": key,
-                "oracle": cls.oracle,
-                "model": "elastic" if cls.resizes else "gang",
-                "live": f"yes; {note}" if note else "yes",
-                "description": cls.description,
-                "options": policy_options(cls),
-                "option_details": option_table(key),
-            }
-        )
-    for key, planner in ROUND_PLANNERS.items():
-        rows.append(
-            {
-                "name": key,
-                "oracle": False,
-                "model": "round",
-                "live": f"yes; {ROUND_MODEL_LIVE}",
-                "description": planner.description,
-                "options": policy_options(planner),  # type: ignore[arg-type]
-                "option_details": option_table(key),
-            }
-        )
-    places = [{"name": n, "description": cls.description} for n, cls in PLACEMENTS.items()]
+        return {
+            "name": key,
+            "oracle": cls.oracle,
+            "model": "elastic" if cls.resizes else "gang",
+            "live": f"yes; {note}" if note else "yes",
+            "description": cls.description,
+            "options": policy_options(cls),
+            "option_details": option_table(key),
+        }
+
+    def round_row(key: str) -> dict[str, Any]:
+        planner = ROUND_PLANNERS[key]
+        return {
+            "name": key,
+            "oracle": False,
+            "model": "round",
+            "live": f"yes; {ROUND_MODEL_LIVE}",
+            "description": planner.description,
+            "options": policy_options(planner),  # type: ignore[arg-type]
+            "option_details": option_table(key),
+        }
+
     if name is not None:
         from corral.policies import policy_key
 
         key = policy_key(name)
-        _check_policy_names([key])
-        row = next(r for r in rows if r["name"] == key)
+        if ":" not in key:  # a file's or module's class is loaded (a clear error if not)
+            _check_policy_names([key])
+        row = round_row(key) if key in ROUND_PLANNERS else gang_row(key)
         if as_json:
             print_json(json.loads(json.dumps(row, default=str)))
             return
@@ -825,6 +824,8 @@ def list_policies(
             table.add_row(option, str(about["default"]), about["accepts"], about["help"])
         console.print(table)
         return
+    rows = [gang_row(key) for key in POLICIES] + [round_row(key) for key in ROUND_PLANNERS]
+    places = [{"name": n, "description": cls.description} for n, cls in PLACEMENTS.items()]
     if as_json:
         print(json.dumps({"policies": rows, "placements": places}, indent=2, default=str))
         return

@@ -4,7 +4,10 @@ A :class:`Plan` says which jobs must stop and which must start on which GPUs
 (explicit GPU ids); every other running job keeps its GPUs. The simulator and
 the live service diff nothing themselves: they carry the plan out (preempt,
 start, migrate = stop + start on other GPUs) and ask again at ``next_wakeup``
-or at the next event, whichever comes first.
+or at the next event, whichever comes first. A wake-up at or before the pass's
+own instant (``now + x`` rounds to ``now`` when ``x`` is tiny beside ``now``)
+means the next event: both engines read it so (:func:`upcoming`) rather than
+fail the run or pass again at the same instant.
 """
 
 from __future__ import annotations
@@ -65,3 +68,9 @@ class Plan:
         out = {job: gpus for job, gpus in current.items() if job not in stopped}
         out.update(self.starts)
         return out
+
+
+def upcoming(wakeup: float | None, now: float) -> float | None:
+    """A plan's wake-up as the engines keep it: None (the next event) when it is
+    not after ``now``."""
+    return wakeup if wakeup is not None and wakeup > now else None

@@ -27,7 +27,7 @@ import numpy as np
 
 from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
-from corral.model.plan import Plan
+from corral.model.plan import Plan, upcoming
 from corral.model.state import PENDING, RUNNING, SchedulerState
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.policies.base import Policy
@@ -153,11 +153,7 @@ class Simulator:
             # each pass says when it next needs a pass of its own; a wake-up an
             # earlier pass asked for lapses (as in the live service), so a
             # policy is not run at instants it no longer cares about
-            if plan.next_wakeup is not None and plan.next_wakeup <= t:
-                raise PlanError(
-                    f"policy {self.policy.name} asked to wake at {plan.next_wakeup} <= now {t}"
-                )
-            wakeup = plan.next_wakeup
+            wakeup = upcoming(plan.next_wakeup, t)
             if self._checker is not None:
                 self._checker.after_pass()
             timeline.time.append(t)

@@ -39,7 +39,7 @@ import numpy as np
 from sqlalchemy import select
 
 from corral.model.jobs import JobStatus
-from corral.model.plan import Plan
+from corral.model.plan import Plan, upcoming
 from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.loop.estimates import measured_remaining
@@ -175,7 +175,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         plan = self._keep_exclusive(plan)
         plan = self._keep_limits(plan, capped)
         self._apply(plan, now)
-        wake = plan.next_wakeup
+        wake = upcoming(plan.next_wakeup, st.now)
         if self.backoff:
             soonest = self.rel(min(self.backoff.values()))
             wake = soonest if wake is None else min(wake, soonest)
