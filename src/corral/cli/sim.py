@@ -510,8 +510,17 @@ def compare(
     ]
     summaries: list[dict[str, Any]] = []
     if how == "serial":
+        from corral.sim.parallel import ERROR_LOG, failed
+
         for task in tasks:
-            summary = _run_one(jobs, machines, task.spec, run.progress, out / task.name, task.extra)
+            try:
+                summary = _run_one(
+                    jobs, machines, task.spec, run.progress, out / task.name, task.extra
+                )
+            except Exception as exc:  # one policy's crash leaves the others' results
+                summary, log = failed(task.spec, task.name, exc)
+                (out / task.name).mkdir(parents=True, exist_ok=True)
+                (out / task.name / ERROR_LOG).write_text(log, encoding="utf-8")
             summaries.append(summary)
             _print_done(summary)
     else:
@@ -525,7 +534,14 @@ def compare(
 
             with _user_errors():
                 summaries = run_tasks(
-                    tasks, [(jobs, machines)], out, how, parallel, address, on_done=done
+                    tasks,
+                    [(jobs, machines)],
+                    out,
+                    how,
+                    parallel,
+                    address,
+                    on_done=done,
+                    isolate=True,
                 )
     from corral.sim.provenance import context_lines
 
@@ -541,15 +557,28 @@ def compare(
     with _user_errors():
         path = write_report(out, summaries, context, report_format)
         _write_provenance(out, record, run.parquet)
+    from corral.sim.parallel import FAILED
+
+    crashed = [s for s in summaries if s.get("status") == FAILED]
     if as_json:
         print_json({"runs": summaries, "provenance": record})
-        return
-    console.print(_summary_table(summaries))
-    also = f", {out}/report.md" if report_format == "both" else ""
-    console.print(f"wrote {out}/comparison.csv{also} and {path}", highlight=False)
+    else:
+        console.print(_summary_table([s for s in summaries if s.get("status") != FAILED]))
+        also = f", {out}/report.md" if report_format == "both" else ""
+        console.print(f"wrote {out}/comparison.csv{also} and {path}", highlight=False)
+    if crashed:
+        which = "; ".join(f"{s['policy']}: {s['error']} at {s['raised_at']}" for s in crashed)
+        logs = ", ".join(str(out / s["log"]) for s in crashed)
+        raise CorralError(
+            f"{len(crashed)} of {len(summaries)} policies failed ({which}); tracebacks in "
+            f"{logs}; the others' results are written"
+        )
 
 
 def _print_done(summary: dict[str, Any]) -> None:
+    if summary.get("error"):
+        console.print(f"  {summary['policy']}: [red]failed[/] ({summary['error']})")
+        return
     console.print(
         f"  {summary['policy']}: avg JCT {summary['avg_jct_s'] / 3600:,.2f} h "
         f"({summary['wall_s']:.1f} s wall)",

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 Workload = tuple["JobTable", "Cluster"]
 RUNNERS = ("serial", "processes", "ray")
 RUN_FILES = ("jobs.csv", "timeline.csv", "summary.json")
+ERROR_LOG = "error.log"
+"""A failed run's traceback, in its folder."""
+FAILED = "error"
+"""The ``status`` of a failed run's row (a run that ended has none)."""
 
 
 @dataclass
@@ -80,6 +84,61 @@ def run_and_write(
     return write_outputs(run_output(jobs, machines, spec, extra, progress), out_dir)
 
 
+def failed(spec: RunSpec, run_dir: str, exc: BaseException) -> tuple[dict[str, Any], str]:
+    """The row of a run whose policy raised, and the traceback for its ``error.log``.
+
+    The row says what was raised and where: the last line of the policy's own
+    source in the traceback (a researcher's bug is there, not in numpy or the
+    engine that called it), else the line that raised."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = _policy_file(spec.policy)
+    where = next((f for f in reversed(frames) if own and f.filename == own), None)
+    where = where or (frames[-1] if frames else None)
+    message = (str(exc).strip().splitlines() or [""])[0]
+    row = {
+        "policy": run_dir,
+        "run_dir": run_dir,
+        "status": FAILED,
+        "error": f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+        "raised_at": f"{where.filename}:{where.lineno} ({where.name})" if where else None,
+        "log": f"{run_dir}/{ERROR_LOG}",
+    }
+    return row, "".join(traceback.format_exception(exc))
+
+
+def _policy_file(policy: str) -> str | None:
+    """The source file of the policy (or round planner) named ``policy``."""
+    import inspect
+
+    from corral.policies import POLICIES, policy_key
+
+    try:
+        key = policy_key(policy)
+        if key in POLICIES:
+            return inspect.getsourcefile(POLICIES[key])
+        from corral.policies.rounds.planners import ROUND_PLANNERS
+
+        return inspect.getsourcefile(type(ROUND_PLANNERS[key]))
+    except Exception:  # (the error row is written whatever this finds)
+        return None
+
+
+def run_or_fail(
+    jobs: JobTable, machines: Cluster, spec: RunSpec, out_dir: Path, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`run_and_write`, or, when the run raises, its error row (and ``error.log``
+    beside it), so one crashing policy does not spoil the others' results."""
+    try:
+        return run_and_write(jobs, machines, spec, out_dir, extra)
+    except Exception as exc:
+        row, log = failed(spec, Path(out_dir).name, exc)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / ERROR_LOG).write_text(log, encoding="utf-8")
+        return row
+
+
 def run_tasks(
     tasks: list[RunTask],
     workloads: list[Workload],
@@ -88,11 +147,13 @@ def run_tasks(
     workers: int | None = None,
     address: str | None = None,
     on_done: Callable[[RunTask, dict[str, Any]], None] | None = None,
+    isolate: bool = False,
 ) -> list[dict[str, Any]]:
     """Carry out every task; their summaries in the tasks' order.
 
     ``on_done`` is called as each run ends (in the order they end). A run's
-    error stops the whole batch with that run's message.
+    error stops the whole batch with that run's message, unless ``isolate``:
+    then its summary is an error row (see :func:`failed`) and the others go on.
     """
     if runner not in RUNNERS:
         raise CorralError(f"unknown runner '{runner}' (choose from {', '.join(RUNNERS)})")
@@ -100,17 +161,18 @@ def run_tasks(
         raise CorralError("an address is a Ray cluster's: it needs the ray runner")
     workers = max(1, min(len(tasks) or 1, workers or os.cpu_count() or 1))
     if runner == "ray":
-        return _on_ray(tasks, workloads, out, workers, address, on_done)
+        return _on_ray(tasks, workloads, out, workers, address, on_done, isolate)
+    run = run_or_fail if isolate else run_and_write
     if runner == "serial" or workers == 1:
         summaries = []
         for task in tasks:
             jobs, machines = workloads[task.workload]
-            summary = run_and_write(jobs, machines, task.spec, out / task.name, task.extra)
+            summary = run(jobs, machines, task.spec, out / task.name, task.extra)
             if on_done is not None:
                 on_done(task, summary)
             summaries.append(summary)
         return summaries
-    return _in_processes(tasks, workloads, out, workers, on_done)
+    return _in_processes(tasks, workloads, out, workers, on_done, run)
 
 
 def _in_processes(
@@ -119,6 +181,7 @@ def _in_processes(
     out: Path,
     workers: int,
     on_done: Callable[[RunTask, dict[str, Any]], None] | None,
+    run: Callable[..., dict[str, Any]] = run_and_write,
 ) -> list[dict[str, Any]]:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -130,9 +193,7 @@ def _in_processes(
         futures = {}
         for k, task in enumerate(tasks):
             jobs, machines = workloads[task.workload]
-            future = pool.submit(
-                run_and_write, jobs, machines, task.spec, out / task.name, task.extra
-            )
+            future = pool.submit(run, jobs, machines, task.spec, out / task.name, task.extra)
             futures[future] = k
         pending = set(futures)
         while pending:
@@ -148,15 +209,22 @@ def _in_processes(
 
 
 def run_in_memory(
-    workload: Workload, spec: RunSpec, extra: dict[str, Any]
+    workload: Workload, spec: RunSpec, extra: dict[str, Any], isolate: bool = False
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """A run's summary and its files' bytes (what a Ray task sends back)."""
+    """A run's summary and its files' bytes (what a Ray task sends back); with
+    ``isolate``, a run that raises sends its error row and ``error.log``."""
     from corral.sim.output import write_outputs
 
     jobs, machines = workload
-    with tempfile.TemporaryDirectory(prefix="corral-run-") as scratch:
-        summary = write_outputs(run_output(jobs, machines, spec, extra), scratch)
-        files = {name: (Path(scratch) / name).read_bytes() for name in RUN_FILES}
+    try:
+        with tempfile.TemporaryDirectory(prefix="corral-run-") as scratch:
+            summary = write_outputs(run_output(jobs, machines, spec, extra), scratch)
+            files = {name: (Path(scratch) / name).read_bytes() for name in RUN_FILES}
+    except Exception as exc:
+        if not isolate:
+            raise
+        row, log = failed(spec, str(extra.get("run_dir", spec.policy)), exc)
+        return row, {ERROR_LOG: log.encode()}
     return summary, files
 
 
@@ -195,6 +263,7 @@ def _on_ray(
     workers: int,
     address: str | None,
     on_done: Callable[[RunTask, dict[str, Any]], None] | None,
+    isolate: bool = False,
 ) -> list[dict[str, Any]]:
     import ray
 
@@ -202,7 +271,10 @@ def _on_ray(
     try:
         refs = [ray.put(w) for w in workloads]
         remote = ray.remote(num_cpus=1, max_retries=0)(run_in_memory)
-        futures = {remote.remote(refs[t.workload], t.spec, t.extra): k for k, t in enumerate(tasks)}
+        futures = {
+            remote.remote(refs[t.workload], t.spec, t.extra, isolate): k
+            for k, t in enumerate(tasks)
+        }
         results: dict[int, dict[str, Any]] = {}
         pending = list(futures)
         while pending:

@@ -63,8 +63,24 @@ REPORT_COLUMNS = [
 FORMATS = ("html", "md", "both")
 
 
+FAILURE_COLUMNS = ["status", "error", "raised_at", "log"]
+"""Columns a comparison gains when a policy's run failed (its error row)."""
+
+
 def comparison_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame([{c: s.get(c) for c in COMPARISON_COLUMNS} for s in summaries])
+    columns = COMPARISON_COLUMNS
+    if any(s.get("error") for s in summaries):
+        columns = COMPARISON_COLUMNS + FAILURE_COLUMNS
+    return pd.DataFrame([{c: s.get(c) for c in columns} for s in summaries])
+
+
+def _failures(summaries: list[dict[str, Any]]) -> list[str]:
+    """A line per run that failed: its policy, what it raised, where, its log."""
+    return [
+        f"{s['policy']}: {s['error']} (raised at {s.get('raised_at')}; traceback in {s['log']})"
+        for s in summaries
+        if s.get("error")
+    ]
 
 
 SIZE_BUCKETS = [(1, 1, "1 GPU"), (2, 4, "2-4 GPUs"), (5, 8, "5-8 GPUs"), (9, 1 << 30, "9+ GPUs")]
@@ -142,6 +158,10 @@ def markdown_report(summaries: list[dict[str, Any]], context: dict[str, Any]) ->
     lines += ["", "| " + " | ".join(head) + " |"]
     lines.append("|" + "|".join("---" if k == 0 else "---:" for k in range(len(head))) + "|")
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    failures = _failures(summaries)
+    if failures:
+        lines += ["", "Runs that failed (their rows are empty):", ""]
+        lines += [f"- {line}" for line in failures]
     lines += ["", _DEFINITIONS]
     return "\n".join(lines) + "\n"
 
@@ -174,6 +194,8 @@ def write_report(
     runs: dict[str, pd.DataFrame] = {}
     timelines: dict[str, pd.DataFrame] = {}
     for s in summaries:
+        if s.get("error"):
+            continue  # (its row says so; it has no jobs to chart)
         run_dir = out_dir / s["run_dir"]
         runs[s["policy"]] = pd.read_csv(run_dir / "jobs.csv")
         timelines[s["policy"]] = pd.read_csv(run_dir / "timeline.csv")
@@ -227,6 +249,14 @@ def write_report(
         f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in context.items()
     )
     figures = "".join(charts)
+    failures = _failures(summaries)
+    failed = (
+        '<h2>Runs that failed</h2><ul class="failed">'
+        + "".join(f"<li>{html.escape(line)}</li>" for line in failures)
+        + "</ul>"
+        if failures
+        else ""
+    )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>corral comparison</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -243,7 +273,7 @@ img {{ max-width: 100%; height: auto; }}
 <h1>corral policy comparison</h1>
 <ul>{facts}</ul>
 <div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>
-<p>{_DEFINITIONS}</p>
+{failed}<p>{_DEFINITIONS}</p>
 <p>Hover over a chart (or focus it and use the arrow keys) to read every policy's value.</p>
 {figures}
 <h2>Average JCT (hours) by job size and by virtual cluster</h2>

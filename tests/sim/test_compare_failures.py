@@ -1,0 +1,58 @@
+"""A comparison where one policy crashes: the others' results, CSV and report are
+written, the crashed run leaves an error row (what it raised, the line of the
+policy that raised, its traceback's file), and the command exits non-zero with
+one line that says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from corral.cli.app import app
+
+CRASHING = """
+from corral.policies.fifo import Fifo
+
+
+class Crashes(Fifo):
+    name = "crashes"
+    description = "FIFO that divides by zero once a job has finished"
+
+    def schedule(self, state):
+        if state.finished:
+            return 1 / 0
+        return super().schedule(state)
+"""
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_one_crashing_policy_leaves_the_others_results(tmp_path: Path, parallel: str) -> None:
+    plugin = tmp_path / "crashes.py"
+    plugin.write_text(CRASHING)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["compare", "--trace", "philly", "--max-jobs", "200", "--cluster", "philly",
+         "--cluster-scale", "0.17", "--policies", f"fifo,{plugin}:Crashes,las",
+         "--parallel", parallel, "--format", "both", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    message = str(result.exception)
+    assert "\n" not in message and message.startswith("1 of 3 policies failed")
+    assert "ZeroDivisionError" in message and f"{plugin}:11" in message
+    table = pd.read_csv(out / "comparison.csv")
+    assert list(table["policy"]) == ["fifo", "crashes", "las"]
+    crashed = table.set_index("policy").loc["crashes"]
+    assert crashed["status"] == "error" and crashed["error"].startswith("ZeroDivisionError")
+    assert crashed["raised_at"].startswith(f"{plugin}:11 (schedule)")
+    assert "1 / 0" in (out / crashed["log"]).read_text()
+    assert table.set_index("policy").loc["fifo", "jobs_finished"] == 200
+    for policy in ("fifo", "las"):
+        assert json.loads((out / policy / "summary.json").read_text())["jobs_finished"] == 200
+    page = (out / "report.html").read_text()
+    assert "Runs that failed" in page and "ZeroDivisionError" in page
+    assert "Runs that failed" in (out / "report.md").read_text()
