@@ -150,3 +150,35 @@ def test_parquet_without_pyarrow_is_refused_before_running(tmp_path, monkeypatch
     result = runner.invoke(app, ["sim", *RUN, "--parquet", "--out", str(tmp_path / "s")])
     assert isinstance(result.exception, CorralError)  # the command line's exit code 2
     assert "pyarrow" in str(result.exception) and not (tmp_path / "s").exists()
+
+
+def test_a_result_names_the_code_and_the_plugins_that_made_it(tmp_path):
+    """The commit of the checkout (with whether it was modified), the libraries'
+    versions, each plugin policy's source by SHA-256, and options typed as the
+    policy declares them (a flag given as "false" is recorded as false)."""
+    import shutil
+    import subprocess
+
+    plugin = Path(__file__).parent.parent / "examples" / "policies" / "shortest_first.py"
+    out = tmp_path / "cmp"
+    args = ["compare", *RUN, "--policies", f"gandiva,{plugin}:ShortestFirst",
+            "--policy-opt", "gandiva.packing=false", "--out", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "provenance.json").read_text())
+    assert record["policy_options"]["gandiva"]["packing"] is False
+    assert record["policy_sources"] == {
+        "shortest-first": {
+            "file": "shortest_first.py",
+            "sha256": hashlib.sha256(plugin.read_bytes()).hexdigest(),
+        }
+    }
+    assert {"numpy", "pandas", "scipy"} <= set(record["libraries"])
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") and (root / ".git").exists():
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        assert record["code"]["git_commit"] == head and isinstance(record["code"]["dirty"], bool)
+        assert f"commit {head[:12]}" in (out / "report.html").read_text()
+    assert str(plugin.parent) not in json.dumps(record["policy_sources"])

@@ -77,7 +77,7 @@ class _StaleWakeup(Policy):
     def schedule(self, state: SchedulerState) -> Plan:
         self.passes.append(state.now)
         starts = {int(i): (int(i),) for i in state.pending}  # job i on GPU i
-        return Plan(starts=starts, next_wakeup=state.now + 1e-13 * (state.now > 1))
+        return Plan(starts=starts, next_wakeup=state.now + 1e-17 * (state.now > 1))
 
 
 class _WakesOnce(Policy):

@@ -19,6 +19,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from corral.errors import CorralError
 
@@ -134,11 +135,16 @@ def main() -> None:
     try:
         app()
     except CorralError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # (a message may hold brackets, as a variant's label or an array's ids: not markup)
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         sys.exit(exc.exit_code)
     except OSError as exc:  # a file or socket the user named: a message, not a traceback
         where = f"{exc.filename}: " if exc.filename else ""
         err_console.print(
-            f"[bold red]error:[/] {where}{exc.strerror or exc}", highlight=False, soft_wrap=True
+            f"[bold red]error:[/] {escape(f'{where}{exc.strerror or exc}')}",
+            highlight=False,
+            soft_wrap=True,
         )
         sys.exit(2)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from corral.cli.app import JsonOpt, app, console, err_console, json_on_stdout, print_json
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from corral.model.jobs import JobTable
     from corral.perf.throughputs import ThroughputTable
     from corral.sim.run import RunSpec
+    from corral.sim.variants import Variant
 
 
 TraceOpt = Annotated[
@@ -162,21 +164,36 @@ class RunArgs:
     trace_info: dict[str, Any] = field(default_factory=dict, repr=False)
     """The trace's name, counts and checksum, once loaded."""
 
-    def provenance(self, policies: list[str], seed: int | None = None) -> dict[str, Any]:
+    def provenance(
+        self, policies: list[str], seed: int | None = None, variants: list[Variant] | None = None
+    ) -> dict[str, Any]:
         """How a result of this command was made (see :mod:`corral.sim.provenance`),
-        with each policy's options as run: its defaults and the ones given."""
-        from corral.policies import option_defaults
+        with each policy's (or variant's, by its label) options as run: its defaults
+        and the ones given, typed as the policy declares them."""
+        from corral.policies import checked_options, option_defaults
         from corral.sim.provenance import provenance
         from corral.sim.run import parse_policy_options
+        from corral.sim.variants import Variant, variant_options
 
         record = provenance(self.invoked, self.trace_info, self.seed if seed is None else seed)
+        runs = variants or [Variant(name, name) for name in policies]
         record["policy_options"] = {
-            name: {
-                **{k: v for k, v in option_defaults(name).items() if _plain_value(v)},
-                **parse_policy_options(self.policy_opt or [], name),
+            v.label: {
+                **{k: d for k, d in option_defaults(v.policy).items() if _plain_value(d)},
+                **(
+                    variant_options(v, self.policy_opt or [])
+                    if variants
+                    else checked_options(
+                        v.policy, parse_policy_options(self.policy_opt or [], v.policy)
+                    )
+                ),
             }
-            for name in policies
+            for v in runs
         }
+        from corral.sim.provenance import policy_source
+
+        sources = {v.label: policy_source(v.policy) for v in runs}
+        record["policy_sources"] = {k: s for k, s in sources.items() if s is not None}
         return record
 
     def workload(self) -> tuple[JobTable, Cluster]:
@@ -251,12 +268,19 @@ class RunArgs:
             f"on {profile.get('device')}, from {path})"
         )
 
-    def spec(self, policy: str) -> RunSpec:
-        """One policy's run settings."""
+    def spec(self, policy: str, variant: Variant | None = None) -> RunSpec:
+        """One policy's run settings (a variant's: its label and own options)."""
         from corral.sim.run import RunSpec, parse_policy_options
+        from corral.sim.variants import variant_options
 
+        options = (
+            variant_options(variant, self.policy_opt or [])
+            if variant is not None
+            else parse_policy_options(self.policy_opt or [], policy)
+        )
         return RunSpec(
             policy=policy,
+            label=None if variant is None or variant.label == policy else variant.label,
             placement=self.placement,
             seed=self.seed,
             switch_cost=self.switch_cost,
@@ -264,7 +288,7 @@ class RunArgs:
             cross_node=self.cross_node_factor,
             cross_rack=self.cross_rack_factor,
             check_invariants=self.check,
-            policy_options=parse_policy_options(self.policy_opt or [], policy),
+            policy_options=options,
             failure_rate=self.failure_rate,
             failure_rates=self.failure_rates,
             max_retries=self.max_retries,
@@ -395,8 +419,10 @@ def _summary_table(summaries: list[dict[str, Any]]) -> Table:
     ]
     for title, _, _ in columns:
         table.add_column(title, justify="left" if title == "policy" else "right")
-    for s in summaries:
-        table.add_row(*("-" if s.get(key) is None else fmt(s[key]) for _, key, fmt in columns))
+    for s in summaries:  # (a variant's label has brackets: not markup)
+        table.add_row(
+            *("-" if s.get(key) is None else escape(fmt(s[key])) for _, key, fmt in columns)
+        )
     return table
 
 
@@ -463,7 +489,13 @@ def _runner(runner: str | None, address: str | None, parallel: int | None, defau
 @_with_run_options
 def compare(
     run: RunArgs,
-    policies: Annotated[str, typer.Option(help="comma-separated policy names")] = "fifo,srtf,las",
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated policy names; a policy with options of its own and a "
+            "label, for ablations: 'las[quantum=60,label=las-1min],las'"
+        ),
+    ] = "fifo,srtf,las",
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/compare"),
     parallel: ParallelOpt = None,
     runner: RunnerOpt = None,
@@ -483,30 +515,30 @@ def compare(
     progress bar each; ``--runner ray`` as Ray tasks, as ``corral sweep``
     does); the results do not depend on how many run at once.
     """
-    from corral.policies import policy_key
     from corral.sim.parallel import RunTask, run_tasks
+    from corral.sim.variants import parse_variants, variant_options
 
-    names = [policy_key(p) for p in policies.split(",") if p.strip()]
-    if not names:
-        raise CorralError("--policies names no policy")
+    variants = parse_variants(policies)
+    names = list(dict.fromkeys(v.policy for v in variants))
     _check_policy_names(names)
-    _check_options(run, names)
+    labels = {v.label for v in variants} - set(names)
+    from corral.sim.run import check_policy_options, option_pair
+
+    check_policy_options(  # (options addressed to a variant's label: checked below)
+        [p for p in run.policy_opt or [] if option_pair(p)[0] not in labels], names
+    )
+    for v in variants:
+        variant_options(v, run.policy_opt or [])
     from corral.sim.report import FORMATS, write_report
 
     if report_format not in FORMATS:
         raise CorralError(f"--format: '{report_format}' is not one of {', '.join(FORMATS)}")
     how = _runner(runner, address, parallel, "processes")
     jobs, machines = run.workload()
-    from corral.policies import folder_name
-
-    folders = [folder_name(name) for name in names]
-    if len(set(folders)) < len(folders):
-        raise CorralError(f"--policies: two policies would write to one folder ({folders})")
-    record = run.provenance(names)
+    record = run.provenance(names, variants=variants)
     base = {"trace": run.trace_info["name"], "seed": run.seed, "provenance": record}
     tasks = [
-        RunTask(folder, 0, run.spec(name), {**base, "run_dir": folder})
-        for name, folder in zip(names, folders, strict=True)
+        RunTask(v.folder, 0, run.spec(v.policy, v), {**base, "run_dir": v.folder}) for v in variants
     ]
     summaries: list[dict[str, Any]] = []
     if how == "serial":
@@ -577,10 +609,10 @@ def compare(
 
 def _print_done(summary: dict[str, Any]) -> None:
     if summary.get("error"):
-        console.print(f"  {summary['policy']}: [red]failed[/] ({summary['error']})")
+        console.print(f"  {escape(summary['policy'])}: [red]failed[/] ({escape(summary['error'])})")
         return
     console.print(
-        f"  {summary['policy']}: avg JCT {summary['avg_jct_s'] / 3600:,.2f} h "
+        f"  {escape(summary['policy'])}: avg JCT {summary['avg_jct_s'] / 3600:,.2f} h "
         f"({summary['wall_s']:.1f} s wall)",
         highlight=False,
     )

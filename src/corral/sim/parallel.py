@@ -66,8 +66,13 @@ def run_output(
 
     if spec.policy in ROUND_PLANNERS:
         result = simulate_rounds(jobs, machines, spec)
-        return round_output(result, jobs.offered_load(machines.total_gpus), extra)
-    return sim_output(simulate(jobs, machines, spec, progress), extra)
+        output = round_output(result, jobs.offered_load(machines.total_gpus), extra)
+    else:
+        output = sim_output(simulate(jobs, machines, spec, progress), extra)
+    if spec.label is not None:  # a variant: its label, still marked if an oracle
+        oracle = str(output.summary.get("policy", "")).endswith(" (oracle)")
+        output.summary["policy"] = spec.label + (" (oracle)" if oracle else "")
+    return output
 
 
 def run_and_write(

@@ -83,12 +83,75 @@ def provenance(options: dict[str, Any], trace: dict[str, Any], seed: int) -> dic
 
     return {
         "corral_version": __version__,
+        "code": code_identity(),
         "python": platform.python_version(),
+        "libraries": library_versions(),
         "command": command_line(),
         "trace": trace,
         "seed": seed,
         "options": {k: _plain(v) for k, v in sorted(options.items())},
     }
+
+
+LIBRARIES = ("numpy", "pandas", "scipy", "scikit-learn")
+"""The libraries a simulation's figures can depend on (LPs, estimators, arrays)."""
+
+
+def code_identity() -> dict[str, Any]:
+    """The git commit corral runs from, and whether its tracked files differ from it
+    (an editable install of a checkout: its version alone says nothing); empty for
+    an installed package."""
+    import subprocess
+
+    import corral
+
+    root = Path(corral.__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return {}
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        changed = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {}  # (no git here: the version is what there is)
+    return {"git_commit": commit, "dirty": bool(changed)}
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def policy_source(name: str) -> dict[str, str] | None:
+    """For a policy from outside corral (``file.py:Class`` or ``module:Class``): the
+    SHA-256 of its source file, so a result says which version of it ran (by file
+    name, never a local path). None for corral's own (the commit covers them)."""
+    import inspect
+
+    from corral.policies import POLICIES, policy_key
+
+    key = policy_key(name)
+    if ":" not in key:
+        return None
+    try:
+        path = inspect.getsourcefile(POLICIES[key])
+    except (KeyError, TypeError, OSError):
+        return None
+    if path is None:
+        return None
+    return {"file": Path(path).name, "sha256": file_digest([Path(path)])}
 
 
 def context_lines(record: dict[str, Any]) -> dict[str, str]:
@@ -107,14 +170,25 @@ def context_lines(record: dict[str, Any]) -> dict[str, str]:
         f"{name}: " + (", ".join(f"{k}={_shown(v)}" for k, v in values.items()) or "none")
         for name, values in per_policy.items()
     )
-    return {
-        "corral version": f"{record['corral_version']} (Python {record['python']})",
+    code = record.get("code") or {}
+    version = record["corral_version"]
+    if code.get("git_commit"):
+        version += f", commit {code['git_commit'][:12]}" + (" (modified)" if code["dirty"] else "")
+    sources = "; ".join(
+        f"{name}: {src['file']} sha256 {src['sha256'][:16]}"
+        for name, src in record.get("policy_sources", {}).items()
+    )
+    lines = {
+        "corral version": f"{version} (Python {record['python']})",
         "command": record["command"],
         "trace": what,
         "seed": str(record["seed"]),
         "every option": options,
         "policy options as run": chosen or "-",
     }
+    if sources:
+        lines["policy sources"] = sources
+    return lines
 
 
 def write_provenance(out: Path, record: dict[str, Any]) -> Path:

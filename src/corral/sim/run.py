@@ -45,6 +45,9 @@ class RunSpec:
     preset: str | None = None
     profiles: ThroughputTable | None = None
     """Throughput measurements (None: the bundled Gavel table)."""
+    label: str | None = None
+    """What reports call the run (a variant's label: ``las[quantum=60]``); None:
+    the policy's own name."""
     mixed_sync: float = 0.9
     """Speed factor of a gang on more than one GPU type (see perf.speeds)."""
     """A named set of assumptions applied over the fields above (see SIM_PRESETS)."""
@@ -105,16 +108,16 @@ def parse_policy_options(pairs: list[str], policy: str) -> dict[str, Any]:
     accepted = set(options_of(policy))
     out: dict[str, Any] = {}
     for pair in pairs:
-        target, name, value = _option_pair(pair)
+        target, name, value = option_pair(pair)
         if target and target != policy:
             continue
         if not target and name not in accepted:
             continue
-        out[name] = _number(value)
+        out[name] = plain_number(value)
     return out
 
 
-def _option_pair(pair: str) -> tuple[str, str, str]:
+def option_pair(pair: str) -> tuple[str, str, str]:
     """(policy or "", option, value) from ``key=value`` or ``policy.key=value``."""
     key, eq, value = pair.partition("=")
     if not eq or not key.strip():
@@ -132,7 +135,7 @@ def check_policy_options(pairs: list[str], policies: list[str]) -> None:
 
     taken = {name: options_of(name) for name in policies}
     for pair in pairs:
-        target, name, _ = _option_pair(pair)
+        target, name, _ = option_pair(pair)
         if target:
             if target not in taken:
                 raise CorralError(
@@ -161,7 +164,8 @@ def check_policy_options(pairs: list[str], policies: list[str]) -> None:
             raise CorralError(f"--policy-opt: {exc}") from None
 
 
-def _number(text: str) -> Any:
+def plain_number(text: str) -> Any:
+    """A value as written: a number where it parses as one, else the text."""
     for cast in (int, float):
         try:
             return cast(text)
