@@ -182,3 +182,22 @@ def test_a_result_names_the_code_and_the_plugins_that_made_it(tmp_path):
         assert record["code"]["git_commit"] == head and isinstance(record["code"]["dirty"], bool)
         assert f"commit {head[:12]}" in (out / "report.html").read_text()
     assert str(plugin.parent) not in json.dumps(record["policy_sources"])
+
+
+def test_jobs_csv_names_each_jobs_user(tmp_path):
+    """Per-user fairness from a result alone: each job's user beside its VC (a
+    Helios log names them; the bundled Philly trace does not)."""
+    import pandas as pd
+
+    from corral.traces.loading import load_trace
+
+    log = Path(__file__).parent / "fixtures" / "traces" / "helios_cluster_log.csv"
+    out = tmp_path / "run"
+    args = ["sim", "--trace", str(log), "--cluster", "uniform:4x8:V100", "--no-progress"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    jobs = pd.read_csv(out / "jobs.csv", dtype={"user": str, "job_id": str})
+    trace = load_trace(str(log), 32).df
+    users = dict(zip(trace["job_id"].astype(str), trace["user"], strict=True))
+    assert jobs["user"].nunique() > 1
+    assert all(users[j] == u for j, u in zip(jobs["job_id"], jobs["user"], strict=True))

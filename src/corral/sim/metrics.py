@@ -38,6 +38,7 @@ def jobs_frame(result: SimResult) -> pd.DataFrame:
             "attained_service": s.attained_base,
             "switch_overhead": s.overhead,
             "vc": result.jobs.df["vc"].to_numpy(),
+            "user": result.jobs.df["user"].to_numpy(),  # (per-user fairness needs no join)
             "batch_mode": result.jobs.df["batch_mode"].to_numpy(),
         }
     )
