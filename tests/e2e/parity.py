@@ -180,7 +180,7 @@ def run_virtual(name: str, folder: Path) -> Outcome:
     from corral.runtime.storage.store import Store
     from corral.testing.virtual import VirtualClock, VirtualExecutor, virtual_scheduler
     from tests.runtime.harness import make_config
-    from tests.runtime.test_poisoned_records import queue
+    from tests.runtime.virtual_loop import queue
 
     config = make_config(folder, policy=name, policy_options=options_for(name), gpus=GPUS)
     store = Store(config.store_url)

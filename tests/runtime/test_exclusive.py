@@ -98,7 +98,7 @@ def test_an_exclusive_job_planned_with_others_on_one_node_never_idles_it(
     from corral.runtime.jobspec.config import GpuGroup
     from corral.testing.virtual import VirtualClock, run_for, virtual_scheduler
     from tests.runtime.harness import make_config
-    from tests.runtime.test_poisoned_records import queue, states
+    from tests.runtime.virtual_loop import queue, states
 
     config = make_config(
         tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=8)]

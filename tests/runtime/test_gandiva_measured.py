@@ -20,7 +20,7 @@ from corral.runtime.jobspec.config import GpuGroup
 from corral.runtime.storage.store import AttemptRow, EventRow, JobRow, Store
 from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
-from tests.runtime.test_poisoned_records import queue
+from tests.runtime.virtual_loop import queue
 
 QUANTUM = 2.0
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}

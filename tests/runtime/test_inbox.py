@@ -13,7 +13,7 @@ from corral.runtime.jobspec.config import GpuGroup
 from corral.runtime.storage.store import Store
 from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
-from tests.runtime.test_poisoned_records import queue
+from tests.runtime.virtual_loop import queue
 
 
 def test_a_reported_memory_reaches_the_loop_at_its_next_pass_and_only_for_a_running_job(

@@ -116,7 +116,7 @@ def test_liquid_pre_staging_a_job_whose_mark_is_a_fifo_never_stops_the_loop(
     from corral.runtime.storage.store import EventRow, Store
     from corral.testing.virtual import VirtualClock, run_for, virtual_scheduler
     from tests.runtime.harness import make_config
-    from tests.runtime.test_poisoned_records import queue, states
+    from tests.runtime.virtual_loop import queue, states
 
     config = make_config(
         tmp_path,

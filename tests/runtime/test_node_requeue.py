@@ -8,42 +8,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
-from corral.runtime.jobspec.config import GpuGroup, RetryConfig
-from corral.runtime.storage.store import AttemptRow, JobRow, Store
-from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
-from tests.runtime.harness import make_config
-from tests.runtime.test_poisoned_records import queue
+from corral.runtime.jobspec.config import RetryConfig
+from corral.runtime.storage.store import JobRow
+from tests.runtime.virtual_loop import virtual_loop
 
 
 def lose_node_repeatedly(tmp_path: Path, times: int, **spec: Any) -> JobRow:
     """Run a 30-s job on a one-node cluster whose node fails ``times`` times under it."""
-    config = make_config(
+    loop = virtual_loop(
         tmp_path,
-        policy="fifo",
-        policy_options={},
-        gpus=[GpuGroup(type="V100", count=1)],
         retry=RetryConfig(backoff=1.0, backoff_max=1.0, node_requeues=3),
         drain_after=100,  # (the node is not what is tested here)
     )
-    store = Store(config.store_url)
-    clock = VirtualClock()
-    executor = VirtualExecutor(config, clock, store)
-    scheduler = virtual_scheduler(config, store, clock, executor)
-    job = queue(store, "alice", clock, command=["sleep", "30"], gpus=1, **spec)
-    (node,) = executor.nodes()
+    job = loop.queue(command=["sleep", "30"], gpus=1, **spec)
+    (node,) = loop.executor.nodes()
     for _ in range(times):
-        run_for(scheduler, clock, 5)
-        executor.fail_node(node)
-        run_for(scheduler, clock, 2)
-        executor.return_node(node)
-    run_for(scheduler, clock, 60)
-    with store.session() as s:
-        row = s.get(JobRow, job)
-        assert row is not None
-        s.expunge(row)
-    store.dispose()
+        loop.run(5)
+        loop.executor.fail_node(node)
+        loop.run(2)
+        loop.executor.return_node(node)
+    loop.run(60)
+    row = loop.row(job)
+    loop.close()
     return row
 
 
@@ -68,28 +54,18 @@ def test_a_requeued_job_is_stopped_queued_again_and_resumes_from_its_checkpoint(
 ) -> None:
     """scontrol requeue: the running attempt is stopped as a preemption, the job waits
     again, starts again and ends, the work before the requeue kept (it checkpoints)."""
-    config = make_config(
-        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=1)]
-    )
-    store = Store(config.store_url)
-    clock = VirtualClock()
-    executor = VirtualExecutor(config, clock, store)
-    scheduler = virtual_scheduler(config, store, clock, executor)
-    job = queue(store, "alice", clock, command=["train", "200", "10"], gpus=1)
-    run_for(scheduler, clock, 5)
-    with store.session() as s:
+    loop = virtual_loop(tmp_path)
+    job = loop.queue(command=["train", "200", "10"], gpus=1)
+    loop.run(5)
+    with loop.store.session() as s:
         row = s.get(JobRow, job)
         assert row is not None and row.status == "RUNNING"
         row.request = "requeue"  # as the API records it
-    run_for(scheduler, clock, 40)
-    with store.session() as s:
-        row = s.get(JobRow, job)
-        assert row is not None
-        assert (row.status, row.preemptions, row.failures) == ("SUCCEEDED", 1, 0), row.reason
-        attempts = s.scalars(
-            select(AttemptRow).where(AttemptRow.job_id == job).order_by(AttemptRow.number)
-        ).all()
-        assert [a.cause for a in attempts] == ["preempted", "succeeded"]
-        ran = [(a.end_time or 0.0) - a.start_time for a in attempts]
-        assert ran[1] < 20.0 - 1.0  # the second resumed: less than the whole 20 s of work
-    store.dispose()
+    loop.run(40)
+    row = loop.row(job)
+    assert (row.status, row.preemptions, row.failures) == ("SUCCEEDED", 1, 0), row.reason
+    attempts = loop.attempts(job)
+    assert [a.cause for a in attempts] == ["preempted", "succeeded"]
+    ran = [(a.end_time or 0.0) - a.start_time for a in attempts]
+    assert ran[1] < 20.0 - 1.0  # the second resumed: less than the whole 20 s of work
+    loop.close()

@@ -22,25 +22,7 @@ from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.storage.store import JobRow, Store
 from corral.testing.virtual import VirtualClock, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
-
-
-def queue(store: Store, user: str, clock: VirtualClock, **spec: Any) -> int:
-    with store.session() as s:
-        row = JobRow.queued(
-            JobSpec(**{"command": ["sleep", "3"], **spec}),
-            user,
-            0,
-            "Submitted",
-            submit_time=clock(),
-        )
-        s.add(row)
-        s.flush()
-        return row.id
-
-
-def states(store: Store) -> dict[int, tuple[str, str | None]]:
-    with store.session() as s:
-        return {r.id: (r.status, r.reason) for r in s.query(JobRow).order_by(JobRow.id)}
+from tests.runtime.virtual_loop import queue, states
 
 
 def test_a_dependency_on_a_large_array_is_admitted_and_runs(tmp_path: Path) -> None:

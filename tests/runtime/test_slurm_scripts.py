@@ -9,13 +9,9 @@ from pathlib import Path
 import pytest
 
 from corral.errors import InputError
-from corral.runtime.jobspec.config import GpuGroup
 from corral.runtime.jobspec.directives import script_fields
 from corral.runtime.jobspec.specs import JobSpec, parse_seconds, slurm_seconds
-from corral.runtime.storage.store import Store
-from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
-from tests.runtime.harness import make_config
-from tests.runtime.test_poisoned_records import queue
+from tests.runtime.virtual_loop import virtual_loop
 
 
 @pytest.mark.parametrize(
@@ -75,23 +71,14 @@ def test_a_bad_time_is_refused_with_its_file_line_and_option(
 
 
 def test_every_job_gets_the_variables_a_slurm_script_reads(tmp_path: Path) -> None:
-    config = make_config(
-        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=4)]
-    )
-    store = Store(config.store_url)
-    clock = VirtualClock()
-    executor = VirtualExecutor(config, clock, store)
-    scheduler = virtual_scheduler(config, store, clock, executor)
+    loop = virtual_loop(tmp_path, v100s=4)
     workdir = str(tmp_path)
-    plain = queue(
-        store, "alice", clock, name="bert", command=["sleep", "50"], gpus=2, cpus=3, workdir=workdir
+    plain = loop.queue(name="bert", command=["sleep", "50"], gpus=2, cpus=3, workdir=workdir)
+    task = loop.queue(
+        "bob", name="sweep", command=["sleep", "50"], gpus=1, array_index=7, array_job=41
     )
-    task = queue(
-        store, "bob", clock, name="sweep", command=["sleep", "50"], gpus=1,
-        array_index=7, array_job=41,
-    )  # fmt: skip
-    run_for(scheduler, clock, 1)
-    env = {p.job: p.request.env for p in executor.processes.values()}
+    loop.run(1)
+    env = {p.job: p.request.env for p in loop.executor.processes.values()}
     mine = env[plain]
     assert mine["SLURM_JOB_ID"] == mine["SLURM_JOBID"] == str(plain)
     assert (mine["SLURM_JOB_NAME"], mine["SLURM_JOB_USER"]) == ("bert", "alice")
@@ -102,4 +89,4 @@ def test_every_job_gets_the_variables_a_slurm_script_reads(tmp_path: Path) -> No
     assert mine["SLURM_RESTART_COUNT"] == "0" and "SLURM_ARRAY_TASK_ID" not in mine
     theirs = env[task]
     assert (theirs["SLURM_ARRAY_JOB_ID"], theirs["SLURM_ARRAY_TASK_ID"]) == ("41", "7")
-    store.dispose()
+    loop.close()

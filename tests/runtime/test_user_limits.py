@@ -17,7 +17,7 @@ from corral.runtime.loop.user_limits import decayed_use, fair_share_factors
 from corral.runtime.storage.store import JobRow, Store
 from corral.testing.virtual import VirtualClock, run_for, virtual_scheduler
 from tests.runtime.harness import TOKENS, make_config
-from tests.runtime.test_poisoned_records import queue
+from tests.runtime.virtual_loop import queue
 
 POLICIES = ["fifo", "las", "tiresias-las", "themis", "gavel-max-min-fairness"]
 

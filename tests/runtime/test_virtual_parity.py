@@ -84,7 +84,7 @@ def test_a_job_that_ends_between_passes_is_counted_to_its_end(tmp_path: Path) ->
     from corral.runtime.storage.store import Store
     from corral.testing.virtual import VirtualClock, VirtualExecutor, virtual_scheduler
     from tests.runtime.harness import make_config
-    from tests.runtime.test_poisoned_records import queue
+    from tests.runtime.virtual_loop import queue
 
     config = make_config(
         tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=2)]
