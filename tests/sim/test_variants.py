@@ -89,3 +89,23 @@ def test_an_error_about_a_variant_shows_its_brackets(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode != 0
     assert "--policies 'las[quantum=-1]'" in done.stderr, done.stderr
+
+
+def test_a_sweep_runs_variants_from_the_command_line_or_its_grid_file(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("policies: ['las[quantum=60,label=las-1min]', las]\nloads: [0.5, 0.9]\n")
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(
+        app,
+        ["sweep", *WORKLOAD, "--grid", str(grid), "--policy-opt", "las.quantum=600",
+         "--runner", "serial", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    results = pd.read_csv(out / "results.csv")
+    assert sorted(set(results["policy"])) == ["las", "las-1min"]
+    assert set(results["run"].str.split("/").str[0]) == {"las", "las-1min"}
+    quick = results[results["policy"] == "las-1min"].set_index("load")["preemptions"]
+    slow = results[results["policy"] == "las"].set_index("load")["preemptions"]
+    assert (quick >= slow).all() and (quick > slow).any()  # a shorter quantum preempts more
+    options = json.loads((out / "provenance.json").read_text())["policy_options"]
+    assert options == {"las-1min": {"quantum": 60.0}, "las": {"quantum": 600.0}}

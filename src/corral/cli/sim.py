@@ -516,19 +516,10 @@ def compare(
     does); the results do not depend on how many run at once.
     """
     from corral.sim.parallel import RunTask, run_tasks
-    from corral.sim.variants import parse_variants, variant_options
+    from corral.sim.variants import parse_variants
 
     variants = parse_variants(policies)
-    names = list(dict.fromkeys(v.policy for v in variants))
-    _check_policy_names(names)
-    labels = {v.label for v in variants} - set(names)
-    from corral.sim.run import check_policy_options, option_pair
-
-    check_policy_options(  # (options addressed to a variant's label: checked below)
-        [p for p in run.policy_opt or [] if option_pair(p)[0] not in labels], names
-    )
-    for v in variants:
-        variant_options(v, run.policy_opt or [])
+    names = _check_variants(run, variants)
     from corral.sim.report import FORMATS, write_report
 
     if report_format not in FORMATS:
@@ -622,7 +613,12 @@ def _print_done(summary: dict[str, Any]) -> None:
 @_with_run_options
 def sweep(
     run: RunArgs,
-    policies: Annotated[str | None, typer.Option(help="comma-separated policy names")] = None,
+    policies: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated policy names; variants as in compare: 'las[quantum=60],las'"
+        ),
+    ] = None,
     loads: Annotated[
         str | None,
         typer.Option(help="offered loads to rescale the trace's arrivals to, e.g. 0.7,0.9,1.1"),
@@ -661,8 +657,7 @@ def sweep(
 
     with _user_errors():
         spec = Grid.build(policies, loads, seeds, cluster_scales, grid, run.seed, run.cluster_scale)
-    _check_policy_names(spec.policies)
-    _check_options(run, spec.policies)
+    _check_variants(run, spec.variants)
     if len(spec.seeds) > 1 and not _seeded(run):
         err_console.print(
             f"[yellow]note:[/] the {len(spec.seeds)} seeds give the same runs here: "
@@ -687,12 +682,15 @@ def sweep(
                 index[(seed, scale, load)] = len(workloads)
                 workloads.append((table, machines))
     tasks = []
+    from corral.sim.variants import Variant
+
     for point in points:
+        entry = point.variant or Variant(point.policy, point.policy)
         settings = dataclasses.replace(run, seed=point.seed)
         jobs, machines = workloads[index[(point.seed, point.cluster_scale, point.load)]]
         extra = {
             "trace": run.trace_info["name"],
-            "provenance": run.provenance([point.policy], point.seed),
+            "provenance": run.provenance([entry.policy], point.seed, [entry]),
             "seed": point.seed,
             "run_dir": point.name,
             "target_load": point.load,
@@ -702,7 +700,7 @@ def sweep(
             RunTask(
                 point.name,
                 index[(point.seed, point.cluster_scale, point.load)],
-                settings.spec(point.policy),
+                settings.spec(entry.policy, entry),
                 extra,
             )
         )
@@ -734,7 +732,7 @@ def sweep(
             )
     from corral.sim.provenance import context_lines
 
-    record = run.provenance(spec.policies)
+    record = run.provenance(spec.policies, variants=spec.variants)
     record["seed"] = spec.seeds
     context = {
         **context_lines(record),
@@ -787,6 +785,23 @@ def _seeded(run: RunArgs) -> bool:
         or bool(run.failure_rates)
         or (run.placement or "").strip().lower() == "random"
     )
+
+
+def _check_variants(run: RunArgs, variants: list[Variant]) -> list[str]:
+    """Every entry's policy known and its options valid, before anything runs; the
+    policies' names."""
+    from corral.sim.run import check_policy_options, option_pair
+    from corral.sim.variants import variant_options
+
+    names = list(dict.fromkeys(v.policy for v in variants))
+    _check_policy_names(names)
+    labels = {v.label for v in variants} - set(names)
+    check_policy_options(  # (options addressed to a variant's label: checked below)
+        [p for p in run.policy_opt or [] if option_pair(p)[0] not in labels], names
+    )
+    for v in variants:
+        variant_options(v, run.policy_opt or [])
+    return names
 
 
 def _check_options(run: RunArgs, names: list[str]) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from corral.errors import CorralError, InputError
 from corral.sim.report_charts import CHART_STYLE, HOVER_SCRIPT, line_chart
+from corral.sim.variants import Variant, parse_variants, split_entries
 from corral.yamlio import load_yaml, validation_error
 
 GRID_COLUMNS = ["policy", "load", "seed", "cluster_scale", "run"]
@@ -43,10 +44,13 @@ METRICS = [
 @dataclass(frozen=True)
 class GridPoint:
     policy: str
+    """The policy as results name it (a variant's label)."""
     load: float | None
     """Target offered load (None: the trace's own arrivals)."""
     seed: int
     cluster_scale: float
+    variant: Variant | None = None
+    """The ``--policies`` entry it runs (None: the policy named, as it is)."""
 
     @property
     def name(self) -> str:
@@ -54,7 +58,7 @@ class GridPoint:
         load = "trace" if self.load is None else f"{self.load:g}"
         from corral.policies import folder_name
 
-        where = folder_name(self.policy)
+        where = self.variant.folder if self.variant is not None else folder_name(self.policy)
         return f"{where}/load-{load}_seed-{self.seed}_scale-{self.cluster_scale:g}"
 
 
@@ -127,9 +131,12 @@ class GridFile(BaseModel):
 @dataclass
 class Grid:
     policies: list[str]
+    """The policies as results name them (variants by their labels)."""
     loads: list[float | None]
     seeds: list[int]
     cluster_scales: list[float]
+    variants: list[Variant] = field(default_factory=list)
+    """The ``--policies`` entries, one per name in ``policies``."""
 
     @classmethod
     def build(
@@ -161,13 +168,13 @@ class Grid:
             for key, value in from_file.items():
                 if given[key] is None and value is not None:
                     given[key] = _listed(value)
-        from corral.policies import policy_key
-
-        names = [policy_key(p) for p in (given["policies"] or "").split(",") if p.strip()]
-        if not names:
+        entries = list(dict.fromkeys(split_entries(given["policies"] or "")))
+        if not entries:
             raise CorralError("a sweep needs policies (--policies or the grid file's 'policies')")
+        variants = parse_variants(",".join(entries))
         return cls(
-            policies=list(dict.fromkeys(names)),
+            policies=[v.label for v in variants],
+            variants=variants,
             loads=list(parse_numbers(given["loads"], "loads")) if given["loads"] else [None],
             seeds=parse_seeds(given["seeds"]) if given["seeds"] else [default_seed],
             cluster_scales=(
@@ -178,12 +185,13 @@ class Grid:
         )
 
     def points(self) -> list[GridPoint]:
+        variants = self.variants or [Variant(p, p) for p in self.policies]
         return [
-            GridPoint(policy, load, seed, scale)
+            GridPoint(variant.label, load, seed, scale, variant)
             for scale in self.cluster_scales
             for load in self.loads
             for seed in self.seeds
-            for policy in self.policies
+            for variant in variants
         ]
 
     def __len__(self) -> int:
