@@ -56,3 +56,28 @@ def test_one_crashing_policy_leaves_the_others_results(tmp_path: Path, parallel:
     page = (out / "report.html").read_text()
     assert "Runs that failed" in page and "ZeroDivisionError" in page
     assert "Runs that failed" in (out / "report.md").read_text()
+
+
+def test_a_sweep_keeps_the_runs_that_did_not_crash(tmp_path: Path) -> None:
+    plugin = tmp_path / "crashes.py"
+    plugin.write_text(CRASHING)
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(
+        app,
+        ["sweep", "--trace", "philly", "--max-jobs", "100", "--cluster", "philly",
+         "--cluster-scale", "0.17", "--policies", f"fifo,{plugin}:Crashes",
+         "--loads", "0.5,0.9", "--parallel", "2", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    message = str(result.exception)
+    assert "\n" not in message and message.startswith("2 of 4 runs failed")
+    results = pd.read_csv(out / "results.csv")
+    crashed = results[results["policy"] == "crashes"]
+    assert len(crashed) == 2 and (crashed["status"] == "error").all()
+    assert crashed["raised_at"].str.startswith(f"{plugin}:11").all()
+    for run in crashed["run"]:
+        assert "ZeroDivisionError" in (out / run / "error.log").read_text()
+    means = pd.read_csv(out / "by_point.csv")
+    assert list(means["policy"]) == ["fifo", "fifo"] and (means["seeds"] == 1).all()
+    assert (results[results["policy"] == "fifo"]["jobs_finished"] == 100).all()
+    assert "runs that failed" in (out / "report.md").read_text()

@@ -729,7 +729,9 @@ def sweep(
                 parallel,
                 address,
                 on_done=lambda task, summary: bar.advance(task_id),
+                isolate=True,
             )
+    from corral.sim.parallel import FAILED
     from corral.sim.provenance import context_lines
 
     record = run.provenance(spec.policies, variants=spec.variants)
@@ -745,14 +747,26 @@ def sweep(
         "switch cost": run.switch_description(),
         "runner": how + (f" at {address}" if address else ""),
     }
+    crashed = [(p, s) for p, s in zip(points, summaries, strict=True) if s.get("status") == FAILED]
+    if crashed:  # (their rows in results.csv say so; the means leave them out)
+        context["runs that failed"] = "; ".join(
+            f"{p.name}: {s['error']} at {s['raised_at']}" for p, s in crashed
+        )
     with _user_errors():
         path = write_sweep(out, points, summaries, context)
         _write_provenance(out, record, run.parquet)
     if as_json:
         rows = [{k: v for k, v in s.items() if k != "provenance"} for s in summaries]
         print_json({"runs": rows, "provenance": record})
-        return
-    console.print(f"wrote {out}/results.csv, {out}/report.md and {path}", highlight=False)
+    else:
+        console.print(f"wrote {out}/results.csv, {out}/report.md and {path}", highlight=False)
+    if crashed:
+        first = crashed[0][1]
+        raise CorralError(
+            f"{len(crashed)} of {len(summaries)} runs failed (the first: {crashed[0][0].name}: "
+            f"{first['error']} at {first['raised_at']}); tracebacks in each one's "
+            f"{out}/<run>/error.log; the others' results are written"
+        )
 
 
 def _plain_value(value: Any) -> bool:

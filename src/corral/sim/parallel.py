@@ -102,8 +102,14 @@ def failed(spec: RunSpec, run_dir: str, exc: BaseException) -> tuple[dict[str, A
     where = next((f for f in reversed(frames) if own and f.filename == own), None)
     where = where or (frames[-1] if frames else None)
     message = (str(exc).strip().splitlines() or [""])[0]
+    from corral.policies import folder_name
+
+    try:
+        name = spec.label or folder_name(spec.policy)
+    except Exception:  # (a policy that cannot even be loaded)
+        name = spec.policy
     row = {
-        "policy": run_dir,
+        "policy": name,
         "run_dir": run_dir,
         "status": FAILED,
         "error": f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
@@ -138,7 +144,7 @@ def run_or_fail(
     try:
         return run_and_write(jobs, machines, spec, out_dir, extra)
     except Exception as exc:
-        row, log = failed(spec, Path(out_dir).name, exc)
+        row, log = failed(spec, str(extra.get("run_dir", Path(out_dir).name)), exc)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / ERROR_LOG).write_text(log, encoding="utf-8")
         return row

@@ -252,6 +252,8 @@ def write_sweep(
     results = results_frame(points, summaries)
     out.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / "results.csv", index=False)
+    if "error" in results.columns:  # runs that failed: in results.csv, not in the means
+        results = results[results["error"].isna()]
     table = over_seeds(results)
     table.to_csv(out / "by_point.csv", index=False)
     (out / "report.md").write_text(_markdown(table, context), encoding="utf-8")
