@@ -313,3 +313,41 @@ def wait_for_status(service: ServiceProcess, job: int, status: str) -> None:
     from corral.testing.service_process import wait_for
 
     wait_for(lambda: service.client.job(job)["status"] == status, 60, f"job {job} {status}")
+
+
+def test_logging_out_while_a_refresh_is_under_way_sends_nothing_more(browser, service) -> None:
+    """A poll answered after the user logged out draws nothing and sends no further
+    request (which would go without a token: a 401, and "token refused" shown to
+    nobody's fault). The first poll is held until the user has logged out."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    untokened: list[str] = []
+    page.on(
+        "request",
+        lambda r: (
+            untokened.append(r.url)
+            if "/v1/" in r.url and r.headers.get("authorization", "Bearer null") == "Bearer null"
+            else None
+        ),
+    )
+    held: list[Any] = []
+    page.route("**/v1/nodes", lambda route: held.append(route))
+    page.goto(service.url + "/")
+    page.get_by_label("API token").fill(TOKENS["alice"])
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_function("() => !document.getElementById('app').hidden")
+    for _ in range(50):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the first poll never asked for the nodes"
+    page.get_by_role("button", name="Log out").click()
+    page.get_by_label("API token").wait_for()
+    for route in held:
+        route.continue_()
+    page.wait_for_timeout(1500)
+    assert untokened == [] and errors == [], (untokened, errors)
+    assert page.locator("#login-error").inner_text() == ""
+    assert page.locator("#nodes").inner_text() == ""  # nothing drawn for the next user
+    assert page.evaluate("state.timer") is None  # and no polling started after the log-out

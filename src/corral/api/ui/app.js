@@ -10,7 +10,10 @@ const $ = (id) => document.getElementById(id);
 const token = () => sessionStorage.getItem("corral-token");
 
 async function api(path, options = {}) {
-  const headers = { Authorization: `Bearer ${token()}`, ...(options.headers || {}) };
+  const key = token();
+  // logged out while a refresh was under way: nothing more is sent (it would be a 401)
+  if (!key) throw new Error("unauthorised");
+  const headers = { Authorization: `Bearer ${key}`, ...(options.headers || {}) };
   const answer = await fetch(path, { ...options, headers });
   if (answer.status === 401) {
     logout("your token was refused; log in again");
@@ -94,6 +97,7 @@ async function start() {
   $("logout").hidden = false;
   $("who").textContent = `${state.me.user}${state.me.admin ? " (admin)" : ""}`;
   await refresh();
+  if (!token()) return;  // logged out during the first refresh: no polling starts
   clearInterval(state.timer);
   state.timer = setInterval(refresh, POLL_MS);
   const named = jobInAddress();
@@ -115,6 +119,7 @@ async function refresh() {
       // the live queue oldest first (its head); "all" the newest first
       json(`/v1/jobs${filter ? `?state=${encodeURIComponent(filter)}${filter === "all" ? "&newest=true" : ""}` : ""}`),
     ]);
+    if (!token()) return;  // logged out meanwhile: nothing is drawn for the next user
     state.jobs = jobs;
     if (filter === "all") {
       const rows = await json("/v1/history?all_users=true&limit=1000");
