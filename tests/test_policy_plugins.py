@@ -136,3 +136,53 @@ def test_corral_policies_describes_a_policy_given_by_file() -> None:
     assert row["name"] == SPEC and row["options"] == {"max_wait": 3600.0}
     missing = CliRunner().invoke(app, ["policies", "/nowhere/policy.py:Thing"])
     assert missing.exit_code != 0 and "no file" in str(missing.exception or missing.output)
+
+
+LP_EXAMPLE = EXAMPLE.parent / "floor_throughput.py"
+
+
+def test_the_lp_example_keeps_its_constraints_and_runs_in_compare(tmp_path: Path) -> None:
+    """The guide's LP policy: every allocation it solves keeps each job to at most
+    all of the time, each type's GPUs to its capacity, and each job that fits
+    somewhere to its floor; in ``compare`` it runs beside Gavel's own with the
+    engine's invariants checked."""
+    import numpy as np
+
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.engine import Simulator
+    from corral.sim.result import SimConfig
+    from corral.traces.gavel_synthetic import GavelWorkload, generate_gavel
+
+    policy = make_policy(f"{LP_EXAMPLE}:FloorThroughput", floor=0.8)
+    solved: list[np.ndarray] = []
+    allocate = type(policy).allocate
+
+    def checked(self, state, jobs):  # type: ignore[no-untyped-def]
+        x = allocate(self, state, jobs)
+        problem = self._problem(state, jobs)
+        assert (x.sum(axis=1) <= 1 + 1e-6).all()
+        assert (problem.gpus @ x <= problem.capacity + 1e-6).all()
+        isolated = problem.isolated_throughput()
+        normalised = (problem.throughput * x).sum(axis=1)
+        runs = isolated > 0
+        assert (normalised[runs] >= 0.8 * isolated[runs] - 1e-6).all()
+        solved.append(x)
+        return x
+
+    type(policy).allocate = checked  # type: ignore[method-assign]
+    try:
+        jobs = generate_gavel(GavelWorkload.parse("jobs=30,rate=20", seed=0))
+        config = SimConfig(check_invariants=True)
+        result = Simulator(jobs, load_cluster("gavel:4:4:4"), policy, config).run()
+    finally:
+        type(policy).allocate = allocate  # type: ignore[method-assign]
+    assert solved and (result.state.finish_time == result.state.finish_time).all()
+    ran = CliRunner().invoke(
+        app,
+        ["compare", "--trace", "gavel-synthetic:jobs=30,rate=20", "--cluster", "gavel:4:4:4",
+         "--policies", f"gavel-max-min-fairness,{LP_EXAMPLE}:FloorThroughput[floor=0.5]",
+         "--check", "--parallel", "1", "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    summary = json.loads((tmp_path / "floor-throughput-floor-0.5" / "summary.json").read_text())
+    assert summary["jobs_finished"] == 30
