@@ -997,3 +997,68 @@ def list_clusters(
         table.add_row(name, text)
     console.print(table)
     console.print("Or a path to a YAML cluster spec or a Tiresias cluster CSV.")
+
+
+@app.command()
+def rerun(
+    result: Annotated[Path, typer.Argument(help="a result folder of sim, compare or sweep")],
+    out: Annotated[
+        Path | None, typer.Option(help="where the new result goes (default: RESULT-rerun)")
+    ] = None,
+) -> None:
+    """Make a result again from its provenance.json and say whether it came out the same.
+
+    Runs the recorded command (from the directory you are in: a trace file named
+    by a relative path is looked for here) into another folder, then compares
+    every CSV and summary with the first, less what differs between any two
+    runs (wall-clock seconds, the provenance). Exits 1 when anything differs.
+    """
+    import subprocess
+    import sys
+
+    from corral import __version__
+    from corral.sim.provenance import code_identity
+    from corral.sim.rerun import differences, recorded, rerun_args
+
+    record = recorded(result)
+    target = out or result.with_name(result.name + "-rerun")
+    if target.resolve() == result.resolve():
+        raise CorralError("--out: the new result must go to another folder than RESULT")
+    args = rerun_args(record, target)
+    then = record.get("code") or {}
+    now = code_identity()
+    if record.get("corral_version") != __version__ or then.get("git_commit") != now.get(
+        "git_commit"
+    ):
+        err_console.print(
+            f"[yellow]note:[/] the result was made by corral {record.get('corral_version')}"
+            f"{' at ' + then['git_commit'][:12] if then.get('git_commit') else ''}; this is "
+            f"{__version__}{' at ' + now['git_commit'][:12] if now.get('git_commit') else ''}",
+            highlight=False,
+        )
+    console.print(f"rerun    corral {escape(shlex_join(args))}", highlight=False)
+    done = subprocess.run([sys.executable, "-m", "corral.cli", *args], check=False)
+    if done.returncode != 0:
+        raise CorralError(f"the recorded command failed again (exit code {done.returncode})")
+    found = differences(result, target)
+    for name in found.differ:
+        console.print(f"  differs: {name}", highlight=False)
+    for name in found.missing:
+        console.print(f"  missing from the rerun: {name}", highlight=False)
+    if not found.identical:
+        raise CorralError(
+            f"the rerun differs: {len(found.differ)} file(s) differ and {len(found.missing)} "
+            f"are missing, of {len(found.same) + len(found.differ) + len(found.missing)} "
+            f"compared; it is in {target}"
+        )
+    console.print(
+        f"identical: {len(found.same)} files compared (less wall-clock seconds and the "
+        f"provenance); the rerun is in {target}",
+        highlight=False,
+    )
+
+
+def shlex_join(words: list[str]) -> str:
+    import shlex
+
+    return shlex.join(words)

@@ -1,0 +1,60 @@
+"""corral rerun: a result made again from its provenance, and compared with the first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.cli.app import app
+from corral.errors import CorralError
+from corral.sim.rerun import differences, recorded, rerun_args
+
+WORKLOAD = ["--trace", "philly", "--max-jobs", "200", "--cluster", "philly",
+            "--cluster-scale", "0.17"]  # fmt: skip
+
+
+def test_the_recorded_command_writes_elsewhere(tmp_path: Path) -> None:
+    record = {"command": "corral compare --trace philly --out runs/a --policies 'las[quantum=60]'"}
+    assert rerun_args(record, tmp_path / "b") == [
+        "compare", "--trace", "philly", "--policies", "las[quantum=60]",
+        "--out", str(tmp_path / "b"),
+    ]  # fmt: skip
+    assert rerun_args({"command": "corral sim --out=x"}, tmp_path)[-1] == str(tmp_path)
+    with pytest.raises(CorralError, match="not one of corral sim"):
+        rerun_args({"command": "corral serve --config x"}, tmp_path)
+    with pytest.raises(CorralError, match="not a corral result folder"):
+        recorded(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_a_result_made_again_is_identical_and_a_changed_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # (the rerun runs from here, as the first did)
+    runner = CliRunner()
+    policies = ["--policies", "fifo,las[quantum=60]"]
+    extra = ["--loads", "0.5,0.9", "--runner", "serial"] if command == "sweep" else []
+    args = [command, *WORKLOAD, *policies, *extra, "--out", "first"]
+    monkeypatch.setattr("sys.argv", ["corral", *args])  # (what provenance records)
+    made = runner.invoke(app, args)
+    assert made.exit_code == 0, made.output
+    assert json.loads(Path("first/provenance.json").read_text())["command"].startswith(
+        f"corral {command} "
+    )
+    again = runner.invoke(app, ["rerun", "first", "--out", "second"])
+    assert again.exit_code == 0, again.output
+    assert "identical" in again.output
+    found = differences(Path("first"), Path("second"))
+    assert found.identical and len(found.same) >= 5
+    # a result whose jobs were changed afterwards is told apart, by file
+    jobs = next(Path("first").rglob("jobs.csv"))
+    lines = jobs.read_text().splitlines()
+    lines[1] = lines[1].replace(",", ",9", 1)
+    jobs.write_text("\n".join(lines) + "\n")
+    changed = runner.invoke(app, ["rerun", "first", "--out", "third"])
+    assert changed.exit_code != 0
+    assert "1 file(s) differ" in str(changed.exception)
+    assert f"differs: {jobs.relative_to('first').as_posix()}" in changed.output
