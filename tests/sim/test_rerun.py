@@ -58,3 +58,19 @@ def test_a_result_made_again_is_identical_and_a_changed_one_is_named(
     assert changed.exit_code != 0
     assert "1 file(s) differ" in str(changed.exception)
     assert f"differs: {jobs.relative_to('first').as_posix()}" in changed.output
+
+
+def test_a_rerun_on_another_trace_of_the_same_name_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fixture = Path(__file__).parents[1] / "fixtures" / "tiny_tiresias.csv"
+    Path("trace.csv").write_text(fixture.read_text())
+    args = ["sim", "--trace", "trace.csv", "--cluster", "uniform:4x4:V100", "--out", "first"]
+    monkeypatch.setattr("sys.argv", ["corral", *args])
+    assert CliRunner().invoke(app, args).exit_code == 0
+    lines = fixture.read_text().splitlines()
+    Path("trace.csv").write_text("\n".join(lines[:-1]) + "\n")  # one job fewer
+    again = CliRunner().invoke(app, ["rerun", "first"])
+    assert again.exit_code != 0 and "differ" in str(again.exception)
+    assert "not the one the result was made from" in again.stderr

@@ -1041,6 +1041,13 @@ def rerun(
     if done.returncode != 0:
         raise CorralError(f"the recorded command failed again (exit code {done.returncode})")
     found = differences(result, target)
+    trace_now = recorded(target).get("trace")
+    if trace_now != record.get("trace"):  # (a file of the same name, other rows)
+        err_console.print(
+            f"[yellow]note:[/] the trace read now is not the one the result was made from "
+            f"(then {record.get('trace')}; now {trace_now})",
+            highlight=False,
+        )
     for name in found.differ:
         console.print(f"  differs: {name}", highlight=False)
     for name in found.missing:
