@@ -102,6 +102,22 @@ def folder_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-") or "policy"
 
 
+def source_file(name: str) -> str | None:
+    """The source file of the policy (or round planner) named ``name``; None when it
+    cannot be found or loaded (callers describe a result either way)."""
+    import inspect
+
+    key = policy_key(name)
+    try:
+        if key in POLICIES:
+            return inspect.getsourcefile(POLICIES[key])
+        from corral.policies.rounds.planners import ROUND_PLANNERS
+
+        return inspect.getsourcefile(type(ROUND_PLANNERS[key]))
+    except Exception:  # (a plugin that does not import, a name that is no policy)
+        return None
+
+
 def policy_key(name: str) -> str:
     """How a policy's name is looked up: built-in and entry-point names in any case,
     a ``module:Class`` or ``file.py:Class`` as written."""

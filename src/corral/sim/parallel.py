@@ -97,13 +97,13 @@ def failed(spec: RunSpec, run_dir: str, exc: BaseException) -> tuple[dict[str, A
     engine that called it), else the line that raised."""
     import traceback
 
+    from corral.policies import folder_name, source_file
+
     frames = traceback.extract_tb(exc.__traceback__)
-    own = _policy_file(spec.policy)
+    own = source_file(spec.policy)
     where = next((f for f in reversed(frames) if own and f.filename == own), None)
     where = where or (frames[-1] if frames else None)
     message = (str(exc).strip().splitlines() or [""])[0]
-    from corral.policies import folder_name
-
     try:
         name = spec.label or folder_name(spec.policy)
     except Exception:  # (a policy that cannot even be loaded)
@@ -117,23 +117,6 @@ def failed(spec: RunSpec, run_dir: str, exc: BaseException) -> tuple[dict[str, A
         "log": f"{run_dir}/{ERROR_LOG}",
     }
     return row, "".join(traceback.format_exception(exc))
-
-
-def _policy_file(policy: str) -> str | None:
-    """The source file of the policy (or round planner) named ``policy``."""
-    import inspect
-
-    from corral.policies import POLICIES, policy_key
-
-    try:
-        key = policy_key(policy)
-        if key in POLICIES:
-            return inspect.getsourcefile(POLICIES[key])
-        from corral.policies.rounds.planners import ROUND_PLANNERS
-
-        return inspect.getsourcefile(type(ROUND_PLANNERS[key]))
-    except Exception:  # (the error row is written whatever this finds)
-        return None
 
 
 def run_or_fail(

@@ -138,17 +138,9 @@ def policy_source(name: str) -> dict[str, str] | None:
     """For a policy from outside corral (``file.py:Class`` or ``module:Class``): the
     SHA-256 of its source file, so a result says which version of it ran (by file
     name, never a local path). None for corral's own (the commit covers them)."""
-    import inspect
+    from corral.policies import policy_key, source_file
 
-    from corral.policies import POLICIES, policy_key
-
-    key = policy_key(name)
-    if ":" not in key:
-        return None
-    try:
-        path = inspect.getsourcefile(POLICIES[key])
-    except (KeyError, TypeError, OSError):
-        return None
+    path = source_file(name) if ":" in policy_key(name) else None
     if path is None:
         return None
     return {"file": Path(path).name, "sha256": file_digest([Path(path)])}
