@@ -31,6 +31,29 @@ LOG_SPAN = 10.0
 """A positive y axis whose largest value is this many times its smallest goes log."""
 PALETTE = ["#1a5fb4", "#c01c28", "#26a269", "#e66100", "#613583", "#865e3c", "#3d3846", "#0e7c86"]
 """Series colours (distinct, dark enough to read on white)."""
+DASHES = ["", "6 3", "2 2", "8 3 2 3"]
+"""Line patterns, so series can be told apart without colour (in print, in grey)."""
+
+
+def series_styles(names: list[str]) -> dict[str, tuple[str, str]]:
+    """A colour and a line pattern per series, from its name, so a policy is drawn
+    alike from one report to the next whatever the others are. The pattern is the
+    name's alone; the colour is the name's unless a series before it in the chart
+    has it, then the next one free (series of one chart differ in colour, up to
+    the palette's size)."""
+    import zlib
+
+    taken: set[int] = set()
+    out = {}
+    for name in names:
+        code = zlib.crc32(name.encode())
+        k = code % len(PALETTE)
+        while k in taken and len(taken) < len(PALETTE):
+            k = (k + 1) % len(PALETTE)
+        taken.add(k)
+        out[name] = (PALETTE[k], DASHES[code // len(PALETTE) % len(DASHES)])
+    return out
+
 
 Series = dict[str, tuple[np.ndarray, np.ndarray]]
 
@@ -166,15 +189,17 @@ def line_chart(
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(t)}</text>')
     data = []
     legend = []
+    styles = series_styles(list(series))
     for k, (name, (xs, ys)) in enumerate(series.items()):
-        colour = PALETTE[k % len(PALETTE)]
+        colour, dash = styles[name]
+        pattern = f' stroke-dasharray="{dash}"' if dash else ""
         pts = " ".join(
             f"{sx(float(u)):.1f},{sy(float(v)):.1f}"
             for u, v in zip(xs, ys, strict=True)
             if not log_y or v > 0
         )
         marks = [
-            f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6">'
+            f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6"{pattern}>'
             f"<title>{html.escape(name)}</title></polyline>"
         ]
         for u, v, e in zip(xs, ys, errors.get(name, ()), strict=False):
@@ -191,7 +216,9 @@ def line_chart(
         legend.append(
             f'<button type="button" data-series="{k}" aria-pressed="true" '
             f'title="hide or show {html.escape(name)}">'
-            f'<span class="swatch" style="background:{colour}"></span>{html.escape(name)}</button>'
+            f'<svg class="swatch" width="18" height="6" aria-hidden="true"><line x1="0" y1="3" '
+            f'x2="18" y2="3" stroke="{colour}" stroke-width="2"{pattern}/></svg>'
+            f"{html.escape(name)}</button>"
         )
         data.append(
             {
@@ -259,7 +286,8 @@ figure.chart .legend { display: flex; flex-wrap: wrap; gap: .25rem .5rem; margin
 figure.chart .legend button { font: 13px system-ui, sans-serif; background: none; cursor: pointer;
                               border: 1px solid #ccc; border-radius: 4px; padding: 1px 6px; }
 figure.chart .legend button[aria-pressed="false"] { opacity: .45; text-decoration: line-through; }
-figure.chart .swatch { display: inline-block; width: 12px; height: 4px; margin: 0 4px 3px 0; }
+figure.chart .legend svg.swatch { display: inline-block; width: 18px; height: 6px;
+                                  vertical-align: middle; margin: 0 4px 2px 0; }
 """
 
 HOVER_SCRIPT = """
