@@ -75,7 +75,8 @@ class Harness:
         """Stop the loop without touching its processes (as a killed service would)."""
         self.stop_event.set()
         self.scheduler.notify()
-        self.thread.join(10)
+        self.thread.join(120)  # (a pass under load can take seconds: never two loops at once)
+        assert not self.thread.is_alive(), "the loop thread did not stop in 120 s"
 
     def restart(self) -> None:
         self.crash()

@@ -333,7 +333,17 @@ def test_a_request_recorded_during_a_pass_is_not_lost(
         ex = h.scheduler.executor
         wait_for(lambda: ex.poll(suspended.ref, suspended.dir) is not None, 90, "the suspend")
         h.restart()
-        done = h.wait_state(job["id"], {"CANCELLED"})  # the suspend was carried out first
+        try:
+            done = h.wait_state(job["id"], {"CANCELLED"})  # the suspend was carried out first
+        except TimeoutError:
+            with h.store.session() as s:
+                row = s.get(JobRow, job["id"])
+                seen = (row.status, row.reason, row.request)
+                kinds = [
+                    (e.kind, e.detail)
+                    for e in s.query(EventRow).filter(EventRow.job_id == job["id"])
+                ]
+            raise AssertionError(f"{seen} {kinds}") from None
         assert [a["cause"] for a in done["attempts"]] == ["suspended"]
     finally:
         h.close()
