@@ -37,6 +37,7 @@ def test_a_variant_is_named_by_its_label_or_as_written() -> None:
     assert one == Variant("las", "las 1 min", {"quantum": "60"}) and one.folder == "las-1-min"
     assert two.label == "las[quantum=3600]" and two.folder == "las-quantum-3600"
     assert three == Variant("las", "las", {})
+    assert Variant("las", "..").folder == "policy" and Variant("las", "../x").folder == "x"
     with pytest.raises(CorralError, match="one folder"):
         parse_variants("las[quantum=60],las[quantum=60]")
     with pytest.raises(CorralError, match="twice"):

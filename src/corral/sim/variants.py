@@ -38,7 +38,8 @@ class Variant:
     @property
     def folder(self) -> str:
         """The folder the run writes to (the label, made safe for a path)."""
-        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.label).strip("-") or "policy"
+        # (no leading or trailing dots: a label of ".." must not write above the output)
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.label).strip("-.") or "policy"
 
 
 def split_entries(text: str) -> list[str]:
