@@ -141,11 +141,22 @@ def ranks_placed_as_planned(service: RayService, job_id: int) -> list[str]:
     nodes = json.loads((service.folder / "state" / NODES_FILE).read_text())
     slots = [n for n in nodes for _ in range(n["gpus"])]
     used = []
-    for attempt in service.client.job(job_id)["attempts"]:
+    attempts = service.client.job(job_id)["attempts"]
+    for attempt in attempts:
         folder = service.folder / "state" / "jobs" / str(job_id) / f"attempt-{attempt['number']}"
         planned = list(dict.fromkeys(slots[g]["name"] for g in attempt["gpus"]))
+        exit_file = folder / "exit.json"
+        record = json.loads(exit_file.read_text()) if exit_file.exists() else {"detail": None}
+        if (record["detail"] or "").startswith("Ray could not start it"):
+            # (on a loaded host an actor may take longer to start than the executor
+            # waits; the attempt is lost before any rank ran, and the job starts again)
+            assert record["lost"] and attempt is not attempts[-1], (job_id, attempt)
+            continue
         for rank, name in enumerate(planned):
-            ran_on = (folder / f"rank-{rank}" / "ray-node-id").read_text()
+            node_file = folder / f"rank-{rank}" / "ray-node-id"
+            events = [(e.kind, e.detail) for e in service.events() if e.job_id == job_id]
+            assert node_file.exists(), (job_id, attempt, record, events)
+            ran_on = node_file.read_text()
             expected = next(n["node_id"] for n in nodes if n["name"] == name)
             assert ran_on == expected, (job_id, attempt["number"], rank)
         used += planned

@@ -152,3 +152,27 @@ def test_a_jobs_log_is_cut_at_its_limit_and_says_where(tmp_path: Path) -> None:
     assert text.startswith(b"y" * 2**16)
     assert b"the log was cut here at 65536 bytes (log_limit)" in text
     assert len(text) < 2**16 + 200 and not text.rstrip().endswith(b"end")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_sent_while_the_launcher_starts_the_job_reaches_the_job(
+    tmp_path: Path, sig: int
+) -> None:
+    """The service signals the attempt's group; a stop that came before the job's
+    process was in it reached the launcher alone. It was ignored there and the job ran
+    to its end (a suspended job recorded as a success). The launcher passes it on."""
+    folder = tmp_path / "attempt"
+    folder.mkdir()
+
+    def start(setup: object) -> int:
+        os.kill(os.getpid(), sig)  # the stop arrives while the launcher is starting the job
+        child = subprocess.Popen(["sleep", "30"], preexec_fn=setup)  # type: ignore[arg-type]
+        return child.pid
+
+    pid = os.fork()  # in a process of its own: a launcher is a subreaper, and ignores stops
+    if pid == 0:
+        os._exit(launcher.supervise(folder, Confinement(), start))
+    _, status = os.waitpid(pid, 0)
+    record = json.loads((folder / "exit.json").read_text())
+    assert record["signal"] == sig and record["exit_code"] is None
+    assert os.waitstatus_to_exitcode(status) == 128 + sig

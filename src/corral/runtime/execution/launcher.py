@@ -56,6 +56,8 @@ from pathlib import Path
 
 EXIT_FILE = "exit.json"
 PID_FILE = "launcher.pid"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Signals for the job, never the launcher: it waits on and records the job's end."""
 ENV_FILE = "job-env.json"
 """The job's environment, written by the service for the launcher (mode 0600)."""
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -306,8 +308,9 @@ def supervise(
     ``child_setup`` in it once its identity is set) and returns its pid; then wait for
     it, kill what it left and write the exit record. Returns the launcher's exit code."""
     write_atomic(folder / PID_FILE, str(os.getpid()))
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
+    early: list[int] = []  # stop signals sent to the group before the job's process was in it
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     cgroup = _cgroup(folder, conf)
     record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
@@ -323,6 +326,9 @@ def supervise(
     else:
         os.close(tell)
         tell = -1
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        _pass_on(early, pid)
         code = _wait(pid)
         if code < 0:
             record["signal"] = -code
@@ -347,6 +353,19 @@ def supervise(
     if isinstance(ended, int):
         return ended
     return 128 + (killed_by if isinstance(killed_by, int) else 0)
+
+
+def _pass_on(early: list[int], pid: int) -> None:
+    """Give the job's process the stop signals its group got before it existed.
+
+    The service signals the attempt's group; one sent while the launcher was still
+    starting the job reached the launcher alone, which ignores it, and the job would
+    run on as if never asked to stop (a suspend or cancel lost, the attempt recorded
+    as a success). A signal that came while the job's process was being forked may
+    reach it twice: the job dies of the first, before it can set a handler."""
+    for sig in dict.fromkeys(early):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
 def _read_all(fd: int) -> str:
@@ -379,7 +398,7 @@ def _wait(pid: int) -> int:
 def _in_child(conf: Confinement, rlimits: bool, launcher: int, tell: int = -1) -> None:
     """In the job's process, after its user and groups are set, before it runs.
     ``tell``: where to say why the job cannot start (the launcher's pipe)."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
     if os.getppid() != launcher:  # the launcher died before the line above took effect

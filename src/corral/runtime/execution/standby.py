@@ -62,6 +62,7 @@ from pathlib import Path
 from corral.runtime.execution.launcher import (
     NOT_STARTED,
     PR_SET_PDEATHSIG,
+    STOP_SIGNALS,
     Confinement,
     isolated_python,
     parse,
@@ -178,7 +179,7 @@ def main(fd: int, preload: list[str]) -> int:
     """Wait for one assignment on socket ``fd``, then run it as its launcher."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # idle: go with the service
     sock = socket.socket(fileno=fd)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     warm_up(preload)
     sock.sendall(READY)
