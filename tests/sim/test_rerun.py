@@ -74,3 +74,28 @@ def test_a_rerun_on_another_trace_of_the_same_name_says_so(
     again = CliRunner().invoke(app, ["rerun", "first"])
     assert again.exit_code != 0 and "differ" in str(again.exception)
     assert "not the one the result was made from" in again.stderr
+
+
+def test_a_rerun_of_a_policy_file_that_changed_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fixture = Path(__file__).parents[1] / "fixtures" / "tiny_tiresias.csv"
+    example = Path(__file__).parents[2] / "examples" / "policies" / "floor_throughput.py"
+    Path("mine.py").write_text(example.read_text())
+    args = ["sim", "--trace", str(fixture), "--cluster", "uniform:4x4:V100"]
+    args += ["--policy", "mine.py:FloorThroughput", "--out", "first"]
+    monkeypatch.setattr("sys.argv", ["corral", *args])
+    made = CliRunner().invoke(app, args)
+    assert made.exit_code == 0, made.output
+    same = CliRunner().invoke(app, ["rerun", "first", "--out", "same"])
+    assert same.exit_code == 0 and "has changed" not in same.stderr
+    Path("mine.py").write_text(example.read_text() + "\n# tuned since\n")
+    again = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
+    said = " ".join(again.stderr.split())  # (Rich wraps lines)
+    assert "the policy file mine.py has changed since the result was made" in said
+    Path("mine.py").unlink()
+    gone = CliRunner().invoke(app, ["rerun", "first", "--out", "gone"])
+    assert gone.exit_code != 0 and "the policy file mine.py is not here" in gone.stderr.replace(
+        "\n", " "
+    )

@@ -192,8 +192,12 @@ class RunArgs:
         }
         from corral.sim.provenance import policy_source
 
-        sources = {v.label: policy_source(v.policy) for v in runs}
-        record["policy_sources"] = {k: s for k, s in sources.items() if s is not None}
+        sources = {v.label: (v.policy, policy_source(v.policy)) for v in runs}
+        record["policy_sources"] = {
+            label: {"policy": policy, **source}
+            for label, (policy, source) in sources.items()
+            if source is not None
+        }
         return record
 
     def workload(self) -> tuple[JobTable, Cluster]:
@@ -1012,13 +1016,15 @@ def rerun(
     by a relative path is looked for here) into another folder, then compares
     every CSV and summary with the first, less what differs between any two
     runs (wall-clock seconds, the provenance). Exits 1 when anything differs.
+    The command is printed first: a policy file it names is run as Python, so
+    rerun only results from people whose scripts you would run.
     """
     import subprocess
     import sys
 
     from corral import __version__
     from corral.sim.provenance import code_identity
-    from corral.sim.rerun import differences, recorded, rerun_args
+    from corral.sim.rerun import changed_policy_files, differences, recorded, rerun_args
 
     record = recorded(result)
     target = out or result.with_name(result.name + "-rerun")
@@ -1036,6 +1042,8 @@ def rerun(
             f"{__version__}{' at ' + now['git_commit'][:12] if now.get('git_commit') else ''}",
             highlight=False,
         )
+    for change in changed_policy_files(record):
+        err_console.print(f"[yellow]note:[/] {escape(change)}", highlight=False)
     console.print(f"rerun    corral {escape(shlex_join(args))}", highlight=False)
     done = subprocess.run([sys.executable, "-m", "corral.cli", *args], check=False)
     if done.returncode != 0:

@@ -41,6 +41,27 @@ def recorded(result: Path) -> dict[str, Any]:
     return record
 
 
+def changed_policy_files(record: dict[str, Any]) -> list[str]:
+    """Policy files (``file.py:Class``) the record names whose source here is not the
+    one that ran, by SHA-256: a rerun of them is another experiment. Read, never
+    imported (a module path's file is found only by importing it: not checked)."""
+    from corral.sim.provenance import file_digest
+
+    changed = []
+    for label, source in (record.get("policy_sources") or {}).items():
+        if not isinstance(source, dict) or not isinstance(source.get("policy"), str):
+            continue
+        name = source["policy"]
+        path = Path(name.rpartition(":")[0])
+        if path.suffix != ".py":
+            continue
+        if not path.is_file():
+            changed.append(f"{label}: the policy file {path} is not here")
+        elif file_digest([path]) != source.get("sha256"):
+            changed.append(f"{label}: the policy file {path} has changed since the result was made")
+    return changed
+
+
 def rerun_args(record: dict[str, Any], out: Path) -> list[str]:
     """The recorded command's arguments (after ``corral``), writing to ``out``."""
     try:
