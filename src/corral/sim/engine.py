@@ -113,6 +113,7 @@ class Simulator:
             busy_seconds += state.busy_gpus * (t - last_t)
             last_t = t
             state.now = t
+            events_before = events
             while heap and heap[0][0] <= t + TIME_EPS:
                 due = []
                 while heap and heap[0][0] <= t + TIME_EPS:
@@ -142,6 +143,7 @@ class Simulator:
                     rejected.append(i)
                 else:
                     state.arrive(i)
+            jobs_moved = events > events_before  # a job ended, failed or arrived
             if wakeup is not None and wakeup <= t:
                 wakeup = None
                 events += 1
@@ -154,7 +156,9 @@ class Simulator:
             # earlier pass asked for lapses (as in the live service), so a
             # policy is not run at instants it no longer cares about
             wakeup = upcoming(plan.next_wakeup, t)
-            if self._checker is not None:
+            # (a pass in which no job moved and the plan changed nothing leaves the
+            # state the last check saw: Pollux and Gavel wake every round to find so)
+            if self._checker is not None and (jobs_moved or not (plan.empty and not plan.respeeds)):
                 self._checker.after_pass()
             timeline.time.append(t)
             timeline.busy_gpus.append(state.busy_gpus)
