@@ -15,7 +15,7 @@ from corral.api.app import create_app
 from corral.runtime.execution.executor import ProcessRef
 from corral.runtime.execution.exits import PARK
 from corral.runtime.jobspec.config import hash_token
-from corral.runtime.storage.store import AttemptRow, Store
+from corral.runtime.storage.store import AttemptRow, JobRow, Store
 from tests.runtime.harness import PY, auth, make_config
 from tests.runtime.virtual_loop import virtual_loop
 
@@ -83,4 +83,32 @@ def test_a_wakeup_at_now_does_not_make_the_live_loop_pass_again_at_once(tmp_path
     passes = len(policy.passes)  # type: ignore[attr-defined]
     loop.run(5)
     assert len(policy.passes) == passes  # type: ignore[attr-defined]
+    loop.close()
+
+
+def test_a_kill_that_found_no_process_is_sent_again_until_the_attempt_ends(
+    tmp_path: Path,
+) -> None:
+    """A kill reaches only the processes there are: one sent while the launcher was
+    still starting the job (a GPU failed at once, a cancel just after the start)
+    found none, was never sent again, and the job ran on, unkilled (seen under load:
+    a job told to stop when its GPU failed ran its whole 60 s). Here the first kill
+    is lost; the loop kills again and the cancel completes."""
+    loop = virtual_loop(tmp_path)
+    job = loop.queue(command=["hang"], gpus=1)  # (ignores SIGTERM: the kill is what ends it)
+    loop.run(2)
+    real_signal = loop.executor.signal
+    lost: list[int] = []
+
+    def first_kill_lost(ref: ProcessRef, sig: int) -> None:
+        if sig == signal.SIGKILL and not lost:
+            lost.append(sig)
+            return
+        real_signal(ref, sig)
+
+    loop.executor.signal = first_kill_lost  # type: ignore[method-assign]
+    with loop.store.session() as s:
+        s.get(JobRow, job).request = "cancel"
+    loop.run(loop.config.stop_grace + 10)
+    assert lost and loop.row(job).status == "CANCELLED"
     loop.close()

@@ -192,12 +192,8 @@ class RunArgs:
         }
         from corral.sim.provenance import policy_source
 
-        sources = {v.label: (v.policy, policy_source(v.policy)) for v in runs}
-        record["policy_sources"] = {
-            label: {"policy": policy, **source}
-            for label, (policy, source) in sources.items()
-            if source is not None
-        }
+        sources = {v.label: policy_source(v.policy) for v in runs}
+        record["policy_sources"] = {k: s for k, s in sources.items() if s is not None}
         return record
 
     def workload(self) -> tuple[JobTable, Cluster]:

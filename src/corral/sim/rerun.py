@@ -42,23 +42,36 @@ def recorded(result: Path) -> dict[str, Any]:
 
 
 def changed_policy_files(record: dict[str, Any]) -> list[str]:
-    """Policy files (``file.py:Class``) the record names whose source here is not the
-    one that ran, by SHA-256: a rerun of them is another experiment. Read, never
-    imported (a module path's file is found only by importing it: not checked)."""
+    """Policy files (``file.py:Class``) the recorded command names whose source here
+    is not the one that ran, by SHA-256: a rerun of them is another experiment. The
+    record keeps each plugin's file name and digest (never a local path); the path
+    is the one the command gave. Read, never imported (a ``module:Class`` policy's
+    file is found only by importing it: not checked)."""
     from corral.sim.provenance import file_digest
 
+    digests = {
+        source.get("file"): source.get("sha256")
+        for source in (record.get("policy_sources") or {}).values()
+        if isinstance(source, dict)
+    }
+    try:
+        words = shlex.split(record.get("command") or "")
+    except ValueError:
+        return []
+    named = {
+        Path(part.strip().rpartition(":")[0])
+        for word in words
+        for part in word.split(",")
+        if ".py:" in part
+    }
     changed = []
-    for label, source in (record.get("policy_sources") or {}).items():
-        if not isinstance(source, dict) or not isinstance(source.get("policy"), str):
-            continue
-        name = source["policy"]
-        path = Path(name.rpartition(":")[0])
-        if path.suffix != ".py":
+    for path in sorted(named):
+        if path.name not in digests:
             continue
         if not path.is_file():
-            changed.append(f"{label}: the policy file {path} is not here")
-        elif file_digest([path]) != source.get("sha256"):
-            changed.append(f"{label}: the policy file {path} has changed since the result was made")
+            changed.append(f"the policy file {path} is not here")
+        elif file_digest([path]) != digests[path.name]:
+            changed.append(f"the policy file {path} has changed since the result was made")
     return changed
 
 

@@ -63,6 +63,11 @@ def any_verdict(
 
 
 LIVE = (JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING)
+KILL_AGAIN = 2.0
+"""Seconds between kills of an attempt that has not ended: a kill finds only the
+processes there are, and a job whose launcher had not yet started its process
+when the first came (a GPU failed at once, a cancel just after the start) would
+otherwise run on, unkilled, to its end."""
 
 
 class Transitions(Sharing):
@@ -107,7 +112,7 @@ class Transitions(Sharing):
             self._force_pauses(a, now)
             if a.kill_at is not None and now >= a.kill_at and a.ref is not None:
                 self.executor.kill(a.ref)
-                a.kill_at = None
+                a.kill_at = now + KILL_AGAIN
         return changed
 
     def _stop(self, a: Attempt, why: str, now: float, grace: float | None = None) -> None:
