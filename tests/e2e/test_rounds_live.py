@@ -34,7 +34,7 @@ JOBS: list[tuple[int, str | None]] = [
     (2, None),
 ]
 """(tasks per round, GPU type it is bound to)."""
-CASES = {"hare": (JOBS[:4], 2), "sched-allox": (JOBS[:2], 1), "sched-homo": (JOBS[:2], 1)}
+CASES = {"hare": (JOBS[:3], 2), "sched-allox": (JOBS[:2], 1), "sched-homo": (JOBS[:2], 1)}
 """Policy -> (jobs, rounds each): enough for each planner's placement to show with real
 processes. The loop's side (every job, every round, restarts) is run at full size in
 virtual time: ``tests/runtime/test_round_policy.py``."""
@@ -178,7 +178,7 @@ def test_round_keepers_hold_jobs_between_their_tasks_live(tmp_path: Path) -> Non
     """With ``workers: {keep: 4}``, hare's tasks run in their job's keeper on their GPU
     (most of them on the state it already holds), the results stay exact, and the
     keepers end with their jobs."""
-    jobs_asked, rounds_each = JOBS[:3], 3
+    jobs_asked, rounds_each = JOBS[:2], 3
     service = ServiceProcess(tmp_path, "hare", {}, users=TOKENS, workers={"standby": 1, "keep": 4})
     try:
         service.start()
