@@ -186,3 +186,27 @@ def test_the_lp_example_keeps_its_constraints_and_runs_in_compare(tmp_path: Path
     assert ran.exit_code == 0, ran.output
     summary = json.loads((tmp_path / "floor-throughput-floor-0.5" / "summary.json").read_text())
     assert summary["jobs_finished"] == 30
+
+
+def test_the_lp_example_schedules_in_the_live_loop(tmp_path: Path) -> None:
+    """The LP policy from its file, in the service's own loop (virtual time, the real
+    loop and store) on two GPU types: every job ends, and the loop records no
+    policy error."""
+    from corral.runtime.jobspec.config import GpuGroup
+    from corral.runtime.storage.store import EventRow
+    from tests.runtime.virtual_loop import virtual_loop
+
+    loop = virtual_loop(
+        tmp_path,
+        f"{LP_EXAMPLE}:FloorThroughput",
+        gpus=[GpuGroup(type="V100", count=2), GpuGroup(type="K80", count=2)],
+        policy_options={"floor": 0.5, "round": 5},
+    )
+    try:
+        ids = [loop.queue(command=["sleep", str(3 + k)], gpus=1 + k % 2) for k in range(6)]
+        loop.run(200)
+        assert [loop.row(j).status for j in ids] == ["SUCCEEDED"] * 6
+        with loop.store.session() as s:
+            assert not s.query(EventRow).filter(EventRow.kind == "policy_error").count()
+    finally:
+        loop.close()
