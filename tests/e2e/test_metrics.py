@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +69,16 @@ def test_the_series_change_as_jobs_run(service: ServiceProcess) -> None:
     before = scrape(service)
     assert value(before, "corral_gpus", type="V100", state="idle") == 2
     assert value(before, "corral_gpus", type="K80", state="idle") == 1
+    # every label value is there from the start, at 0 (increase() then sees the first)
+    for state in ("allocated", "drained", "failed"):
+        assert ("corral_gpus", (("state", state), ("type", "K80"))) in before
+    for cause in ("succeeded", "user_error", "node_failure", "preempted"):
+        assert ("corral_attempts_total", (("cause", cause),)) in before
+    for state in ("SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"):
+        assert ("corral_jobs_finished_total", (("state", state),)) in before
+        assert ("corral_jobs", (("state", state),)) not in before  # live states only
+    stepped = value(before, "corral_loop_last_step_timestamp_seconds")
+    assert abs(stepped - time.time()) < 30  # the loop goes round
     client = service.client
     # one job that holds a GPU while we look, one that fails, one that succeeds
     long = client.submit({"name": "long", "command": [PY, "-c", "import time; time.sleep(60)"],
@@ -84,13 +95,15 @@ def test_the_series_change_as_jobs_run(service: ServiceProcess) -> None:
         == value(before, "corral_jobs", state="RUNNING") + 1
     )
     assert (
-        value(during, "corral_jobs", state="SUCCEEDED")
-        >= value(before, "corral_jobs", state="SUCCEEDED") + 1
+        value(during, "corral_jobs_finished_total", state="SUCCEEDED")
+        >= value(before, "corral_jobs_finished_total", state="SUCCEEDED") + 1
     )
     assert (
-        value(during, "corral_jobs", state="FAILED")
-        >= value(before, "corral_jobs", state="FAILED") + 1
+        value(during, "corral_jobs_finished_total", state="FAILED")
+        >= value(before, "corral_jobs_finished_total", state="FAILED") + 1
     )
+    assert value(during, "corral_gpus_in_use", vc="lab", user="alice") == 1  # the long job
+    assert value(during, "corral_loop_last_step_timestamp_seconds") > stepped
     assert value(during, "corral_attempts_total", cause="succeeded") >= 1
     assert sum(v for (n, labels), v in during.items() if n == "corral_attempts_total") >= 2
     allocated = sum(
@@ -131,5 +144,12 @@ def test_a_grafana_dashboard_reads_the_series() -> None:
     exprs = " ".join(t["expr"] for p in board["panels"] for t in p.get("targets", []))
     for series in ("corral_jobs", "corral_queue_jobs", "corral_gpus", "corral_pass_seconds_bucket",
                    "corral_preemptions_total", "corral_attempts_total", "corral_api_requests_total",
-                   "corral_queue_oldest_wait_seconds"):  # fmt: skip
+                   "corral_queue_oldest_wait_seconds", "corral_gpus_in_use",
+                   "corral_jobs_finished_total",
+                   "corral_loop_last_step_timestamp_seconds"):  # fmt: skip
         assert series in exprs, series
+    # one service's figures at a time, chosen by its instance (two are never summed)
+    assert any(v["name"] == "instance" for v in board["templating"]["list"])
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            assert target["expr"].count("corral_") == target["expr"].count('instance="$instance"')

@@ -2,11 +2,17 @@
 
 Series (every name starts ``corral_``):
 
-- ``jobs{state}``: jobs in each state, now;
+- ``jobs{state}``: jobs in each live state (pending, starting, running,
+  suspended), now;
+- ``jobs_finished_total{state}``: jobs that ended, by how (succeeded, failed,
+  cancelled, timeout): counters, as they only grow;
+- ``gpus_in_use{vc,user}``: GPUs held by running jobs, per virtual cluster and user;
 - ``queue_jobs{vc,user}`` and ``queue_oldest_wait_seconds{vc,user}``: waiting
   jobs, and how long the oldest has waited, per virtual cluster and user;
 - ``gpus{type,state}``: GPUs allocated, idle, drained or failed, per type;
 - ``pass_seconds{policy}``: a histogram of scheduling pass times;
+- ``loop_last_step_timestamp_seconds``: when the loop last went round (it does
+  every tick: alert on ``time() - corral_loop_last_step_timestamp_seconds``);
 - ``preemptions_total``: preemptions of the jobs in the store;
 - ``attempts_total{cause}``: attempts ended, by how (succeeded, failed,
   preempted, node_failure, ...);
@@ -14,7 +20,10 @@ Series (every name starts ``corral_``):
   (never by a job id: the series stay few), method and status code.
 
 The store's figures are read at each scrape (cheap grouped counts), so they
-are right after a restart; the loop's and the API's are kept in memory.
+are right after a restart; the loop's and the API's are kept in memory. Every
+state of ``jobs``, ``jobs_finished_total``, ``gpus`` (per type) and every cause
+of ``attempts_total`` is there from the first scrape, at 0 while none: a series
+that first appears at 1 hides its first event from ``increase()``.
 Scraping needs a token, as every other read does: Prometheus sends it with
 ``authorization: {credentials_file: ...}`` in its scrape config.
 """
@@ -32,6 +41,7 @@ from sqlalchemy import func, select
 
 from corral.api.common import AUTH, Context, Ctx, User
 from corral.model.status import JobStatus
+from corral.runtime.execution.exits import Cause
 from corral.runtime.loop.loop_metrics import gpu_states
 from corral.runtime.storage.store import AttemptRow, JobRow
 
@@ -59,15 +69,39 @@ class StoreCollector(Collector):
                 .group_by(vc, JobRow.user)
             ).all()
             preemptions = s.scalar(select(func.coalesce(func.sum(JobRow.preemptions), 0)))
-            ended = s.execute(
-                select(AttemptRow.cause, func.count())
-                .where(AttemptRow.end_time.is_not(None))
-                .group_by(AttemptRow.cause)
+            ended = dict(
+                s.execute(
+                    select(AttemptRow.cause, func.count())
+                    .where(AttemptRow.end_time.is_not(None))
+                    .group_by(AttemptRow.cause)
+                ).all()
+            )
+            running = s.execute(
+                select(vc, JobRow.user, JobRow.gpus).where(
+                    JobRow.status.in_([JobStatus.STARTING.value, JobStatus.RUNNING.value])
+                )
             ).all()
-        jobs = GaugeMetricFamily("corral_jobs", "Jobs in each state", labels=["state"])
+        jobs = GaugeMetricFamily("corral_jobs", "Jobs in each live state", labels=["state"])
+        finished = CounterMetricFamily(
+            "corral_jobs_finished", "Jobs that ended, by how", labels=["state"]
+        )
         for state in JobStatus:
-            jobs.add_metric([state.value], float(by_state.get(state.value, 0)))
+            count = float(by_state.get(state.value, 0))
+            (finished if state.terminal else jobs).add_metric([state.value], count)
         yield jobs
+        yield finished
+        in_use = GaugeMetricFamily(
+            "corral_gpus_in_use",
+            "GPUs held by running jobs, per virtual cluster and user",
+            labels=["vc", "user"],
+        )
+        held: dict[tuple[str, str], int] = {}
+        for vc_name, user, gpus in running:
+            key = (vc_name or "default", user)
+            held[key] = held.get(key, 0) + (len(gpus) if isinstance(gpus, list) else 0)
+        for (vc_name, user), count in sorted(held.items()):
+            in_use.add_metric([vc_name, user], float(count))
+        yield in_use
         queue = GaugeMetricFamily(
             "corral_queue_jobs", "Waiting jobs per virtual cluster and user", labels=["vc", "user"]
         )
@@ -89,8 +123,10 @@ class StoreCollector(Collector):
         causes = CounterMetricFamily(
             "corral_attempts", "Attempts ended, by how they ended", labels=["cause"]
         )
-        for cause, count in ended:
-            causes.add_metric([cause or "unknown"], float(count))
+        for cause in Cause:  # every cause from the start: increase() sees the first one
+            causes.add_metric([cause.value], float(ended.pop(cause.value, 0)))
+        for other, count in ended.items():  # (a cause from a record older than this list)
+            causes.add_metric([other or "unknown"], float(count))
         yield causes
         scheduler = self.context.scheduler
         if scheduler is not None:

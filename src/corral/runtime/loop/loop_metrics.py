@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from corral.runtime.execution.executor import GpuSlot
 
@@ -25,7 +25,10 @@ GPU_STATES = ("allocated", "idle", "drained", "failed")
 
 class LoopMetrics:
     """The loop's registry: ``corral_pass_seconds{policy}``, a histogram of the time
-    one scheduling pass takes (the policy's plan and its application)."""
+    one scheduling pass takes (the policy's plan and its application), and
+    ``corral_loop_last_step_timestamp_seconds``, when the loop last went round (it
+    does every tick, with or without a pass: an alert on its age finds a loop that
+    is stuck while the API still answers)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -34,6 +37,11 @@ class LoopMetrics:
             "Time of one scheduling pass (plan and apply), by policy",
             ["policy"],
             buckets=PASS_BUCKETS,
+            registry=self.registry,
+        )
+        self.last_step = Gauge(
+            "corral_loop_last_step_timestamp_seconds",
+            "When the scheduler loop last went round (Unix time)",
             registry=self.registry,
         )
 
@@ -67,6 +75,9 @@ def gpu_states(loop: GpuBooks) -> Counter[tuple[str, str]]:
     else:
         holders, failed, reserved = set(), set(), set()
     out: Counter[tuple[str, str]] = Counter()
+    for slot in loop.slots:  # every state of every type, from the start (0 while none)
+        for state in GPU_STATES:
+            out[(slot.gpu_type, state)] += 0
     for gpu, slot in enumerate(loop.slots):
         if gpu in failed:
             state = "failed"

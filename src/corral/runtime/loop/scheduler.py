@@ -145,6 +145,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         self._poll_staging()
         self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
         self._publish()
+        self.metrics.last_step.set(self.clock())
         with self._cv:
             self._passes += 1
             self._cv.notify_all()
