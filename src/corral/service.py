@@ -30,6 +30,7 @@ from corral.runtime.execution.executor import Executor, LocalExecutor
 from corral.runtime.execution.identity import isolation_warning
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.storage.migrate import Upgrade
 from corral.runtime.storage.store import Store
 from corral.runtime.storage.store_lock import StoreLock, holder_line
 
@@ -107,6 +108,23 @@ def serve(
         lock.release()
 
 
+def migration_note(done: Upgrade) -> str | None:
+    """What opening the store did to an existing store's schema, for the start-up
+    lines (an operator learns of an upgrade, and where the old store is, without
+    running ``corral store`` first); None for a new store or one already current."""
+    if not done.changed or (
+        done.before is None and done.backup is None and not done.legacy_columns
+    ):
+        return None
+    line = (
+        f"upgraded the store's schema from revision {done.before or 'none (unversioned)'} "
+        f"to {done.after}"
+    )
+    if done.backup is not None:
+        return f"{line}; the store as it was: {done.backup}"
+    return f"{line} (no copy was made: back up a PostgreSQL store with pg_dump before upgrading)"
+
+
 def _run(
     config: ServiceConfig, sock: socket.socket, lock: StoreLock, announce: Callable[[str], None]
 ) -> None:
@@ -128,6 +146,9 @@ def _run(
         f"corral: serving {config.url} (policy {config.policy}; GPUs: {types}; "
         f"store {make_url(config.store_url).render_as_string(hide_password=True)})"
     )
+    migrated = migration_note(store.upgrade)
+    if migrated:
+        announce(f"corral: {migrated}")
     warning = isolation_warning(config)
     if warning:
         announce(f"corral: {warning}")

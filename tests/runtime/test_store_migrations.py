@@ -131,3 +131,26 @@ def test_corral_store_status_upgrade_and_downgrade(tmp_path: Path) -> None:
     assert json.loads(back.stdout)["after"] == "0001"
     bad = runner.invoke(app, ["store", "downgrade", "0077", "--url", url])
     assert isinstance(bad.exception, CorralError) and "no revision 0077" in str(bad.exception)
+
+
+def test_serve_says_when_it_upgraded_a_store_and_where_the_old_one_is(tmp_path: Path) -> None:
+    """``corral serve`` opens (so upgrades) its store itself: the start-up lines say
+    so, with the copy of the store as it was; nothing for a new or current store."""
+    from corral.service import migration_note
+
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    previous_release_store(url)
+    store = Store(url)
+    try:
+        note = migration_note(store.upgrade)
+        assert note is not None and f"to {head()}" in note
+        assert str(store.upgrade.backup) in note
+    finally:
+        store.engine.dispose()
+    again = Store(url)
+    new = Store(f"sqlite:///{tmp_path / 'new.db'}")
+    try:
+        assert migration_note(again.upgrade) is None and migration_note(new.upgrade) is None
+    finally:
+        again.engine.dispose()
+        new.engine.dispose()
