@@ -46,7 +46,9 @@ def test_a_dependency_on_a_large_array_is_admitted_and_runs(tmp_path: Path) -> N
 def test_a_dependency_past_the_limit_is_refused_at_submission(tmp_path: Path) -> None:
     from tests.runtime.harness import Harness, auth
 
-    service = Harness(tmp_path, policy="fifo", policy_options={}, max_jobs_per_user=5000)
+    service = Harness(
+        tmp_path, policy="fifo", policy_options={}, max_jobs_per_user=5000, max_array_size=1000
+    )
     try:
         ids = [
             service.submit(command=["true"], gpus=1, array="0-999", hold=True)["id"]
@@ -60,7 +62,7 @@ def test_a_dependency_past_the_limit_is_refused_at_submission(tmp_path: Path) ->
         assert answer.status_code == 422, answer.text
         detail = answer.json()["detail"][0]
         assert detail["loc"][-1] == "dependency"
-        assert "at most 1000" in detail["msg"] and "array" in detail["msg"]
+        assert "at most 1000" in detail["msg"] and "array" in detail["msg"], detail
     finally:
         service.close()
 
@@ -75,7 +77,7 @@ def test_an_unusable_record_is_set_aside_and_the_restart_goes_on(tmp_path: Path)
     with store.session() as s:
         row = s.get(JobRow, bad)
         assert row is not None
-        row.spec = {**row.spec, "dependency": {"afterany": list(range(1, 1500))}}
+        row.spec = {**row.spec, "dependency": {"afterany": [0, -3]}}  # (ids are positive)
     good = [queue(store, "bob", clock) for _ in range(3)]
     scheduler = virtual_scheduler(config, store, clock)
     run_for(scheduler, clock, 20)

@@ -48,7 +48,7 @@ from corral.model.status import parse_states
 from corral.runtime.execution.exits import PARK
 from corral.runtime.execution.job_files import open_regular
 from corral.runtime.jobspec.config import UserConfig, hash_token
-from corral.runtime.jobspec.specs import JobSpec, array_indices
+from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.admission import Refused
 from corral.runtime.loop.estimates import extend_curve, extend_progress
 from corral.runtime.loop.round_policy import plans_rounds
@@ -104,7 +104,7 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
     admission = ctx.admission
     admission.check(spec, user)
     with ctx.store.session() as s:
-        admission.check_quota(s, user, len(array_indices(spec.array)) if spec.array else 1)
+        admission.check_quota(s, user, len(admission.tasks(spec)))
         view = submitted(admission.admit(s, spec, user))
     if ctx.scheduler is not None:
         ctx.scheduler.notify()
@@ -120,7 +120,7 @@ def submitted(rows: list[JobRow]) -> JobView:
 
 
 MAX_BATCH = 1000
-"""Jobs one batched submission may hold (a Slurm array's default MaxArraySize is 1,001)."""
+"""Jobs one batched submission may hold (each may be an array of max_array_size tasks)."""
 
 
 class Batch(BaseModel):
@@ -146,7 +146,7 @@ def submit_batch(ctx: Ctx, batch: Batch, user: User) -> list[JobView]:
             admission.check(spec, user)
         except Refused as exc:
             raise exc.in_batch(k) from None
-    count = sum(len(array_indices(j.array)) if j.array else 1 for j in batch.jobs)
+    count = sum(len(admission.tasks(j)) for j in batch.jobs)
     views = []
     with ctx.store.session() as s:
         admission.check_quota(s, user, count)

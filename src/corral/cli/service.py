@@ -597,7 +597,7 @@ def _act(verb: str, job_id: int, url: str | None, token: str | None, as_json: bo
 def job_selection(words: list[str]) -> dict[str, list[Any]]:
     """Job ids as scancel takes them: ``12`` (an array's id: all its tasks), ``12_3``
     (one task), ``12_[1-5,7]`` (some tasks)."""
-    from corral.runtime.jobspec.specs import array_indices
+    from corral.runtime.jobspec.specs import MAX_ARRAY_SIZE, array_indices
 
     ids: list[int] = []
     tasks: list[list[int]] = []
@@ -608,7 +608,7 @@ def job_selection(words: list[str]) -> dict[str, list[Any]]:
             if not sep:
                 ids.append(job)
                 continue
-            indices = array_indices(rest[1:-1] if rest.startswith("[") else rest)
+            indices = array_indices(rest[1:-1] if rest.startswith("[") else rest, MAX_ARRAY_SIZE)
         except ValueError:
             raise CorralError(
                 f"'{word}' is not a job id (12), an array task (12_3) or tasks (12_[1-5])"

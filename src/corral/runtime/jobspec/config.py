@@ -39,6 +39,7 @@ from pydantic import (
 
 from corral.errors import InputError
 from corral.model.gpu_names import normalise_gpu_type
+from corral.runtime.jobspec.specs import DEFAULT_MAX_ARRAY_SIZE, MAX_ARRAY_SIZE
 from corral.yamlio import load_yaml, validation_error
 
 _VC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -306,6 +307,14 @@ class ServiceConfig(BaseModel):
         True,
         description="users may submit --exclusive jobs (a whole node each; quotas and fair "
         "share count the GPUs a job asks for, not the node it holds); false: admins only",
+    )
+    max_array_size: int = Field(
+        DEFAULT_MAX_ARRAY_SIZE,
+        ge=1,
+        le=MAX_ARRAY_SIZE,
+        description="Slurm's MaxArraySize: an array's task indices run from 0 to one less "
+        "than this, and a job waits for at most this many others (an array named in a "
+        "dependency counts each of its tasks)",
     )
     max_jobs_per_user: int = Field(
         10000, ge=1, description="jobs a user may have not yet ended (Slurm's MaxSubmitJobs)"

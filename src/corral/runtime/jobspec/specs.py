@@ -41,7 +41,11 @@ own limit is about 2 MB, and every listing of the queue carries commands)."""
 MAX_ENV_VARS = 256
 MAX_ENV_BYTES = 64 * 1024
 MAX_PATH = 4096
-MAX_ARRAY = 1000
+MAX_ARRAY_SIZE = 4_000_001
+"""The largest ``max_array_size`` a service may set (Slurm's own ceiling for its
+MaxArraySize): a spec is checked against it alone, without listing its tasks."""
+DEFAULT_MAX_ARRAY_SIZE = 10_001
+"""A service's ``max_array_size`` unless its config says: task indices 0-10000."""
 MAX_SECONDS = 366 * 86400.0
 """The longest duration or wall time a job may give: a year. Longer values say nothing
 a policy can use, and ratios beyond this break the policies' LPs (see JobSpec)."""
@@ -52,7 +56,6 @@ MAX_STEPS = 10**12
 MAX_BATCH = 10_000_000
 """The largest global batch size a job may state, or report in a heartbeat."""
 """The most steps (iterations) a job may name."""
-"""Tasks one array submission may create (Slurm's MaxArraySize is 1001 by default)."""
 _ARRAY = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*$")
 
 DependencyKind = Literal["after", "afterany", "afterok", "afternotok"]
@@ -70,25 +73,42 @@ def array_limit(text: str) -> int | None:
     return int(limit)
 
 
-def array_indices(text: str) -> list[int]:
-    """Task indices of an array: ``0-9``, ``1,3,5``, ``0-20:5`` (start-end:step), with
-    ``%N`` (at most N at once, Slurm's throttle) allowed at the end."""
+def _array_parts(text: str, max_size: int) -> list[range]:
+    """The ranges an array's text names, each checked against ``max_size`` (Slurm's
+    MaxArraySize: task indices run from 0 to ``max_size - 1``) before anything is
+    listed, so a text naming millions of tasks costs nothing to refuse."""
     array_limit(text)
     text = text.partition("%")[0]
     if not _ARRAY.match(text.replace(" ", "")):
         raise ValueError(f"'{text}' is not an array (e.g. 0-9, 1,3,5 or 0-20:5)")
-    out: set[int] = set()
+    parts = []
     for part in text.replace(" ", "").split(","):
         bounds, _, step = part.partition(":")
         lo, _, hi = bounds.partition("-")
         first, last = int(lo), int(hi or lo)
         if last < first or (step and int(step) < 1):
             raise ValueError(f"'{part}': give start-end with start <= end and a step >= 1")
-        if last - first > MAX_ARRAY * max(int(step or 1), 1):
-            raise ValueError(f"an array has at most {MAX_ARRAY} tasks")
-        out.update(range(first, last + 1, int(step or 1)))
-        if len(out) > MAX_ARRAY:
-            raise ValueError(f"an array has at most {MAX_ARRAY} tasks")
+        if last >= max_size:
+            raise ValueError(
+                f"task index {last} is past the largest this service takes, {max_size - 1} "
+                f"(max_array_size {max_size}, Slurm's MaxArraySize)"
+            )
+        parts.append(range(first, last + 1, int(step or 1)))
+    return parts
+
+
+def check_array(text: str, max_size: int = MAX_ARRAY_SIZE) -> None:
+    """Raise ValueError when ``text`` is not an array of indices below ``max_size``."""
+    _array_parts(text, max_size)
+
+
+def array_indices(text: str, max_size: int = DEFAULT_MAX_ARRAY_SIZE) -> list[int]:
+    """Task indices of an array: ``0-9``, ``1,3,5``, ``0-20:5`` (start-end:step), with
+    ``%N`` (at most N at once, Slurm's throttle) allowed at the end; every index below
+    ``max_size`` (so an array has at most that many tasks)."""
+    out: set[int] = set()
+    for part in _array_parts(text, max_size):
+        out.update(part)
     return sorted(out)
 
 
@@ -298,9 +318,10 @@ class RoundOf(BaseModel):
     rounds: int = Field(ge=1)
 
 
-MAX_DEPENDENCIES = MAX_ARRAY
-"""Jobs one job may wait for, an array's tasks each counted: a whole array of the
-largest size fits, so a job can wait for any one array (Slurm's afterok:ARRAYID)."""
+MAX_DEPENDENCIES = MAX_ARRAY_SIZE
+"""Jobs one job's stored spec may wait for, an array's tasks each counted (an array's
+id stands for all its tasks, Slurm's afterok:ARRAYID). A service holds dependencies
+to its own ``max_array_size`` at submission; this bound is the most any may set."""
 
 
 class JobSpec(BaseModel):
@@ -563,7 +584,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _array(cls, value: str | None) -> str | None:
         if value is not None:
-            array_indices(value)
+            check_array(value)  # (the service's own max_array_size is checked at submission)
         return value
 
     @field_validator("memory", mode="before")

@@ -23,7 +23,13 @@ from sqlalchemy.orm import Session
 from corral.model.jobs import JobStatus
 from corral.runtime.execution.identity import RunAs, usable_folder
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig
-from corral.runtime.jobspec.specs import DependencyKind, JobSpec, array_indices, array_limit
+from corral.runtime.jobspec.specs import (
+    DependencyKind,
+    JobSpec,
+    array_indices,
+    array_limit,
+    check_array,
+)
 from corral.runtime.loop.loop_base import TERMINAL
 from corral.runtime.loop.records import spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
@@ -144,6 +150,12 @@ class Admission:
         """What a job spec must satisfy on this service (its cluster, its state folder)."""
         config = self.config
         self.check_priority(spec.priority, user)
+        if spec.array is not None:
+            try:
+                check_array(spec.array, config.max_array_size)
+            except ValueError as exc:
+                raise Refused(str(exc), "array") from None
+        self.check_dependency_count(sum(len(ids) for ids in spec.dependency.values()))
         if spec.exclusive and not config.allow_exclusive and not user.admin:
             raise Refused(
                 "--exclusive jobs are for admins on this service (allow_exclusive: false); "
@@ -203,6 +215,26 @@ class Admission:
                 "error",
             )
 
+    def check_dependency_count(self, count: int) -> None:
+        """A job waits for at most ``max_array_size`` others (so for any one array)."""
+        most = self.config.max_array_size
+        if count > most:
+            raise Refused(
+                f"a job waits for at most {most} others (max_array_size; each task of an "
+                "array named counts as one)",
+                "dependency",
+            )
+
+    def tasks(self, spec: JobSpec) -> list[int | None]:
+        """The array's task indices (checked against this service's max_array_size),
+        or one None for a job that is not an array."""
+        if not spec.array:
+            return [None]
+        try:
+            return list(array_indices(spec.array, self.config.max_array_size))
+        except ValueError as exc:
+            raise Refused(str(exc), "array") from None
+
     def check_quota(self, s: Session, user: UserConfig, more: int) -> None:
         """Refuse when ``more`` jobs would pass the user's max_jobs_per_user."""
         queued = s.scalar(
@@ -217,7 +249,7 @@ class Admission:
 
     def admit(self, s: Session, spec: JobSpec, user: UserConfig) -> list[JobRow]:
         """Queue a checked job (its array's tasks, if any) in session ``s``; its rows."""
-        indices = array_indices(spec.array) if spec.array else [None]
+        indices = self.tasks(spec)
         prerun = spec.prerun_steps
         if prerun is None:
             rule = self.config.prerun
@@ -229,24 +261,27 @@ class Admission:
             if missing:
                 raise Refused(f"no job {missing[0]}", "dependency")
             whole = with_whole_arrays(s, spec.dependency, known)
+            self.check_dependency_count(sum(len(ids) for ids in whole.values()))
             spec = spec.model_copy(update={"dependency": whole})
         rows: list[JobRow] = []
         limit = array_limit(spec.array) if spec.array else None
         base = stored_spec(
             spec.model_copy(update={"array": None, "array_index": indices[0], "array_limit": limit})
         )
+        phase = "prerun" if prerun else "main"
         for index in indices:  # the tasks differ in their index alone (valid if the first is)
             task = base.model_copy(update={"array_index": index})
-            phase = "prerun" if prerun else "main"
             row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
             if spec.hold:
                 row.status, row.reason = JobStatus.SUSPENDED, HELD
-            s.add(row)
-            s.flush()
             rows.append(row)
+            if len(rows) == 1:  # the first alone, for its id: the array's id
+                s.add(row)
+                s.flush()
         if spec.array:
             for row in rows:
                 row.spec = {**row.spec, "array_job": rows[0].id}
-        for row in rows:
-            self.store.event(s, "submitted", row.id, by=user.name, gpus=spec.gpus)
+        s.add_all(rows[1:])
+        s.flush()  # the other tasks in one statement, their ids after the first's
+        self.store.events(s, "submitted", [row.id for row in rows], by=user.name, gpus=spec.gpus)
         return rows

@@ -1,0 +1,90 @@
+"""Arrays as large as Slurm's: up to ``max_array_size`` tasks (its MaxArraySize:
+indices 0 to one less), 10,001 unless the config says; larger ones refused with
+the setting named, and a text naming billions of tasks refused before anything is
+listed. A job may wait for a whole array of that size."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from corral.api.app import create_app
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.storage.store import JobRow, Store
+from tests.runtime.harness import auth, make_config
+
+
+def client(tmp_path: Path, **config: Any) -> tuple[TestClient, Store]:
+    made = make_config(tmp_path / "state", max_jobs_per_user=50_000, **config)
+    store = Store(made.store_url)
+    return TestClient(create_app(made, store)), store
+
+
+def post(api: TestClient, **spec: Any) -> Any:
+    return api.post(
+        "/v1/jobs", json={"command": ["true"], "gpus": 1, **spec}, headers=auth("alice")
+    )
+
+
+def test_an_array_of_slurms_default_size_is_queued_and_one_larger_is_refused(
+    tmp_path: Path,
+) -> None:
+    api, store = client(tmp_path)
+    try:
+        began = time.perf_counter()
+        answer = post(api, array="0-10000%8")
+        took = time.perf_counter() - began
+        assert answer.status_code == 201, answer.text
+        tasks = answer.json()["array_tasks"]
+        assert len(tasks) == 10_001
+        with store.session() as s:
+            last = s.get(JobRow, tasks[-1])
+            assert last is not None
+            assert (last.spec["array_index"], last.spec["array_limit"]) == (10_000, 8)
+        print(f"10,001 tasks queued in {took:.2f} s")  # (a figure for people, not a target)
+        refused = post(api, array="0-10001")
+        assert refused.status_code == 422, refused.text
+        said = str(refused.json())
+        assert "10001" in said and "max_array_size" in said and "array" in said
+        after = post(api, dependency=f"afterok:{tasks[0]}")  # the whole array, 10,001 jobs
+        assert after.status_code == 201, after.text
+        with store.session() as s:
+            row = s.get(JobRow, after.json()["id"])
+            assert row is not None and len(row.spec["dependency"]["afterok"]) == 10_001
+    finally:
+        store.dispose()
+
+
+def test_the_config_sets_the_largest_array(tmp_path: Path) -> None:
+    api, store = client(tmp_path, max_array_size=5)
+    try:
+        assert post(api, array="0-4").status_code == 201
+        refused = post(api, array="2-5")
+        assert refused.status_code == 422 and "max_array_size 5" in str(refused.json())
+        five = post(api, array="0-4").json()["array_tasks"]
+        whole = post(api, dependency=f"afterok:{five[0]}")
+        assert whole.status_code == 201  # the array's 5 tasks: within the limit
+        more = post(api, dependency=f"afterok:{five[0]},afterany:{whole.json()['id']}")
+        assert more.status_code == 422 and "at most 5 others" in str(more.json())
+    finally:
+        store.dispose()
+
+
+def test_a_text_naming_billions_of_tasks_is_refused_before_anything_is_listed() -> None:
+    tracemalloc.start()
+    try:
+        for text in ("0-3999999999", "0-4000001", "5,0-99999999999:1"):
+            try:
+                JobSpec(command=["true"], array=text)
+            except ValueError as exc:
+                assert "past the largest" in str(exc)
+            else:
+                raise AssertionError(f"{text} was taken")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # (listing even the first 4 million indices takes hundreds of MB)
