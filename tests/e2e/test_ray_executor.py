@@ -29,7 +29,8 @@ pytest.importorskip("ray")
 WORK = """
 import os, pathlib, sys, time
 rank, ranks = os.environ["CORRAL_RANK"], os.environ["CORRAL_WORLD_SIZE"]
-print("rank", rank, "of", ranks, "on", os.environ["CORRAL_NODE"], flush=True)
+print("rank", rank, "of", ranks, "on", os.environ["CORRAL_NODE"], "with",
+      os.environ["CORRAL_NODE_GPUS"], "of", os.environ["CORRAL_NUM_GPUS"], "GPUs", flush=True)
 mark = pathlib.Path(os.environ["CORRAL_CHECKPOINT_DIR"]) / f"seconds-{rank}"
 mark.parent.mkdir(parents=True, exist_ok=True)
 done = float(mark.read_text()) if mark.exists() else 0.0
@@ -204,6 +205,7 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     assert len(set(gang_nodes)) >= 2
     log = service.client.logs(gang).text
     assert "rank 0 of 2" in log and "[rank 1] rank 1 of 2" in log
+    assert log.count("with 2 of 4 GPUs") == 2 * log.count("rank 0 of 2")  # each its node's
     for j in ids[1:]:
         ranks_placed_as_planned(service, j)
 

@@ -54,7 +54,7 @@ def test_job_runs_with_its_environment(service: Harness, tmp_path: Path) -> None
     env = json.loads(out.read_text())
     assert env["CUDA_VISIBLE_DEVICES"] == ""  # virtual GPUs: the job runs on the CPU
     assert env["CORRAL_GPU_TYPES"] == "K80,K80"
-    assert env["CORRAL_NUM_GPUS"] == "2"
+    assert env["CORRAL_NUM_GPUS"] == env["CORRAL_NODE_GPUS"] == "2"
     assert env["CORRAL_JOB_ID"] == str(job["id"]) and env["CORRAL_ATTEMPT"] == "1"
     assert env["CORRAL_WORLD_SIZE"] == "1" and env["CORRAL_RANK"] == "0"
     assert env["CORRAL_CHECKPOINT_DIR"].endswith(f"jobs/{job['id']}/checkpoint")

@@ -272,6 +272,7 @@ class Launching(LoopBase):
             CORRAL_MASTER_ADDR="127.0.0.1",
             CORRAL_MASTER_PORT=str(free_port()),
             CORRAL_NUM_GPUS=str(len(gpus)),
+            CORRAL_NODE_GPUS=str(len(gpus)),  # (one node here; a Ray rank gets its node's)
             CORRAL_GPU_IDS=",".join(str(g) for g in gpus),
             CORRAL_GPU_TYPES=",".join(s.gpu_type for s in slots),
             CORRAL_VIRTUAL_GPUS="1" if all(s.device is None for s in slots) else "0",
