@@ -88,3 +88,34 @@ def test_a_text_naming_billions_of_tasks_is_refused_before_anything_is_listed() 
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20  # (listing even the first 4 million indices takes hundreds of MB)
+
+
+def test_a_job_after_an_array_larger_than_one_query_starts_once_all_have_ended(
+    tmp_path: Path,
+) -> None:
+    """The loop reads a dependency on 1,200 tasks in pieces (a database bounds the
+    values of one statement), and starts the job only once every task has ended."""
+    from sqlalchemy import update
+
+    from corral.runtime.jobspec.config import GpuGroup
+    from corral.runtime.loop.admission import Admission
+    from tests.runtime.virtual_loop import virtual_loop
+
+    loop = virtual_loop(tmp_path, "fifo", gpus=[GpuGroup(type="V100", count=8)])
+    try:
+        alice = next(u for u in loop.config.users if u.name == "alice")
+        admission = Admission(loop.config, loop.store, loop.scheduler.cluster.gpus_by_type)
+        with loop.store.session() as s:
+            tasks = admission.admit(s, JobSpec(command=["sleep", "1"], array="0-1199"), alice)
+            array = [row.id for row in tasks]
+            after = admission.admit(
+                s, JobSpec(command=["sleep", "1"], dependency=f"afterok:{array[0]}"), alice
+            )[0].id
+            s.execute(update(JobRow).values(submit_time=loop.clock()))  # (in virtual time)
+        loop.run(400)
+        assert {loop.row(j).status for j in array} == {"SUCCEEDED"}
+        last_end = max(loop.row(j).end_time or 0.0 for j in array)
+        done = loop.row(after)
+        assert done.status == "SUCCEEDED" and (done.first_start or 0.0) >= last_end
+    finally:
+        loop.close()

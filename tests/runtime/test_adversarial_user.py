@@ -1,5 +1,6 @@
 """One user attacks, the other's jobs run: a scheduler with two users, one of whom
-submits, in a random order, a record the loop cannot use, a job whose staging
+submits, in a random order, a record the loop cannot use, a job waiting for twenty
+thousand others (most of them not there), a job whose staging
 mark is a FIFO, an array with a job waiting for all of it, and jobs with the most
 extreme values the API accepts; the service restarts once at a random moment.
 Under fifo, tiresias-las, liquid, themis and gavel-max-min-fairness, over several
@@ -44,7 +45,14 @@ def attacks(store: Store, clock: VirtualClock, job_root: Path) -> list[Callable[
         with store.session() as s:
             row = s.get(JobRow, job)
             assert row is not None
-            row.spec = {**row.spec, "dependency": {"afterany": list(range(1, 2000))}}
+            row.spec = {**row.spec, "dependency": {"afterany": [0, -3]}}  # (ids are positive)
+
+    def waits_for_thousands() -> None:  # valid, but naming thousands of jobs, most not there
+        job = add(store, "alice", clock, JobSpec(command=["sleep", "5"]))
+        with store.session() as s:
+            row = s.get(JobRow, job)
+            assert row is not None
+            row.spec = {**row.spec, "dependency": {"afterany": list(range(1, 20_000))}}
 
     def fifo_mark() -> None:  # its staging mark replaced by a FIFO before it is pre-staged
         job = add(store, "alice", clock, JobSpec(command=["sleep", "5"], stage=["true"]))
@@ -70,7 +78,7 @@ def attacks(store: Store, clock: VirtualClock, job_root: Path) -> list[Callable[
         ):
             add(store, "alice", clock, spec)
 
-    return [poisoned, fifo_mark, array_and_after, extremes]
+    return [poisoned, waits_for_thousands, fifo_mark, array_and_after, extremes]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

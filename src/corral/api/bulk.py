@@ -26,7 +26,7 @@ from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
 from corral.runtime.loop.loop_base import TERMINAL
 from corral.runtime.loop.round_policy import plans_rounds
-from corral.runtime.storage.store import JobRow
+from corral.runtime.storage.store import JobRow, in_chunks
 
 router = APIRouter()
 
@@ -83,10 +83,6 @@ def _wanted(row: Any, sel: Selection, ids: set[int], tasks: set[tuple[int, int]]
     if sel.name is not None and row.name != sel.name:
         return False
     return sel.vc is None or spec.get("vc") == sel.vc
-
-
-CHUNK = 500
-"""Jobs per UPDATE statement (well under any database's limit on bound values)."""
 
 
 @router.post(
@@ -147,10 +143,10 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
                 skipped[row.id] = f"{row.status}; cannot {action}"
                 continue
             done.append(row.id)
-        for k in range(0, len(done), CHUNK):
+        for chunk in in_chunks(done):
             s.execute(
                 update(JobRow)
-                .where(JobRow.id.in_(done[k : k + CHUNK]))
+                .where(JobRow.id.in_(chunk))
                 .where(or_(JobRow.request.is_(None), JobRow.request != "cancel"))
                 .values(request=request)  # (a cancel is never overridden)
             )

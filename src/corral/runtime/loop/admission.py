@@ -33,7 +33,7 @@ from corral.runtime.jobspec.specs import (
 from corral.runtime.loop.loop_base import TERMINAL
 from corral.runtime.loop.records import spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
-from corral.runtime.storage.store import JobRow, Store
+from corral.runtime.storage.store import JobRow, Store, in_chunks
 
 HELD = "JobHeldUser"
 """The reason shown for a job held at submission or by ``hold`` (Slurm's word)."""
@@ -256,7 +256,11 @@ class Admission:
             prerun = rule.steps if rule.min_gpus and spec.gpus >= rule.min_gpus else 0
         wanted = sorted({i for group in spec.dependency.values() for i in group})
         if wanted:
-            known = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(wanted)))}
+            known = {
+                r.id: r
+                for chunk in in_chunks(wanted)
+                for r in s.scalars(select(JobRow).where(JobRow.id.in_(chunk)))
+            }
             missing = [i for i in wanted if i not in known]
             if missing:
                 raise Refused(f"no job {missing[0]}", "dependency")

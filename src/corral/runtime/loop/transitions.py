@@ -18,7 +18,7 @@ from corral.runtime.execution.executor import (
 from corral.runtime.execution.exits import PARK, Cause, classify, never_started
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
 from corral.runtime.loop.sharing import Sharing
-from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
+from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow, in_chunks
 from corral.train.session import STOPPED_EXIT
 
 
@@ -437,10 +437,9 @@ class Transitions(Sharing):
         with self.store.session() as s:
             known = {
                 r.id: (r.status, r.first_start is not None)
+                for chunk in in_chunks(sorted(wanted))  # (jobs waiting for whole arrays)
                 for r in s.execute(
-                    select(JobRow.id, JobRow.status, JobRow.first_start).where(
-                        JobRow.id.in_(wanted)
-                    )
+                    select(JobRow.id, JobRow.status, JobRow.first_start).where(JobRow.id.in_(chunk))
                 )
             }
             changed = False

@@ -30,7 +30,7 @@ from sqlalchemy import or_, select
 from corral.model.plan import Plan
 from corral.runtime.loop.live_state import DEFAULT_VC
 from corral.runtime.loop.loop_base import LoopBase
-from corral.runtime.storage.store import AttemptRow, JobRow
+from corral.runtime.storage.store import AttemptRow, JobRow, in_chunks
 
 USER_GPUS = "QOSMaxGRESPerUser"
 USER_RUNNING = "QOSMaxJobsPerUserLimit"
@@ -179,11 +179,13 @@ class UserLimits(LoopBase):
                 .join(JobRow, JobRow.id == AttemptRow.job_id)
                 .where(or_(AttemptRow.end_time.is_(None), AttemptRow.end_time > horizon))
             ).all()
-            priorities = dict(
-                s.execute(
-                    select(JobRow.id, JobRow.priority).where(JobRow.id.in_(list(self.live.index)))
-                ).all()
-            )
+            priorities = {
+                job: priority
+                for chunk in in_chunks(list(self.live.index))  # (every job in the loop's view)
+                for job, priority in s.execute(
+                    select(JobRow.id, JobRow.priority).where(JobRow.id.in_(chunk))
+                )
+            }
         use: dict[str, float] = {}
         if rows:
             users = [r[0] for r in rows]

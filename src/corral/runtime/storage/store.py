@@ -176,6 +176,17 @@ class MetaRow(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+IN_CHUNK = 500
+"""Values per ``IN (...)`` of one statement: well under any database's limit on bound
+values (PostgreSQL's is 65,535), however many jobs a list names."""
+
+
+def in_chunks(values: list[int]) -> Iterator[list[int]]:
+    """``values`` in pieces of :data:`IN_CHUNK`, one statement's worth each."""
+    for k in range(0, len(values), IN_CHUNK):
+        yield values[k : k + IN_CHUNK]
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
