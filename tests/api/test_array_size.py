@@ -10,6 +10,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from corral.api.app import create_app
@@ -119,3 +120,33 @@ def test_a_job_after_an_array_larger_than_one_query_starts_once_all_have_ended(
         assert done.status == "SUCCEEDED" and (done.first_start or 0.0) >= last_end
     finally:
         loop.close()
+
+
+def test_a_batch_of_the_largest_arrays_is_refused_by_the_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thousand 10,001-task arrays in one request: refused (429), nothing queued,
+    and the arrays are listed only until the quota is passed (not ten million indices)."""
+    from corral.runtime.loop.admission import Admission
+
+    listed: list[int] = []
+    tasks = Admission.tasks
+
+    def counted(self: Admission, spec: JobSpec) -> list[int | None]:
+        listed.append(1)
+        return tasks(self, spec)
+
+    monkeypatch.setattr(Admission, "tasks", counted)
+    made = make_config(tmp_path / "state")
+    store = Store(made.store_url)
+    api = TestClient(create_app(made, store))
+    try:
+        jobs = [{"command": ["true"], "gpus": 1, "array": "0-10000"}] * 1000
+        answer = api.post("/v1/jobs/batch", json={"jobs": jobs}, headers=auth("alice"))
+        assert answer.status_code == 429, answer.text
+        assert "max_jobs_per_user" in answer.text
+        with store.session() as s:
+            assert s.query(JobRow).count() == 0
+        assert len(listed) <= 2
+    finally:
+        store.dispose()

@@ -146,7 +146,11 @@ def submit_batch(ctx: Ctx, batch: Batch, user: User) -> list[JobView]:
             admission.check(spec, user)
         except Refused as exc:
             raise exc.in_batch(k) from None
-    count = sum(len(admission.tasks(j)) for j in batch.jobs)
+    count = 0
+    for spec in batch.jobs:  # (one array listed at a time, and no more once past the quota:
+        count += len(admission.tasks(spec))  # a batch of a thousand 10,001-task arrays
+        if count > ctx.config.max_jobs_per_user:  # must not list ten million indices)
+            break
     views = []
     with ctx.store.session() as s:
         admission.check_quota(s, user, count)
