@@ -29,19 +29,25 @@ class Crashes(Fifo):
 """
 
 
-@pytest.mark.parametrize("parallel", ["1", "2"])
-def test_one_crashing_policy_leaves_the_others_results(tmp_path: Path, parallel: str) -> None:
+def run_with_a_crashing_policy(tmp_path: Path, *args: str) -> tuple[Path, str]:
+    """Run ``corral ARGS`` on 0.17 of Philly, with the crashing plugin as the policy
+    ``{plugin}``; the plugin's path and the command's one-line error."""
     plugin = tmp_path / "crashes.py"
     plugin.write_text(CRASHING)
-    out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        ["compare", "--trace", "philly", "--max-jobs", "200", "--cluster", "philly",
-         "--cluster-scale", "0.17", "--policies", f"fifo,{plugin}:Crashes,las",
-         "--parallel", parallel, "--format", "both", "--out", str(out)],
-    )  # fmt: skip
+    common = ["--trace", "philly", "--cluster", "philly", "--cluster-scale", "0.17"]
+    words = [a.format(plugin=plugin) for a in args]
+    result = CliRunner().invoke(app, [words[0], *common, *words[1:]])
     assert result.exit_code != 0
-    message = str(result.exception)
+    return plugin, str(result.exception)
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_one_crashing_policy_leaves_the_others_results(tmp_path: Path, parallel: str) -> None:
+    out = tmp_path / "out"
+    plugin, message = run_with_a_crashing_policy(
+        tmp_path, "compare", "--max-jobs", "200", "--policies", "fifo,{plugin}:Crashes,las",
+        "--parallel", parallel, "--format", "both", "--out", str(out),
+    )  # fmt: skip
     assert "\n" not in message and message.startswith("1 of 3 policies failed")
     assert "ZeroDivisionError" in message and f"{plugin}:11" in message
     table = pd.read_csv(out / "comparison.csv")
@@ -59,17 +65,11 @@ def test_one_crashing_policy_leaves_the_others_results(tmp_path: Path, parallel:
 
 
 def test_a_sweep_keeps_the_runs_that_did_not_crash(tmp_path: Path) -> None:
-    plugin = tmp_path / "crashes.py"
-    plugin.write_text(CRASHING)
     out = tmp_path / "sweep"
-    result = CliRunner().invoke(
-        app,
-        ["sweep", "--trace", "philly", "--max-jobs", "100", "--cluster", "philly",
-         "--cluster-scale", "0.17", "--policies", f"fifo,{plugin}:Crashes",
-         "--loads", "0.5,0.9", "--parallel", "2", "--out", str(out)],
+    plugin, message = run_with_a_crashing_policy(
+        tmp_path, "sweep", "--max-jobs", "100", "--policies", "fifo,{plugin}:Crashes",
+        "--loads", "0.5,0.9", "--parallel", "2", "--out", str(out),
     )  # fmt: skip
-    assert result.exit_code != 0
-    message = str(result.exception)
     assert "\n" not in message and message.startswith("2 of 4 runs failed")
     results = pd.read_csv(out / "results.csv")
     crashed = results[results["policy"] == "crashes"]
