@@ -79,15 +79,28 @@ def test_filters_by_state_name_and_vc_and_an_empty_selection_is_refused(
     prod = submit(client, "alice", vc="prod", name="sweep")["id"]
     other = submit(client, "alice", vc="lab", name="eval")["id"]
     assert act(client, "alice", "hold", vc="lab", name="sweep").json()["done"] == lab
-    with store.session() as s:  # as the loop would, once it held them
+    assert [requests(store)[job] for job in lab] == ["hold", "hold"]
+    with store.session() as s:  # as the loop would, once it held them: still PENDING
         for job in lab:
             row = s.get(JobRow, job)
             assert row is not None
-            row.status, row.request = "SUSPENDED", None
-    released = act(client, "alice", "release", user="alice", states="S").json()
+            row.held, row.reason, row.request = "user", "JobHeldUser", None
+    released = act(client, "alice", "release", user="alice", states="PD").json()
     assert released["done"] == lab
+    assert released["skipped"] == {str(prod): "not held", str(other): "not held"}
     skipped = act(client, "alice", "release", ids=[prod]).json()["skipped"]
-    assert skipped == {str(prod): "PENDING; cannot release"}
+    assert skipped == {str(prod): "not held"}
+    # an admin's hold of another's job: JobHeldAdmin, which its owner cannot release
+    assert act(client, "root", "hold", ids=[prod]).json()["done"] == [prod]
+    assert requests(store)[prod] == "hold_admin"
+    with store.session() as s:
+        row = s.get(JobRow, prod)
+        assert row is not None
+        row.held, row.reason, row.request = "admin", "JobHeldAdmin", None
+    assert act(client, "alice", "release", ids=[prod]).json()["skipped"] == {
+        str(prod): "held by an admin"
+    }
+    assert act(client, "root", "release", ids=[prod]).json()["done"] == [prod]
     assert act(client, "alice", "cancel").status_code == 422  # never "every job"
     assert act(client, "alice", "cancel", states="NOPE").status_code == 422
     assert act(client, "alice", "explode", ids=[other]).status_code == 404

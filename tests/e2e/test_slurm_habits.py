@@ -272,12 +272,14 @@ def test_hold_and_release(service: ServiceProcess) -> None:
     client = service.client
     out = corral(service, "submit", "--hold", "--json", "--", "true")
     held = json.loads(out)
-    assert held["status"] == "SUSPENDED" and held["reason"] == "JobHeldUser"
+    assert held["status"] == "PENDING" and held["reason"] == "JobHeldUser"  # as Slurm shows it
     time_to_start = 3.0
     import time
 
     time.sleep(time_to_start)  # a held job does not start, however long it waits
-    assert client.job(held["id"])["status"] == "SUSPENDED"
+    assert client.job(held["id"])["status"] == "PENDING"
+    listed = json.loads(corral(service, "queue", "-t", "PD", "--json"))
+    assert [(j["id"], j["reason"]) for j in listed] == [(held["id"], "JobHeldUser")]
     corral(service, "release", str(held["id"]))
     (done,) = ended(service, [held["id"]])
     assert done["status"] == "SUCCEEDED"
@@ -287,7 +289,8 @@ def test_hold_and_release(service: ServiceProcess) -> None:
     wait_for(lambda: client.job(holder["id"])["status"] == "RUNNING", 60, "the holder to run")
     waiting = client.submit({"command": ["true"], "gpus": 1})
     corral(service, "hold", str(waiting["id"]))
-    assert client.job(waiting["id"])["status"] == "SUSPENDED"
+    wait_for(lambda: client.job(waiting["id"])["reason"] == "JobHeldUser", 30, "the hold")
+    assert client.job(waiting["id"])["status"] == "PENDING"
     refused = subprocess.run(
         [PY, "-m", "corral.cli", "hold", str(holder["id"])], capture_output=True, text=True,
         env={**os.environ, "CORRAL_URL": service.url, "CORRAL_TOKEN": TOKENS["alice"]},

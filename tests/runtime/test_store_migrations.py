@@ -51,7 +51,7 @@ def test_a_previous_release_store_is_upgraded_with_its_jobs(
     previous_release_store(url)
     store = Store(url)
     try:
-        assert store.upgrade.before is None and store.upgrade.after == head() == "0002"
+        assert store.upgrade.before is None and store.upgrade.after == head() == "0003"
         with store.session() as s:
             assert [(j.name, j.user) for j in s.query(JobRow)] == [("old", "alice")]
         assert current(store.engine) == head()
@@ -93,13 +93,13 @@ def test_downgrade_undoes_and_upgrade_redoes(tmp_path: Path, store_url: str | No
     engine = create_engine(url)
     try:
         done = downgrade(engine, url, "0001")
-        assert (done.before, done.after) == ("0002", "0001")
+        assert (done.before, done.after) == ("0003", "0001")
         assert "ix_jobs_user_name" not in indexes(url)
     finally:
         engine.dispose()
     store = Store(url)
     try:
-        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0002")
+        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0003")
         assert "ix_jobs_user_name" in indexes(url)
     finally:
         store.engine.dispose()
@@ -154,3 +154,47 @@ def test_serve_says_when_it_upgraded_a_store_and_where_the_old_one_is(tmp_path: 
     finally:
         again.engine.dispose()
         new.engine.dispose()
+
+
+def test_jobs_stored_held_as_suspended_become_pending_and_held(
+    tmp_path: Path, store_url: str | None
+) -> None:
+    """Revision 0003: a job submitted held was stored SUSPENDED (reason JobHeldUser);
+    it is PENDING and held by its user after the upgrade, as Slurm shows it. A job
+    suspended after it ran stays SUSPENDED; a downgrade puts the held job back."""
+    url = store_url or f"sqlite:///{tmp_path / 'corral.db'}"
+    Store(url).engine.dispose()
+    engine = create_engine(url)
+    try:
+        downgrade(engine, url, "0002")
+        with engine.begin() as c:
+            for name, reason in (("held", "JobHeldUser"), ("paused", "Suspended")):
+                c.execute(
+                    text(
+                        'INSERT INTO jobs (name, "user", spec, status, reason, priority,'
+                        " submit_time, phase, failures, preemptions, eligible_at, steps)"
+                        f" VALUES ('{name}', 'alice', '{{}}', 'SUSPENDED', '{reason}', 0, 1.0,"
+                        " 'main', 0, 0, 0.0, 0.0)"
+                    )
+                )
+    finally:
+        engine.dispose()
+    store = Store(url)
+    try:
+        assert (store.upgrade.before, store.upgrade.after) == ("0002", "0003")
+        with store.session() as s:
+            rows = {j.name: (j.status, j.held, j.reason) for j in s.query(JobRow)}
+        assert rows == {
+            "held": ("PENDING", "user", "JobHeldUser"),
+            "paused": ("SUSPENDED", None, "Suspended"),
+        }
+    finally:
+        store.engine.dispose()
+    engine = create_engine(url)
+    try:
+        downgrade(engine, url, "0002")
+        with engine.connect() as c:
+            back = dict(c.execute(text("SELECT name, status FROM jobs")).all())
+        assert back == {"held": "SUSPENDED", "paused": "SUSPENDED"}
+    finally:
+        engine.dispose()

@@ -38,8 +38,8 @@ JobIdField = Annotated[int, Field(ge=1, le=MAX_ID)]
 ACTIONS: dict[str, tuple[str, set[JobStatus]]] = {
     "cancel": ("cancel", LIVE_STATES | {JobStatus.SUSPENDED}),
     "suspend": ("suspend", LIVE_STATES),
-    "hold": ("suspend", {JobStatus.PENDING}),
-    "release": ("resume", {JobStatus.SUSPENDED}),
+    "hold": ("hold", {JobStatus.PENDING}),
+    "release": ("release", {JobStatus.PENDING, JobStatus.SUSPENDED}),
     "resume": ("resume", {JobStatus.SUSPENDED}),
     "requeue": ("requeue", {JobStatus.RUNNING}),
 }
@@ -119,10 +119,11 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
     request, allowed = ACTIONS[action]
     ids, tasks = set(sel.ids), {(a, i) for a, i in sel.tasks}
     done: list[int] = []
+    by_admin: list[int] = []
     skipped: dict[int, str] = {}
     with ctx.store.session() as s:
         # the columns a selection reads, not whole rows: ten thousand jobs in a second
-        columns = [JobRow.id, JobRow.user, JobRow.status, JobRow.name]
+        columns = [JobRow.id, JobRow.user, JobRow.status, JobRow.name, JobRow.held]
         if ids or tasks or sel.vc:
             columns.append(JobRow.spec)
         query = select(*columns).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id)
@@ -142,14 +143,23 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
             if row.status not in allowed:
                 skipped[row.id] = f"{row.status}; cannot {action}"
                 continue
+            if action == "release" and row.status == JobStatus.PENDING and row.held is None:
+                skipped[row.id] = "not held"
+                continue
+            if action == "release" and row.held == "admin" and not user.admin:
+                skipped[row.id] = "held by an admin"
+                continue
             done.append(row.id)
-        for chunk in in_chunks(done):
-            s.execute(
-                update(JobRow)
-                .where(JobRow.id.in_(chunk))
-                .where(or_(JobRow.request.is_(None), JobRow.request != "cancel"))
-                .values(request=request)  # (a cancel is never overridden)
-            )
+            if action == "hold" and user.admin and row.user != user.name:
+                by_admin.append(row.id)  # (JobHeldAdmin: released by an admin only)
+        for asked, jobs in ((request, done), ("hold_admin", by_admin)):
+            for chunk in in_chunks(jobs):
+                s.execute(
+                    update(JobRow)
+                    .where(JobRow.id.in_(chunk))
+                    .where(or_(JobRow.request.is_(None), JobRow.request != "cancel"))
+                    .values(request=asked)  # (a cancel is never overridden)
+                )
         ctx.store.events(s, "requested", done, action=request, by=user.name)
         found = {row.id for row in rows}
         for job in sorted(ids - found - set(done) - set(skipped)):

@@ -144,7 +144,9 @@ def owned(s: Session, job_id: int, user: UserConfig) -> JobRow:
 
 def positions(s: Session) -> dict[int, int]:
     waiting = s.execute(
-        select(JobRow.id, JobRow.priority).where(JobRow.status == JobStatus.PENDING)
+        select(JobRow.id, JobRow.priority).where(
+            JobRow.status == JobStatus.PENDING, JobRow.held.is_(None)
+        )
     ).all()
     ranked = sorted(waiting, key=lambda r: (-r.priority, r.id))
     return {r.id: k + 1 for k, r in enumerate(ranked)}

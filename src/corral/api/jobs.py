@@ -442,15 +442,33 @@ def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
 
 @router.post("/v1/jobs/{job_id}/hold", response_model=JobView, tags=["jobs"], responses=ON_JOB)
 def hold(ctx: Ctx, job_id: JobId, user: User) -> JobView:
-    """Keep a waiting job from starting until it is released (scontrol hold); a job
-    that has started is a 409 (suspend it instead)."""
-    return ask_scheduler(ctx, job_id, user, "suspend", {JobStatus.PENDING})
+    """Keep a waiting job from starting until it is released (scontrol hold): it stays
+    PENDING with the reason JobHeldUser, or JobHeldAdmin when an admin holds another
+    user's job (then only an admin releases it). A job that has started is a 409
+    (suspend it instead)."""
+    return ask_scheduler(ctx, job_id, user, hold_request(ctx, job_id, user), {JobStatus.PENDING})
+
+
+def hold_request(ctx: Context, job_id: int, user: UserConfig) -> str:
+    """``hold_admin`` when an admin holds someone else's job, else ``hold``."""
+    with ctx.store.session() as s:
+        owner = owned(s, job_id, user).user
+    return "hold_admin" if user.admin and owner != user.name else "hold"
 
 
 @router.post("/v1/jobs/{job_id}/release", response_model=JobView, tags=["jobs"], responses=ON_JOB)
 def release(ctx: Ctx, job_id: JobId, user: User) -> JobView:
     """Let a held (or suspended) job back into the queue (scontrol release)."""
-    return ask_scheduler(ctx, job_id, user, "resume", {JobStatus.SUSPENDED})
+    with ctx.store.session() as s:
+        row = owned(s, job_id, user)
+        if row.status == JobStatus.PENDING and row.held is None and row.request is None:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is not held")
+        if row.held == "admin" and not user.admin:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"job {job_id} was held by an admin; ask one to release it",
+            )
+    return ask_scheduler(ctx, job_id, user, "release", {JobStatus.PENDING, JobStatus.SUSPENDED})
 
 
 @router.post("/v1/jobs/{job_id}/resume", response_model=JobView, tags=["jobs"], responses=ON_JOB)

@@ -4,7 +4,7 @@ virtual time, with the loop's invariants checked after every step.
 
 A schedule is a list of timed operations: submissions (valid ones, and ones a
 hostile user would try: refused specs, arrays, dependencies on arrays, held
-jobs), cancels, suspends, resumes and priority changes, records written
+jobs), cancels, suspends, resumes, holds, releases and priority changes, records written
 behind the loop's back, heartbeats with extreme values, an operator's
 ``kill -9`` of a job's process, nodes that fail and come back, a full disk
 under the store, ``kill -9`` of the service itself (the loop is dropped and
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import event, select, update
+from sqlalchemy import event, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from corral.api.limits import MAX_REPORTED
@@ -190,6 +190,15 @@ def make_schedule(seed: int, length: int = 40, span: float = 120.0) -> list[Op]:
             ops.append(Op(round(at, 2), kind, (pick, rng.randrange(len(CORRUPTIONS)))))
         else:
             ops.append(Op(round(at, 2), kind))
+    # holds and releases (scontrol hold/release) from a stream of their own, so the
+    # rest of each seed's schedule is what it was before they were added
+    extra = random.Random(f"holds-{seed}")
+    for _ in range(max(length // 8, 1)):
+        at = round(extra.uniform(0, span), 2)
+        ops.append(
+            Op(at, extra.choice(["hold", "release"]), (extra.randint(1, max(submitted, 1)),))
+        )
+    ops.sort(key=lambda op: op.at)
     return ops
 
 
@@ -423,6 +432,12 @@ class World:
     def _op_resume(self, job: int) -> None:
         self._request(job, "resume")
 
+    def _op_hold(self, job: int) -> None:
+        self._request(job, "hold")
+
+    def _op_release(self, job: int) -> None:
+        self._request(job, "release")
+
     def _op_priority(self, job: int, priority: int) -> None:
         self._request(job, "priority", priority=priority)
 
@@ -501,9 +516,10 @@ class World:
         limit = self.clock() + DRAIN_LIMIT
         while self.clock() < limit:
             with self.store.session() as s:  # an admin lets held jobs go
-                for row in s.scalars(select(JobRow).where(JobRow.status == "SUSPENDED")):
+                held = or_(JobRow.status == "SUSPENDED", JobRow.held.is_not(None))
+                for row in s.scalars(select(JobRow).where(held)):
                     if row.request is None:
-                        row.request = "resume"
+                        row.request = "release"
             self.run_until(min(self.clock() + 60.0, limit))
             if not self.waiting():
                 return

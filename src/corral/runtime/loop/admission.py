@@ -20,7 +20,6 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from corral.model.jobs import JobStatus
 from corral.runtime.execution.identity import RunAs, usable_folder
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig
 from corral.runtime.jobspec.specs import (
@@ -31,13 +30,9 @@ from corral.runtime.jobspec.specs import (
     check_array,
 )
 from corral.runtime.loop.loop_base import TERMINAL
-from corral.runtime.loop.records import spec_fault
+from corral.runtime.loop.records import HELD_REASONS, spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.storage.store import JobRow, Store, in_chunks
-
-HELD = "JobHeldUser"
-"""The reason shown for a job held at submission or by ``hold`` (Slurm's word)."""
-
 
 FORBIDDEN = 403
 INVALID = 422
@@ -277,7 +272,7 @@ class Admission:
             task = base.model_copy(update={"array_index": index})
             row = JobRow.queued(task, user.name, spec.priority, "Submitted", phase)
             if spec.hold:
-                row.status, row.reason = JobStatus.SUSPENDED, HELD
+                row.held, row.reason = "user", HELD_REASONS["user"]  # PENDING, as Slurm shows it
             rows.append(row)
             if len(rows) == 1:  # the first alone, for its id: the array's id
                 s.add(row)

@@ -23,8 +23,23 @@ from corral.runtime.jobspec.specs import JobSpec
 SET_ASIDE = "InvalidRecord"
 """The reason's prefix for a job the loop set aside because its record is unusable."""
 
-REQUESTS = (None, "cancel", "suspend", "resume", "priority", "requeue")
+REQUESTS = (
+    None,
+    "cancel",
+    "suspend",
+    "resume",
+    "priority",
+    "requeue",
+    "hold",
+    "hold_admin",
+    "release",
+)
 """The API requests the loop carries out (``jobs.request``)."""
+
+HELD_REASONS = {"user": "JobHeldUser", "admin": "JobHeldAdmin"}
+"""A held job's holder -> the reason shown (Slurm's words): a job held by an admin
+is released by an admin only."""
+HOLDERS = (None, *HELD_REASONS)
 
 MAX_PRIORITY = 1_000_000
 """The largest |priority| the loop ranks (the API allows far less)."""
@@ -107,6 +122,7 @@ def check_record(row: Any) -> JobSpec:
         ("status", None if row.status in set(JobStatus) else f"unknown state {row.status!r}"),
         ("phase", None if row.phase in ("prerun", "main") else f"unknown phase {row.phase!r}"),
         ("request", None if row.request in REQUESTS else f"unknown request {row.request!r}"),
+        ("held", None if row.held in HOLDERS else f"unknown holder {row.held!r}"),
         ("user", None if isinstance(row.user, str) and row.user else "missing"),
         ("name", None if isinstance(row.name, str) and row.name else "missing"),
         ("submit_time", _finite(row.submit_time, nullable=False, low=0.0)),

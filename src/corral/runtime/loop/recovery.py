@@ -179,7 +179,9 @@ class Recovery(LoopBase):
             live.state.attained_base[i] = attained.get(row.id, 0.0)
             live.state.preemptions[i] = row.preemptions
             live.state.failures[i] = row.failures
-            if row.status == JobStatus.SUSPENDED:
+            if row.status == JobStatus.SUSPENDED or (
+                row.held is not None and row.id not in self.attempts
+            ):
                 continue
             if row.id in self.attempts and self.attempts[row.id].stop in ("cancel", "timeout"):
                 live.close(i)

@@ -17,6 +17,7 @@ from corral.runtime.execution.executor import (
 )
 from corral.runtime.execution.exits import PARK, Cause, classify, never_started
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
+from corral.runtime.loop.records import HELD_REASONS
 from corral.runtime.loop.sharing import Sharing
 from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow, in_chunks
 from corral.train.session import STOPPED_EXIT
@@ -326,7 +327,7 @@ class Transitions(Sharing):
                 if row.status not in TERMINAL and row.id not in self.live.index:
                     try:
                         i = self._add(s, row, histories)
-                        if row.status != JobStatus.SUSPENDED:
+                        if row.status != JobStatus.SUSPENDED and row.held is None:
                             self._enqueue(row, i, now)
                     except SQLAlchemyError:
                         raise  # the store's trouble, not the job's
@@ -367,7 +368,7 @@ class Transitions(Sharing):
                         stops.append((a, "cancel"))
                     else:
                         row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
-                        row.reason = "cancelled by request"
+                        row.reason, row.held = "cancelled by request", None
                         self._round_task_ended(s, row, now)
                     if row.parent is None and row.status == JobStatus.CANCELLED:
                         self._round_job_cancelled(s, row)  # its tasks, if it runs as rounds
@@ -378,11 +379,16 @@ class Transitions(Sharing):
                         stops.append((a, "suspend"))
                     else:
                         row.status, row.gpus, row.reason = JobStatus.SUSPENDED, None, "Suspended"
+                elif request in ("hold", "hold_admin"):
+                    self._hold(s, row, i, "admin" if request == "hold_admin" else "user")
+                elif request == "release" and row.held is not None:
+                    row.held, row.reason = None, None
+                    self._enqueue(row, i, now)
                 elif request == "requeue":  # scontrol requeue: stopped, and queued again
                     if a is not None and a.stop is None and live.state.status[i] == RUNNING:
                         live.preempt(i)
                         stops.append((a, "preempt"))
-                elif request == "resume":
+                elif request in ("resume", "release"):  # (release of a suspended job)
                     if a is not None and a.stop == "suspend":
                         # still checkpointing: it goes back to the queue when it exits
                         a.stop = "preempt"
@@ -397,6 +403,20 @@ class Transitions(Sharing):
             if why == "cancel" or a.stop in (None, "preempt", PARK):
                 self._stop(a, why, now)
         return bool(rows)
+
+    def _hold(self, s: Session, row: JobRow, i: int, holder: str) -> None:
+        """scontrol hold: a waiting job stays PENDING but is kept from the policy
+        until released. One that started meanwhile is left running (Slurm refuses
+        to hold a started job); an admin's hold replaces a user's."""
+        if row.status != JobStatus.PENDING or row.id in self.attempts or row.id in self.starting:
+            self.store.event(s, "hold_refused", row.id, why=f"job is {row.status}")
+            return
+        if row.held == "admin" and holder == "user":
+            return
+        self._forget_waiting(row.id)
+        self.live.hold(i)
+        row.held, row.reason = holder, HELD_REASONS[holder]
+        self.reasons[row.id] = row.reason
 
     def _forget_waiting(self, job: int) -> None:
         """A job leaves every wait the loop keeps for it: launch, back-off, dependency."""

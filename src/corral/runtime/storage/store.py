@@ -73,6 +73,9 @@ class JobRow(Base):
     """Retry back-off: the job may not start before this time."""
     request: Mapped[str | None] = mapped_column(String(16), nullable=True)
     """An API request the scheduler has not carried out yet (cancel, suspend, resume)."""
+    held: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    """Who holds a waiting job back (``user`` or ``admin``; None: not held). A held
+    job stays PENDING, as in Slurm, with the reason JobHeldUser or JobHeldAdmin."""
     steps: Mapped[float] = mapped_column(Float, default=0.0)
     throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
     throughput_since: Mapped[float | None] = mapped_column(Float, nullable=True)
