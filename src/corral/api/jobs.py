@@ -102,7 +102,7 @@ def ask_scheduler(
 )
 def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
     admission = ctx.admission
-    admission.check(spec, user)
+    spec = admission.check(spec, user)
     with ctx.store.session() as s:
         admission.check_quota(s, user, len(admission.tasks(spec)))
         view = submitted(admission.admit(s, spec, user))
@@ -141,20 +141,21 @@ def submit_batch(ctx: Ctx, batch: Batch, user: User) -> list[JobView]:
     """Submit up to 1,000 jobs in one request and one transaction: every job is checked
     first (an error names ``jobs[k]`` and its field) and either all are queued or none."""
     admission = ctx.admission
+    checked: list[JobSpec] = []
     for k, spec in enumerate(batch.jobs):
         try:
-            admission.check(spec, user)
+            checked.append(admission.check(spec, user))
         except Refused as exc:
             raise exc.in_batch(k) from None
     count = 0
-    for spec in batch.jobs:  # (one array listed at a time, and no more once past the quota:
+    for spec in checked:  # (one array listed at a time, and no more once past the quota:
         count += len(admission.tasks(spec))  # a batch of a thousand 10,001-task arrays
         if count > ctx.config.max_jobs_per_user:  # must not list ten million indices)
             break
     views = []
     with ctx.store.session() as s:
         admission.check_quota(s, user, count)
-        for k, spec in enumerate(batch.jobs):
+        for k, spec in enumerate(checked):
             try:
                 views.append(submitted(admission.admit(s, spec, user)))
             except Refused as exc:

@@ -180,6 +180,10 @@ def submit(
     vc: Annotated[
         str | None, typer.Option("--vc", "--account", "-A", help="virtual cluster")
     ] = None,
+    partition: Annotated[
+        str | None,
+        typer.Option("--partition", "-p", help="a partition the service names (sbatch -p)"),
+    ] = None,
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")
     ] = None,
@@ -253,6 +257,7 @@ def submit(
         "cpus": cpus,
         "memory": memory,
         "vc": vc,
+        "partition": partition,
         "begin": begin,
         "hold": held or None,
         "requeue": requeue,

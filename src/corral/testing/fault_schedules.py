@@ -395,7 +395,7 @@ class World:
         admission = Admission(self.config, self.store, sch.cluster.gpus_by_type, sch.identities)
         try:
             spec = JobSpec(**raw)
-            admission.check(spec, self._user(user))
+            spec = admission.check(spec, self._user(user))
             with self.store.session() as s:
                 admission.check_quota(s, self._user(user), 1)
                 first = admission.admit(s, spec, self._user(user))[0].id

@@ -89,6 +89,26 @@ class UserConfig(BaseModel):
         return self.token_sha256 or hash_token(self.token or "")
 
 
+class Partition(BaseModel):
+    """What a Slurm partition name means here: a virtual cluster, a GPU type, or both
+    (a job that names the partition gets them, as if it had asked for them itself)."""
+
+    model_config = ConfigDict(extra="forbid")
+    vc: str | None = Field(None, min_length=1, max_length=64)
+    gpu_type: str | None = Field(None, min_length=1, max_length=32)
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _type(cls, value: str | None) -> str | None:
+        return None if value is None else normalise_gpu_type(value)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> Partition:
+        if self.vc is None and self.gpu_type is None:
+            raise ValueError("give the partition a 'vc', a 'gpu_type', or both")
+        return self
+
+
 class GpuGroup(BaseModel):
     """Virtual GPUs of one type (a machine without GPUs runs jobs on the CPU)."""
 
@@ -354,6 +374,11 @@ class ServiceConfig(BaseModel):
         description="virtual clusters and their GPU quotas (philly, hived); jobs name one "
         "with 'vc'. Unset: every VC a job names gets an equal share",
     )
+    partitions: dict[str, Partition] = Field(
+        default_factory=dict,
+        description="Slurm partition names jobs may give (sbatch -p) -> the virtual "
+        "cluster and/or GPU type each stands for; a job naming another is refused",
+    )
 
     @field_validator("policy_options")
     @classmethod
@@ -415,6 +440,20 @@ class ServiceConfig(BaseModel):
             raise ValueError(
                 "gpus: with ray.address the GPUs are the Ray cluster's; leave gpus out"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _known_partitions(self) -> ServiceConfig:
+        """A partition's name is one a job may give, and its VC one this service has."""
+        for name, partition in self.partitions.items():
+            if not _VC_NAME.match(name):
+                raise ValueError(f"partitions: '{name}' is not a valid partition name")
+            if self.vcs is not None and partition.vc is not None and partition.vc not in self.vcs:
+                have = ", ".join(self.vcs)
+                raise ValueError(
+                    f"partitions: '{name}' names virtual cluster '{partition.vc}', which is "
+                    f"not in vcs (there are {have})"
+                )
         return self
 
     @model_validator(mode="after")

@@ -12,7 +12,8 @@ Options given on the command line win over the script's.
 
 ``#SBATCH`` lines are read too, with sbatch's meaning: the options corral
 has (``--gpus``, ``-J``, ``-t``, ``-c``, ``--mem``, ``-o``, ``-D``, ``-A``,
-``--array``, ``-d``, ``--gres=gpu[:type]:N``, ...) are taken as corral
+``-p`` (a partition the service's config maps to a virtual cluster or GPU
+type), ``--array``, ``-d``, ``--gres=gpu[:type]:N``, ...) are taken as corral
 takes them (``--time`` in Slurm's formats: a bare number is minutes,
 ``1-12:00:00`` a day and a half, ``UNLIMITED`` no limit), and any other is
 refused by name with the line it is on, never ignored: a script written for
@@ -73,6 +74,8 @@ _FIELDS: dict[str, str] = {
     "--vc": "vc",
     "--account": "vc",
     "-A": "vc",
+    "--partition": "partition",
+    "-p": "partition",
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
 _FLAGS: dict[str, tuple[str, bool]] = {
@@ -153,6 +156,14 @@ def parse_options(
             except ValueError as exc:
                 raise InputError(source, line, name, str(exc)) from None
             fields[_FIELDS[name]] = value
+        elif _FIELDS.get(name) == "partition" and "," in value:
+            raise InputError(
+                source,
+                line,
+                name,
+                f"'{value}': corral takes one partition (Slurm's list runs the job in the "
+                "first that can start it); name one",
+            )
         elif name in _FIELDS:
             fields[_FIELDS[name]] = value
         else:

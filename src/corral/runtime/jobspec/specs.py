@@ -381,6 +381,14 @@ class JobSpec(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="virtual cluster (Slurm's account, Kueue's queue) whose quota it uses",
     )
+    partition: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Slurm's partition (sbatch -p): the service's 'partitions' config "
+        "maps each name to a virtual cluster, a GPU type, or both",
+    )
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     workdir: str | None = Field(
         None,

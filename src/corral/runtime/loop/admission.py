@@ -141,9 +141,41 @@ class Admission:
                 status=FORBIDDEN,
             )
 
-    def check(self, spec: JobSpec, user: UserConfig) -> None:
-        """What a job spec must satisfy on this service (its cluster, its state folder)."""
+    def partition(self, spec: JobSpec) -> JobSpec:
+        """The spec with what its partition stands for here (sbatch -p): the partition's
+        virtual cluster and GPU type, as if the job had asked for them itself. A
+        partition this service does not name, or one at odds with the job's own
+        ``vc``/``gpu_type``, is refused (never run elsewhere than asked)."""
+        name = spec.partition
+        if name is None:
+            return spec
+        known = self.config.partitions
+        part = known.get(name)
+        if part is None:
+            have = (
+                f"there are {', '.join(sorted(known))}"
+                if known
+                else "this service names none ('partitions' in its config); leave it out"
+            )
+            raise Refused(f"no partition '{name}' here ({have})", "partition")
+        for field_name, given, means in (
+            ("vc", spec.vc, part.vc),
+            ("gpu_type", spec.gpu_type, part.gpu_type),
+        ):
+            if given is not None and means is not None and given != means:
+                raise Refused(
+                    f"partition '{name}' means {field_name} {means}; the job asks for {given}",
+                    field_name,
+                )
+        return spec.model_copy(
+            update={"vc": part.vc or spec.vc, "gpu_type": part.gpu_type or spec.gpu_type}
+        )
+
+    def check(self, spec: JobSpec, user: UserConfig) -> JobSpec:
+        """What a job spec must satisfy on this service (its cluster, its state folder);
+        the spec to admit (its partition read, see :meth:`partition`)."""
         config = self.config
+        spec = self.partition(spec)
         self.check_priority(spec.priority, user)
         if spec.array is not None:
             try:
@@ -209,6 +241,7 @@ class Admission:
                 "the Ray executor keeps a job's stderr with its output; leave 'error' out",
                 "error",
             )
+        return spec
 
     def check_dependency_count(self, count: int) -> None:
         """A job waits for at most ``max_array_size`` others (so for any one array)."""
