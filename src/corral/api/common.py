@@ -35,7 +35,15 @@ class Context:
     def admission(self) -> Admission:
         """The runtime's admission rules over this service (the loop reads what they store)."""
         identities = self.scheduler.identities if self.scheduler is not None else {}
-        return Admission(self.config, self.store, lambda: self.gpus_by_type, identities)
+        return Admission(
+            self.config, self.store, lambda: self.gpus_by_type, identities, self.node_gpus
+        )
+
+    def node_gpus(self) -> list[tuple[str, int]]:
+        """Each node's GPU type and count, now."""
+        if self.scheduler is None:
+            return []
+        return [(node.gpu_type, node.gpus) for node in self.scheduler.cluster.nodes]
 
     @property
     def gpus_by_type(self) -> dict[str, int]:

@@ -184,6 +184,14 @@ def submit(
         str | None,
         typer.Option("--partition", "-p", help="a partition the service names (sbatch -p)"),
     ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option("--nodes", "-N", help="nodes the gang spans exactly (sbatch -N)"),
+    ] = None,
+    gpus_per_node: Annotated[
+        str | None,
+        typer.Option("--gpus-per-node", help="GPUs on each node, N or TYPE:N: gpus = nodes x N"),
+    ] = None,
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")
     ] = None,
@@ -225,7 +233,13 @@ def submit(
     command = list(ctx.args)
     from pydantic import ValidationError
 
-    from corral.runtime.jobspec.directives import add_dependency, script_fields
+    from corral.runtime.jobspec.directives import (
+        PER_NODE,
+        add_dependency,
+        per_node_gpus,
+        script_fields,
+        typed_count,
+    )
     from corral.runtime.jobspec.specs import JobSpec, load_job_spec
 
     if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
@@ -258,12 +272,21 @@ def submit(
         "memory": memory,
         "vc": vc,
         "partition": partition,
+        "nodes": nodes,
         "begin": begin,
         "hold": held or None,
         "requeue": requeue,
         "exclusive": exclusive or None,
     }
     fields.update({k: v for k, v in flags.items() if v is not None})
+    if gpus_per_node is not None:  # the gang: nodes x GPUs per node, as sbatch reads them
+        if gpus is None:
+            fields.pop("gpus", None)  # (a script's count gives way to the command line's)
+        fields[PER_NODE] = (
+            typed_count(gpus_per_node, "the command line", None, "--gpus-per-node"),
+            None,
+        )
+        per_node_gpus(fields, "the command line")
     for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):
         for item in ids or []:
             add_dependency(fields, f"{kind}:{item}")

@@ -138,6 +138,16 @@ class FreeGPUs:
             bits ^= low
         return out
 
+    def in_layout(self, nodes: int, per_node: int) -> list[int] | None:
+        """``per_node`` free GPUs on each of exactly ``nodes`` nodes (the tightest
+        nodes that have that many free, lowest-numbered among equals), or None
+        when fewer nodes have them."""
+        fit = [k for k, left in enumerate(self.node_free.tolist()) if left >= per_node]
+        if len(fit) < nodes:
+            return None
+        fit.sort(key=lambda k: (int(self.node_free[k]), k))
+        return [g for k in sorted(fit[:nodes]) for g in self.in_node(k, per_node)]
+
     def tightest_node(self, n: int, among: int = -1) -> int:
         """The node with the fewest free GPUs that still has ``n`` free (the
         lowest-numbered among equals), or -1 when no node has ``n`` free;

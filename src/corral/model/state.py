@@ -192,6 +192,10 @@ class SchedulerState:
         """True once any job has a non-zero priority (lets FIFO skip sorting when none has)."""
         self.type_req = np.full(n, -1, dtype=np.int64)
         """GPU type a job must run on (index into ``cluster.gpu_type_names``; -1: any)."""
+        self.nodes_req = np.zeros(n, dtype=np.int64)
+        """Nodes a job's gang must span exactly, the same number of GPUs on each
+        (Slurm's ``--nodes`` with ``--gpus-per-node``; 0: any layout). Placement
+        honours it over the strategy's own choice (see PlacementStrategy.choose_for)."""
 
     # ----------------------------------------------------------- reading
     @property

@@ -68,6 +68,6 @@ class ModelAware(PlacementStrategy):
     def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
         return (self._consolidate if self.unknown == "consolidate" else self._any).choose(free, n)
 
-    def choose_for(self, free: FreeGPUs, state: SchedulerState, i: int) -> list[int] | None:
+    def choose_job(self, free: FreeGPUs, state: SchedulerState, i: int) -> list[int] | None:
         strategy = self._consolidate if self.sensitive(state.model[i]) else self._any
         return strategy.choose(free, int(state.gpus[i]))

@@ -27,7 +27,16 @@ class PlacementStrategy(ABC):
         """``n`` free GPU ids, or ``None`` when the job cannot be placed now."""
 
     def choose_for(self, free: FreeGPUs, state: SchedulerState, i: int) -> list[int] | None:
-        """GPUs for job ``i``; strategies that look at the job (its model) override this."""
+        """GPUs for job ``i``: the exact layout it asked for (``state.nodes_req``: so
+        many nodes, the same GPUs on each), else the strategy's choice."""
+        nodes = int(state.nodes_req[i])
+        if nodes:
+            return free.in_layout(nodes, int(state.gpus[i]) // nodes)
+        return self.choose_job(free, state, i)
+
+    def choose_job(self, free: FreeGPUs, state: SchedulerState, i: int) -> list[int] | None:
+        """The strategy's GPUs for job ``i``; strategies that look at the job (its
+        model) override this."""
         return self.choose(free, int(state.gpus[i]))
 
 

@@ -133,7 +133,7 @@ class Allox(Policy):
             need = int(state.gpus[j])
             if state.status[j] != PENDING or room[t] < need:
                 continue
-            gpus = self.placement.choose(builder.free.of_type(t), need)
+            gpus = self.placement.choose_for(builder.free.of_type(t), state, j)
             if gpus is None:
                 continue
             builder.start(j, gpus)

@@ -134,6 +134,10 @@ class Policy(ABC):
     shares_gpus: ClassVar[bool] = False
     """True when the policy may pack two jobs on one GPU set (the live service
     then measures the jobs' speeds from their heartbeats for it to judge)."""
+    node_layouts: ClassVar[bool] = True
+    """False when the policy places jobs its own way that cannot honour a job's
+    node layout (``SchedulerState.nodes_req``: HiveD's cells). Policies that
+    resize jobs or share GPUs cannot either; the service refuses such jobs."""
     simulator_only: ClassVar[dict[str, str]] = {}
     """Options ``corral serve`` cannot honour, with why (refused when set)."""
     live_note: ClassVar[str] = ""

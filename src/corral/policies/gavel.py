@@ -371,7 +371,7 @@ class GavelPolicy(Policy):
         free = typed.get(t)
         if free is None:
             free = typed[t] = builder.free.of_type(t)
-        gpus = self.placement.choose(free, int(state.gpus[host]))
+        gpus = self.placement.choose_for(free, state, host)
         if gpus is None:
             return  # the type has the GPUs but not on few enough servers: next round
         builder.start(host, gpus)

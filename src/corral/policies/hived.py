@@ -76,6 +76,7 @@ VCs' events, against sharing safety)."""
 
 
 class HiveD(QuotaClassReasons, Policy):
+    node_layouts = False  # (jobs are bound to cells of one node or a whole set of nodes)
     name = "hived"
     options: ClassVar[dict[str, Option]] = {
         "quotas": Option(

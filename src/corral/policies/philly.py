@@ -304,14 +304,19 @@ class Philly(Policy):
         heapq.heapify(turns)
         # Lending only takes GPUs, so a job that found no place fails again
         # for every later job of the same size, locality level and type.
-        no_place: set[tuple[int, int, int]] = set()
+        no_place: set[tuple[int, int, int, int]] = set()
         lent: list[int] = []
         while turns and builder.free_total > 0:
             _, v = heapq.heappop(turns)
             at = head[v]
             i = jobs[at]
             head[v] = at + 1
-            kind = (int(state.gpus[i]), self.level(state, i), int(state.type_req[i]))
+            kind = (
+                int(state.gpus[i]),
+                self.level(state, i),
+                int(state.type_req[i]),
+                int(state.nodes_req[i]),
+            )
             if kind not in no_place and self._place(builder, state, i):
                 usage[v] += state.gpus[i]
                 lent.append(at)
@@ -331,7 +336,7 @@ class Philly(Policy):
             free = free.of_type(bound)
             if int(state.gpus[i]) > free.total:
                 return None
-        if isinstance(self.placement, RelaxedLocality):
+        if isinstance(self.placement, RelaxedLocality) and not state.nodes_req[i]:
             return self.placement.choose_level(free, int(state.gpus[i]), self.level(state, i))
         return self.placement.choose_for(free, state, i)
 

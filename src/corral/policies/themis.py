@@ -287,7 +287,7 @@ class Themis(Policy):
         place_wide_jobs(state, builder, self.placement)
 
     def _start_on(self, state: SchedulerState, builder: PlanBuilder, j: int, t: int) -> bool:
-        gpus = self.placement.choose(builder.free.of_type(t), int(state.gpus[j]))
+        gpus = self.placement.choose_for(builder.free.of_type(t), state, j)
         if gpus is None:
             return False
         builder.start(j, gpus)

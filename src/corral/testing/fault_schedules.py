@@ -392,7 +392,13 @@ class World:
 
     def _op_submit(self, user: str, raw: dict[str, Any]) -> None:
         sch = self.scheduler
-        admission = Admission(self.config, self.store, sch.cluster.gpus_by_type, sch.identities)
+        admission = Admission(
+            self.config,
+            self.store,
+            sch.cluster.gpus_by_type,
+            sch.identities,
+            lambda: [(node.gpu_type, node.gpus) for node in sch.cluster.nodes],
+        )
         try:
             spec = JobSpec(**raw)
             spec = admission.check(spec, self._user(user))

@@ -13,7 +13,8 @@ Options given on the command line win over the script's.
 ``#SBATCH`` lines are read too, with sbatch's meaning: the options corral
 has (``--gpus``, ``-J``, ``-t``, ``-c``, ``--mem``, ``-o``, ``-D``, ``-A``,
 ``-p`` (a partition the service's config maps to a virtual cluster or GPU
-type), ``--array``, ``-d``, ``--gres=gpu[:type]:N``, ...) are taken as corral
+type), ``-N`` with ``--gpus-per-node`` (a gang on exactly that many nodes),
+``--array``, ``-d``, ``--gres=gpu[:type]:N``, ...) are taken as corral
 takes them (``--time`` in Slurm's formats: a bare number is minutes,
 ``1-12:00:00`` a day and a half, ``UNLIMITED`` no limit), and any other is
 refused by name with the line it is on, never ignored: a script written for
@@ -37,6 +38,11 @@ from corral.yamlio import read_text
 
 DIRECTIVE = "#CORRAL"
 SBATCH = "#SBATCH"
+
+PER_NODE = "gpus_per_node"
+"""Where ``--gpus-per-node`` waits, with its line, until the script's ``--nodes`` is
+known (see :func:`per_node_gpus`): not a spec field."""
+TASKS_PER_NODE = "ntasks_per_node"
 
 _FIELDS: dict[str, str] = {
     "--name": "name",
@@ -76,6 +82,10 @@ _FIELDS: dict[str, str] = {
     "-A": "vc",
     "--partition": "partition",
     "-p": "partition",
+    "--nodes": "nodes",
+    "-N": "nodes",
+    "--gpus-per-node": PER_NODE,
+    "--ntasks-per-node": TASKS_PER_NODE,
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
 _FLAGS: dict[str, tuple[str, bool]] = {
@@ -86,7 +96,7 @@ _FLAGS: dict[str, tuple[str, bool]] = {
     "--exclusive": ("exclusive", True),
 }
 """Options that take no value -> the field they set and to what."""
-_INTEGERS = {"gpus", "priority", "max_retries", "total_steps", "cpus"}
+_INTEGERS = {"gpus", "priority", "max_retries", "total_steps", "cpus", "nodes"}
 """Fields given as whole numbers (the API takes only JSON integers for them)."""
 _DEPENDS = {f"--{kind}": kind for kind in ("after", "afterok", "afterany", "afternotok")}
 
@@ -145,6 +155,22 @@ def parse_options(
             add_dependency(fields, f"{_DEPENDS[name]}:{value}")
         elif _FIELDS.get(name) == "dependency":
             add_dependency(fields, value)
+        elif _FIELDS.get(name) == PER_NODE:
+            fields[PER_NODE] = (typed_count(value, source, line, name), line)
+        elif _FIELDS.get(name) == TASKS_PER_NODE:
+            if value.strip() != "1":
+                raise InputError(
+                    source,
+                    line,
+                    name,
+                    f"'{value}': corral starts the job's command once on each node, so only "
+                    "1 is taken; start one process per GPU from it (torchrun "
+                    "--nproc-per-node $CORRAL_NODE_GPUS)",
+                )
+        elif _FIELDS.get(name) == "nodes" and "-" in value:
+            raise InputError(
+                source, line, name, f"'{value}': corral takes an exact node count, not a range"
+            )
         elif _FIELDS.get(name) in _INTEGERS:
             try:
                 fields[_FIELDS[name]] = int(value)
@@ -229,12 +255,53 @@ def _gres(value: str, source: str, line: int, fields: dict[str, Any]) -> None:
         raise InputError(
             source, line, "--gres", f"'{value}': corral reads gpu:N or gpu:TYPE:N only"
         )
+    # Slurm's --gres counts per node, as --gpus-per-node does
+    fields[PER_NODE] = (typed_count(":".join(parts[1:]), source, line, "--gres"), line)
+
+
+def typed_count(value: str, source: str, line: int | None, name: str) -> tuple[str | None, int]:
+    """``N`` or ``TYPE:N`` (Slurm's GPU counts): the type (None: any) and the count."""
+    gpu_type, _, count = value.rpartition(":")
     try:
-        fields["gpus"] = int(parts[-1])
+        number = int(count)
     except ValueError:
-        raise InputError(source, line, "--gres", f"'{parts[-1]}' is not a whole number") from None
-    if len(parts) == 3:
-        fields["gpu_type"] = parts[1]
+        raise InputError(source, line, name, f"'{count}' is not a whole number") from None
+    if number < 1:
+        raise InputError(source, line, name, f"'{count}': give at least 1 GPU")
+    return gpu_type or None, number
+
+
+def per_node_gpus(fields: dict[str, Any], source: str) -> dict[str, Any]:
+    """Resolve ``--gpus-per-node`` (or ``--gres=gpu:N``, also per node) once every
+    option is read: the gang is ``nodes`` (1 unless given) times that many GPUs,
+    on exactly those nodes when ``--nodes`` was given (without it, anywhere the
+    policy places it, as corral's own ``--gpus``). A ``--gpus`` that says
+    otherwise is refused at the line of the per-node count."""
+    given = fields.pop(PER_NODE, None)
+    if given is None:
+        return fields
+    (gpu_type, per_node), line = given
+    nodes = int(fields.get("nodes") or 1)
+    total = nodes * per_node
+    if "gpus" in fields and fields["gpus"] != total:
+        raise InputError(
+            source,
+            line,
+            "GPUs per node",
+            f"{per_node} GPUs on each of {nodes} node{'s' if nodes > 1 else ''} is {total}, "
+            f"but the job also asks for {fields['gpus']} GPUs; give one or the other",
+        )
+    if gpu_type is not None and fields.get("gpu_type") not in (None, gpu_type):
+        raise InputError(
+            source,
+            line,
+            "GPUs per node",
+            f"GPU type {gpu_type}, but the job also asks for {fields['gpu_type']}",
+        )
+    fields["gpus"] = total
+    if gpu_type is not None:
+        fields["gpu_type"] = gpu_type
+    return fields
 
 
 def script_fields(path: Path) -> dict[str, Any]:
@@ -260,6 +327,7 @@ def script_fields(path: Path) -> dict[str, Any]:
                 parse_options(words, str(path), number, fields)
         elif line and not line.startswith("#"):
             break  # the first command ends the directives
+    per_node_gpus(fields, str(path))
     interpreter = ["sh"]
     if lines and lines[0].startswith("#!"):
         interpreter = shlex.split(lines[0][2:].strip()) or ["sh"]

@@ -346,6 +346,14 @@ class JobSpec(BaseModel):
         "once before its command; under liquid, ahead of time while the job waits",
     )
     gpus: int = Field(1, ge=1, le=4096, strict=True, description="GPUs of the gang")
+    nodes: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        strict=True,
+        description="nodes the gang spans exactly, gpus/nodes on each (sbatch --nodes "
+        "with --gpus-per-node); unset: the policy's placement chooses",
+    )
     gpu_type: str | None = Field(
         None, max_length=32, description="run only on this GPU type (any when unset)"
     )
@@ -569,6 +577,15 @@ class JobSpec(BaseModel):
         if any(not 1 <= i < 2**63 for i in ids):
             raise ValueError("job ids are positive")
         return {kind: sorted(set(group)) for kind, group in value.items() if group}
+
+    @model_validator(mode="after")
+    def _even_layout(self) -> JobSpec:
+        if self.nodes is not None and self.gpus % self.nodes:
+            raise ValueError(
+                f"nodes: {self.gpus} GPUs do not split evenly over {self.nodes} nodes "
+                "(give gpus as nodes x GPUs per node)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

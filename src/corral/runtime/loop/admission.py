@@ -20,6 +20,8 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from corral.errors import CorralError
+from corral.policies import POLICIES, policy_key
 from corral.runtime.execution.identity import RunAs, usable_folder
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig
 from corral.runtime.jobspec.specs import (
@@ -131,6 +133,8 @@ class Admission:
     """The cluster's GPUs by type, now (an executor's cluster may grow)."""
     identities: Mapping[str, RunAs] = field(default_factory=dict)
     """Service user -> the Unix user their jobs run as (when the service maps them)."""
+    node_gpus: Callable[[], list[tuple[str, int]]] = list
+    """Each node's GPU type and count, now (for jobs that ask for a node layout)."""
 
     def check_priority(self, priority: int, user: UserConfig) -> None:
         """Raising priority is the operators' lever (as in Slurm): users may only lower it."""
@@ -200,6 +204,8 @@ class Admission:
                 raise Refused(
                     f"asks for {spec.gpus} GPUs; the cluster has {limit} {kind}GPUs", "gpus"
                 )
+        if spec.nodes is not None:
+            self.check_layout(spec)
         if config.vcs is not None and spec.vc is not None and spec.vc not in config.vcs:
             have = ", ".join(config.vcs)
             raise Refused(f"no virtual cluster '{spec.vc}' here (there are {have})", "vc")
@@ -242,6 +248,54 @@ class Admission:
                 "error",
             )
         return spec
+
+    def check_layout(self, spec: JobSpec) -> None:
+        """A job that asks for so many nodes (sbatch --nodes) gets exactly them, or is
+        refused: under a policy that may move, resize or share a job's GPUs the layout
+        could not be kept, and a layout no set of the cluster's nodes offers would
+        wait for ever (Slurm: "Requested node configuration is not available")."""
+        name = self.config.policy
+        nodes = spec.nodes or 1
+        if plans_rounds(name):
+            raise Refused(
+                f"under policy {name} jobs run as rounds of tasks placed one by one; "
+                "leave 'nodes' out",
+                "nodes",
+            )
+        try:
+            cls = POLICIES[policy_key(name)]
+        except (KeyError, CorralError):
+            cls = None
+        if cls is not None and not (
+            cls.node_layouts and not (cls.elastic or cls.resizes or cls.shares_gpus)
+        ):
+            doing = (
+                "may change a job's number of GPUs"
+                if cls.elastic or cls.resizes
+                else "may run a job on GPUs another job holds"
+                if cls.shares_gpus
+                else "places jobs in its own cells"
+            )
+            raise Refused(
+                f"policy {name} {doing}, so a node layout cannot be kept; leave 'nodes' out",
+                "nodes",
+            )
+        per_node = spec.gpus // nodes
+        layout = self.node_gpus()
+        if not layout:
+            return  # (no cluster known yet: the loop's placement still keeps the layout)
+        fitting = sum(
+            1
+            for gpu_type, count in layout
+            if count >= per_node and spec.gpu_type in (None, gpu_type)
+        )
+        if fitting < nodes:
+            kind = f"{spec.gpu_type} " if spec.gpu_type else ""
+            raise Refused(
+                f"asks for {nodes} nodes with {per_node} {kind}GPUs each; the cluster has "
+                f"{fitting} such node{'' if fitting == 1 else 's'}",
+                "nodes",
+            )
 
     def check_dependency_count(self, count: int) -> None:
         """A job waits for at most ``max_array_size`` others (so for any one array)."""

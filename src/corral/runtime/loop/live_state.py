@@ -75,6 +75,7 @@ class LiveJobs:
         user: str = "",
         model: str = "",
         batch_size: int = 0,
+        nodes: int = 0,
     ) -> int:
         """Give a job a slot (held: call :meth:`arrive` to queue it).
 
@@ -112,6 +113,7 @@ class LiveJobs:
             if gpu_type in st.cluster.gpu_type_names
             else -1
         )
+        st.nodes_req[i] = nodes
         st._type_speed = None
         self.set_priority(i, priority)
         return i

@@ -284,6 +284,7 @@ class Recovery(LoopBase):
             user=row.user,
             model=spec.model or "",
             batch_size=spec.batch_size or 0,
+            nodes=0 if row.phase == "prerun" else spec.nodes or 0,
         )
 
     def _live_for(self, jobs: int) -> LiveJobs:

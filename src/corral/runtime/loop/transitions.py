@@ -199,6 +199,7 @@ class Transitions(Sharing):
                     live.requeue(i, spec.gpus)
                 else:
                     st.resize(i, spec.gpus)
+                st.nodes_req[i] = spec.nodes or 0  # (its 1-GPU pre-run had no layout)
             elif cause == Cause.PREEMPTED:
                 self.preempted.add(a.job)
                 if ours:  # it left by itself (a SIGTERM from outside, its own stop):
