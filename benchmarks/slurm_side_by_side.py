@@ -1,0 +1,314 @@
+"""corral beside a real Slurm on this machine: the command line's speed, bulk
+verbs, arrays, listing and the engine's pace, each measured the same way on both.
+
+Nothing is installed. Where Slurm's programs are present (Debian's
+``slurm-wlm``), a private one-node Slurm is set up in a temporary folder
+(slurmctld and slurmd on loopback ports, no munge: ``auth/none``, a node with
+``gpu:8`` that runs jobs as this user, ``cons_tres`` and backfill, no
+accounting) and both columns are printed; without them, corral's column
+alone, saying why. corral runs ``corral serve`` on loopback with 8 virtual
+GPUs under FIFO, its state in the same temporary folder.
+
+What is measured (wall time from the shell, as a user types the command):
+
+1. one submission: ``sbatch --wrap`` / ``corral submit`` of a 1-GPU job,
+   median of ``--repeats``;
+2. a one-at-a-time submission loop: ``--loop`` commands in a row, jobs/s;
+3. a 2,000-task array in one command;
+4. listing 10,000 pending jobs (a held 10,000-task array): ``squeue -r`` /
+   ``corral queue``, median of ``--repeats``;
+5. cancelling everything of one user: ``scancel -u`` / ``corral cancel -u``
+   (the command's own time: both return once the cancel is recorded);
+6. the engine: 200 one-second 1-GPU jobs on the 8 GPUs, from the submission
+   (one array) until the last has ended.
+
+Run: ``python benchmarks/slurm_side_by_side.py`` (``--quick`` for small counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.runtime.execution.executor import free_port
+from corral.testing.service_process import ServiceProcess, wait_for
+
+SLURM_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel")
+NODE = "corralbench"
+GPUS = 8
+
+
+def missing_slurm() -> str | None:
+    """Why Slurm's column cannot be measured here (None: it can)."""
+    absent = [p for p in SLURM_PROGRAMS if shutil.which(p) is None]
+    if absent:
+        return f"Slurm's programs are not installed ({', '.join(absent)} missing: slurm-wlm)"
+    return None
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    """Seconds one command takes from the shell; it must succeed."""
+    began = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:3])} ... failed: {done.stderr.strip()[-400:]}")
+    return took
+
+
+def median_of(repeats: int, once: Callable[[], float]) -> float:
+    return statistics.median(once() for _ in range(repeats))
+
+
+@dataclass
+class Side:
+    """One scheduler's commands for each measure (argv lists and a probe)."""
+
+    name: str
+    env: dict[str, str]
+    submit: list[str]
+    array: Callable[[int, bool], list[str]]
+    """(tasks, held) -> the command submitting an array of that many."""
+    listing: list[str]
+    cancel_all: list[str]
+    live_jobs: Callable[[], int]
+    """How many of the user's jobs have not ended."""
+
+
+@contextlib.contextmanager
+def private_slurm(folder: Path) -> Iterator[Side]:
+    """A one-node Slurm of our own, on loopback ports, stopped on leaving."""
+    folder.mkdir(parents=True)
+    for sub in ("state", "spool"):
+        (folder / sub).mkdir()
+    user = getpass.getuser()
+    conf = folder / "slurm.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                f"ClusterName={NODE}",
+                "SlurmctldHost=localhost(127.0.0.1)",
+                f"SlurmctldPort={free_port()}",
+                f"SlurmdPort={free_port()}",
+                "AuthType=auth/none",
+                "CredType=cred/none",
+                f"SlurmUser={user}",
+                f"SlurmdUser={user}",
+                f"StateSaveLocation={folder / 'state'}",
+                f"SlurmdSpoolDir={folder / 'spool'}",
+                f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
+                f"SlurmdPidFile={folder / 'slurmd.pid'}",
+                f"SlurmctldLogFile={folder / 'slurmctld.log'}",
+                f"SlurmdLogFile={folder / 'slurmd.log'}",
+                "ProctrackType=proctrack/pgid",
+                "TaskPlugin=task/none",
+                "MpiDefault=none",
+                "SchedulerType=sched/backfill",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core",
+                "GresTypes=gpu",
+                "MaxJobCount=100000",
+                "MaxArraySize=10001",
+                "ReturnToService=2",
+                "SlurmdParameters=config_overrides",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                "JobCompType=jobcomp/none",
+                f"NodeName={NODE} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs={GPUS} "
+                f"Gres=gpu:{GPUS} State=UNKNOWN",
+                f"PartitionName=main Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
+    )
+    devices = folder / "dev"  # (stand-ins for /dev/nvidia*: slurmd counts GPUs by file)
+    devices.mkdir()
+    for k in range(GPUS):
+        (devices / f"gpu{k}").touch()
+    (folder / "gres.conf").write_text(
+        f"AutoDetect=off\nNodeName={NODE} Name=gpu File={devices}/gpu[0-{GPUS - 1}]\n"
+    )
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    quiet = {"env": env, "cwd": folder, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    daemons = [  # (their logs go to the files the config names)
+        subprocess.Popen(["slurmctld", "-D", "-f", str(conf)], **quiet),  # type: ignore[call-overload]
+        subprocess.Popen(["slurmd", "-D", "-N", NODE, "-f", str(conf)], **quiet),  # type: ignore[call-overload]
+    ]
+    try:
+
+        def idle() -> bool:
+            out = subprocess.run(
+                ["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True
+            )
+            return out.returncode == 0 and out.stdout.strip() in ("idle", "mix")
+
+        wait_for(idle, 60, "the private Slurm's node to be idle")
+        wrap = ["--wrap", "sleep 1", "--gpus", "1", "-o", "/dev/null"]
+
+        def live_jobs() -> int:
+            out = subprocess.run(
+                ["squeue", "-h", "-r", "-u", user, "-o", "%i"],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            return len(out.stdout.split())
+
+        yield Side(
+            name="Slurm",
+            env=env,
+            submit=["sbatch", *wrap],
+            array=lambda n, held: [
+                "sbatch",
+                f"--array=0-{n - 1}",
+                *(["-H"] if held else []),
+                *wrap,
+            ],
+            listing=["squeue", "-r", "-u", user],
+            cancel_all=["scancel", "-u", user],
+            live_jobs=live_jobs,
+        )
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+        for daemon in daemons:
+            try:
+                daemon.wait(20)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+
+
+@contextlib.contextmanager
+def corral_service(folder: Path) -> Iterator[Side]:
+    service = ServiceProcess(
+        folder,
+        "fifo",
+        gpus=[{"type": "V100", "count": GPUS}],
+        max_jobs_per_user=100_000,
+        tick=0.1,
+    )
+    service.start()
+    try:
+        env = {
+            **os.environ,
+            "CORRAL_URL": service.url,
+            "CORRAL_TOKEN": service.users["alice"],
+        }
+        corral = [sys.executable, "-m", "corral.cli"]
+        job = ["--gpus", "1", "--", "sleep", "1"]
+
+        def live_jobs() -> int:
+            return len(service.client.jobs("PENDING,STARTING,RUNNING,SUSPENDED"))
+
+        yield Side(
+            name="corral",
+            env=env,
+            submit=[*corral, "submit", *job],
+            array=lambda n, held: [
+                *corral,
+                "submit",
+                "--array",
+                f"0-{n - 1}",
+                *(["--hold"] if held else []),
+                *job,
+            ],
+            listing=[*corral, "queue", "-u", "alice"],
+            cancel_all=[*corral, "cancel", "-u", "alice"],
+            live_jobs=live_jobs,
+        )
+    finally:
+        service.close()
+
+
+def drain(side: Side, timeout: float = 600.0) -> None:
+    """Cancel everything and wait until nothing of the user's is live."""
+    subprocess.run(side.cancel_all, env=side.env, capture_output=True)
+    wait_for(lambda: side.live_jobs() == 0, timeout, f"{side.name}'s queue to empty")
+
+
+def measure(
+    side: Side, repeats: int, loop: int, array: int, listed: int, engine: int
+) -> dict[str, str]:
+    """Each measure on one scheduler, as printed (the raw figure and its unit)."""
+    out: dict[str, str] = {}
+    run = lambda argv: timed(argv, side.env)  # noqa: E731
+    out["one submit"] = f"{median_of(repeats, lambda: run(side.submit)):.3f} s"
+    drain(side)
+    began = time.perf_counter()
+    for _ in range(loop):
+        run(side.submit)
+    out["submit loop"] = f"{loop / (time.perf_counter() - began):.1f} jobs/s"
+    drain(side)
+    out[f"{array:,}-task array"] = f"{run(side.array(array, True)):.3f} s"
+    drain(side)
+    run(side.array(listed, True))
+    wait_for(lambda: side.live_jobs() >= listed, 300, "the held array to be listed")
+    out[f"list {listed:,} pending"] = f"{median_of(repeats, lambda: run(side.listing)):.3f} s"
+    out["cancel everything"] = f"{run(side.cancel_all):.3f} s"
+    wait_for(lambda: side.live_jobs() == 0, 600, f"{side.name}'s queue to empty")
+    began = time.perf_counter()
+    run(side.array(engine, False))
+    wait_for(lambda: side.live_jobs() == 0, 1200, f"{side.name}'s {engine} jobs to end")
+    out[f"{engine} one-second jobs on {GPUS} GPUs"] = f"{time.perf_counter() - began:.1f} s"
+    return out
+
+
+def ratio(slurm: str, corral: str) -> str:
+    """corral's figure over Slurm's (for jobs/s, Slurm's over corral's): >1 is slower."""
+    a, unit = slurm.split()
+    b, _ = corral.split()
+    x, y = float(a), float(b)
+    if not x or not y:
+        return "-"
+    return f"{(x / y if unit == 'jobs/s' else y / x):.2f}x"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    counts = (
+        {"loop": 10, "array": 200, "listed": 500, "engine": 24}
+        if args.quick
+        else {"loop": 100, "array": 2_000, "listed": 10_000, "engine": 200}
+    )
+    why_not = missing_slurm()
+    columns: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="corral-vs-slurm-") as tmp:
+        with corral_service(Path(tmp) / "corral") as side:
+            columns["corral"] = measure(side, args.repeats, **counts)
+        if why_not is None:
+            with private_slurm(Path(tmp) / "slurm") as side:
+                columns["Slurm"] = measure(side, args.repeats, **counts)
+    print(f"on {os.cpu_count()} CPUs; medians of {args.repeats} where repeated")
+    if why_not is not None:
+        print(f"Slurm's column is missing: {why_not}")
+    head = (
+        ["measure", "Slurm", "corral", "corral / Slurm"]
+        if "Slurm" in columns
+        else ["measure", "corral"]
+    )
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for key, figure in columns["corral"].items():
+        if "Slurm" in columns:
+            theirs = columns["Slurm"][key]
+            print(f"| {key} | {theirs} | {figure} | {ratio(theirs, figure)} |")
+        else:
+            print(f"| {key} | {figure} |")
+
+
+if __name__ == "__main__":
+    main()
