@@ -2,9 +2,20 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
+# Two installs: the simulator and service alone (what `make demo` needs), and
+# everything the tests use (torch's CPU build, Ray, the docs tools, ...).
+STAMP := $(VENV)/.installed-$(SUM)
+BASE_STAMP := $(VENV)/.installed-base-$(SUM)
 
 .PHONY: demo test docs lint bench clean
+
+$(BASE_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	rm -f $(VENV)/.installed-base-*
+	touch $(BASE_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,12 +23,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test,docs,examples,ray,gpu]'
 	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
+	touch $(STAMP) $(BASE_STAMP)
 
 # The baselines, Tiresias, Gandiva and Philly's scheduler on the whole Philly
 # trace, on Philly's cluster scaled to 0.17 (422 GPUs, offered load 0.89);
 # writes demo-out/report.html. Jobs get Gavel job types so Gandiva can pack.
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(VENV)/bin/corral compare --trace philly --cluster philly --cluster-scale 0.17 \
 		--job-types gavel --policies fifo,philly,las,tiresias-las,tiresias-gittins,gandiva,srtf \
 		--out demo-out
