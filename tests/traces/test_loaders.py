@@ -211,3 +211,47 @@ def test_synthetic_hits_the_target_load_and_is_seeded():
     assert a.df["num_gpus"].max() <= 100
     with pytest.raises(CorralError):
         load_trace("synthetic:jobs=ten", 8)
+
+
+def test_shockwave_durations_are_the_traces_own_unless_asked_otherwise(tmp_path):
+    """Shockwave's traces give each job's duration (seconds at its scale factor): it
+    is read as given; ``durations=throughput`` asks for steps at Gavel's measured
+    V100 throughput instead, and the load report gives both totals either way."""
+    rows = [(100, 1, "static", 0), (200, 2, "static", 5)]
+    text = "".join(SHOCKWAVE_ROW.format(steps=a, sf=b, mode=c, t=d) for a, b, c, d in rows)
+    path = write(tmp_path, "s.trace", text)
+    report = LoadReport(path)
+    own = load_trace(path, 8, report=report)
+    assert own.df["duration"].tolist() == [1418.0, 1418.0]
+    assert own.df["total_steps"].tolist() == [100.0, 200.0]
+    throughput = LoadReport(path)
+    steps = load_trace(path, 8, TraceOptions(durations="throughput"), report=throughput)
+    assert steps.df["duration"].tolist() != [1418.0, 1418.0]
+    gpu_hours = 1418.0 * 3 / 3600
+    assert f"durations from the trace's duration column: {gpu_hours:,.1f} GPU-hours" in " ".join(
+        report.notes
+    )
+    assert "with --durations trace" in " ".join(throughput.notes)
+    bad = write(tmp_path, "s2.trace", text.replace("\t1418\t0\n", "\t-1\t0\n"))
+    with pytest.raises(InputError, match=r"s2.trace:1: field 'duration'"):
+        load_trace(bad, 8)
+    with pytest.raises(InputError, match="durations"):
+        load_trace(path, 8, TraceOptions(durations="guess"))
+
+
+@pytest.mark.parametrize("layout", ["shockwave", "gavel"])
+def test_a_gavel_format_row_that_lost_a_field_is_refused_as_such(tmp_path, layout):
+    """A row with a field deleted used to be read shifted, its error named on the next
+    field (or none at all); it is refused saying a field is missing, with its line."""
+    if layout == "shockwave":
+        good = SHOCKWAVE_ROW.format(steps=100, sf=1, mode="static", t=0)
+    else:
+        good = "ResNet-18 (batch size 16)\tcmd\tdir\t--steps\t1\t100\t1\t1\t-1\t0\n"
+    fields = good.rstrip("\n").split("\t")
+    del fields[5]  # total_steps
+    path = write(tmp_path, "t.trace", good + "\t".join(fields) + "\n")
+    with pytest.raises(InputError, match=r"t.trace:2: .*tab-separated fields.*missing or extra"):
+        load_trace(path, 8, TraceOptions(fmt=layout))
+    report = LoadReport(path)
+    kept = load_trace(path, 8, TraceOptions(fmt=layout, skip_bad=True), report=report)
+    assert len(kept) == 1 and report.skipped == 1

@@ -133,6 +133,10 @@ def test_trace_stats_and_sim_from_the_command_line(tmp_path: Path) -> None:
     assert stats["jobs"] == 7 and stats["atc19"]["failure_rates"].startswith("1:0.3333")
     shown = run_cli("trace-stats", LOG)
     assert "Unsuccessful" in shown.stdout and "--failure-rates 1:0.3333" in shown.stdout
+    # the paper's tables count every scheduled job; the difference from the replay is named
+    assert stats["atc19"]["jobs_scheduled"] == 9
+    assert "count the 9 jobs that were scheduled" in shown.stdout
+    assert "replays 7 of them (the other 2 are left out" in shown.stdout
     ran = run_cli(
         "sim", "--trace", LOG, "--cluster", "uniform:4x8:V100", "--policy", "fifo",
         "--failure-rates", stats["atc19"]["failure_rates"], "--out", str(tmp_path / "o"),

@@ -185,3 +185,21 @@ def test_a_chunked_error_names_the_line_in_a_later_chunk(tmp_path, monkeypatch):
     report = LoadReport(str(path))
     assert len(load(path, report, skip_bad=True)) == 9
     assert report.rows == 10 and report.skipped == 1
+
+
+def test_a_job_the_job_table_marks_running_is_left_out_though_its_tasks_ended(tmp_path):
+    """PAI's job table says a job is still Running (no end time) though every task row
+    of it has ended: its run time is unknown, so it is left out, as the docs say."""
+    folder = tmp_path / "pai"
+    shutil.copytree(FIXTURES / "pai", folder)
+    jobs = folder / "pai_job_table.csv"
+    jobs.write_text(
+        jobs.read_text().replace(
+            "a5a2d3c66e2c9c6e4ae5c6f1,1a7c5d3e9f10,0ac76b2f3a0a,Terminated,5120.0,7320.0",
+            "a5a2d3c66e2c9c6e4ae5c6f1,1a7c5d3e9f10,0ac76b2f3a0a,Running,5120.0,",
+        )
+    )
+    report = LoadReport(str(folder))
+    kept = load(folder, report).df["job_id"].tolist()
+    assert "a5a2d3c66e2c9c6e4ae5c6f1" not in kept and len(kept) == 2
+    assert "2 GPU job(s) unfinished when the trace ends left out" in " ".join(report.notes)

@@ -36,6 +36,13 @@ TraceOpt = Annotated[
 FormatOpt = Annotated[
     str | None, typer.Option(help=f"trace format: {', '.join(FORMATS)} (default: from the header)")
 ]
+DurationsOpt = Annotated[
+    str,
+    typer.Option(
+        help="Shockwave traces: 'trace' (its own duration column) or 'throughput' "
+        "(steps at Gavel's measured V100 throughput)"
+    ),
+]
 SkipOpt = Annotated[
     bool, typer.Option(help="skip and count malformed trace rows instead of stopping")
 ]
@@ -134,6 +141,7 @@ class RunArgs:
 
     trace: str
     trace_format: str | None
+    durations: str
     skip_bad: bool
     vc: list[str] | None
     start: str | None
@@ -215,6 +223,7 @@ class RunArgs:
             )
             options = TraceOptions(
                 fmt=self.trace_format,
+                durations=self.durations,
                 skip_bad=self.skip_bad,
                 philly=PhillyFilter(self.vc or None, self.start, self.end),
                 max_jobs=self.max_jobs,
@@ -311,6 +320,7 @@ class RunArgs:
 def _run_options(
     trace: TraceOpt = "philly",
     trace_format: FormatOpt = None,
+    durations: DurationsOpt = "trace",
     skip_bad: SkipOpt = False,
     vc: VcOpt = None,
     start: StartOpt = None,

@@ -124,6 +124,17 @@ def _print(out: dict[str, Any]) -> None:
     atc = out.get("atc19")
     if atc is None:
         return
+    scheduled = atc["jobs_scheduled"]
+    console.print(
+        f"The ATC'19 tables below count the {scheduled:,} jobs that were scheduled, as the "
+        f"paper does; the simulator replays {out['jobs']:,} of them"
+        + (
+            f" (the other {scheduled - out['jobs']:,} are left out for the reasons above)."
+            if scheduled != out["jobs"]
+            else "."
+        ),
+        highlight=False,
+    )
     print_table(
         "final status (ATC'19 Table: jobs and GPU time by status)",
         ["status", "jobs", "share of jobs", "GPU-hours", "share of GPU time"],

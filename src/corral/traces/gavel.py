@@ -23,7 +23,12 @@ Five layouts, told apart by their number of fields:
 A job's reference duration is its steps at its measured V100 throughput
 (Gavel's reference GPU) at its scale factor; scale factors Gavel did not
 measure (the MSR traces have 12, 16, 32, ...) scale linearly from the largest
-measured one below, as the speed model does everywhere.
+measured one below, as the speed model does everywhere. Shockwave's traces
+carry a duration of their own (seconds at the job's scale factor): it is read
+as the job's duration, as Shockwave's simulator reads it, unless
+``durations="throughput"`` asks for the steps-at-throughput figure instead
+(on Shockwave's 120-job trace the two differ about twofold in GPU-hours; the
+load report gives both totals).
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ import pandas as pd
 from corral.errors import InputError
 from corral.model.jobs import JobTable
 from corral.perf.speeds import SpeedModel
-from corral.traces.rows import LoadReport, RowChecker, read_text_frame
+from corral.traces.rows import (
+    LoadReport,
+    RowChecker,
+    flag_misshapen,
+    misshapen_rows,
+    read_text_frame,
+)
 
 GAVEL_FIELDS = [
     "job_type",
@@ -90,12 +101,24 @@ def layout_of(first_line: str) -> str | None:
     return next((name for name, cols in LAYOUTS.items() if len(cols) == fields), None)
 
 
+DURATIONS = ("trace", "throughput")
+"""Where a job's duration comes from: the trace's own column where it has one
+(Shockwave's), or its steps at Gavel's measured V100 throughput."""
+
+
 def load_gavel(
-    path: str, skip_bad: bool = False, report: LoadReport | None = None, layout: str = "gavel"
+    path: str,
+    skip_bad: bool = False,
+    report: LoadReport | None = None,
+    layout: str = "gavel",
+    durations: str = "trace",
 ) -> JobTable:
     report = report or LoadReport(path)
     raw, first = read_text_frame(path, sep="\t", header=False, names=LAYOUTS[layout])
     check = RowChecker(path, raw, first, skip_bad)
+    # (a row that lost a field would be read shifted, its error named on the wrong field)
+    bad_rows = misshapen_rows(path, LAYOUTS[layout], sep="\t", header=False)
+    flag_misshapen(check, bad_rows, LAYOUTS[layout], sep="\t")
     job_type = check.text("job_type")
     steps = check.number("total_steps", positive=True)
     if layout == "gavel-msr":
@@ -120,21 +143,42 @@ def load_gavel(
         mode = check.text("mode").str.lower()
         unknown = ~mode.isin(BATCH_MODES).to_numpy()
         check.flag(unknown, "mode", f"batch-size mode '{{value}}' is not one of {BATCH_MODES}")
+    if durations not in DURATIONS:
+        raise InputError(path, None, "durations", f"'{durations}' is not one of {DURATIONS}")
     rate = _reference_rates(path, raw, first, check, job_type, scale, idle, skip_bad)
+    from_steps = steps / rate
+    duration = from_steps
+    if layout == "shockwave" and durations == "trace":
+        duration = check.number("duration", positive=True)
     df = pd.DataFrame(
         {
             "job_id": "gavel-" + raw["__row"].astype(str),
             "submit_time": arrival,
             "num_gpus": scale,
             "total_steps": steps,
-            "duration": steps / rate,
+            "duration": duration,
             "job_type": job_type,
             "weight": weight,
             "batch_mode": mode,
         }
     )
-    good = check.keep(df.assign(_idle=idle), report)
-    out = JobTable(good.loc[~good["_idle"]].drop(columns="_idle"), source=path)
+    good = check.keep(df.assign(_idle=idle, _from_steps=from_steps), report)
+    kept = good.loc[~good["_idle"]]
+    if layout == "shockwave":
+        hours = {
+            "trace": float((kept["duration"] * kept["num_gpus"]).sum()) / 3600,
+            "throughput": float((kept["_from_steps"] * kept["num_gpus"]).sum()) / 3600,
+        }
+        other = "throughput" if durations == "trace" else "trace"
+        source = {
+            "trace": "the trace's duration column",
+            "throughput": "steps at Gavel's V100 throughput",
+        }[durations]
+        report.notes.append(
+            f"durations from {source}: {hours[durations]:,.1f} GPU-hours "
+            f"({hours[other]:,.1f} with --durations {other})"
+        )
+    out = JobTable(kept.drop(columns=["_idle", "_from_steps"]), source=path)
     report.kept = len(out)
     modes = out.df["batch_mode"].value_counts()
     if set(modes.index) - {"static"}:

@@ -41,6 +41,9 @@ class TraceOptions:
     seed: int = 0
     job_types: str | None = None
     """Give generic jobs measured types (see :mod:`corral.traces.job_types`)."""
+    durations: str = "trace"
+    """Shockwave's traces: the trace's own durations, or ``throughput`` (steps at
+    Gavel's measured V100 throughput; see :mod:`corral.traces.gavel`)."""
 
 
 def detect_format(path: str) -> str:
@@ -141,7 +144,7 @@ def _load(
     elif fmt == "tiresias":
         table = load_tiresias(text, options.skip_bad, report)
     elif fmt in LAYOUTS:
-        table = load_gavel(text, options.skip_bad, report, layout=fmt)
+        table = load_gavel(text, options.skip_bad, report, layout=fmt, durations=options.durations)
     elif fmt == "pollux":
         table = load_pollux(text, options.skip_bad, report)
     elif fmt == "canonical":

@@ -14,7 +14,8 @@ report counts them. The job is submitted at its job-table ``start_time`` and
 runs from its first task's start to its last task's end. The GPU type of its
 largest task is carried in ``gpu_type`` (reported; policies place jobs by
 their own rules). Jobs without GPUs, and jobs that had not finished when the
-trace ended, are left out and counted. The task table has over a million
+trace ended (no end time in the job table, as its Running and Waiting jobs,
+or a task without one), are left out and counted. The task table has over a million
 rows: both files are read a chunk at a time.
 """
 
@@ -31,7 +32,9 @@ from corral.model.jobs import JobTable
 from corral.traces.rows import (
     LoadReport,
     RowChecker,
+    flag_misshapen,
     load_chunked,
+    misshapen_rows,
     read_text_chunks,
     refuse_repeats,
 )
@@ -84,7 +87,12 @@ def load_pai(path: str, skip_bad: bool = False, report: LoadReport | None = None
     no_tasks = len(jobs) - len(df)
     gpus = df["gpus"].to_numpy()
     cpu_only = gpus <= 0
-    unfinished = ~cpu_only & ~(np.isfinite(df["first_start"]) & np.isfinite(df["last_end"]))
+    # unfinished: the job table gives it no end (Running, Waiting), or a task of it
+    # has none; either way its run time is unknown, so it is left out
+    ended = (
+        np.isfinite(df["job_end"]) & np.isfinite(df["first_start"]) & np.isfinite(df["last_end"])
+    )
+    unfinished = ~cpu_only & ~ended.to_numpy()
     duration = (df["last_end"] - df["first_start"]).to_numpy()
     never_ran = ~cpu_only & ~unfinished & ~(duration > 0)
     keep = ~cpu_only & ~unfinished & ~never_ran
@@ -128,41 +136,6 @@ def _chunks(path: str, fields: list[str], usecols: list[str]) -> Iterator[tuple[
     )
 
 
-def misshapen_rows(path: str, fields: list[str]) -> np.ndarray:
-    """The data rows (numbered as the reader numbers them: from 0, blank lines and the
-    header left out) that have another number of fields than the table's. A CSV
-    reader pads a short row with empty fields, so a row that lost a field in its
-    middle would be read with the others shifted into the wrong columns, silently:
-    a user's name read as a status, an end read as a start."""
-    expected = len(fields) - 1
-    rows: list[int] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        first = fh.readline()
-        k = 0
-        if first.strip() and first.strip().split(",")[0] != fields[0]:  # no header
-            if first.count(",") != expected:
-                rows.append(k)
-            k += 1
-        for line in fh:
-            if not line.strip():
-                continue
-            if line.count(",") != expected:
-                rows.append(k)
-            k += 1
-    return np.asarray(rows, dtype=np.int64)
-
-
-def flag_misshapen(check: RowChecker, bad_rows: np.ndarray, fields: list[str]) -> None:
-    """Refuse (or, skipping bad rows, drop) the rows :func:`misshapen_rows` found."""
-    if len(bad_rows):
-        check.flag(
-            np.isin(check.raw["__row"].to_numpy(), bad_rows),
-            fields[0],
-            f"the row does not have the table's {len(fields)} comma-separated fields "
-            f"({', '.join(fields)}): a field is missing or extra",
-        )
-
-
 def _jobs(path: str, skip_bad: bool, report: LoadReport) -> pd.DataFrame:
     bad_rows = misshapen_rows(path, JOB_FIELDS)
 
@@ -173,12 +146,13 @@ def _jobs(path: str, skip_bad: bool, report: LoadReport) -> pd.DataFrame:
                 "job_name": check.text("job_name"),
                 "user": check.text("user", required=False),
                 "submit": check.number("start_time", minimum=0),
+                "job_end": check.number("end_time", minimum=0, required=False),
                 "line": check.raw["__row"] + check.first_line,
             }
         )
 
     df = load_chunked(
-        _chunks(path, JOB_FIELDS, ["job_name", "user", "start_time"]),
+        _chunks(path, JOB_FIELDS, ["job_name", "user", "start_time", "end_time"]),
         path,
         convert,
         skip_bad,

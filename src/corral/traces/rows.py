@@ -257,3 +257,46 @@ def require_columns(path: str, raw: pd.DataFrame, columns: list[str]) -> None:
 def _parser_line(message: str) -> int | None:
     match = re.search(r"line (\d+)", message)
     return int(match.group(1)) if match else None
+
+
+def misshapen_rows(
+    path: str, fields: list[str], sep: str = ",", header: bool | None = None
+) -> np.ndarray:
+    """The data rows (numbered as the reader numbers them: from 0, blank lines and the
+    header left out) that have another number of fields than the table's. A CSV
+    reader pads a short row with empty fields, so a row that lost a field in its
+    middle would be read with the others shifted into the wrong columns, silently:
+    a user's name read as a status, an end read as a start, and the error (if any)
+    named on the wrong field. ``header``: whether the file has a header line (None:
+    a first line whose first field is the table's first field's name is one)."""
+    expected = len(fields) - 1
+    rows: list[int] = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        first = fh.readline()
+        k = 0
+        named = first.strip().split(sep)[0] == fields[0] if header is None else header
+        if first.strip() and not named:
+            if first.count(sep) != expected:
+                rows.append(k)
+            k += 1
+        for line in fh:
+            if not line.strip():
+                continue
+            if line.count(sep) != expected:
+                rows.append(k)
+            k += 1
+    return np.asarray(rows, dtype=np.int64)
+
+
+def flag_misshapen(
+    check: RowChecker, bad_rows: np.ndarray, fields: list[str], sep: str = ","
+) -> None:
+    """Refuse (or, skipping bad rows, drop) the rows :func:`misshapen_rows` found."""
+    if len(bad_rows):
+        kind = {",": "comma", "\t": "tab"}.get(sep, repr(sep))
+        check.flag(
+            np.isin(check.raw["__row"].to_numpy(), bad_rows),
+            fields[0],
+            f"the row does not have the table's {len(fields)} {kind}-separated fields "
+            f"({', '.join(fields)}): a field is missing or extra",
+        )
