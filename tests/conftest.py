@@ -21,6 +21,10 @@ from tests import postgres
 # test imports Ray; see corral.ray_support).
 os.environ.setdefault(SINGLE_MACHINE_SETTING, "0")
 
+# A status change outside the job life cycle is an error in every test, in this
+# process and in the services the tests start (live, it is refused and logged).
+os.environ["CORRAL_STRICT_TRANSITIONS"] = "1"
+
 # pytest-xdist's workers are given COLUMNS=80 and LINES=24; the CLI's tests read
 # its output as a program piped into another would see it (no terminal width).
 if "PYTEST_XDIST_WORKER" in os.environ:

@@ -14,6 +14,8 @@ the scheduler writes); any SQLAlchemy URL works, e.g. PostgreSQL.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,8 +38,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm.base import NO_VALUE
 
-from corral.model.status import JobStatus
+from corral.model.status import TRANSITIONS, JobStatus
 from corral.runtime.storage.migrate import upgrade
 
 if TYPE_CHECKING:
@@ -121,6 +124,37 @@ class JobRow(Base):
             phase=phase,
             parent=parent,
         )
+
+
+STRICT_TRANSITIONS_ENV = "CORRAL_STRICT_TRANSITIONS"
+"""Set to 1 (the test suite does) to make a status change outside the life cycle
+an error; otherwise it is refused, logged, and the job keeps its status."""
+
+
+class IllegalTransition(RuntimeError):
+    """A job's status was set to one its life cycle does not allow from where it is."""
+
+
+@event.listens_for(JobRow.status, "set", retval=True, active_history=True)
+def _checked_status(row: JobRow, new: Any, old: Any, _initiator: Any) -> Any:
+    """Every status any part of the service writes goes through this check against
+    the life-cycle table (:data:`corral.model.status.TRANSITIONS`): a job ends
+    once, and an ended job never changes again. A value outside the known states
+    (a record written behind the service's back) is left for the loop's record
+    checks, which set such a job aside."""
+    if new == old or old is None or isinstance(old, type(NO_VALUE)):
+        return new
+    try:
+        before, after = JobStatus(old), JobStatus(new)
+    except ValueError:
+        return new
+    if after in TRANSITIONS[before]:
+        return new
+    message = f"job {row.id}: status {before} -> {after} is outside the life cycle"
+    if os.environ.get(STRICT_TRANSITIONS_ENV) == "1":
+        raise IllegalTransition(message)
+    print(f"corral: {message}; it stays {before}", file=sys.stderr, flush=True)
+    return old
 
 
 class AttemptRow(Base):
