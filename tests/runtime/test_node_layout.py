@@ -35,14 +35,17 @@ TWO_NODES = [
 @settings(max_examples=200, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 8), min_size=1, max_size=6),
+    kinds=st.lists(st.sampled_from(["V100", "K80"]), min_size=6, max_size=6),
     taken=st.lists(st.booleans(), min_size=48, max_size=48),
     nodes=st.integers(1, 6),
     per_node=st.integers(1, 8),
 )
 def test_a_layout_is_exactly_so_many_nodes_with_so_many_free_gpus_each(
-    sizes: list[int], taken: list[bool], nodes: int, per_node: int
+    sizes: list[int], kinds: list[str], taken: list[bool], nodes: int, per_node: int
 ) -> None:
-    cluster = Cluster("c", [Node(f"n{k}", "V100", g) for k, g in enumerate(sizes)])
+    """Exactly the layout, on free GPUs, whenever the free GPUs allow one; on nodes of
+    one GPU type whenever one type alone allows it."""
+    cluster = Cluster("c", [Node(f"n{k}", kinds[k], g) for k, g in enumerate(sizes)])
     mask = np.array(taken[: cluster.total_gpus]) == False  # noqa: E712 (True: free)
     free = FreeGPUs(cluster, mask)
     chosen = free.in_layout(nodes, per_node)
@@ -53,6 +56,10 @@ def test_a_layout_is_exactly_so_many_nodes_with_so_many_free_gpus_each(
         assert all(mask[g] for g in chosen)
         by_node = np.bincount(cluster.gpu_node[chosen], minlength=len(sizes))
         assert sorted(by_node[by_node > 0].tolist()) == [per_node] * nodes
+        fitting = [k for k in range(len(sizes)) if free.node_free[k] >= per_node]
+        one_type = any(sum(kinds[k] == kind for k in fitting) >= nodes for kind in ("V100", "K80"))
+        if one_type:
+            assert len({cluster.node_types[int(cluster.gpu_node[g])] for g in chosen}) == 1
 
 
 def loop_on_two_nodes(tmp_path: Path, policy: str, **options: Any) -> VirtualLoop:

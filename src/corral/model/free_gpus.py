@@ -139,14 +139,27 @@ class FreeGPUs:
         return out
 
     def in_layout(self, nodes: int, per_node: int) -> list[int] | None:
-        """``per_node`` free GPUs on each of exactly ``nodes`` nodes (the tightest
-        nodes that have that many free, lowest-numbered among equals), or None
-        when fewer nodes have them."""
-        fit = [k for k, left in enumerate(self.node_free.tolist()) if left >= per_node]
+        """``per_node`` free GPUs on each of exactly ``nodes`` nodes, or None when
+        fewer nodes have them. Nodes of one GPU type are preferred (a gang runs at
+        its slowest GPU's pace): the type whose tightest fitting nodes leave the
+        fewest GPUs free, else the tightest nodes of any type; lowest-numbered
+        among equals."""
+        free = self.node_free.tolist()
+        fit = sorted(
+            (k for k, left in enumerate(free) if left >= per_node), key=lambda k: (free[k], k)
+        )
         if len(fit) < nodes:
             return None
-        fit.sort(key=lambda k: (int(self.node_free[k]), k))
-        return [g for k in sorted(fit[:nodes]) for g in self.in_node(k, per_node)]
+        types = self.cluster.node_types
+        best: list[int] | None = None
+        for kind in sorted(set(types[k] for k in fit)):
+            mine = [k for k in fit if types[k] == kind][:nodes]
+            if len(mine) == nodes and (
+                best is None or sum(free[k] for k in mine) < sum(free[k] for k in best)
+            ):
+                best = mine
+        chosen = best if best is not None else fit[:nodes]
+        return [g for k in sorted(chosen) for g in self.in_node(k, per_node)]
 
     def tightest_node(self, n: int, among: int = -1) -> int:
         """The node with the fewest free GPUs that still has ``n`` free (the
