@@ -33,11 +33,13 @@ def test_an_ended_job_never_changes_again(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
     try:
         job = ended_job(store)
-        with pytest.raises(IllegalTransition, match="SUCCEEDED -> RUNNING"):
-            with store.session() as s:
-                row = s.get(JobRow, job)
-                assert row is not None
-                row.status = JobStatus.RUNNING
+        with (
+            pytest.raises(IllegalTransition, match="SUCCEEDED -> RUNNING"),
+            store.session() as s,
+        ):
+            row = s.get(JobRow, job)
+            assert row is not None
+            row.status = JobStatus.RUNNING
         with store.session() as s:
             assert s.get(JobRow, job).status == "SUCCEEDED"  # type: ignore[union-attr]
     finally:
