@@ -15,8 +15,12 @@ SEEDS = range(12)
 
 
 def caught(policy: str, seeds: range = SEEDS) -> tuple[int, str] | None:
+    """The first seed whose schedule catches the broken loop, and what it saw. The
+    schedules here leave out the holds and releases (added later, from their own
+    random stream): the rest of each schedule is the same, and a defect unrelated
+    to holds is caught at the seed it was found at, keeping these tests short."""
     for seed in seeds:
-        violation = run_seed(policy, seed)
+        violation = run_seed(policy, seed, holds=False)
         if violation is not None:
             return seed, violation.what
     return None
@@ -64,7 +68,7 @@ def test_a_failing_schedule_shrinks_to_what_breaks_it(monkeypatch: pytest.Monkey
     monkeypatch.setattr(Launching, "_launch_ready", careless_launch)
     found = caught("las")
     assert found is not None
-    ops = make_schedule(found[0])
+    ops = make_schedule(found[0], holds=False)
     small = shrink("las", ops, budget=6)
     assert len(small) < len(ops) and run_schedule("las", small) is not None
     assert all(isinstance(op, Op) for op in small)

@@ -144,8 +144,10 @@ CORRUPTIONS: list[tuple[str, Any]] = [
 """Values written straight into a job's row, behind the loop's back."""
 
 
-def make_schedule(seed: int, length: int = 40, span: float = 120.0) -> list[Op]:
-    """``length`` operations over ``span`` virtual seconds, from ``seed``."""
+def make_schedule(seed: int, length: int = 40, span: float = 120.0, holds: bool = True) -> list[Op]:
+    """``length`` operations over ``span`` virtual seconds, from ``seed``; ``holds``
+    adds holds and releases from a stream of their own (the rest of the schedule is
+    the same with or without them)."""
     rng = random.Random(seed)
     ops: list[Op] = []
     submitted = 0
@@ -193,7 +195,7 @@ def make_schedule(seed: int, length: int = 40, span: float = 120.0) -> list[Op]:
     # holds and releases (scontrol hold/release) from a stream of their own, so the
     # rest of each seed's schedule is what it was before they were added
     extra = random.Random(f"holds-{seed}")
-    for _ in range(max(length // 8, 1)):
+    for _ in range(max(length // 8, 1) if holds else 0):
         at = round(extra.uniform(0, span), 2)
         ops.append(
             Op(at, extra.choice(["hold", "release"]), (extra.randint(1, max(submitted, 1)),))
@@ -593,9 +595,9 @@ def run_schedule(policy: str, ops: list[Op], folder: Path | None = None) -> Viol
     return play(policy, ops, folder).violation
 
 
-def run_seed(policy: str, seed: int, length: int = 40) -> Violation | None:
+def run_seed(policy: str, seed: int, length: int = 40, holds: bool = True) -> Violation | None:
     """The first invariant the schedule of ``seed`` breaks, or None."""
-    return run_schedule(policy, make_schedule(seed, length))
+    return run_schedule(policy, make_schedule(seed, length, holds=holds))
 
 
 def shrink(policy: str, ops: list[Op], budget: int = 200) -> list[Op]:
