@@ -561,6 +561,7 @@ def show(
         + (f" ({job['reason']})" if job["reason"] else ""),
         f"  command   {' '.join(job['command'])}",
         f"  gpus      {job['gpus']} {job['gpu_type'] or 'any type'}"
+        + (f", exactly {nodes} nodes" if (nodes := (job.get("spec") or {}).get("nodes")) else "")
         + (f" on {job['assigned_gpus']}" if job["assigned_gpus"] else ""),
         f"  priority  {job['priority']}   retries {job['failures']}/{job['max_retries']}"
         f"   preemptions {job['preemptions']}",
