@@ -131,6 +131,7 @@ FIELDS = [
     "preemptions",
     "eligible_at",
     "request",
+    "held",
     "steps",
     "throughput",
     "throughput_since",
@@ -153,7 +154,9 @@ scalars = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=20),
-    st.sampled_from(["PENDING", "RUNNING", "cancel", "resume", "prerun", "main", ""]),
+    st.sampled_from(
+        ["PENDING", "RUNNING", "cancel", "resume", "hold", "prerun", "main", "user", "admin", ""]
+    ),
 )
 values = st.recursive(
     scalars,
