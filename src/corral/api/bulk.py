@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import or_, select, update
 
 from corral.api.common import Ctx, User, error_answers
-from corral.api.jobs import LIVE_STATES
+from corral.api.jobs import LIVE_STATES, hold_request, release_refusal
 from corral.api.views import MAX_ID
 from corral.model.jobs import JobStatus
 from corral.model.status import parse_states
@@ -119,7 +119,7 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
     request, allowed = ACTIONS[action]
     ids, tasks = set(sel.ids), {(a, i) for a, i in sel.tasks}
     done: list[int] = []
-    by_admin: list[int] = []
+    by_request: dict[str, list[int]] = {}  # the loop's request -> the jobs asked it
     skipped: dict[int, str] = {}
     with ctx.store.session() as s:
         # the columns a selection reads, not whole rows: ten thousand jobs in a second
@@ -143,16 +143,13 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
             if row.status not in allowed:
                 skipped[row.id] = f"{row.status}; cannot {action}"
                 continue
-            if action == "release" and row.status == JobStatus.PENDING and row.held is None:
-                skipped[row.id] = "not held"
-                continue
-            if action == "release" and row.held == "admin" and not user.admin:
-                skipped[row.id] = "held by an admin"
+            if action == "release" and (why := release_refusal(row.status, row.held, user)):
+                skipped[row.id] = why
                 continue
             done.append(row.id)
-            if action == "hold" and user.admin and row.user != user.name:
-                by_admin.append(row.id)  # (JobHeldAdmin: released by an admin only)
-        for asked, jobs in ((request, done), ("hold_admin", by_admin)):
+            asked = hold_request(user, row.user) if action == "hold" else request
+            by_request.setdefault(asked, []).append(row.id)
+        for asked, jobs in by_request.items():
             for chunk in in_chunks(jobs):
                 s.execute(
                     update(JobRow)

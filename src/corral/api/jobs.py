@@ -447,14 +447,24 @@ def hold(ctx: Ctx, job_id: JobId, user: User) -> JobView:
     PENDING with the reason JobHeldUser, or JobHeldAdmin when an admin holds another
     user's job (then only an admin releases it). A job that has started is a 409
     (suspend it instead)."""
-    return ask_scheduler(ctx, job_id, user, hold_request(ctx, job_id, user), {JobStatus.PENDING})
-
-
-def hold_request(ctx: Context, job_id: int, user: UserConfig) -> str:
-    """``hold_admin`` when an admin holds someone else's job, else ``hold``."""
     with ctx.store.session() as s:
         owner = owned(s, job_id, user).user
+    return ask_scheduler(ctx, job_id, user, hold_request(user, owner), {JobStatus.PENDING})
+
+
+def hold_request(user: UserConfig, owner: str) -> str:
+    """The loop's request for ``user`` holding a job of ``owner``: ``hold_admin`` when an
+    admin holds someone else's job (JobHeldAdmin), else ``hold``."""
     return "hold_admin" if user.admin and owner != user.name else "hold"
+
+
+def release_refusal(status_: str, held: str | None, user: UserConfig) -> str | None:
+    """Why ``user`` cannot release a job in ``status_`` held by ``held`` (None: they can)."""
+    if status_ == JobStatus.PENDING and held is None:
+        return "not held"
+    if held == "admin" and not user.admin:
+        return "held by an admin"
+    return None
 
 
 @router.post("/v1/jobs/{job_id}/release", response_model=JobView, tags=["jobs"], responses=ON_JOB)
@@ -462,9 +472,10 @@ def release(ctx: Ctx, job_id: JobId, user: User) -> JobView:
     """Let a held (or suspended) job back into the queue (scontrol release)."""
     with ctx.store.session() as s:
         row = owned(s, job_id, user)
-        if row.status == JobStatus.PENDING and row.held is None and row.request is None:
+        why = release_refusal(row.status, row.held, user)
+        if why == "not held" and row.request is None:  # (a hold asked, not yet carried out)
             raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is not held")
-        if row.held == "admin" and not user.admin:
+        if why == "held by an admin":
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,
                 f"job {job_id} was held by an admin; ask one to release it",
