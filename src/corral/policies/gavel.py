@@ -35,6 +35,8 @@ pair sharing one gang, packed at the pair's measured speeds) the same way.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -480,21 +482,38 @@ class GavelMaxMinPacked(GavelPolicy):
         super().__init__(placement, round, fill_between_rounds, reset_window)
         self.partners = int(partners)
         self.table: ThroughputTable = gavel_throughputs()
+        self._pairings: dict[
+            tuple[str, str, int, tuple[str, ...]], tuple[float, list[tuple[float, float]]] | None
+        ] = {}
 
     def _pair(
         self, state: SchedulerState, a: int, b: int, gpu_type: str
     ) -> tuple[float, float] | None:
-        """Measured (a, b) throughputs packed together, relative to each alone."""
-        key = (gpu_type, True)
-        ta, tb = state.job_type[a], state.job_type[b]
+        """Measured (a, b) throughputs packed together, relative to each alone; None
+        when unmeasured, or when one of them does not run, alone or beside the other."""
         g = int(state.gpus[a])
-        pair = self.table.paired.get(key, {}).get((ta, g), {}).get((tb, g))
-        alone = self.table.alone.get(key, {})
-        if pair is None or not alone.get((ta, g)) or not alone.get((tb, g)):
-            return None  # unmeasured, or one of them does not run alone on the type
-        if pair[0] <= 0 or pair[1] <= 0:
-            return None  # the two do not fit on the type together
-        return pair[0] / alone[(ta, g)], pair[1] / alone[(tb, g)]
+        rel = self.table.relative_pair(
+            (state.job_type[a], g), (state.job_type[b], g), (gpu_type, True)
+        )
+        return None if rel is None or min(rel) <= 0 else rel
+
+    def _pairing(
+        self, state: SchedulerState, a: int, b: int, names: Sequence[str]
+    ) -> tuple[float, list[tuple[float, float]]] | None:
+        """The gain of packing ``a`` with ``b`` (their relative speeds summed, averaged
+        over GPU types) and the speeds per type; None where some type lacks them.
+        It depends on the two job types and the size only, so it is kept by those:
+        a solve asks it of every pair of active jobs of one size."""
+        key = (state.job_type[a], state.job_type[b], int(state.gpus[a]), tuple(names))
+        if key not in self._pairings:
+            rel = [self._pair(state, a, b, t) for t in names]
+            known = [r for r in rel if r is not None]
+            self._pairings[key] = (
+                (sum(r[0] + r[1] for r in known) / len(names), known)
+                if len(known) == len(rel)
+                else None
+            )
+        return self._pairings[key]
 
     def _solve(self, state: SchedulerState, active: np.ndarray) -> None:
         self.solves += 1
@@ -505,31 +524,27 @@ class GavelMaxMinPacked(GavelPolicy):
         rows: list[np.ndarray] = [
             np.stack([base.throughput[r], np.zeros(len(names))]) for r in range(len(active))
         ]
-        by_size: dict[int, list[int]] = {}
-        for j in active.tolist():
-            by_size.setdefault(int(state.gpus[j]), []).append(j)
-        for group in by_size.values():
-            for a in group:
+        by_size: dict[int, dict[str, list[int]]] = {}
+        for j in sorted(active.tolist()):
+            by_size.setdefault(int(state.gpus[j]), {}).setdefault(state.job_type[j], []).append(j)
+        for classes in by_size.values():
+            for a in sorted(j for members in classes.values() for j in members):
+                # Each partner b > a is scored (gain, b), best first: the same pairing
+                # for every job of b's type, so only the last few ids of each type
+                # can be among the best.
                 scored = []
-                for b in group:
-                    if b <= a:
+                for members in classes.values():
+                    pairing = self._pairing(state, a, members[0], names)
+                    if pairing is None or pairing[0] <= 1.0:
                         continue
-                    rel = [self._pair(state, a, b, t) for t in names]
-                    if any(r is None for r in rel):
-                        continue
-                    gain = sum(r[0] + r[1] for r in rel if r is not None) / len(names)
-                    if gain > 1.0:
-                        scored.append((gain, b, rel))
+                    later = members[bisect_right(members, a) :]
+                    scored += [(pairing[0], b, pairing[1]) for b in later[-self.partners :]]
                 scored.sort(reverse=True)
                 for _, b, rel in scored[: self.partners]:
                     combos.append((a, b))
                     ta = base.throughput[local[a]]
                     tb = base.throughput[local[b]]
-                    rows.append(
-                        np.stack(
-                            [ta * [r[0] for r in rel], tb * [r[1] for r in rel]]  # type: ignore[index]
-                        )
-                    )
+                    rows.append(np.stack([ta * [r[0] for r in rel], tb * [r[1] for r in rel]]))
         problem = AllocationProblem(
             throughput=base.throughput,
             gpus=base.gpus,
