@@ -12,6 +12,7 @@ from corral.runtime.loop.recovery import Recovery
 from corral.testing.fault_schedules import Op, make_schedule, run_schedule, run_seed, shrink
 
 SEEDS = range(12)
+GUEST_SEED = 10  # the first seed whose schedule catches the careless guest launch
 
 
 def caught(policy: str, seeds: range = SEEDS) -> tuple[int, str] | None:
@@ -53,8 +54,10 @@ def test_a_guest_packed_beside_a_leaving_one_is_caught(monkeypatch: pytest.Monke
     """The defect these schedules found under Gandiva: a new guest was launched on a
     host while the guest it replaced (stopped, ignoring SIGTERM) still ran."""
     monkeypatch.setattr(Launching, "_guest_leaving", lambda self, job, host: False)
-    found = caught("gandiva")
-    assert found is not None and "held by the open attempts" in found[1], found
+    # The seed that caught it (the search over seeds, shown by the test above,
+    # costs ten Gandiva schedules here: it is not repeated).
+    violation = run_seed("gandiva", GUEST_SEED, holds=False)
+    assert violation is not None and "held by the open attempts" in violation.what, violation
 
 
 def test_a_loop_that_keeps_its_memory_after_a_failed_pass_is_caught(
