@@ -203,6 +203,10 @@ class LoopBase:
         """Queued jobs kept from the policy until what they wait for holds: their
         dependency, a singleton's earlier namesakes, their array's throttle, their
         begin time."""
+        self.ended_of: dict[int, tuple[str, bool]] = {}
+        """Jobs that queued jobs wait for and that have ended -> (status, has started):
+        an ended job never changes, so each pass asks the store only about the others
+        (a job may name twenty thousand)."""
         self.goals: dict[int, int] = {}
         """Jobs that gave their total steps -> that goal (heartbeats measure the rest)."""
         self.loss_histories: dict[int, LossHistory] = {}

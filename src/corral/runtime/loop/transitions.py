@@ -19,7 +19,7 @@ from corral.runtime.execution.exits import PARK, Cause, classify, never_started
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
 from corral.runtime.loop.records import HELD_REASONS
 from corral.runtime.loop.sharing import Sharing
-from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow, in_chunks
+from corral.runtime.storage.store import IN_CHUNK, AttemptRow, JobRow, NodeRow, in_chunks
 from corral.train.session import STOPPED_EXIT
 
 
@@ -456,13 +456,9 @@ class Transitions(Sharing):
             return False
         wanted = {j for w in self.blocked.values() for ids in w.dependency.values() for j in ids}
         with self.store.session() as s:
-            known = {
-                r.id: (r.status, r.first_start is not None)
-                for chunk in in_chunks(sorted(wanted))  # (jobs waiting for whole arrays)
-                for r in s.execute(
-                    select(JobRow.id, JobRow.status, JobRow.first_start).where(JobRow.id.in_(chunk))
-                )
-            }
+            ended = {j: self.ended_of[j] for j in wanted if j in self.ended_of}
+            known = {**ended, **self._job_states(s, sorted(wanted - ended.keys()))}
+            self.ended_of = {j: v for j, v in known.items() if v[0] in TERMINAL}
             changed = False
             in_flight: dict[int, int] = {}  # array -> its tasks queued or running
             for job, waiting in sorted(self.blocked.items()):
@@ -489,6 +485,24 @@ class Transitions(Sharing):
                     self.store.event(s, "dependency_never_satisfied", job, why=why)
                 self.reasons[job] = row.reason
         return changed
+
+    @staticmethod
+    def _job_states(s: Session, ids: list[int]) -> dict[int, tuple[str, bool]]:
+        """(status, has started) of the stored jobs among ``ids`` (sorted): by their
+        range in one statement where the ids fill most of it (a job waiting for a whole
+        array, or for thousands of ids), else in pieces of one statement's worth."""
+        query = select(JobRow.id, JobRow.status, JobRow.first_start)
+        if not ids:
+            return {}
+        if len(ids) > IN_CHUNK and ids[-1] - ids[0] < 4 * len(ids):
+            wanted = set(ids)
+            rows = s.execute(query.where(JobRow.id.between(ids[0], ids[-1])))
+            return {r.id: (r.status, r.first_start is not None) for r in rows if r.id in wanted}
+        return {
+            r.id: (r.status, r.first_start is not None)
+            for chunk in in_chunks(ids)
+            for r in s.execute(query.where(JobRow.id.in_(chunk)))
+        }
 
     def _wait_over(
         self,
