@@ -1,6 +1,12 @@
-"""Durations as people who use Slurm read them."""
+"""Durations and times as people who use Slurm write and read them: parsed from
+job specs, ``#SBATCH`` lines and the command line, printed as sacct prints them.
+(Standard library only: the command line parses these before it talks to the
+service, and must start fast.)"""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 
 def span(seconds: float | None) -> str:
@@ -12,3 +18,93 @@ def span(seconds: float | None) -> str:
     hours, rest = divmod(rest, 3600)
     text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
     return f"{days}-{text}" if days else text
+
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+_SLURM_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
+SLURM_UNLIMITED = ("unlimited", "infinite")
+"""sbatch's words for no time limit."""
+
+
+def slurm_seconds(value: str) -> float | None:
+    """Seconds from sbatch's ``--time``: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``
+    or ``D-H:M:S`` (a bare number is minutes, as in Slurm); None for UNLIMITED."""
+    text = value.strip().lower()
+    if text in SLURM_UNLIMITED:
+        return None
+    days = _SLURM_DAYS.match(text)
+    if days is not None:
+        d, h, m, sec = (int(g) if g else 0 for g in days.groups())
+        seconds = float(((d * 24 + h) * 60 + m) * 60 + sec)
+    else:
+        parts = text.split(":")
+        if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(
+                f"'{value}' is not one of Slurm's time formats (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)"
+            )
+        numbers = [int(p) for p in parts]
+        if len(numbers) == 1:
+            seconds = numbers[0] * 60.0  # minutes
+        elif len(numbers) == 2:
+            seconds = numbers[0] * 60.0 + numbers[1]  # minutes:seconds
+        else:
+            seconds = (numbers[0] * 60.0 + numbers[1]) * 60 + numbers[2]
+    if seconds <= 0:
+        raise ValueError("a time limit must be positive")
+    return seconds
+
+
+def parse_seconds(value: Any) -> float:
+    """Seconds from a number, ``HH:MM:SS`` / ``MM:SS``, Slurm's ``D-HH:MM:SS`` or
+    ``1h30m`` / ``90s``. (A bare number is seconds here; in an ``#SBATCH`` line it
+    is minutes, as sbatch reads it: :func:`slurm_seconds`.)"""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        if _SLURM_DAYS.match(text):
+            found = slurm_seconds(text)
+            assert found is not None  # (only UNLIMITED is None)
+            return found
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) > 3 or not all(p.strip().isdigit() for p in parts):
+                raise ValueError(f"'{value}' is not HH:MM:SS")
+            seconds = 0.0
+            for part in parts:
+                seconds = seconds * 60 + int(part)
+        else:
+            match = _DURATION.match(text)
+            if not text or match is None:
+                raise ValueError(f"'{value}' is not a duration (e.g. 3600, 1h30m, 01:30:00)")
+            d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
+            seconds = d * 86400 + h * 3600 + m * 60 + s
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+def parse_begin(value: Any, now: float | None = None) -> float:
+    """sbatch's ``--begin``: Unix time, ``now+30m`` (s, m, h, d), or a date and time
+    (``2026-11-27``, ``2026-11-27T08:00``; local time, as sbatch reads it)."""
+    import time as clock
+    from datetime import datetime
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    if text.lower().startswith("now"):
+        rest = text[3:].strip()
+        offset = parse_seconds(rest.lstrip("+")) if rest.startswith("+") else 0.0
+        if rest and not rest.startswith("+"):
+            raise ValueError(f"'{text}': give now+30m, now+2h or a date and time")
+        return (clock.time() if now is None else now) + offset
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"'{text}': give now+30m, a date (2026-11-27) or a date and time (2026-11-27T08:00)"
+        ) from None

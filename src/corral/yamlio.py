@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from corral.errors import InputError
+from corral.textfiles import read_text
 
 
 class LineDict(dict):
@@ -38,23 +39,6 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file; syntax errors become :class:`InputError` with the line."""
     return parse_yaml(read_text(path), str(path))
-
-
-def read_text(path: str | Path) -> str:
-    """A UTF-8 text file a user named; unreadable or not UTF-8 is an :class:`InputError`
-    (with the line of the first bad byte)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(str(path), None, None, f"cannot read it: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(
-            str(path), line, None, f"not UTF-8 text (byte 0x{data[exc.start]:02x})"
-        ) from None
-    return text
 
 
 def parse_yaml(text: str, source: str) -> Any:

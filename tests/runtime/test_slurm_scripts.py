@@ -10,7 +10,8 @@ import pytest
 
 from corral.errors import InputError
 from corral.runtime.jobspec.directives import script_fields
-from corral.runtime.jobspec.specs import JobSpec, parse_seconds, slurm_seconds
+from corral.runtime.jobspec.specs import JobSpec
+from corral.timespan import parse_seconds, slurm_seconds
 from tests.runtime.virtual_loop import virtual_loop
 
 

@@ -9,8 +9,9 @@ import pytest
 from corral.errors import InputError
 from corral.runtime.execution.executor import GpuSlot, gpu_type_from_name, virtual_slots
 from corral.runtime.jobspec.config import GpuGroup, load_config
-from corral.runtime.jobspec.specs import JobSpec, load_job_spec, parse_seconds
+from corral.runtime.jobspec.specs import JobSpec, load_job_spec
 from corral.runtime.loop.scheduler import cluster_from_slots
+from corral.timespan import parse_seconds
 
 
 @pytest.mark.parametrize(

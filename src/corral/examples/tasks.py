@@ -54,13 +54,12 @@ class LoopTask:
 
 
 def digits(seed: int = 0, lr: float = 3e-3, batch: int = 64, step_time: float = 0.0) -> LoopTask:
-    from sklearn.datasets import load_digits
-
     from corral.examples.digits_cnn import DigitsCNN
+    from corral.examples.digits_data import load_digits_arrays
 
-    data = load_digits()
-    x = torch.tensor(data.images / 16.0, dtype=torch.float32).unsqueeze(1)
-    y = torch.tensor(data.target, dtype=torch.long)
+    images, target = load_digits_arrays()
+    x = torch.tensor(images / 16.0, dtype=torch.float32).unsqueeze(1)
+    y = torch.tensor(target, dtype=torch.long)
     torch.set_num_threads(1)  # small models: one thread is fastest, and results reproduce
     torch.manual_seed(seed)
     model = DigitsCNN()

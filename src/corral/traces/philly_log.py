@@ -35,8 +35,8 @@ import pandas as pd
 
 from corral.errors import InputError
 from corral.model.jobs import JobTable
+from corral.textfiles import read_text
 from corral.traces.rows import LoadReport
-from corral.yamlio import read_text
 
 LOG_TIME = "%Y-%m-%d %H:%M:%S"
 STATUSES = {"Pass": "Passed", "Killed": "Killed", "Failed": "Unsuccessful"}

@@ -175,7 +175,7 @@ class FairShareConfig(BaseModel):
     @field_validator("half_life", "refresh", mode="before")
     @classmethod
     def _seconds(cls, value: Any) -> float:
-        from corral.runtime.jobspec.specs import parse_seconds
+        from corral.timespan import parse_seconds
 
         return parse_seconds(value)
 
@@ -408,7 +408,7 @@ class ServiceConfig(BaseModel):
     @field_validator("default_duration", mode="before")
     @classmethod
     def _seconds(cls, value: Any) -> float:
-        from corral.runtime.jobspec.specs import parse_seconds
+        from corral.timespan import parse_seconds
 
         return parse_seconds(value)
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import InputError
-from corral.runtime.jobspec.specs import parse_seconds, slurm_seconds
-from corral.yamlio import read_text
+from corral.textfiles import read_text
+from corral.timespan import parse_seconds, slurm_seconds
 
 DIRECTIVE = "#CORRAL"
 SBATCH = "#SBATCH"
