@@ -54,3 +54,59 @@ def test_the_published_answers_are_whole_values_no_reader_can_change(tmp_path: P
     with pytest.raises(TypeError):
         after.batch_sizes[7] = 1  # type: ignore[index]
     store.dispose()
+
+
+def test_a_drained_node_is_posted_and_read_by_the_loop_at_its_next_pass(tmp_path: Path) -> None:
+    """The API stores the node's state and posts the change; the loop's memory of
+    usable GPUs changes only when the loop reads its inbox."""
+    from sqlalchemy import select
+
+    from corral.runtime.storage.store import NodeRow
+
+    config = make_config(
+        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=2)]
+    )
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
+    run_for(scheduler, clock, 1)
+    assert scheduler.usable.all()
+    with store.session() as s:
+        node = s.scalars(select(NodeRow)).one()
+        node.state, node.reason = "drained", "maintenance"
+    posting = threading.Thread(target=scheduler.nodes_changed)
+    posting.start()
+    posting.join()
+    assert scheduler.usable.all() and not scheduler._nodes_dirty  # posted, nothing written
+    scheduler.step()
+    assert not scheduler.usable.any()
+    job = queue(store, "alice", clock, command=["sleep", "5"], gpus=1)
+    run_for(scheduler, clock, 3)
+    assert job not in scheduler.attempts  # no GPU may be used on a drained node
+    store.dispose()
+
+
+def test_work_left_and_each_gpus_jobs_are_published_after_every_pass(tmp_path: Path) -> None:
+    """What a listing and the nodes' view show is the loop's own figure, as of its
+    last pass: the API reads the published answers, never the policy's live state."""
+    config = make_config(
+        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=2)]
+    )
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
+    running = queue(store, "alice", clock, command=["sleep", "100"], gpus=1, duration=100)
+    waiting = queue(store, "bob", clock, command=["sleep", "100"], gpus=2, duration=60)
+    run_for(scheduler, clock, 10)
+    answers = scheduler.answers
+    assert answers.remaining == scheduler.remaining_of([running, waiting])
+    assert set(answers.remaining) == {running, waiting}
+    assert answers.remaining[waiting][0] == pytest.approx(60)
+    assert 85 <= answers.remaining[running][0] <= 95  # 100 s, about 10 of them run
+    gpu = next(iter(answers.sharers))
+    assert dict(answers.sharers) == {gpu: (running,)}
+    with pytest.raises(TypeError):
+        answers.remaining[running] = (0.0, "x")  # type: ignore[index]
+    run_for(scheduler, clock, 300)  # (both ran 100 s: one after the other)
+    assert scheduler.answers.remaining == {} and scheduler.answers.sharers == {}
+    store.dispose()

@@ -32,7 +32,7 @@ def node_view(ctx: Context, row: NodeRow) -> NodeView:
     if ctx.scheduler is None:
         return NodeView.of(row, {}, [])
     ids = [slot.id for slot in ctx.scheduler.slots if slot.node == row.name]
-    return NodeView.of(row, ctx.scheduler.gpu_sharers(), ids)
+    return NodeView.of(row, ctx.scheduler.answers.sharers, ids)  # (as of its last pass)
 
 
 @router.get("/v1/nodes", response_model=list[NodeView], tags=["cluster"], responses=AUTH)

@@ -69,7 +69,7 @@ def left(ctx: Context, row: JobRow) -> tuple[float, str] | None:
     """The work the policy believes a live job has left (None once it has ended)."""
     if ctx.scheduler is None or row.status in TERMINAL:
         return None
-    return ctx.scheduler.remaining(row.id)
+    return ctx.scheduler.answers.remaining.get(row.id)  # (as of the loop's last pass)
 
 
 def ask_scheduler(
@@ -265,7 +265,8 @@ def queue(
             headers["X-Next-Before" if newest else "X-Next-After"] = str(rows[-1].id)
         where = positions(s)
         live = [r.id for r in rows if r.status not in TERMINAL]
-        known = ctx.scheduler.remaining_of(live) if ctx.scheduler is not None else {}
+        published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else {}
+        known = {j: published[j] for j in live if j in published}
         if brief is not None and include is not None:
             listed = [brief_view(r, include, where.get(r.id), known.get(r.id)) for r in rows]
             if "command" in include:

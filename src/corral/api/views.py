@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -318,9 +319,9 @@ class NodeView(BaseModel):
     )
 
     @classmethod
-    def of(cls, row: NodeRow, use: dict[int, list[int]], ids: list[int]) -> NodeView:
+    def of(cls, row: NodeRow, use: Mapping[int, Sequence[int]], ids: list[int]) -> NodeView:
         """A node from its row, the jobs on each GPU (holder first) and its GPUs' ids."""
-        on_gpus = [use.get(g, []) for g in ids]
+        on_gpus = [list(use.get(g, ())) for g in ids]
         return cls(
             gpu_ids=ids,
             gpu_jobs=on_gpus,

@@ -1,9 +1,10 @@
 """What passes between the API's threads and the loop, so only the loop writes its book.
 
-The API never writes the loop's memory: what a heartbeat reports that the loop
-needs (a job's GPU memory) is posted to the loop's :class:`Inbox` and read at
-the start of the next pass, and what a heartbeat's answer needs from the loop
-(a job's batch size, its GPU memory cap) is read from the :class:`Answers` the
+The API never writes the loop's memory: what it learns that the loop needs (a
+job's GPU memory from a heartbeat, a node an admin drained) is posted to the
+loop's :class:`Inbox` and read at the start of the next pass, and what the API
+answers from the loop's view (a heartbeat's batch size and GPU memory cap, a
+job's work left, the jobs on each GPU) is read from the :class:`Answers` the
 loop publishes at the end of each pass: an immutable value swapped whole, so a
 reader on another thread never sees one half-made.
 """
@@ -24,18 +25,28 @@ class MemoryReport:
     used: float
 
 
+@dataclass(frozen=True)
+class NodesChanged:
+    """An admin drained or resumed a node (stored already): the loop re-reads the
+    nodes' states on its next pass."""
+
+
+Message = MemoryReport | NodesChanged
+"""What other threads may post to the loop."""
+
+
 class Inbox:
-    """Reports posted by other threads for the loop, read in the order they came."""
+    """Messages posted by other threads for the loop, read in the order they came."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[MemoryReport] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
 
-    def post(self, report: MemoryReport) -> None:
-        self._queue.put(report)
+    def post(self, message: Message) -> None:
+        self._queue.put(message)
 
-    def take(self) -> list[MemoryReport]:
+    def take(self) -> list[Message]:
         """Everything posted since the last take (never blocks)."""
-        out: list[MemoryReport] = []
+        out: list[Message] = []
         while True:
             try:
                 out.append(self._queue.get_nowait())
@@ -52,7 +63,24 @@ class Answers:
     memory_caps: Mapping[int, float | None] = field(default_factory=lambda: MappingProxyType({}))
     """Job -> the share of GPU memory it may use now (opportunistic jobs, and jobs
     upgraded from opportunistic, whose cap is lifted)."""
+    remaining: Mapping[int, tuple[float, str]] = field(default_factory=lambda: MappingProxyType({}))
+    """Job the loop holds -> the seconds of work its policy believes it has left, and
+    where the figure comes from (only finite figures): what listings and a job's
+    page show."""
+    sharers: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    """GPU -> the jobs on it: its holder, then any job packed on the holder."""
 
     @classmethod
-    def of(cls, batch_sizes: Mapping[int, int], memory_caps: Mapping[int, float | None]) -> Answers:
-        return cls(MappingProxyType(dict(batch_sizes)), MappingProxyType(dict(memory_caps)))
+    def of(
+        cls,
+        batch_sizes: Mapping[int, int],
+        memory_caps: Mapping[int, float | None],
+        remaining: Mapping[int, tuple[float, str]] | None = None,
+        sharers: Mapping[int, tuple[int, ...]] | None = None,
+    ) -> Answers:
+        return cls(
+            MappingProxyType(dict(batch_sizes)),
+            MappingProxyType(dict(memory_caps)),
+            MappingProxyType(dict(remaining or {})),
+            MappingProxyType(dict(sharers or {})),
+        )

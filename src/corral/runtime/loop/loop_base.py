@@ -15,6 +15,7 @@ import numpy as np
 
 from corral.model.cluster import Cluster, Links, Node
 from corral.model.jobs import JobStatus
+from corral.model.state import DONE, FAILED, REJECTED
 from corral.perf.memory import gpu_memory_gb, memory_left
 from corral.policies import POLICIES, make_policy, policy_key, policy_options
 from corral.policies.base import Policy
@@ -27,7 +28,7 @@ from corral.runtime.execution.identity import check_identities
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
 from corral.runtime.loop.estimates import LossHistory
-from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport
+from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport, NodesChanged
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
 from corral.runtime.loop.records import check_record
@@ -328,8 +329,9 @@ class LoopBase:
         self.wake.set()
 
     def nodes_changed(self) -> None:
-        """An admin drained or resumed a node: re-read node states on the next pass."""
-        self._nodes_dirty = True
+        """An admin drained or resumed a node: re-read node states on the next pass
+        (any thread)."""
+        self.inbox.post(NodesChanged())
         self.wake.set()
 
     @property
@@ -348,14 +350,10 @@ class LoopBase:
     def _slots(self, gpus: Iterable[int]) -> tuple[GpuSlot, ...]:
         return tuple(self.slots[g] for g in gpus)
 
-    def remaining(self, job: int) -> tuple[float, str] | None:
-        """The seconds of work the policy believes a queued or running job has left,
-        and where the figure comes from; None for jobs the loop does not hold."""
-        return self.remaining_of([job]).get(job)
-
     def remaining_of(self, jobs: Iterable[int]) -> dict[int, tuple[float, str]]:
-        """:meth:`remaining` of many jobs at once (a listing's page): those the
-        loop holds with a finite figure."""
+        """The seconds of work the policy believes each queued or running job has
+        left, and where the figure comes from: those the loop holds with a finite
+        figure (the loop's thread; the API reads :attr:`Answers.remaining`)."""
         live, index = self.live, self.live.index
         held = [(job, index[job]) for job in jobs if job in index]
         if not held:
@@ -400,15 +398,33 @@ class LoopBase:
         self.inbox.post(MemoryReport(job, used))
 
     def _read_inbox(self) -> None:
-        """What other threads posted: reports of jobs still running are kept."""
-        for report in self.inbox.take():
-            if report.job in self.attempts:
-                self.gpu_memory[report.job] = report.used
+        """What other threads posted: memory reports of jobs still running are kept;
+        a change of nodes has their states read again in this pass."""
+        for message in self.inbox.take():
+            if isinstance(message, NodesChanged):
+                self._nodes_dirty = True
+            elif message.job in self.attempts:
+                self.gpu_memory[message.job] = message.used
 
     def _publish(self) -> None:
         """The heartbeats' answers as of this pass, swapped in whole for the API."""
         capped = set(self.low_priority) | self.uncapped
-        self.answers = Answers.of(self.batch_sizes, {job: self.memory_cap(job) for job in capped})
+        self.answers = Answers.of(
+            self.batch_sizes,
+            {job: self.memory_cap(job) for job in capped},
+            self.remaining_of(self._open_jobs()),
+            {gpu: tuple(jobs) for gpu, jobs in self.gpu_sharers().items()},
+        )
+
+    def _open_jobs(self) -> list[int]:
+        """Jobs the loop holds that have not ended (ended ones stay in its index)."""
+        index = self.live.index
+        if not index:
+            return []
+        jobs = np.fromiter(index.keys(), dtype=np.int64, count=len(index))
+        slots = np.fromiter(index.values(), dtype=np.int64, count=len(index))
+        ended = np.isin(self.live.state.status[slots], (DONE, REJECTED, FAILED))
+        return jobs[~ended].tolist()
 
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""
