@@ -56,10 +56,22 @@ def test_a_layout_is_exactly_so_many_nodes_with_so_many_free_gpus_each(
         assert all(mask[g] for g in chosen)
         by_node = np.bincount(cluster.gpu_node[chosen], minlength=len(sizes))
         assert sorted(by_node[by_node > 0].tolist()) == [per_node] * nodes
+        assert cluster.in_layout(chosen, nodes)  # what the loop checks before a start
+        assert not cluster.in_layout(chosen, nodes + 1)
         fitting = [k for k in range(len(sizes)) if free.node_free[k] >= per_node]
         one_type = any(sum(kinds[k] == kind for k in fitting) >= nodes for kind in ("V100", "K80"))
         if one_type:
             assert len({cluster.node_types[int(cluster.gpu_node[g])] for g in chosen}) == 1
+
+
+def test_the_start_check_reads_a_layout_as_slurm_does() -> None:
+    cluster = Cluster("c", [Node("a", "V100", 4), Node("b", "V100", 4), Node("c", "K80", 2)])
+    assert cluster.in_layout([0, 1, 4, 5], 2)  # two on each of a and b
+    assert cluster.in_layout([0, 1, 2, 3], 1)
+    assert not cluster.in_layout([0, 1, 2, 4], 2)  # three and one: uneven
+    assert not cluster.in_layout([0, 4, 8], 2)  # three nodes
+    assert cluster.in_layout([0, 4, 8], 3)
+    assert not cluster.in_layout([], 1)
 
 
 def loop_on_two_nodes(tmp_path: Path, policy: str, **options: Any) -> VirtualLoop:

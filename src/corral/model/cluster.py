@@ -143,6 +143,13 @@ class Cluster:
         """The type of GPU ``gpu`` (a gang's GPUs share one type)."""
         return self.gpu_type_names[int(self.gpu_type_id[gpu])]
 
+    def in_layout(self, gpus: Sequence[int] | np.ndarray, nodes: int) -> bool:
+        """Whether ``gpus`` lie on exactly ``nodes`` nodes, the same number on each
+        (a gang asked for as ``-N nodes --gpus-per-node``)."""
+        counts = np.bincount(self.gpu_node[np.asarray(gpus, dtype=np.int64)])
+        used = counts[counts > 0]
+        return len(used) == nodes > 0 and int(used.min()) == int(used.max())
+
     def gpus_by_type(self) -> dict[str, int]:
         """GPU count per GPU type."""
         counts: Counter[str] = Counter()

@@ -313,7 +313,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                 if req >= 0 and any(self.cluster.gpu_type_id[g] != req for g in gpus):
                     self.store.event(s, "start_skipped", job, why=f"needs {names[req]} GPUs")
                     continue
-                if st.nodes_req[i] and not self._in_layout(gpus, int(st.nodes_req[i])):
+                if st.nodes_req[i] and not self.cluster.in_layout(gpus, int(st.nodes_req[i])):
                     # (a policy that placed it its own way: it waits, never runs elsewhere)
                     self.store.event(
                         s, "start_skipped", job, why=f"needs {int(st.nodes_req[i])} nodes"
@@ -341,14 +341,6 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             self._timeslice(plan, now)
         for a in stops:
             self._preempt(a, now)
-
-    def _in_layout(self, gpus: tuple[int, ...] | list[int], nodes: int) -> bool:
-        """Whether ``gpus`` lie on exactly ``nodes`` nodes, the same number on each."""
-        per: dict[int, int] = {}
-        for g in gpus:
-            node = int(self.cluster.gpu_node[g])
-            per[node] = per.get(node, 0) + 1
-        return len(per) == nodes and len(set(per.values())) == 1
 
     def _observe_progress(self) -> None:
         """Jobs that report heartbeats: their remaining time becomes the measured one.
