@@ -110,3 +110,48 @@ def test_work_left_and_each_gpus_jobs_are_published_after_every_pass(tmp_path: P
     run_for(scheduler, clock, 300)  # (both ran 100 s: one after the other)
     assert scheduler.answers.remaining == {} and scheduler.answers.sharers == {}
     store.dispose()
+
+
+def test_a_jobs_policy_view_is_answered_by_the_loop_on_its_own_thread(tmp_path: Path) -> None:
+    """A job's page asks the loop (through its inbox) for the policy's view of the
+    job; the policy is read on the loop's thread only, and a loop that does not
+    answer in time leaves the view empty rather than holding the page."""
+    config = make_config(
+        tmp_path, policy="tiresias-las", policy_options={}, gpus=[GpuGroup(type="V100", count=1)]
+    )
+    store = Store(config.store_url)
+    clock = VirtualClock()
+    scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
+    job = queue(store, "alice", clock, command=["sleep", "100"], gpus=1)
+    run_for(scheduler, clock, 5)
+    direct = scheduler.ask_view(job)  # no loop thread yet: read at once
+    assert direct and "queue" in " ".join(direct).lower(), direct
+
+    readers: list[str] = []
+    view = type(scheduler.policy).view
+
+    def recorded(policy: object, state: object, i: int) -> dict[str, str]:
+        readers.append(threading.current_thread().name)
+        return view(policy, state, i)  # type: ignore[arg-type]
+
+    stop = threading.Event()
+    loop = threading.Thread(target=scheduler.run, args=(stop, False), name="the-loop")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(scheduler.policy), "view", recorded)
+        loop.start()
+        try:
+            for _ in range(3):
+                assert scheduler.ask_view(job) == direct
+            assert readers and set(readers) == {"the-loop"}, readers
+        finally:
+            stop.set()
+            scheduler.wake.set()
+            loop.join(10)
+    assert not loop.is_alive()
+    assert scheduler.ask_view(job) == direct  # the loop stopped: read at once again
+
+    stuck = threading.Thread(target=threading.Event().wait, args=(5,), daemon=True)
+    stuck.start()
+    scheduler.loop_thread = stuck  # a loop in a pass that outlasts the page's wait
+    assert scheduler.ask_view(job, timeout=0.2) == {}
+    store.dispose()

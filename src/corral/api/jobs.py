@@ -422,7 +422,7 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
             progress=row.progress,
             policy_view={}
             if ctx.scheduler is None or row.status in TERMINAL
-            else ctx.scheduler.policy_view(row.id),
+            else ctx.scheduler.ask_view(row.id),
         )
 
 

@@ -1,8 +1,9 @@
 """What passes between the API's threads and the loop, so only the loop writes its book.
 
-The API never writes the loop's memory: what it learns that the loop needs (a
-job's GPU memory from a heartbeat, a node an admin drained) is posted to the
-loop's :class:`Inbox` and read at the start of the next pass, and what the API
+The API never touches the loop's memory: what it learns that the loop needs (a
+job's GPU memory from a heartbeat, a node an admin drained) and what it asks of
+the policy (a job's view) are posted to the loop's :class:`Inbox` and handled at
+the start of the next pass, and what the API
 answers from the loop's view (a heartbeat's batch size and GPU memory cap, a
 job's work left, the jobs on each GPU) is read from the :class:`Answers` the
 loop publishes at the end of each pass: an immutable value swapped whole, so a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -31,7 +33,17 @@ class NodesChanged:
     nodes' states on its next pass."""
 
 
-Message = MemoryReport | NodesChanged
+@dataclass(frozen=True)
+class ViewAsked:
+    """A job's page asks for the policy's own view of the job: the loop answers it
+    at the start of its next pass, from its own thread (the policy's state is the
+    loop's to read as well as to write)."""
+
+    job: int
+    answer: Future[dict[str, str]] = field(default_factory=Future, compare=False)
+
+
+Message = MemoryReport | NodesChanged | ViewAsked
 """What other threads may post to the loop."""
 
 

@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ from corral.runtime.execution.identity import check_identities
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
 from corral.runtime.loop.estimates import LossHistory
-from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport, NodesChanged
+from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport, NodesChanged, ViewAsked
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
 from corral.runtime.loop.records import check_record
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from corral.runtime.storage.store import JobRow
 
 TERMINAL = [s.value for s in JobStatus if s.terminal]
+VIEW_WAIT = 2.0
+"""Seconds a job's page waits for the loop to answer for its policy's view."""
 
 
 @dataclass
@@ -249,6 +252,8 @@ class LoopBase:
         self.gpu_memory: dict[int, float] = {}
         """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
         self.inbox = Inbox()
+        self.loop_thread: threading.Thread | None = None
+        """The thread the loop runs on (None: stepped by its caller, as tests do)."""
         """Reports the API's threads post for the loop (heartbeats' GPU memory)."""
         self.answers = Answers()
         """What heartbeats are answered with, published by the loop after each pass."""
@@ -366,13 +371,30 @@ class LoopBase:
         }
 
     def policy_view(self, job: int) -> dict[str, str]:
-        """The policy's own view of a queued or running job (empty when it has none)."""
+        """The policy's own view of a queued or running job (empty when it has none);
+        on the loop's thread (other threads: :meth:`ask_view`)."""
         i = self.live.index.get(job)
         if i is None:
             return {}
         try:
             return self.policy.view(self.live.state, i)
-        except (IndexError, ValueError):  # read between passes while the loop resizes
+        except Exception:  # (a policy's view, a plugin's too, never fails a pass or a page)
+            return {}
+
+    def ask_view(self, job: int, timeout: float = VIEW_WAIT) -> dict[str, str]:
+        """:meth:`policy_view` from any thread: asked through the inbox and answered
+        by the loop at the start of its next pass (empty if it does not answer within
+        ``timeout``: a pass that long). Read directly where no loop thread runs (a
+        test stepping the loop itself, a stopped service)."""
+        runs = self.loop_thread
+        if runs is None or not runs.is_alive() or runs is threading.current_thread():
+            return self.policy_view(job)
+        asked = ViewAsked(job)
+        self.inbox.post(asked)
+        self.wake.set()
+        try:
+            return asked.answer.result(timeout)
+        except FutureTimeout:
             return {}
 
     def memory_cap(self, job: int) -> float | None:
@@ -403,6 +425,8 @@ class LoopBase:
         for message in self.inbox.take():
             if isinstance(message, NodesChanged):
                 self._nodes_dirty = True
+            elif isinstance(message, ViewAsked):
+                message.answer.set_result(self.policy_view(message.job))
             elif message.job in self.attempts:
                 self.gpu_memory[message.job] = message.used
 

@@ -65,6 +65,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
 
         Processes keep running after the loop stops.
         """
+        self.loop_thread = threading.current_thread()
         if recover:
             self.recover()
         while not stop.is_set():
