@@ -60,9 +60,14 @@ def test_an_sbatch_time_means_what_sbatch_means(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "option"),
-    [("#SBATCH --time=soon", "--time"), ("#CORRAL --time later", "--time")],
+    [
+        ("#SBATCH --time=soon", "--time"),
+        ("#CORRAL --time later", "--time"),
+        ("#SBATCH --mem=lots", "--mem"),
+        ("#SBATCH --begin=tomorrow", "--begin"),
+    ],
 )
-def test_a_bad_time_is_refused_with_its_file_line_and_option(
+def test_a_bad_time_or_amount_is_refused_with_its_file_line_and_option(
     tmp_path: Path, line: str, option: str
 ) -> None:
     script = tmp_path / "job.sh"

@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from corral.amounts import parse_memory
 from corral.errors import InputError
 from corral.textfiles import read_text
-from corral.timespan import parse_seconds, slurm_seconds
+from corral.timespan import parse_begin, parse_seconds, slurm_seconds
 
 DIRECTIVE = "#CORRAL"
 SBATCH = "#SBATCH"
@@ -176,9 +177,15 @@ def parse_options(
                 fields[_FIELDS[name]] = int(value)
             except ValueError:
                 raise InputError(source, line, name, f"'{value}' is not a whole number") from None
-        elif _FIELDS.get(name) in ("wall_time", "duration"):
-            try:
-                parse_seconds(value)  # refused here, with its line, not at submission
+        elif _FIELDS.get(name) in ("wall_time", "duration", "memory", "begin"):
+            field = _FIELDS[name]
+            try:  # refused here, with its line, not at submission
+                if field == "memory":
+                    parse_memory(value)
+                elif field == "begin":
+                    parse_begin(value)
+                else:
+                    parse_seconds(value)
             except ValueError as exc:
                 raise InputError(source, line, name, str(exc)) from None
             fields[_FIELDS[name]] = value

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from corral.amounts import parse_memory
 from corral.errors import InputError
 from corral.model.gpu_names import normalise_gpu_type
 from corral.timespan import parse_begin, parse_seconds
@@ -32,7 +33,6 @@ RESERVED_ENV_PREFIX = "CORRAL_"
 """Variables the executor sets for every attempt; a spec may not override them."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?$", re.IGNORECASE)
 
 MAX_ARGS = 1024
 MAX_COMMAND_BYTES = 16 * 1024
@@ -141,23 +141,6 @@ def parse_dependency(text: str) -> dict[str, list[int]]:
         except ValueError:
             raise ValueError(f"'{part}': job ids are numbers") from None
     return out
-
-
-def parse_memory(value: Any) -> int:
-    """MiB from a number (MiB, Slurm's default unit) or ``512M``, ``16G``, ``1.5T``."""
-    if isinstance(value, bool):
-        raise ValueError("expected an amount of memory")
-    if isinstance(value, int | float):
-        mib = float(value)
-    else:
-        match = _MEMORY.match(str(value).strip())
-        if match is None:
-            raise ValueError(f"'{value}' is not an amount of memory (e.g. 16G, 512M, 4096)")
-        number, unit = float(match.group(1)), match.group(2).upper()
-        mib = number * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2}[unit]
-    if not 1 <= mib <= 1024**3:  # between 1 MiB and 1 PiB
-        raise ValueError("memory must be between 1M and 1P")
-    return int(mib)
 
 
 TASK_RUNNER = ["python", "-m", "corral.train.run_task"]
