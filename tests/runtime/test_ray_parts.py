@@ -129,3 +129,35 @@ def test_a_configured_cluster_lost_marks_every_node_down_with_the_reason_until_b
     executor.ray.away = False
     assert executor.watch() is True  # back: every node usable, no reason left
     assert executor.unavailable_nodes() == set() and executor.unavailable_reason("a") is None
+
+
+def test_a_rank_whose_actor_ray_refuses_at_once_is_lost_and_the_poll_goes_on(tmp_path) -> None:
+    """Ray may refuse a call to an actor it knows is dead when the call is made, not
+    when its answer is awaited ("Failed to submit task to actor"): the poll must read
+    that as the rank lost, as it does a failed answer. It raised out of the loop's
+    pass instead, on every pass, while the attempt was never ended (found live: a
+    raylet killed under a running job)."""
+    from corral.runtime.execution import ray_executor as rx
+    from corral.runtime.execution.executor import ProcessRef
+
+    class DeadActor:
+        class status:  # noqa: N801 (Ray's method object)
+            @staticmethod
+            def remote(offset: int) -> object:
+                raise Exception("Failed to submit task to actor: it might be dead")
+
+    class FakeRay:
+        def nodes(self) -> list[dict]:
+            return [{"NodeID": "n1", "Alive": True}]
+
+    executor = object.__new__(rx.RayExecutor)
+    executor.ray = FakeRay()
+    executor.nodes = [rx.RayNode("a", "n1", "V100", 2, None)]
+    executor._attempts = {}
+    executor._gone = set()
+    attempt = rx._Attempt("tok", [DeadActor()], ["n1"], [0], tmp_path, tmp_path / "log.txt")
+    executor._attempts["tok"] = attempt
+    record = executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}tok:1"), tmp_path)
+    assert record is not None and record.lost, record
+    assert "rank 0 on node n1 lost" in (record.detail or ""), record
+    assert "tok" not in executor._attempts  # ended and dropped: no pass asks it again

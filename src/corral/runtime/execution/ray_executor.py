@@ -518,10 +518,12 @@ class RayExecutor(Executor):
         if now - a.checked < STATUS_EVERY:
             return None
         a.checked = now
-        calls = [
-            actor.status.remote(a.offsets[k]) if actor is not None else None
-            for k, actor in enumerate(a.ranks)
-        ]
+        calls: list[Any] = []
+        for k, actor in enumerate(a.ranks):
+            try:
+                calls.append(actor.status.remote(a.offsets[k]) if actor is not None else None)
+            except Exception as exc:  # refused at once: Ray knows the actor is dead
+                calls.append(exc)
         records: list[dict[str, Any] | None] = []
         wrote = False
         for k, call in enumerate(calls):
@@ -529,6 +531,8 @@ class RayExecutor(Executor):
                 records.append({"lost": True, "detail": f"rank {k}'s actor is gone"})
                 continue
             try:
+                if isinstance(call, Exception):
+                    raise call
                 answer = self.ray.get(call, timeout=CALL_TIMEOUT)
             except Exception as exc:  # the actor died with its node, or cannot be reached
                 where = f" on node {a.nodes[k]}" if a.nodes[k] else ""
