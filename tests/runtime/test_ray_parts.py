@@ -141,7 +141,7 @@ def test_a_rank_whose_actor_ray_refuses_at_once_is_lost_and_the_poll_goes_on(tmp
     from corral.runtime.execution.executor import ProcessRef
 
     class DeadActor:
-        class status:  # noqa: N801 (Ray's method object)
+        class status:  # (as Ray's method object is named)
             @staticmethod
             def remote(offset: int) -> object:
                 raise Exception("Failed to submit task to actor: it might be dead")
