@@ -9,22 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from corral.runtime.jobspec.config import GpuGroup
 from corral.runtime.storage.store import Store
 from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
-from tests.runtime.virtual_loop import queue
+from tests.runtime.virtual_loop import queue, virtual_loop
 
 
 def test_a_reported_memory_reaches_the_loop_at_its_next_pass_and_only_for_a_running_job(
     tmp_path: Path,
 ) -> None:
-    config = make_config(
-        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=2)]
-    )
-    store = Store(config.store_url)
-    clock = VirtualClock()
-    scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
+    loop = virtual_loop(tmp_path, "fifo", v100s=2)
+    store, clock, scheduler = loop.store, loop.clock, loop.scheduler
     running = queue(store, "alice", clock, command=["sleep", "100"], gpus=1)
     waiting = queue(store, "bob", clock, command=["sleep", "100"], gpus=2)
     run_for(scheduler, clock, 2)
@@ -63,12 +58,8 @@ def test_a_drained_node_is_posted_and_read_by_the_loop_at_its_next_pass(tmp_path
 
     from corral.runtime.storage.store import NodeRow
 
-    config = make_config(
-        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=2)]
-    )
-    store = Store(config.store_url)
-    clock = VirtualClock()
-    scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
+    loop = virtual_loop(tmp_path, "fifo", v100s=2)
+    store, clock, scheduler = loop.store, loop.clock, loop.scheduler
     run_for(scheduler, clock, 1)
     assert scheduler.usable.all()
     with store.session() as s:
@@ -89,12 +80,8 @@ def test_a_drained_node_is_posted_and_read_by_the_loop_at_its_next_pass(tmp_path
 def test_work_left_and_each_gpus_jobs_are_published_after_every_pass(tmp_path: Path) -> None:
     """What a listing and the nodes' view show is the loop's own figure, as of its
     last pass: the API reads the published answers, never the policy's live state."""
-    config = make_config(
-        tmp_path, policy="fifo", policy_options={}, gpus=[GpuGroup(type="V100", count=2)]
-    )
-    store = Store(config.store_url)
-    clock = VirtualClock()
-    scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
+    loop = virtual_loop(tmp_path, "fifo", v100s=2)
+    store, clock, scheduler = loop.store, loop.clock, loop.scheduler
     running = queue(store, "alice", clock, command=["sleep", "100"], gpus=1, duration=100)
     waiting = queue(store, "bob", clock, command=["sleep", "100"], gpus=2, duration=60)
     run_for(scheduler, clock, 10)
@@ -116,12 +103,8 @@ def test_a_jobs_policy_view_is_answered_by_the_loop_on_its_own_thread(tmp_path: 
     """A job's page asks the loop (through its inbox) for the policy's view of the
     job; the policy is read on the loop's thread only, and a loop that does not
     answer in time leaves the view empty rather than holding the page."""
-    config = make_config(
-        tmp_path, policy="tiresias-las", policy_options={}, gpus=[GpuGroup(type="V100", count=1)]
-    )
-    store = Store(config.store_url)
-    clock = VirtualClock()
-    scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
+    loop = virtual_loop(tmp_path, "tiresias-las", v100s=1)
+    store, clock, scheduler = loop.store, loop.clock, loop.scheduler
     job = queue(store, "alice", clock, command=["sleep", "100"], gpus=1)
     run_for(scheduler, clock, 5)
     direct = scheduler.ask_view(job)  # no loop thread yet: read at once
