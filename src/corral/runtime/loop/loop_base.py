@@ -252,11 +252,12 @@ class LoopBase:
         self.gpu_memory: dict[int, float] = {}
         """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
         self.inbox = Inbox()
+        """What the API's threads post for the loop (a heartbeat's GPU memory, a node
+        drained, a job page's question for the policy's view)."""
         self.loop_thread: threading.Thread | None = None
         """The thread the loop runs on (None: stepped by its caller, as tests do)."""
-        """Reports the API's threads post for the loop (heartbeats' GPU memory)."""
         self.answers = Answers()
-        """What heartbeats are answered with, published by the loop after each pass."""
+        """What the API answers from the loop's view, published after each pass."""
         self.staging: dict[int, tuple[ProcessRef, Path]] = {}
         """Waiting jobs whose inputs are being staged ahead of their start (Liquid)."""
         self.uncapped: set[int] = set()
@@ -397,16 +398,16 @@ class LoopBase:
         except FutureTimeout:
             return {}
 
-    def memory_cap(self, job: int) -> float | None:
+    def memory_cap(self, job: int, sharers: dict[int, list[int]]) -> float | None:
         """The share of GPU memory an opportunistic (low-priority) job may use now:
-        what the jobs sharing its GPUs leave, by their last heartbeats (AntMan's
-        dynamic scaling); its launch figure while none of them reports; None for a
-        job that is not opportunistic."""
+        what the jobs sharing its GPUs (``sharers``: :meth:`gpu_sharers`) leave, by
+        their last heartbeats (AntMan's dynamic scaling); its launch figure while
+        none of them reports; None for a job that is not opportunistic."""
         configured = self.low_priority.get(job)
         if configured is None:
             return 1.0 if job in self.uncapped else None
         caps = []
-        for gpu, jobs in self.gpu_sharers().items():
+        for gpu, jobs in sharers.items():
             if job not in jobs:
                 continue
             used = [self.gpu_memory[o] for o in jobs if o != job and o in self.gpu_memory]
@@ -431,13 +432,15 @@ class LoopBase:
                 self.gpu_memory[message.job] = message.used
 
     def _publish(self) -> None:
-        """The heartbeats' answers as of this pass, swapped in whole for the API."""
+        """What the API answers from the loop's view (heartbeats, listings, the
+        nodes' view) as of this pass, swapped in whole."""
         capped = set(self.low_priority) | self.uncapped
+        sharers = self.gpu_sharers()
         self.answers = Answers.of(
             self.batch_sizes,
-            {job: self.memory_cap(job) for job in capped},
+            {job: self.memory_cap(job, sharers) for job in capped},
             self.remaining_of(self._open_jobs()),
-            {gpu: tuple(jobs) for gpu, jobs in self.gpu_sharers().items()},
+            {gpu: tuple(jobs) for gpu, jobs in sharers.items()},
         )
 
     def _open_jobs(self) -> list[int]:
