@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
@@ -20,13 +17,11 @@ from corral.cli.app import JsonOpt, app, console, err_console, json_on_stdout, p
 from corral.errors import CorralError
 from corral.perf.switching import MEASURED_MECHANISMS, SWITCH_MECHANISMS
 from corral.sim.presets import SIM_PRESETS
+from corral.sim.settings import RunSettings, check_policy_names, user_errors
 from corral.traces.formats import FORMATS
 
 if TYPE_CHECKING:
-    from corral.model.cluster import Cluster
-    from corral.model.jobs import JobTable
-    from corral.perf.throughputs import ThroughputTable
-    from corral.sim.run import RunSpec
+    from corral.sim.experiment import Experiment, Results
     from corral.sim.variants import Variant
 
 
@@ -126,197 +121,6 @@ ParquetOpt = Annotated[
 ]
 
 
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """File-system errors are input errors too."""
-    try:
-        yield
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        raise CorralError(f"{exc.filename}: {exc.strerror}") from None
-
-
-@dataclass
-class RunArgs:
-    """The options ``sim`` and ``compare`` share: the workload and how a run is set up."""
-
-    trace: str
-    trace_format: str | None
-    durations: str
-    skip_bad: bool
-    vc: list[str] | None
-    start: str | None
-    end: str | None
-    max_jobs: int | None
-    job_types: str | None
-    cluster: str
-    cluster_scale: float
-    rack_size: int | None
-    placement: str | None
-    preset: str | None
-    failure_rate: float
-    failure_rates: str | None
-    max_retries: int
-    seed: int
-    switch_cost: str
-    switch_profile: Path | None
-    cross_node_factor: float
-    cross_rack_factor: float
-    policy_opt: list[str] | None
-    profiles: Path | None
-    check: bool
-    progress: bool
-    parquet: bool
-    _profiles: ThroughputTable | None = field(default=None, init=False, repr=False)
-    invoked: dict[str, Any] = field(default_factory=dict, repr=False)
-    """Every option of the command as run, defaults too (its provenance)."""
-    trace_info: dict[str, Any] = field(default_factory=dict, repr=False)
-    """The trace's name, counts and checksum, once loaded."""
-
-    def provenance(
-        self, policies: list[str], seed: int | None = None, variants: list[Variant] | None = None
-    ) -> dict[str, Any]:
-        """How a result of this command was made (see :mod:`corral.sim.provenance`),
-        with each policy's (or variant's, by its label) options as run: its defaults
-        and the ones given, typed as the policy declares them."""
-        from corral.policies import checked_options, option_defaults
-        from corral.sim.provenance import provenance
-        from corral.sim.run import parse_policy_options
-        from corral.sim.variants import Variant, variant_options
-
-        record = provenance(self.invoked, self.trace_info, self.seed if seed is None else seed)
-        runs = variants or [Variant(name, name) for name in policies]
-        record["policy_options"] = {
-            v.label: {
-                **{k: d for k, d in option_defaults(v.policy).items() if _plain_value(d)},
-                **(
-                    variant_options(v, self.policy_opt or [])
-                    if variants
-                    else checked_options(
-                        v.policy, parse_policy_options(self.policy_opt or [], v.policy)
-                    )
-                ),
-            }
-            for v in runs
-        }
-        from corral.sim.provenance import policy_source
-
-        sources = {v.label: policy_source(v.policy) for v in runs}
-        record["policy_sources"] = {k: s for k, s in sources.items() if s is not None}
-        return record
-
-    def workload(self) -> tuple[JobTable, Cluster]:
-        """Load the cluster and the trace, and say what was loaded."""
-        from corral.model.cluster_specs import load_cluster
-        from corral.perf.speeds import SpeedModel
-        from corral.traces.loading import TraceOptions, load_trace
-        from corral.traces.philly import PhillyFilter
-        from corral.traces.rows import LoadReport
-
-        if self.parquet:
-            from corral.sim.output import PARQUET_HINT, parquet_available
-
-            if not parquet_available():  # said before the runs, not after them
-                raise CorralError(f"--parquet: {PARQUET_HINT}")
-        with _user_errors():
-            machines = load_cluster(
-                self.cluster, rack_size=self.rack_size, scale=self.cluster_scale
-            )
-            options = TraceOptions(
-                fmt=self.trace_format,
-                durations=self.durations,
-                skip_bad=self.skip_bad,
-                philly=PhillyFilter(self.vc or None, self.start, self.end),
-                max_jobs=self.max_jobs,
-                seed=self.seed,
-                job_types=self.job_types,
-            )
-            report = LoadReport(self.trace)
-            jobs = load_trace(self.trace, machines.total_gpus, options, report)
-            if self.profiles is not None:
-                jobs = jobs.with_speeds(SpeedModel(self.measurements()))  # type: ignore[arg-type]
-            if not self.trace_info:
-                from corral.sim.provenance import trace_identity
-
-                self.trace_info = trace_identity(self.trace, jobs, report)
-        if len(jobs) == 0:
-            raise CorralError(f"trace '{self.trace}' has no jobs after filtering")
-        if report.skipped:
-            err_console.print(
-                f"[yellow]skipped {report.skipped} malformed row(s) of {report.rows}; "
-                f"first: {report.first_problem}[/]",
-                highlight=False,
-                soft_wrap=True,
-            )
-        for note in report.notes:
-            err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
-        console.print(f"cluster  {machines.describe()}", highlight=False)
-        if self.switch_cost.strip().lower() in MEASURED_MECHANISMS:
-            console.print(f"switch   {self.switch_description()}", highlight=False)
-        console.print(
-            f"trace    {self.trace_info['name']}: {len(jobs)} jobs over "
-            f"{jobs.span() / 86400:.1f} days, "
-            f"offered load {jobs.offered_load(machines.total_gpus):.3f}",
-            highlight=False,
-        )
-        return jobs, machines
-
-    def switch_description(self) -> str:
-        """The switch cost as given; a measured one with its figure and source."""
-        from corral.perf.switching import default_profile_path, read_profile
-
-        name = self.switch_cost.strip().lower()
-        if name not in MEASURED_MECHANISMS:
-            return self.switch_cost
-        path = self.switch_profile or default_profile_path()
-        with _user_errors():
-            profile = read_profile(path)
-        seconds = float(profile["mechanisms"][name])
-        kind = "warm" if name == "measured" else "cold"
-        return (
-            f"{name}, {seconds * 1e3:.2f} ms ({kind} switch of {profile.get('model')} "
-            f"on {profile.get('device')}, from {path})"
-        )
-
-    def spec(self, policy: str, variant: Variant | None = None) -> RunSpec:
-        """One policy's run settings (a variant's: its label and own options)."""
-        from corral.sim.run import RunSpec, parse_policy_options
-        from corral.sim.variants import variant_options
-
-        options = (
-            variant_options(variant, self.policy_opt or [])
-            if variant is not None
-            else parse_policy_options(self.policy_opt or [], policy)
-        )
-        return RunSpec(
-            policy=policy,
-            label=None if variant is None or variant.label == policy else variant.label,
-            placement=self.placement,
-            seed=self.seed,
-            switch_cost=self.switch_cost,
-            switch_profile=self.switch_profile,
-            cross_node=self.cross_node_factor,
-            cross_rack=self.cross_rack_factor,
-            check_invariants=self.check,
-            policy_options=options,
-            failure_rate=self.failure_rate,
-            failure_rates=self.failure_rates,
-            max_retries=self.max_retries,
-            preset=self.preset,
-            profiles=self.measurements(),
-        )
-
-    def measurements(self) -> ThroughputTable | None:
-        """The user's throughput profiles merged over the bundled table (loaded once)."""
-        if self.profiles is None:
-            return None
-        if self._profiles is None:
-            from corral.perf.profiles import load_profiles
-
-            with _user_errors():
-                self._profiles = load_profiles(self.profiles)
-        return self._profiles
-
-
 def _run_options(
     trace: TraceOpt = "philly",
     trace_format: FormatOpt = None,
@@ -360,11 +164,11 @@ def _evaluated_parameters(fn: Callable[..., Any]) -> dict[str, inspect.Parameter
 
 
 def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give a command ``command(run: RunArgs, **own_options)`` the shared options.
+    """Give a command ``command(run: RunSettings, **own_options)`` the shared options.
 
     Typer reads a command's options from its signature, so the wrapper shows
     the command's own options followed by those of :func:`_run_options`, and
-    hands the shared ones to the command as one :class:`RunArgs`.
+    hands the shared ones to the command as one :class:`RunSettings`.
     """
     shared = _evaluated_parameters(_run_options)
     own = [p for name, p in _evaluated_parameters(command).items() if name != "run"]
@@ -372,7 +176,7 @@ def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> None:
         invoked = dict(kwargs)
-        run = RunArgs(**{name: kwargs.pop(name) for name in shared}, invoked=invoked)
+        run = RunSettings(**{name: kwargs.pop(name) for name in shared}, invoked=invoked)
         with json_on_stdout(bool(kwargs.get("as_json"))):
             command(run, **kwargs)
 
@@ -380,37 +184,6 @@ def _with_run_options(command: Callable[..., None]) -> Callable[..., None]:
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper
-
-
-def _run_one(
-    jobs: JobTable, machines: Cluster, spec: RunSpec, show_progress: bool, out: Path, extra: dict
-) -> dict[str, Any]:
-    """Run one policy in this process (with a progress bar) and write its files."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from corral.sim.parallel import run_and_write
-
-    if not show_progress:
-        with _user_errors():
-            return run_and_write(jobs, machines, spec, out, extra)
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:,}/{task.total:,} arrivals"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(spec.policy, total=len(jobs))
-        with _user_errors():
-            return run_and_write(
-                jobs,
-                machines,
-                spec,
-                out,
-                extra,
-                lambda done, total: bar.update(task, completed=done),
-            )
 
 
 def _summary_table(summaries: list[dict[str, Any]]) -> Table:
@@ -439,27 +212,82 @@ def _summary_table(summaries: list[dict[str, Any]]) -> Table:
 @app.command()
 @_with_run_options
 def sim(
-    run: RunArgs,
+    run: RunSettings,
     policy: Annotated[str, typer.Option(help="policy name (see 'corral policies')")] = "fifo",
     out: Annotated[Path, typer.Option(help="output folder")] = Path("runs/sim"),
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace on a cluster under one policy; write jobs.csv and summary.json."""
     from corral.policies import policy_key
+    from corral.sim.experiment import experiment_from
 
     name = policy_key(policy)
-    _check_policy_names([name])
-    _check_options(run, [name])
-    jobs, machines = run.workload()
-    record = run.provenance([name])
-    extra = {"trace": run.trace_info["name"], "seed": run.seed, "provenance": record}
-    summary = _run_one(jobs, machines, run.spec(name), run.progress, out, extra)
-    _write_provenance(out, record, run.parquet)
+    check_policy_names([name])
+    if "[" in name or "," in name:
+        raise CorralError(f"--policy: '{policy}' is one policy's name (variants: corral compare)")
+    experiment = experiment_from(run, policies=[name], layout="run", runner="serial")
+    results = _run_with_progress(experiment, out, run.progress)
+    (summary,) = results.summaries
+    _raise_for_failures(results, out, "policies")
     if as_json:
         print_json(summary)
         return
     console.print(_summary_table([summary]))
     console.print(f"wrote {out}/jobs.csv, {out}/summary.json", highlight=False)
+
+
+def _say(kind: str, text: str) -> None:
+    """An experiment's messages as the command line shows them."""
+    if kind == "info":
+        console.print(text, highlight=False)
+    else:
+        colour = "red" if kind == "error" else "yellow"
+        err_console.print(f"[{colour}]{kind}:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def _run_with_progress(experiment: Experiment, out: Path, show: bool) -> Results:
+    """Run an experiment one run after another, each with a progress bar of its arrivals."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if not show:
+        return experiment.run(out, say=_say, done=lambda _, s: _print_done(s))
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,} arrivals"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        bars: dict[str, Any] = {}
+
+        def progress(run: str, done: int, total: int) -> None:
+            if run not in bars:
+                bars[run] = bar.add_task(escape(run), total=total)
+            bar.update(bars[run], completed=done)
+
+        return experiment.run(out, say=_say, progress=progress, done=lambda _, s: _print_done(s))
+
+
+def _raise_for_failures(results: Results, out: Path, what: str) -> None:
+    """One line for the runs that failed (the others' results are written)."""
+    crashed = results.failures
+    if not crashed:
+        return
+    if results.layout == "sweep":
+        first = crashed[0]
+        raise CorralError(
+            f"{len(crashed)} of {len(results.summaries)} runs failed (the first: "
+            f"{first['run_dir']}: {first['error']} at {first['raised_at']}); tracebacks in "
+            f"each one's {out}/<run>/error.log; the others' results are written"
+        )
+    which = "; ".join(f"{s['policy']}: {s['error']} at {s['raised_at']}" for s in crashed)
+    logs = ", ".join(str(out / s["log"]) for s in crashed)
+    others = "; the others' results are written" if len(results.summaries) > 1 else ""
+    raise CorralError(
+        f"{len(crashed)} of {len(results.summaries)} {what} failed ({which}); "
+        f"tracebacks in {logs}{others}"
+    )
 
 
 RunnerOpt = Annotated[
@@ -498,7 +326,7 @@ def _runner(runner: str | None, address: str | None, parallel: int | None, defau
 @app.command()
 @_with_run_options
 def compare(
-    run: RunArgs,
+    run: RunSettings,
     policies: Annotated[
         str,
         typer.Option(
@@ -525,87 +353,36 @@ def compare(
     progress bar each; ``--runner ray`` as Ray tasks, as ``corral sweep``
     does); the results do not depend on how many run at once.
     """
-    from corral.sim.parallel import RunTask, run_tasks
-    from corral.sim.variants import parse_variants
+    from corral.sim.experiment import experiment_from
 
-    variants = parse_variants(policies)
-    names = _check_variants(run, variants)
-    from corral.sim.report import FORMATS, write_report
-
-    if report_format not in FORMATS:
-        raise CorralError(f"--format: '{report_format}' is not one of {', '.join(FORMATS)}")
-    how = _runner(runner, address, parallel, "processes")
-    jobs, machines = run.workload()
-    record = run.provenance(names, variants=variants)
-    base = {"trace": run.trace_info["name"], "seed": run.seed, "provenance": record}
-    tasks = [
-        RunTask(v.folder, 0, run.spec(v.policy, v), {**base, "run_dir": v.folder}) for v in variants
-    ]
-    summaries: list[dict[str, Any]] = []
-    if how == "serial":
-        from corral.sim.parallel import ERROR_LOG, failed
-
-        for task in tasks:
-            try:
-                summary = _run_one(
-                    jobs, machines, task.spec, run.progress, out / task.name, task.extra
-                )
-            except Exception as exc:  # one policy's crash leaves the others' results
-                summary, log = failed(task.spec, task.name, exc)
-                (out / task.name).mkdir(parents=True, exist_ok=True)
-                (out / task.name / ERROR_LOG).write_text(log, encoding="utf-8")
-            summaries.append(summary)
-            _print_done(summary)
+    experiment = experiment_from(
+        run,
+        policies=policies,
+        layout="comparison",
+        runner=_runner(runner, address, parallel, "processes"),
+        parallel=parallel,
+        address=address,
+        report_format=report_format,
+    )
+    if experiment.runner == "serial":
+        results = _run_with_progress(experiment, out, run.progress)
     else:
-        with console.status(f"running {len(tasks)} policies ({how})") as status:
+        with console.status(f"running {len(experiment.variants())} policies") as status:
             finished: list[str] = []
 
-            def done(task: RunTask, summary: dict[str, Any]) -> None:
+            def done(name: str, summary: dict[str, Any]) -> None:
                 _print_done(summary)
-                finished.append(task.name)
-                status.update(f"{len(finished)} of {len(tasks)} policies done")
+                finished.append(name)
+                status.update(f"{len(finished)} of {len(experiment.variants())} policies done")
 
-            with _user_errors():
-                summaries = run_tasks(
-                    tasks,
-                    [(jobs, machines)],
-                    out,
-                    how,
-                    parallel,
-                    address,
-                    on_done=done,
-                    isolate=True,
-                )
-    from corral.sim.provenance import context_lines
-
-    context = {
-        **context_lines(record),
-        "jobs": len(jobs),
-        "cluster": machines.describe(),
-        "offered load": f"{jobs.offered_load(machines.total_gpus):.3f}",
-        "placement": run.placement or "policy default",
-        "preset": run.preset or "none",
-        "switch cost": run.switch_description(),
-    }
-    with _user_errors():
-        path = write_report(out, summaries, context, report_format)
-        _write_provenance(out, record, run.parquet)
-    from corral.sim.parallel import FAILED
-
-    crashed = [s for s in summaries if s.get("status") == FAILED]
+            results = experiment.run(out, say=_say, done=done)
     if as_json:
-        print_json({"runs": summaries, "provenance": record})
+        print_json({"runs": results.summaries, "provenance": results.provenance})
     else:
-        console.print(_summary_table([s for s in summaries if s.get("status") != FAILED]))
+        console.print(_summary_table([s for s in results.summaries if s.get("status") is None]))
         also = f", {out}/report.md" if report_format == "both" else ""
-        console.print(f"wrote {out}/comparison.csv{also} and {path}", highlight=False)
-    if crashed:
-        which = "; ".join(f"{s['policy']}: {s['error']} at {s['raised_at']}" for s in crashed)
-        logs = ", ".join(str(out / s["log"]) for s in crashed)
-        raise CorralError(
-            f"{len(crashed)} of {len(summaries)} policies failed ({which}); tracebacks in "
-            f"{logs}; the others' results are written"
-        )
+        console.print(f"wrote {out}/comparison.csv{also} and {results.report}", highlight=False)
+    _raise_for_failures(results, out, "policies")
 
 
 def _print_done(summary: dict[str, Any]) -> None:
@@ -622,7 +399,7 @@ def _print_done(summary: dict[str, Any]) -> None:
 @app.command()
 @_with_run_options
 def sweep(
-    run: RunArgs,
+    run: RunSettings,
     policies: Annotated[
         str | None,
         typer.Option(
@@ -662,63 +439,21 @@ def sweep(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from corral.sim.parallel import RunTask, run_tasks
-    from corral.sim.sweep import Grid, write_sweep
+    from corral.sim.experiment import experiment_from
+    from corral.sim.sweep import Grid
 
-    with _user_errors():
+    with user_errors():
         spec = Grid.build(policies, loads, seeds, cluster_scales, grid, run.seed, run.cluster_scale)
-    _check_variants(run, spec.variants)
-    if len(spec.seeds) > 1 and not _seeded(run):
-        err_console.print(
-            f"[yellow]note:[/] the {len(spec.seeds)} seeds give the same runs here: "
-            f"'{run.trace}' is replayed as it is, and nothing else is drawn at random "
-            "(seeds vary synthetic traces, --job-types, --failure-rate and random "
-            "placement); the spread shown will be 0",
-            highlight=False,
-            soft_wrap=True,
-        )
-    how = _runner(runner, address, parallel, "processes")
-    points = spec.points()
-    workloads: list[tuple[JobTable, Cluster]] = []
-    index: dict[tuple[int, float, float | None], int] = {}
-    for scale in spec.cluster_scales:
-        for seed in spec.seeds:
-            variant = dataclasses.replace(run, seed=seed, cluster_scale=scale)
-            jobs, machines = variant.workload()
-            run.trace_info = run.trace_info or variant.trace_info
-            for load in spec.loads:
-                with _user_errors():
-                    table = jobs if load is None else jobs.at_load(load, machines.total_gpus)
-                index[(seed, scale, load)] = len(workloads)
-                workloads.append((table, machines))
-    tasks = []
-    from corral.sim.variants import Variant
-
-    for point in points:
-        entry = point.variant or Variant(point.policy, point.policy)
-        settings = dataclasses.replace(run, seed=point.seed)
-        jobs, machines = workloads[index[(point.seed, point.cluster_scale, point.load)]]
-        extra = {
-            "trace": run.trace_info["name"],
-            "provenance": run.provenance([entry.policy], point.seed, [entry]),
-            "seed": point.seed,
-            "run_dir": point.name,
-            "target_load": point.load,
-            "cluster_scale": point.cluster_scale,
-        }
-        tasks.append(
-            RunTask(
-                point.name,
-                index[(point.seed, point.cluster_scale, point.load)],
-                settings.spec(entry.policy, entry),
-                extra,
-            )
-        )
-    console.print(
-        f"sweep    {len(points)} runs: {len(spec.policies)} policies x {len(spec.loads)} "
-        f"load(s) x {len(spec.seeds)} seed(s) x {len(spec.cluster_scales)} cluster size(s), "
-        f"runner {how}",
-        highlight=False,
+    experiment = experiment_from(
+        run,
+        policies=[_entry_of(v) for v in spec.variants],
+        loads=None if spec.loads == [None] else spec.loads,
+        seeds=spec.seeds,
+        cluster_scales=spec.cluster_scales,
+        layout="sweep",
+        runner=_runner(runner, address, parallel, "processes"),
+        parallel=parallel,
+        address=address,
     )
     with Progress(
         TextColumn("[bold]runs"),
@@ -729,126 +464,22 @@ def sweep(
         transient=not run.progress,
         disable=not run.progress,
     ) as bar:
-        task_id = bar.add_task("runs", total=len(tasks))
-        with _user_errors():
-            summaries = run_tasks(
-                tasks,
-                workloads,
-                out,
-                how,
-                parallel,
-                address,
-                on_done=lambda task, summary: bar.advance(task_id),
-                isolate=True,
-            )
-    from corral.sim.parallel import FAILED
-    from corral.sim.provenance import context_lines
-
-    record = run.provenance(spec.policies, variants=spec.variants)
-    record["seed"] = spec.seeds
-    context = {
-        **context_lines(record),
-        "cluster": f"{run.cluster} at scales {', '.join(f'{c:g}' for c in spec.cluster_scales)}",
-        "policies": ", ".join(spec.policies),
-        "loads": ", ".join("trace" if x is None else f"{x:g}" for x in spec.loads),
-        "seeds": ", ".join(str(x) for x in spec.seeds),
-        "placement": run.placement or "policy default",
-        "preset": run.preset or "none",
-        "switch cost": run.switch_description(),
-        "runner": how + (f" at {address}" if address else ""),
-    }
-    crashed = [(p, s) for p, s in zip(points, summaries, strict=True) if s.get("status") == FAILED]
-    if crashed:  # (their rows in results.csv say so; the means leave them out)
-        context["runs that failed"] = "; ".join(
-            f"{p.name}: {s['error']} at {s['raised_at']}" for p, s in crashed
-        )
-    with _user_errors():
-        path = write_sweep(out, points, summaries, context)
-        _write_provenance(out, record, run.parquet)
+        task_id = bar.add_task("runs", total=len(experiment.points()))
+        results = experiment.run(out, say=_say, done=lambda _, s: bar.advance(task_id))
     if as_json:
-        rows = [{k: v for k, v in s.items() if k != "provenance"} for s in summaries]
-        print_json({"runs": rows, "provenance": record})
+        rows = [{k: v for k, v in s.items() if k != "provenance"} for s in results.summaries]
+        print_json({"runs": rows, "provenance": results.provenance})
     else:
-        console.print(f"wrote {out}/results.csv, {out}/report.md and {path}", highlight=False)
-    if crashed:
-        first = crashed[0][1]
-        raise CorralError(
-            f"{len(crashed)} of {len(summaries)} runs failed (the first: {crashed[0][0].name}: "
-            f"{first['error']} at {first['raised_at']}); tracebacks in each one's "
-            f"{out}/<run>/error.log; the others' results are written"
+        console.print(
+            f"wrote {out}/results.csv, {out}/report.md and {results.report}", highlight=False
         )
+    _raise_for_failures(results, out, "runs")
 
 
-def _plain_value(value: Any) -> bool:
-    """Whether a default can be written as JSON (not a placement object, say)."""
-    if isinstance(value, list | tuple):
-        return all(_plain_value(v) for v in value)
-    return value is None or isinstance(value, bool | int | float | str)
+def _entry_of(variant: Variant) -> str:
+    from corral.sim.experiment import policy_entry
 
-
-def _write_provenance(out: Path, record: dict[str, Any], parquet: bool = False) -> None:
-    """``provenance.json`` in the output folder; with ``--parquet``, a Parquet copy of
-    every CSV there carrying the record too."""
-    from corral.sim.provenance import write_provenance
-
-    write_provenance(out, record)
-    if parquet:
-        from corral.sim.output import write_parquet_copies
-
-        write_parquet_copies(out, record)
-
-
-def _seeded(run: RunArgs) -> bool:
-    """Whether a run's seed changes anything: a generated trace, drawn job types,
-    failures or a random placement."""
-    trace = run.trace.strip().lower()
-    return (
-        trace.startswith(("synthetic", "gavel-synthetic"))
-        or bool(run.job_types)
-        or run.failure_rate > 0
-        or bool(run.failure_rates)
-        or (run.placement or "").strip().lower() == "random"
-    )
-
-
-def _check_variants(run: RunArgs, variants: list[Variant]) -> list[str]:
-    """Every entry's policy known and its options valid, before anything runs; the
-    policies' names."""
-    from corral.sim.run import check_policy_options, option_pair
-    from corral.sim.variants import variant_options
-
-    names = list(dict.fromkeys(v.policy for v in variants))
-    _check_policy_names(names)
-    labels = {v.label for v in variants} - set(names)
-    check_policy_options(  # (options addressed to a variant's label: checked below)
-        [p for p in run.policy_opt or [] if option_pair(p)[0] not in labels], names
-    )
-    for v in variants:
-        variant_options(v, run.policy_opt or [])
-    return names
-
-
-def _check_options(run: RunArgs, names: list[str]) -> None:
-    from corral.sim.result import parse_failure_rates
-    from corral.sim.run import check_policy_options
-
-    check_policy_options(run.policy_opt or [], names)
-    parse_failure_rates(run.failure_rates or "")  # refused before any run starts
-
-
-def _check_policy_names(names: list[str]) -> None:
-    from corral.policies import POLICIES
-
-    if all(n in POLICIES for n in names):
-        return  # gang policies only: the round planners need not be loaded to say so
-    from corral.policies.rounds.planners import ROUND_PLANNERS
-
-    known = [*POLICIES, *ROUND_PLANNERS]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise CorralError(
-            f"unknown policy '{unknown[0]}' (choose from {', '.join(known)}; see 'corral policies')"
-        )
+    return policy_entry(variant)
 
 
 @app.command("policies")
@@ -903,7 +534,7 @@ def list_policies(
 
         key = policy_key(name)
         if ":" not in key:  # a file's or module's class is loaded (a clear error if not)
-            _check_policy_names([key])
+            check_policy_names([key])
         row = round_row(key) if key in ROUND_PLANNERS else gang_row(key)
         if as_json:
             print_json(json.loads(json.dumps(row, default=str)))
@@ -980,7 +611,7 @@ def list_clusters(
     from corral.model.cluster_specs import PRESETS, load_cluster
 
     if describe:
-        with _user_errors():
+        with user_errors():
             machines = load_cluster(describe, rack_size=rack_size, scale=cluster_scale)
         if as_json:
             nodes = [

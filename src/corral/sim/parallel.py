@@ -120,12 +120,17 @@ def failed(spec: RunSpec, run_dir: str, exc: BaseException) -> tuple[dict[str, A
 
 
 def run_or_fail(
-    jobs: JobTable, machines: Cluster, spec: RunSpec, out_dir: Path, extra: dict[str, Any]
+    jobs: JobTable,
+    machines: Cluster,
+    spec: RunSpec,
+    out_dir: Path,
+    extra: dict[str, Any],
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """:func:`run_and_write`, or, when the run raises, its error row (and ``error.log``
     beside it), so one crashing policy does not spoil the others' results."""
     try:
-        return run_and_write(jobs, machines, spec, out_dir, extra)
+        return run_and_write(jobs, machines, spec, out_dir, extra, progress)
     except Exception as exc:
         row, log = failed(spec, str(extra.get("run_dir", Path(out_dir).name)), exc)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -142,10 +147,12 @@ def run_tasks(
     address: str | None = None,
     on_done: Callable[[RunTask, dict[str, Any]], None] | None = None,
     isolate: bool = False,
+    progress: Callable[[RunTask], Callable[[int, int], None] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Carry out every task; their summaries in the tasks' order.
 
-    ``on_done`` is called as each run ends (in the order they end). A run's
+    ``on_done`` is called as each run ends (in the order they end); ``progress``
+    gives a task's arrivals callback (the serial runner's only). A run's
     error stops the whole batch with that run's message, unless ``isolate``:
     then its summary is an error row (see :func:`failed`) and the others go on.
     """
@@ -161,7 +168,8 @@ def run_tasks(
         summaries = []
         for task in tasks:
             jobs, machines = workloads[task.workload]
-            summary = run(jobs, machines, task.spec, out / task.name, task.extra)
+            told = progress(task) if progress is not None else None
+            summary = run(jobs, machines, task.spec, out / task.name, task.extra, told)
             if on_done is not None:
                 on_done(task, summary)
             summaries.append(summary)
