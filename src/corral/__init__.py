@@ -9,3 +9,12 @@ point downward only. A policy of your own: ``docs/writing-a-policy.md``.
 """
 
 __version__ = "0.1.0"
+
+from corral.lazy import lazy_exports  # noqa: E402
+
+_WHERE = {
+    "Experiment": "corral.sim.experiment",
+    "Results": "corral.sim.experiment",
+}
+__getattr__ = lazy_exports("corral", _WHERE)
+__all__ = ["Experiment", "Results", "__version__"]

@@ -82,14 +82,16 @@ class Experiment(RunSettings):
     """Seeds (None: ``seed`` alone)."""
     cluster_scales: Sequence[float] | None = None
     """Cluster sizes as scales of ``cluster`` (None: ``cluster_scale`` alone)."""
-    runner: str = "processes"
-    """``processes`` (one worker process per core), ``serial`` or ``ray``."""
+    runner: str | None = None
+    """``processes`` (one worker process per core), ``serial`` or ``ray`` (None:
+    ``ray`` where ``address`` is given, else ``processes``)."""
     parallel: int | None = None
     """Runs at once (None: one per core)."""
     address: str | None = None
     """An existing Ray cluster (implies the ray runner)."""
     layout: str | None = None
-    """One of :data:`LAYOUTS` (None: ``comparison`` for one point, else ``sweep``)."""
+    """One of :data:`LAYOUTS` (None: ``comparison`` where each policy runs once on the
+    trace's own arrivals, else ``sweep``)."""
     report_format: str = "html"
     """The comparison's report: ``html``, ``md`` or ``both``."""
     _command: str | None = field(default=None, init=False, repr=False)
@@ -120,14 +122,17 @@ class Experiment(RunSettings):
 
     def chosen_layout(self) -> str:
         points, variants = self.points(), self.variants()
-        layout = self.layout or ("comparison" if len(points) == len(variants) else "sweep")
+        one_point = len(points) == len(variants) and self.loads is None
+        layout = self.layout or ("comparison" if one_point else "sweep")
         if layout not in LAYOUTS:
             raise CorralError(f"layout: '{layout}' is not one of {', '.join(LAYOUTS)}")
         if layout == "run" and len(points) != 1:
             raise CorralError(f"layout 'run' holds one run; this experiment has {len(points)}")
+        if layout in ("run", "comparison") and self.loads is not None:
+            raise CorralError(f"layout '{layout}' replays the trace's own arrivals (no loads)")
         if layout == "comparison" and len(points) != len(variants):
             raise CorralError(
-                "layout 'comparison' runs each policy once (one load, seed and cluster size)"
+                "layout 'comparison' runs each policy once (one seed and cluster size)"
             )
         return layout
 
@@ -157,7 +162,7 @@ class Experiment(RunSettings):
         if layout != "run":
             if self.address:
                 words += ["--address", self.address]
-            elif self.runner != "processes":
+            elif self.runner not in (None, "processes"):
                 words += ["--runner", self.runner]
             if self.parallel is not None:
                 words += ["--parallel", str(self.parallel)]
@@ -186,7 +191,9 @@ class Experiment(RunSettings):
         points = self.points()
         layout = self.chosen_layout()
         names = self.check_variants(variants)
-        runner = "ray" if self.address else self.runner.strip().lower()
+        runner = (self.runner or ("ray" if self.address else "processes")).strip().lower()
+        if self.address and runner != "ray":
+            raise CorralError("an address is a Ray cluster's: it needs the ray runner")
         if runner not in RUNNERS:
             raise CorralError(f"runner: '{runner}' is not one of {', '.join(RUNNERS)}")
         if runner == "processes" and self.parallel == 1:

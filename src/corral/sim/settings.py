@@ -102,7 +102,7 @@ class RunSettings:
     @classmethod
     def names(cls) -> list[str]:
         """The settings a user gives (each a command-line option of that name)."""
-        return [f.name for f in fields(cls) if f.init and f.name != "invoked"]
+        return [f.name for f in fields(cls) if f.init and f.name not in ("invoked", "trace_info")]
 
     def settings(self) -> dict[str, Any]:
         """Every setting by name, as given or defaulted."""

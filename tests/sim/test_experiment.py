@@ -1,0 +1,164 @@
+"""The Experiment API: the same runs as the command line, results as DataFrames,
+a crash that spoils one row, and a result made in Python that ``corral rerun``
+makes again."""
+
+from __future__ import annotations
+
+import gc
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from corral import Experiment
+from corral.cli.app import app
+from corral.errors import CorralError
+
+WORKLOAD = {"trace": "synthetic:jobs=80,load=1.0", "cluster": "uniform:3x4:V100"}
+CRASHING = """
+from corral.policies.fifo import Fifo
+
+
+class Crashes(Fifo):
+    name = "crashes"
+    description = "FIFO that divides by zero once a job has finished"
+
+    def schedule(self, state):
+        if state.finished:
+            return 1 / 0
+        return super().schedule(state)
+"""
+
+
+def _quiet(kind: str, text: str) -> None:
+    pass
+
+
+def _numbers(frame: pd.DataFrame) -> pd.DataFrame:
+    """A results table less what differs between two runs of the same thing."""
+    keep = [c for c in frame.columns if c != "wall_s" and not c.startswith("provenance")]
+    return frame[keep].reset_index(drop=True)
+
+
+def test_a_grid_in_python_gives_frames_of_every_run_and_job(tmp_path: Path) -> None:
+    experiment = Experiment(
+        **WORKLOAD,
+        policies=["fifo", "las[quantum=60,label=las-1min]", "las"],
+        seeds=[0, 1],
+        runner="serial",
+    )
+    results = experiment.run(tmp_path / "out", say=_quiet)
+    assert results.ok and results.layout == "sweep"
+    runs = results.runs
+    assert len(runs) == 6
+    assert sorted(set(runs["policy"])) == ["fifo", "las", "las-1min"]
+    assert set(runs["seed"]) == {0, 1}
+    assert (runs["jobs_finished"] == 80).all()
+    # a variant is its own run: its quantum changes its preemptions
+    by_policy = runs.groupby("policy")["preemptions"].sum()
+    assert by_policy["las-1min"] != by_policy["las"]
+    jobs = results.jobs
+    assert len(jobs) == 6 * 80
+    assert {"policy", "seed", "load", "cluster_scale", "user", "vc", "jct"} <= set(jobs.columns)
+    assert (jobs["jct"] > 0).all()
+    # the means over seeds are the sweep's own table
+    by_point = results.by_point
+    assert list(by_point["seeds"]) == [2, 2, 2]
+    written = pd.read_csv(tmp_path / "out" / "by_point.csv")
+    assert list(written["policy"]) == list(by_point["policy"])
+    assert not results.timelines.empty
+
+
+def test_python_and_the_command_line_make_the_same_comparison(tmp_path: Path) -> None:
+    from_python = Experiment(**WORKLOAD, policies="fifo,srtf,las", runner="serial").run(
+        tmp_path / "py", say=_quiet
+    )
+    assert from_python.layout == "comparison"
+    words = ["--trace", WORKLOAD["trace"], "--cluster", WORKLOAD["cluster"]]
+    result = CliRunner().invoke(
+        app, ["compare", *words, "--policies", "fifo,srtf,las", "--out", str(tmp_path / "cli")]
+    )
+    assert result.exit_code == 0, result.output
+    cli = pd.read_csv(tmp_path / "cli" / "comparison.csv")
+    py = pd.read_csv(tmp_path / "py" / "comparison.csv")
+    pd.testing.assert_frame_equal(_numbers(py), _numbers(cli))
+    for policy in ("fifo", "srtf", "las"):
+        assert (tmp_path / "py" / policy / "jobs.csv").read_bytes() == (
+            tmp_path / "cli" / policy / "jobs.csv"
+        ).read_bytes()
+
+
+def test_a_crashing_policy_spoils_its_row_not_the_experiment(tmp_path: Path) -> None:
+    plugin = tmp_path / "crashes.py"
+    plugin.write_text(CRASHING)
+    results = Experiment(
+        **WORKLOAD, policies=["fifo", f"{plugin}:Crashes", "las"], runner="serial"
+    ).run(tmp_path / "out", say=_quiet)
+    assert not results.ok
+    (failure,) = results.failures
+    assert failure["error"].startswith("ZeroDivisionError")
+    assert failure["raised_at"].startswith(f"{plugin}:11")
+    assert "1 / 0" in (tmp_path / "out" / failure["log"]).read_text()
+    assert set(results.jobs["policy"]) == {"fifo", "las"}
+    assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_mistakes_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    for kwargs, words in (
+        ({"policies": "fifo,nope"}, "unknown policy 'nope'"),
+        ({"policies": "las[quantum=-1]"}, "las[quantum=-1]"),
+        ({"policies": "fifo", "loads": [0.5, -1]}, "must be a positive number"),
+        ({"policies": "fifo", "runner": "mpi"}, "runner: 'mpi'"),
+        ({"policies": "fifo", "layout": "run", "seeds": [0, 1]}, "holds one run"),
+        ({"policies": "fifo,fifo"}, "two entries would write to one folder"),
+    ):
+        with pytest.raises(CorralError, match=None) as caught:
+            Experiment(**WORKLOAD, **kwargs).run(tmp_path / "never", say=_quiet)
+        assert words in str(caught.value), caught.value
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_result_made_in_python_records_its_command_and_reruns_identically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    experiment = Experiment(
+        **WORKLOAD,
+        policies=["fifo", "las[quantum=60,label=short]"],
+        seeds=[3],
+        loads=[0.8],
+        failure_rate=0.05,
+        runner="serial",
+    )
+    results = experiment.run("first", say=_quiet)
+    record = json.loads((tmp_path / "first" / "provenance.json").read_text())
+    words = shlex.split(record["command"])
+    assert words[:2] == ["corral", "sweep"]
+    assert record["command"] == experiment.command("first")
+    assert "--failure-rate" in words and "--loads" in words and "--seeds" in words
+    assert record["policy_options"]["short"]["quantum"] == 60
+    assert record["options"]["failure_rate"] == 0.05
+    result = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
+    assert result.exit_code == 0, result.output
+    assert "identical:" in result.output
+    assert results.runs["seed"].tolist() == [3, 3]
+
+
+def test_without_a_folder_the_results_live_as_long_as_the_object(tmp_path: Path) -> None:
+    results = Experiment(**WORKLOAD, policies="fifo", runner="serial").run(say=_quiet)
+    folder = results.out
+    assert (folder / "fifo" / "jobs.csv").exists()
+    assert len(results.jobs) == 80
+    del results
+    gc.collect()
+    assert not folder.exists()
+
+
+def test_one_policy_in_the_run_layout_writes_as_corral_sim(tmp_path: Path) -> None:
+    results = Experiment(**WORKLOAD, policies="srtf", layout="run").run(tmp_path, say=_quiet)
+    assert (tmp_path / "jobs.csv").exists() and (tmp_path / "summary.json").exists()
+    assert results.report is None and len(results.jobs) == 80
+    assert shlex.split(results.provenance["command"])[:4] == ["corral", "sim", "--policy", "srtf"]
