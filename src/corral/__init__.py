@@ -10,7 +10,7 @@ point downward only. A policy of your own: ``docs/writing-a-policy.md``.
 
 __version__ = "0.1.0"
 
-from corral.lazy import lazy_exports  # noqa: E402
+from corral.lazy import lazy_exports
 
 _WHERE = {
     "Experiment": "corral.sim.experiment",
