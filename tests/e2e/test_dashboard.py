@@ -202,6 +202,37 @@ def test_the_sweep_report_opens_offline_with_error_bars_and_readouts(browser, tm
     assert errors == []
 
 
+def test_the_reports_fit_a_laptop_screen(browser, tmp_path) -> None:
+    """Long settings (every option, a policy file's checksum, many variants) wrap, and a
+    wide table scrolls inside its box: neither report is wider than a 1,280-px window;
+    every load of a sweep is a labelled tick."""
+    common = ["--trace", "synthetic:jobs=60", "--cluster", "uniform:2x4:V100", "--no-progress"]
+    common += ["--policy-opt", "las.quantum=3600", "--failure-rates", "1:0.01,2-4:0.02,9-:0.03"]
+    policies = ",".join(
+        f"las[quantum={q},label=las-quantum-of-{q}-seconds]" for q in range(60, 600, 60)
+    )
+    made = [
+        ("cmp", ["compare", "--policies", policies]),
+        ("sweep", ["sweep", "--policies", "fifo,las", "--loads", "0.5,0.7,0.9,1.1"]),
+    ]
+    page = browser.new_context(offline=True, viewport={"width": 1280, "height": 800}).new_page()
+    for name, args in made:
+        result = CliRunner().invoke(app, [*args, *common, "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        page.goto((tmp_path / name / "report.html").as_uri())
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1280, (name, width)
+    labels = page.evaluate(
+        "[...document.querySelectorAll('svg[data-chart]')][0].querySelectorAll('text').length"
+    )
+    assert labels > 0
+    ticks = page.evaluate(
+        "[...[...document.querySelectorAll('svg[data-chart]')][0].querySelectorAll('text')]"
+        ".map(t => t.textContent)"
+    )
+    assert {"0.5", "0.7", "0.9", "1.1"} <= set(ticks), ticks
+
+
 def test_a_training_jobs_page_charts_its_steps_throughput_and_loss(browser, service) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")

@@ -710,6 +710,40 @@ def rerun(
     )
 
 
+@app.command()
+def plot(
+    result: Annotated[Path, typer.Argument(help="a result folder of sim, compare or sweep")],
+    out: Annotated[
+        Path | None, typer.Option(help="where the figures go (default: RESULT/figures)")
+    ] = None,
+    formats: Annotated[
+        str, typer.Option("--format", help="comma-separated: pdf, svg, png")
+    ] = "pdf,svg,png",
+    width: Annotated[
+        str, typer.Option(help="single (one column, 3.5 in) or double (the page, 7.16 in)")
+    ] = "single",
+) -> None:
+    """Draw a result's figures for a paper: PDF, SVG and PNG, one style per policy.
+
+    A comparison (or one run) gives the JCT and queueing-delay CDFs and the
+    average JCT per policy; a sweep gives each metric against load (or
+    cluster size) with 95% intervals over its seeds.
+    """
+    from corral.sim.figures import plot_result
+
+    if not result.is_dir():
+        raise CorralError(f"{result}: no such result folder")
+    chosen = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
+    with user_errors():
+        written = plot_result(result, out, chosen, width)
+    names = sorted({p.stem for p in written})
+    where = written[0].parent if written else out
+    console.print(
+        f"wrote {len(written)} files to {where}: {', '.join(names)} ({', '.join(chosen)})",
+        highlight=False,
+    )
+
+
 def shlex_join(words: list[str]) -> str:
     import shlex
 

@@ -262,6 +262,7 @@ def write_report(
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+li {{ overflow-wrap: anywhere; }}
 .scroll {{ overflow-x: auto; max-width: 100%; }}
 table {{ border-collapse: collapse; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; white-space: nowrap; }}

@@ -133,10 +133,13 @@ def line_chart(
     y_range: tuple[float, float] | None = None,
     errors: dict[str, np.ndarray] | None = None,
     log_y: bool | None = None,
+    x_ticks: Sequence[float] | None = None,
 ) -> str:
     """A ``<figure>`` with an interactive line chart of the series; with ``errors``
     (a half-width per point, by series), each point gets a marker and an error bar.
-    ``log_y=None`` picks a log y axis where the values span more than a decade."""
+    ``log_y=None`` picks a log y axis where the values span more than a decade;
+    ``x_ticks`` puts a labelled tick at each of those x values (a sweep's loads)
+    instead of round numbers."""
     if not series:
         return f"<figure><figcaption>{html.escape(title)}: no data</figcaption></figure>"
     errors = {k: np.nan_to_num(np.asarray(v, dtype=np.float64)) for k, v in (errors or {}).items()}
@@ -174,7 +177,7 @@ def line_chart(
         return TOP + ph - (fy(y) - c) / (d - c) * ph
 
     parts = [f'<rect x="{left}" y="{TOP}" width="{pw}" height="{ph}" fill="#fff" stroke="#999"/>']
-    for t in _ticks(x0, x1, log_x):
+    for t in x_ticks if x_ticks is not None else _ticks(x0, x1, log_x):
         if x0 <= t <= x1:
             x = sx(t)
             parts.append(

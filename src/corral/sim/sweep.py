@@ -338,6 +338,7 @@ def _charts(table: pd.DataFrame) -> str:
                     "offered load",
                     axis,
                     errors=errors,
+                    x_ticks=sorted(float(x) for x in part["load"].unique()),
                 )
             )
     return "".join(figures)
@@ -364,10 +365,11 @@ body {{ font-family: system-ui, sans-serif; margin: 1.5rem; color: #1b1b1b; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }}
 th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: right; white-space: nowrap; }}
 th[scope=row], td:nth-child(-n+3) {{ text-align: left; }}
+table.settings td {{ white-space: normal; overflow-wrap: anywhere; text-align: left; }}
 {CHART_STYLE}
 </style></head><body>
 <h1>Sweep</h1>
-<table>{settings}</table>
+<table class="settings">{settings}</table>
 <p>Means over seeds ± one standard deviation.</p>
 {figure}
 <div class="scroll"><table><thead><tr>{thead}</tr></thead><tbody>{rows}</tbody></table></div>

@@ -1,0 +1,139 @@
+"""Figures for papers: each file written at its size, a policy drawn alike in every
+figure, lines told apart without colour, error bars inside the axes, every load a
+labelled tick, and the same bytes for the same result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from corral import Experiment
+from corral.cli.app import app
+from corral.sim.figures import (
+    HEIGHT_RATIO,
+    PNG_DPI,
+    WIDTHS,
+    figure_styles,
+    interval,
+    plot_result,
+    sweep_figures,
+)
+from corral.sim.report_charts import series_styles
+
+matplotlib = pytest.importorskip("matplotlib")
+from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.image import imread  # noqa: E402
+
+WORKLOAD = {"trace": "synthetic:jobs=80,load=1.0", "cluster": "uniform:3x4:V100"}
+
+
+def _quiet(kind: str, text: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("figures") / "cmp"
+    Experiment(**WORKLOAD, policies="fifo,srtf,las", runner="serial").run(out, say=_quiet)
+    return out
+
+
+def _pixels_near(image: np.ndarray, colour: str, tolerance: float = 0.04) -> int:
+    rgb = np.array(to_rgb(colour))
+    return int((np.abs(image[..., :3] - rgb).max(axis=-1) < tolerance).sum())
+
+
+def test_a_comparison_gives_each_figure_in_each_format_at_its_size(comparison: Path) -> None:
+    written = plot_result(comparison)
+    names = {p.name for p in written}
+    for figure in ("jct-cdf", "queueing-cdf", "avg-jct"):
+        assert {f"{figure}.pdf", f"{figure}.svg", f"{figure}.png"} <= names
+    png = imread(comparison / "figures" / "jct-cdf.png")
+    height, width = png.shape[:2]
+    assert width == round(WIDTHS["single"] * PNG_DPI)
+    assert abs(height - WIDTHS["single"] * HEIGHT_RATIO["single"] * PNG_DPI) < 1
+    assert (comparison / "figures" / "jct-cdf.pdf").read_bytes().startswith(b"%PDF")
+    # drawn again, the same bytes (no dates in the files)
+    again = plot_result(comparison, comparison / "again")
+    for path in again:
+        assert path.read_bytes() == (comparison / "figures" / path.name).read_bytes(), path.name
+
+
+def test_a_policy_has_its_colour_in_every_figure_and_the_reports(comparison: Path) -> None:
+    plot_result(comparison, formats=("png",))
+    styles = figure_styles(["fifo", "srtf (oracle)", "las"])
+    for policy, style in styles.items():
+        assert style["color"] == series_styles(["fifo", "srtf (oracle)", "las"])[policy][0]
+    for figure in ("jct-cdf", "queueing-cdf", "avg-jct"):
+        image = imread(comparison / "figures" / f"{figure}.png")
+        for policy, style in styles.items():
+            assert _pixels_near(image, style["color"]) > 50, (figure, policy)
+    # a policy alone in a figure keeps the colour its name gives it
+    assert figure_styles(["las"])["las"]["color"] == series_styles(["las"])["las"][0]
+
+
+def test_lines_differ_without_colour() -> None:
+    names = [f"policy-{k}" for k in range(8)]
+    styles = figure_styles(names)
+    looks = {(str(s["linestyle"]), s["marker"]) for s in styles.values()}
+    assert len(looks) == 8
+    assert len({s["marker"] for s in styles.values()}) == 8
+
+
+def test_the_95_percent_interval_over_seeds() -> None:
+    # three seeds, sample deviation 1: t(0.975, 2) = 4.303, over sqrt(3)
+    assert interval(np.array([1.0]), np.array([3]))[0] == pytest.approx(4.303 / 3**0.5, rel=1e-3)
+    assert interval(np.array([5.0]), np.array([1]))[0] == 0.0
+
+
+def test_a_sweep_keeps_its_error_bars_inside_the_axes_and_labels_every_load() -> None:
+    loads = [0.5, 0.7, 0.9, 1.1]
+    rows = []
+    for k, policy in enumerate(["fifo", "las"]):
+        for load in loads:
+            rows.append(
+                {
+                    "cluster_scale": 1.0,
+                    "load": load,
+                    "policy": policy,
+                    "avg_jct_s_mean": 3600.0 * (1 + k + 10 * load),
+                    "avg_jct_s_std": 3600.0 * 4 * load,
+                    "gpu_utilization_mean": 0.5 + 0.4 * load - 0.1 * k,
+                    "gpu_utilization_std": 0.08,
+                    "seeds": 5,
+                }
+            )
+    figures = sweep_figures(pd.DataFrame(rows))
+    assert set(figures) == {"avg_jct", "gpu_utilization"}
+    for figure in figures.values():
+        (axes,) = figure.axes
+        low, high = axes.get_ylim()
+        for container in axes.containers:
+            for segment in container.lines[2][0].get_segments():
+                assert low <= segment[:, 1].min() and segment[:, 1].max() <= high
+        assert [float(t) for t in axes.get_xticks()] == loads
+        assert [t.get_text() for t in axes.get_xticklabels()] == ["0.5", "0.7", "0.9", "1.1"]
+
+
+def test_corral_plot_draws_a_sweep_and_refuses_what_is_not_a_result(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    Experiment(
+        **WORKLOAD, policies="fifo,las", loads=[0.6, 1.0], seeds=[0, 1], runner="serial"
+    ).run(out, say=_quiet)
+    result = CliRunner().invoke(app, ["plot", str(out), "--format", "png", "--width", "double"])
+    assert result.exit_code == 0, result.output
+    png = imread(out / "figures" / "avg_jct.png")
+    assert png.shape[1] == round(WIDTHS["double"] * PNG_DPI)
+    for args, words in (
+        ([str(tmp_path / "nowhere")], "no such result folder"),
+        ([str(tmp_path)], "not a result"),
+        ([str(out), "--format", "gif"], "gif"),
+        ([str(out), "--width", "wide"], "--width"),
+    ):
+        refused = CliRunner().invoke(app, ["plot", *args])
+        assert refused.exit_code != 0
+        assert words in str(refused.exception), refused.exception
