@@ -256,8 +256,13 @@ def _hold(axes: Axes, low: float, high: float, bars: bool = False) -> None:
     if not (np.isfinite(low) and np.isfinite(high)):
         return
     if not bars and low > 0 and high / low > 10:
+        from matplotlib.ticker import FuncFormatter
+
         axes.set_yscale("log")
         axes.set_ylim(low / 1.25, high * 1.25)
+        plain = FuncFormatter(lambda value, _: f"{value:g}")  # (200, not 2 x 10^2)
+        axes.yaxis.set_major_formatter(plain)
+        axes.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         return
     span = (high - low) or abs(high) or 1.0
     floor = 0.0 if bars and low >= 0 else low - 0.08 * span
