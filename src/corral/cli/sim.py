@@ -62,7 +62,17 @@ ScaleOpt = Annotated[
 RackOpt = Annotated[int | None, typer.Option(help="nodes per rack for presets (default 16)")]
 PlacementOpt = Annotated[
     str | None,
-    typer.Option(help="placement strategy (see 'corral policies'; default: the policy's own)"),
+    typer.Option(
+        help="placement strategy (see 'corral policies'; FILE.py:Class for one of your own; "
+        "default: the policy's own)"
+    ),
+]
+AdmissionOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="admission rule of your own: FILE.py:Class[key=value,...] (refuse or delay "
+        "arriving jobs; see docs/writing-a-policy.md)"
+    ),
 ]
 FailureOpt = Annotated[
     float, typer.Option(help="chance that one attempt of a job fails (0 = no failures)")
@@ -135,6 +145,7 @@ def _run_options(
     cluster_scale: ScaleOpt = 1.0,
     rack_size: RackOpt = None,
     placement: PlacementOpt = None,
+    admission: AdmissionOpt = None,
     preset: PresetOpt = None,
     failure_rate: FailureOpt = 0.0,
     failure_rates: FailureRatesOpt = None,

@@ -60,34 +60,9 @@ class _Registry(Mapping[str, type[Policy]]):
 
 def _load_plugin(spec: str) -> type[Policy]:
     """The class ``module:Class`` or ``file.py:Class`` names; a clear error otherwise."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from corral.plugins import load_class
 
-    where, _, attr = spec.rpartition(":")
-    try:
-        if where.endswith(".py"):
-            path = Path(where).expanduser().resolve()
-            if not path.is_file():
-                raise CorralError(f"policy '{spec}': no file {path}")
-            module_name = f"corral_plugin_{path.stem}_{abs(hash(str(path))):x}"
-            module = sys.modules.get(module_name)
-            if module is None:
-                found = importlib.util.spec_from_file_location(module_name, path)
-                assert found is not None and found.loader is not None
-                module = importlib.util.module_from_spec(found)
-                sys.modules[module_name] = module  # (dataclasses and pickling look it up)
-                found.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except CorralError:
-        raise
-    except Exception as exc:  # the plugin's own import failed: say so, with its error
-        raise CorralError(f"policy '{spec}': cannot import {where}: {exc}") from None
-    cls = getattr(module, attr, None)
-    if not (isinstance(cls, type) and issubclass(cls, Policy)):
-        raise CorralError(f"policy '{spec}': {where} has no Policy subclass named {attr}")
-    return cls
+    return load_class(spec, Policy, "policy")
 
 
 def folder_name(name: str) -> str:
@@ -291,8 +266,15 @@ def live_support(cls: type[Policy]) -> str:
     return "; ".join(notes)
 
 
-def make_policy(name: str, placement: str | None = None, seed: int = 0, **options: Any) -> Policy:
-    """A policy by name with a placement strategy by name (None: the policy's default)."""
+def make_policy(
+    name: str,
+    placement: str | None = None,
+    seed: int = 0,
+    admission: str | None = None,
+    **options: Any,
+) -> Policy:
+    """A policy by name with a placement strategy by name (None: the policy's default)
+    and an admission rule (``file.py:Class[...]``; None: every job admitted)."""
     try:
         cls = POLICIES[policy_key(name)]
     except KeyError:
@@ -303,9 +285,14 @@ def make_policy(name: str, placement: str | None = None, seed: int = 0, **option
         strategy = make_placement(placement, seed) if placement is not None else None
         from corral.policies.options import convert
 
-        return cls(strategy, **convert(name, cls, options))
+        made = cls(strategy, **convert(name, cls, options))
     except (TypeError, ValueError) as exc:
         raise CorralError(f"policy '{name}': {exc}") from None
+    if admission is not None:
+        from corral.policies.admission import make_admission
+
+        made.admission = make_admission(admission)
+    return made
 
 
 __all__ = [

@@ -20,6 +20,7 @@ from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import SchedulerState
 from corral.placement.strategies import Consolidate, PlacementStrategy
+from corral.policies.admission import ADMIT, Admission, Verdict
 from corral.policies.options import Option
 
 
@@ -151,6 +152,15 @@ class Policy(ABC):
             unknown = ", ".join(sorted(params))
             raise TypeError(f"policy '{self.name}' takes no option(s) {unknown}")
         self.placement = placement or Consolidate()
+
+    admission: Admission | None = None
+    """An admission rule given to this policy (``--admission``); None: admit all."""
+
+    def admit(self, state: SchedulerState, i: int) -> Verdict:
+        """Whether arriving job ``i`` is queued now, later or never (see
+        :mod:`corral.policies.admission`): the given rule's verdict, else admitted.
+        Override it for a policy with admission of its own."""
+        return ADMIT if self.admission is None else self.admission.admit(state, i)
 
     def view(self, state: SchedulerState, job: int) -> dict[str, str]:
         """What this policy thinks of job ``job`` (a row of ``state``), in words a

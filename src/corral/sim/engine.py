@@ -40,6 +40,10 @@ TIME_EPS = 1e-6
 become two passes, as they are one live, where both are read off one clock)."""
 
 
+MAX_DELAYS = 100_000
+"""Times admission may delay one job before the run stops as looping for ever."""
+
+
 class PlanError(RuntimeError):
     """A policy returned an impossible plan: a bug in the policy, not in the input."""
 
@@ -68,6 +72,9 @@ class Simulator:
         self._fail_steps = np.full(len(jobs), np.nan)
         """Step count at which the current attempt fails (NaN: it will not)."""
         self._injects_failures = self.config.injects_failures
+        self._delayed: list[tuple[float, int]] = []
+        """(when to ask again, job): arrivals admission delayed (a heap)."""
+        self._delays = np.zeros(len(jobs), dtype=np.int64)
         self._checker = (
             InvariantChecker(self.state, self.policy.resizes)
             if self.config.check_invariants
@@ -100,6 +107,8 @@ class Simulator:
                 t = heap[0][0]
             if wakeup is not None and wakeup < t:
                 t = wakeup
+            if self._delayed and self._delayed[0][0] < t:
+                t = self._delayed[0][0]
             if t == math.inf or t > self.config.max_time:
                 if t != math.inf:  # stopped by the limit: the run covers time up to it
                     busy_seconds += state.busy_gpus * (self.config.max_time - last_t)
@@ -142,7 +151,10 @@ class Simulator:
                     state.reject(i)
                     rejected.append(i)
                 else:
-                    state.arrive(i)
+                    self._admit(i, rejected)
+            while self._delayed and self._delayed[0][0] <= t + TIME_EPS:
+                events += 1
+                self._admit(heapq.heappop(self._delayed)[1], rejected)
             jobs_moved = events > events_before  # a job ended, failed or arrived
             if wakeup is not None and wakeup <= t:
                 wakeup = None
@@ -245,6 +257,31 @@ class Simulator:
             self._respeed(i, state.base_speed[i] * factor)
         if plan.free_after is not None:
             state.free = plan.free_after
+
+    def _admit(self, i: int, rejected: list[int]) -> None:
+        """Ask the policy's admission about arriving job ``i``: queue it, refuse it, or
+        ask again later (see :mod:`corral.policies.admission`)."""
+        state = self.state
+        verdict = self.policy.admit(state, i)
+        if verdict.action == "admit":
+            state.arrive(i)
+        elif verdict.action == "reject":
+            state.reject(i)
+            rejected.append(i)
+        else:
+            until = verdict.until
+            job = state.job_ids[i]
+            if until is None or not until > state.now + TIME_EPS:
+                raise PlanError(
+                    f"admission delayed job {job} to {until}, not after now ({state.now}): "
+                    "a delay names a later time to ask again"
+                )
+            self._delays[i] += 1
+            if self._delays[i] > MAX_DELAYS:
+                raise PlanError(
+                    f"admission delayed job {job} {MAX_DELAYS:,} times: it would wait for ever"
+                )
+            heapq.heappush(self._delayed, (float(until), i))
 
     def _draw_failure(self, i: int) -> None:
         """Decide whether the attempt just started fails, and at which step."""

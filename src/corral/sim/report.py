@@ -104,6 +104,8 @@ def preemption_series(runs: dict[str, pd.DataFrame]) -> Series:
 
 def _breakdowns(runs: dict[str, pd.DataFrame]) -> str:
     """Average JCT per policy by job size, and for the largest virtual clusters."""
+    if not runs:  # (every run failed: their rows say why)
+        return "<p>No run ended, so there is nothing to break down.</p>"
     policies = list(runs)
     sizes, size_cells = [], []
     for lo, hi, name in SIZE_BUCKETS:

@@ -49,10 +49,13 @@ def changed_policy_files(record: dict[str, Any]) -> list[str]:
     file is found only by importing it: not checked)."""
     from corral.sim.provenance import file_digest
 
+    sources = [
+        *(record.get("policy_sources") or {}).values(),
+        record.get("placement_source"),
+        record.get("admission_source"),
+    ]
     digests = {
-        source.get("file"): source.get("sha256")
-        for source in (record.get("policy_sources") or {}).values()
-        if isinstance(source, dict)
+        source.get("file"): source.get("sha256") for source in sources if isinstance(source, dict)
     }
     try:
         words = shlex.split(record.get("command") or "")

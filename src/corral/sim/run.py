@@ -48,6 +48,8 @@ class RunSpec:
     label: str | None = None
     """What reports call the run (a variant's label: ``las[quantum=60]``); None:
     the policy's own name."""
+    admission: str | None = None
+    """An admission rule (``file.py:Class[key=value,...]``; None: every job admitted)."""
     mixed_sync: float = 0.9
     """Speed factor of a gang on more than one GPU type (see perf.speeds)."""
     """A named set of assumptions applied over the fields above (see SIM_PRESETS)."""
@@ -180,7 +182,9 @@ def simulate(
     spec: RunSpec,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
-    policy = make_policy(spec.policy, spec.placement, spec.seed, **spec.policy_options)
+    policy = make_policy(
+        spec.policy, spec.placement, spec.seed, spec.admission, **spec.policy_options
+    )
     return Simulator(jobs, cluster, policy, spec.config(), progress).run()
 
 
@@ -191,6 +195,8 @@ def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundRes
     from corral.sim.rounds.simulator import RoundSimulator
 
     cls = ROUND_PLANNERS[spec.policy]
+    if spec.admission is not None:
+        raise CorralError(f"policy '{spec.policy}' plans rounds: it takes no --admission")
     try:
         planner = cls(**checked_options(spec.policy, spec.policy_options))
     except TypeError as exc:

@@ -77,6 +77,8 @@ class RunSettings:
     cluster_scale: float = 1.0
     rack_size: int | None = None
     placement: str | None = None
+    admission: str | None = None
+    """An admission rule: ``file.py:Class[key=value,...]`` (see corral.policies.admission)."""
     preset: str | None = None
     failure_rate: float = 0.0
     failure_rates: str | None = None
@@ -156,6 +158,10 @@ class RunSettings:
         }
         sources = {v.label: policy_source(v.policy) for v in runs}
         record["policy_sources"] = {k: s for k, s in sources.items() if s is not None}
+        for kind in ("placement", "admission"):  # (rules of one's own: their source too)
+            given = getattr(self, kind)
+            if given and ":" in given:
+                record[f"{kind}_source"] = plugin_source(given)
         return record
 
     def workload(self, say: Say = print_messages) -> tuple[JobTable, Cluster]:
@@ -244,6 +250,7 @@ class RunSettings:
             policy=policy,
             label=None if variant is None or variant.label == policy else variant.label,
             placement=self.placement,
+            admission=self.admission,
             seed=self.seed,
             switch_cost=self.switch_cost,
             switch_profile=self.switch_profile,
@@ -297,7 +304,32 @@ class RunSettings:
         for v in variants:
             variant_options(v, self.policy_opt or [])
         parse_failure_rates(self.failure_rates or "")  # refused before any run starts
+        if self.admission is not None:  # (its class and options, checked before any run)
+            from corral.policies.admission import make_admission
+            from corral.policies.rounds.planners import ROUND_PLANNERS
+
+            rounds = [n for n in names if n in ROUND_PLANNERS]
+            if rounds:
+                raise CorralError(f"policy '{rounds[0]}' plans rounds: it takes no --admission")
+
+            make_admission(self.admission)
+        if self.placement is not None:
+            from corral.placement.registry import make_placement
+
+            make_placement(self.placement, self.seed)
         return names
+
+
+def plugin_source(spec: str) -> dict[str, str] | None:
+    """A rule of one's own (``file.py:Class[...]``) by its file's name and SHA-256, never
+    its path; None for a module's class (its package's version says which)."""
+    from corral.sim.provenance import file_digest
+
+    where = spec.split("[", 1)[0].rpartition(":")[0]
+    path = Path(where).expanduser()
+    if not where.endswith(".py") or not path.is_file():
+        return None
+    return {"file": path.name, "sha256": file_digest([path])}
 
 
 def check_policy_names(names: list[str]) -> None:

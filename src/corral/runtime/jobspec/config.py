@@ -286,6 +286,12 @@ class ServiceConfig(BaseModel):
     policy: str = "tiresias-las"
     policy_options: dict[str, Any] = Field(default_factory=dict)
     placement: str | None = None
+    admission: str | None = Field(
+        None,
+        description="an admission rule of your own, file.py:Class[key=value,...]: it may "
+        "refuse or delay arriving jobs before the policy sees them (see "
+        "corral.policies.admission); unset: the policy's own (every job admitted)",
+    )
     executor: Literal["local", "ray"] = "local"
     ray: RayConfig = Field(default_factory=RayConfig)
     gpus: Literal["auto"] | list[GpuGroup] = "auto"
@@ -454,6 +460,47 @@ class ServiceConfig(BaseModel):
                     f"partitions: '{name}' names virtual cluster '{partition.vc}', which is "
                     f"not in vcs (there are {have})"
                 )
+        return self
+
+    @field_validator("placement")
+    @classmethod
+    def _placement_loads(cls, value: str | None) -> str | None:
+        """A strategy by name, or one of your own (file.py:Class) made here: a wrong name
+        or path is said at its line at start."""
+        if value is None:
+            return value
+        from corral.errors import CorralError
+        from corral.placement.registry import make_placement
+
+        try:
+            make_placement(value)
+        except CorralError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("admission")
+    @classmethod
+    def _admission_loads(cls, value: str | None) -> str | None:
+        """The rule's class is imported and made here, so a wrong path or option is said
+        at its line at start, not at the first arrival."""
+        if value is None:
+            return value
+        from corral.errors import CorralError
+        from corral.policies.admission import make_admission
+
+        try:
+            make_admission(value)
+        except CorralError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _admission_with_gangs(self) -> ServiceConfig:
+        from corral.policies import policy_key
+        from corral.policies.rounds.planners import ROUND_PLANNERS
+
+        if self.admission is not None and policy_key(self.policy) in ROUND_PLANNERS:
+            raise ValueError(f"policy '{self.policy}' plans rounds: it takes no admission rule")
         return self
 
     @model_validator(mode="after")

@@ -103,6 +103,8 @@ class Waiting:
     """At most ``limit`` tasks of ``array_job`` queued or running at once (``%N``)."""
     begin: float = 0.0
     """Not before this time (Unix)."""
+    admission: str | None = None
+    """Admission delayed it until ``begin``: the reason it shows meanwhile."""
 
 
 @dataclass
@@ -312,7 +314,9 @@ class LoopBase:
             POLICIES[policy_key(self.config.policy)]
         ):
             options.setdefault("quotas", self.config.vcs)
-        return make_policy(self.config.policy, self.config.placement, **options)
+        return make_policy(
+            self.config.policy, self.config.placement, admission=self.config.admission, **options
+        )
 
     def _round_ref(self, i: int) -> RoundOf | None:
         """The job and round the job in state row ``i`` is a task of (None: not a task)."""

@@ -7,10 +7,11 @@ import signal
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from corral.model.jobs import JobStatus
 from corral.model.state import RUNNING
+from corral.policies.admission import ADMIT
 from corral.runtime.execution.executor import (
     ExitRecord,
     read_exit_record,
@@ -447,7 +448,47 @@ class Transitions(Sharing):
             row.reason = "BeginTime" if waiting.begin > now else "Dependency"
             self.reasons[row.id] = row.reason
         else:
+            self._admit(row, i, now)
+
+    def _admit(self, row: JobRow, i: int, now: float) -> None:
+        """Queue a job for the policy, once its admission rule admits it (see
+        :mod:`corral.policies.admission`): a job that has not started yet is asked
+        each time it enters the queue. A delayed job waits, its reason saying so,
+        until the rule's time to ask again; a refused one ends CANCELLED. A rule
+        that raises, or delays to a time already past, admits the job (logged as an
+        event): one rule's bug never keeps a job, or the pass, from going on."""
+        if row.first_start is not None:
             self.live.arrive(i, self.rel(now))
+            return
+        state = self.live.state
+        state.now = self.rel(now)
+        session = object_session(row)
+        try:
+            verdict = self.policy.admit(state, i)
+            if verdict.action == "delay" and not (
+                verdict.until is not None and verdict.until + self.store.epoch > now
+            ):
+                raise ValueError(f"a delay to {verdict.until}, not after now ({state.now})")
+        except Exception as exc:
+            if session is not None:
+                why = f"{type(exc).__name__}: {exc}"[:300]
+                self.store.event(session, "admission_error", row.id, why=why)
+            verdict = ADMIT
+        if verdict.action == "admit":
+            self.live.arrive(i, state.now)
+        elif verdict.action == "delay":
+            assert verdict.until is not None
+            reason = f"AdmissionDelay ({verdict.reason})" if verdict.reason else "AdmissionDelay"
+            self.blocked[row.id] = Waiting(
+                dependency={}, begin=verdict.until + self.store.epoch, admission=reason[:500]
+            )
+            row.reason = self.reasons[row.id] = reason[:500]
+        else:
+            self.live.close(i)
+            row.status, row.end_time = JobStatus.CANCELLED, now
+            row.reason = self.reasons[row.id] = f"AdmissionRefused ({verdict.reason})"[:500]
+            if session is not None:
+                self.store.event(session, "admission_refused", row.id, why=verdict.reason)
 
     def _dependencies(self, now: float) -> bool:
         """Queue the held jobs whose wait is over; cancel those whose dependency never
@@ -475,7 +516,7 @@ class Transitions(Sharing):
                     continue
                 if verdict == "ready":
                     row.reason = None
-                    self.live.arrive(i, self.rel(now))
+                    self._admit(row, i, now)
                     if waiting.array_job is not None:
                         in_flight[waiting.array_job] = in_flight.get(waiting.array_job, 0) + 1
                 else:
@@ -520,7 +561,7 @@ class Transitions(Sharing):
             if verdict != "ready":
                 return ("Dependency", "") if verdict == "wait" else (verdict, why)
         if now < waiting.begin:
-            return "BeginTime", ""
+            return waiting.admission or "BeginTime", ""
         if waiting.singleton is not None:
             user, name = waiting.singleton
             earlier = s.scalar(
