@@ -137,3 +137,19 @@ def test_corral_plot_draws_a_sweep_and_refuses_what_is_not_a_result(tmp_path: Pa
         refused = CliRunner().invoke(app, ["plot", *args])
         assert refused.exit_code != 0
         assert words in str(refused.exception), refused.exception
+
+
+def test_without_matplotlib_the_command_says_what_to_install(
+    comparison: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
+    result = CliRunner().invoke(app, ["plot", str(comparison)])
+    assert result.exit_code != 0
+    assert "pip install 'corral[plot]'" in str(result.exception)

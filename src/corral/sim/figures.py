@@ -47,6 +47,7 @@ SWEEP_METRICS = [
     ("preemptions", "preemptions", 1.0),
 ]
 CONFIDENCE = 0.95
+PLOT_HINT = "pip install 'corral[plot]' (or matplotlib)"
 
 
 def figure_styles(names: list[str]) -> dict[str, dict[str, Any]]:
@@ -94,6 +95,10 @@ def plot_result(
         raise CorralError(f"--format: {', '.join(unknown) or 'none'}: choose from {FORMATS}")
     if width not in WIDTHS:
         raise CorralError(f"--width: '{width}' is not one of {', '.join(WIDTHS)}")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CorralError(f"figures need Matplotlib: {PLOT_HINT}")
     import matplotlib
 
     matplotlib.use("Agg")
