@@ -16,21 +16,9 @@ from typer.testing import CliRunner
 from corral import Experiment
 from corral.cli.app import app
 from corral.errors import CorralError
+from tests.sim.test_compare_failures import CRASHING
 
 WORKLOAD = {"trace": "synthetic:jobs=80,load=1.0", "cluster": "uniform:3x4:V100"}
-CRASHING = """
-from corral.policies.fifo import Fifo
-
-
-class Crashes(Fifo):
-    name = "crashes"
-    description = "FIFO that divides by zero once a job has finished"
-
-    def schedule(self, state):
-        if state.finished:
-            return 1 / 0
-        return super().schedule(state)
-"""
 
 
 def _quiet(kind: str, text: str) -> None:

@@ -110,11 +110,10 @@ def make_admission(text: str) -> Admission:
 
 
 def _value(text: str) -> Any:
+    """An option as written: ``true``/``false`` as booleans (a rule's ``__init__``
+    declares no types to convert to), numbers as numbers, else the text."""
+    from corral.policies.options import plain_number
+
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+    return plain_number(text)

@@ -82,6 +82,17 @@ class Option:
         return number
 
 
+def plain_number(text: str) -> Any:
+    """A value as written: a number where it parses as one, else the text (the
+    declared option's type is applied later)."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value

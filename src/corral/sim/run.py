@@ -15,6 +15,7 @@ from corral.perf.speeds import SpeedModel
 from corral.perf.switching import switch_cost_seconds
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.policies import checked_options, make_policy, options_of
+from corral.policies.options import plain_number
 from corral.sim.engine import Simulator
 from corral.sim.presets import SIM_PRESETS
 from corral.sim.result import SimConfig, SimResult, parse_failure_rates
@@ -164,16 +165,6 @@ def check_policy_options(pairs: list[str], policies: list[str]) -> None:
             checked_options(policy, parse_policy_options(pairs, policy))
         except CorralError as exc:
             raise CorralError(f"--policy-opt: {exc}") from None
-
-
-def plain_number(text: str) -> Any:
-    """A value as written: a number where it parses as one, else the text."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
 
 
 def simulate(

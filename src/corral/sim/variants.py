@@ -111,7 +111,8 @@ def variant_options(variant: Variant, pairs: list[str]) -> dict[str, Any]:
     """The options a variant runs with, checked and typed as its policy declares
     them: ``--policy-opt``'s for its policy, then its label's, then its own."""
     from corral.policies import checked_options, options_of, unknown_option
-    from corral.sim.run import option_pair, parse_policy_options, plain_number
+    from corral.policies.options import plain_number
+    from corral.sim.run import option_pair, parse_policy_options
 
     given = parse_policy_options(pairs, variant.policy)  # (its label's pairs are not)
     for pair in pairs:

@@ -462,34 +462,20 @@ class ServiceConfig(BaseModel):
                 )
         return self
 
-    @field_validator("placement")
+    @field_validator("placement", "admission")
     @classmethod
-    def _placement_loads(cls, value: str | None) -> str | None:
-        """A strategy by name, or one of your own (file.py:Class) made here: a wrong name
-        or path is said at its line at start."""
+    def _made_at_start(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A placement strategy or admission rule (one of your own: file.py:Class) is
+        imported and made here, so a wrong name, path or option is said at its line
+        at start, not at the first job."""
         if value is None:
             return value
         from corral.errors import CorralError
         from corral.placement.registry import make_placement
-
-        try:
-            make_placement(value)
-        except CorralError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("admission")
-    @classmethod
-    def _admission_loads(cls, value: str | None) -> str | None:
-        """The rule's class is imported and made here, so a wrong path or option is said
-        at its line at start, not at the first arrival."""
-        if value is None:
-            return value
-        from corral.errors import CorralError
         from corral.policies.admission import make_admission
 
         try:
-            make_admission(value)
+            make_placement(value) if info.field_name == "placement" else make_admission(value)
         except CorralError as exc:
             raise ValueError(str(exc)) from None
         return value
