@@ -27,6 +27,7 @@ import pandas as pd
 
 from corral.errors import CorralError
 from corral.sim.report_charts import series_styles, wants_log
+from corral.sim.sweep import METRICS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,13 +40,6 @@ FORMATS = ("pdf", "svg", "png")
 PNG_DPI = 300
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 """Markers, one per line of a figure (with the line pattern: readable in grey)."""
-SWEEP_METRICS = [
-    ("avg_jct_s", "average JCT (h)", 3600.0),
-    ("p99_jct_s", "p99 JCT (h)", 3600.0),
-    ("avg_queueing_s", "average queueing (h)", 3600.0),
-    ("gpu_utilization", "GPU utilisation", 1.0),
-    ("preemptions", "preemptions", 1.0),
-]
 CONFIDENCE = 0.95
 PLOT_HINT = "pip install 'corral[plot]' (or matplotlib)"
 
@@ -201,7 +195,7 @@ def sweep_figures(by_point: pd.DataFrame, width: str = "single") -> dict[str, Fi
     out: dict[str, Figure] = {}
     names = [str(p) for p in dict.fromkeys(table["policy"])]
     styles = figure_styles(names)
-    for metric, label, unit in SWEEP_METRICS:
+    for metric, label, unit in METRICS:  # (the sweep report's own, with its units)
         if f"{metric}_mean" not in table.columns:
             continue
         parts = [("", table)] if not groups else list(table.groupby(groups, dropna=False))
