@@ -39,21 +39,26 @@ SCHEMES = ["antman", "philly", "hived", "gandiva", "fifo"]
 
 
 def run(task: dict[str, Any]) -> dict[str, Any]:
+    import dataclasses
+
     import numpy as np
 
-    from corral.model.cluster_specs import load_cluster
+    from corral import Experiment
     from corral.perf.memory import footprint_gb, gpu_memory_gb
     from corral.sim.metrics import summarise
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import TraceOptions, load_trace
 
     t0 = time.perf_counter()
-    cluster = load_cluster("philly", scale=0.17)
-    jobs = load_trace(
-        "philly", cluster.total_gpus, TraceOptions(max_jobs=task["jobs"], job_types="gavel")
+    experiment = Experiment(
+        trace="philly",
+        max_jobs=task["jobs"],
+        job_types="gavel",
+        cluster="philly",
+        cluster_scale=0.17,
+        policies=task["policy"],
+        switch_cost="gandiva" if task["policy"] == "gandiva" else "kill-restart",
     )
-    switch = "gandiva" if task["policy"] == "gandiva" else None
-    result = simulate(jobs, cluster, RunSpec(task["policy"], switch_cost=switch))
+    result = experiment.simulate()
+    cluster = result.cluster
     s = result.state
     summary = summarise(result)
     makespan = summary["makespan_s"]
@@ -79,7 +84,11 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
     if task["policy"] == "antman":
         # the run stretch of the jobs that started as guaranteed, here and under philly
         guaranteed = result.policy.first_kind == 1
-        other = simulate(jobs, cluster, RunSpec("philly")).state
+        other = (
+            dataclasses.replace(experiment, policies="philly", switch_cost="kill-restart")
+            .simulate()
+            .state
+        )
         for name, st in (("antman", s), ("philly", other)):
             stretch = ((st.finish_time - st.first_start) / st.duration)[guaranteed]
             stretch = stretch[np.isfinite(stretch)]

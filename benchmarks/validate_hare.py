@@ -43,19 +43,22 @@ WITHIN = 25 * 60.0
 
 
 def run(task: dict[str, Any]) -> dict[str, Any]:
-    from corral.model.cluster_specs import load_cluster
+    from corral import Experiment
     from corral.sim.metrics import summarise
-    from corral.sim.run import RunSpec, simulate, simulate_rounds
-    from corral.traces import load_trace
 
     t0 = time.perf_counter()
-    cluster = load_cluster(CLUSTERS[task["gpus"]])
     trace = f"gavel-synthetic:jobs={task['jobs']},rate=400,weights=1,short=1,seed={task['seed']}"
-    jobs = load_trace(trace, cluster.total_gpus)
-    spec = RunSpec(task["policy"], switch_cost=task["switch"], check_invariants=True)
+    experiment = Experiment(
+        trace=trace,
+        cluster=CLUSTERS[task["gpus"]],
+        policies=task["policy"],
+        switch_cost=str(task["switch"]),
+        check=True,
+    )
+    jobs, cluster = experiment.workload(lambda kind, text: None)
+    result = experiment.simulate()
     out = dict(task)
     if task["policy"] in ROUND:
-        result = simulate_rounds(jobs, cluster, spec)
         s = result.summary()
         out |= {
             "weighted_jct": s["weighted_jct_s"],
@@ -65,7 +68,6 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
             "bound": result.lower_bound() if task["policy"] == "hare" else None,
         }
     else:
-        result = simulate(jobs, cluster, spec)
         s = summarise(result)
         st = result.state
         jct = st.finish_time - st.submit

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from validation_io import notes_for, validation_main
+from validation_io import notes_for, option_words, validation_main
 
 POLICIES = ["optimus", "tiresias-las", "srtf", "fifo"]
 CLUSTER = "uniform:16x4:T4"
@@ -116,18 +116,16 @@ def run_sim(
     replaces the simulator's default seconds per restart."""
     import numpy as np
 
-    from corral.model.cluster_specs import load_cluster
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import load_trace
+    from corral import Experiment
 
-    cluster = load_cluster(CLUSTER)
-    jobs = load_trace(f"pollux-{workload}", cluster.total_gpus)
-    spec = RunSpec(policy, check_invariants=True, policy_options=options)
-    if switch_cost is not None:
-        spec = RunSpec(
-            policy, check_invariants=True, policy_options=options, switch_cost=switch_cost
-        )
-    result = simulate(jobs, cluster, spec)
+    result = Experiment(
+        trace=f"pollux-{workload}",
+        cluster=CLUSTER,
+        policies=policy,
+        policy_opt=option_words(options),
+        switch_cost="kill-restart" if switch_cost is None else str(switch_cost),
+        check=True,
+    ).simulate()
     s = result.state
     jct = s.finish_time - s.submit
     out: dict[str, Any] = {
@@ -139,7 +137,7 @@ def run_sim(
         "sim_s": round(result.wall_s, 2),
     }
     if per_job:
-        out["jct_by_job"] = dict(zip(jobs.df["job_id"], jct.tolist(), strict=True))
+        out["jct_by_job"] = dict(zip(result.jobs.df["job_id"], jct.tolist(), strict=True))
     counts = getattr(result.policy, "counts", None)
     if counts:
         out["counts"] = dict(counts)

@@ -61,13 +61,11 @@ def gavel_trace(which: str) -> Path:
 # ------------------------------------------------------------------ corral's side
 def corral_one(task: dict[str, Any]) -> dict[str, Any]:
     """One corral run, in this (fresh) process: figures per job class."""
-    from corral.model.cluster_specs import load_cluster
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import load_trace
+    from corral import Experiment
 
-    cluster = load_cluster(task["cluster"])
-    jobs = load_trace(task["trace"], cluster.total_gpus)
-    result = simulate(jobs, cluster, RunSpec(task["policy"], preset=task["preset"]))
+    result = Experiment(
+        trace=task["trace"], cluster=task["cluster"], policies=task["policy"], preset=task["preset"]
+    ).simulate()
     s = result.state
     jct = s.finish_time - s.submit
     by_class: dict[str, float] = {}

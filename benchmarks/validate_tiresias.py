@@ -47,31 +47,29 @@ SENSITIVITY: list[tuple[str, str, dict[str, Any]]] = [
 
 
 def run(task: dict[str, Any]) -> dict[str, Any]:
-    from corral.model.cluster_specs import load_cluster
+    from corral import Experiment
     from corral.sim.metrics import summarise
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import TraceOptions, load_trace
 
     t0 = time.perf_counter()
-    machines = load_cluster(task["cluster"], scale=task.get("scale", 1.0))
     gandiva = task["policy"] == "gandiva"
-    options = TraceOptions(job_types="gavel" if gandiva else None)
-    jobs = load_trace(task["trace"], machines.total_gpus, options)
-    if task.get("jobs"):  # the trace's first jobs only
-        jobs = jobs.head(task["jobs"])
-    spec = RunSpec(
-        task["policy"],
-        switch_cost="gandiva" if gandiva else None,
-        policy_options=dict(task.get("options", {})),
+    experiment = Experiment(
+        trace=task["trace"],
+        max_jobs=task.get("jobs"),  # the trace's first jobs only
+        job_types="gavel" if gandiva else None,
+        cluster=task["cluster"],
+        cluster_scale=task.get("scale", 1.0),
+        policies=task["policy"],
+        policy_opt=[f"{k}={v}" for k, v in task.get("options", {}).items()],
+        switch_cost="gandiva" if gandiva else "kill-restart",
         preset=task.get("preset"),
     )
-    result = simulate(jobs, machines, spec)
+    result = experiment.simulate()
     summary = summarise(result)
     summary.update(
         {
             "task": task,
-            "gpus": machines.total_gpus,
-            "offered_load": jobs.offered_load(machines.total_gpus),
+            "gpus": result.cluster.total_gpus,
+            "offered_load": result.jobs.offered_load(result.cluster.total_gpus),
             "total_s": time.perf_counter() - t0,
         }
     )

@@ -51,17 +51,29 @@ def simulate_gavel_workload(
 ) -> Any:
     """One run of Gavel's generated workload (``task``: its ``rate``, ``seed`` and,
     optionally, ``multi``) on ``cluster_spec`` under ``policy``: the SimResult."""
-    from corral.model.cluster_specs import load_cluster
-    from corral.sim.run import RunSpec, simulate
-    from corral.traces import load_trace
+    from corral import Experiment
 
-    cluster = load_cluster(cluster_spec)
     trace = (
         f"gavel-synthetic:jobs={jobs},rate={task['rate']},multi={task.get('multi', 0)},"
         f"seed={task['seed']}"
     )
-    workload = load_trace(trace, cluster.total_gpus)
-    return simulate(workload, cluster, RunSpec(policy, check_invariants=check_invariants))
+    run = Experiment(trace=trace, cluster=cluster_spec, policies=policy, check=check_invariants)
+    return run.simulate()
+
+
+def option_words(options: dict[str, Any]) -> list[str]:
+    """Policy options as ``--policy-opt`` gives them (``Experiment(policy_opt=...)``):
+    a list as comma-separated values, a flag as true/false."""
+    words = []
+    for key, value in options.items():
+        if isinstance(value, dict):
+            raise ValueError(f"option {key}: a mapping cannot be given as key=value")
+        if isinstance(value, list | tuple):
+            value = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            value = "true" if value else "false"
+        words.append(f"{key}={value}")
+    return words
 
 
 def mean_of(rows: list[Result], key: str) -> float:

@@ -150,3 +150,24 @@ def test_one_policy_in_the_run_layout_writes_as_corral_sim(tmp_path: Path) -> No
     assert (tmp_path / "jobs.csv").exists() and (tmp_path / "summary.json").exists()
     assert results.report is None and len(results.jobs) == 80
     assert shlex.split(results.provenance["command"])[:4] == ["corral", "sim", "--policy", "srtf"]
+
+
+def test_simulate_returns_the_engines_result_of_the_one_point() -> None:
+    """What the validation scripts use: the engine's own result (its state), with the
+    settings read as ``corral sim`` reads them; the same schedule as the run's files."""
+    import numpy as np
+
+    from corral.model.cluster_specs import load_cluster
+    from corral.sim.run import RunSpec, simulate
+    from corral.traces import load_trace
+
+    experiment = Experiment(**WORKLOAD, policies="las[quantum=60]", failure_rate=0.05, seed=4)
+    result = experiment.simulate()
+    cluster = load_cluster(WORKLOAD["cluster"])
+    jobs = load_trace(WORKLOAD["trace"], cluster.total_gpus)
+    spec = RunSpec("las", seed=4, failure_rate=0.05, policy_options={"quantum": 60})
+    direct = simulate(jobs, cluster, spec)
+    assert np.array_equal(result.state.finish_time, direct.state.finish_time, equal_nan=True)
+    assert (result.state.preemptions == direct.state.preemptions).all()
+    with pytest.raises(CorralError, match="runs one point"):
+        Experiment(**WORKLOAD, policies="fifo,las").simulate()

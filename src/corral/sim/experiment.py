@@ -260,6 +260,30 @@ class Experiment(RunSettings):
             weakref.finalize(results, shutil.rmtree, folder, True)
         return results
 
+    def simulate(self, say: Say | None = None) -> Any:
+        """Run the experiment's one point in this process and return the engine's own
+        result (a :class:`~corral.sim.result.SimResult`, whose ``state`` holds every
+        job's figures; a round planner's ``RoundResult``), for analyses beyond what a
+        result's files hold. Nothing is written. The validation scripts run this way,
+        so their settings are read exactly as ``corral sim`` reads them."""
+        from corral.policies.rounds.planners import ROUND_PLANNERS
+        from corral.sim.run import simulate, simulate_rounds
+
+        points = self.points()
+        if len(points) != 1:
+            raise CorralError(f"simulate() runs one point; this experiment has {len(points)}")
+        (point,) = points
+        self.check_variants(self.variants())
+        settings = self._for_point(point)
+        jobs, machines = settings.workload(say or (lambda kind, text: None))
+        if point.load is not None:
+            jobs = jobs.at_load(point.load, machines.total_gpus)
+        entry = point.variant or Variant(point.policy, point.policy)
+        spec = settings.spec(entry.policy, entry if entry.options else None)
+        if entry.policy in ROUND_PLANNERS:
+            return simulate_rounds(jobs, machines, spec)
+        return simulate(jobs, machines, spec)
+
     # -- the parts of a run -------------------------------------------------------
 
     def _for_point(self, point: GridPoint) -> RunSettings:
