@@ -159,12 +159,12 @@ def test_simulate_returns_the_engines_result_of_the_one_point() -> None:
 
     from corral.model.cluster_specs import load_cluster
     from corral.sim.run import RunSpec, simulate
-    from corral.traces import load_trace
+    from corral.traces import TraceOptions, load_trace
 
     experiment = Experiment(**WORKLOAD, policies="las[quantum=60]", failure_rate=0.05, seed=4)
     result = experiment.simulate()
     cluster = load_cluster(WORKLOAD["cluster"])
-    jobs = load_trace(WORKLOAD["trace"], cluster.total_gpus)
+    jobs = load_trace(WORKLOAD["trace"], cluster.total_gpus, TraceOptions(seed=4))
     spec = RunSpec("las", seed=4, failure_rate=0.05, policy_options={"quantum": 60})
     direct = simulate(jobs, cluster, spec)
     assert np.array_equal(result.state.finish_time, direct.state.finish_time, equal_nan=True)
