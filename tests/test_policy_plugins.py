@@ -210,3 +210,25 @@ def test_the_lp_example_schedules_in_the_live_loop(tmp_path: Path) -> None:
             assert not s.query(EventRow).filter(EventRow.kind == "policy_error").count()
     finally:
         loop.close()
+
+
+def test_a_file_policys_options_can_be_addressed_by_its_name(tmp_path: Path) -> None:
+    """``--policy-opt shortest-first.max_wait=60`` (the class's name, not its path)
+    reaches the policy in ``sim`` as in ``compare``: checked, applied and recorded."""
+    common = ["--trace", "philly", "--max-jobs", "200", "--cluster", "philly",
+              "--cluster-scale", "0.17", "--no-progress"]  # fmt: skip
+    for verb, which in (("sim", "--policy"), ("compare", "--policies")):
+        out = tmp_path / verb
+        ran = CliRunner().invoke(
+            app,
+            [verb, *common, which, SPEC, "--policy-opt", "shortest-first.max_wait=60",
+             "--out", str(out)],
+        )  # fmt: skip
+        assert ran.exit_code == 0, ran.output
+        record = json.loads((out / "provenance.json").read_text())
+        assert record["policy_options"]["shortest-first"]["max_wait"] == 60
+    wrong = CliRunner().invoke(
+        app, ["sim", *common, "--policy", SPEC, "--policy-opt", "shortest-first.max_wiat=60",
+              "--out", str(tmp_path / "x")],
+    )  # fmt: skip
+    assert wrong.exit_code != 0 and "max_wait" in str(wrong.exception)

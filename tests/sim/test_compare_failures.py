@@ -45,19 +45,20 @@ def run_with_a_crashing_policy(tmp_path: Path, *args: str) -> tuple[Path, str]:
 def test_one_crashing_policy_leaves_the_others_results(tmp_path: Path, parallel: str) -> None:
     out = tmp_path / "out"
     plugin, message = run_with_a_crashing_policy(
-        tmp_path, "compare", "--max-jobs", "200", "--policies", "fifo,{plugin}:Crashes,las",
+        tmp_path, "compare", "--max-jobs", "200",
+        "--policies", "fifo,{plugin}:Crashes,las,las[quantum=60,label=las-1min]",
         "--parallel", parallel, "--format", "both", "--out", str(out),
     )  # fmt: skip
-    assert "\n" not in message and message.startswith("1 of 3 policies failed")
+    assert "\n" not in message and message.startswith("1 of 4 policies failed")
     assert "ZeroDivisionError" in message and f"{plugin}:11" in message
     table = pd.read_csv(out / "comparison.csv")
-    assert list(table["policy"]) == ["fifo", "crashes", "las"]
+    assert list(table["policy"]) == ["fifo", "crashes", "las", "las-1min"]
     crashed = table.set_index("policy").loc["crashes"]
     assert crashed["status"] == "error" and crashed["error"].startswith("ZeroDivisionError")
     assert crashed["raised_at"].startswith(f"{plugin}:11 (schedule)")
     assert "1 / 0" in (out / crashed["log"]).read_text()
     assert table.set_index("policy").loc["fifo", "jobs_finished"] == 200
-    for policy in ("fifo", "las"):
+    for policy in ("fifo", "las", "las-1min"):  # (the variant too, in its own folder)
         assert json.loads((out / policy / "summary.json").read_text())["jobs_finished"] == 200
     page = (out / "report.html").read_text()
     assert "Runs that failed" in page and "ZeroDivisionError" in page

@@ -279,7 +279,7 @@ class Experiment(RunSettings):
         if point.load is not None:
             jobs = jobs.at_load(point.load, machines.total_gpus)
         entry = point.variant or Variant(point.policy, point.policy)
-        spec = settings.spec(entry.policy, entry if entry.options else None)
+        spec = settings.spec(entry.policy, entry)
         if entry.policy in ROUND_PLANNERS:
             return simulate_rounds(jobs, machines, spec)
         return simulate(jobs, machines, spec)
@@ -369,8 +369,7 @@ class Experiment(RunSettings):
             extra["run_dir"] = name
         if layout == "sweep":
             extra |= {"target_load": point.load, "cluster_scale": point.cluster_scale}
-        as_given = layout == "run" and not entry.options  # (a plain policy: no label)
-        spec = settings.spec(entry.policy, None if as_given else entry)
+        spec = settings.spec(entry.policy, entry)
         return RunTask(name, index[(point.seed, point.cluster_scale, point.load)], spec, extra)
 
     def _provenance(
