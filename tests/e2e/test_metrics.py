@@ -146,7 +146,9 @@ def test_a_grafana_dashboard_reads_the_series() -> None:
                    "corral_preemptions_total", "corral_attempts_total", "corral_api_requests_total",
                    "corral_queue_oldest_wait_seconds", "corral_gpus_in_use",
                    "corral_jobs_finished_total",
-                   "corral_loop_last_step_timestamp_seconds"):  # fmt: skip
+                   "corral_loop_last_step_timestamp_seconds", "corral_node_state",
+                   "corral_gpu_utilization_percent", "corral_gpu_memory_used_bytes",
+                   "corral_job_gpu_utilization_percent"):  # fmt: skip
         assert series in exprs, series
     # one service's figures at a time, chosen by its instance (two are never summed)
     assert any(v["name"] == "instance" for v in board["templating"]["list"])

@@ -9,7 +9,14 @@ Series (every name starts ``corral_``):
 - ``gpus_in_use{vc,user}``: GPUs held by running jobs, per virtual cluster and user;
 - ``queue_jobs{vc,user}`` and ``queue_oldest_wait_seconds{vc,user}``: waiting
   jobs, and how long the oldest has waited, per virtual cluster and user;
-- ``gpus{type,state}``: GPUs allocated, idle, drained or failed, per type;
+- ``gpus{type,state}``: GPUs allocated, idle, drained, lost (on a node the
+  executor lost) or failed, per type;
+- ``node_state{node,state}``: 1 for each node's state (up, drained, down), 0 for
+  the others;
+- ``gpu_utilization_percent{node,gpu,type}`` and ``gpu_memory_used_bytes{...}``:
+  each GPU's use as the driver last read it, and ``job_gpu_utilization_percent
+  {job,user}`` and ``job_gpu_memory_bytes{job,user}``: each running job's (only
+  where a GPU driver answers: NVIDIA's management library);
 - ``pass_seconds{policy}``: a histogram of scheduling pass times;
 - ``loop_last_step_timestamp_seconds``: when the loop last went round (it does
   every tick: alert on ``time() - corral_loop_last_step_timestamp_seconds``);
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -43,7 +51,7 @@ from corral.api.common import AUTH, Context, Ctx, User
 from corral.model.status import JobStatus
 from corral.runtime.execution.exits import Cause
 from corral.runtime.loop.loop_metrics import gpu_states
-from corral.runtime.storage.store import AttemptRow, JobRow
+from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -77,10 +85,11 @@ class StoreCollector(Collector):
                 ).all()
             )
             running = s.execute(
-                select(vc, JobRow.user, JobRow.gpus).where(
+                select(vc, JobRow.user, JobRow.gpus, JobRow.id).where(
                     JobRow.status.in_([JobStatus.STARTING.value, JobStatus.RUNNING.value])
                 )
             ).all()
+            nodes = s.execute(select(NodeRow.name, NodeRow.state)).all()
         jobs = GaugeMetricFamily("corral_jobs", "Jobs in each live state", labels=["state"])
         finished = CounterMetricFamily(
             "corral_jobs_finished", "Jobs that ended, by how", labels=["state"]
@@ -96,7 +105,7 @@ class StoreCollector(Collector):
             labels=["vc", "user"],
         )
         held: dict[tuple[str, str], int] = {}
-        for vc_name, user, gpus in running:
+        for vc_name, user, gpus, _ in running:
             key = (vc_name or "default", user)
             held[key] = held.get(key, 0) + (len(gpus) if isinstance(gpus, list) else 0)
         for (vc_name, user), count in sorted(held.items()):
@@ -128,6 +137,16 @@ class StoreCollector(Collector):
         for other, count in ended.items():  # (a cause from a record older than this list)
             causes.add_metric([other or "unknown"], float(count))
         yield causes
+        node_state = GaugeMetricFamily(
+            "corral_node_state",
+            "1 for each node's state (up; drained by an admin or a GPU fault; down: lost "
+            "by the executor), 0 for the others",
+            labels=["node", "state"],
+        )
+        for name, node_is in sorted(nodes):  # every state of every node, from the start
+            for candidate in NODE_STATES:
+                node_state.add_metric([name, candidate], float(node_is == candidate))
+        yield node_state
         scheduler = self.context.scheduler
         if scheduler is not None:
             gpus = GaugeMetricFamily(
@@ -136,6 +155,52 @@ class StoreCollector(Collector):
             for (gpu_type, gpu_state), count in sorted(gpu_states(scheduler).items()):
                 gpus.add_metric([gpu_type, gpu_state], float(count))
             yield gpus
+            yield from _driver_readings(scheduler, {job: user for _, user, _, job in running})
+
+
+NODE_STATES = ("up", "drained", "down")
+
+
+def _driver_readings(scheduler: Any, owners: dict[int, str]) -> Iterator[Metric]:
+    """What the GPU driver last measured (none where there is no driver): each GPU's
+    utilisation and memory, and each running job's. Jobs are labelled by id, so the
+    series are as many as running jobs, never more."""
+    readings = scheduler.gpu_readings  # (swapped whole by the loop: one consistent copy)
+    if not readings:
+        return
+    labels = ["node", "gpu", "type"]
+    busy = GaugeMetricFamily(
+        "corral_gpu_utilization_percent", "Share of time a kernel ran (the driver's)", labels=labels
+    )
+    memory = GaugeMetricFamily(
+        "corral_gpu_memory_used_bytes", "GPU memory in use (the driver's)", labels=labels
+    )
+    for gpu, usage in sorted(readings.items()):
+        slot = scheduler.slots[gpu]
+        where = [slot.node, str(slot.device if slot.device is not None else gpu), slot.gpu_type]
+        busy.add_metric(where, float(usage.utilization))
+        memory.add_metric(where, float(usage.memory_used_gb) * 1e9)
+    yield busy
+    yield memory
+    per_job = GaugeMetricFamily(
+        "corral_job_gpu_utilization_percent",
+        "A running job's GPUs' mean utilisation (the driver's)",
+        labels=["job", "user"],
+    )
+    job_memory = GaugeMetricFamily(
+        "corral_job_gpu_memory_bytes",
+        "GPU memory a running job's processes hold (the driver's)",
+        labels=["job", "user"],
+    )
+    for job, (utilization, held) in sorted(scheduler.job_usage.items()):
+        user = owners.get(job)
+        if user is None:
+            continue  # (ended since the reading)
+        per_job.add_metric([str(job), user], float(utilization))
+        if held is not None:
+            job_memory.add_metric([str(job), user], float(held) * 1e9)
+    yield per_job
+    yield job_memory
 
 
 class ApiMetrics:

@@ -21,6 +21,7 @@ Every ``gpu_poll`` seconds:
 from __future__ import annotations
 
 import os
+from types import MappingProxyType
 
 import numpy as np
 from sqlalchemy import select
@@ -79,7 +80,9 @@ class GpuWatch(LoopBase):
 
     def _record_usage(self) -> None:
         usage = self.executor.gpu_usage()
+        self.gpu_readings = MappingProxyType(dict(usage))
         if not usage or not self.attempts:
+            self.job_usage = MappingProxyType({})
             return
         state = self.live.state
         figures: dict[int, tuple[float, float | None]] = {}
@@ -102,6 +105,7 @@ class GpuWatch(LoopBase):
                 per_gpu = memory / len(a.gpus)
                 known = state.gpu_memory[i]
                 state.gpu_memory[i] = per_gpu if known != known else max(known, per_gpu)
+        self.job_usage = MappingProxyType(dict(figures))
         with self.store.session() as s:
             for job, (utilization, memory) in figures.items():
                 row = s.get(JobRow, job)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from sqlalchemy import ColumnElement
     from sqlalchemy.orm import Session
 
+    from corral.runtime.execution.gpu_driver import GpuUsage
     from corral.runtime.jobspec.specs import JobSpec
     from corral.runtime.storage.store import JobRow
 
@@ -202,6 +204,14 @@ class LoopBase:
         """Jobs stopped because a GPU of theirs failed -> that GPU's fault."""
         self.gpus_polled_at = -math.inf
         """When the driver was last asked about the GPUs' health and use."""
+        self.gpu_readings: Mapping[int, GpuUsage] = MappingProxyType({})
+        """GPU -> the driver's last reading of its use (empty without a driver); swapped
+        whole at each poll, so the API's metrics read it from their thread."""
+        self.job_usage: Mapping[int, tuple[float, float | None]] = MappingProxyType({})
+        """Running job -> (utilisation %, GB of GPU memory its processes hold) as the
+        driver last measured them; swapped whole at each poll."""
+        self.lost_nodes: frozenset[str] = frozenset()
+        """Nodes the executor has lost (Ray's dead nodes), as of the last node sync."""
         self.usable = np.ones(len(self.slots), dtype=bool)
         """GPUs on nodes that are not drained (busy or not)."""
         self.reasons: dict[int, str | None] = {}

@@ -20,7 +20,9 @@ from corral.runtime.execution.executor import GpuSlot
 
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Seconds: a pass of a few thousand jobs takes milliseconds, a Gavel LP seconds."""
-GPU_STATES = ("allocated", "idle", "drained", "failed")
+GPU_STATES = ("allocated", "idle", "drained", "lost", "failed")
+"""A GPU's state in ``corral_gpus``: lost is on a node the executor lost (a dead Ray
+node), drained on a node an admin or a GPU fault took out of service."""
 
 
 class LoopMetrics:
@@ -59,11 +61,14 @@ class GpuBooks(Protocol):
     def reserved(self) -> set[int]: ...
     @property
     def usable(self) -> np.ndarray: ...
+    @property
+    def lost_nodes(self) -> frozenset[str]: ...
 
 
 def gpu_states(loop: GpuBooks) -> Counter[tuple[str, str]]:
     """GPUs by (type, state): allocated to a job's process, idle, drained (their node
-    taken out of service), failed (the driver reported a fault). Read from another
+    taken out of service), lost (their node lost by the executor), failed (the
+    driver reported a fault). Read from another
     thread: the loop's maps are copied first, and a copy taken while the loop
     changes one is simply taken again."""
     for _ in range(5):
@@ -78,11 +83,14 @@ def gpu_states(loop: GpuBooks) -> Counter[tuple[str, str]]:
     for slot in loop.slots:  # every state of every type, from the start (0 while none)
         for state in GPU_STATES:
             out[(slot.gpu_type, state)] += 0
+    lost = loop.lost_nodes
     for gpu, slot in enumerate(loop.slots):
         if gpu in failed:
             state = "failed"
         elif gpu in holders:
             state = "allocated"
+        elif slot.node in lost:
+            state = "lost"
         elif gpu in reserved or not loop.usable[gpu]:
             state = "drained"
         else:

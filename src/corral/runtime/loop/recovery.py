@@ -369,6 +369,7 @@ class Recovery(LoopBase):
                     self.store.event(s, "node_up", None, node=row.name)
             drained = {r.name for r in s.scalars(select(NodeRow).where(NodeRow.state == "drained"))}
         drained |= gone
+        self.lost_nodes = frozenset(gone)
         self.usable = np.array([slot.node not in drained for slot in self.slots], dtype=bool)
         free = self.live.state.free
         back = [g for g in self.reserved if self.slots[g].node not in drained]
