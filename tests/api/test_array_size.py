@@ -92,29 +92,35 @@ def test_a_text_naming_billions_of_tasks_is_refused_before_anything_is_listed() 
 
 
 def test_a_job_after_an_array_larger_than_one_query_starts_once_all_have_ended(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The loop reads a dependency on 1,200 tasks in pieces (a database bounds the
-    values of one statement), and starts the job only once every task has ended."""
+    """The loop reads a dependency on more tasks than one statement holds (a database
+    bounds the values of one statement: 500 ids a piece, made 100 here so that 250
+    tasks are two and a half pieces), and starts the job only once every task has
+    ended."""
     from sqlalchemy import update
 
     from corral.runtime.jobspec.config import GpuGroup
+    from corral.runtime.loop import transitions
     from corral.runtime.loop.admission import Admission
+    from corral.runtime.storage import store
     from tests.runtime.virtual_loop import virtual_loop
 
+    monkeypatch.setattr(store, "IN_CHUNK", 100)
+    monkeypatch.setattr(transitions, "IN_CHUNK", 100)
     loop = virtual_loop(tmp_path, "fifo", gpus=[GpuGroup(type="V100", count=8)])
     try:
         alice = next(u for u in loop.config.users if u.name == "alice")
         admission = Admission(loop.config, loop.store, loop.scheduler.cluster.gpus_by_type)
         with loop.store.session() as s:
-            tasks = admission.admit(s, JobSpec(command=["sleep", "1"], array="0-1199"), alice)
+            tasks = admission.admit(s, JobSpec(command=["sleep", "1"], array="0-249"), alice)
             array = [row.id for row in tasks]
             after = admission.admit(
                 s, JobSpec(command=["sleep", "1"], dependency=f"afterok:{array[0]}"), alice
             )[0].id
             s.execute(update(JobRow).values(submit_time=loop.clock()))  # (in virtual time)
-        loop.run(400)
-        assert {loop.row(j).status for j in array} == {"SUCCEEDED"}
+        loop.run(120)
+        assert len(array) == 250 and {loop.row(j).status for j in array} == {"SUCCEEDED"}
         last_end = max(loop.row(j).end_time or 0.0 for j in array)
         done = loop.row(after)
         assert done.status == "SUCCEEDED" and (done.first_start or 0.0) >= last_end

@@ -42,14 +42,21 @@ def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def plotted(comparison: Path) -> list[Path]:
+    """The comparison's figures, drawn once for the tests that read them."""
+    return plot_result(comparison)
+
+
 def _pixels_near(image: np.ndarray, colour: str, tolerance: float = 0.04) -> int:
     rgb = np.array(to_rgb(colour))
     return int((np.abs(image[..., :3] - rgb).max(axis=-1) < tolerance).sum())
 
 
-def test_a_comparison_gives_each_figure_in_each_format_at_its_size(comparison: Path) -> None:
-    written = plot_result(comparison)
-    names = {p.name for p in written}
+def test_a_comparison_gives_each_figure_in_each_format_at_its_size(
+    comparison: Path, plotted: list[Path]
+) -> None:
+    names = {p.name for p in plotted}
     for figure in ("jct-cdf", "queueing-cdf", "avg-jct"):
         assert {f"{figure}.pdf", f"{figure}.svg", f"{figure}.png"} <= names
     png = imread(comparison / "figures" / "jct-cdf.png")
@@ -63,8 +70,9 @@ def test_a_comparison_gives_each_figure_in_each_format_at_its_size(comparison: P
         assert path.read_bytes() == (comparison / "figures" / path.name).read_bytes(), path.name
 
 
-def test_a_policy_has_its_colour_in_every_figure_and_the_reports(comparison: Path) -> None:
-    plot_result(comparison, formats=("png",))
+def test_a_policy_has_its_colour_in_every_figure_and_the_reports(
+    comparison: Path, plotted: list[Path]
+) -> None:
     styles = figure_styles(["fifo", "srtf (oracle)", "las"])
     for policy, style in styles.items():
         assert style["color"] == series_styles(["fifo", "srtf (oracle)", "las"])[policy][0]
