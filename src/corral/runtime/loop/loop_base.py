@@ -4,16 +4,18 @@ small helpers every stage of the loop uses (see :mod:`corral.runtime.loop.schedu
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
 
 from corral.model.cluster import Cluster, Links, Node
 from corral.model.jobs import JobStatus
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from corral.runtime.jobspec.specs import JobSpec
     from corral.runtime.storage.store import JobRow
 
+T = TypeVar("T")
 TERMINAL = [s.value for s in JobStatus if s.terminal]
 VIEW_WAIT = 2.0
 """Seconds a job's page waits for the loop to answer for its policy's view."""
@@ -76,6 +79,9 @@ class Attempt:
     parked: bool = False
     """Preempted by pausing (its state kept resident): its preemption is counted
     already, whether it resumes in place or is stopped later."""
+    troubles: set[str] = field(default_factory=set)
+    """Executor calls about it that have failed (poll, signal, kill): each recorded
+    once, and retried at every pass."""
 
     @property
     def paused(self) -> bool:
@@ -344,6 +350,31 @@ class LoopBase:
     def rel(self, t: float) -> float:
         """Wall-clock time as the policy's clock (seconds since the store's epoch)."""
         return t - self.store.epoch
+
+    def _contained(
+        self, a: Attempt, what: str, call: Callable[..., T], *args: object
+    ) -> tuple[bool, T | None]:
+        """An executor call about one attempt, whose failure is that attempt's and never
+        the pass's: (True, its value), or (False, None) when it raised. A failure is
+        recorded once per attempt and kind of call (an ``executor_error`` event and a
+        line in the log) and the call is made again at the next pass; the attempt keeps
+        its GPUs meanwhile (a process the service cannot see may still be running on
+        them). The store's own trouble still fails the pass (the loop then resyncs)."""
+        try:
+            return True, call(*args)
+        except SQLAlchemyError:
+            raise
+        except Exception as exc:
+            if what not in a.troubles:
+                a.troubles.add(what)
+                error = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"corral: job {a.job}: the executor's {what} failed: {error}",
+                      file=sys.stderr)  # fmt: skip
+                with self.store.session() as s:
+                    self.store.event(
+                        s, "executor_error", a.job, call=what, attempt=a.number, error=error
+                    )
+            return False, None
 
     def notify(self) -> None:
         self.wake.set()

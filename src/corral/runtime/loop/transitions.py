@@ -88,11 +88,12 @@ class Transitions(Sharing):
                 ).all()
             )
         for job, a in list(self.attempts.items()):
-            record = (
-                self.executor.poll(a.ref, a.dir)
-                if a.ref is not None
-                else read_exit_record(a.dir) or ExitRecord(None, None, "never started", lost=True)
-            )
+            if a.ref is not None:  # (a poll that fails is this attempt's trouble alone)
+                _, record = self._contained(a, "poll", self.executor.poll, a.ref, a.dir)
+            else:
+                record = read_exit_record(a.dir) or ExitRecord(
+                    None, None, "never started", lost=True
+                )
             if record is not None:
                 self._ended(a, record, now)
                 changed = True
@@ -113,7 +114,7 @@ class Transitions(Sharing):
                     self._stop(a, "hung", now, grace=0.0)
             self._force_pauses(a, now)
             if a.kill_at is not None and now >= a.kill_at and a.ref is not None:
-                self.executor.kill(a.ref)
+                self._contained(a, "kill", self.executor.kill, a.ref)
                 a.kill_at = now + KILL_AGAIN
         return changed
 
@@ -141,7 +142,8 @@ class Transitions(Sharing):
         if a.ref is None:
             return
         grace = self.config.stop_grace if grace is None else grace
-        self.executor.signal(a.ref, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
+        self._contained(a, "signal", self.executor.signal, a.ref, sig)
         a.kill_at = now + grace
         if a.paused:  # a paused job must run to act on the signal
             self._resume(a, now)
