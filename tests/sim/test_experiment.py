@@ -171,3 +171,12 @@ def test_simulate_returns_the_engines_result_of_the_one_point() -> None:
     assert (result.state.preemptions == direct.state.preemptions).all()
     with pytest.raises(CorralError, match="runs one point"):
         Experiment(**WORKLOAD, policies="fifo,las").simulate()
+
+
+def test_one_experiment_run_twice_records_each_folders_own_command(tmp_path: Path) -> None:
+    experiment = Experiment(**WORKLOAD, policies="fifo", runner="serial")
+    for name in ("first", "second"):
+        experiment.run(tmp_path / name, say=_quiet)
+        record = json.loads((tmp_path / name / "provenance.json").read_text())
+        assert shlex.split(record["command"])[-1] == str(tmp_path / name)
+        assert record["options"]["out"] == str(tmp_path / name)

@@ -96,6 +96,9 @@ class Experiment(RunSettings):
     """The comparison's report: ``html``, ``md`` or ``both``."""
     _command: str | None = field(default=None, init=False, repr=False)
     """The equivalent command, recorded as the result's (an experiment made in Python)."""
+    _from_python: bool | None = field(default=None, init=False, repr=False)
+    """Made in Python (its record is the equivalent command, made again for each run's
+    folder) rather than by the command line (whose own words are recorded)."""
 
     def variants(self) -> list[Variant]:
         """The policy entries, each with its label and own options."""
@@ -215,7 +218,9 @@ class Experiment(RunSettings):
             )
         temporary = out is None
         folder = Path(tempfile.mkdtemp(prefix="corral-experiment-")) if out is None else Path(out)
-        if not self.invoked:  # made in Python: recorded as the command that is equivalent
+        if self._from_python is None:
+            self._from_python = not self.invoked
+        if self._from_python:  # recorded as the command that is equivalent, for this folder
             self.invoked = {**self.settings(), **self._own_options(layout, folder)}
             self._command = self.command(folder)
         workloads, index = self._workloads(points, say)
