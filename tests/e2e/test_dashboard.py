@@ -264,6 +264,61 @@ for step in range(1, 100000):
 """
 
 
+def test_usage_counts_pages_over_every_job_and_a_jobs_own_view(browser, service) -> None:
+    """Usage per user and VC and counts by state and reason over every live job; the
+    queue pages with its total; a job's page is a view of its own; 1,280 px wide."""
+    bob = service.client.__class__(service.url, TOKENS["bob"])
+    jobs = [service.client.submit(sleeper(120, f"a{k}"))["id"] for k in range(8)]
+    jobs += [bob.submit({**sleeper(120, f"b{k}"), "vc": "lab"})["id"] for k in range(4)]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(service.url + "/?page_size=5")
+    page.get_by_label("API token").fill(TOKENS["alice"])
+    page.get_by_role("button", name="Log in").click()
+    info = page.locator("#page-info")
+    page.wait_for_function("document.getElementById('page-info').textContent.includes('of 12')")
+    assert info.inner_text() == "jobs 1–5 of 12"
+    assert page.locator("#jobs tbody tr").count() == 5
+    page.get_by_role("button", name="next page").click()
+    page.wait_for_function("document.getElementById('page-info').textContent.startsWith('jobs 6')")
+    page.get_by_role("button", name="next page").click()
+    page.wait_for_function(
+        "document.getElementById('page-info').textContent === 'jobs 11–12 of 12'"
+    )
+    assert page.get_by_role("button", name="next page").is_hidden()
+    shown = {int(r) for r in page.locator("#jobs tbody tr").evaluate_all(
+        "rows => rows.map(r => r.dataset.job)")}  # fmt: skip
+    assert shown == set(jobs[10:])
+    page.get_by_role("button", name="previous page").click()
+    page.wait_for_function("document.getElementById('page-info').textContent.startsWith('jobs 6')")
+    # usage over every live job, not one page: alice's 8 and bob's 4 (in VC lab)
+    users = page.locator("#by-user tbody tr").evaluate_all(
+        "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    counts = {u[0]: (int(u[1]) + int(u[2]), int(u[3])) for u in users}
+    assert counts["alice"][0] == 8 and counts["bob"][0] == 4
+    assert sum(gpus for _, gpus in counts.values()) >= 1
+    vcs = page.locator("#by-vc tbody tr").evaluate_all(
+        "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert {v[0]: int(v[1]) + int(v[2]) for v in vcs}["lab"] == 4
+    assert "running" in page.locator("#counts").inner_text()
+    assert "pending" in page.locator("#counts").inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    # a job's page on its own: the queue is hidden until one goes back to it
+    page.get_by_role("button", name=f"show job {jobs[6]}").click()
+    page.get_by_role("heading", name=f"Job {jobs[6]}: a6").wait_for()
+    assert page.locator("#queue").is_hidden() and page.locator("#cluster").is_hidden()
+    page.get_by_role("button", name="back to the queue").click()
+    page.locator("#queue").wait_for(state="visible")
+    assert page.locator("#job").is_hidden()
+    assert errors == []
+    for job in jobs:
+        (service.client if job in jobs[:8] else bob).action(job, "cancel")
+    bob.close()
+
+
 def test_job_links_progress_history_axes_and_node_admin(browser, service) -> None:
     errors: list[str] = []
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -296,6 +351,7 @@ def test_job_links_progress_history_axes_and_node_admin(browser, service) -> Non
     assert page.url.rstrip("/") == service.url and page.locator("#job").is_hidden()
     page.go_back()
     page.get_by_role("heading", name=f"Job {trainer}: trainer").wait_for()
+    page.get_by_role("button", name="back to the queue").click()  # (a job's page is its own)
 
     # the history view: ended jobs with their end, elapsed time and GPU-hours
     service.client.action(trainer, "cancel")

@@ -4,7 +4,13 @@
 
 const POLL_MS = 1000;
 const UTIL_EVERY = 10;  // polls between two reads of the last hour's utilisation
-const state = { me: null, jobs: [], history: new Map(), selected: null, polls: 0, timer: null };
+// jobs a page of the queue shows (?page_size=N in the address changes it)
+const PAGE_SIZE = Number(new URLSearchParams(location.search).get("page_size")) || 500;
+const state = {
+  me: null, jobs: [], history: new Map(), selected: null, polls: 0, timer: null,
+  pages: [0],  // the cursor (``after``, or ``before`` for "all") of each page seen so far
+  total: 0, next: null,
+};
 
 const $ = (id) => document.getElementById(id);
 const token = () => sessionStorage.getItem("corral-token");
@@ -75,6 +81,7 @@ async function login(event) {
 function logout(message = "") {
   sessionStorage.removeItem("corral-token");
   cards.clear();  // an admin's controls are not left for the next user
+  state.pages = [0];
   clearInterval(state.timer);
   state.me = null;
   $("app").hidden = true;
@@ -114,13 +121,16 @@ function jobInAddress() {
 async function refresh() {
   try {
     const filter = $("f-state").value;
-    const [nodes, jobs] = await Promise.all([
+    const [nodes, page, usage] = await Promise.all([
       json("/v1/nodes"),
-      // the live queue oldest first (its head); "all" the newest first
-      json(`/v1/jobs${filter ? `?state=${encodeURIComponent(filter)}${filter === "all" ? "&newest=true" : ""}` : ""}`),
+      jobsPage(filter),
+      json("/v1/usage"),
     ]);
     if (!token()) return;  // logged out meanwhile: nothing is drawn for the next user
+    const jobs = page.jobs;
     state.jobs = jobs;
+    drawUsage(usage);
+    drawPages(page);
     if (filter === "all") {
       const rows = await json("/v1/history?all_users=true&limit=1000");
       state.history = new Map(rows.map((r) => [r.id, r]));
@@ -136,6 +146,53 @@ async function refresh() {
   } catch (error) {
     if (error.message !== "unauthorised") $("utilisation").textContent = `(${error.message})`;
   }
+}
+
+// One page of the queue: the live queue oldest first (its head), "all" the newest
+// first; the service says how many jobs match in all and where the next page starts.
+async function jobsPage(filter) {
+  const all = filter === "all";
+  const cursor = state.pages[state.pages.length - 1];
+  const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (filter) query.set("state", filter);
+  if (all) query.set("newest", "true");
+  if (cursor) query.set(all ? "before" : "after", String(cursor));
+  const answer = await api(`/v1/jobs?${query}`);
+  if (!answer.ok) throw new Error(`HTTP ${answer.status}`);
+  const next = answer.headers.get(all ? "X-Next-Before" : "X-Next-After");
+  return { jobs: await answer.json(), total: Number(answer.headers.get("X-Total-Count") || 0), next };
+}
+
+function drawPages(page) {
+  state.total = page.total;
+  state.next = page.next;
+  const first = (state.pages.length - 1) * PAGE_SIZE;
+  const shown = page.jobs.length;
+  $("page-info").textContent = shown
+    ? `jobs ${(first + 1).toLocaleString()}–${(first + shown).toLocaleString()} of ${page.total.toLocaleString()}`
+    : `no jobs of ${page.total.toLocaleString()} on this page`;
+  $("page-prev").hidden = state.pages.length === 1;
+  $("page-next").hidden = page.next == null;
+}
+
+function turnPage(forward) {
+  if (forward && state.next != null) state.pages.push(Number(state.next));
+  else if (!forward && state.pages.length > 1) state.pages.pop();
+  refresh();
+}
+
+// Who uses the cluster now, over every live job (the service counts them all).
+function drawUsage(usage) {
+  const states = Object.entries(usage.by_state).filter(([, n]) => n)
+    .map(([s, n]) => `${n.toLocaleString()} ${s.toLowerCase()}`);
+  const reasons = Object.entries(usage.by_reason).filter(([r]) => r)
+    .map(([r, n]) => `${n.toLocaleString()} ${r}`);
+  $("counts").textContent = (states.length ? states.join(", ") : "no live jobs")
+    + (reasons.length ? `; waiting for: ${reasons.join(", ")}` : "");
+  const rows = (list, key) => list.map((r) => el("tr", {},
+    el("td", {}, r[key]), el("td", {}, r.running), el("td", {}, r.waiting), el("td", {}, r.gpus)));
+  $("by-user").tBodies[0].replaceChildren(...rows(usage.by_user, "user"));
+  $("by-vc").tBodies[0].replaceChildren(...rows(usage.by_vc, "vc"));
 }
 
 // Node cards are made once and updated in place at each poll, so a reason being
@@ -319,9 +376,15 @@ async function setPriority(id) {
 }
 
 // ---------------------------------------------------------------- one job
+// A job's page is a view of its own: the cluster, usage and queue are hidden meanwhile.
+function showJobView(shown) {
+  $("job").hidden = !shown;
+  for (const part of ["cluster", "usage", "queue"]) $(part).hidden = shown;
+}
+
 async function select(id, remember = true) {
   state.selected = id;
-  $("job").hidden = false;
+  showJobView(true);
   if (remember && location.pathname !== `/jobs/${id}`) history.pushState({ job: id }, "", `/jobs/${id}`);
   $("job-link").href = `/jobs/${id}`;
   await drawJob(id);
@@ -330,7 +393,7 @@ async function select(id, remember = true) {
 
 function unselect(remember = true) {
   state.selected = null;
-  $("job").hidden = true;
+  showJobView(false);
   if (remember && location.pathname !== "/") history.pushState({}, "", "/");
 }
 
@@ -452,7 +515,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("login-form").addEventListener("submit", login);
   $("logout").addEventListener("click", () => logout());
   for (const id of ["f-user", "f-vc"]) $(id).addEventListener("input", () => drawJobs(state.jobs));
-  $("f-state").addEventListener("change", refresh);
+  $("f-state").addEventListener("change", () => { state.pages = [0]; refresh(); });
+  $("page-next").addEventListener("click", () => turnPage(true));
+  $("page-prev").addEventListener("click", () => turnPage(false));
   $("filters").addEventListener("submit", (e) => e.preventDefault());
   $("job-close").addEventListener("click", () => unselect());
   window.addEventListener("popstate", () => {
