@@ -25,9 +25,7 @@ def test_usage_counts_every_live_job_by_state_reason_user_and_vc(tmp_path: Path)
             assert answer.status_code == 201, answer.text
             ids.append(answer.json()["id"])
     with store.session() as s:  # (no loop here: one runs on two GPUs, one has ended)
-        s.execute(
-            update(JobRow).where(JobRow.id == ids[0]).values(status="RUNNING", gpus=[0, 1])
-        )
+        s.execute(update(JobRow).where(JobRow.id == ids[0]).values(status="RUNNING", gpus=[0, 1]))
         s.execute(update(JobRow).where(JobRow.id == ids[1]).values(status="SUCCEEDED"))
         s.execute(update(JobRow).where(JobRow.id == ids[3]).values(reason="Dependency"))
     body = api.get("/v1/usage", headers=auth("alice")).json()
