@@ -39,3 +39,32 @@ def test_usage_counts_every_live_job_by_state_reason_user_and_vc(tmp_path: Path)
     assert vcs["lab"]["waiting"] == 2 and vcs["default"]["gpus"] == 2
     assert api.get("/v1/usage").status_code == 401
     store.dispose()
+
+
+def test_queue_positions_hold_across_pages(tmp_path: Path) -> None:
+    """A page's jobs are ranked over the whole queue (highest priority, then oldest),
+    not within the page."""
+    config = make_config(tmp_path / "state")
+    store = Store(config.store_url)
+    api = TestClient(create_app(config, store))
+    ids = [
+        api.post("/v1/jobs", json={"command": ["true"]}, headers=auth("alice")).json()["id"]
+        for _ in range(12)
+    ]
+    urgent = ids[7]
+    with store.session() as s:
+        s.execute(update(JobRow).where(JobRow.id == urgent).values(priority=5))
+    seen: dict[int, int] = {}
+    after = 0
+    while True:
+        answer = api.get(f"/v1/jobs?limit=5&after={after}", headers=auth("alice"))
+        seen |= {job["id"]: job["position"] for job in answer.json()}
+        if "X-Next-After" not in answer.headers:
+            break
+        after = int(answer.headers["X-Next-After"])
+    assert seen[urgent] == 1
+    others = [j for j in ids if j != urgent]
+    assert [seen[j] for j in others] == list(range(2, 13))
+    one = api.get(f"/v1/jobs/{ids[3]}", headers=auth("alice")).json()
+    assert one["position"] == 5
+    store.dispose()

@@ -319,6 +319,35 @@ def test_usage_counts_pages_over_every_job_and_a_jobs_own_view(browser, service)
     bob.close()
 
 
+SEEN = (
+    "Object.defineProperty(document, 'visibilityState', {value: '%s', configurable: true});"
+    "document.dispatchEvent(new Event('visibilitychange'))"
+)
+"""What the browser does when a tab goes out of sight, or comes back."""
+
+
+def test_a_tab_out_of_sight_polls_nothing(browser, service) -> None:
+    """Each open tab costs the service a share of a core; one behind another polls
+    nothing, and refreshes at once when it is shown again."""
+    page = browser.new_page()
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/v1/" in r.url else None)
+    page.goto(service.url + "/")
+    page.get_by_label("API token").fill(TOKENS["alice"])
+    page.get_by_role("button", name="Log in").click()
+    page.locator("#page-info").wait_for()
+    page.wait_for_timeout(1500)
+    assert asked  # polling
+    page.evaluate(SEEN % "hidden")
+    page.wait_for_timeout(300)  # (a request already under way may finish)
+    asked.clear()
+    page.wait_for_timeout(3000)
+    assert asked == []
+    page.evaluate(SEEN % "visible")
+    page.wait_for_timeout(500)
+    assert any("/v1/jobs" in url for url in asked)
+
+
 def test_job_links_progress_history_axes_and_node_admin(browser, service) -> None:
     errors: list[str] = []
     page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -263,7 +263,7 @@ def queue(
         if len(rows) > limit:
             rows = rows[:limit]
             headers["X-Next-Before" if newest else "X-Next-After"] = str(rows[-1].id)
-        where = positions(s)
+        where = positions(s, [r.id for r in rows if r.status == JobStatus.PENDING])
         live = [r.id for r in rows if r.status not in TERMINAL]
         published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else {}
         known = {j: published[j] for j in live if j in published}
@@ -406,7 +406,7 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
             select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)
         )
         events = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
-        base = JobView.of(row, positions(s).get(job_id), left(ctx, row))
+        base = JobView.of(row, positions(s, [job_id]).get(job_id), left(ctx, row))
         spec = dict(row.spec) if isinstance(row.spec, dict) else {}
         if hides(ctx, user, row.user):
             spec = private_spec(spec)

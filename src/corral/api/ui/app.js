@@ -4,8 +4,9 @@
 
 const POLL_MS = 1000;
 const UTIL_EVERY = 10;  // polls between two reads of the last hour's utilisation
+const USAGE_EVERY = 5;  // polls between two reads of the usage counts (they change slowly)
 // jobs a page of the queue shows (?page_size=N in the address changes it)
-const PAGE_SIZE = Number(new URLSearchParams(location.search).get("page_size")) || 500;
+const PAGE_SIZE = Number(new URLSearchParams(location.search).get("page_size")) || 100;
 const state = {
   me: null, jobs: [], history: new Map(), selected: null, polls: 0, timer: null,
   pages: [0],  // the cursor (``after``, or ``before`` for "all") of each page seen so far
@@ -121,15 +122,16 @@ function jobInAddress() {
 async function refresh() {
   try {
     const filter = $("f-state").value;
+    const counting = state.polls % USAGE_EVERY === 0;
     const [nodes, page, usage] = await Promise.all([
       json("/v1/nodes"),
       jobsPage(filter),
-      json("/v1/usage"),
+      counting ? json("/v1/usage") : null,
     ]);
     if (!token()) return;  // logged out meanwhile: nothing is drawn for the next user
     const jobs = page.jobs;
     state.jobs = jobs;
-    drawUsage(usage);
+    if (usage) drawUsage(usage);
     drawPages(page);
     if (filter === "all") {
       const rows = await json("/v1/history?all_users=true&limit=1000");
@@ -520,6 +522,16 @@ document.addEventListener("DOMContentLoaded", () => {
   $("page-prev").addEventListener("click", () => turnPage(false));
   $("filters").addEventListener("submit", (e) => e.preventDefault());
   $("job-close").addEventListener("click", () => unselect());
+  // a tab out of sight polls nothing (each open tab costs the service a share of a
+  // core); shown again, it refreshes at once and polls again
+  document.addEventListener("visibilitychange", () => {
+    if (!token() || !state.me) return;
+    clearInterval(state.timer);
+    if (document.visibilityState === "visible") {
+      state.timer = setInterval(refresh, POLL_MS);
+      refresh();
+    }
+  });
   window.addEventListener("popstate", () => {
     const named = jobInAddress();
     if (named != null) select(named, false);
