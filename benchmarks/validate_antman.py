@@ -33,7 +33,7 @@ import argparse
 import time
 from typing import Any
 
-from validation_io import notes_for, validation_main
+from validation_io import notes_for, philly_with_gavel_types, validation_main
 
 SCHEMES = ["antman", "philly", "hived", "gandiva", "fifo"]
 
@@ -43,18 +43,13 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
 
     import numpy as np
 
-    from corral import Experiment
     from corral.perf.memory import footprint_gb, gpu_memory_gb
     from corral.sim.metrics import summarise
 
     t0 = time.perf_counter()
-    experiment = Experiment(
-        trace="philly",
-        max_jobs=task["jobs"],
-        job_types="gavel",
-        cluster="philly",
-        cluster_scale=0.17,
-        policies=task["policy"],
+    experiment = philly_with_gavel_types(
+        task["jobs"],
+        task["policy"],
         switch_cost="gandiva" if task["policy"] == "gandiva" else "kill-restart",
     )
     result = experiment.simulate()

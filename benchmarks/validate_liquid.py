@@ -36,7 +36,7 @@ import time
 from collections import deque
 from typing import Any
 
-from validation_io import notes_for, option_words, validation_main
+from validation_io import notes_for, option_words, philly_with_gavel_types, validation_main
 
 LAUNCH = 60.0
 SMALL = 900.0
@@ -62,21 +62,15 @@ def load(jobs: int | None) -> tuple[Any, Any]:
 def run(task: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    from corral import Experiment
-
     t0 = time.perf_counter()
     out = dict(task)
     if task["scheme"] == "estimator":
         cluster, jobs = load(task["jobs"])
         out |= score_estimator(jobs, cluster)
     else:
-        result = Experiment(
-            trace="philly",
-            max_jobs=task["jobs"],
-            job_types="gavel",
-            cluster="philly",
-            cluster_scale=0.17,
-            policies=task["policy"],
+        result = philly_with_gavel_types(
+            task["jobs"],
+            task["policy"],
             placement=task["placement"],
             policy_opt=option_words(task["options"]),
         ).simulate()

@@ -61,6 +61,23 @@ def simulate_gavel_workload(
     return run.simulate()
 
 
+def philly_with_gavel_types(jobs: int | None, policy: str, **settings: Any) -> Any:
+    """The first ``jobs`` Philly jobs, given Gavel's measured job types (so that
+    packing policies can pair them), on Philly's cluster x 0.17 (422 GPUs): the
+    AntMan and Liquid pages' workload, as an :class:`corral.Experiment`."""
+    from corral import Experiment
+
+    return Experiment(
+        trace="philly",
+        max_jobs=jobs,
+        job_types="gavel",
+        cluster="philly",
+        cluster_scale=0.17,
+        policies=policy,
+        **settings,
+    )
+
+
 def option_words(options: dict[str, Any]) -> list[str]:
     """Policy options as ``--policy-opt`` gives them (``Experiment(policy_opt=...)``):
     a list as comma-separated values, a flag as true/false."""
