@@ -82,3 +82,16 @@ def test_a_sweep_keeps_the_runs_that_did_not_crash(tmp_path: Path) -> None:
     assert list(means["policy"]) == ["fifo", "fifo"] and (means["seeds"] == 1).all()
     assert (results[results["policy"] == "fifo"]["jobs_finished"] == 100).all()
     assert "runs that failed" in (out / "report.md").read_text()
+
+
+def test_a_crashing_policy_in_sim_leaves_its_traceback_in_the_output(tmp_path: Path) -> None:
+    """One run's folder is the output itself: its error.log is there, and the one line
+    names it (not a folder of the run's own)."""
+    out = tmp_path / "one"
+    _, message = run_with_a_crashing_policy(
+        tmp_path, "sim", "--max-jobs", "100", "--policy", "{plugin}:Crashes", "--out", str(out)
+    )
+    assert "\n" not in message and message.startswith("1 of 1 policies failed")
+    assert f"tracebacks in {out / 'error.log'}" in message
+    assert "1 / 0" in (out / "error.log").read_text()
+    assert (out / "provenance.json").exists()

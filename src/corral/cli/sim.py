@@ -293,7 +293,10 @@ def _raise_for_failures(results: Results, out: Path, what: str) -> None:
             f"each one's {out}/<run>/error.log; the others' results are written"
         )
     which = "; ".join(f"{s['policy']}: {s['error']} at {s['raised_at']}" for s in crashed)
-    logs = ", ".join(str(out / s["log"]) for s in crashed)
+    # (one run's folder is the output itself: its log is there, not in a folder of its own)
+    logs = ", ".join(
+        str(out / "error.log" if results.layout == "run" else out / s["log"]) for s in crashed
+    )
     others = "; the others' results are written" if len(results.summaries) > 1 else ""
     raise CorralError(
         f"{len(crashed)} of {len(results.summaries)} {what} failed ({which}); "
