@@ -5,6 +5,7 @@ the answers the loop publishes whole after each pass (virtual time)."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,31 @@ def test_a_jobs_policy_view_is_answered_by_the_loop_on_its_own_thread(tmp_path: 
     scheduler.loop_thread = stuck  # a loop in a pass that outlasts the page's wait
     assert scheduler.ask_view(job, timeout=0.2) == {}
     store.dispose()
+
+
+def test_job_pages_asked_as_fast_as_the_api_answers_wake_the_loop_twice_a_second(
+    tmp_path: Path,
+) -> None:
+    """A user polling a job's page as fast as the API answers must not keep the loop
+    passing back to back: the pages' questions wake it at most every half second."""
+    loop = virtual_loop(tmp_path, "tiresias-las", v100s=1)
+    scheduler = loop.scheduler
+    job = queue(loop.store, "alice", loop.clock, command=["sleep", "100"], gpus=1)
+    run_for(scheduler, loop.clock, 5)
+    wakes: list[float] = []
+
+    class Counted(threading.Event):
+        def set(self) -> None:
+            wakes.append(time.monotonic())
+            super().set()
+
+    scheduler.wake = Counted()
+    stuck = threading.Thread(target=threading.Event().wait, args=(5,), daemon=True)
+    stuck.start()
+    scheduler.loop_thread = stuck  # a loop thread that answers nothing: each ask times out
+    began = time.monotonic()
+    for _ in range(40):
+        scheduler.ask_view(job, timeout=0.02)
+    took = time.monotonic() - began
+    assert len(wakes) <= took / 0.5 + 2, (len(wakes), took)  # (40 without the limit)
+    loop.store.dispose()
