@@ -15,6 +15,7 @@ from corral.api.common import (
     Context,
     Ctx,
     User,
+    gpus_held,
 )
 from corral.api.views import (
     EventView,
@@ -74,11 +75,9 @@ def usage(ctx: Ctx, user: User) -> dict[str, object]:
             .where(JobRow.status.in_(LIVE_STATES))
             .group_by(JobRow.user, vc, JobRow.status)
         ).all()
-        held = s.execute(select(JobRow.user, vc, JobRow.gpus).where(JobRow.status.in_(running)))
-        gpus: dict[tuple[str, str], int] = {}
-        for who, where, assigned in held:
-            n = len(assigned) if isinstance(assigned, list) else 0
-            gpus[(who, where)] = gpus.get((who, where), 0) + n
+        held = gpus_held(
+            s.execute(select(vc, JobRow.user, JobRow.gpus).where(JobRow.status.in_(running)))
+        )
     per: dict[str, dict[str, dict[str, int]]] = {"user": {}, "vc": {}}
     for who, where, status_, count in groups:
         for kind, key in (("user", who), ("vc", where)):
@@ -87,7 +86,7 @@ def usage(ctx: Ctx, user: User) -> dict[str, object]:
                 row["running"] += count
             elif status_ == JobStatus.PENDING.value:
                 row["waiting"] += count
-    for (who, where), n in gpus.items():
+    for (where, who), n in held.items():
         per["user"].setdefault(who, {"running": 0, "waiting": 0, "gpus": 0})["gpus"] += n
         per["vc"].setdefault(where, {"running": 0, "waiting": 0, "gpus": 0})["gpus"] += n
     return {

@@ -151,14 +151,23 @@ def owned(s: Session, job_id: int, user: UserConfig) -> JobRow:
     return row
 
 
+def gpus_held(running: Iterable[tuple[str | None, str, Any]]) -> dict[tuple[str, str], int]:
+    """GPUs held per (virtual cluster, user), from running jobs' (vc, user, assigned
+    GPUs) rows; a job with no VC counts under "default" (``/metrics`` and
+    ``/v1/usage`` read the same figure)."""
+    held: dict[tuple[str, str], int] = {}
+    for vc, user, gpus in running:
+        key = (vc or "default", user)
+        held[key] = held.get(key, 0) + (len(gpus) if isinstance(gpus, list) else 0)
+    return held
+
+
 def positions(s: Session, ids: Iterable[int] | None = None) -> dict[int, int]:
     """Waiting jobs' places in the queue (1 first: the highest priority, then the
     oldest), for ``ids`` only where given (a page of a listing). Ranked by the
     database over every waiting job, returned for the few asked about: a listing's
     page of 100 costs a fraction of ranking thousands in Python."""
-    place = (
-        func.row_number().over(order_by=(JobRow.priority.desc(), JobRow.id)).label("place")
-    )
+    place = func.row_number().over(order_by=(JobRow.priority.desc(), JobRow.id)).label("place")
     ranked = (
         select(JobRow.id, place)
         .where(JobRow.status == JobStatus.PENDING, JobRow.held.is_(None))

@@ -47,7 +47,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from corral.api.common import AUTH, Context, Ctx, User
+from corral.api.common import AUTH, Context, Ctx, User, gpus_held
 from corral.model.status import JobStatus
 from corral.runtime.execution.exits import Cause
 from corral.runtime.loop.loop_metrics import gpu_states
@@ -104,10 +104,7 @@ class StoreCollector(Collector):
             "GPUs held by running jobs, per virtual cluster and user",
             labels=["vc", "user"],
         )
-        held: dict[tuple[str, str], int] = {}
-        for vc_name, user, gpus, _ in running:
-            key = (vc_name or "default", user)
-            held[key] = held.get(key, 0) + (len(gpus) if isinstance(gpus, list) else 0)
+        held = gpus_held((vc_name, user, gpus) for vc_name, user, gpus, _ in running)
         for (vc_name, user), count in sorted(held.items()):
             in_use.add_metric([vc_name, user], float(count))
         yield in_use

@@ -22,7 +22,6 @@ from corral.traces.formats import FORMATS
 
 if TYPE_CHECKING:
     from corral.sim.experiment import Experiment, Results
-    from corral.sim.variants import Variant
 
 
 TraceOpt = Annotated[
@@ -453,14 +452,14 @@ def sweep(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from corral.sim.experiment import experiment_from
+    from corral.sim.experiment import experiment_from, policy_entry
     from corral.sim.sweep import Grid
 
     with user_errors():
         spec = Grid.build(policies, loads, seeds, cluster_scales, grid, run.seed, run.cluster_scale)
     experiment = experiment_from(
         run,
-        policies=[_entry_of(v) for v in spec.variants],
+        policies=[policy_entry(v) for v in spec.variants],
         loads=None if spec.loads == [None] else spec.loads,
         seeds=spec.seeds,
         cluster_scales=spec.cluster_scales,
@@ -488,12 +487,6 @@ def sweep(
             f"wrote {out}/results.csv, {out}/report.md and {results.report}", highlight=False
         )
     _raise_for_failures(results, out, "runs")
-
-
-def _entry_of(variant: Variant) -> str:
-    from corral.sim.experiment import policy_entry
-
-    return policy_entry(variant)
 
 
 @app.command("policies")

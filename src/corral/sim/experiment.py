@@ -143,7 +143,7 @@ class Experiment(RunSettings):
         """The ``corral`` command that makes this experiment's result in ``out``."""
         layout = self.chosen_layout()
         words = ["corral", COMMAND_OF[layout]]
-        entries = [v.label if v.label == v.policy else policy_entry(v) for v in self.variants()]
+        entries = [policy_entry(v) for v in self.variants()]
         if layout == "run":
             (variant,) = self.variants()
             words += ["--policy", variant.policy]
@@ -307,9 +307,7 @@ class Experiment(RunSettings):
             (variant,) = self.variants()
             own["policy"] = variant.policy
             return own
-        own["policies"] = ",".join(
-            v.label if v.label == v.policy else policy_entry(v) for v in self.variants()
-        )
+        own["policies"] = ",".join(policy_entry(v) for v in self.variants())
         own |= {"parallel": self.parallel, "runner": self.runner, "address": self.address}
         if layout == "comparison":
             own["report_format"] = self.report_format
@@ -494,12 +492,9 @@ class Results:
     def by_point(self) -> pd.DataFrame:
         """Means, sample deviations and counts over seeds, per policy, load and size
         (failed runs left out)."""
-        from corral.sim.sweep import over_seeds
+        from corral.sim.sweep import ended_runs, over_seeds
 
-        runs = self.runs
-        if "error" in runs.columns:
-            runs = runs[runs["error"].isna()]
-        return over_seeds(runs)
+        return over_seeds(ended_runs(self.runs))
 
     @property
     def jobs(self) -> pd.DataFrame:
@@ -559,7 +554,8 @@ def _grid_values(point: GridPoint) -> list[tuple[str, Any]]:
 
 
 def policy_entry(variant: Variant) -> str:
-    """A variant as a ``--policies`` entry (its options and label in brackets)."""
+    """A variant as a ``--policies`` entry (its options and label in brackets; a plain
+    policy as its name)."""
     options = [f"{k}={v}" for k, v in variant.options.items()]
     auto = f"{variant.policy}[{','.join(options)}]" if options else variant.policy
     if variant.label != auto:

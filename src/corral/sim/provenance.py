@@ -134,6 +134,11 @@ def library_versions() -> dict[str, str]:
     return found
 
 
+def file_identity(path: Path) -> dict[str, str]:
+    """A file by its name and SHA-256, never its path (a result names no local path)."""
+    return {"file": path.name, "sha256": file_digest([path])}
+
+
 def policy_source(name: str) -> dict[str, str] | None:
     """For a policy from outside corral (``file.py:Class`` or ``module:Class``): the
     SHA-256 of its source file, so a result says which version of it ran (by file
@@ -143,7 +148,7 @@ def policy_source(name: str) -> dict[str, str] | None:
     path = source_file(name) if ":" in policy_key(name) else None
     if path is None:
         return None
-    return {"file": Path(path).name, "sha256": file_digest([Path(path)])}
+    return file_identity(Path(path))
 
 
 def context_lines(record: dict[str, Any]) -> dict[str, str]:

@@ -323,13 +323,13 @@ class RunSettings:
 def plugin_source(spec: str) -> dict[str, str] | None:
     """A rule of one's own (``file.py:Class[...]``) by its file's name and SHA-256, never
     its path; None for a module's class (its package's version says which)."""
-    from corral.sim.provenance import file_digest
+    from corral.sim.provenance import file_identity
 
     where = spec.split("[", 1)[0].rpartition(":")[0]
     path = Path(where).expanduser()
     if not where.endswith(".py") or not path.is_file():
         return None
-    return {"file": path.name, "sha256": file_digest([path])}
+    return file_identity(path)
 
 
 def check_policy_names(names: list[str]) -> None:

@@ -245,6 +245,11 @@ def over_seeds(results: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def ended_runs(results: pd.DataFrame) -> pd.DataFrame:
+    """The runs that ended (a failed run's row stays in results.csv, out of the means)."""
+    return results[results["error"].isna()] if "error" in results.columns else results
+
+
 def write_sweep(
     out: Path, points: list[GridPoint], summaries: list[dict[str, Any]], context: dict[str, Any]
 ) -> Path:
@@ -252,9 +257,7 @@ def write_sweep(
     results = results_frame(points, summaries)
     out.mkdir(parents=True, exist_ok=True)
     results.to_csv(out / "results.csv", index=False)
-    if "error" in results.columns:  # runs that failed: in results.csv, not in the means
-        results = results[results["error"].isna()]
-    table = over_seeds(results)
+    table = over_seeds(ended_runs(results))
     table.to_csv(out / "by_point.csv", index=False)
     (out / "report.md").write_text(_markdown(table, context), encoding="utf-8")
     path = out / "report.html"
