@@ -198,9 +198,9 @@ def run_virtual(name: str, folder: Path) -> Outcome:
                 spec = {"name": f"j{len(ids)}", "command": command, "gpus": gpus}
                 ids.append(queue(store, "alice", clock, duration=work, **spec))
             for _ in range(10):  # passes at this instant until nothing moves
-                before = (dict(scheduler.attempts), dict(scheduler.starting), scheduler.dirty)
+                before = (dict(scheduler.attempts), dict(scheduler.book.placed), scheduler.dirty)
                 scheduler.step()
-                after = (dict(scheduler.attempts), dict(scheduler.starting), scheduler.dirty)
+                after = (dict(scheduler.attempts), dict(scheduler.book.placed), scheduler.dirty)
                 if before == after and executor.next_end() != now:
                     break
             with store.session() as s:

@@ -29,9 +29,9 @@ def caught(policy: str, seeds: range = SEEDS) -> tuple[int, str] | None:
 
 def careless_launch(self: Any, now: float) -> None:
     """Launch what the plan started without waiting for its GPUs to be free."""
-    for job, gpus in list(self.starting.items()):
+    for job, gpus in list(self.book.placed.items()):
         if job not in self.attempts:
-            del self.starting[job]
+            self.book.launched(job)
             self._launch(job, gpus, now)
 
 

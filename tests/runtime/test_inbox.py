@@ -31,9 +31,10 @@ def test_a_reported_memory_reaches_the_loop_at_its_next_pass_and_only_for_a_runn
     )
     posting.start()
     posting.join()
-    assert scheduler.gpu_memory == {}  # posted, not written: the loop has not passed yet
+    memory = scheduler.book.having("gpu_memory")
+    assert memory == {}  # posted, not written: the loop has not passed yet
     scheduler.step()
-    assert scheduler.gpu_memory == {running: 3e9}  # a job that holds nothing is not kept
+    assert memory == {running: 3e9}  # a job that holds nothing is not kept
     store.dispose()
 
 
@@ -43,12 +44,14 @@ def test_the_published_answers_are_whole_values_no_reader_can_change(tmp_path: P
     clock = VirtualClock()
     scheduler = virtual_scheduler(config, store, clock, VirtualExecutor(config, clock, store))
     before = scheduler.answers
-    scheduler.batch_sizes[7] = 256  # as a policy's plan would set it
+    job = queue(store, "alice", clock, command=["sleep", "100"], gpus=1)
+    scheduler.step()
+    scheduler.book[job].batch_size = 256  # as a policy's plan would set it
     run_for(scheduler, clock, 1)
     after = scheduler.answers
-    assert after is not before and after.batch_sizes == {7: 256} and before.batch_sizes == {}
+    assert after is not before and after.batch_sizes == {job: 256} and before.batch_sizes == {}
     with pytest.raises(TypeError):
-        after.batch_sizes[7] = 1  # type: ignore[index]
+        after.batch_sizes[job] = 1  # type: ignore[index]
     store.dispose()
 
 

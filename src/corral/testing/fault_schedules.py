@@ -353,6 +353,24 @@ class World:
         for job, status in statuses.items():
             if status == "RUNNING" and job not in self.scheduler.attempts:
                 raise Broken(f"job {job} shows RUNNING with no attempt in the loop")
+        self._check_book(statuses)
+
+    def _check_book(self, statuses: dict[int, str]) -> None:
+        """The loop's book agrees with the policy's state and the store: it holds every
+        live job it has seen, and forgets every job that is over (nothing kept for
+        ever about ended jobs)."""
+        book, seen = self.scheduler.book, self.scheduler.seen
+        problems = book.check()
+        if problems:
+            raise Broken(f"the job book: {problems[0]}")
+        for job, status in statuses.items():
+            if job in self.tampered:
+                continue
+            rec = book.get(job)
+            if status not in ENDED and job <= seen and rec is None:
+                raise Broken(f"job {job} is {status} in the store, and the loop has forgotten it")
+            if rec is not None and status in ENDED and rec.attempt is None:
+                raise Broken(f"job {job} ended {status}; the loop still keeps it ({rec.phase})")
 
     # ------------------------------------------------------------- driving
     def step(self) -> None:

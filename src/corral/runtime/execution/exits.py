@@ -56,6 +56,10 @@ STOPS = {
 }
 """Stop requests of the scheduler and the cause they give the attempt."""
 
+FINAL_STOPS = frozenset({"cancel", "timeout", "suspend"})
+"""Stops whose cause stands even when the pre-run ended well just then: the job was
+cancelled, timed out or suspended, and must not go back to the queue."""
+
 _OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|std::bad_alloc|Cannot allocate memory"
 )
@@ -96,7 +100,7 @@ def classify(stop: str | None, record: ExitRecord, phase: str, log: Path) -> tup
         if phase == "prerun":  # it ignored the pre-run and did all its work on one GPU
             return Cause.SUCCEEDED, "ran to its end in its 1-GPU pre-run (no corral.train)"
         return Cause.SUCCEEDED, how if stop is None else f"finished while being stopped ({stop})"
-    if code == PRERUN_EXIT and phase == "prerun":
+    if code == PRERUN_EXIT and phase == "prerun" and stop not in FINAL_STOPS:
         return Cause.PRERUN_OK, how
     if stop in STOPS:
         return STOPS[stop], f"stopped by the scheduler ({stop}; {how})"

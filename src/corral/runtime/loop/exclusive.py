@@ -36,8 +36,9 @@ class ExclusiveNodes(LoopBase):
         st, live = self.live.state, self.live
         node = self.cluster.gpu_node_list
         out: set[int] = set()
+        exclusive = self.book.having("exclusive")
         for i in st.running:
-            if live.ids[i] in self.exclusive:
+            if live.ids[i] in exclusive:
                 out.update(node[g] for g in st.alloc[i] or ())
         return out
 
@@ -45,9 +46,7 @@ class ExclusiveNodes(LoopBase):
         """Take the free GPUs of nodes with an exclusive job from the policy's view;
         give back those whose exclusive job has stopped."""
         free = self.live.state.free
-        if self.exclusive:
-            self.exclusive &= self.live.index.keys()  # forget jobs that are over
-        nodes = self._exclusive_nodes() if self.exclusive else set()
+        nodes = self._exclusive_nodes() if self.book.having("exclusive") else set()
         node = self.cluster.gpu_node_list
         back = [g for g in self.fenced if node[g] not in nodes]
         if back:
@@ -68,7 +67,8 @@ class ExclusiveNodes(LoopBase):
 
     def _keep_exclusive(self, plan: Plan) -> Plan:
         """The plan without the starts that would put an exclusive job beside another."""
-        if not self.exclusive or not plan.starts:
+        exclusive = self.book.having("exclusive")
+        if not exclusive or not plan.starts:
             return plan
         st, live = self.live.state, self.live
         node = self.cluster.gpu_node_list
@@ -88,7 +88,7 @@ class ExclusiveNodes(LoopBase):
         self.exclusive_skipped.clear()
         for i, gpus in plan.starts.items():
             nodes = {node[g] for g in gpus}
-            if live.ids[i] in self.exclusive:
+            if live.ids[i] in exclusive:
                 keep = not nodes & (busy | taken)
                 if keep:
                     walled |= nodes
@@ -107,9 +107,9 @@ class ExclusiveNodes(LoopBase):
                 plan.packs.pop(i, None)
                 plan.factors.pop(i, None)
                 plan.low_priority.pop(i, None)
-                why = "its nodes are not idle" if job in self.exclusive else "beside --exclusive"
+                why = "its nodes are not idle" if job in exclusive else "beside --exclusive"
                 self.store.event(s, "start_skipped", job, why=why)
-                if job in self.exclusive:
+                if job in exclusive:
                     self.exclusive_skipped.add(job)
         plan.free_after = None
         return plan

@@ -73,7 +73,7 @@ class GpuWatch(LoopBase):
         for a in list(self.attempts.values()):
             hit = [g for g in a.gpus if g in new]
             if hit and a.stop is None:
-                self.gpu_faults_of[a.job] = self.failed_gpus[hit[0]]
+                self.book[a.job].gpu_fault = self.failed_gpus[hit[0]]
                 self._stop(a, GPU_FAILURE, now, grace=0.0)
         self._nodes_dirty = True
         return True

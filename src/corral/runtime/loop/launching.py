@@ -89,16 +89,19 @@ class Launching(LoopBase):
     """Starting the processes the plan placed once their GPUs are free."""
 
     def _launch_ready(self, now: float) -> None:
-        for job, gpus in list(self.starting.items()):
+        book = self.book
+        for job, gpus in list(book.placed.items()):
+            rec = book[job]
             if self._parked(job):  # see runtime.parking
-                self._restart_parked(self.attempts[job], gpus, now)
+                assert rec.attempt is not None
+                self._restart_parked(rec.attempt, gpus, now)
                 continue
-            host = self.packed_on.get(job)  # a packed guest shares its host's GPUs
-            if job in self.attempts or any(self.holders.get(g, host) != host for g in gpus):
+            host = rec.packed_on  # a packed guest shares its host's GPUs
+            if rec.attempt is not None or any(self.holders.get(g, host) != host for g in gpus):
                 continue
             if host is not None and self._guest_leaving(job, host):
                 continue
-            del self.starting[job]
+            book.launched(job)
             self._launch(job, gpus, now)
 
     def _guest_leaving(self, job: int, host: int) -> bool:
@@ -106,7 +109,7 @@ class Launching(LoopBase):
         has not exited yet): a new guest waits for it, so no GPU runs three jobs."""
         return any(
             other != job and on == host and other in self.attempts
-            for other, on in self.packed_on.items()
+            for other, on in self.book.packed_on.items()
         )
 
     def _launch(self, job: int, gpus: tuple[int, ...], now: float) -> None:
@@ -131,29 +134,30 @@ class Launching(LoopBase):
             s.add(att)
             s.flush()
             attempt_id = att.id
-            note = self.start_notes.pop(job, None)  # how it runs (Opportunistic, Shared)
+            rec = self.book[job]
+            note, rec.start_note = rec.start_note, None  # how it runs (Opportunistic, Shared)
             row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), note
-            self.preempted.discard(job)
+            rec.preempted = False
             row.last_heartbeat = None
             if row.first_start is None:
                 row.first_start = now
-            self.reasons[job] = note
+            rec.reason = note
             self._round_task_started(s, row, now)
             self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
             run_as = self.identities.get(row.user)
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
-        self.attempts[job] = a
-        self.share_changed[job] = now
+        rec.attempt = a
+        rec.share_changed = now
         i = self.live.index.get(job)
         if i is not None:  # no progress before its process has started (a switch cost)
-            self.live.progress_from(i, self.rel(now) + self.startup.get(job, 0.0))
-        host = self.packed_on.get(job)
+            self.live.progress_from(i, self.rel(now) + rec.startup)
+        host = rec.packed_on
         if host is None:
             for g in gpus:
                 self.holders[g] = job
-        else:
-            self.share_changed[host] = now
+        elif (partner := self.book.get(host)) is not None:
+            partner.share_changed = now
         folder.mkdir(parents=True, exist_ok=True)
         try:
             own = job_folder(self.config, job, run_as)
@@ -176,7 +180,7 @@ class Launching(LoopBase):
                     output=output_path(spec, job, row.user),
                     error=output_path(spec, job, row.user, spec.error) if spec.error else None,
                     warm_argv=spec.warm_argv(),
-                    nice=LOW_PRIORITY_NICE if job in self.low_priority else None,
+                    nice=LOW_PRIORITY_NICE if rec.low_priority is not None else None,
                     keeper=self._keeper_request(spec, gpus),
                     log_limit=self.config.log_limit,
                 )
@@ -204,13 +208,14 @@ class Launching(LoopBase):
         """Start staging a waiting job's inputs ahead of its start (Liquid's
         pre-scheduling): its stage command alone, as its user, without GPUs. The
         attempt that starts it later finds the inputs staged (or waits for this)."""
-        if job in self.staging or not self.executor.runs_without_gpus:
+        rec = self.book.get(job)
+        if rec is None or rec.staging is not None or not self.executor.runs_without_gpus:
             return  # (on Ray the attempt stages its inputs itself)
         with self.store.session() as s:
             row = s.get(JobRow, job)
-            if row is None or row.status != JobStatus.PENDING or row.id not in self.specs:
+            if row is None or row.status != JobStatus.PENDING or rec.spec is None:
                 return
-            spec = self.specs[row.id]
+            spec = rec.spec
             user = row.user
             run_as = self.identities.get(user)
         if not spec.stage:
@@ -232,17 +237,17 @@ class Launching(LoopBase):
             with self.store.session() as s:
                 self.store.event(s, "prestage_failed", job, error=str(exc))
             return
-        self.staging[job] = (ref, folder)
+        rec.staging = (ref, folder)
         with self.store.session() as s:
             self.store.event(s, "prestage", job)
 
     def _poll_staging(self) -> None:
         """Note the early stagings that ended (their mark tells the attempt)."""
-        for job, (ref, folder) in list(self.staging.items()):
+        for job, (ref, folder) in list(self.book.having("staging").items()):
             record = self.executor.poll(ref, folder)
             if record is None:
                 continue
-            del self.staging[job]
+            self.book[job].staging = None
             with self.store.session() as s:
                 self.store.event(s, "prestaged", job, exit_code=record.exit_code)
 
@@ -291,10 +296,11 @@ class Launching(LoopBase):
             env["CORRAL_PRERUN_STEPS"] = str(self._prerun_steps(spec))
         if row.parent is not None:  # a task of a round: the job's folder is shared
             env["CORRAL_ROUND_DIR"] = str(self.config.job_root / str(row.parent))
-        if row.id in self.batch_sizes:  # its policy tunes its batch size
-            env["CORRAL_BATCH_SIZE"] = str(self.batch_sizes[row.id])
-        if row.id in self.low_priority:  # an opportunistic job: leaves GPU memory to owners
-            env["CORRAL_GPU_MEMORY_FRACTION"] = f"{self.low_priority[row.id]:g}"
+        rec = self.book.peek(row.id)
+        if rec.batch_size is not None:  # its policy tunes its batch size
+            env["CORRAL_BATCH_SIZE"] = str(rec.batch_size)
+        if rec.low_priority is not None:  # an opportunistic job: leaves GPU memory to owners
+            env["CORRAL_GPU_MEMORY_FRACTION"] = f"{rec.low_priority:g}"
         return env
 
     def _prerun_steps(self, spec: JobSpec) -> int:

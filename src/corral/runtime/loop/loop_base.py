@@ -31,8 +31,8 @@ from corral.runtime.execution.executor import (
 from corral.runtime.execution.identity import check_identities
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
-from corral.runtime.loop.estimates import LossHistory
 from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport, NodesChanged, ViewAsked
+from corral.runtime.loop.job_book import JobBook, report_illegal
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
 from corral.runtime.loop.records import check_record
@@ -158,7 +158,6 @@ class LoopBase:
         def _set_stop(self, s: Session, a: Attempt, why: str | None) -> None: ...
         def _signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None: ...
         def _enqueue(self, row: JobRow, i: int, now: float) -> None: ...
-        def _forget_waiting(self, job: int) -> None: ...
 
         # parking
         def _parked(self, job: int) -> bool: ...
@@ -195,22 +194,15 @@ class LoopBase:
         self.clock = clock
         self.slots = executor.slots()
         self.cluster = cluster_from_slots(self.slots, executor.links())
-        self.live = LiveJobs(self.cluster)
+        self.book = JobBook(LiveJobs(self.cluster), report_illegal)
+        """Every job the loop holds: its phase, attempt, sharing, measurements."""
         self.policy = self._new_policy()
-        self.attempts: dict[int, Attempt] = {}
-        """Job id -> its process in flight."""
-        self.starting: dict[int, tuple[int, ...]] = {}
-        """Jobs the plan started whose process is not launched yet (GPUs still in use)."""
         self.holders: dict[int, int] = {}
         """GPU -> job whose process runs on it (physical use, not the plan's view)."""
-        self.backoff: dict[int, float] = {}
-        """Jobs waiting out a retry back-off -> when they may run again."""
         self.reserved: set[int] = set()
         """GPUs of drained nodes, taken away from the policy."""
         self.failed_gpus: dict[int, str] = {}
         """GPUs the driver reported failed -> the reason their node was drained for."""
-        self.gpu_faults_of: dict[int, str] = {}
-        """Jobs stopped because a GPU of theirs failed -> that GPU's fault."""
         self.gpus_polled_at = -math.inf
         """When the driver was last asked about the GPUs' health and use."""
         self.gpu_readings: Mapping[int, GpuUsage] = MappingProxyType({})
@@ -223,55 +215,18 @@ class LoopBase:
         """Nodes the executor has lost (Ray's dead nodes), as of the last node sync."""
         self.usable = np.ones(len(self.slots), dtype=bool)
         """GPUs on nodes that are not drained (busy or not)."""
-        self.reasons: dict[int, str | None] = {}
-        self.blocked: dict[int, Waiting] = {}
-        """Queued jobs kept from the policy until what they wait for holds: their
-        dependency, a singleton's earlier namesakes, their array's throttle, their
-        begin time."""
         self.ended_of: dict[int, tuple[str, bool]] = {}
         """Jobs that queued jobs wait for and that have ended -> (status, has started):
         an ended job never changes, so each pass asks the store only about the others
         (a job may name twenty thousand)."""
-        self.goals: dict[int, int] = {}
-        """Jobs that gave their total steps -> that goal (heartbeats measure the rest)."""
-        self.loss_histories: dict[int, LossHistory] = {}
-        """Jobs that train to a target loss -> the loss curve their heartbeats trace."""
         self.observed_at = 0.0
         """When heartbeats' progress was last read into the policy's state."""
-        self.duration_source: dict[int, str] = {}
-        """Where each job's expected run time comes from (see runtime.estimates)."""
-        self.packed_on: dict[int, int] = {}
-        """Job -> the job whose GPUs it shares (a packed guest -> its host)."""
         self.turns: dict[int, Turns] = {}
         """Time-sliced pairs, by guest: whose turn it is and until when."""
-        self.alone_rates: dict[int, float] = {}
-        """Job -> its throughput (steps/s) last measured while it ran alone."""
-        self.share_changed: dict[int, float] = {}
-        """Job -> when its attempt began or its sharing last changed (its
-        throughput is read as alone or shared only from a while after)."""
-        self.stepping_since: dict[int, float] = {}
-        """Job -> when its current attempt's first throughput window began (it
-        was stepping from then: a partner's speed measured earlier was not shared)."""
-        self.beating: set[int] = set()
-        """Jobs whose current attempt has sent a heartbeat (it uses corral.train)."""
         self.metrics = LoopMetrics()
         """Pass times, for the API's ``/metrics``."""
-        self.startup: dict[int, float] = {}
-        """Job -> seconds a start of it costs before it progresses, for jobs given as
-        a task that were stopped while still starting (before their first
-        heartbeat): twice what that attempt ran. Charged like the simulator's switch
-        cost, so a minimum-run quantum shorter than a cold start cannot keep such a
-        job from ever progressing."""
         self.turn_wakeup: float | None = None
         """When the next time-sliced pair swaps turns."""
-        self.start_notes: dict[int, str | None] = {}
-        """How a job the plan started will run (Opportunistic, Shared), for its
-        row once it launches."""
-        self.batch_sizes: dict[int, int] = {}
-        """Job -> the global batch size its policy set (Pollux): passed at launch
-        and in heartbeat answers."""
-        self.gpu_memory: dict[int, float] = {}
-        """Job -> peak GPU memory per GPU (bytes) its last heartbeat reported."""
         self.inbox = Inbox()
         """What the API's threads post for the loop (a heartbeat's GPU memory, a node
         drained, a job page's question for the policy's view)."""
@@ -281,30 +236,12 @@ class LoopBase:
         """The thread the loop runs on (None: stepped by its caller, as tests do)."""
         self.answers = Answers()
         """What the API answers from the loop's view, published after each pass."""
-        self.staging: dict[int, tuple[ProcessRef, Path]] = {}
-        """Waiting jobs whose inputs are being staged ahead of their start (Liquid)."""
-        self.uncapped: set[int] = set()
-        """Running jobs upgraded from opportunistic: their memory cap is lifted."""
-        self.low_priority: dict[int, float] = {}
-        """Jobs the plan started at low priority -> their GPU memory fraction."""
-        self.exclusive: set[int] = set()
-        """Live jobs that asked for their nodes alone (sbatch --exclusive)."""
         self.fenced: set[int] = set()
         """Free GPUs taken from the policy because an exclusive job runs on their node."""
         self.exclusive_skipped: set[int] = set()
         """Exclusive jobs whose start the last plan gave but their nodes were not idle."""
-        self.preempted: set[int] = set()
-        """Queued jobs whose last attempt was preempted (their reason says so)."""
         self.identities = check_identities(config)
         """API user -> Unix user their jobs run as (the service runs as root)."""
-        self.round_refs: dict[int, RoundOf] = {}
-        """Job id -> the job and round it is a task of (policies that plan rounds)."""
-        self.specs: dict[int, JobSpec] = {}
-        """Job id -> its spec, checked once where the job entered the loop's view
-        (see runtime.loop.records): the loop never re-validates a stored spec."""
-        self.aside: dict[int, str] = {}
-        """Jobs set aside because their record is unusable -> why; one still running
-        (found so at a restart) is stopped and ends FAILED with that reason."""
         self.user_configs = {u.name: u for u in config.users}
         """API user -> their config (per-user limits, fair-share shares)."""
         self.share_bonus: dict[str, int] = {}
@@ -322,6 +259,21 @@ class LoopBase:
         """A pass failed: the loop's memory may differ from the store, so the next
         step forgets it and recovers from the store first."""
         self._nodes_dirty = False
+
+    @property
+    def live(self) -> LiveJobs:
+        """The policy's state (the book keeps it in step with its records)."""
+        return self.book.live
+
+    @live.setter
+    def live(self, state: LiveJobs) -> None:
+        """A rebuilt policy state: the book's jobs are put where they belong again."""
+        self.book.rebase(state)
+
+    @property
+    def attempts(self) -> Mapping[int, Attempt]:
+        """Job -> its process in flight (the book's index; read-only)."""
+        return self.book.attempts
 
     def _new_policy(self) -> Policy:
         options = dict(self.config.policy_options)
@@ -342,14 +294,17 @@ class LoopBase:
     def _round_ref(self, i: int) -> RoundOf | None:
         """The job and round the job in state row ``i`` is a task of (None: not a task)."""
         ids = self.live.ids
-        return self.round_refs.get(ids[i]) if i < len(ids) else None
+        return self.book.peek(ids[i]).round_ref if i < len(ids) else None
 
     def _spec(self, row: JobRow) -> JobSpec:
         """The job's spec as checked where it entered the loop (raises BadRecord
         when the stored record is unusable)."""
-        spec = self.specs.get(row.id)
+        rec = self.book.get(row.id)
+        spec = None if rec is None else rec.spec
         if spec is None:
-            spec = self.specs[row.id] = check_record(row)
+            spec = check_record(row)
+            if rec is not None:
+                rec.spec = spec
         return spec
 
     def rel(self, t: float) -> float:
@@ -416,7 +371,7 @@ class LoopBase:
             return {}
         seconds = live.state.remaining_time(np.array([i for _, i in held])).tolist()
         return {
-            job: (left, self.duration_source.get(job, "default"))
+            job: (left, self.book.peek(job).duration_source)
             for (job, _), left in zip(held, seconds, strict=True)
             if np.isfinite(left)
         }
@@ -456,14 +411,16 @@ class LoopBase:
         what the jobs sharing its GPUs (``sharers``: :meth:`gpu_sharers`) leave, by
         their last heartbeats (AntMan's dynamic scaling); its launch figure while
         none of them reports; None for a job that is not opportunistic."""
-        configured = self.low_priority.get(job)
+        rec = self.book.peek(job)
+        configured = rec.low_priority
         if configured is None:
-            return 1.0 if job in self.uncapped else None
+            return 1.0 if rec.uncapped else None
+        memory = self.book.having("gpu_memory")
         caps = []
         for gpu, jobs in sharers.items():
             if job not in jobs:
                 continue
-            used = [self.gpu_memory[o] for o in jobs if o != job and o in self.gpu_memory]
+            used = [memory[o] for o in jobs if o != job and o in memory]
             capacity = gpu_memory_gb(self.slots[gpu].gpu_type)
             if used and capacity:
                 caps.append(memory_left(sum(used), capacity * 1e9))
@@ -482,15 +439,15 @@ class LoopBase:
             elif isinstance(message, ViewAsked):
                 message.answer.set_result(self.policy_view(message.job))
             elif message.job in self.attempts:
-                self.gpu_memory[message.job] = message.used
+                self.book[message.job].gpu_memory = message.used
 
     def _publish(self) -> None:
         """What the API answers from the loop's view (heartbeats, listings, the
         nodes' view) as of this pass, swapped in whole."""
-        capped = set(self.low_priority) | self.uncapped
+        capped = {*self.book.having("low_priority"), *self.book.having("uncapped")}
         sharers = self.gpu_sharers()
         self.answers = Answers.of(
-            self.batch_sizes,
+            dict(self.book.having("batch_size")),
             {job: self.memory_cap(job, sharers) for job in capped},
             self.remaining_of(self._open_jobs()),
             {gpu: tuple(jobs) for gpu, jobs in sharers.items()},
@@ -514,6 +471,6 @@ class LoopBase:
         """GPU -> the jobs on it now: its holder, then any job packed on the holder."""
         holders = dict(self.holders)
         guests: dict[int, list[int]] = {}
-        for guest, host in list(self.packed_on.items()):
+        for guest, host in list(self.book.packed_on.items()):
             guests.setdefault(host, []).append(guest)
         return {g: [job, *sorted(guests.get(job, []))] for g, job in holders.items()}

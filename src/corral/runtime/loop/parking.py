@@ -63,14 +63,16 @@ class Parking(Transitions):
         limit = self.config.workers.park
         if not limit or a.stop is not None or a.paused or a.ref is None:
             return False
-        if a.job not in self.beating or a.phase == "prerun" or a.job in self.round_refs:
+        rec = self.book.peek(a.job)
+        if not rec.beating or a.phase == "prerun" or rec.round_ref is not None:
             return False
-        if a.job in self.packed_on or a.job in self.packed_on.values() or a.job in self.turns:
+        packed = self.book.packed_on
+        if a.job in packed or a.job in packed.values() or a.job in self.turns:
             return False
         parked = Counter(  # jobs parked and not being started again
             g
             for b in self.attempts.values()
-            if b.stop == PARK and b.job not in self.starting
+            if b.stop == PARK and b.job not in self.book.placed
             for g in b.gpus
         )
         return all(parked[g] < limit for g in a.gpus)
@@ -82,11 +84,11 @@ class Parking(Transitions):
             row = s.get(JobRow, a.job)
             if row is not None:
                 row.preemptions += 1
-                if a.job not in self.starting:
+                if a.job not in self.book.placed:
                     row.status, row.gpus, row.reason = JobStatus.PENDING, None, PARKED
             self.store.event(s, "park", a.job, attempt=a.number, gpus=list(a.gpus))
-        self.reasons[a.job] = PARKED
-        self.preempted.add(a.job)
+        rec = self.book[a.job]
+        rec.reason, rec.preempted = PARKED, True
         self._pause(a, now, reason=PARKED)
 
     def _awaiting_pause(self) -> bool:
@@ -113,16 +115,17 @@ class Parking(Transitions):
     def _restart_parked(self, a: Attempt, gpus: tuple[int, ...], now: float) -> None:
         """The policy started a parked job again: resume it in place on the same GPUs
         (once they are free), or stop it so it starts from its checkpoint elsewhere."""
-        if sorted(gpus) != sorted(a.gpus) or a.job in self.packed_on:
+        if sorted(gpus) != sorted(a.gpus) or a.job in self.book.packed_on:
             self._stop(a, "preempt", now)
             return
         if any(self.holders.get(g, a.job) != a.job for g in gpus):
             return  # the job preempted from these GPUs is still leaving
-        del self.starting[a.job]
+        self.book.launched(a.job)
         for g in gpus:
             self.holders[g] = a.job
         a.parked = False
-        note = self.start_notes.pop(a.job, None)
+        rec = self.book[a.job]
+        note, rec.start_note = rec.start_note, None
         with self.store.session() as s:
             self._set_stop(s, a, None)
             row = s.get(JobRow, a.job)
@@ -132,8 +135,7 @@ class Parking(Transitions):
             self.store.event(
                 s, "unpark", a.job, attempt=a.number, gpus=list(gpus), parked_s=round(parked_for, 3)
             )
-        self.reasons[a.job] = note
-        self.preempted.discard(a.job)
+        rec.reason, rec.preempted = note, False
         i = self.live.index.get(a.job)
         if i is not None:  # it progresses from now: a warm switch costs no start-up
             self.live.progress_from(i, self.rel(now))

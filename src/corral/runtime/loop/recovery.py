@@ -54,11 +54,12 @@ class Recovery(LoopBase):
                 self.live = self._live_for(len(rows))
             open_attempts = {a.job_id: a for a in self.store.open_attempts(s)}
             for row in rows:
+                rec = self.book.enter(row.id)
                 try:
                     spec: JobSpec | None = self._spec(row)
                 except BadRecord as bad:
                     spec = None
-                    self.aside[row.id] = bad.reason
+                    rec.aside = bad.reason
                 att = open_attempts.get(row.id)
                 if att is not None:
                     ref = (
@@ -67,7 +68,7 @@ class Recovery(LoopBase):
                         else self.executor.pid_from(Path(att.dir))
                     )
                     alive = ref is not None and self.executor.adopt(ref)
-                    a = self.attempts[row.id] = Attempt(
+                    a = rec.attempt = Attempt(
                         row.id,
                         att.id,
                         att.number,
@@ -86,7 +87,7 @@ class Recovery(LoopBase):
                     # two jobs packed on these GPUs (whether or not the guest's process
                     # still runs: its attempt holds them until its end is recorded)
                     if len(sharing) == 1:
-                        self.packed_on[row.id] = sharing.pop()
+                        rec.packed_on = sharing.pop()
                     else:
                         for g in att.gpus:
                             self.holders[g] = row.id
@@ -164,8 +165,11 @@ class Recovery(LoopBase):
         live = self.live
         attained = self.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
         histories: dict[str, list[float]] = {}
+        book = self.book
         for row in rows:
-            if row.id in self.attempts and row.id in self.aside:
+            rec = book.enter(row.id)
+            a = rec.attempt
+            if a is not None and rec.aside is not None:
                 continue  # still running: it is stopped, then ends set aside
             try:
                 i = self._add(s, row, histories)
@@ -175,35 +179,35 @@ class Recovery(LoopBase):
                 self._set_aside(s, row, exc, now)
                 continue
             if row.reason == "Preempted":
-                self.preempted.add(row.id)
+                rec.preempted = True
             live.state.attained_base[i] = attained.get(row.id, 0.0)
             live.state.preemptions[i] = row.preemptions
             live.state.failures[i] = row.failures
-            if row.status == JobStatus.SUSPENDED or (
-                row.held is not None and row.id not in self.attempts
-            ):
+            if row.status == JobStatus.SUSPENDED or (row.held is not None and a is None):
+                book.hold(row.id)
                 continue
-            if row.id in self.attempts and self.attempts[row.id].stop in ("cancel", "timeout"):
-                live.close(i)
+            if a is not None and a.stop in ("cancel", "timeout"):
+                book.close(row.id)
                 continue
-            if row.eligible_at > now and row.id not in self.attempts:
-                self.backoff[row.id] = row.eligible_at
+            if row.eligible_at > now and a is None:
+                book.back_off(row.id, row.eligible_at)
                 continue
-            a = self.attempts.get(row.id)
-            if a is None and row.id not in self.starting:
+            placed = rec.placed_on
+            if a is None and placed is None:
                 self._enqueue(row, i, now)
                 continue
-            live.arrive(i, self.rel(now))
             if a is not None and a.stop is None:
-                host = self.packed_on.get(row.id)
+                host = rec.packed_on
                 h = live.index.get(host, -1) if host is not None else -1
                 if h >= 0 and live.state.status[h] != RUNNING:
                     h = -1
-                live.start(i, a.gpus, since=self.rel(a.started), host=h)
-            elif a is not None and a.stop == "suspend":
-                live.hold(i)
-            elif row.id in self.starting:
-                live.start(i, self.starting[row.id])
+                book.adopt(row.id, a.gpus, since=self.rel(a.started), now=self.rel(now), host=h)
+                continue
+            book.arrive(row.id, self.rel(now))
+            if a is not None and a.stop == "suspend":
+                book.hold(row.id)
+            elif placed is not None:
+                book.replace(row.id, placed)
 
     def _quarantine(self) -> bool:
         """After a failed pass: check every job in the loop's view again as if it had
@@ -218,7 +222,9 @@ class Recovery(LoopBase):
                 row = s.get(JobRow, job)
                 if row is None or row.status in TERMINAL:
                     continue
-                self.specs.pop(job, None)
+                rec = self.book.get(job)
+                if rec is not None:
+                    rec.spec = None
                 try:
                     self._spec(row)
                     continue
@@ -230,11 +236,10 @@ class Recovery(LoopBase):
                     self._set_aside(s, row, problem, now)
                     continue
                 # still running: stopped, it ends set aside (Transitions._ended_aside)
-                self.aside[job] = row.reason = self.reasons[job] = problem.reason
+                rec = self.book[job]
+                rec.aside = row.reason = rec.reason = problem.reason
                 self.store.event(s, "set_aside", job, why=problem.reason)
-            i = self.live.index.get(job)
-            if i is not None:
-                self.live.close(i)
+            self.book.close(job)
             if a.stop is None:
                 self._stop(a, "cancel", now)
         return found
@@ -243,34 +248,30 @@ class Recovery(LoopBase):
         """End a job whose record the loop cannot use, saying why (logged once): the
         pass, and everyone else's jobs, go on without it."""
         reason = exc if isinstance(exc, str) else aside_reason(exc)
-        self.specs.pop(row.id, None)
-        i = self.live.index.get(row.id)
-        if i is not None:
-            self.live.close(i)
-        self._forget_waiting(row.id)
+        self.book.close(row.id)
+        rec = self.book[row.id]
+        rec.spec = rec.aside = None
         row.status, row.end_time, row.gpus = JobStatus.FAILED, now, None
         row.reason, row.request = reason, None
-        self.reasons[row.id] = reason
-        self.aside.pop(row.id, None)
+        rec.reason = reason
         self.store.event(s, "set_aside", row.id, why=reason)
         print(f"corral: job {row.id} set aside: {reason}", file=sys.stderr, flush=True)
 
     def _add(self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None) -> int:
+        rec = self.book.enter(row.id)
         spec = self._spec(row)
-        if spec.round_of is not None:
-            self.round_refs[row.id] = spec.round_of
-        if spec.exclusive:
-            self.exclusive.add(row.id)
+        rec.round_ref = spec.round_of
+        rec.exclusive = spec.exclusive
         gpus = 1 if row.phase == "prerun" else spec.gpus
         duration, source = expected_duration(
             self.store, s, spec, row.user, self.config.default_duration, histories
         )
-        self.duration_source[row.id] = source
+        rec.duration_source = source
         if spec.total_steps is not None:
-            self.goals[row.id] = spec.total_steps
-        if spec.target_loss is not None and row.id not in self.loss_histories:
-            self.loss_histories[row.id] = LossHistory(spec.target_loss)
-        return self.live.add(
+            rec.goal = spec.total_steps
+        if spec.target_loss is not None and rec.loss_history is None:
+            rec.loss_history = LossHistory(spec.target_loss)
+        return self.book.add(
             row.id,
             self.rel(row.submit_time),
             gpus,
@@ -308,10 +309,11 @@ class Recovery(LoopBase):
         """More jobs than slots: a larger state holding the live jobs only, and a fresh policy."""
         with self.store.session() as s:
             rows = self._live_rows(s)
-            self.live = self._live_for(len(rows))
-            self.specs = {j: spec for j, spec in self.specs.items() if j in self.attempts}
+            self.live = self._live_for(len(rows))  # (the book's jobs are NEW again)
+            for rec in self.book:
+                if rec.attempt is None:
+                    rec.spec = None  # checked again as it enters the new state
             self.policy = self._new_policy()
-            self.backoff.clear()
             self._load(s, rows)
             self.seen = max([self.seen, *(r.id for r in rows)])
         self.reserved.clear()

@@ -46,7 +46,7 @@ class RoundJobs(LoopBase):
 
     def _hold_round_job(self, row: JobRow, i: int, now: float) -> None:
         """A job run as rounds never enters the policy's queues: its tasks do."""
-        self.live.hold(i)
+        self.book.hold(row.id)
         s = object_session(row)
         assert s is not None
         self._round_progress(s, row, now)
@@ -62,8 +62,8 @@ class RoundJobs(LoopBase):
     def _round_task_ended(self, s: Session, row: JobRow, now: float) -> None:
         if row.parent is None:
             return
-        if row.status in TERMINAL:
-            self.round_refs.pop(row.id, None)
+        if row.status in TERMINAL and (rec := self.book.get(row.id)) is not None:
+            rec.round_ref = None
         job = s.get(JobRow, row.parent)
         if job is not None:
             self._round_progress(s, job, now)
@@ -127,15 +127,13 @@ class RoundJobs(LoopBase):
 
     def _round_of(self, task: JobRow) -> RoundOf | None:
         """The round a task belongs to (None when its stored spec is unusable)."""
-        spec = self.specs.get(task.id) or spec_problem(task.spec)[0]
+        spec = self.book.peek(task.id).spec or spec_problem(task.spec)[0]
         return None if spec is None else spec.round_of
 
     def _end_round_job(self, s: Session, job: JobRow) -> None:
         self.executor.release_keepers(job.id)  # nothing left for them to hold
-        i = self.live.index.get(job.id)
-        if i is not None:
-            self.live.close(i)
-        self.reasons[job.id] = job.reason
+        self.book.close(job.id)
+        self.book[job.id].reason = job.reason
         self._round_job_cancelled(s, job)
 
     def _make_round(

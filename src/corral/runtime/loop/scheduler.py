@@ -45,6 +45,7 @@ from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.loop.estimates import measured_remaining
 from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
 from corral.runtime.loop.gpu_watch import GpuWatch
+from corral.runtime.loop.job_book import Phase
 from corral.runtime.loop.launching import Launching
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, cluster_from_slots
 from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
@@ -135,7 +136,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             self.metrics.pass_seconds.labels(self.config.policy).observe(
                 time.perf_counter() - began
             )
-        elif (self.goals or self.loss_histories) and (
+        elif (self.book.having("goal") or self.book.having("loss_history")) and (
             now - self.observed_at >= self.config.heartbeat_interval
         ):
             # between passes too, so the work left shown stays fresh
@@ -145,6 +146,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         self.executor.tend()
         self._poll_staging()
         self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
+        self.book.sweep()  # the jobs over for the loop go, and all it kept about them
         self._publish()
         self.metrics.last_step.set(self.clock())
         with self._cv:
@@ -178,8 +180,8 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         plan = self._keep_limits(plan, capped)
         self._apply(plan, now)
         wake = upcoming(plan.next_wakeup, st.now)
-        if self.backoff:
-            soonest = self.rel(min(self.backoff.values()))
+        if self.book.backoff:
+            soonest = self.rel(min(self.book.backoff.values()))
             wake = soonest if wake is None else min(wake, soonest)
         self.next_wakeup = None if wake is None else self.store.epoch + wake
         waits = self.policy.waiting_reasons(self.live.state)
@@ -269,8 +271,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
     def _fail_unschedulable(self, i: int, error: str, now: float) -> None:
         """End a waiting job the policy cannot schedule, saying why (never silently)."""
         job = self.live.ids[i]
-        self.live.close(i)
-        self._forget_waiting(job)
+        self.book.close(job)
         reason = f"PolicyError: the policy cannot schedule this job ({error[:300]})"
         with self.store.session() as s:
             row = s.get(JobRow, job)
@@ -278,12 +279,12 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                 row.status, row.end_time, row.gpus, row.reason = JobStatus.FAILED, now, None, reason
                 self._round_task_ended(s, row, now)
             self.store.event(s, "policy_rejected", job, error=error[:1000])
-        self.reasons[job] = reason
+        self.book[job].reason = reason
 
     def _apply(self, plan: Plan, now: float) -> None:
         live, st = self.live, self.live.state
         for i, batch in plan.batch_sizes.items():
-            self.batch_sizes[live.ids[i]] = int(batch)
+            self.book[live.ids[i]].batch_size = int(batch)
         for i in plan.prestage:
             self._prestage(live.ids[i])
         names = self.cluster.gpu_type_names
@@ -293,17 +294,18 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                 if st.status[i] != RUNNING:
                     continue
                 job = live.ids[i]
-                live.preempt(i)
-                if job in self.starting:
-                    del self.starting[job]
-                    self.packed_on.pop(job, None)
+                rec = self.book[job]
+                placed = rec.phase is Phase.PLACED
+                self.book.preempt(job)
+                if placed:
+                    rec.packed_on = None
                     row = s.get(JobRow, job)
                     if row is not None and not self._launched(job):
                         row.status, row.gpus = JobStatus.PENDING, None
                         row.reason = PARKED if self._parked(job) else "Preempted"
-                        self.preempted.add(job)
-                if job in self.attempts and self.attempts[job].stop is None:
-                    stops.append(self.attempts[job])
+                        rec.preempted = True
+                if rec.attempt is not None and rec.attempt.stop is None:
+                    stops.append(rec.attempt)
             for i, gpus in plan.starts.items():
                 job = live.ids[i]
                 host = plan.packs[i][0] if i in plan.packs else -1
@@ -321,22 +323,19 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                     )
                     continue
                 gpus = tuple(int(g) for g in gpus)
-                live.start(i, gpus, host=host)
-                self.uncapped.discard(job)
-                if i in plan.low_priority:
-                    self.low_priority[job] = plan.low_priority[i]
-                else:
-                    self.low_priority.pop(job, None)
+                self.book.place(job, gpus, host=host)
+                rec = self.book[job]
+                rec.uncapped = False
+                rec.low_priority = plan.low_priority.get(i)
                 if host >= 0:
-                    self.packed_on[job] = live.ids[host]
+                    rec.packed_on = live.ids[host]
                     self.store.event(s, "packed", job, on=live.ids[host])
-                self.starting[job] = gpus
                 row = s.get(JobRow, job)
                 if row is not None:
                     if not self._launched(job):
                         row.status = JobStatus.STARTING
                     row.gpus, row.reason = list(gpus), None
-                    self.reasons[job] = None
+                    rec.reason = None
                 self.store.event(s, "allocated", job, gpus=list(gpus))
         if plan.timeslices:
             self._timeslice(plan, now)
@@ -352,14 +351,14 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         Either replaces the guess policies read."""
         st = self.live.state
         live = []
-        for job in {*self.goals, *self.loss_histories}:
+        book = self.book
+        for job in {*book.having("goal"), *book.having("loss_history")}:
             i = self.live.index.get(job)
             status = st.status[i] if i is not None else None
             if status in (PENDING, RUNNING):
                 live.append(job)
             elif status != FUTURE:  # ended (a held job keeps its goal)
-                self.goals.pop(job, None)
-                self.loss_histories.pop(job, None)
+                book[job].goal = book[job].loss_history = None
         if not live:
             return
         with self.store.session() as s:
@@ -370,11 +369,12 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             ).all()
         for job, steps, throughput, curve in rows:
             lefts: list[tuple[float, str]] = []
-            if job in self.goals:
-                left = measured_remaining(self.goals[job], steps, throughput)
+            rec = book[job]
+            if rec.goal is not None:
+                left = measured_remaining(rec.goal, steps, throughput)
                 if left is not None:
                     lefts.append((left, "heartbeats"))
-            history = self.loss_histories.get(job)
+            history = rec.loss_history
             if history is not None:
                 history.update(curve)
                 total = history.predicted_total(steps)
@@ -387,7 +387,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             i = self.live.index[job]
             st.total_steps[i] = float(st.done_steps(np.array([i]))[0]) + left
             st.estimated[i] = st.curve_predicted[i] = source == "convergence"
-            self.duration_source[job] = source
+            rec.duration_source = source
 
     def _observe_goodput(self) -> None:
         """Running jobs that state a batch size: the gradient noise scale their
@@ -417,20 +417,21 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         """The peak GPU memory running jobs' heartbeats report, for policies that
         learn what jobs need (Liquid)."""
         st, index = self.live.state, self.live.index
-        for job, used in list(self.gpu_memory.items()):
+        for job, used in list(self.book.having("gpu_memory").items()):
             i = index.get(job)
             if i is not None and used > 0:  # the peak over the heartbeats seen
                 st.gpu_memory[i] = np.fmax(st.gpu_memory[i], used / 1e9)
             if job not in self.attempts:  # ended: the state keeps its peak
-                self.gpu_memory.pop(job, None)
+                self.book[job].gpu_memory = None
 
     def _upgraded(self, job: int) -> None:
         """A running job the policy no longer runs opportunistically (AntMan: its VC's
         quota freed): its GPU memory cap is lifted at its next heartbeat, and its
         processes get normal OS priority back where the service may raise it."""
-        self.low_priority.pop(job, None)
-        self.uncapped.add(job)
-        attempt = self.attempts.get(job)
+        rec = self.book[job]
+        rec.low_priority = None
+        rec.uncapped = True
+        attempt = rec.attempt
         reniced = (
             attempt is not None and attempt.ref is not None and self.executor.renice(attempt.ref, 0)
         )
@@ -457,24 +458,25 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                 reason = "ReqNodeNotAvail"
             elif i in waits:
                 reason = waits[i]
-            elif job in self.preempted:
+            elif self.book.peek(job).preempted:
                 reason = PARKED if self._parked(job) else "Preempted"
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if job in self.exclusive_skipped and reason in ("Resources", "Priority"):
                 reason = EXCLUSIVE_WAIT
-            if self.reasons.get(job) != reason:
+            if self.book.peek(job).reason != reason:
                 changes[job] = reason
         # running jobs: the policy's note (Opportunistic), else Shared when the
         # job shares its GPUs with another, else nothing
         for i in st.running:
             job = self.live.ids[i]
-            if job in self.low_priority and notes.get(i) != "Opportunistic":
+            rec = self.book[job]
+            if rec.low_priority is not None and notes.get(i) != "Opportunistic":
                 self._upgraded(job)
             note = notes.get(i) or ("Shared" if st.host[i] >= 0 or st.guest[i] >= 0 else None)
-            if job not in self.attempts:  # not launched yet: its row gets it at launch
-                self.start_notes[job] = note
-            elif self.reasons.get(job) != note:
+            if rec.attempt is None:  # not launched yet: its row gets it at launch
+                rec.start_note = note
+            elif rec.reason != note:
                 changes[job] = note
         if not changes:
             return
@@ -483,4 +485,5 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                 row = s.get(JobRow, job)
                 if row is not None and row.status in (JobStatus.PENDING, JobStatus.RUNNING):
                     row.reason = change
-                    self.reasons[job] = change
+                    if (held := self.book.get(job)) is not None:
+                        held.reason = change

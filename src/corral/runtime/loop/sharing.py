@@ -40,15 +40,17 @@ class Sharing(LoopBase):
     def _unpair(self, job: int, now: float) -> None:
         """``job``'s attempt ended: a guest packed on it keeps the GPUs; a host it
         was packed on runs alone again."""
-        host = self.packed_on.pop(job, None)
-        if host is not None:
-            self.share_changed[host] = now
-        for guest, on in list(self.packed_on.items()):
+        book = self.book
+        rec = book[job]
+        host, rec.packed_on = rec.packed_on, None
+        if host is not None and host in book:
+            book[host].share_changed = now
+        for guest, on in list(book.packed_on.items()):
             if on != job:
                 continue
-            del self.packed_on[guest]
-            self.share_changed[guest] = now
-            a = self.attempts.get(guest)
+            other = book[guest]
+            other.packed_on, other.share_changed = None, now
+            a = other.attempt
             if a is not None:
                 for g in a.gpus:
                     self.holders.setdefault(g, guest)
@@ -59,8 +61,8 @@ class Sharing(LoopBase):
         soonest: float | None = None
         for guest, t in list(self.turns.items()):
             ga, ha = self.attempts.get(t.guest), self.attempts.get(t.host)
-            paired = self.packed_on.get(guest) == t.host
-            waiting = paired and ga is None and guest in self.starting and ha is not None
+            paired = self.book.packed_on.get(guest) == t.host
+            waiting = paired and ga is None and guest in self.book.placed and ha is not None
             if waiting:  # the guest is not launched yet: the host runs meanwhile
                 continue
             if not paired or ga is None or ha is None or ga.stop or ha.stop:
@@ -90,7 +92,7 @@ class Sharing(LoopBase):
         with self.store.session() as s:
             for i, quantum in plan.timeslices.items():
                 guest = self.live.ids[i]
-                host = self.packed_on.get(guest)
+                host = self.book.packed_on.get(guest)
                 if host is None or guest in self.turns:
                     continue
                 new = i in plan.starts
@@ -109,7 +111,7 @@ class Sharing(LoopBase):
         if a.ref is None:
             return
         a.paused_at = now
-        cooperative = a.job in self.beating
+        cooperative = self.book.peek(a.job).beating
         if cooperative:  # corral.train pauses at its next iteration boundary
             self.executor.signal(a.ref, signal.SIGTSTP)
             a.force_pause_at = now + self.config.pause_grace
@@ -124,7 +126,8 @@ class Sharing(LoopBase):
         a.paused_at = None
         a.force_pause_at = None
         a.resumed_at = now
-        self.share_changed[a.job] = now
+        if (rec := self.book.get(a.job)) is not None:
+            rec.share_changed = now
         self._note(a, "resume", reason)  # recorded before it runs again
         if a.ref is not None:
             self.executor.signal(a.ref, signal.SIGCONT)
@@ -158,26 +161,32 @@ class Sharing(LoopBase):
                     JobRow.id, JobRow.throughput, JobRow.throughput_since, JobRow.last_heartbeat
                 ).where(JobRow.id.in_(running))
             ).all()
+        book = self.book
         for job, throughput, window, beat in rows:
+            rec = book[job]
             started = self.attempts[job].started
             first = window is not None and window >= started and throughput is not None
+            stepping = rec.stepping_since
             if (
                 first
                 and beat is not None
                 and window is not None
-                and (self.stepping_since.get(job, -1.0) < started)
+                and (stepping is None or stepping < started)
             ):
-                self.stepping_since[job] = window  # its attempt's first figure
+                rec.stepping_since = window  # its attempt's first figure
         # without the window's age (an older client), a figure may cover up to
         # two one-second windows before the beat that carried it
         settle = 2.0 + self.config.heartbeat_interval
         for job, throughput, window, beat in rows:
             i = self.live.index[job]
-            a = self.attempts[job]
+            rec = book[job]
+            a = rec.attempt
+            assert a is not None
             st.reports_speed[i] = throughput is not None
             if st.status[i] != RUNNING or throughput is None or beat is None or a.paused:
                 continue
-            since = max(self.share_changed.get(job, a.started), a.resumed_at)
+            changed = rec.share_changed
+            since = max(a.started if changed is None else changed, a.resumed_at)
             partner = int(st.host[i]) if st.host[i] >= 0 else int(st.guest[i])
             shared = partner >= 0
             if shared:
@@ -185,21 +194,23 @@ class Sharing(LoopBase):
             began = beat - settle if window is None else window
             if began < since:  # its figure still covers time before the change
                 continue
+            alone = rec.alone_rate
             if not shared:
-                self.alone_rates[job] = float(throughput)
-            elif self.alone_rates.get(job, 0.0) > 0 and not self._sliced(job):
-                st.observed_speed[i] = float(throughput) / self.alone_rates[job]
+                rec.alone_rate = float(throughput)
+            elif alone is not None and alone > 0 and not self._sliced(job):
+                st.observed_speed[i] = float(throughput) / alone
 
     def _stepping_since(self, job: int, settle: float) -> float:
         """When ``job``'s current attempt began stepping: its first throughput
         window; for a job that reports none, ``settle`` after its launch."""
-        a = self.attempts.get(job)
+        rec = self.book.peek(job)
+        a = rec.attempt
         if a is None:
             return float("inf")
-        began = self.stepping_since.get(job, -1.0)
-        if began >= a.started:
+        began = rec.stepping_since
+        if began is not None and began >= a.started:
             return began
-        return a.started + settle if job not in self.beating else float("inf")
+        return a.started + settle if not rec.beating else float("inf")
 
     def _sliced(self, job: int) -> bool:
         return any(job in (t.host, t.guest) for t in self.turns.values())

@@ -17,6 +17,7 @@ from corral.runtime.execution.executor import (
     read_exit_record,
 )
 from corral.runtime.execution.exits import PARK, Cause, classify, never_started
+from corral.runtime.loop.job_book import Phase
 from corral.runtime.loop.loop_base import TERMINAL, Attempt, Waiting
 from corral.runtime.loop.records import HELD_REASONS
 from corral.runtime.loop.sharing import Sharing
@@ -100,11 +101,11 @@ class Transitions(Sharing):
                 continue
             beat = beats.get(job)
             if beat is not None:
-                self.beating.add(job)
+                self.book[job].beating = True
             if a.stop is None:
                 if a.wall_limit is not None and a.ran_for(now) >= a.wall_limit:
                     self._stop(a, "timeout", now)
-                    self.live.close(self.live.index[job])
+                    self.book.close(job)
                     changed = True
                 elif (
                     beat is not None
@@ -149,17 +150,17 @@ class Transitions(Sharing):
             self._resume(a, now)
 
     def _ended(self, a: Attempt, record: ExitRecord, now: float) -> None:
-        if a.job in self.aside:
+        book = self.book
+        rec = book[a.job]
+        if rec.aside is not None:
             self._ended_aside(a, record, now)
             return
         cause, detail = classify(a.stop, record, a.phase, a.log)
-        fault = self.gpu_faults_of.pop(a.job, None)
+        fault, rec.gpu_fault = rec.gpu_fault, None
         if fault is not None and a.stop == "gpu_failure":
             detail = f"{fault} (the GPU failed under it; {detail})"
-        del self.attempts[a.job]
-        reported = a.job in self.beating
-        self.beating.discard(a.job)
-        self.stepping_since.pop(a.job, None)
+        reported = rec.beating
+        rec.attempt, rec.beating, rec.stepping_since = None, False, None
         for g in a.gpus:
             if self.holders.get(g) == a.job:
                 del self.holders[g]
@@ -167,8 +168,9 @@ class Transitions(Sharing):
         live = self.live
         i = live.index[a.job]
         st = live.state
+        placed = rec.phase is Phase.PLACED  # the plan started it again meanwhile
         # still running in the policy's view: it ended by itself, not by a plan's stop
-        ours = st.status[i] == RUNNING and a.job not in self.starting
+        ours = rec.phase is Phase.RUNNING
         end = min(record.end or now, now)
         with self.store.session() as s:
             row = s.get(JobRow, a.job)
@@ -180,12 +182,11 @@ class Transitions(Sharing):
             att.cause, att.detail = cause.value, detail
             att.steps_end = row.steps
             self._count_node(s, a, cause)
-            if a.job not in self.starting:
+            if not placed:
                 row.gpus = None
             row.exit_code = record.exit_code
             if cause in (Cause.SUCCEEDED, Cause.CANCELLED, Cause.TIMEOUT):
-                self.starting.pop(a.job, None)
-                live.close(i)
+                book.close(a.job)
                 row.status = {
                     Cause.SUCCEEDED: JobStatus.SUCCEEDED,
                     Cause.CANCELLED: JobStatus.CANCELLED,
@@ -199,24 +200,24 @@ class Transitions(Sharing):
                 row.status = JobStatus.PENDING
                 row.reason = "Resources"
                 if ours:
-                    live.requeue(i, spec.gpus)
+                    book.requeue(a.job, spec.gpus)
                 else:
                     st.resize(i, spec.gpus)
                 st.nodes_req[i] = spec.nodes or 0  # (its 1-GPU pre-run had no layout)
             elif cause == Cause.PREEMPTED:
-                self.preempted.add(a.job)
+                rec.preempted = True
                 if ours:  # it left by itself (a SIGTERM from outside, its own stop):
-                    live.preempt(i)  # queued again, or the policy would wait on it forever
+                    book.preempt(a.job)  # queued again, or the policy would wait on it forever
                 if record.exit_code == STOPPED_EXIT:
                     st.saved_on_stop(i)  # it left with a checkpoint: its run was not lost
                 if not reported and spec.task is not None:
                     # stopped while still starting (it had not reported): its next
                     # start is given twice as long before its minimum run counts
-                    self.startup[a.job] = max(self.startup.get(a.job, 0.0), 2 * (end - a.started))
+                    rec.startup = max(rec.startup, 2 * (end - a.started))
                 if not a.parked:  # a parked job's was counted when it was parked
                     row.preemptions += 1
-                row.status = JobStatus.STARTING if a.job in self.starting else JobStatus.PENDING
-                row.reason = None if a.job in self.starting else "Preempted"
+                row.status = JobStatus.STARTING if placed else JobStatus.PENDING
+                row.reason = None if placed else "Preempted"
             elif cause == Cause.SUSPENDED:
                 row.status = JobStatus.SUSPENDED
                 row.reason = "Suspended"
@@ -233,10 +234,9 @@ class Transitions(Sharing):
                     or again
                     or kept_out
                 )
-                self.starting.pop(a.job, None)
                 row.gpus = None
                 if final:
-                    live.close(i)
+                    book.close(a.job)
                     row.status = JobStatus.FAILED
                     row.end_time = end
                     row.reason = f"{cause.value}: {detail}"
@@ -245,13 +245,12 @@ class Transitions(Sharing):
                     elif again and row.failures <= spec.max_retries:
                         row.reason += " (not retried: a retry would fail the same way)"
                 else:
-                    live.hold(i)
                     delay = min(
                         self.config.retry.backoff * 2 ** max(row.failures - 1, 0),
                         self.config.retry.backoff_max,
                     )
                     row.eligible_at = now + delay
-                    self.backoff[a.job] = row.eligible_at
+                    book.back_off(a.job, row.eligible_at)
                     row.status = JobStatus.PENDING
                     row.reason = (
                         f"BackOff (requeued after node_failure, {delay:.0f}s; retries not used)"
@@ -259,9 +258,9 @@ class Transitions(Sharing):
                         else f"BackOff (retry {row.failures} of {spec.max_retries} after "
                         f"{cause.value}, {delay:.0f}s)"
                     )
-            self.reasons[a.job] = row.reason
+            rec.reason = row.reason
             if row.status in TERMINAL:
-                self.startup.pop(a.job, None)
+                rec.startup = 0.0
             self._round_task_ended(s, row, now)
             self.store.event(
                 s,
@@ -287,12 +286,13 @@ class Transitions(Sharing):
     def _ended_aside(self, a: Attempt, record: ExitRecord, now: float) -> None:
         """The end of an attempt found running at a restart whose job's record is
         unusable: the job ends set aside, its GPUs free once its process is gone."""
-        del self.attempts[a.job]
-        self.beating.discard(a.job)
+        rec = self.book[a.job]
+        rec.attempt, rec.beating = None, False
         for g in a.gpus:
             if self.holders.get(g) == a.job:
                 del self.holders[g]
-        reason = self.aside[a.job]
+        reason = rec.aside
+        assert reason is not None
         with self.store.session() as s:
             att = s.get(AttemptRow, a.id)
             if att is not None:
@@ -366,8 +366,7 @@ class Transitions(Sharing):
                 if request == "priority":
                     live.set_priority(i, row.priority + self.share_bonus.get(row.user, 0))
                 elif request == "cancel":
-                    self._forget_waiting(row.id)
-                    live.close(i)
+                    self.book.close(row.id)
                     if a is not None:
                         stops.append((a, "cancel"))
                     else:
@@ -377,8 +376,7 @@ class Transitions(Sharing):
                     if row.parent is None and row.status == JobStatus.CANCELLED:
                         self._round_job_cancelled(s, row)  # its tasks, if it runs as rounds
                 elif request == "suspend" and row.status != JobStatus.SUSPENDED:
-                    self._forget_waiting(row.id)
-                    live.hold(i)
+                    self.book.hold(row.id)
                     if a is not None:
                         stops.append((a, "suspend"))
                     else:
@@ -390,7 +388,7 @@ class Transitions(Sharing):
                     self._enqueue(row, i, now)
                 elif request == "requeue":  # scontrol requeue: stopped, and queued again
                     if a is not None and a.stop is None and live.state.status[i] == RUNNING:
-                        live.preempt(i)
+                        self.book.preempt(row.id)
                         stops.append((a, "preempt"))
                 elif request in ("resume", "release"):  # (release of a suspended job)
                     if a is not None and a.stop == "suspend":
@@ -399,7 +397,7 @@ class Transitions(Sharing):
                         att = s.get(AttemptRow, a.id)
                         if att is not None:
                             att.stop = "preempt"
-                        live.arrive(i, self.rel(now))
+                        self.book.arrive(row.id, self.rel(now))
                     elif row.status == JobStatus.SUSPENDED:
                         row.status, row.reason = JobStatus.PENDING, None
                         self._enqueue(row, i, now)
@@ -412,21 +410,15 @@ class Transitions(Sharing):
         """scontrol hold: a waiting job stays PENDING but is kept from the policy
         until released. One that started meanwhile is left running (Slurm refuses
         to hold a started job); an admin's hold replaces a user's."""
-        if row.status != JobStatus.PENDING or row.id in self.attempts or row.id in self.starting:
+        rec = self.book[row.id]
+        if row.status != JobStatus.PENDING or rec.attempt is not None or rec.phase is Phase.PLACED:
             self.store.event(s, "hold_refused", row.id, why=f"job is {row.status}")
             return
         if row.held == "admin" and holder == "user":
             return
-        self._forget_waiting(row.id)
-        self.live.hold(i)
+        self.book.hold(row.id)
         row.held, row.reason = holder, HELD_REASONS[holder]
-        self.reasons[row.id] = row.reason
-
-    def _forget_waiting(self, job: int) -> None:
-        """A job leaves every wait the loop keeps for it: launch, back-off, dependency."""
-        self.starting.pop(job, None)
-        self.backoff.pop(job, None)
-        self.blocked.pop(job, None)
+        rec.reason = row.reason
 
     def _enqueue(self, row: JobRow, i: int, now: float) -> None:
         """Queue a job for the policy, or hold it while its dependency is unmet (a job
@@ -446,9 +438,9 @@ class Transitions(Sharing):
         )
         holds = waiting.dependency or waiting.singleton or waiting.limit or waiting.begin > now
         if holds and row.first_start is None:
-            self.blocked[row.id] = waiting
+            self.book.block(row.id, waiting)
             row.reason = "BeginTime" if waiting.begin > now else "Dependency"
-            self.reasons[row.id] = row.reason
+            self.book[row.id].reason = row.reason
         else:
             self._admit(row, i, now)
 
@@ -460,7 +452,7 @@ class Transitions(Sharing):
         that raises, or delays to a time already past, admits the job (logged as an
         event): one rule's bug never keeps a job, or the pass, from going on."""
         if row.first_start is not None:
-            self.live.arrive(i, self.rel(now))
+            self.book.arrive(row.id, self.rel(now))
             return
         state = self.live.state
         state.now = self.rel(now)
@@ -476,45 +468,51 @@ class Transitions(Sharing):
                 why = f"{type(exc).__name__}: {exc}"[:300]
                 self.store.event(session, "admission_error", row.id, why=why)
             verdict = ADMIT
+        rec = self.book[row.id]
         if verdict.action == "admit":
-            self.live.arrive(i, state.now)
+            self.book.arrive(row.id, state.now)
         elif verdict.action == "delay":
             assert verdict.until is not None
             reason = f"AdmissionDelay ({verdict.reason})" if verdict.reason else "AdmissionDelay"
-            self.blocked[row.id] = Waiting(
-                dependency={}, begin=verdict.until + self.store.epoch, admission=reason[:500]
+            self.book.block(
+                row.id,
+                Waiting(
+                    dependency={}, begin=verdict.until + self.store.epoch, admission=reason[:500]
+                ),
             )
-            row.reason = self.reasons[row.id] = reason[:500]
+            row.reason = rec.reason = reason[:500]
         else:
-            self.live.close(i)
+            self.book.close(row.id)
             row.status, row.end_time = JobStatus.CANCELLED, now
-            row.reason = self.reasons[row.id] = f"AdmissionRefused ({verdict.reason})"[:500]
+            row.reason = rec.reason = f"AdmissionRefused ({verdict.reason})"[:500]
             if session is not None:
                 self.store.event(session, "admission_refused", row.id, why=verdict.reason)
 
     def _dependencies(self, now: float) -> bool:
         """Queue the held jobs whose wait is over; cancel those whose dependency never
         can be met."""
-        if not self.blocked:
+        blocked = self.book.blocked
+        if not blocked:
             return False
-        wanted = {j for w in self.blocked.values() for ids in w.dependency.values() for j in ids}
+        wanted = {j for w in blocked.values() for ids in w.dependency.values() for j in ids}
         with self.store.session() as s:
             ended = {j: self.ended_of[j] for j in wanted if j in self.ended_of}
             known = {**ended, **self._job_states(s, sorted(wanted - ended.keys()))}
             self.ended_of = {j: v for j, v in known.items() if v[0] in TERMINAL}
             changed = False
             in_flight: dict[int, int] = {}  # array -> its tasks queued or running
-            for job, waiting in sorted(self.blocked.items()):
+            for job, waiting in sorted(blocked.items()):
+                rec = self.book[job]
                 verdict, why = self._wait_over(s, job, waiting, known, now, in_flight)
                 if verdict not in ("ready", "never"):
-                    if verdict != self.reasons.get(job) and (row := s.get(JobRow, job)):
-                        row.reason = self.reasons[job] = verdict
+                    if verdict != rec.reason and (row := s.get(JobRow, job)):
+                        row.reason = rec.reason = verdict
                     continue
-                del self.blocked[job]
                 changed = True
                 row = s.get(JobRow, job)
                 i = self.live.index.get(job)
                 if row is None or i is None or row.status in TERMINAL:
+                    self.book.close(job)
                     continue
                 if verdict == "ready":
                     row.reason = None
@@ -522,11 +520,11 @@ class Transitions(Sharing):
                     if waiting.array_job is not None:
                         in_flight[waiting.array_job] = in_flight.get(waiting.array_job, 0) + 1
                 else:
-                    self.live.close(i)
+                    self.book.close(job)
                     row.status, row.end_time = JobStatus.CANCELLED, now
                     row.reason = f"DependencyNeverSatisfied ({why})"
                     self.store.event(s, "dependency_never_satisfied", job, why=why)
-                self.reasons[job] = row.reason
+                rec.reason = row.reason
         return changed
 
     @staticmethod
@@ -582,16 +580,16 @@ class Transitions(Sharing):
                     .where(JobRow.spec["array_job"].as_integer() == array)
                     .where(JobRow.status.in_(LIVE))
                 ).all()
-                in_flight[array] = sum(1 for t in tasks if t not in self.blocked)
+                in_flight[array] = sum(1 for t in tasks if t not in self.book.blocked)
             if in_flight[array] >= waiting.limit:
                 return "JobArrayTaskLimit", ""
         return "ready", ""
 
     def _end_backoffs(self, now: float) -> bool:
-        due = [job for job, t in self.backoff.items() if t <= now]
+        due = [job for job, t in self.book.backoff.items() if t <= now]
         for job in due:
-            del self.backoff[job]
-            i = self.live.index.get(job)
-            if i is not None:
-                self.live.arrive(i, self.rel(now))
+            if job in self.live.index:
+                self.book.arrive(job, self.rel(now))
+            else:
+                self.book.close(job)
         return bool(due)
