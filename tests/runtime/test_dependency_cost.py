@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from corral.runtime.loop.transitions import Transitions
+from corral.runtime.loop.queueing import Queueing
 from tests.runtime.virtual_loop import VirtualLoop, virtual_loop
 
 
@@ -29,9 +29,9 @@ def statements_of_dependencies(loop: VirtualLoop) -> Iterator[list[int]]:
         if inside[0]:
             counts[-1] += 1
 
-    original = Transitions._dependencies
+    original = Queueing.dependencies
 
-    def counted(self: Transitions, now: float) -> bool:
+    def counted(self: Queueing, now: float) -> bool:
         counts.append(0)
         inside[0] = True
         try:
@@ -41,7 +41,7 @@ def statements_of_dependencies(loop: VirtualLoop) -> Iterator[list[int]]:
 
     event.listen(loop.store.engine, "before_cursor_execute", count)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Transitions, "_dependencies", counted)
+        patch.setattr(Queueing, "dependencies", counted)
         try:
             yield counts
         finally:
@@ -75,14 +75,14 @@ def test_an_ended_job_is_not_asked_about_again(tmp_path: Path) -> None:
     loop.run(10)
     assert loop.row(short).status == "SUCCEEDED"
     asked: list[list[int]] = []
-    original = Transitions._job_states
+    original = Queueing._job_states
 
     def recorded(s: Any, ids: list[int]) -> dict[int, tuple[str, bool]]:
         asked.append(list(ids))
         return original(s, ids)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Transitions, "_job_states", staticmethod(recorded))
+        patch.setattr(Queueing, "_job_states", staticmethod(recorded))
         loop.run(20)
     assert asked and all(ids == [long] for ids in asked), asked
     loop.run(60)

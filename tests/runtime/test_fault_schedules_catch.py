@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from corral.runtime.loop.launching import Launching
@@ -27,11 +25,12 @@ def caught(policy: str, seeds: range = SEEDS) -> tuple[int, str] | None:
     return None
 
 
-def careless_launch(self: Any, now: float) -> None:
+def careless_launch(self: Launching, now: float) -> None:
     """Launch what the plan started without waiting for its GPUs to be free."""
-    for job, gpus in list(self.book.placed.items()):
-        if job not in self.attempts:
-            self.book.launched(job)
+    book = self.loop.book
+    for job, gpus in list(book.placed.items()):
+        if job not in book.attempts:
+            book.launched(job)
             self._launch(job, gpus, now)
 
 
@@ -40,7 +39,7 @@ def test_a_loop_that_launches_onto_busy_gpus_is_caught_and_its_schedule_shrinks(
 ) -> None:
     """Caught within the default seeds; the failing schedule then shrinks to fewer
     operations that still break it, each printable (one search serves both checks)."""
-    monkeypatch.setattr(Launching, "_launch_ready", careless_launch)
+    monkeypatch.setattr(Launching, "launch_ready", careless_launch)
     found = caught("las")
     assert found is not None and "GPU" in found[1], found
     ops = make_schedule(found[0], holds=False)
@@ -67,11 +66,11 @@ def test_a_loop_that_keeps_its_memory_after_a_failed_pass_is_caught(
     the loop rebuilt its queue but kept its attempts, so an attempt it had dropped
     before the store refused the write stayed open in the store for good."""
 
-    def rebuild_only(self: Any) -> None:
-        self.resync_due = False
-        self._rebuild()
+    def rebuild_only(self: Recovery) -> None:
+        self.loop.resync_due = False
+        self.rebuild()
 
-    monkeypatch.setattr(Recovery, "_resync", rebuild_only)
+    monkeypatch.setattr(Recovery, "resync", rebuild_only)
     found = caught("fifo", range(20))
     assert found is not None, "not caught"
 

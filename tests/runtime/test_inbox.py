@@ -72,7 +72,7 @@ def test_a_drained_node_is_posted_and_read_by_the_loop_at_its_next_pass(tmp_path
     posting = threading.Thread(target=scheduler.nodes_changed)
     posting.start()
     posting.join()
-    assert scheduler.usable.all() and not scheduler._nodes_dirty  # posted, nothing written
+    assert scheduler.usable.all() and not scheduler.nodes_dirty  # posted, nothing written
     scheduler.step()
     assert not scheduler.usable.any()
     job = queue(store, "alice", clock, command=["sleep", "5"], gpus=1)

@@ -11,9 +11,8 @@ from corral.model.cluster import Cluster, Node
 from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.runtime.execution.executor import ExitRecord
 from corral.runtime.execution.exits import Cause, classify
-from corral.runtime.loop.job_book import PHASE_MOVES, IllegalMove, JobBook, Phase
+from corral.runtime.loop.job_book import PHASE_MOVES, IllegalMove, JobBook, Phase, Waiting
 from corral.runtime.loop.live_state import LiveJobs
-from corral.runtime.loop.loop_base import Waiting
 from corral.runtime.storage.store import STRICT_TRANSITIONS_ENV
 from corral.train.session import PRERUN_EXIT
 from tests.runtime.virtual_loop import virtual_loop

@@ -322,7 +322,7 @@ def test_a_request_recorded_during_a_pass_is_not_lost(
 
         suspended = h.scheduler.attempts[job["id"]]
         h.store.session = racing_session  # type: ignore[method-assign]
-        h.scheduler._requests(h.scheduler.clock())
+        h.scheduler.transitions.requests(h.scheduler.clock())
         h.store.session = original  # type: ignore[method-assign]
         assert injected
         with h.store.session() as s:

@@ -1,9 +1,10 @@
-"""The live scheduling loop: the state it builds from the store
-(``live_state``), the pass that asks the policy for a plan (``scheduler``,
-``loop_base``), the transitions it applies (start, preempt, park, share,
-finish), estimates learned from history, adoption after a restart
-(``recovery``) and Hare's task rounds as live jobs (``round_jobs``,
-``round_policy``).
+"""The live scheduling loop: its state (``loop_base``) and one book of its jobs
+(``job_book``), the policy's view kept in step with it (``live_state``), the pass
+that observes, decides and acts (``scheduler``), and its stages, plain objects
+each handed the state (``sharing``, ``stops``, ``round_jobs``, ``queueing``,
+``recovery``, ``transitions``, ``parking``, ``launching``, ``gpu_watch``,
+``exclusive``, ``user_limits``); estimates learned from history and Hare's task
+rounds as live jobs (``round_policy``).
 
 May import: every other part of the runtime, the model and the policies;
 never the simulator or the API.

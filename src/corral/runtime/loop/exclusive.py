@@ -22,56 +22,59 @@ GPUs back for it).
 from __future__ import annotations
 
 from corral.model.plan import Plan
-from corral.runtime.loop.loop_base import LoopBase
+from corral.runtime.loop.loop_base import LoopState
 
 EXCLUSIVE_WAIT = "Resources (--exclusive: waits for whole idle nodes)"
 """A queued exclusive job's reason while the plan could not give it whole nodes."""
 
 
-class ExclusiveNodes(LoopBase):
+class ExclusiveNodes:
     """Nodes that run an exclusive job run nothing else."""
+
+    def __init__(self, loop: LoopState) -> None:
+        self.loop = loop
 
     def _exclusive_nodes(self) -> set[int]:
         """Nodes where an exclusive job runs or is starting."""
-        st, live = self.live.state, self.live
-        node = self.cluster.gpu_node_list
+        st, live = self.loop.live.state, self.loop.live
+        node = self.loop.cluster.gpu_node_list
         out: set[int] = set()
-        exclusive = self.book.having("exclusive")
+        exclusive = self.loop.book.having("exclusive")
         for i in st.running:
             if live.ids[i] in exclusive:
                 out.update(node[g] for g in st.alloc[i] or ())
         return out
 
-    def _fence_exclusive(self) -> None:
+    def fence_exclusive(self) -> None:
         """Take the free GPUs of nodes with an exclusive job from the policy's view;
         give back those whose exclusive job has stopped."""
-        free = self.live.state.free
-        nodes = self._exclusive_nodes() if self.book.having("exclusive") else set()
-        node = self.cluster.gpu_node_list
-        back = [g for g in self.fenced if node[g] not in nodes]
+        free = self.loop.live.state.free
+        nodes = self._exclusive_nodes() if self.loop.book.having("exclusive") else set()
+        node = self.loop.cluster.gpu_node_list
+        back = [g for g in self.loop.fenced if node[g] not in nodes]
         if back:
-            self.fenced.difference_update(back)
+            self.loop.fenced.difference_update(back)
             # a node drained meanwhile keeps its GPUs from the policy as drained ones
-            self.reserved.update(g for g in back if not self.usable[g])
-            free.release([g for g in back if self.usable[g]])
+            self.loop.reserved.update(g for g in back if not self.loop.usable[g])
+            free.release([g for g in back if self.loop.usable[g]])
         if not nodes:
             return
         take = [
             g
             for g in range(len(node))
-            if node[g] in nodes and free.mask[g] and g not in self.reserved
+            if node[g] in nodes and free.mask[g] and g not in self.loop.reserved
         ]
         if take:
             free.take(take)
-            self.fenced.update(take)
+            self.loop.fenced.update(take)
 
-    def _keep_exclusive(self, plan: Plan) -> Plan:
+    def keep_exclusive(self, plan: Plan) -> Plan:
         """The plan without the starts that would put an exclusive job beside another."""
-        exclusive = self.book.having("exclusive")
+        exclusive = self.loop.book.having("exclusive")
         if not exclusive or not plan.starts:
             return plan
-        st, live = self.live.state, self.live
-        node = self.cluster.gpu_node_list
+        st, live = self.loop.live.state, self.loop.live
+        node = self.loop.cluster.gpu_node_list
         stopped = set(plan.stops)
         busy: set[int] = set()  # nodes where a job runs on after the plan
         for i in st.running:
@@ -85,7 +88,7 @@ class ExclusiveNodes(LoopBase):
         taken: set[int] = set()  # nodes of starts kept so far
         walled: set[int] = set()  # nodes of exclusive starts kept
         dropped: list[int] = []
-        self.exclusive_skipped.clear()
+        self.loop.exclusive_skipped.clear()
         for i, gpus in plan.starts.items():
             nodes = {node[g] for g in gpus}
             if live.ids[i] in exclusive:
@@ -100,7 +103,7 @@ class ExclusiveNodes(LoopBase):
                 dropped.append(i)
         if not dropped:
             return plan
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             for i in dropped:
                 job = live.ids[i]
                 del plan.starts[i]
@@ -108,8 +111,8 @@ class ExclusiveNodes(LoopBase):
                 plan.factors.pop(i, None)
                 plan.low_priority.pop(i, None)
                 why = "its nodes are not idle" if job in exclusive else "beside --exclusive"
-                self.store.event(s, "start_skipped", job, why=why)
+                self.loop.store.event(s, "start_skipped", job, why=why)
                 if job in exclusive:
-                    self.exclusive_skipped.add(job)
+                    self.loop.exclusive_skipped.add(job)
         plan.free_after = None
         return plan

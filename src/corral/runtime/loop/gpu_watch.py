@@ -26,73 +26,80 @@ from types import MappingProxyType
 import numpy as np
 from sqlalchemy import select
 
-from corral.runtime.loop.loop_base import LoopBase
+from corral.runtime.loop.loop_base import LoopState
+from corral.runtime.loop.stops import Stops
 from corral.runtime.storage.store import JobRow, NodeRow
 
 GPU_FAILURE = "gpu_failure"
 """The stop an attempt on a failed GPU is given (:data:`corral.runtime.execution.exits.STOPS`)."""
 
 
-class GpuWatch(LoopBase):
+class GpuWatch:
     """Health and usage of the GPUs, from the driver."""
 
-    def _watch_gpus(self, now: float) -> bool:
+    def __init__(self, loop: LoopState, stops: Stops) -> None:
+        self.loop = loop
+        self.stops = stops
+
+    def watch_gpus(self, now: float) -> bool:
         """Poll the driver when due; True when a GPU failed (the loop re-plans)."""
-        interval = self.config.gpu_poll
-        if interval <= 0 or now - self.gpus_polled_at < interval:
+        interval = self.loop.config.gpu_poll
+        if interval <= 0 or now - self.loop.gpus_polled_at < interval:
             return False
-        self.gpus_polled_at = now
+        self.loop.gpus_polled_at = now
         failed = self._check_health(now)
         self._record_usage()
         return failed
 
     def _check_health(self, now: float) -> bool:
-        faults = self.executor.gpu_faults()
-        if not faults and not self.failed_gpus:
+        faults = self.loop.executor.gpu_faults()
+        if not faults and not self.loop.failed_gpus:
             return False  # (virtual GPUs, or healthy ones: no store read)
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             states = {r.name: r.state for r in s.scalars(select(NodeRow))}
         # a failed GPU whose node an admin resumed: its driver record is cleared, and
         # a fault it still has drains it again below
-        for gpu in [g for g in self.failed_gpus if states.get(self.slots[g].node) == "up"]:
-            del self.failed_gpus[gpu]
-            self.executor.gpu_resumed([gpu])
-        new = {g: why for g, why in faults.items() if g not in self.failed_gpus}
+        for gpu in [
+            g for g in self.loop.failed_gpus if states.get(self.loop.slots[g].node) == "up"
+        ]:
+            del self.loop.failed_gpus[gpu]
+            self.loop.executor.gpu_resumed([gpu])
+        new = {g: why for g, why in faults.items() if g not in self.loop.failed_gpus}
         if not new:
             return False
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             for gpu, why in sorted(new.items()):
-                slot = self.slots[gpu]
+                slot = self.loop.slots[gpu]
                 reason = f"GPU {slot.device if slot.device is not None else gpu}: {why}"
-                self.failed_gpus[gpu] = reason
+                self.loop.failed_gpus[gpu] = reason
                 node = s.get(NodeRow, slot.node)
                 if node is not None:
                     node.state = "drained"
                     node.reason = reason
-                self.store.event(s, "gpu_failed", None, node=slot.node, gpu=gpu, reason=why)
-        for a in list(self.attempts.values()):
+                self.loop.store.event(s, "gpu_failed", None, node=slot.node, gpu=gpu, reason=why)
+        for a in list(self.loop.attempts.values()):
             hit = [g for g in a.gpus if g in new]
             if hit and a.stop is None:
-                self.book[a.job].gpu_fault = self.failed_gpus[hit[0]]
-                self._stop(a, GPU_FAILURE, now, grace=0.0)
-        self._nodes_dirty = True
+                self.loop.book[a.job].gpu_fault = self.loop.failed_gpus[hit[0]]
+                self.stops.stop(a, GPU_FAILURE, now, grace=0.0)
+        self.loop.nodes_dirty = True
         return True
 
     def _record_usage(self) -> None:
-        usage = self.executor.gpu_usage()
-        self.gpu_readings = MappingProxyType(dict(usage))
-        if not usage or not self.attempts:
-            self.job_usage = MappingProxyType({})
+        usage = self.loop.executor.gpu_usage()
+        self.loop.gpu_readings = MappingProxyType(dict(usage))
+        if not usage or not self.loop.attempts:
+            self.loop.job_usage = MappingProxyType({})
             return
-        state = self.live.state
+        state = self.loop.live.state
         figures: dict[int, tuple[float, float | None]] = {}
-        for a in self.attempts.values():
+        for a in self.loop.attempts.values():
             seen = [usage[g] for g in a.gpus if g in usage]
             if not seen:
                 continue
             utilization = float(np.mean([u.utilization for u in seen]))
             mine = [gb for u in seen for pid, gb in u.processes.items() if _in_group(pid, a)]
-            alone = all(self.holders.get(g) == a.job for g in a.gpus)
+            alone = all(self.loop.holders.get(g) == a.job for g in a.gpus)
             if mine:
                 memory: float | None = float(sum(mine))
             elif alone:  # processes not visible (another pid namespace): the GPUs' use
@@ -100,13 +107,13 @@ class GpuWatch(LoopBase):
             else:
                 memory = None
             figures[a.job] = (utilization, memory)
-            i = self.live.index.get(a.job)
+            i = self.loop.live.index.get(a.job)
             if memory is not None and i is not None and len(a.gpus):
                 per_gpu = memory / len(a.gpus)
                 known = state.gpu_memory[i]
                 state.gpu_memory[i] = per_gpu if known != known else max(known, per_gpu)
-        self.job_usage = MappingProxyType(dict(figures))
-        with self.store.session() as s:
+        self.loop.job_usage = MappingProxyType(dict(figures))
+        with self.loop.store.session() as s:
             for job, (utilization, memory) in figures.items():
                 row = s.get(JobRow, job)
                 if row is not None:

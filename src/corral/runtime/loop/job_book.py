@@ -49,7 +49,68 @@ if TYPE_CHECKING:
     from corral.runtime.execution.executor import ProcessRef
     from corral.runtime.jobspec.specs import JobSpec, RoundOf
     from corral.runtime.loop.estimates import LossHistory
-    from corral.runtime.loop.loop_base import Attempt, Waiting
+
+
+@dataclass
+class Attempt:
+    """A process in flight, as the loop tracks it."""
+
+    job: int
+    id: int
+    number: int
+    phase: str
+    ref: ProcessRef | None
+    gpus: tuple[int, ...]
+    dir: Path
+    started: float
+    wall_limit: float | None
+    stop: str | None = None
+    kill_at: float | None = None
+    paused_at: float | None = None
+    """When its processes were paused for another job's time slice (None: running)."""
+    paused_total: float = 0.0
+    """Seconds spent paused so far (they do not count against its wall time)."""
+    resumed_at: float = 0.0
+    """When it was last resumed (its heartbeats restart from then)."""
+    force_pause_at: float | None = None
+    """When to stop its processes where they are if it has not paused by itself."""
+    parked: bool = False
+    """Preempted by pausing (its state kept resident): its preemption is counted
+    already, whether it resumes in place or is stopped later."""
+    troubles: set[str] = field(default_factory=set)
+    """Executor calls about it that have failed (poll, signal, kill): each recorded
+    once, and retried at every pass."""
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def ran_for(self, now: float) -> float:
+        """Seconds it has run, not counting time paused."""
+        paused = self.paused_total + (now - self.paused_at if self.paused_at is not None else 0.0)
+        return now - self.started - paused
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "log.txt"
+
+
+@dataclass
+class Waiting:
+    """What a queued job waits for before the policy sees it (sbatch's holds)."""
+
+    dependency: dict[str, list[int]]
+    any_of: bool = False
+    """Any one met condition is enough (Slurm's '?')."""
+    singleton: tuple[str, str] | None = None
+    """(user, name): wait until the earlier live jobs of this user and name end."""
+    array_job: int | None = None
+    limit: int | None = None
+    """At most ``limit`` tasks of ``array_job`` queued or running at once (``%N``)."""
+    begin: float = 0.0
+    """Not before this time (Unix)."""
+    admission: str | None = None
+    """Admission delayed it until ``begin``: the reason it shows meanwhile."""
 
 
 class Phase(StrEnum):

@@ -23,7 +23,10 @@ from corral.runtime.execution.launcher import NOT_STARTED
 from corral.runtime.execution.staging import MARK, stage_argv, staged
 from corral.runtime.jobspec.config import hash_token
 from corral.runtime.jobspec.specs import JobSpec
-from corral.runtime.loop.loop_base import Attempt, LoopBase
+from corral.runtime.loop.job_book import Attempt
+from corral.runtime.loop.loop_base import LoopState
+from corral.runtime.loop.parking import Parking
+from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.storage.store import AttemptRow, JobRow
 
 
@@ -85,19 +88,24 @@ LOW_PRIORITY_NICE = 19
 """OS niceness of a low-priority (opportunistic) job's processes."""
 
 
-class Launching(LoopBase):
+class Launching:
     """Starting the processes the plan placed once their GPUs are free."""
 
-    def _launch_ready(self, now: float) -> None:
-        book = self.book
+    def __init__(self, loop: LoopState, parking: Parking, rounds: RoundJobs) -> None:
+        self.loop = loop
+        self.parking = parking
+        self.rounds = rounds
+
+    def launch_ready(self, now: float) -> None:
+        book = self.loop.book
         for job, gpus in list(book.placed.items()):
             rec = book[job]
-            if self._parked(job):  # see runtime.parking
+            if self.parking.parked(job):  # see runtime.parking
                 assert rec.attempt is not None
-                self._restart_parked(rec.attempt, gpus, now)
+                self.parking.restart_parked(rec.attempt, gpus, now)
                 continue
             host = rec.packed_on  # a packed guest shares its host's GPUs
-            if rec.attempt is not None or any(self.holders.get(g, host) != host for g in gpus):
+            if rec.attempt is not None or any(self.loop.holders.get(g, host) != host for g in gpus):
                 continue
             if host is not None and self._guest_leaving(job, host):
                 continue
@@ -108,17 +116,17 @@ class Launching(LoopBase):
         """Whether another guest packed on ``host`` still has a process (stopped, it
         has not exited yet): a new guest waits for it, so no GPU runs three jobs."""
         return any(
-            other != job and on == host and other in self.attempts
-            for other, on in self.book.packed_on.items()
+            other != job and on == host and other in self.loop.attempts
+            for other, on in self.loop.book.packed_on.items()
         )
 
     def _launch(self, job: int, gpus: tuple[int, ...], now: float) -> None:
-        config = self.config
+        config = self.loop.config
         token = secrets.token_urlsafe(24)
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             row = s.get(JobRow, job)
             assert row is not None
-            spec = self._spec(row)
+            spec = self.loop.spec_of(row)
             number = (s.scalar(select(func.count()).where(AttemptRow.job_id == job)) or 0) + 1
             folder = config.state_dir / "jobs" / str(job) / f"attempt-{number}"
             att = AttemptRow(
@@ -134,7 +142,7 @@ class Launching(LoopBase):
             s.add(att)
             s.flush()
             attempt_id = att.id
-            rec = self.book[job]
+            rec = self.loop.book[job]
             note, rec.start_note = rec.start_note, None  # how it runs (Opportunistic, Shared)
             row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), note
             rec.preempted = False
@@ -142,36 +150,36 @@ class Launching(LoopBase):
             if row.first_start is None:
                 row.first_start = now
             rec.reason = note
-            self._round_task_started(s, row, now)
-            self.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
+            self.rounds.round_task_started(s, row, now)
+            self.loop.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
-            run_as = self.identities.get(row.user)
+            run_as = self.loop.identities.get(row.user)
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
         rec.attempt = a
         rec.share_changed = now
-        i = self.live.index.get(job)
+        i = self.loop.live.index.get(job)
         if i is not None:  # no progress before its process has started (a switch cost)
-            self.live.progress_from(i, self.rel(now) + rec.startup)
+            self.loop.live.progress_from(i, self.loop.rel(now) + rec.startup)
         host = rec.packed_on
         if host is None:
             for g in gpus:
-                self.holders[g] = job
-        elif (partner := self.book.get(host)) is not None:
+                self.loop.holders[g] = job
+        elif (partner := self.loop.book.get(host)) is not None:
             partner.share_changed = now
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            own = job_folder(self.config, job, run_as)
+            own = job_folder(self.loop.config, job, run_as)
             if spec.round_of is not None:  # its job's folder holds the rounds' state
-                job_folder(self.config, spec.round_of.job, run_as)
+                job_folder(self.loop.config, spec.round_of.job, run_as)
             command = spec.command
             if spec.stage:  # its inputs are staged first, unless staged already
                 command = stage_argv(sys.executable, own / MARK, spec.stage, spec.command)
-            a.ref = self.executor.launch(
+            a.ref = self.loop.executor.launch(
                 LaunchRequest(
                     command,
                     env,
                     spec.workdir or str(own),
-                    self._slots(gpus),
+                    self.loop.slots_of(gpus),
                     folder,
                     a.log,
                     run_as=run_as,
@@ -182,13 +190,13 @@ class Launching(LoopBase):
                     warm_argv=spec.warm_argv(),
                     nice=LOW_PRIORITY_NICE if rec.low_priority is not None else None,
                     keeper=self._keeper_request(spec, gpus),
-                    log_limit=self.config.log_limit,
+                    log_limit=self.loop.config.log_limit,
                 )
             )
         except Exception as exc:  # one job's launch never fails the pass: its attempt ends
             write_exit_record(folder, NOT_STARTED, f"cannot launch: {type(exc).__name__}: {exc}")
             return
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             stored = s.get(AttemptRow, attempt_id)
             if stored is not None:
                 stored.pid, stored.pid_start = a.ref.pid, a.ref.pid_start
@@ -196,60 +204,60 @@ class Launching(LoopBase):
     def _keeper_request(self, spec: JobSpec, gpus: tuple[int, ...]) -> KeeperRequest | None:
         """For a task of a round with ``workers.keep`` on: the keeper that may hold its
         job on its GPU (the executor starts one if there is none)."""
-        keep = self.config.workers.keep
+        keep = self.loop.config.workers.keep
         if not keep or spec.round_of is None or len(gpus) != 1:
             return None
         job, gpu = spec.round_of.job, gpus[0]
-        socket = self.config.job_root / str(job) / "rounds" / f"keeper-{gpu}.sock"
-        folder = self.config.state_dir / "jobs" / str(job) / f"keeper-{gpu}"
+        socket = self.loop.config.job_root / str(job) / "rounds" / f"keeper-{gpu}.sock"
+        folder = self.loop.config.state_dir / "jobs" / str(job) / f"keeper-{gpu}"
         return KeeperRequest(job, gpu, spec.keeper_argv(socket), socket, folder, keep)
 
-    def _prestage(self, job: int) -> None:
+    def prestage(self, job: int) -> None:
         """Start staging a waiting job's inputs ahead of its start (Liquid's
         pre-scheduling): its stage command alone, as its user, without GPUs. The
         attempt that starts it later finds the inputs staged (or waits for this)."""
-        rec = self.book.get(job)
-        if rec is None or rec.staging is not None or not self.executor.runs_without_gpus:
+        rec = self.loop.book.get(job)
+        if rec is None or rec.staging is not None or not self.loop.executor.runs_without_gpus:
             return  # (on Ray the attempt stages its inputs itself)
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             row = s.get(JobRow, job)
             if row is None or row.status != JobStatus.PENDING or rec.spec is None:
                 return
             spec = rec.spec
             user = row.user
-            run_as = self.identities.get(user)
+            run_as = self.loop.identities.get(user)
         if not spec.stage:
             return
-        own = job_folder(self.config, job, run_as)
+        own = job_folder(self.loop.config, job, run_as)
         if staged(own / MARK, spec.stage):
             return
-        folder = self.config.state_dir / "jobs" / str(job) / "staging"
+        folder = self.loop.config.state_dir / "jobs" / str(job) / "staging"
         shutil.rmtree(folder, ignore_errors=True)  # a record of an earlier try is stale
         env = dict(spec.env)
         env.update(CORRAL_JOB_ID=str(job), CORRAL_JOB_DIR=str(own), CORRAL_USER=user)
         argv = stage_argv(sys.executable, own / MARK, spec.stage, None)
         cwd = spec.workdir or str(own)
         try:
-            ref = self.executor.launch(
+            ref = self.loop.executor.launch(
                 LaunchRequest(argv, env, cwd, (), folder, folder / "log.txt", run_as=run_as)
             )
         except OSError as exc:
-            with self.store.session() as s:
-                self.store.event(s, "prestage_failed", job, error=str(exc))
+            with self.loop.store.session() as s:
+                self.loop.store.event(s, "prestage_failed", job, error=str(exc))
             return
         rec.staging = (ref, folder)
-        with self.store.session() as s:
-            self.store.event(s, "prestage", job)
+        with self.loop.store.session() as s:
+            self.loop.store.event(s, "prestage", job)
 
-    def _poll_staging(self) -> None:
+    def poll_staging(self) -> None:
         """Note the early stagings that ended (their mark tells the attempt)."""
-        for job, (ref, folder) in list(self.book.having("staging").items()):
-            record = self.executor.poll(ref, folder)
+        for job, (ref, folder) in list(self.loop.book.having("staging").items()):
+            record = self.loop.executor.poll(ref, folder)
             if record is None:
                 continue
-            self.book[job].staging = None
-            with self.store.session() as s:
-                self.store.event(s, "prestaged", job, exit_code=record.exit_code)
+            self.loop.book[job].staging = None
+            with self.loop.store.session() as s:
+                self.loop.store.event(s, "prestaged", job, exit_code=record.exit_code)
 
     def _env(
         self,
@@ -260,9 +268,9 @@ class Launching(LoopBase):
         folder: Path,
         token: str,
     ) -> dict[str, str]:
-        base = self.config.job_root / str(row.id)
+        base = self.loop.config.job_root / str(row.id)
         checkpoints = base / ("prerun" if row.phase == "prerun" else "checkpoint")
-        slots = self._slots(gpus)
+        slots = self.loop.slots_of(gpus)
         env = dict(spec.env)
         env.update(
             CORRAL_JOB_ID=str(row.id),
@@ -281,10 +289,10 @@ class Launching(LoopBase):
             CORRAL_GPU_IDS=",".join(str(g) for g in gpus),
             CORRAL_GPU_TYPES=",".join(s.gpu_type for s in slots),
             CORRAL_VIRTUAL_GPUS="1" if all(s.device is None for s in slots) else "0",
-            CORRAL_API_URL=self.config.url,
+            CORRAL_API_URL=self.loop.config.url,
             CORRAL_JOB_TOKEN=token,
-            CORRAL_HEARTBEAT_INTERVAL=str(self.config.heartbeat_interval),
-            CORRAL_LEASE_SECONDS=str(self.config.heartbeat_timeout),
+            CORRAL_HEARTBEAT_INTERVAL=str(self.loop.config.heartbeat_interval),
+            CORRAL_LEASE_SECONDS=str(self.loop.config.heartbeat_timeout),
         )
         env.update(slurm_env(row, spec, number, gpus, base))
         if spec.total_steps is not None:
@@ -295,8 +303,8 @@ class Launching(LoopBase):
         if row.phase == "prerun":
             env["CORRAL_PRERUN_STEPS"] = str(self._prerun_steps(spec))
         if row.parent is not None:  # a task of a round: the job's folder is shared
-            env["CORRAL_ROUND_DIR"] = str(self.config.job_root / str(row.parent))
-        rec = self.book.peek(row.id)
+            env["CORRAL_ROUND_DIR"] = str(self.loop.config.job_root / str(row.parent))
+        rec = self.loop.book.peek(row.id)
         if rec.batch_size is not None:  # its policy tunes its batch size
             env["CORRAL_BATCH_SIZE"] = str(rec.batch_size)
         if rec.low_priority is not None:  # an opportunistic job: leaves GPU memory to owners
@@ -306,4 +314,4 @@ class Launching(LoopBase):
     def _prerun_steps(self, spec: JobSpec) -> int:
         if spec.prerun_steps:
             return spec.prerun_steps
-        return self.config.prerun.steps
+        return self.loop.config.prerun.steps

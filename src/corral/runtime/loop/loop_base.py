@@ -9,8 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -26,13 +25,12 @@ from corral.policies.base import Policy
 from corral.runtime.execution.executor import (
     Executor,
     GpuSlot,
-    ProcessRef,
 )
 from corral.runtime.execution.identity import check_identities
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
 from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport, NodesChanged, ViewAsked
-from corral.runtime.loop.job_book import JobBook, report_illegal
+from corral.runtime.loop.job_book import Attempt, JobBook, report_illegal
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
 from corral.runtime.loop.records import check_record
@@ -40,9 +38,6 @@ from corral.runtime.loop.round_policy import KEEPER_AFFINITY, LiveRounds, plans_
 from corral.runtime.storage.store import Store
 
 if TYPE_CHECKING:
-    from sqlalchemy import ColumnElement
-    from sqlalchemy.orm import Session
-
     from corral.runtime.execution.gpu_driver import GpuUsage
     from corral.runtime.jobspec.specs import JobSpec
     from corral.runtime.storage.store import JobRow
@@ -54,68 +49,6 @@ VIEW_WAIT = 2.0
 VIEW_WAKE_EVERY = 0.5
 """Job pages wake the loop at most this often, whoever asks and however fast (a
 question asked meanwhile is answered by the next pass: the tick's, or the next wake)."""
-
-
-@dataclass
-class Attempt:
-    """A process in flight, as the loop tracks it."""
-
-    job: int
-    id: int
-    number: int
-    phase: str
-    ref: ProcessRef | None
-    gpus: tuple[int, ...]
-    dir: Path
-    started: float
-    wall_limit: float | None
-    stop: str | None = None
-    kill_at: float | None = None
-    paused_at: float | None = None
-    """When its processes were paused for another job's time slice (None: running)."""
-    paused_total: float = 0.0
-    """Seconds spent paused so far (they do not count against its wall time)."""
-    resumed_at: float = 0.0
-    """When it was last resumed (its heartbeats restart from then)."""
-    force_pause_at: float | None = None
-    """When to stop its processes where they are if it has not paused by itself."""
-    parked: bool = False
-    """Preempted by pausing (its state kept resident): its preemption is counted
-    already, whether it resumes in place or is stopped later."""
-    troubles: set[str] = field(default_factory=set)
-    """Executor calls about it that have failed (poll, signal, kill): each recorded
-    once, and retried at every pass."""
-
-    @property
-    def paused(self) -> bool:
-        return self.paused_at is not None
-
-    def ran_for(self, now: float) -> float:
-        """Seconds it has run, not counting time paused."""
-        paused = self.paused_total + (now - self.paused_at if self.paused_at is not None else 0.0)
-        return now - self.started - paused
-
-    @property
-    def log(self) -> Path:
-        return self.dir / "log.txt"
-
-
-@dataclass
-class Waiting:
-    """What a queued job waits for before the policy sees it (sbatch's holds)."""
-
-    dependency: dict[str, list[int]]
-    any_of: bool = False
-    """Any one met condition is enough (Slurm's '?')."""
-    singleton: tuple[str, str] | None = None
-    """(user, name): wait until the earlier live jobs of this user and name end."""
-    array_job: int | None = None
-    limit: int | None = None
-    """At most ``limit`` tasks of ``array_job`` queued or running at once (``%N``)."""
-    begin: float = 0.0
-    """Not before this time (Unix)."""
-    admission: str | None = None
-    """Admission delayed it until ``begin``: the reason it shows meanwhile."""
 
 
 @dataclass
@@ -146,40 +79,10 @@ def cluster_from_slots(slots: list[GpuSlot], links: Links | None = None) -> Clus
     return Cluster("live", nodes, links=links)
 
 
-class LoopBase:
-    """The scheduler loop's state; the stages are mixins over it."""
-
-    if TYPE_CHECKING:
-        # What the stages call on each other; each is defined in the stage named
-        # (the Scheduler class brings them together).
-
-        # transitions
-        def _stop(self, a: Attempt, why: str, now: float, grace: float | None = None) -> None: ...
-        def _set_stop(self, s: Session, a: Attempt, why: str | None) -> None: ...
-        def _signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None: ...
-        def _enqueue(self, row: JobRow, i: int, now: float) -> None: ...
-
-        # parking
-        def _parked(self, job: int) -> bool: ...
-        def _restart_parked(self, a: Attempt, gpus: tuple[int, ...], now: float) -> None: ...
-
-        # round jobs
-        def _is_round_job(self, row: JobRow, spec: JobSpec) -> bool: ...
-        def _hold_round_job(self, row: JobRow, i: int, now: float) -> None: ...
-        def _round_task_started(self, s: Session, row: JobRow, now: float) -> None: ...
-        def _round_task_ended(self, s: Session, row: JobRow, now: float) -> None: ...
-        def _round_job_cancelled(self, s: Session, row: JobRow) -> None: ...
-
-        # recovery
-        def _sync_drained(self) -> None: ...
-        def _add(
-            self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None
-        ) -> int: ...
-        def _rebuild(self) -> None: ...
-        def _resync(self) -> None: ...
-        def _set_aside(self, s: Session, row: JobRow, exc: Exception | str, now: float) -> None: ...
-        def _rows(self, s: Session, where: ColumnElement[bool]) -> list[JobRow]: ...
-        def _quarantine(self) -> bool: ...
+class LoopState:
+    """What the scheduler loop knows, and the helpers every stage uses. The stages
+    (:mod:`~corral.runtime.loop.scheduler` lists them) are plain objects handed this
+    state; the jobs themselves are in its :class:`~corral.runtime.loop.job_book.JobBook`."""
 
     def __init__(
         self,
@@ -196,7 +99,7 @@ class LoopBase:
         self.cluster = cluster_from_slots(self.slots, executor.links())
         self.book = JobBook(LiveJobs(self.cluster), report_illegal)
         """Every job the loop holds: its phase, attempt, sharing, measurements."""
-        self.policy = self._new_policy()
+        self.policy = self.new_policy()
         self.holders: dict[int, int] = {}
         """GPU -> job whose process runs on it (physical use, not the plan's view)."""
         self.reserved: set[int] = set()
@@ -258,7 +161,7 @@ class LoopBase:
         self.resync_due = False
         """A pass failed: the loop's memory may differ from the store, so the next
         step forgets it and recovers from the store first."""
-        self._nodes_dirty = False
+        self.nodes_dirty = False
 
     @property
     def live(self) -> LiveJobs:
@@ -275,7 +178,7 @@ class LoopBase:
         """Job -> its process in flight (the book's index; read-only)."""
         return self.book.attempts
 
-    def _new_policy(self) -> Policy:
+    def new_policy(self) -> Policy:
         options = dict(self.config.policy_options)
         if plans_rounds(self.config.policy):
             rounds = LiveRounds.named(self.config.policy, **options)
@@ -296,7 +199,7 @@ class LoopBase:
         ids = self.live.ids
         return self.book.peek(ids[i]).round_ref if i < len(ids) else None
 
-    def _spec(self, row: JobRow) -> JobSpec:
+    def spec_of(self, row: JobRow) -> JobSpec:
         """The job's spec as checked where it entered the loop (raises BadRecord
         when the stored record is unusable)."""
         rec = self.book.get(row.id)
@@ -311,7 +214,7 @@ class LoopBase:
         """Wall-clock time as the policy's clock (seconds since the store's epoch)."""
         return t - self.store.epoch
 
-    def _contained(
+    def contained(
         self, a: Attempt, what: str, call: Callable[..., T], *args: object
     ) -> tuple[bool, T | None]:
         """An executor call about one attempt, whose failure is that attempt's and never
@@ -358,7 +261,7 @@ class LoopBase:
     def node_of(self, gpu: int) -> str:
         return self.slots[gpu].node
 
-    def _slots(self, gpus: Iterable[int]) -> tuple[GpuSlot, ...]:
+    def slots_of(self, gpus: Iterable[int]) -> tuple[GpuSlot, ...]:
         return tuple(self.slots[g] for g in gpus)
 
     def remaining_of(self, jobs: Iterable[int]) -> dict[int, tuple[float, str]]:
@@ -435,7 +338,7 @@ class LoopBase:
         a change of nodes has their states read again in this pass."""
         for message in self.inbox.take():
             if isinstance(message, NodesChanged):
-                self._nodes_dirty = True
+                self.nodes_dirty = True
             elif isinstance(message, ViewAsked):
                 message.answer.set_result(self.policy_view(message.job))
             elif message.job in self.attempts:

@@ -49,7 +49,7 @@ class LoopMetrics:
 
 
 class GpuBooks(Protocol):
-    """What the loop keeps about its GPUs (:class:`~corral.runtime.loop.loop_base.LoopBase`)."""
+    """What the loop keeps about its GPUs (:class:`~corral.runtime.loop.loop_base.LoopState`)."""
 
     @property
     def slots(self) -> Sequence[GpuSlot]: ...

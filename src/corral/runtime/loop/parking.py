@@ -29,8 +29,10 @@ from collections import Counter
 
 from corral.model.jobs import JobStatus
 from corral.runtime.execution.exits import PARK
-from corral.runtime.loop.loop_base import Attempt
-from corral.runtime.loop.transitions import Transitions
+from corral.runtime.loop.job_book import Attempt
+from corral.runtime.loop.loop_base import LoopState
+from corral.runtime.loop.sharing import Sharing
+from corral.runtime.loop.stops import Stops
 from corral.runtime.storage.store import JobRow
 
 PARKED = "Preempted (parked)"
@@ -40,103 +42,111 @@ PAUSE_POLL = 0.01
 """Seconds between the loop's looks at a job asked to park, until it has paused."""
 
 
-class Parking(Transitions):
+class Parking:
     """Parking preempted jobs and resuming them in place (a stage of the loop)."""
 
-    def _parked(self, job: int) -> bool:
+    def __init__(self, loop: LoopState, sharing: Sharing, stops: Stops) -> None:
+        self.loop = loop
+        self.sharing = sharing
+        self.stops = stops
+
+    def parked(self, job: int) -> bool:
         """True while the job's process is parked (it waits for the plan's next word)."""
-        a = self.attempts.get(job)
+        a = self.loop.attempts.get(job)
         return a is not None and a.stop == PARK
 
-    def _launched(self, job: int) -> bool:
+    def launched(self, job: int) -> bool:
         """True while the job has a process that runs, or is being stopped."""
-        return job in self.attempts and not self._parked(job)
+        return job in self.loop.attempts and not self.parked(job)
 
-    def _preempt(self, a: Attempt, now: float) -> None:
+    def preempt(self, a: Attempt, now: float) -> None:
         """Carry out a plan's stop: park the job where it can be, else stop it."""
-        if self._parkable(a):
+        if self.parkable(a):
             self._park(a, now)
         else:
-            self._stop(a, "preempt", now)
+            self.stops.stop(a, "preempt", now)
 
-    def _parkable(self, a: Attempt) -> bool:
-        limit = self.config.workers.park
+    def parkable(self, a: Attempt) -> bool:
+        limit = self.loop.config.workers.park
         if not limit or a.stop is not None or a.paused or a.ref is None:
             return False
-        rec = self.book.peek(a.job)
+        rec = self.loop.book.peek(a.job)
         if not rec.beating or a.phase == "prerun" or rec.round_ref is not None:
             return False
-        packed = self.book.packed_on
-        if a.job in packed or a.job in packed.values() or a.job in self.turns:
+        packed = self.loop.book.packed_on
+        if a.job in packed or a.job in packed.values() or a.job in self.loop.turns:
             return False
         parked = Counter(  # jobs parked and not being started again
             g
-            for b in self.attempts.values()
-            if b.stop == PARK and b.job not in self.book.placed
+            for b in self.loop.attempts.values()
+            if b.stop == PARK and b.job not in self.loop.book.placed
             for g in b.gpus
         )
         return all(parked[g] < limit for g in a.gpus)
 
     def _park(self, a: Attempt, now: float) -> None:
         a.parked = True
-        with self.store.session() as s:
-            self._set_stop(s, a, PARK)
+        with self.loop.store.session() as s:
+            self.stops.set_stop(s, a, PARK)
             row = s.get(JobRow, a.job)
             if row is not None:
                 row.preemptions += 1
-                if a.job not in self.book.placed:
+                if a.job not in self.loop.book.placed:
                     row.status, row.gpus, row.reason = JobStatus.PENDING, None, PARKED
-            self.store.event(s, "park", a.job, attempt=a.number, gpus=list(a.gpus))
-        rec = self.book[a.job]
+            self.loop.store.event(s, "park", a.job, attempt=a.number, gpus=list(a.gpus))
+        rec = self.loop.book[a.job]
         rec.reason, rec.preempted = PARKED, True
-        self._pause(a, now, reason=PARKED)
+        self.sharing.pause(a, now, reason=PARKED)
 
-    def _awaiting_pause(self) -> bool:
+    def awaiting_pause(self) -> bool:
         """True while a parked job still holds GPUs it has not paused on yet: the
         loop then looks again within milliseconds, not at its next tick."""
         return any(
-            a.stop == PARK and any(self.holders.get(g) == a.job for g in a.gpus)
-            for a in self.attempts.values()
+            a.stop == PARK and any(self.loop.holders.get(g) == a.job for g in a.gpus)
+            for a in self.loop.attempts.values()
         )
 
-    def _release_parked(self, now: float) -> None:
+    def release_parked(self, now: float) -> None:
         """A parked job's GPUs are free for others once it has paused (or its pause
         grace has passed and it was stopped where it was)."""
-        for a in self.attempts.values():
+        for a in self.loop.attempts.values():
             if a.stop != PARK or a.paused_at is None or a.ref is None:
                 continue
-            held = [g for g in a.gpus if self.holders.get(g) == a.job]
+            held = [g for g in a.gpus if self.loop.holders.get(g) == a.job]
             if not held:
                 continue
-            if self.executor.paused(a.ref) or now >= a.paused_at + self.config.pause_grace + 1.0:
+            if (
+                self.loop.executor.paused(a.ref)
+                or now >= a.paused_at + self.loop.config.pause_grace + 1.0
+            ):
                 for g in held:
-                    del self.holders[g]
+                    del self.loop.holders[g]
 
-    def _restart_parked(self, a: Attempt, gpus: tuple[int, ...], now: float) -> None:
+    def restart_parked(self, a: Attempt, gpus: tuple[int, ...], now: float) -> None:
         """The policy started a parked job again: resume it in place on the same GPUs
         (once they are free), or stop it so it starts from its checkpoint elsewhere."""
-        if sorted(gpus) != sorted(a.gpus) or a.job in self.book.packed_on:
-            self._stop(a, "preempt", now)
+        if sorted(gpus) != sorted(a.gpus) or a.job in self.loop.book.packed_on:
+            self.stops.stop(a, "preempt", now)
             return
-        if any(self.holders.get(g, a.job) != a.job for g in gpus):
+        if any(self.loop.holders.get(g, a.job) != a.job for g in gpus):
             return  # the job preempted from these GPUs is still leaving
-        self.book.launched(a.job)
+        self.loop.book.launched(a.job)
         for g in gpus:
-            self.holders[g] = a.job
+            self.loop.holders[g] = a.job
         a.parked = False
-        rec = self.book[a.job]
+        rec = self.loop.book[a.job]
         note, rec.start_note = rec.start_note, None
-        with self.store.session() as s:
-            self._set_stop(s, a, None)
+        with self.loop.store.session() as s:
+            self.stops.set_stop(s, a, None)
             row = s.get(JobRow, a.job)
             if row is not None:
                 row.status, row.gpus, row.reason = JobStatus.RUNNING, list(gpus), note
             parked_for = now - a.paused_at if a.paused_at is not None else 0.0
-            self.store.event(
+            self.loop.store.event(
                 s, "unpark", a.job, attempt=a.number, gpus=list(gpus), parked_s=round(parked_for, 3)
             )
         rec.reason, rec.preempted = note, False
-        i = self.live.index.get(a.job)
+        i = self.loop.live.index.get(a.job)
         if i is not None:  # it progresses from now: a warm switch costs no start-up
-            self.live.progress_from(i, self.rel(now))
-        self._resume(a, now, reason=note)
+            self.loop.live.progress_from(i, self.loop.rel(now))
+        self.sharing.resume(a, now, reason=note)

@@ -21,9 +21,13 @@ from corral.runtime.execution.executor import (
 from corral.runtime.execution.exits import PARK
 from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.estimates import ESTIMATED, LossHistory, expected_duration
+from corral.runtime.loop.job_book import Attempt
 from corral.runtime.loop.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
-from corral.runtime.loop.loop_base import TERMINAL, Attempt, LoopBase, cluster_from_slots
+from corral.runtime.loop.loop_base import TERMINAL, LoopState, cluster_from_slots
+from corral.runtime.loop.queueing import Queueing
 from corral.runtime.loop.records import BadRecord, aside_reason
+from corral.runtime.loop.round_jobs import RoundJobs
+from corral.runtime.loop.stops import Stops
 from corral.runtime.storage.store import JobRow, NodeRow
 
 
@@ -40,23 +44,31 @@ KEPT = ("wake", "_cv", "_passes", "errors", "metrics", "inbox", "answers")
 they read, and its counters."""
 
 
-class Recovery(LoopBase):
+class Recovery:
     """Recovery and resynchronisation from the store."""
+
+    def __init__(
+        self, loop: LoopState, stops: Stops, queueing: Queueing, rounds: RoundJobs
+    ) -> None:
+        self.loop = loop
+        self.stops = stops
+        self.queueing = queueing
+        self.rounds = rounds
 
     def recover(self) -> None:
         """Rebuild the scheduler's view from the store and adopt live processes."""
-        now = self.clock()
-        with self.store.session() as s:
+        now = self.loop.clock()
+        with self.loop.store.session() as s:
             self._sync_nodes(s)
-            self.seen = s.scalar(select(func.max(JobRow.id))) or 0
+            self.loop.seen = s.scalar(select(func.max(JobRow.id))) or 0
             rows = self._live_rows(s)
-            if len(rows) >= self.live.capacity:  # a long queue: room for it and more
-                self.live = self._live_for(len(rows))
-            open_attempts = {a.job_id: a for a in self.store.open_attempts(s)}
+            if len(rows) >= self.loop.live.capacity:  # a long queue: room for it and more
+                self.loop.live = self._live_for(len(rows))
+            open_attempts = {a.job_id: a for a in self.loop.store.open_attempts(s)}
             for row in rows:
-                rec = self.book.enter(row.id)
+                rec = self.loop.book.enter(row.id)
                 try:
-                    spec: JobSpec | None = self._spec(row)
+                    spec: JobSpec | None = self.loop.spec_of(row)
                 except BadRecord as bad:
                     spec = None
                     rec.aside = bad.reason
@@ -65,9 +77,9 @@ class Recovery(LoopBase):
                     ref = (
                         ProcessRef(att.pid, att.pid_start or "")
                         if att.pid
-                        else self.executor.pid_from(Path(att.dir))
+                        else self.loop.executor.pid_from(Path(att.dir))
                     )
-                    alive = ref is not None and self.executor.adopt(ref)
+                    alive = ref is not None and self.loop.executor.adopt(ref)
                     a = rec.attempt = Attempt(
                         row.id,
                         att.id,
@@ -82,42 +94,46 @@ class Recovery(LoopBase):
                         parked=att.stop == PARK and spec is not None,
                     )
                     if a.parked:  # a parked job is stopped, to resume from its checkpoint
-                        self._set_stop(s, a, "preempt")
-                    sharing = {self.holders[g] for g in att.gpus if g in self.holders}
+                        self.stops.set_stop(s, a, "preempt")
+                    sharing = {self.loop.holders[g] for g in att.gpus if g in self.loop.holders}
                     # two jobs packed on these GPUs (whether or not the guest's process
                     # still runs: its attempt holds them until its end is recorded)
                     if len(sharing) == 1:
                         rec.packed_on = sharing.pop()
                     else:
                         for g in att.gpus:
-                            self.holders[g] = row.id
+                            self.loop.holders[g] = row.id
                     row.status = JobStatus.RUNNING
-                    self.store.event(
+                    self.loop.store.event(
                         s, "adopted" if alive else "found_ended", row.id, attempt=att.number
                     )
                 elif (
                     spec is not None
                     and row.status in (JobStatus.STARTING, JobStatus.RUNNING)
-                    and not self._is_round_job(row, spec)
+                    and not self.rounds.is_round_job(row, spec)
                 ):
                     row.status = JobStatus.PENDING
                     row.gpus = None
                     row.reason = "Requeued (service restarted)"
-                    self.store.event(s, "requeued", row.id, why="service restarted before launch")
+                    self.loop.store.event(
+                        s, "requeued", row.id, why="service restarted before launch"
+                    )
             self._load(s, rows)
-        for a in self.attempts.values():
+        for a in self.loop.attempts.values():
             if a.ref is None:
                 continue
-            self.executor.signal(a.ref, signal.SIGCONT)  # one paused for a time slice runs again
+            self.loop.executor.signal(
+                a.ref, signal.SIGCONT
+            )  # one paused for a time slice runs again
             if a.stop is not None:  # a stop in progress goes on
-                self._signal_stop(a, now)
-        self._sync_drained()
-        self.dirty = True
+                self.stops.signal_stop(a, now)
+        self.sync_drained()
+        self.loop.dirty = True
 
     def _live_rows(self, s: Session) -> list[JobRow]:
-        return self._rows(s, JobRow.status.not_in(TERMINAL))
+        return self.rows(s, JobRow.status.not_in(TERMINAL))
 
-    def _rows(self, s: Session, where: ColumnElement[bool]) -> list[JobRow]:
+    def rows(self, s: Session, where: ColumnElement[bool]) -> list[JobRow]:
         """The jobs matching ``where``, by id; a row that cannot even be loaded (a
         stored value its column cannot decode) is repaired first (:meth:`_repair`),
         and the loop's check then decides about its job."""
@@ -144,7 +160,7 @@ class Recovery(LoopBase):
             ("progress", None),
         ):
             try:  # each alone, in a session of its own (reads only)
-                with self.store.session() as probe:
+                with self.loop.store.session() as probe:
                     probe.execute(select(getattr(JobRow, column)).where(JobRow.id == job)).all()
             except (ValueError, TypeError, StatementError):
                 values[column] = blank
@@ -156,27 +172,27 @@ class Recovery(LoopBase):
                 .execution_options(synchronize_session=False)
             )
             s.expire_all()
-            self.store.event(s, "repaired", job, columns=sorted(values))
+            self.loop.store.event(s, "repaired", job, columns=sorted(values))
         return sorted(values)
 
     def _load(self, s: Session, rows: list[JobRow]) -> None:
         """Give every live job a slot and put it where it belongs (queue, running, held)."""
-        now = self.clock()
-        live = self.live
-        attained = self.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
+        now = self.loop.clock()
+        live = self.loop.live
+        attained = self.loop.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
         histories: dict[str, list[float]] = {}
-        book = self.book
+        book = self.loop.book
         for row in rows:
             rec = book.enter(row.id)
             a = rec.attempt
             if a is not None and rec.aside is not None:
                 continue  # still running: it is stopped, then ends set aside
             try:
-                i = self._add(s, row, histories)
+                i = self.add(s, row, histories)
             except SQLAlchemyError:
                 raise  # the store's trouble, not the job's
             except Exception as exc:
-                self._set_aside(s, row, exc, now)
+                self.set_aside(s, row, exc, now)
                 continue
             if row.reason == "Preempted":
                 rec.preempted = True
@@ -194,88 +210,90 @@ class Recovery(LoopBase):
                 continue
             placed = rec.placed_on
             if a is None and placed is None:
-                self._enqueue(row, i, now)
+                self.queueing.enqueue(row, i, now)
                 continue
             if a is not None and a.stop is None:
                 host = rec.packed_on
                 h = live.index.get(host, -1) if host is not None else -1
                 if h >= 0 and live.state.status[h] != RUNNING:
                     h = -1
-                book.adopt(row.id, a.gpus, since=self.rel(a.started), now=self.rel(now), host=h)
+                book.adopt(
+                    row.id, a.gpus, since=self.loop.rel(a.started), now=self.loop.rel(now), host=h
+                )
                 continue
-            book.arrive(row.id, self.rel(now))
+            book.arrive(row.id, self.loop.rel(now))
             if a is not None and a.stop == "suspend":
                 book.hold(row.id)
             elif placed is not None:
                 book.replace(row.id, placed)
 
-    def _quarantine(self) -> bool:
+    def quarantine(self) -> bool:
         """After a failed pass: check every job in the loop's view again as if it had
         just entered it (its row's undecodable columns reset first), and set aside
         those whose record has become unusable (a value written behind the loop's
         back); True when one was found."""
-        now = self.clock()
+        now = self.loop.clock()
         found = False
-        for job in sorted({*self.live.index, *self.attempts}):
-            with self.store.session() as s:
+        for job in sorted({*self.loop.live.index, *self.loop.attempts}):
+            with self.loop.store.session() as s:
                 found |= bool(self._repair(s, job))
                 row = s.get(JobRow, job)
                 if row is None or row.status in TERMINAL:
                     continue
-                rec = self.book.get(job)
+                rec = self.loop.book.get(job)
                 if rec is not None:
                     rec.spec = None
                 try:
-                    self._spec(row)
+                    self.loop.spec_of(row)
                     continue
                 except BadRecord as exc:
                     problem = exc
                 found = True
-                a = self.attempts.get(job)
+                a = self.loop.attempts.get(job)
                 if a is None:
-                    self._set_aside(s, row, problem, now)
+                    self.set_aside(s, row, problem, now)
                     continue
                 # still running: stopped, it ends set aside (Transitions._ended_aside)
-                rec = self.book[job]
+                rec = self.loop.book[job]
                 rec.aside = row.reason = rec.reason = problem.reason
-                self.store.event(s, "set_aside", job, why=problem.reason)
-            self.book.close(job)
+                self.loop.store.event(s, "set_aside", job, why=problem.reason)
+            self.loop.book.close(job)
             if a.stop is None:
-                self._stop(a, "cancel", now)
+                self.stops.stop(a, "cancel", now)
         return found
 
-    def _set_aside(self, s: Session, row: JobRow, exc: Exception | str, now: float) -> None:
+    def set_aside(self, s: Session, row: JobRow, exc: Exception | str, now: float) -> None:
         """End a job whose record the loop cannot use, saying why (logged once): the
         pass, and everyone else's jobs, go on without it."""
         reason = exc if isinstance(exc, str) else aside_reason(exc)
-        self.book.close(row.id)
-        rec = self.book[row.id]
+        self.loop.book.close(row.id)
+        rec = self.loop.book[row.id]
         rec.spec = rec.aside = None
         row.status, row.end_time, row.gpus = JobStatus.FAILED, now, None
         row.reason, row.request = reason, None
         rec.reason = reason
-        self.store.event(s, "set_aside", row.id, why=reason)
+        self.loop.store.event(s, "set_aside", row.id, why=reason)
         print(f"corral: job {row.id} set aside: {reason}", file=sys.stderr, flush=True)
 
-    def _add(self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None) -> int:
-        rec = self.book.enter(row.id)
-        spec = self._spec(row)
+    def add(self, s: Session, row: JobRow, histories: dict[str, list[float]] | None = None) -> int:
+        rec = self.loop.book.enter(row.id)
+        spec = self.loop.spec_of(row)
         rec.round_ref = spec.round_of
         rec.exclusive = spec.exclusive
         gpus = 1 if row.phase == "prerun" else spec.gpus
         duration, source = expected_duration(
-            self.store, s, spec, row.user, self.config.default_duration, histories
+            self.loop.store, s, spec, row.user, self.loop.config.default_duration, histories
         )
         rec.duration_source = source
         if spec.total_steps is not None:
             rec.goal = spec.total_steps
         if spec.target_loss is not None and rec.loss_history is None:
             rec.loss_history = LossHistory(spec.target_loss)
-        return self.book.add(
+        return self.loop.book.add(
             row.id,
-            self.rel(row.submit_time),
+            self.loop.rel(row.submit_time),
             gpus,
-            priority=row.priority + self.share_bonus.get(row.user, 0),
+            priority=row.priority + self.loop.share_bonus.get(row.user, 0),
             weight=spec.weight,
             job_type=spec.job_type,
             gpu_type=spec.gpu_type,
@@ -290,57 +308,58 @@ class Recovery(LoopBase):
 
     def _live_for(self, jobs: int) -> LiveJobs:
         """A policy state with room for ``jobs`` live jobs and as many again."""
-        return LiveJobs(self.cluster, max(MIN_CAPACITY, 2 * (jobs + 1)))
+        return LiveJobs(self.loop.cluster, max(MIN_CAPACITY, 2 * (jobs + 1)))
 
-    def _resync(self) -> None:
+    def resync(self) -> None:
         """Forget everything the loop holds and recover from the store, as a restart
         does (live processes are adopted again). Raises while the store fails; the
         loop stays due for a resync until one succeeds."""
-        kept = {name: getattr(self, name) for name in KEPT}
-        LoopBase.__init__(self, self.config, self.store, self.executor, self.clock)
-        self.__dict__.update(kept)
-        self.resync_due = True
+        loop = self.loop
+        kept = {name: getattr(loop, name) for name in KEPT}
+        LoopState.__init__(loop, loop.config, loop.store, loop.executor, loop.clock)
+        loop.__dict__.update(kept)
+        self.loop.resync_due = True
         self.recover()
-        self.resync_due = False
-        with self.store.session() as s:
-            self.store.event(s, "resynced", None)
+        self.loop.resync_due = False
+        with self.loop.store.session() as s:
+            self.loop.store.event(s, "resynced", None)
 
-    def _rebuild(self) -> None:
+    def rebuild(self) -> None:
         """More jobs than slots: a larger state holding the live jobs only, and a fresh policy."""
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             rows = self._live_rows(s)
-            self.live = self._live_for(len(rows))  # (the book's jobs are NEW again)
-            for rec in self.book:
+            self.loop.live = self._live_for(len(rows))  # (the book's jobs are NEW again)
+            for rec in self.loop.book:
                 if rec.attempt is None:
                     rec.spec = None  # checked again as it enters the new state
-            self.policy = self._new_policy()
+            self.loop.policy = self.loop.new_policy()
             self._load(s, rows)
-            self.seen = max([self.seen, *(r.id for r in rows)])
-        self.reserved.clear()
-        self.fenced.clear()
-        self._sync_drained()
-        self.dirty = True
+            self.loop.seen = max([self.loop.seen, *(r.id for r in rows)])
+        self.loop.reserved.clear()
+        self.loop.fenced.clear()
+        self.sync_drained()
+        self.loop.dirty = True
 
-    def _executor_changed(self) -> None:
+    def executor_changed(self) -> None:
         """Nodes left or joined the executor's cluster: GPUs of nodes gone are kept
         from the policy; a node that joined grows the cluster (the policy's view
         is rebuilt around it, GPU ids of the nodes known so far unchanged)."""
-        slots = self.executor.slots()
-        if len(slots) != len(self.slots):
-            self.slots = slots
-            self.cluster = cluster_from_slots(slots, self.executor.links())
-            with self.store.session() as s:
+        slots = self.loop.executor.slots()
+        if len(slots) != len(self.loop.slots):
+            self.loop.slots = slots
+            self.loop.cluster = cluster_from_slots(slots, self.loop.executor.links())
+            with self.loop.store.session() as s:
                 self._sync_nodes(s)
-                for name in {slot.node for slot in slots[len(self.usable) :]}:
-                    self.store.event(s, "node_joined", None, node=name)
-            self.usable = np.ones(len(slots), dtype=bool)
-            self._rebuild()
+                for name in {slot.node for slot in slots[len(self.loop.usable) :]}:
+                    self.loop.store.event(s, "node_joined", None, node=name)
+            self.loop.usable = np.ones(len(slots), dtype=bool)
+            self.rebuild()
         else:
-            self._sync_drained()
+            self.sync_drained()
 
     def _sync_nodes(self, s: Session) -> None:
         counts: dict[str, tuple[str, int, bool]] = {}
-        for slot in self.slots:
+        for slot in self.loop.slots:
             _, n, _ = counts.get(slot.node, (slot.gpu_type, 0, False))
             counts[slot.node] = (slot.gpu_type, n + 1, slot.device is None)
         for name, (gpu_type, n, virtual) in counts.items():
@@ -353,34 +372,36 @@ class Recovery(LoopBase):
             if row.name not in counts:
                 row.state = "gone"
 
-    def _sync_drained(self) -> None:
+    def sync_drained(self) -> None:
         """Keep the GPUs of drained nodes away from the policy (taken once they are free).
 
         Jobs already running on a node that is drained run to their end, as
         under Slurm's DRAIN; a node put back up returns its GPUs at once.
         """
-        gone = self.executor.unavailable_nodes()
-        with self.store.session() as s:
+        gone = self.loop.executor.unavailable_nodes()
+        with self.loop.store.session() as s:
             for row in s.scalars(select(NodeRow)):  # nodes the executor lost, and found again
                 if row.name in gone and row.state == "up":
                     row.state = "down"
-                    row.reason = self.executor.unavailable_reason(row.name)
-                    self.store.event(s, "node_down", None, node=row.name, reason=row.reason)
+                    row.reason = self.loop.executor.unavailable_reason(row.name)
+                    self.loop.store.event(s, "node_down", None, node=row.name, reason=row.reason)
                 elif row.name not in gone and row.state == "down":
                     row.state, row.reason = "up", None
-                    self.store.event(s, "node_up", None, node=row.name)
+                    self.loop.store.event(s, "node_up", None, node=row.name)
             drained = {r.name for r in s.scalars(select(NodeRow).where(NodeRow.state == "drained"))}
         drained |= gone
-        self.lost_nodes = frozenset(gone)
-        self.usable = np.array([slot.node not in drained for slot in self.slots], dtype=bool)
-        free = self.live.state.free
-        back = [g for g in self.reserved if self.slots[g].node not in drained]
+        self.loop.lost_nodes = frozenset(gone)
+        self.loop.usable = np.array(
+            [slot.node not in drained for slot in self.loop.slots], dtype=bool
+        )
+        free = self.loop.live.state.free
+        back = [g for g in self.loop.reserved if self.loop.slots[g].node not in drained]
         if back:
             free.release(back)
-            self.reserved.difference_update(back)
-            self.dirty = True
-        for slot in self.slots:
-            if slot.node in drained and slot.id not in self.reserved and free.mask[slot.id]:
+            self.loop.reserved.difference_update(back)
+            self.loop.dirty = True
+        for slot in self.loop.slots:
+            if slot.node in drained and slot.id not in self.loop.reserved and free.mask[slot.id]:
                 free.take([slot.id])
-                self.reserved.add(slot.id)
-                self.dirty = True
+                self.loop.reserved.add(slot.id)
+                self.loop.dirty = True

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, object_session
 
 from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.specs import JobSpec, RoundOf
-from corral.runtime.loop.loop_base import TERMINAL, LoopBase
+from corral.runtime.loop.loop_base import TERMINAL, LoopState
 from corral.runtime.loop.records import BadRecord, spec_problem
 from corral.runtime.loop.round_policy import LiveRounds
 from corral.runtime.storage.store import JobRow
@@ -34,41 +34,44 @@ ROUND_NAME_ROOM = 100
 """Characters of a job's name its tasks keep (names are at most 128)."""
 
 
-class RoundJobs(LoopBase):
+class RoundJobs:
     """The loop's handling of jobs run as rounds; inert under any other policy."""
+
+    def __init__(self, loop: LoopState) -> None:
+        self.loop = loop
 
     @property
     def rounds_live(self) -> bool:
-        return isinstance(self.policy, LiveRounds)
+        return isinstance(self.loop.policy, LiveRounds)
 
-    def _is_round_job(self, row: JobRow, spec: JobSpec) -> bool:
+    def is_round_job(self, row: JobRow, spec: JobSpec) -> bool:
         return self.rounds_live and spec.task is not None and row.parent is None
 
-    def _hold_round_job(self, row: JobRow, i: int, now: float) -> None:
+    def hold_round_job(self, row: JobRow, i: int, now: float) -> None:
         """A job run as rounds never enters the policy's queues: its tasks do."""
-        self.book.hold(row.id)
+        self.loop.book.hold(row.id)
         s = object_session(row)
         assert s is not None
         self._round_progress(s, row, now)
 
-    def _round_task_started(self, s: Session, row: JobRow, now: float) -> None:
+    def round_task_started(self, s: Session, row: JobRow, now: float) -> None:
         if row.parent is None:
             return
         job = s.get(JobRow, row.parent)
         if job is not None and job.status == JobStatus.PENDING:
             job.status, job.first_start = JobStatus.RUNNING, job.first_start or now
-            self.store.event(s, "start", job.id, rounds=True)
+            self.loop.store.event(s, "start", job.id, rounds=True)
 
-    def _round_task_ended(self, s: Session, row: JobRow, now: float) -> None:
+    def round_task_ended(self, s: Session, row: JobRow, now: float) -> None:
         if row.parent is None:
             return
-        if row.status in TERMINAL and (rec := self.book.get(row.id)) is not None:
+        if row.status in TERMINAL and (rec := self.loop.book.get(row.id)) is not None:
             rec.round_ref = None
         job = s.get(JobRow, row.parent)
         if job is not None:
             self._round_progress(s, job, now)
 
-    def _round_job_cancelled(self, s: Session, row: JobRow) -> None:
+    def round_job_cancelled(self, s: Session, row: JobRow) -> None:
         """The job is cancelled: so are its tasks not yet over."""
         if not self.rounds_live:
             return
@@ -77,13 +80,13 @@ class RoundJobs(LoopBase):
         )
         for task in tasks:
             task.request = "cancel"
-        self.wake.set()
+        self.loop.wake.set()
 
     def _round_progress(self, s: Session, job: JobRow, now: float) -> None:
         """Move a job run as rounds on: its next round's tasks, or its end."""
         if job.status in TERMINAL:
             return
-        spec = self._spec(job)
+        spec = self.loop.spec_of(job)
         # a round's tasks are made together, after the round before ended: the
         # newest ``gpus`` tasks are the current round's (no need to read them all)
         current = list(
@@ -118,7 +121,7 @@ class RoundJobs(LoopBase):
             job.steps = float(rounds * spec.round_steps())
             job.gpus = None
             self._end_round_job(s, job)
-            self.store.event(s, "rounds_done", job.id, rounds=rounds)
+            self.loop.store.event(s, "rounds_done", job.id, rounds=rounds)
             return
         took = [t.end_time - t.first_start for t in current if t.end_time and t.first_start]
         per_task = sum(took) / len(took) if took else None
@@ -127,14 +130,14 @@ class RoundJobs(LoopBase):
 
     def _round_of(self, task: JobRow) -> RoundOf | None:
         """The round a task belongs to (None when its stored spec is unusable)."""
-        spec = self.book.peek(task.id).spec or spec_problem(task.spec)[0]
+        spec = self.loop.book.peek(task.id).spec or spec_problem(task.spec)[0]
         return None if spec is None else spec.round_of
 
     def _end_round_job(self, s: Session, job: JobRow) -> None:
-        self.executor.release_keepers(job.id)  # nothing left for them to hold
-        self.book.close(job.id)
-        self.book[job.id].reason = job.reason
-        self._round_job_cancelled(s, job)
+        self.loop.executor.release_keepers(job.id)  # nothing left for them to hold
+        self.loop.book.close(job.id)
+        self.loop.book[job.id].reason = job.reason
+        self.round_job_cancelled(s, job)
 
     def _make_round(
         self,
@@ -172,7 +175,7 @@ class RoundJobs(LoopBase):
                 job.status, job.end_time, job.gpus = JobStatus.FAILED, now, None
                 job.reason = BadRecord(job.id, "task", f"its round's task: {problem}").reason
                 self._end_round_job(s, job)
-                self.store.event(s, "set_aside", job.id, why=job.reason)
+                self.loop.store.event(s, "set_aside", job.id, why=job.reason)
                 return
             tasks.append(checked)
         for task in tasks:
@@ -182,5 +185,5 @@ class RoundJobs(LoopBase):
                 )
             )
         job.reason = f"round {round_ + 1} of {rounds}"
-        self.store.event(s, "round", job.id, round=round_, tasks=spec.gpus)
-        self.wake.set()
+        self.loop.store.event(s, "round", job.id, round=round_, tasks=spec.gpus)
+        self.loop.wake.set()

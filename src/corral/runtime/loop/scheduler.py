@@ -20,12 +20,25 @@ its process does), so :meth:`Scheduler.recover` can rebuild everything after
 a crash: processes still running are adopted, the rest are requeued, and the
 GPUs of adopted processes are taken before any new plan is made.
 
-The loop reads as its stages: this module holds the pass itself (step,
-plan, apply, reasons); :mod:`~corral.runtime.loop.recovery` rebuilds the view
-from the store, :mod:`~corral.runtime.loop.transitions` moves jobs between states
-(attempt ends, arrivals, requests, dependencies, back-offs) and
-:mod:`~corral.runtime.loop.launching` starts processes; all share the state in
-:mod:`~corral.runtime.loop.loop_base`.
+Each pass observes, decides and acts (:meth:`Scheduler._pass`). The loop's
+state is one :class:`~corral.runtime.loop.loop_base.LoopState` (its jobs in one
+:class:`~corral.runtime.loop.job_book.JobBook`); its stages are plain objects,
+each handed that state and the stages it calls, in this order (none calls one
+made after it):
+
+- :mod:`~corral.runtime.loop.sharing`: packed pairs, time slices, measured speeds;
+- :mod:`~corral.runtime.loop.stops`: asking attempts to stop;
+- :mod:`~corral.runtime.loop.round_jobs`: jobs run as rounds of tasks;
+- :mod:`~corral.runtime.loop.queueing`: dependencies, begin times, admission;
+- :mod:`~corral.runtime.loop.recovery`: the view rebuilt from the store, nodes;
+- :mod:`~corral.runtime.loop.transitions`: attempts' ends, arrivals, requests;
+- :mod:`~corral.runtime.loop.parking`: preempted jobs kept resident;
+- :mod:`~corral.runtime.loop.launching`: processes started;
+- :mod:`~corral.runtime.loop.gpu_watch`, :mod:`~corral.runtime.loop.exclusive`,
+  :mod:`~corral.runtime.loop.user_limits`: the GPUs' health, exclusive nodes,
+  users' limits and fair share.
+
+This module holds the pass itself (observe, decide, act; the plan applied; reasons).
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 import numpy as np
 from sqlalchemy import select
@@ -42,24 +56,60 @@ from corral.model.jobs import JobStatus
 from corral.model.plan import Plan, upcoming
 from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
+from corral.runtime.execution.executor import Executor
+from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.estimates import measured_remaining
 from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
 from corral.runtime.loop.gpu_watch import GpuWatch
-from corral.runtime.loop.job_book import Phase
+from corral.runtime.loop.job_book import Attempt, Phase
 from corral.runtime.loop.launching import Launching
-from corral.runtime.loop.loop_base import TERMINAL, Attempt, cluster_from_slots
+from corral.runtime.loop.loop_base import TERMINAL, LoopState, cluster_from_slots
 from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
+from corral.runtime.loop.queueing import Queueing
 from corral.runtime.loop.recovery import Recovery, store_trouble
 from corral.runtime.loop.round_jobs import RoundJobs
+from corral.runtime.loop.sharing import Sharing
+from corral.runtime.loop.stops import Stops
+from corral.runtime.loop.transitions import Transitions
 from corral.runtime.loop.user_limits import UserLimits
-from corral.runtime.storage.store import AttemptRow, JobRow
+from corral.runtime.storage.store import AttemptRow, JobRow, Store
 from corral.train.session import STOPPED_EXIT
 
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
 
 
-class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNodes, UserLimits):
-    """The loop: one pass polls, takes arrivals and requests, plans, and launches."""
+class Scheduler(LoopState):
+    """The loop: one pass polls, takes arrivals and requests, plans, and launches.
+
+    It holds the loop's state (:class:`LoopState`: the job book, the policy, the
+    GPUs) and its stages, plain objects each handed that state and the stages it
+    calls: none reaches another except through what it was given."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        store: Store,
+        executor: Executor,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(config, store, executor, clock)
+        self.sharing = Sharing(self)
+        self.stops = Stops(self, self.sharing)
+        self.rounds = RoundJobs(self)
+        self.queueing = Queueing(self, self.rounds)
+        self.recovery = Recovery(self, self.stops, self.queueing, self.rounds)
+        self.transitions = Transitions(
+            self, self.sharing, self.stops, self.queueing, self.recovery, self.rounds
+        )
+        self.parking = Parking(self, self.sharing, self.stops)
+        self.launching = Launching(self, self.parking, self.rounds)
+        self.gpu_watch = GpuWatch(self, self.stops)
+        self.exclusive = ExclusiveNodes(self)
+        self.limits = UserLimits(self)
+
+    def recover(self) -> None:
+        """Rebuild the loop's view from the store and adopt live processes (at a start)."""
+        self.recovery.recover()
 
     def run(self, stop: threading.Event, recover: bool = True) -> None:
         """Recover (unless done already), then step until ``stop`` is set.
@@ -68,7 +118,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         """
         self.loop_thread = threading.current_thread()
         if recover:
-            self.recover()
+            self.recovery.recover()
         while not stop.is_set():
             try:
                 self.step()
@@ -86,7 +136,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         for at in (self.next_wakeup, self.turn_wakeup):
             if at is not None:
                 timeout = min(timeout, max(at - self.clock(), 0.0))
-        if self.config.workers.park and self._awaiting_pause():
+        if self.config.workers.park and self.parking.awaiting_pause():
             timeout = min(timeout, PAUSE_POLL)
         return timeout
 
@@ -101,38 +151,31 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         pass; until that succeeds no pass runs on a view apart from the store.
         """
         if self.resync_due:
-            self._resync()
+            self.recovery.resync()
         try:
             self._pass()
         except Exception as exc:
             self.resync_due = True
-            if store_trouble(exc) or not self._quarantine():
+            if store_trouble(exc) or not self.recovery.quarantine():
                 raise  # the store's own trouble (run() retries), or no job at fault
-            self._resync()
+            self.recovery.resync()
 
     def _pass(self) -> None:
+        """Observe, decide, act: what happened becomes changes to the book and the
+        policy's state; the policy plans over that state when something changed or
+        its wake-up is due; the plan is applied (book and store first), then the
+        executor acts on it."""
         now = self.clock()
         # the state's clock first: what ends in this pass ends now (a finished
         # job's service, which Gittins learns from, is counted to this instant)
         self.live.state.now = self.rel(now)
-        self._read_inbox()
-        changed = self._poll(now)
-        if self.config.workers.park:
-            self._release_parked(now)
-        changed |= self._arrivals(now)
-        changed |= self._requests(now)
-        changed |= self._end_backoffs(now)
-        changed |= self._dependencies(now)
-        changed |= self._watch_gpus(now)
-        if self._nodes_dirty:
-            self._nodes_dirty = False
-            self._sync_drained()
-        if self.executor.watch():
-            self._executor_changed()
+        changed = self._observe(now)
         due = self.next_wakeup is not None and now >= self.next_wakeup
         if changed or self.dirty or due:
             began = time.perf_counter()
-            self._schedule(now)
+            decided = self._decide(now)
+            if decided is not None:
+                self._apply_decision(*decided, now)
             self.metrics.pass_seconds.labels(self.config.policy).observe(
                 time.perf_counter() - began
             )
@@ -142,10 +185,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             # between passes too, so the work left shown stays fresh
             self._observe_progress()
             self.observed_at = now
-        self._launch_ready(self.clock())
-        self.executor.tend()
-        self._poll_staging()
-        self.turn_wakeup = self._take_turns(self.clock()) if self.turns else None
+        self._act(self.clock())
         self.book.sweep()  # the jobs over for the loop go, and all it kept about them
         self._publish()
         self.metrics.last_step.set(self.clock())
@@ -153,7 +193,31 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             self._passes += 1
             self._cv.notify_all()
 
-    def _schedule(self, now: float) -> None:
+    def _observe(self, now: float) -> bool:
+        """What happened since the last pass, into the book: other threads' messages,
+        processes' ends and deadlines, submissions, the API's requests, back-offs
+        and dependencies over, the GPUs' health, nodes drained, lost or joined.
+        True when the policy should plan again."""
+        self._read_inbox()
+        changed = self.transitions.poll(now)
+        if self.config.workers.park:
+            self.parking.release_parked(now)
+        changed |= self.transitions.arrivals(now)
+        changed |= self.transitions.requests(now)
+        changed |= self.transitions.end_backoffs(now)
+        changed |= self.queueing.dependencies(now)
+        changed |= self.gpu_watch.watch_gpus(now)
+        if self.nodes_dirty:
+            self.nodes_dirty = False
+            self.recovery.sync_drained()
+        if self.executor.watch():
+            self.recovery.executor_changed()
+        return changed
+
+    def _decide(self, now: float) -> tuple[Plan, dict[int, str]] | None:
+        """The policy's plan over the state (heartbeats' measurements read into it
+        first), less the starts that exclusive nodes and users' limits forbid; with
+        the jobs a limit kept back and why. None when no plan could be made."""
         st = self.live.state
         st.now = self.rel(now)
         self.dirty = False
@@ -162,22 +226,28 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         self._observe_memory()
         self.observed_at = now
         if self.policy.shares_gpus:
-            self._observe_speeds(now)
-        self._fence_exclusive()
-        self._refresh_fair_share(now)
-        capped = self._hide_capped()  # jobs a user's or VC's limit keeps back
+            self.sharing.observe_speeds(now)
+        self.exclusive.fence_exclusive()
+        self.limits.refresh_fair_share(now)
+        capped = self.limits.hide_capped()  # jobs a user's or VC's limit keeps back
         try:
             found = self._plan(now)
         finally:
-            self._unhide(capped)
+            self.limits.unhide(capped)
         if found is None:
             self.next_wakeup = now + 5.0
-            return
+            return None
         plan = found
         self._learn_checkpoints(plan)
         plan = keep_unsaved_work(plan, st)
-        plan = self._keep_exclusive(plan)
-        plan = self._keep_limits(plan, capped)
+        plan = self.exclusive.keep_exclusive(plan)
+        plan = self.limits.keep_limits(plan, capped)
+        return plan, capped
+
+    def _apply_decision(self, plan: Plan, capped: dict[int, str], now: float) -> None:
+        """The plan into the book, the policy's state and the store (stops asked,
+        starts placed), the next wake-up, and every waiting job's reason."""
+        st = self.live.state
         self._apply(plan, now)
         wake = upcoming(plan.next_wakeup, st.now)
         if self.book.backoff:
@@ -186,6 +256,14 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         self.next_wakeup = None if wake is None else self.store.epoch + wake
         waits = self.policy.waiting_reasons(self.live.state)
         self._update_reasons({**waits, **capped}, self.policy.running_notes(self.live.state))
+
+    def _act(self, now: float) -> None:
+        """The executor's part: launch what was placed once its GPUs are free, tend
+        the executor, note stagings that ended, and take time-sliced turns."""
+        self.launching.launch_ready(now)
+        self.executor.tend()
+        self.launching.poll_staging()
+        self.turn_wakeup = self.sharing.take_turns(self.clock()) if self.turns else None
 
     def _plan(self, now: float) -> Plan | None:
         """The policy's plan; after a failure, the plan without the jobs it fails on
@@ -242,7 +320,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             return
         for job in unsure:
             a = self.attempts.get(job)
-            if a is not None and self._parkable(a):
+            if a is not None and self.parking.parkable(a):
                 st.checkpoints[self.live.index[job]] = True
         with self.store.session() as s:
             reported = select(JobRow.id).where(
@@ -277,7 +355,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             row = s.get(JobRow, job)
             if row is not None and row.status not in TERMINAL:
                 row.status, row.end_time, row.gpus, row.reason = JobStatus.FAILED, now, None, reason
-                self._round_task_ended(s, row, now)
+                self.rounds.round_task_ended(s, row, now)
             self.store.event(s, "policy_rejected", job, error=error[:1000])
         self.book[job].reason = reason
 
@@ -286,7 +364,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
         for i, batch in plan.batch_sizes.items():
             self.book[live.ids[i]].batch_size = int(batch)
         for i in plan.prestage:
-            self._prestage(live.ids[i])
+            self.launching.prestage(live.ids[i])
         names = self.cluster.gpu_type_names
         stops: list[Attempt] = []
         with self.store.session() as s:
@@ -300,9 +378,9 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                 if placed:
                     rec.packed_on = None
                     row = s.get(JobRow, job)
-                    if row is not None and not self._launched(job):
+                    if row is not None and not self.parking.launched(job):
                         row.status, row.gpus = JobStatus.PENDING, None
-                        row.reason = PARKED if self._parked(job) else "Preempted"
+                        row.reason = PARKED if self.parking.parked(job) else "Preempted"
                         rec.preempted = True
                 if rec.attempt is not None and rec.attempt.stop is None:
                     stops.append(rec.attempt)
@@ -332,15 +410,15 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
                     self.store.event(s, "packed", job, on=live.ids[host])
                 row = s.get(JobRow, job)
                 if row is not None:
-                    if not self._launched(job):
+                    if not self.parking.launched(job):
                         row.status = JobStatus.STARTING
                     row.gpus, row.reason = list(gpus), None
                     rec.reason = None
                 self.store.event(s, "allocated", job, gpus=list(gpus))
         if plan.timeslices:
-            self._timeslice(plan, now)
+            self.sharing.timeslice(plan, now)
         for a in stops:
-            self._preempt(a, now)
+            self.parking.preempt(a, now)
 
     def _observe_progress(self) -> None:
         """Jobs that report heartbeats: their remaining time becomes the measured one.
@@ -459,7 +537,7 @@ class Scheduler(Recovery, Parking, Launching, RoundJobs, GpuWatch, ExclusiveNode
             elif i in waits:
                 reason = waits[i]
             elif self.book.peek(job).preempted:
-                reason = PARKED if self._parked(job) else "Preempted"
+                reason = PARKED if self.parking.parked(job) else "Preempted"
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if job in self.exclusive_skipped and reason in ("Resources", "Priority"):

@@ -29,18 +29,22 @@ from sqlalchemy import select
 
 from corral.model.plan import Plan
 from corral.model.state import RUNNING
-from corral.runtime.loop.loop_base import Attempt, LoopBase, Turns
+from corral.runtime.loop.job_book import Attempt
+from corral.runtime.loop.loop_base import LoopState, Turns
 from corral.runtime.storage.store import JobRow
 
 
-class Sharing(LoopBase):
+class Sharing:
     """Packs, turns and measured speeds (a stage of the loop)."""
 
+    def __init__(self, loop: LoopState) -> None:
+        self.loop = loop
+
     # ------------------------------------------------------------ pairs
-    def _unpair(self, job: int, now: float) -> None:
+    def unpair(self, job: int, now: float) -> None:
         """``job``'s attempt ended: a guest packed on it keeps the GPUs; a host it
         was packed on runs alone again."""
-        book = self.book
+        book = self.loop.book
         rec = book[job]
         host, rec.packed_on = rec.packed_on, None
         if host is not None and host in book:
@@ -53,23 +57,23 @@ class Sharing(LoopBase):
             a = other.attempt
             if a is not None:
                 for g in a.gpus:
-                    self.holders.setdefault(g, guest)
+                    self.loop.holders.setdefault(g, guest)
 
-    def _take_turns(self, now: float) -> float | None:
+    def take_turns(self, now: float) -> float | None:
         """Pause and resume time-sliced pairs as their turns come; returns when
         the next turn passes (None: no pair takes turns)."""
         soonest: float | None = None
-        for guest, t in list(self.turns.items()):
-            ga, ha = self.attempts.get(t.guest), self.attempts.get(t.host)
-            paired = self.book.packed_on.get(guest) == t.host
-            waiting = paired and ga is None and guest in self.book.placed and ha is not None
+        for guest, t in list(self.loop.turns.items()):
+            ga, ha = self.loop.attempts.get(t.guest), self.loop.attempts.get(t.host)
+            paired = self.loop.book.packed_on.get(guest) == t.host
+            waiting = paired and ga is None and guest in self.loop.book.placed and ha is not None
             if waiting:  # the guest is not launched yet: the host runs meanwhile
                 continue
             if not paired or ga is None or ha is None or ga.stop or ha.stop:
                 for a in (ga, ha):  # the pair is over or leaving: nobody stays paused
                     if a is not None and a.paused:
-                        self._resume(a, now)
-                del self.turns[guest]
+                        self.resume(a, now)
+                del self.loop.turns[guest]
                 continue
             if t.switch_at is None:
                 t.switch_at = now + t.quantum
@@ -78,93 +82,93 @@ class Sharing(LoopBase):
                 t.switch_at = now + t.quantum
             run, wait = (ga, ha) if t.turn == t.guest else (ha, ga)
             if not wait.paused:
-                self._pause(wait, now)
+                self.pause(wait, now)
             if run.paused:
-                self._resume(run, now)
+                self.resume(run, now)
             soonest = t.switch_at if soonest is None else min(soonest, t.switch_at)
         return soonest
 
-    def _timeslice(self, plan: Plan, now: float) -> None:
+    def timeslice(self, plan: Plan, now: float) -> None:
         """Pairs the plan time-slices start taking turns: a new guest gets the
         first turn; a packed pair judged not to help lets its host go first (the
         event records the speeds it was judged by, where measured)."""
-        st = self.live.state
-        with self.store.session() as s:
+        st = self.loop.live.state
+        with self.loop.store.session() as s:
             for i, quantum in plan.timeslices.items():
-                guest = self.live.ids[i]
-                host = self.book.packed_on.get(guest)
-                if host is None or guest in self.turns:
+                guest = self.loop.live.ids[i]
+                host = self.loop.book.packed_on.get(guest)
+                if host is None or guest in self.loop.turns:
                     continue
                 new = i in plan.starts
-                self.turns[guest] = Turns(host, guest, quantum, turn=guest if new else host)
+                self.loop.turns[guest] = Turns(host, guest, quantum, turn=guest if new else host)
                 speeds = {
                     f"{who}_speed": round(v, 3)
                     for who, v in (
-                        ("host", float(st.observed_speed[self.live.index[host]])),
+                        ("host", float(st.observed_speed[self.loop.live.index[host]])),
                         ("guest", float(st.observed_speed[i])),
                     )
                     if np.isfinite(v)
                 }
-                self.store.event(s, "timeslice", guest, on=host, quantum=quantum, **speeds)
+                self.loop.store.event(s, "timeslice", guest, on=host, quantum=quantum, **speeds)
 
-    def _pause(self, a: Attempt, now: float, reason: str = "TimeSliced") -> None:
+    def pause(self, a: Attempt, now: float, reason: str = "TimeSliced") -> None:
         if a.ref is None:
             return
         a.paused_at = now
-        cooperative = self.book.peek(a.job).beating
+        cooperative = self.loop.book.peek(a.job).beating
         if cooperative:  # corral.train pauses at its next iteration boundary
-            self.executor.signal(a.ref, signal.SIGTSTP)
-            a.force_pause_at = now + self.config.pause_grace
+            self.loop.executor.signal(a.ref, signal.SIGTSTP)
+            a.force_pause_at = now + self.loop.config.pause_grace
         else:
-            self.executor.signal(a.ref, signal.SIGSTOP)
+            self.loop.executor.signal(a.ref, signal.SIGSTOP)
         self._note(a, "pause", reason, cooperative=cooperative)
 
-    def _resume(self, a: Attempt, now: float, reason: str | None = None) -> None:
+    def resume(self, a: Attempt, now: float, reason: str | None = None) -> None:
         if a.paused_at is None:
             return
         a.paused_total += now - a.paused_at
         a.paused_at = None
         a.force_pause_at = None
         a.resumed_at = now
-        if (rec := self.book.get(a.job)) is not None:
+        if (rec := self.loop.book.get(a.job)) is not None:
             rec.share_changed = now
         self._note(a, "resume", reason)  # recorded before it runs again
         if a.ref is not None:
-            self.executor.signal(a.ref, signal.SIGCONT)
+            self.loop.executor.signal(a.ref, signal.SIGCONT)
 
-    def _force_pauses(self, a: Attempt, now: float) -> None:
+    def force_pauses(self, a: Attempt, now: float) -> None:
         """A job asked to pause that has not reached an iteration boundary in time
         is stopped where it is."""
         if a.force_pause_at is not None and now >= a.force_pause_at and a.ref is not None:
-            self.executor.signal(a.ref, signal.SIGSTOP)
+            self.loop.executor.signal(a.ref, signal.SIGSTOP)
             a.force_pause_at = None
 
     def _note(self, a: Attempt, kind: str, reason: str | None, **data: object) -> None:
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             row = s.get(JobRow, a.job)
             if row is not None and row.status == "RUNNING":
                 row.reason = reason
-            self.store.event(s, kind, a.job, attempt=a.number, **data)
+            self.loop.store.event(s, kind, a.job, attempt=a.number, **data)
 
     # ----------------------------------------------------------- speeds
-    def _observe_speeds(self, now: float) -> None:
+    def observe_speeds(self, now: float) -> None:
         """For a policy that shares GPUs: each running job's reported throughput,
         as its speed alone while unshared and as a fraction of that while packed."""
-        st = self.live.state
+        st = self.loop.live.state
         st.observed_speed[:] = np.nan
-        running = [job for job in self.attempts if job in self.live.index]
+        running = [job for job in self.loop.attempts if job in self.loop.live.index]
         if not running:
             return
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             rows = s.execute(
                 select(
                     JobRow.id, JobRow.throughput, JobRow.throughput_since, JobRow.last_heartbeat
                 ).where(JobRow.id.in_(running))
             ).all()
-        book = self.book
+        book = self.loop.book
         for job, throughput, window, beat in rows:
             rec = book[job]
-            started = self.attempts[job].started
+            started = self.loop.attempts[job].started
             first = window is not None and window >= started and throughput is not None
             stepping = rec.stepping_since
             if (
@@ -176,9 +180,9 @@ class Sharing(LoopBase):
                 rec.stepping_since = window  # its attempt's first figure
         # without the window's age (an older client), a figure may cover up to
         # two one-second windows before the beat that carried it
-        settle = 2.0 + self.config.heartbeat_interval
+        settle = 2.0 + self.loop.config.heartbeat_interval
         for job, throughput, window, beat in rows:
-            i = self.live.index[job]
+            i = self.loop.live.index[job]
             rec = book[job]
             a = rec.attempt
             assert a is not None
@@ -190,7 +194,7 @@ class Sharing(LoopBase):
             partner = int(st.host[i]) if st.host[i] >= 0 else int(st.guest[i])
             shared = partner >= 0
             if shared:
-                since = max(since, self._stepping_since(self.live.ids[partner], settle))
+                since = max(since, self._stepping_since(self.loop.live.ids[partner], settle))
             began = beat - settle if window is None else window
             if began < since:  # its figure still covers time before the change
                 continue
@@ -203,7 +207,7 @@ class Sharing(LoopBase):
     def _stepping_since(self, job: int, settle: float) -> float:
         """When ``job``'s current attempt began stepping: its first throughput
         window; for a job that reports none, ``settle`` after its launch."""
-        rec = self.book.peek(job)
+        rec = self.loop.book.peek(job)
         a = rec.attempt
         if a is None:
             return float("inf")
@@ -213,4 +217,4 @@ class Sharing(LoopBase):
         return a.started + settle if not rec.beating else float("inf")
 
     def _sliced(self, job: int) -> bool:
-        return any(job in (t.host, t.guest) for t in self.turns.values())
+        return any(job in (t.host, t.guest) for t in self.loop.turns.values())

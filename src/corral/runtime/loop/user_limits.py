@@ -29,7 +29,7 @@ from sqlalchemy import or_, select
 
 from corral.model.plan import Plan
 from corral.runtime.loop.live_state import DEFAULT_VC
-from corral.runtime.loop.loop_base import LoopBase
+from corral.runtime.loop.loop_base import LoopState
 from corral.runtime.storage.store import AttemptRow, JobRow, in_chunks
 
 USER_GPUS = "QOSMaxGRESPerUser"
@@ -61,13 +61,16 @@ def decayed_use(
     return gpus * (np.exp(-rate * (now - ends)) - np.exp(-rate * (now - starts))) / rate
 
 
-class UserLimits(LoopBase):
+class UserLimits:
     """Caps per user and per VC around the policy; fair share in each job's priority."""
+
+    def __init__(self, loop: LoopState) -> None:
+        self.loop = loop
 
     def _caps_of(self, user: str) -> tuple[int | None, int | None]:
         """The user's caps on GPUs held and jobs running (None: no cap)."""
-        limits = self.config.limits
-        conf = self.user_configs.get(user)
+        limits = self.loop.config.limits
+        conf = self.loop.user_configs.get(user)
         gpus = conf.max_gpus if conf is not None and conf.max_gpus is not None else None
         running = conf.max_running if conf is not None and conf.max_running is not None else None
         return (
@@ -77,19 +80,21 @@ class UserLimits(LoopBase):
 
     @property
     def _any_limits(self) -> bool:
-        limits = self.config.limits
+        limits = self.loop.config.limits
         return bool(
             limits.user_gpus is not None
             or limits.user_running is not None
             or limits.vc_gpus
             or limits.vc_running
-            or any(u.max_gpus is not None or u.max_running is not None for u in self.config.users)
+            or any(
+                u.max_gpus is not None or u.max_running is not None for u in self.loop.config.users
+            )
         )
 
     def _in_use(self, stops: frozenset[int] = frozenset()) -> dict[tuple[str, str], list[int]]:
         """(``user`` or ``vc``, name) -> [GPUs held, jobs running], by the running jobs
         (but ``stops``)."""
-        st = self.live.state
+        st = self.loop.live.state
         out: dict[tuple[str, str], list[int]] = {}
         for i in st.running:
             if i in stops:
@@ -102,8 +107,8 @@ class UserLimits(LoopBase):
 
     def _passes_a_cap(self, i: int, use: dict[tuple[str, str], list[int]]) -> str | None:
         """The limit job ``i`` would pass if it started with ``use`` as it is (None: none)."""
-        st = self.live.state
-        limits = self.config.limits
+        st = self.loop.live.state
+        limits = self.loop.config.limits
         size = int(st.gpus[i])
         user, vc = st.user[i], st.vc[i] or DEFAULT_VC
         held, running = use.get(("user", user), [0, 0])
@@ -119,12 +124,12 @@ class UserLimits(LoopBase):
             return VC_RUNNING
         return None
 
-    def _hide_capped(self) -> dict[int, str]:
+    def hide_capped(self) -> dict[int, str]:
         """Hide from the policy the waiting jobs a cap keeps back -> the cap's reason
         (:meth:`_unhide` puts them back once it has planned)."""
         if not self._any_limits:
             return {}
-        st = self.live.state
+        st = self.loop.live.state
         use = self._in_use()
         capped = {}
         for i in list(st.pending):
@@ -134,16 +139,16 @@ class UserLimits(LoopBase):
                 st.set_aside(i)
         return capped
 
-    def _unhide(self, capped: dict[int, str]) -> None:
+    def unhide(self, capped: dict[int, str]) -> None:
         for i in capped:
-            self.live.state.put_back(i)
+            self.loop.live.state.put_back(i)
 
-    def _keep_limits(self, plan: Plan, capped: dict[int, str]) -> Plan:
+    def keep_limits(self, plan: Plan, capped: dict[int, str]) -> Plan:
         """The plan without the starts that, with those before them, would pass a cap
         (added to ``capped`` with the cap's reason)."""
         if not plan.starts or not self._any_limits:
             return plan
-        st = self.live.state
+        st = self.loop.live.state
         use = self._in_use(frozenset(plan.stops))
         dropped = []
         for i in list(plan.starts):
@@ -165,15 +170,15 @@ class UserLimits(LoopBase):
             plan.free_after = None
         return plan
 
-    def _refresh_fair_share(self, now: float) -> None:
+    def refresh_fair_share(self, now: float) -> None:
         """Recompute every user's decayed use and factor (each ``refresh`` seconds), and
         each live job's priority from them."""
-        conf = self.config.fair_share
-        if not conf.enabled or now - self.shares_at < conf.refresh:
+        conf = self.loop.config.fair_share
+        if not conf.enabled or now - self.loop.shares_at < conf.refresh:
             return
-        self.shares_at = now
+        self.loop.shares_at = now
         horizon = now - 20 * conf.half_life  # older use counts less than a millionth
-        with self.store.session() as s:
+        with self.loop.store.session() as s:
             rows = s.execute(
                 select(JobRow.user, AttemptRow.start_time, AttemptRow.end_time, AttemptRow.gpus)
                 .join(JobRow, JobRow.id == AttemptRow.job_id)
@@ -181,7 +186,7 @@ class UserLimits(LoopBase):
             ).all()
             priorities = {
                 job: priority
-                for chunk in in_chunks(list(self.live.index))  # (every job in the loop's view)
+                for chunk in in_chunks(list(self.loop.live.index))  # (every job in the loop's view)
                 for job, priority in s.execute(
                     select(JobRow.id, JobRow.priority).where(JobRow.id.in_(chunk))
                 )
@@ -195,16 +200,16 @@ class UserLimits(LoopBase):
             amounts = decayed_use(starts, ends, gpus, now, conf.half_life)
             for user, amount in zip(users, amounts, strict=True):
                 use[user] = use.get(user, 0.0) + float(amount)
-        factors = fair_share_factors(use, {u.name: u.shares for u in self.config.users})
-        self.share_bonus = {u: round(conf.weight * f) for u, f in factors.items()}
-        st = self.live.state
+        factors = fair_share_factors(use, {u.name: u.shares for u in self.loop.config.users})
+        self.loop.share_bonus = {u: round(conf.weight * f) for u, f in factors.items()}
+        st = self.loop.live.state
         changed = False
-        for job, i in self.live.index.items():
+        for job, i in self.loop.live.index.items():
             if job not in priorities:
                 continue
-            want = int(priorities[job]) + self.share_bonus.get(st.user[i], 0)
+            want = int(priorities[job]) + self.loop.share_bonus.get(st.user[i], 0)
             if st.priority[i] != want:
-                self.live.set_priority(i, want)
+                self.loop.live.set_priority(i, want)
                 changed = True
         if changed:
-            self.dirty = True
+            self.loop.dirty = True

@@ -1,0 +1,52 @@
+"""Stopping an attempt: what the loop asked is recorded first (so a restarted
+service carries the stop on), then the process is signalled, and killed if it
+has not left when its grace is over."""
+
+from __future__ import annotations
+
+import signal
+
+from sqlalchemy.orm import Session
+
+from corral.runtime.loop.job_book import Attempt
+from corral.runtime.loop.loop_base import LoopState
+from corral.runtime.loop.sharing import Sharing
+from corral.runtime.storage.store import AttemptRow, JobRow
+
+
+class Stops:
+    """Asking attempts to stop (a stage of the loop)."""
+
+    def __init__(self, loop: LoopState, sharing: Sharing) -> None:
+        self.loop = loop
+        self.sharing = sharing
+
+    def stop(self, a: Attempt, why: str, now: float, grace: float | None = None) -> None:
+        """Ask an attempt to stop (recorded first, so a restart carries the stop on)."""
+        with self.loop.store.session() as s:
+            self.set_stop(s, a, why)
+            row = s.get(JobRow, a.job)
+            if row is not None:
+                row.reason = {"preempt": "Preempting", "suspend": "Suspending"}.get(
+                    why, why.capitalize()
+                )
+            self.loop.store.event(s, "stop", a.job, attempt=a.number, why=why)
+        self.signal_stop(a, now, grace)
+
+    def set_stop(self, s: Session, a: Attempt, why: str | None) -> None:
+        """What the loop asked of an attempt (stop, park, or None: run), in the
+        loop's view and in the store, so a restarted service carries it on."""
+        a.stop = why
+        att = s.get(AttemptRow, a.id)
+        if att is not None:
+            att.stop = why
+
+    def signal_stop(self, a: Attempt, now: float, grace: float | None = None) -> None:
+        if a.ref is None:
+            return
+        grace = self.loop.config.stop_grace if grace is None else grace
+        sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
+        self.loop.contained(a, "signal", self.loop.executor.signal, a.ref, sig)
+        a.kill_at = now + grace
+        if a.paused:  # a paused job must run to act on the signal
+            self.sharing.resume(a, now)
