@@ -101,13 +101,13 @@ def test_a_job_after_an_array_larger_than_one_query_starts_once_all_have_ended(
     from sqlalchemy import update
 
     from corral.runtime.jobspec.config import GpuGroup
-    from corral.runtime.loop import transitions
+    from corral.runtime.loop import queueing
     from corral.runtime.loop.admission import Admission
     from corral.runtime.storage import store
     from tests.runtime.virtual_loop import virtual_loop
 
     monkeypatch.setattr(store, "IN_CHUNK", 100)
-    monkeypatch.setattr(transitions, "IN_CHUNK", 100)
+    monkeypatch.setattr(queueing, "IN_CHUNK", 100)
     loop = virtual_loop(tmp_path, "fifo", gpus=[GpuGroup(type="V100", count=8)])
     try:
         alice = next(u for u in loop.config.users if u.name == "alice")

@@ -375,7 +375,7 @@ class World:
     # ------------------------------------------------------------- driving
     def step(self) -> None:
         """One pass, handled as the service's thread handles it."""
-        before = self.scheduler.errors
+        before, faults = self.scheduler.errors, self.scheduler.faults
         full = self.disk.on
         try:
             self.scheduler.step()
@@ -386,6 +386,8 @@ class World:
         self.passes += 1
         if self.scheduler.errors > before and not full:
             raise Broken(f"a pass failed ({self.scheduler.errors - before} error(s) counted)")
+        if self.scheduler.faults > faults and not full:
+            raise Broken(f"the loop failed on one job (set aside): {self.scheduler.last_fault}")
 
     def next_step(self, limit: float) -> float:
         """When the service's thread would next run a pass: at its tick, its

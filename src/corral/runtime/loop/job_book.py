@@ -308,6 +308,9 @@ class JobBook:
         self.live = live
         self._jobs: dict[int, LiveJob] = {}
         self._index: dict[str, dict[int, Any]] = {name: {} for name in _INDEXED}
+        self._unsure: set[int] = set()
+        """Jobs that may be over for the loop since the last sweep (entered, ended, or
+        their process or staging gone): the only ones a sweep looks at."""
         self._log = log
         """Called with (job, message) for an illegal change outside strict checking."""
         self.illegal: list[str] = []
@@ -340,6 +343,7 @@ class JobBook:
             rec = LiveJob(job)
             rec._book = self
             self._jobs[job] = rec
+            self._unsure.add(job)
         return rec
 
     def drop(self, job: int) -> None:
@@ -353,15 +357,20 @@ class JobBook:
 
     def sweep(self) -> int:
         """Drop the jobs that are over for the loop: ended (or never given a slot)
-        with no process left. Returns how many went."""
-        index = self.live.index
-        gone = [
-            rec.id
-            for rec in self._jobs.values()
-            if rec.attempt is None
-            and rec.staging is None
-            and (rec._phase is Phase.ENDED or rec.id not in index)
-        ]
+        with no process left. Returns how many went. Only the jobs that may have
+        become so since the last sweep are looked at (a pass costs no more with a
+        long queue)."""
+        index, gone = self.live.index, []
+        for job in self._unsure:
+            rec = self._jobs.get(job)
+            if (
+                rec is not None
+                and rec.attempt is None
+                and rec.staging is None
+                and (rec._phase is Phase.ENDED or job not in index)
+            ):
+                gone.append(job)
+        self._unsure.clear()
         for job in gone:
             self.drop(job)
         return len(gone)
@@ -369,7 +378,8 @@ class JobBook:
     def _reindex(self, job: int, name: str, value: Any) -> None:
         index = self._index[name]
         if value is None or value is False:
-            index.pop(job, None)
+            if index.pop(job, None) is not None and name in ("attempt", "staging"):
+                self._unsure.add(job)
         else:
             index[job] = value
 
@@ -416,6 +426,8 @@ class JobBook:
         if was in _DATA and was is not to:
             setattr(rec, _DATA[was], None)
         object.__setattr__(rec, "_phase", to)
+        if to is Phase.ENDED:
+            self._unsure.add(job)
         for name, value in data.items():
             setattr(rec, name, value)
         return rec
@@ -499,6 +511,7 @@ class JobBook:
         job is NEW again, to be put where it belongs; what it waited for and its
         back-off are read again from the store, what the plan placed is kept."""
         self.live = live
+        self._unsure.update(self._jobs)
         for rec in self._jobs.values():
             object.__setattr__(rec, "_phase", Phase.NEW)
             rec.waiting = rec.eligible_at = None

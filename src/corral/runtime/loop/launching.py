@@ -97,20 +97,25 @@ class Launching:
         self.rounds = rounds
 
     def launch_ready(self, now: float) -> None:
+        for job, gpus in list(self.loop.book.placed.items()):
+            with self.loop.handling(job, "launching it"):
+                self._launch_one(job, gpus, now)
+
+    def _launch_one(self, job: int, gpus: tuple[int, ...], now: float) -> None:
+        """Launch a placed job once its GPUs are free (a parked one is resumed in place)."""
         book = self.loop.book
-        for job, gpus in list(book.placed.items()):
-            rec = book[job]
-            if self.parking.parked(job):  # see runtime.parking
-                assert rec.attempt is not None
-                self.parking.restart_parked(rec.attempt, gpus, now)
-                continue
-            host = rec.packed_on  # a packed guest shares its host's GPUs
-            if rec.attempt is not None or any(self.loop.holders.get(g, host) != host for g in gpus):
-                continue
-            if host is not None and self._guest_leaving(job, host):
-                continue
-            book.launched(job)
-            self._launch(job, gpus, now)
+        rec = book[job]
+        if self.parking.parked(job):  # see runtime.parking
+            assert rec.attempt is not None
+            self.parking.restart_parked(rec.attempt, gpus, now)
+            return
+        host = rec.packed_on  # a packed guest shares its host's GPUs
+        if rec.attempt is not None or any(self.loop.holders.get(g, host) != host for g in gpus):
+            return
+        if host is not None and self._guest_leaving(job, host):
+            return
+        book.launched(job)
+        self._launch(job, gpus, now)
 
     def _guest_leaving(self, job: int, host: int) -> bool:
         """Whether another guest packed on ``host`` still has a process (stopped, it

@@ -7,14 +7,15 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError, StatementError
 
 from corral.model.cluster import Cluster, Links, Node
 from corral.model.jobs import JobStatus
@@ -33,7 +34,7 @@ from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport, NodesChanged
 from corral.runtime.loop.job_book import Attempt, JobBook, report_illegal
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
-from corral.runtime.loop.records import check_record
+from corral.runtime.loop.records import Faulted, check_record
 from corral.runtime.loop.round_policy import KEEPER_AFFINITY, LiveRounds, plans_rounds
 from corral.runtime.storage.store import Store
 
@@ -62,6 +63,24 @@ class Turns:
     """The job whose turn it is."""
     switch_at: float | None = None
     """When the turn passes to the other (None until both processes run)."""
+
+
+def store_trouble(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store's own trouble (a full disk, a lost connection,
+    a lock), not a job's value the store could not take."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, SQLAlchemyError) and not isinstance(exc, StatementError)
+    )
+
+
+class JobFault(Exception):
+    """The loop failed while handling one job (raised out of the pass by
+    :meth:`LoopState.handling`): the pass is undone, and the job set aside."""
+
+    def __init__(self, job: int, what: str, exc: BaseException) -> None:
+        self.job = job
+        self.why = f"while {what}: {type(exc).__name__}: {exc}"[:400]
+        super().__init__(f"job {job}: {self.why}")
 
 
 def cluster_from_slots(slots: list[GpuSlot], links: Links | None = None) -> Cluster:
@@ -158,6 +177,14 @@ class LoopState:
         self._passes = 0
         self._cv = threading.Condition()
         self.errors = 0
+        self.faulted: dict[int, str] = {}
+        """Jobs the loop failed on while handling them -> what it was doing: each is
+        set aside (stopped if running, then FAILED) as the loop resyncs (kept across
+        resyncs, forgotten once the job has ended)."""
+        self.faults = 0
+        """Passes undone because the loop failed on one job (each set aside)."""
+        self.last_fault: str | None = None
+        """The last such failure: the job and what the loop was doing."""
         self.resync_due = False
         """A pass failed: the loop's memory may differ from the store, so the next
         step forgets it and recovers from the store first."""
@@ -202,6 +229,8 @@ class LoopState:
     def spec_of(self, row: JobRow) -> JobSpec:
         """The job's spec as checked where it entered the loop (raises BadRecord
         when the stored record is unusable)."""
+        if row.id in self.faulted:
+            raise Faulted(row.id, self.faulted[row.id])
         rec = self.book.get(row.id)
         spec = None if rec is None else rec.spec
         if spec is None:
@@ -238,6 +267,20 @@ class LoopState:
                         s, "executor_error", a.job, call=what, attempt=a.number, error=error
                     )
             return False, None
+
+    @contextmanager
+    def handling(self, job: int, what: str) -> Iterator[None]:
+        """The loop's work on one job: an error in it that is not the store's own
+        trouble is that job's, raised as :class:`JobFault` (the pass is undone, the
+        job set aside, and everyone else's jobs go on at the next pass)."""
+        try:
+            yield
+        except JobFault:
+            raise
+        except Exception as exc:
+            if store_trouble(exc):
+                raise
+            raise JobFault(job, what, exc) from exc
 
     def notify(self) -> None:
         self.wake.set()

@@ -149,29 +149,30 @@ class Queueing:
             changed = False
             in_flight: dict[int, int] = {}  # array -> its tasks queued or running
             for job, waiting in sorted(blocked.items()):
-                rec = self.loop.book[job]
-                verdict, why = self._wait_over(s, job, waiting, known, now, in_flight)
-                if verdict not in ("ready", "never"):
-                    if verdict != rec.reason and (row := s.get(JobRow, job)):
-                        row.reason = rec.reason = verdict
-                    continue
-                changed = True
-                row = s.get(JobRow, job)
-                i = self.loop.live.index.get(job)
-                if row is None or i is None or row.status in TERMINAL:
-                    self.loop.book.close(job)
-                    continue
-                if verdict == "ready":
-                    row.reason = None
-                    self._admit(row, i, now)
-                    if waiting.array_job is not None:
-                        in_flight[waiting.array_job] = in_flight.get(waiting.array_job, 0) + 1
-                else:
-                    self.loop.book.close(job)
-                    row.status, row.end_time = JobStatus.CANCELLED, now
-                    row.reason = f"DependencyNeverSatisfied ({why})"
-                    self.loop.store.event(s, "dependency_never_satisfied", job, why=why)
-                rec.reason = row.reason
+                with self.loop.handling(job, "checking what it waits for"):
+                    rec = self.loop.book[job]
+                    verdict, why = self._wait_over(s, job, waiting, known, now, in_flight)
+                    if verdict not in ("ready", "never"):
+                        if verdict != rec.reason and (row := s.get(JobRow, job)):
+                            row.reason = rec.reason = verdict
+                        continue
+                    changed = True
+                    row = s.get(JobRow, job)
+                    i = self.loop.live.index.get(job)
+                    if row is None or i is None or row.status in TERMINAL:
+                        self.loop.book.close(job)
+                        continue
+                    if verdict == "ready":
+                        row.reason = None
+                        self._admit(row, i, now)
+                        if waiting.array_job is not None:
+                            in_flight[waiting.array_job] = in_flight.get(waiting.array_job, 0) + 1
+                    else:
+                        self.loop.book.close(job)
+                        row.status, row.end_time = JobStatus.CANCELLED, now
+                        row.reason = f"DependencyNeverSatisfied ({why})"
+                        self.loop.store.event(s, "dependency_never_satisfied", job, why=why)
+                    rec.reason = row.reason
         return changed
 
     @staticmethod

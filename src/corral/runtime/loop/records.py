@@ -61,6 +61,23 @@ class BadRecord(ValueError):
         return f"{SET_ASIDE} ({self.field}: {self.why})"[:500]
 
 
+FAULTED = "InternalError"
+"""The reason's prefix for a job set aside because the loop itself failed on it."""
+
+
+class Faulted(BadRecord):
+    """A job the loop failed on while handling it (the loop's error, or a value of
+    the job's that the store refused): set aside as an unusable record is, so that one
+    job's trouble never stops every pass. ``why`` says what the loop was doing."""
+
+    def __init__(self, job: int, why: str) -> None:
+        super().__init__(job, "loop", why)
+
+    @property
+    def reason(self) -> str:
+        return f"{FAULTED} ({self.why})"[:500]
+
+
 def _finite(value: Any, *, nullable: bool, low: float = -math.inf) -> str | None:
     if value is None:
         return None if nullable else "missing"

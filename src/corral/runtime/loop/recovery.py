@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import ColumnElement, func, select, update
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError, StatementError
+from sqlalchemy.exc import SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
@@ -30,16 +30,18 @@ from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.loop.stops import Stops
 from corral.runtime.storage.store import JobRow, NodeRow
 
-
-def store_trouble(exc: BaseException) -> bool:
-    """Whether ``exc`` is the store's own trouble (a full disk, a lost connection,
-    a lock), not a job's value the store could not take."""
-    return isinstance(exc, OperationalError | InterfaceError) or (
-        isinstance(exc, SQLAlchemyError) and not isinstance(exc, StatementError)
-    )
-
-
-KEPT = ("wake", "_cv", "_passes", "errors", "metrics", "inbox", "answers")
+KEPT = (
+    "wake",
+    "_cv",
+    "_passes",
+    "errors",
+    "faults",
+    "faulted",
+    "last_fault",
+    "metrics",
+    "inbox",
+    "answers",
+)
 """What a resync keeps of the loop: what other threads wait on or post to, what
 they read, and its counters."""
 
@@ -266,6 +268,7 @@ class Recovery:
         """End a job whose record the loop cannot use, saying why (logged once): the
         pass, and everyone else's jobs, go on without it."""
         reason = exc if isinstance(exc, str) else aside_reason(exc)
+        self.loop.faulted.pop(row.id, None)
         self.loop.book.close(row.id)
         rec = self.loop.book[row.id]
         rec.spec = rec.aside = None

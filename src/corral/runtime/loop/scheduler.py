@@ -47,10 +47,11 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from corral.model.jobs import JobStatus
 from corral.model.plan import Plan, upcoming
@@ -63,10 +64,16 @@ from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
 from corral.runtime.loop.gpu_watch import GpuWatch
 from corral.runtime.loop.job_book import Attempt, Phase
 from corral.runtime.loop.launching import Launching
-from corral.runtime.loop.loop_base import TERMINAL, LoopState, cluster_from_slots
+from corral.runtime.loop.loop_base import (
+    TERMINAL,
+    JobFault,
+    LoopState,
+    cluster_from_slots,
+    store_trouble,
+)
 from corral.runtime.loop.parking import PARKED, PAUSE_POLL, Parking
 from corral.runtime.loop.queueing import Queueing
-from corral.runtime.loop.recovery import Recovery, store_trouble
+from corral.runtime.loop.recovery import Recovery
 from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.loop.sharing import Sharing
 from corral.runtime.loop.stops import Stops
@@ -141,9 +148,10 @@ class Scheduler(LoopState):
         return timeout
 
     def step(self) -> None:
-        """One pass; a pass that fails on a job's record sets that job aside, and
-        any failed pass resynchronises the loop from the store (the others' jobs
-        go on at the next pass).
+        """One pass; a pass that fails on one job (its record unusable, or the
+        loop's own error while handling it: :meth:`LoopState.handling`) sets that
+        job aside, and any failed pass resynchronises the loop from the store (the
+        others' jobs go on at the next pass).
 
         A pass that fails may have changed the loop's memory and not the store
         (a write the store refused: a full disk), so the loop then forgets what
@@ -154,6 +162,15 @@ class Scheduler(LoopState):
             self.recovery.resync()
         try:
             self._pass()
+        except JobFault as fault:
+            self.resync_due = True
+            self.faults += 1
+            self.faulted[fault.job] = fault.why
+            self.last_fault = str(fault)
+            print(f"corral: job {fault.job} set aside: the loop failed {fault.why}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            traceback.print_exc(file=sys.stderr)
+            self.recovery.resync()  # (it sets the job aside)
         except Exception as exc:
             self.resync_due = True
             if store_trouble(exc) or not self.recovery.quarantine():
@@ -360,65 +377,89 @@ class Scheduler(LoopState):
         self.book[job].reason = reason
 
     def _apply(self, plan: Plan, now: float) -> None:
-        live, st = self.live, self.live.state
+        """The plan into the book, the policy's state and the store, in one
+        transaction; then the stops it asks are carried out (park or stop)."""
+        live = self.live
         for i, batch in plan.batch_sizes.items():
             self.book[live.ids[i]].batch_size = int(batch)
         for i in plan.prestage:
-            self.launching.prestage(live.ids[i])
-        names = self.cluster.gpu_type_names
+            with self.handling(live.ids[i], "staging its inputs"):
+                self.launching.prestage(live.ids[i])
         stops: list[Attempt] = []
         with self.store.session() as s:
             for i in plan.stops:
-                if st.status[i] != RUNNING:
-                    continue
-                job = live.ids[i]
-                rec = self.book[job]
-                placed = rec.phase is Phase.PLACED
-                self.book.preempt(job)
-                if placed:
-                    rec.packed_on = None
-                    row = s.get(JobRow, job)
-                    if row is not None and not self.parking.launched(job):
-                        row.status, row.gpus = JobStatus.PENDING, None
-                        row.reason = PARKED if self.parking.parked(job) else "Preempted"
-                        rec.preempted = True
-                if rec.attempt is not None and rec.attempt.stop is None:
-                    stops.append(rec.attempt)
+                with self.handling(live.ids[i], "applying the plan's stop"):
+                    stopped = self._apply_stop(s, i)
+                    if stopped is not None:
+                        stops.append(stopped)
             for i, gpus in plan.starts.items():
-                job = live.ids[i]
                 host = plan.packs[i][0] if i in plan.packs else -1
-                if st.status[i] != PENDING or (host >= 0 and st.status[host] != RUNNING):
-                    self.store.event(s, "start_skipped", job, why="not pending")
-                    continue
-                req = int(st.type_req[i])
-                if req >= 0 and any(self.cluster.gpu_type_id[g] != req for g in gpus):
-                    self.store.event(s, "start_skipped", job, why=f"needs {names[req]} GPUs")
-                    continue
-                if st.nodes_req[i] and not self.cluster.in_layout(gpus, int(st.nodes_req[i])):
-                    # (a policy that placed it its own way: it waits, never runs elsewhere)
-                    self.store.event(
-                        s, "start_skipped", job, why=f"needs {int(st.nodes_req[i])} nodes"
-                    )
-                    continue
-                gpus = tuple(int(g) for g in gpus)
-                self.book.place(job, gpus, host=host)
-                rec = self.book[job]
-                rec.uncapped = False
-                rec.low_priority = plan.low_priority.get(i)
-                if host >= 0:
-                    rec.packed_on = live.ids[host]
-                    self.store.event(s, "packed", job, on=live.ids[host])
-                row = s.get(JobRow, job)
-                if row is not None:
-                    if not self.parking.launched(job):
-                        row.status = JobStatus.STARTING
-                    row.gpus, row.reason = list(gpus), None
-                    rec.reason = None
-                self.store.event(s, "allocated", job, gpus=list(gpus))
+                with self.handling(live.ids[i], "applying the plan's start"):
+                    self._apply_start(s, i, gpus, host, plan.low_priority.get(i))
         if plan.timeslices:
             self.sharing.timeslice(plan, now)
         for a in stops:
-            self.parking.preempt(a, now)
+            with self.handling(a.job, "preempting it"):
+                self.parking.preempt(a, now)
+
+    def _apply_stop(self, s: Session, i: int) -> Attempt | None:
+        """A stop the plan asks: the job back to the queue (a placed one that never
+        launched is PENDING again at once); its attempt to stop, if it runs."""
+        if self.live.state.status[i] != RUNNING:
+            return None
+        job = self.live.ids[i]
+        rec = self.book[job]
+        placed = rec.phase is Phase.PLACED
+        self.book.preempt(job)
+        if placed:
+            rec.packed_on = None
+            row = s.get(JobRow, job)
+            if row is not None and not self.parking.launched(job):
+                row.status, row.gpus = JobStatus.PENDING, None
+                row.reason = PARKED if self.parking.parked(job) else "Preempted"
+                rec.preempted = True
+        if rec.attempt is not None and rec.attempt.stop is None:
+            return rec.attempt
+        return None
+
+    def _apply_start(
+        self,
+        s: Session,
+        i: int,
+        placed: Iterable[int],
+        host: int,
+        low_priority: float | None,
+    ) -> None:
+        """A start the plan gives: the job placed on its GPUs (launched once they are
+        free), unless what it asked for rules them out (it then waits)."""
+        st, job = self.live.state, self.live.ids[i]
+        gpus = tuple(int(g) for g in placed)
+        if st.status[i] != PENDING or (host >= 0 and st.status[host] != RUNNING):
+            self.store.event(s, "start_skipped", job, why="not pending")
+            return
+        req = int(st.type_req[i])
+        if req >= 0 and any(self.cluster.gpu_type_id[g] != req for g in gpus):
+            why = f"needs {self.cluster.gpu_type_names[req]} GPUs"
+            self.store.event(s, "start_skipped", job, why=why)
+            return
+        if st.nodes_req[i] and not self.cluster.in_layout(gpus, int(st.nodes_req[i])):
+            # (a policy that placed it its own way: it waits, never runs elsewhere)
+            self.store.event(s, "start_skipped", job, why=f"needs {int(st.nodes_req[i])} nodes")
+            return
+        self.book.place(job, gpus, host=host)
+        rec = self.book[job]
+        rec.uncapped = False
+        rec.low_priority = low_priority
+        if host >= 0:
+            rec.packed_on = self.live.ids[host]
+            self.store.event(s, "packed", job, on=self.live.ids[host])
+        row = s.get(JobRow, job)
+        if row is not None:
+            if not self.parking.launched(job):
+                row.status = JobStatus.STARTING
+            row.gpus, row.reason = list(gpus), None
+            rec.reason = None
+        self.store.event(s, "allocated", job, gpus=list(gpus))
 
     def _observe_progress(self) -> None:
         """Jobs that report heartbeats: their remaining time becomes the measured one.

@@ -64,34 +64,38 @@ class Transitions:
                 ).all()
             )
         for job, a in list(self.loop.attempts.items()):
-            if a.ref is not None:  # (a poll that fails is this attempt's trouble alone)
-                _, record = self.loop.contained(a, "poll", self.loop.executor.poll, a.ref, a.dir)
-            else:
-                record = read_exit_record(a.dir) or ExitRecord(
-                    None, None, "never started", lost=True
-                )
-            if record is not None:
-                self._ended(a, record, now)
+            with self.loop.handling(job, "following its process"):
+                changed |= self._poll_one(a, beats.get(job), now)
+        return changed
+
+    def _poll_one(self, a: Attempt, beat: float | None, now: float) -> bool:
+        """One attempt: its end recorded, or its deadlines enforced (wall time, a
+        silent job's lease, a pause or a kill due). True when the policy should know."""
+        if a.ref is not None:  # (a poll that fails is this attempt's trouble alone)
+            _, record = self.loop.contained(a, "poll", self.loop.executor.poll, a.ref, a.dir)
+        else:
+            record = read_exit_record(a.dir) or ExitRecord(None, None, "never started", lost=True)
+        if record is not None:
+            self._ended(a, record, now)
+            return True
+        changed = False
+        if beat is not None:
+            self.loop.book[a.job].beating = True
+        if a.stop is None:
+            if a.wall_limit is not None and a.ran_for(now) >= a.wall_limit:
+                self.stops.stop(a, "timeout", now)
+                self.loop.book.close(a.job)
                 changed = True
-                continue
-            beat = beats.get(job)
-            if beat is not None:
-                self.loop.book[job].beating = True
-            if a.stop is None:
-                if a.wall_limit is not None and a.ran_for(now) >= a.wall_limit:
-                    self.stops.stop(a, "timeout", now)
-                    self.loop.book.close(job)
-                    changed = True
-                elif (
-                    beat is not None
-                    and not a.paused
-                    and now - max(beat, a.resumed_at) > self.loop.config.heartbeat_timeout
-                ):
-                    self.stops.stop(a, "hung", now, grace=0.0)
-            self.sharing.force_pauses(a, now)
-            if a.kill_at is not None and now >= a.kill_at and a.ref is not None:
-                self.loop.contained(a, "kill", self.loop.executor.kill, a.ref)
-                a.kill_at = now + KILL_AGAIN
+            elif (
+                beat is not None
+                and not a.paused
+                and now - max(beat, a.resumed_at) > self.loop.config.heartbeat_timeout
+            ):
+                self.stops.stop(a, "hung", now, grace=0.0)
+        self.sharing.force_pauses(a, now)
+        if a.kill_at is not None and now >= a.kill_at and a.ref is not None:
+            self.loop.contained(a, "kill", self.loop.executor.kill, a.ref)
+            a.kill_at = now + KILL_AGAIN
         return changed
 
     def _ended(self, a: Attempt, record: ExitRecord, now: float) -> None:
@@ -305,52 +309,60 @@ class Transitions:
                     .values(request=None)
                     .execution_options(synchronize_session=False)
                 )
-                i = live.index.get(row.id)
-                if i is None or row.status in TERMINAL:
-                    continue
-                a = self.loop.attempts.get(row.id)
-                self.loop.store.event(s, f"request_{request}", row.id)
-                if request == "priority":
-                    live.set_priority(i, row.priority + self.loop.share_bonus.get(row.user, 0))
-                elif request == "cancel":
-                    self.loop.book.close(row.id)
-                    if a is not None:
-                        stops.append((a, "cancel"))
-                    else:
-                        row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
-                        row.reason, row.held = "cancelled by request", None
-                        self.rounds.round_task_ended(s, row, now)
-                    if row.parent is None and row.status == JobStatus.CANCELLED:
-                        self.rounds.round_job_cancelled(s, row)  # its tasks, if it runs as rounds
-                elif request == "suspend" and row.status != JobStatus.SUSPENDED:
-                    self.loop.book.hold(row.id)
-                    if a is not None:
-                        stops.append((a, "suspend"))
-                    else:
-                        row.status, row.gpus, row.reason = JobStatus.SUSPENDED, None, "Suspended"
-                elif request in ("hold", "hold_admin"):
-                    self._hold(s, row, i, "admin" if request == "hold_admin" else "user")
-                elif request == "release" and row.held is not None:
-                    row.held, row.reason = None, None
-                    self.queueing.enqueue(row, i, now)
-                elif request == "requeue":  # scontrol requeue: stopped, and queued again
-                    if a is not None and a.stop is None and live.state.status[i] == RUNNING:
-                        self.loop.book.preempt(row.id)
-                        stops.append((a, "preempt"))
-                elif request in ("resume", "release"):  # (release of a suspended job)
-                    if a is not None and a.stop == "suspend":
-                        # still checkpointing: it goes back to the queue when it exits
-                        a.stop = "preempt"
-                        att = s.get(AttemptRow, a.id)
-                        if att is not None:
-                            att.stop = "preempt"
-                        self.loop.book.arrive(row.id, self.loop.rel(now))
-                    elif row.status == JobStatus.SUSPENDED:
-                        row.status, row.reason = JobStatus.PENDING, None
+                with self.loop.handling(row.id, f"carrying out its {request} request"):
+                    i = live.index.get(row.id)
+                    if i is None or row.status in TERMINAL:
+                        continue
+                    a = self.loop.attempts.get(row.id)
+                    self.loop.store.event(s, f"request_{request}", row.id)
+                    if request == "priority":
+                        live.set_priority(i, row.priority + self.loop.share_bonus.get(row.user, 0))
+                    elif request == "cancel":
+                        self.loop.book.close(row.id)
+                        if a is not None:
+                            stops.append((a, "cancel"))
+                        else:
+                            row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
+                            row.reason, row.held = "cancelled by request", None
+                            self.rounds.round_task_ended(s, row, now)
+                        if row.parent is None and row.status == JobStatus.CANCELLED:
+                            self.rounds.round_job_cancelled(
+                                s, row
+                            )  # its tasks, if it runs as rounds
+                    elif request == "suspend" and row.status != JobStatus.SUSPENDED:
+                        self.loop.book.hold(row.id)
+                        if a is not None:
+                            stops.append((a, "suspend"))
+                        else:
+                            row.status, row.gpus, row.reason = (
+                                JobStatus.SUSPENDED,
+                                None,
+                                "Suspended",
+                            )
+                    elif request in ("hold", "hold_admin"):
+                        self._hold(s, row, i, "admin" if request == "hold_admin" else "user")
+                    elif request == "release" and row.held is not None:
+                        row.held, row.reason = None, None
                         self.queueing.enqueue(row, i, now)
+                    elif request == "requeue":  # scontrol requeue: stopped, and queued again
+                        if a is not None and a.stop is None and live.state.status[i] == RUNNING:
+                            self.loop.book.preempt(row.id)
+                            stops.append((a, "preempt"))
+                    elif request in ("resume", "release"):  # (release of a suspended job)
+                        if a is not None and a.stop == "suspend":
+                            # still checkpointing: it goes back to the queue when it exits
+                            a.stop = "preempt"
+                            att = s.get(AttemptRow, a.id)
+                            if att is not None:
+                                att.stop = "preempt"
+                            self.loop.book.arrive(row.id, self.loop.rel(now))
+                        elif row.status == JobStatus.SUSPENDED:
+                            row.status, row.reason = JobStatus.PENDING, None
+                            self.queueing.enqueue(row, i, now)
         for a, why in stops:
             if why == "cancel" or a.stop in (None, "preempt", PARK):
-                self.stops.stop(a, why, now)
+                with self.loop.handling(a.job, f"stopping it ({why})"):
+                    self.stops.stop(a, why, now)
         return bool(rows)
 
     def _hold(self, s: Session, row: JobRow, i: int, holder: str) -> None:
