@@ -7,8 +7,9 @@ fairness (Gavel's heterogeneity-aware ``*_perf`` policies), corral under
 
 Tiresias: the first 10,000 jobs of the bundled Philly trace written in
 Tiresias' CSV format (integer seconds, model ``resnet50``), 64 GPUs (16 nodes
-of 4), GPU counting; 2D-LAS and 2D-Gittins, corral under ``--preset
-tiresias-sim``: average JCT, preemptions and wall time.
+of 4), GPU counting; 2D-LAS and 2D-Gittins and the paper's two baselines
+(YARN-CS as FIFO, and SRTF), corral under ``--preset tiresias-sim``: average
+JCT, preemptions and wall time, and the paper's claims as ratios in each.
 
 Without a peer checkout corral's figures are compared with the figures the
 peers printed on the same inputs, recorded in
@@ -49,7 +50,22 @@ GAVEL_RUNS = [  # (name, corral policy, Gavel policy, trace)
     for name in ("max-min-fairness", "finish-time-fairness")
     for which in ("l900", "l600")
 ]
-TIRESIAS_RUNS = [("dlas-gpu", "tiresias-las"), ("dlas-gpu-gittins", "tiresias-gittins")]
+TIRESIAS_RUNS = [
+    ("dlas-gpu", "tiresias-las"),
+    ("dlas-gpu-gittins", "tiresias-gittins"),
+    ("fifo", "fifo"),  # the paper's YARN-CS baseline: arrival order, head-of-line blocking
+    ("shortest", "srtf"),  # its SRTF: shortest remaining time first, preemptive, oracle
+]
+"""(the peer's schedule, corral's policy): Tiresias' two schedulers and the two
+baselines its paper measures them against (Tiresias, NSDI 2019: up to 5.5x better
+average JCT than YARN-CS, and close to SRTF, which needs every job's duration)."""
+CLAIMS = [
+    ("YARN-CS / 2D-LAS", "fifo", "dlas-gpu"),
+    ("YARN-CS / 2D-Gittins", "fifo", "dlas-gpu-gittins"),
+    ("2D-LAS / SRTF", "dlas-gpu", "shortest"),
+    ("2D-Gittins / SRTF", "dlas-gpu-gittins", "shortest"),
+]
+"""The paper's claims as ratios of average JCT, read in both simulators."""
 TIRESIAS_JOBS = 10_000
 TIRESIAS_CLUSTER = "uniform:16x4:V100"
 
@@ -212,7 +228,20 @@ def compare_tiresias(recorded: dict[str, Any]) -> list[dict[str, Any]]:
             )
             row = {"peer": "tiresias", "run": theirs, "source": source}
             rows.append(row | {"corral": mine, "tiresias": peer})
+    print_claims(rows)
     return rows
+
+
+def print_claims(rows: list[dict[str, Any]]) -> None:
+    """The paper's claims (over YARN-CS, against SRTF) as each simulator reads them."""
+    sides = ("tiresias", "corral")
+    jct = {(r["run"], side): r[side]["avg_jct_s"]["all"] for r in rows for side in sides}
+    print("\nThe paper's claims, as ratios of average JCT (paper: up to 5.5x over YARN-CS;")
+    print("close to SRTF)")
+    print(f"{'ratio':22} {'Tiresias':>9} {'corral':>9}")
+    for name, top, bottom in CLAIMS:
+        cells = [ratio(jct.get((top, side)), jct.get((bottom, side))) for side in sides]
+        print(f"{name:22} {cells[0]:>9} {cells[1]:>9}")
 
 
 def main() -> None:
