@@ -297,8 +297,9 @@ class LiveJob:
                 book._reindex(self.id, name, value)
 
 
-_BLANK = LiveJob(-1)
-"""What :meth:`JobBook.peek` answers for a job the book does not hold."""
+BLANK = LiveJob(-1)
+"""What :meth:`JobBook.peek` answers for a job the book does not hold (all defaults;
+read it, never write it)."""
 
 
 class JobBook:
@@ -307,6 +308,8 @@ class JobBook:
     def __init__(self, live: LiveJobs, log: Any = None) -> None:
         self.live = live
         self._jobs: dict[int, LiveJob] = {}
+        self.records: Mapping[int, LiveJob] = MappingProxyType(self._jobs)
+        """Job -> its record, read-only (for loops over many jobs: one lookup each)."""
         self._index: dict[str, dict[int, Any]] = {name: {} for name in _INDEXED}
         self._unsure: set[int] = set()
         """Jobs that may be over for the loop since the last sweep (entered, ended, or
@@ -334,7 +337,7 @@ class JobBook:
 
     def peek(self, job: int) -> LiveJob:
         """The job's record to read, or a blank one (all defaults) if the book has none."""
-        return self._jobs.get(job, _BLANK)
+        return self._jobs.get(job, BLANK)
 
     def enter(self, job: int) -> LiveJob:
         """The job's record, made (NEW) if the book has none."""

@@ -316,11 +316,13 @@ class LoopState:
         if not held:
             return {}
         seconds = live.state.remaining_time(np.array([i for _, i in held])).tolist()
-        return {
-            job: (left, self.book.peek(job).duration_source)
-            for (job, _), left in zip(held, seconds, strict=True)
-            if np.isfinite(left)
-        }
+        records = self.book.records
+        out: dict[int, tuple[float, str]] = {}
+        for (job, _), left in zip(held, seconds, strict=True):
+            if math.isfinite(left):
+                rec = records.get(job)
+                out[job] = (left, "default" if rec is None else rec.duration_source)
+        return out
 
     def policy_view(self, job: int) -> dict[str, str]:
         """The policy's own view of a queued or running job (empty when it has none);

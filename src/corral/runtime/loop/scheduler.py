@@ -62,7 +62,7 @@ from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.estimates import measured_remaining
 from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
 from corral.runtime.loop.gpu_watch import GpuWatch
-from corral.runtime.loop.job_book import Attempt, Phase
+from corral.runtime.loop.job_book import BLANK, Attempt, Phase
 from corral.runtime.loop.launching import Launching
 from corral.runtime.loop.loop_base import (
     TERMINAL,
@@ -568,8 +568,10 @@ class Scheduler(LoopState):
         type_ids = self.cluster.gpu_type_id[self.usable]
         usable = np.bincount(type_ids, minlength=len(self.cluster.gpu_type_names))
         changes: dict[int, str | None] = {}
+        ids, records = self.live.ids, self.book.records
         for i in st.pending:
-            job = self.live.ids[i]
+            job = ids[i]
+            rec = records.get(job, BLANK)
             req = int(st.type_req[i])
             free = st.free.total if req < 0 else int(by_type[req])
             can_have = len(type_ids) if req < 0 else int(usable[req])
@@ -577,18 +579,18 @@ class Scheduler(LoopState):
                 reason = "ReqNodeNotAvail"
             elif i in waits:
                 reason = waits[i]
-            elif self.book.peek(job).preempted:
+            elif rec.preempted:
                 reason = PARKED if self.parking.parked(job) else "Preempted"
             else:
                 reason = "Resources" if free < st.gpus[i] else "Priority"
             if job in self.exclusive_skipped and reason in ("Resources", "Priority"):
                 reason = EXCLUSIVE_WAIT
-            if self.book.peek(job).reason != reason:
+            if rec.reason != reason:
                 changes[job] = reason
         # running jobs: the policy's note (Opportunistic), else Shared when the
         # job shares its GPUs with another, else nothing
         for i in st.running:
-            job = self.live.ids[i]
+            job = ids[i]
             rec = self.book[job]
             if rec.low_priority is not None and notes.get(i) != "Opportunistic":
                 self._upgraded(job)
