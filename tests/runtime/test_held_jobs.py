@@ -81,3 +81,23 @@ def test_a_job_that_started_before_its_hold_is_left_running_and_a_held_one_cance
     assert shown(loop, waiting) == ("CANCELLED", None, "cancelled by request")
     assert loop.attempts(waiting) == []
     loop.close()
+
+
+def test_a_held_job_suspended_then_released_is_resumed_and_runs(tmp_path: Path) -> None:
+    """Found by the fault schedules (tiresias-las, seed 40): a held job that was then
+    suspended and released went into the policy's queue while stored SUSPENDED, and
+    the plan's start of it broke the life cycle (SUSPENDED -> STARTING) at every pass
+    until the job was set aside. Release now resumes it too, as it resumes any
+    suspended job."""
+    loop = virtual_loop(tmp_path, v100s=1)
+    job = loop.queue(command=["sleep", "3"], gpus=1)
+    ask(loop, job, "hold")
+    loop.run(1)
+    ask(loop, job, "suspend")
+    loop.run(2)
+    assert shown(loop, job) == ("SUSPENDED", "user", "Suspended")
+    ask(loop, job, "release")
+    loop.run(10)
+    assert loop.row(job).status == "SUCCEEDED" and loop.scheduler.faults == 0
+    assert loop.scheduler.errors == 0
+    loop.close()

@@ -342,7 +342,11 @@ class Transitions:
                     elif request in ("hold", "hold_admin"):
                         self._hold(s, row, i, "admin" if request == "hold_admin" else "user")
                     elif request == "release" and row.held is not None:
+                        # (a held job suspended since: release resumes it too, as
+                        # release of a suspended job does; it is queued PENDING)
                         row.held, row.reason = None, None
+                        if row.status == JobStatus.SUSPENDED:
+                            row.status = JobStatus.PENDING
                         self.queueing.enqueue(row, i, now)
                     elif request == "requeue":  # scontrol requeue: stopped, and queued again
                         if a is not None and a.stop is None and live.state.status[i] == RUNNING:
