@@ -13,7 +13,7 @@ from corral.runtime.execution.executor import ExitRecord
 from corral.runtime.execution.exits import Cause, classify
 from corral.runtime.loop.job_book import PHASE_MOVES, IllegalMove, JobBook, Phase, Waiting
 from corral.runtime.loop.live_state import LiveJobs
-from corral.runtime.storage.store import STRICT_TRANSITIONS_ENV
+from corral.runtime.storage.store import STRICT_TRANSITIONS_ENV, JobRow
 from corral.train.session import PRERUN_EXIT
 from tests.runtime.virtual_loop import virtual_loop
 
@@ -125,3 +125,22 @@ def test_a_pre_run_that_passes_as_it_is_cancelled_ends_cancelled(tmp_path: Path)
     assert classify("suspend", passed, "prerun", log)[0] is Cause.SUSPENDED
     assert classify("preempt", passed, "prerun", log)[0] is Cause.PRERUN_OK
     assert classify(None, passed, "prerun", log)[0] is Cause.PRERUN_OK
+
+
+def test_a_request_for_a_job_whose_end_is_under_way_is_ignored(tmp_path: Path) -> None:
+    """Found by the job book's table (tiresias-las, one schedule of 200): a job past its
+    wall time is closed while its process leaves; a suspend then arriving moved it from
+    ended to held (the release before let the policy's state take it back, unseen).
+    Now only a cancel still counts for such a job; the rest are recorded and ignored."""
+    loop = virtual_loop(tmp_path, "fifo", v100s=1, stop_grace=30.0)
+    job = loop.queue(command=["hang"], gpus=1, wall_time=5)
+    loop.run(6)  # past its wall time: asked to stop, ignoring SIGTERM for its grace
+    assert loop.scheduler.book[job].phase is Phase.ENDED
+    with loop.store.session() as s:
+        row = s.get(JobRow, job)
+        assert row is not None and row.status == "RUNNING"
+        row.request = "suspend"
+    loop.run(60)
+    assert loop.row(job).status == "TIMEOUT"
+    assert loop.scheduler.faults == 0 and loop.scheduler.errors == 0
+    loop.close()

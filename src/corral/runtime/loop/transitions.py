@@ -314,6 +314,12 @@ class Transitions:
                     if i is None or row.status in TERMINAL:
                         continue
                     a = self.loop.attempts.get(row.id)
+                    ending = self.loop.book.peek(row.id).phase is Phase.ENDED
+                    if ending and request != "cancel":
+                        # its end is under way (a timeout, a cancel): only a cancel
+                        # still counts (it names the end); the rest would revive it
+                        self.loop.store.event(s, "request_ignored", row.id, request=request)
+                        continue
                     self.loop.store.event(s, f"request_{request}", row.id)
                     if request == "priority":
                         live.set_priority(i, row.priority + self.loop.share_bonus.get(row.user, 0))
