@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -544,11 +544,6 @@ class JobBook:
             if job not in self._jobs:
                 problems.append(f"job {job}: in the policy's state, not in the book")
         return problems
-
-
-def fields_of_record() -> list[str]:
-    """The names of a record's fields (for documentation and tests)."""
-    return [f.name.lstrip("_") for f in fields(LiveJob) if f.name != "_book"]
 
 
 def report_illegal(job: int, message: str) -> None:
