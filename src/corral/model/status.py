@@ -30,8 +30,9 @@ _FAILED, _CANCELLED = JobStatus.FAILED, JobStatus.CANCELLED
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     # waiting: started, held, cancelled, or ended unrunnable (set aside, refused
     # by the policy, a dependency that failed); a job left RUNNING at a restart
-    # whose attempt is adopted shows RUNNING again
-    _P: frozenset({_S, _R, _H, _CANCELLED, _FAILED}),
+    # whose attempt is adopted shows RUNNING again; a parked job (PENDING while its
+    # paused process lives on) whose process finished as it was being parked
+    _P: frozenset({_S, _R, _H, _CANCELLED, _FAILED, JobStatus.SUCCEEDED}),
     # placed, its process not launched yet: launched, preempted or requeued first
     _S: frozenset({_R, _P, _H, _CANCELLED, _FAILED}),
     # running: back to the queue (preempted, a retry), held, or ended any way
