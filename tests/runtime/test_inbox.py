@@ -170,3 +170,61 @@ def test_job_pages_asked_as_fast_as_the_api_answers_wake_the_loop_twice_a_second
     took = time.monotonic() - began
     assert len(wakes) <= took / 0.5 + 2, (len(wakes), took)  # (40 without the limit)
     loop.store.dispose()
+
+
+def test_a_route_that_stored_a_request_is_answered_by_the_pass_that_carries_it_out(
+    tmp_path: Path,
+) -> None:
+    """A cancel or suspend is stored (it outlives a restart), then the route waits
+    on the loop's inbox: its answer comes at the end of the pass that read the store
+    after the write, so the job is already as that request left it, with no wait
+    for a second pass; a loop failing its passes leaves the route to its timeout,
+    and the next pass that completes answers it."""
+    from types import SimpleNamespace
+
+    from corral.api.jobs import ask_scheduler
+    from corral.model.status import JobStatus
+    from corral.runtime.jobspec.config import UserConfig
+
+    loop = virtual_loop(tmp_path, "fifo", v100s=1, tick=30.0)  # (a tick that never comes)
+    store, clock, scheduler = loop.store, loop.clock, loop.scheduler
+    running = queue(store, "alice", clock, command=["sleep", "100"], gpus=1)
+    waiting = queue(store, "alice", clock, command=["sleep", "100"], gpus=1)
+    run_for(scheduler, clock, 2)
+    assert running in scheduler.attempts
+    alice = UserConfig(name="alice", token="t" * 32)
+    ctx = SimpleNamespace(store=store, scheduler=scheduler)
+    assert not scheduler.after_a_pass()  # no loop thread: nothing to wait for
+
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop, False), name="the-loop")
+    thread.start()
+    try:
+        passes = scheduler.passes
+        view = ask_scheduler(ctx, waiting, alice, "cancel", {JobStatus.PENDING})  # type: ignore[arg-type]
+        assert view.status == JobStatus.CANCELLED
+        view = ask_scheduler(ctx, running, alice, "suspend", {JobStatus.RUNNING})  # type: ignore[arg-type]
+        assert view.status in (JobStatus.SUSPENDED, JobStatus.RUNNING)  # its stop is asked
+        assert scheduler.book.peek(running).phase.name == "HELD"
+        assert scheduler.passes - passes <= 3  # one pass each (and one the stop may wake)
+
+        failing = pytest.MonkeyPatch()
+        failing.setattr(type(scheduler), "_pass", lambda self: 1 / 0)
+        try:
+            began = time.monotonic()
+            assert not scheduler.after_a_pass(timeout=0.3)  # no pass completes
+            assert time.monotonic() - began >= 0.3
+            late = threading.Thread(target=scheduler.after_a_pass, args=(10.0,))
+            late.start()
+            time.sleep(0.2)
+        finally:
+            failing.undo()
+        scheduler.wake.set()
+        late.join(5)
+        assert not late.is_alive()  # the first pass to complete answered it
+        assert scheduler.awaiting == []
+    finally:
+        stop.set()
+        scheduler.wake.set()
+        thread.join(10)
+    loop.close()

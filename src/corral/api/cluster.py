@@ -139,7 +139,6 @@ def set_node_state(
 ) -> NodeView:
     if not user.admin:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "only an admin may drain or resume nodes")
-    before = ctx.scheduler.passes if ctx.scheduler is not None else 0
     with ctx.store.session() as s:
         row = s.get(NodeRow, name)
         if row is None:
@@ -156,7 +155,7 @@ def set_node_state(
         ctx.store.event(s, kind, None, node=name, by=user.name, reason=reason)
     if ctx.scheduler is not None:
         ctx.scheduler.nodes_changed()
-        ctx.scheduler.wait_passes(before)
+        ctx.scheduler.after_a_pass()
     with ctx.store.session() as s:
         return node_view(ctx, s.get_one(NodeRow, name))
 

@@ -75,8 +75,8 @@ def left(ctx: Context, row: JobRow) -> tuple[float, str] | None:
 def ask_scheduler(
     ctx: Context, job_id: int, user: UserConfig, action: str, allowed: set[JobStatus]
 ) -> JobView:
-    """Record an action for the scheduler loop, wake it, and wait for a pass to show it."""
-    before = ctx.scheduler.passes if ctx.scheduler is not None else 0
+    """Record an action for the scheduler loop (in the store: it outlives a restart),
+    then wait for the pass that carries it out, and answer the job as that left it."""
     with ctx.store.session() as s:
         row = owned(s, job_id, user)
         if row.status not in allowed:
@@ -87,8 +87,7 @@ def ask_scheduler(
             row.request = action
         ctx.store.event(s, "requested", job_id, action=action, by=user.name)
     if ctx.scheduler is not None:
-        ctx.scheduler.notify()
-        ctx.scheduler.wait_passes(before)
+        ctx.scheduler.after_a_pass()
     with ctx.store.session() as s:
         return JobView.of(job_or_404(s, job_id))
 

@@ -3,7 +3,8 @@
 The API never touches the loop's memory: what it learns that the loop needs (a
 job's GPU memory from a heartbeat, a node an admin drained) and what it asks of
 the policy (a job's view) are posted to the loop's :class:`Inbox` and handled at
-the start of the next pass, and what the API
+the start of the next pass; a route that stored a job's request waits for the
+pass that carries it out (:class:`PassAsked`); and what the API
 answers from the loop's view (a heartbeat's batch size and GPU memory cap, a
 job's work left, the jobs on each GPU) is read from the :class:`Answers` the
 loop publishes at the end of each pass: an immutable value swapped whole, so a
@@ -43,7 +44,17 @@ class ViewAsked:
     answer: Future[dict[str, str]] = field(default_factory=Future, compare=False)
 
 
-Message = MemoryReport | NodesChanged | ViewAsked
+@dataclass(frozen=True)
+class PassAsked:
+    """A route has stored something the loop acts on (a job's request, a node's new
+    state) and waits for the pass that reads it: answered at the end of the first
+    pass that read its inbox after this was posted, which read the store after the
+    route's write. The route then answers from the store, as the loop left it."""
+
+    done: Future[None] = field(default_factory=Future, compare=False)
+
+
+Message = MemoryReport | NodesChanged | ViewAsked | PassAsked
 """What other threads may post to the loop."""
 
 

@@ -30,7 +30,14 @@ from corral.runtime.execution.executor import (
 from corral.runtime.execution.identity import check_identities
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
-from corral.runtime.loop.inbox import Answers, Inbox, MemoryReport, NodesChanged, ViewAsked
+from corral.runtime.loop.inbox import (
+    Answers,
+    Inbox,
+    MemoryReport,
+    NodesChanged,
+    PassAsked,
+    ViewAsked,
+)
 from corral.runtime.loop.job_book import Attempt, JobBook, report_illegal
 from corral.runtime.loop.live_state import LiveJobs
 from corral.runtime.loop.loop_metrics import LoopMetrics
@@ -47,6 +54,8 @@ T = TypeVar("T")
 TERMINAL = [s.value for s in JobStatus if s.terminal]
 VIEW_WAIT = 2.0
 """Seconds a job's page waits for the loop to answer for its policy's view."""
+PASS_WAIT = 5.0
+"""Seconds a route that stored a request waits for the pass that carries it out."""
 VIEW_WAKE_EVERY = 0.5
 """Job pages wake the loop at most this often, whoever asks and however fast (a
 question asked meanwhile is answered by the next pass: the tick's, or the next wake)."""
@@ -176,6 +185,10 @@ class LoopState:
         self.wake = threading.Event()
         self._passes = 0
         self._cv = threading.Condition()
+        self.awaiting: list[PassAsked] = []
+        """Routes waiting for the end of a pass that has read what they stored
+        (answered at the end of the pass that took them from the inbox, or of the
+        next one that completes if it fails)."""
         self.errors = 0
         self.faulted: dict[int, str] = {}
         """Jobs the loop failed on while handling them -> what it was doing: each is
@@ -296,10 +309,29 @@ class LoopState:
         with self._cv:
             return self._passes
 
-    def wait_passes(self, after: int, timeout: float = 5.0) -> bool:
-        """Wait until the loop has completed a pass that began after pass ``after``."""
-        with self._cv:
-            return self._cv.wait_for(lambda: self._passes >= after + 2, timeout)
+    def after_a_pass(self, timeout: float = PASS_WAIT) -> bool:
+        """Wait for the loop to carry out what the caller (an API route, any thread but
+        the loop's) has just stored: until the end of a pass that read the store after
+        the call. False at once where no loop thread runs (a test stepping the loop,
+        a stopped service), and after ``timeout`` if no pass ends (one that long, or
+        a loop failing its passes): the caller then answers from the store as it is."""
+        runs = self.loop_thread
+        if runs is None or not runs.is_alive() or runs is threading.current_thread():
+            return False
+        asked = PassAsked()
+        self.inbox.post(asked)
+        self.wake.set()
+        try:
+            asked.done.result(timeout)
+        except FutureTimeout:
+            return False
+        return True
+
+    def answer_awaiting(self) -> None:
+        """The end of a pass: the routes waiting for it are answered (the loop's thread)."""
+        awaiting, self.awaiting = self.awaiting, []
+        for asked in awaiting:
+            asked.done.set_result(None)
 
     def node_of(self, gpu: int) -> str:
         return self.slots[gpu].node
@@ -386,6 +418,8 @@ class LoopState:
                 self.nodes_dirty = True
             elif isinstance(message, ViewAsked):
                 message.answer.set_result(self.policy_view(message.job))
+            elif isinstance(message, PassAsked):
+                self.awaiting.append(message)
             elif message.job in self.attempts:
                 self.book[message.job].gpu_memory = message.used
 

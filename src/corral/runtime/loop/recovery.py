@@ -40,6 +40,7 @@ KEPT = (
     "last_fault",
     "metrics",
     "inbox",
+    "awaiting",
     "answers",
 )
 """What a resync keeps of the loop: what other threads wait on or post to, what

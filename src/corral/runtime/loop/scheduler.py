@@ -209,6 +209,7 @@ class Scheduler(LoopState):
         with self._cv:
             self._passes += 1
             self._cv.notify_all()
+        self.answer_awaiting()
 
     def _observe(self, now: float) -> bool:
         """What happened since the last pass, into the book: other threads' messages,
