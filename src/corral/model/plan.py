@@ -14,8 +14,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from corral.model.free_gpus import FreeGPUs
+
+
+class PlanError(RuntimeError):
+    """A plan an engine cannot carry out: a policy's error (the simulator stops the
+    run on it; the live loop leaves the job waiting and records why)."""
+
+
+class Directive(StrEnum):
+    """A system-specific part of a plan, beside its core (starts, stops, wake-up):
+    what one system's policy asks an engine to carry out or to model. Each engine
+    says, for each it supports, what it does with it (``ENGINE_DIRECTIVES`` of
+    the simulator and of the live loop); a plan with one its engine does not
+    support is refused as a whole (:func:`corral.model.apply_plan.apply_plan`)."""
+
+    PACKS = "packs"
+    TIMESLICES = "timeslices"
+    RESPEEDS = "respeeds"
+    FACTORS = "factors"
+    LOW_PRIORITY = "low_priority"
+    BATCH_SIZES = "batch_sizes"
+    OVERHEADS = "overheads"
+    PRESTAGE = "prestage"
 
 
 @dataclass
@@ -61,6 +84,19 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not self.starts and not self.stops
+
+    def directives(self) -> frozenset[Directive]:
+        """The system-specific parts this plan uses (those not empty)."""
+        return frozenset(d for d in Directive if getattr(self, d.value))
+
+    def drop_start(self, i: int) -> None:
+        """Take job ``i``'s start out of the plan, with every directive about that
+        start; the plan's free GPUs after it no longer hold (engines recompute)."""
+        self.starts.pop(i, None)
+        for about_a_start in (self.packs, self.factors, self.low_priority, self.overheads):
+            about_a_start.pop(i, None)
+        self.timeslices.pop(i, None)
+        self.free_after = None
 
     def allocations(self, current: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
         """The full desired allocation, given what runs now."""

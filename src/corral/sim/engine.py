@@ -21,14 +21,16 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 import numpy as np
 
+from corral.model.apply_plan import apply_plan
 from corral.model.cluster import Cluster
 from corral.model.jobs import JobTable
-from corral.model.plan import Plan, upcoming
-from corral.model.state import PENDING, RUNNING, SchedulerState
+from corral.model.plan import Directive, Plan, PlanError, upcoming
+from corral.model.state import RUNNING, SchedulerState
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.policies.base import Policy
 from corral.sim.invariants import InvariantChecker
@@ -44,8 +46,19 @@ MAX_DELAYS = 100_000
 """Times admission may delay one job before the run stops as looping for ever."""
 
 
-class PlanError(RuntimeError):
-    """A policy returned an impossible plan: a bug in the policy, not in the input."""
+SIM_DIRECTIVES: Mapping[Directive, str] = MappingProxyType(
+    {
+        Directive.PACKS: "the pair runs at once, each at its factor of its speed alone",
+        Directive.TIMESLICES: "the pair runs at the averaged rate its packs or respeeds give",
+        Directive.RESPEEDS: "the running job's speed changes from this instant",
+        Directive.FACTORS: "the started job's speed is multiplied by its factor",
+        Directive.LOW_PRIORITY: "nothing more: an opportunistic job's speed comes with its pack",
+        Directive.BATCH_SIZES: "nothing more: the speeds account for the batch size (factors)",
+        Directive.OVERHEADS: "the start costs these seconds instead of the switch cost",
+        Directive.PRESTAGE: "nothing more: the policy charges what staging leaves (overheads)",
+    }
+)
+"""What the simulator does with each directive a plan may carry."""
 
 
 class Simulator:
@@ -197,60 +210,20 @@ class Simulator:
         return result
 
     def _apply(self, plan: Plan) -> None:
+        """Carry the plan out through the walk both engines share (checks, then
+        stops, then starts: :func:`apply_plan`), then the speed changes it asks."""
         if plan.empty and not plan.respeeds:
             return
         state = self.state
-        adopt = plan.free_after is not None
-        for i in plan.stops:
-            if state.status[i] != RUNNING:
-                raise PlanError(f"plan stops job {state.job_ids[i]}, which is not running")
-            self._leave(i)
-            state.preempt(i, release=not adopt)
-            self._version[i] += 1
-        elastic, resizes = self.policy.elastic, self.policy.resizes
-        gang_speed, switch_cost = self.config.speeds.gang_speed, self.config.switch_cost
-        status, asks, preemptions, failures = (
-            state.status,
-            state.gpus,
-            state.preemptions,
-            state.failures,
+        apply_plan(
+            plan,
+            state,
+            self.cluster,
+            _Carried(self, plan),
+            "simulator",
+            elastic=self.policy.elastic,
+            resizes=self.policy.resizes,
         )
-        for i, gpus in plan.starts.items():
-            if status[i] != PENDING:
-                raise PlanError(f"plan starts job {state.job_ids[i]}, which is not pending")
-            asked = int(asks[i])
-            if len(gpus) != asked and not (resizes or (elastic and len(gpus) % asked == 0)):
-                raise PlanError(
-                    f"plan gives job {state.job_ids[i]} {len(gpus)} GPUs; it asks for {asked}"
-                )
-            restart = preemptions[i] > 0 or failures[i] > 0
-            overhead = plan.overheads.get(i, switch_cost if restart else 0.0)
-            speed = gang_speed(
-                self.cluster, gpus, state.job_type[i], state.model[i], float(state.ref_speed[i])
-            )
-            if plan.factors:
-                speed *= plan.factors.get(i, 1.0)
-            if speed <= 0:
-                types = sorted({self.cluster.node_types[self.cluster.gpu_node[g]] for g in gpus})
-                raise PlanError(
-                    f"plan starts job {state.job_ids[i]} ({state.job_type[i]}) on "
-                    f"{'/'.join(types)} GPUs, where its measured speed is 0 (it does not fit)"
-                )
-            host = -1
-            if i in plan.packs:
-                host, guest_factor, host_factor = plan.packs[i]
-                shared = state.alloc[host]
-                if state.status[host] != RUNNING or shared is None or not set(gpus) <= set(shared):
-                    raise PlanError(f"plan packs job {state.job_ids[i]} on a job not running there")
-                if state.guest[host] >= 0 or state.host[host] >= 0:
-                    raise PlanError(f"plan packs job {state.job_ids[i]} on a GPU already shared")
-            state.start(i, gpus, speed, overhead, take=not adopt, host=host)
-            if self._injects_failures:
-                self._draw_failure(i)
-            self._push(i)
-            if host >= 0:
-                self._respeed(i, state.base_speed[i] * guest_factor)
-                self._respeed(host, state.base_speed[host] * host_factor)
         for i, factor in plan.respeeds.items():
             if state.status[i] != RUNNING:
                 raise PlanError(f"plan changes the speed of job {state.job_ids[i]}, not running")
@@ -325,3 +298,51 @@ class Simulator:
         host = int(state.host[i])
         if host >= 0:  # the state unlinks the pair as the guest's segment closes
             self._respeed(host, state.base_speed[host])
+
+
+class _Carried:
+    """The simulator as one plan's walk sees it (:class:`PlanTarget`): a refused
+    stop or start stops the run; a stop ends the job's attempt and its packing;
+    a start takes the plan's GPUs at the locality model's speed (times the plan's
+    factor), draws its failure, and sets a packed pair to the plan's factors."""
+
+    directives = SIM_DIRECTIVES
+
+    def __init__(self, sim: Simulator, plan: Plan) -> None:
+        self.sim = sim
+        self.plan = plan
+        self.take = plan.free_after is None  # (else the state adopts the plan's free GPUs)
+
+    def refuse(self, i: int, what: str, why: str) -> None:
+        raise PlanError(f"plan {what}s job {self.sim.state.job_ids[i]}, but {why}")
+
+    def stop(self, i: int) -> None:
+        sim = self.sim
+        sim._leave(i)
+        sim.state.preempt(i, release=self.take)
+        sim._version[i] += 1
+
+    def start(self, i: int, gpus: tuple[int, ...], host: int) -> None:
+        sim, plan = self.sim, self.plan
+        state, cluster, config = sim.state, sim.cluster, sim.config
+        restart = state.preemptions[i] > 0 or state.failures[i] > 0
+        overhead = plan.overheads.get(i, config.switch_cost if restart else 0.0)
+        speed = config.speeds.gang_speed(
+            cluster, gpus, state.job_type[i], state.model[i], float(state.ref_speed[i])
+        )
+        if plan.factors:
+            speed *= plan.factors.get(i, 1.0)
+        if speed <= 0:
+            types = sorted({cluster.node_types[cluster.gpu_node[g]] for g in gpus})
+            raise PlanError(
+                f"plan starts job {state.job_ids[i]} ({state.job_type[i]}) on "
+                f"{'/'.join(types)} GPUs, where its measured speed is 0 (it does not fit)"
+            )
+        state.start(i, gpus, speed, overhead, take=self.take, host=host)
+        if sim._injects_failures:
+            sim._draw_failure(i)
+        sim._push(i)
+        if host >= 0:
+            _, guest_factor, host_factor = plan.packs[i]
+            sim._respeed(i, state.base_speed[i] * guest_factor)
+            sim._respeed(host, state.base_speed[host] * host_factor)

@@ -106,13 +106,9 @@ class ExclusiveNodes:
         with self.loop.store.session() as s:
             for i in dropped:
                 job = live.ids[i]
-                del plan.starts[i]
-                plan.packs.pop(i, None)
-                plan.factors.pop(i, None)
-                plan.low_priority.pop(i, None)
+                plan.drop_start(i)
                 why = "its nodes are not idle" if job in exclusive else "beside --exclusive"
                 self.loop.store.event(s, "start_skipped", job, why=why)
                 if job in exclusive:
                     self.loop.exclusive_skipped.add(job)
-        plan.free_after = None
         return plan

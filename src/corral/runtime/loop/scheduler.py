@@ -47,14 +47,16 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from corral.model.apply_plan import apply_plan
 from corral.model.jobs import JobStatus
-from corral.model.plan import Plan, upcoming
+from corral.model.plan import Directive, Plan, upcoming
 from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.execution.executor import Executor
@@ -379,35 +381,35 @@ class Scheduler(LoopState):
 
     def _apply(self, plan: Plan, now: float) -> None:
         """The plan into the book, the policy's state and the store, in one
-        transaction; then the stops it asks are carried out (park or stop)."""
+        transaction, through the walk both engines share (:func:`apply_plan`:
+        checks, stops, starts); then the stops it asks are carried out (park or
+        stop)."""
         live = self.live
         for i, batch in plan.batch_sizes.items():
             self.book[live.ids[i]].batch_size = int(batch)
         for i in plan.prestage:
             with self.handling(live.ids[i], "staging its inputs"):
                 self.launching.prestage(live.ids[i])
-        stops: list[Attempt] = []
         with self.store.session() as s:
-            for i in plan.stops:
-                with self.handling(live.ids[i], "applying the plan's stop"):
-                    stopped = self._apply_stop(s, i)
-                    if stopped is not None:
-                        stops.append(stopped)
-            for i, gpus in plan.starts.items():
-                host = plan.packs[i][0] if i in plan.packs else -1
-                with self.handling(live.ids[i], "applying the plan's start"):
-                    self._apply_start(s, i, gpus, host, plan.low_priority.get(i))
+            carried = _Carried(self, s, plan)
+            apply_plan(
+                plan,
+                live.state,
+                self.cluster,
+                carried,
+                "live service",
+                elastic=self.policy.elastic,
+                resizes=self.policy.resizes,
+            )
         if plan.timeslices:
             self.sharing.timeslice(plan, now)
-        for a in stops:
+        for a in carried.stopping:
             with self.handling(a.job, "preempting it"):
                 self.parking.preempt(a, now)
 
     def _apply_stop(self, s: Session, i: int) -> Attempt | None:
         """A stop the plan asks: the job back to the queue (a placed one that never
         launched is PENDING again at once); its attempt to stop, if it runs."""
-        if self.live.state.status[i] != RUNNING:
-            return None
         job = self.live.ids[i]
         rec = self.book[job]
         placed = rec.phase is Phase.PLACED
@@ -424,29 +426,12 @@ class Scheduler(LoopState):
         return None
 
     def _apply_start(
-        self,
-        s: Session,
-        i: int,
-        placed: Iterable[int],
-        host: int,
-        low_priority: float | None,
+        self, s: Session, i: int, gpus: tuple[int, ...], host: int, low_priority: float | None
     ) -> None:
         """A start the plan gives: the job placed on its GPUs (launched once they are
-        free), unless what it asked for rules them out (it then waits)."""
-        st, job = self.live.state, self.live.ids[i]
-        gpus = tuple(int(g) for g in placed)
-        if st.status[i] != PENDING or (host >= 0 and st.status[host] != RUNNING):
-            self.store.event(s, "start_skipped", job, why="not pending")
-            return
-        req = int(st.type_req[i])
-        if req >= 0 and any(self.cluster.gpu_type_id[g] != req for g in gpus):
-            why = f"needs {self.cluster.gpu_type_names[req]} GPUs"
-            self.store.event(s, "start_skipped", job, why=why)
-            return
-        if st.nodes_req[i] and not self.cluster.in_layout(gpus, int(st.nodes_req[i])):
-            # (a policy that placed it its own way: it waits, never runs elsewhere)
-            self.store.event(s, "start_skipped", job, why=f"needs {int(st.nodes_req[i])} nodes")
-            return
+        free)."""
+        job = self.live.ids[i]
+        gpus = tuple(int(g) for g in gpus)  # (a policy may give numpy integers)
         self.book.place(job, gpus, host=host)
         rec = self.book[job]
         rec.uncapped = False
@@ -609,3 +594,51 @@ class Scheduler(LoopState):
                     row.reason = change
                     if (held := self.book.get(job)) is not None:
                         held.reason = change
+
+
+LIVE_DIRECTIVES: Mapping[Directive, str] = MappingProxyType(
+    {
+        Directive.PACKS: "the guest is launched on its host's GPUs, both running at once",
+        Directive.TIMESLICES: "the pair alternates: one is suspended, the other resumed, "
+        "at each quantum's end",
+        Directive.RESPEEDS: "nothing: a running job's speed is what it measures",
+        Directive.FACTORS: "nothing: a started job's speed is what it measures",
+        Directive.LOW_PRIORITY: "the job's processes run at the lowest OS priority and are "
+        "told their share of GPU memory (CORRAL_GPU_MEMORY_FRACTION and heartbeats)",
+        Directive.BATCH_SIZES: "the job is told its batch size (CORRAL_BATCH_SIZE at launch, "
+        "then in heartbeat answers)",
+        Directive.OVERHEADS: "nothing: a start costs what it costs",
+        Directive.PRESTAGE: "the waiting job's stage command runs ahead of its start",
+    }
+)
+"""What the live loop does with each directive a plan may carry."""
+
+
+class _Carried:
+    """The live loop as one plan's walk sees it (:class:`PlanTarget`), in the pass's
+    store transaction: a refused stop or start is recorded (``stop_skipped``,
+    ``start_skipped``) and the job stays as it is; a stop moves the book and the
+    row and collects the attempt to stop; a start places the job. Each inside
+    the loop's containment of that job's faults."""
+
+    directives = LIVE_DIRECTIVES
+
+    def __init__(self, loop: Scheduler, s: Session, plan: Plan) -> None:
+        self.loop = loop
+        self.s = s
+        self.plan = plan
+        self.stopping: list[Attempt] = []
+        """The attempts the plan's stops ask to stop, for after the transaction."""
+
+    def refuse(self, i: int, what: str, why: str) -> None:
+        self.loop.store.event(self.s, f"{what}_skipped", self.loop.live.ids[i], why=why)
+
+    def stop(self, i: int) -> None:
+        with self.loop.handling(self.loop.live.ids[i], "applying the plan's stop"):
+            stopped = self.loop._apply_stop(self.s, i)
+            if stopped is not None:
+                self.stopping.append(stopped)
+
+    def start(self, i: int, gpus: tuple[int, ...], host: int) -> None:
+        with self.loop.handling(self.loop.live.ids[i], "applying the plan's start"):
+            self.loop._apply_start(self.s, i, gpus, host, self.plan.low_priority.get(i))

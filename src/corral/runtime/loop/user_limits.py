@@ -162,12 +162,7 @@ class UserLimits:
                 held[0] += int(st.gpus[i])
                 held[1] += 1
         for i in dropped:
-            del plan.starts[i]
-            plan.packs.pop(i, None)
-            plan.factors.pop(i, None)
-            plan.low_priority.pop(i, None)
-        if dropped:
-            plan.free_after = None
+            plan.drop_start(i)
         return plan
 
     def refresh_fair_share(self, now: float) -> None:
