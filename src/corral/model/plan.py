@@ -41,6 +41,10 @@ class Directive(StrEnum):
     PRESTAGE = "prestage"
 
 
+DIRECTIVES: tuple[Directive, ...] = tuple(Directive)
+"""Every directive, in the plan's field order."""
+
+
 @dataclass
 class Plan:
     starts: dict[int, tuple[int, ...]] = field(default_factory=dict)
@@ -87,7 +91,7 @@ class Plan:
 
     def directives(self) -> frozenset[Directive]:
         """The system-specific parts this plan uses (those not empty)."""
-        return frozenset(d for d in Directive if getattr(self, d.value))
+        return frozenset(d for d in DIRECTIVES if getattr(self, d))
 
     def drop_start(self, i: int) -> None:
         """Take job ``i``'s start out of the plan, with every directive about that
