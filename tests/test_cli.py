@@ -482,3 +482,31 @@ def test_submit_sends_the_spec_as_given_with_begin_read_in_local_time(
     assert isinstance(bad.exception, CorralError) and bad.exception.exit_code == 2
     assert str(bad.exception).startswith("--begin: 'soon': give now+30m")
     assert len(sent) == 2  # (nothing sent for the bad one)
+
+
+def test_typer_builds_only_the_command_asked_and_help_still_lists_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A short command builds one command, not all of them (Typer reads every
+    command's signature to build each); help, a group, or a mistyped name keep
+    the whole app."""
+    from corral.cli.app import only_the_command_asked
+
+    everything = (list(app.registered_commands), list(app.registered_groups))
+
+    def kept(*argv: str) -> tuple[list[str], int]:
+        monkeypatch.setattr(app, "registered_commands", list(everything[0]))
+        monkeypatch.setattr(app, "registered_groups", list(everything[1]))
+        only_the_command_asked(["corral", *argv])
+        names = [info.name or info.callback.__name__ for info in app.registered_commands]
+        return names, len(app.registered_groups)
+
+    assert kept("submit", "--gpus", "1", "--", "true") == (["submit"], 0)
+    assert kept("trace-stats", "philly") == (["trace-stats"], 0)
+    assert kept("--help")[0] == kept()[0] and len(kept("--help")[0]) == len(everything[0])
+    assert len(kept("submitt")[0]) == len(everything[0])  # (click suggests 'submit')
+    assert kept("store", "status") == (kept()[0], len(everything[1]))
+    listed = _cli("--help")
+    assert listed.returncode == 0 and "submit" in listed.stdout and "store" in listed.stdout
+    one = _cli("queue", "--help")
+    assert one.returncode == 0 and "Usage: " in one.stdout and "queue" in one.stdout

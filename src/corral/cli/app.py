@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.main import get_command_name
 
 from corral.errors import CorralError
 
@@ -131,7 +132,28 @@ def _each_command(
     console.size = (fresh.width, fresh.height)
 
 
+def only_the_command_asked(argv: list[str]) -> None:
+    """Keep in :data:`app` only the command ``argv`` names (``corral submit ...``:
+    submit alone), so that Typer turns one function's signature into a command
+    rather than all of them, which was most of a short command's time (Slurm's
+    users run ``sbatch`` in loops). Anything else (an option first, ``--help``,
+    a group, a word that names no command) leaves the whole app, so help lists
+    every command and a mistyped one is answered with its suggestions."""
+    if len(argv) < 2 or argv[1].startswith("-"):
+        return
+    asked = argv[1]
+    named = [
+        info
+        for info in app.registered_commands
+        if (info.name or get_command_name(info.callback.__name__ if info.callback else "")) == asked
+    ]
+    if named:
+        app.registered_commands = named
+        app.registered_groups = []
+
+
 def main() -> None:
+    only_the_command_asked(sys.argv)
     try:
         app()
     except CorralError as exc:
