@@ -186,6 +186,12 @@ def submit(
         str | None,
         typer.Option("--gpus-per-node", help="GPUs on each node, N or TYPE:N: gpus = nodes x N"),
     ] = None,
+    tasks_per_node: Annotated[
+        int | None,
+        typer.Option(
+            "--ntasks-per-node", help="processes an srun line starts on each node (sbatch's)"
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE (repeatable)")
     ] = None,
@@ -267,6 +273,7 @@ def submit(
         "vc": vc,
         "partition": partition,
         "nodes": nodes,
+        "tasks_per_node": tasks_per_node,
         "begin": begin,
         "hold": held or None,
         "requeue": requeue,

@@ -15,6 +15,7 @@ virtual GPUs of named types lets a machine without GPUs run jobs on the CPU.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -272,12 +273,32 @@ def group_alive(pgid: int) -> bool:
     return any(pgrp == pgid for _, _, pgrp in live_processes())
 
 
+SLURM_BIN = Path(__file__).parent / "slurm_bin"
+"""Programs a job written for Slurm calls, first on its ``PATH`` (``srun``)."""
+
+
+@functools.cache
+def slurm_bin() -> list[str]:
+    """:data:`SLURM_BIN`, made executable if an install dropped the bit (empty, and
+    no ``srun`` for jobs, where it cannot be)."""
+    shim = SLURM_BIN / "srun"
+    if not os.access(shim, os.X_OK):
+        try:
+            shim.chmod(0o755)
+        except OSError:
+            print(f"corral: {shim} is not executable: jobs get no srun", file=sys.stderr)
+            return []
+    return [str(SLURM_BIN)]
+
+
 def job_environment(request: LaunchRequest) -> dict[str, str]:
     """A job's variables: a clean base, its identity, its spec's env and its GPUs."""
     env = inherited(PASSED_ENV)
-    # `python` in a job means the service's own environment (where corral.train is)
+    # `python` in a job means the service's own environment (where corral.train is),
+    # and `srun` corral's, which starts an srun line's tasks on the job's node
     path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])
+    env["PATH"] = os.pathsep.join([*slurm_bin(), str(Path(sys.executable).parent), path])
+    env["CORRAL_PYTHON"] = sys.executable
     if request.run_as is not None:
         who = request.run_as
         env.update(HOME=who.home, USER=who.name, LOGNAME=who.name)

@@ -424,6 +424,7 @@ class RayExecutor(Executor):
                 )
             head = self.ray.get(actors[0].node.remote(), timeout=CALL_TIMEOUT)
             pids = []
+            tasks = int(base.get("SLURM_NTASKS_PER_NODE", "1"))  # (an srun line's, per node)
             for rank, (name, actor) in enumerate(zip(names, actors, strict=True)):
                 env = dict(base)
                 devices = [s.device for s in by_node[name] if s.device is not None]
@@ -436,10 +437,13 @@ class RayExecutor(Executor):
                     CORRAL_NODE=name,
                     SLURM_PROCID=str(rank),
                     SLURM_NODEID=str(rank),
-                    SLURM_NTASKS=str(len(names)),
+                    SLURM_NTASKS=str(len(names) * tasks),
+                    SLURM_NPROCS=str(len(names) * tasks),
+                    SLURM_TASKS_PER_NODE=f"{tasks}(x{len(names)})",
                     SLURM_NNODES=str(len(names)),
                     SLURM_JOB_NUM_NODES=str(len(names)),
                     SLURM_GPUS_ON_NODE=str(len(by_node[name])),
+                    SLURM_JOB_GPUS=",".join(str(s.id) for s in by_node[name]),
                     SLURMD_NODENAME=name,
                 )
                 if len(names) > 1:

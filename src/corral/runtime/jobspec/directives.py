@@ -44,6 +44,9 @@ PER_NODE = "gpus_per_node"
 """Where ``--gpus-per-node`` waits, with its line, until the script's ``--nodes`` is
 known (see :func:`per_node_gpus`): not a spec field."""
 TASKS_PER_NODE = "ntasks_per_node"
+TASKS = "ntasks"
+"""Where ``--ntasks-per-node`` and ``--ntasks`` wait, with their lines, until the
+script's ``--nodes`` is known (see :func:`per_node_tasks`): not spec fields."""
 
 _FIELDS: dict[str, str] = {
     "--name": "name",
@@ -87,6 +90,8 @@ _FIELDS: dict[str, str] = {
     "-N": "nodes",
     "--gpus-per-node": PER_NODE,
     "--ntasks-per-node": TASKS_PER_NODE,
+    "--ntasks": TASKS,
+    "-n": TASKS,
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
 _FLAGS: dict[str, tuple[str, bool]] = {
@@ -158,16 +163,8 @@ def parse_options(
             add_dependency(fields, value)
         elif _FIELDS.get(name) == PER_NODE:
             fields[PER_NODE] = (typed_count(value, source, line, name), line)
-        elif _FIELDS.get(name) == TASKS_PER_NODE:
-            if value.strip() != "1":
-                raise InputError(
-                    source,
-                    line,
-                    name,
-                    f"'{value}': corral starts the job's command once on each node, so only "
-                    "1 is taken; start one process per GPU from it (torchrun "
-                    "--nproc-per-node $CORRAL_NODE_GPUS)",
-                )
+        elif _FIELDS.get(name) in (TASKS_PER_NODE, TASKS):
+            fields[_FIELDS[name]] = (task_count(value, source, line, name), line)
         elif _FIELDS.get(name) == "nodes" and "-" in value:
             raise InputError(
                 source, line, name, f"'{value}': corral takes an exact node count, not a range"
@@ -278,6 +275,17 @@ def typed_count(value: str, source: str, line: int | None, name: str) -> tuple[s
     return gpu_type or None, number
 
 
+def task_count(value: str, source: str, line: int | None, name: str) -> int:
+    """A count of tasks (``--ntasks``, ``--ntasks-per-node``): a whole number, 1 to 1024."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise InputError(source, line, name, f"'{value}' is not a whole number") from None
+    if not 1 <= number <= 1024:
+        raise InputError(source, line, name, f"'{value}': give 1 to 1024 tasks")
+    return number
+
+
 def per_node_gpus(fields: dict[str, Any], source: str) -> dict[str, Any]:
     """Resolve ``--gpus-per-node`` (or ``--gres=gpu:N``, also per node) once every
     option is read: the gang is ``nodes`` (1 unless given) times that many GPUs,
@@ -311,6 +319,38 @@ def per_node_gpus(fields: dict[str, Any], source: str) -> dict[str, Any]:
     return fields
 
 
+def per_node_tasks(fields: dict[str, Any], source: str) -> dict[str, Any]:
+    """Resolve ``--ntasks-per-node`` and ``--ntasks`` once every option is read: the
+    job's ``tasks_per_node``, what an ``srun`` line in its script starts on each of
+    its nodes (corral runs the script once per node). ``--ntasks`` must split
+    evenly over the nodes, and agree with ``--ntasks-per-node`` when both are given."""
+    per_node = fields.pop(TASKS_PER_NODE, None)
+    total = fields.pop(TASKS, None)
+    nodes = int(fields.get("nodes") or 1)
+    if total is not None:
+        count, line = total
+        if count % nodes:
+            raise InputError(
+                source,
+                line,
+                "--ntasks",
+                f"{count} tasks do not split evenly over {nodes} nodes (corral starts the "
+                "same number on each); give --ntasks-per-node",
+            )
+        if per_node is not None and per_node[0] * nodes != count:
+            raise InputError(
+                source,
+                line,
+                "--ntasks",
+                f"{count} tasks, but --ntasks-per-node {per_node[0]} on {nodes} node"
+                f"{'s' if nodes > 1 else ''} is {per_node[0] * nodes}; give one or the other",
+            )
+        per_node = (count // nodes, line)
+    if per_node is not None:
+        fields["tasks_per_node"] = per_node[0]
+    return fields
+
+
 def script_fields(path: Path) -> dict[str, Any]:
     """The spec a batch script gives: its directives, and a command that runs it."""
     text = read_text(path)
@@ -335,6 +375,7 @@ def script_fields(path: Path) -> dict[str, Any]:
         elif line and not line.startswith("#"):
             break  # the first command ends the directives
     per_node_gpus(fields, str(path))
+    per_node_tasks(fields, str(path))
     interpreter = ["sh"]
     if lines and lines[0].startswith("#!"):
         interpreter = shlex.split(lines[0][2:].strip()) or ["sh"]

@@ -249,6 +249,14 @@ class JobSpec(BaseModel):
         description="nodes the gang spans exactly, gpus/nodes on each (sbatch --nodes "
         "with --gpus-per-node); unset: the policy's placement chooses",
     )
+    tasks_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        strict=True,
+        description="processes an srun line in the job's script starts on each node "
+        "(sbatch --ntasks-per-node, or --ntasks over the nodes); unset: 1",
+    )
     gpu_type: str | None = Field(
         None, max_length=32, description="run only on this GPU type (any when unset)"
     )

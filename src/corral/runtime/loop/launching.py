@@ -36,10 +36,14 @@ def slurm_env(
     """The variables a batch script written for Slurm reads (its job and array ids,
     name, submit directory, GPU and task counts), beside corral's own ``CORRAL_*``.
 
-    A job's processes form one task on one node here; the Ray executor gives each
-    rank of a multi-node gang its own ``SLURM_PROCID``, ``SLURM_NODEID`` and node
-    counts. ``SLURM_SUBMIT_DIR`` is the job's working directory: ``corral submit``
-    sends the directory it was run from, as sbatch records it."""
+    The job's command runs once on each node (on one machine, once); an ``srun``
+    line in it starts ``tasks_per_node`` tasks there (``SLURM_NTASKS_PER_NODE``,
+    see :mod:`corral.runtime.execution.srun`), so ``SLURM_NTASKS`` counts them
+    over all nodes. The Ray executor gives each rank of a multi-node gang its own
+    ``SLURM_PROCID``, ``SLURM_NODEID`` and node counts. ``SLURM_SUBMIT_DIR`` is
+    the job's working directory: ``corral submit`` sends the directory it was run
+    from, as sbatch records it."""
+    tasks = spec.tasks_per_node or 1
     env = {
         "SLURM_JOB_ID": str(row.id),
         "SLURM_JOBID": str(row.id),
@@ -49,7 +53,10 @@ def slurm_env(
         "SLURM_RESTART_COUNT": str(number - 1),
         "SLURM_JOB_NUM_NODES": "1",
         "SLURM_NNODES": "1",
-        "SLURM_NTASKS": "1",
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_NPROCS": str(tasks),
+        "SLURM_NTASKS_PER_NODE": str(tasks),
+        "SLURM_TASKS_PER_NODE": str(tasks),
         "SLURM_PROCID": "0",
         "SLURM_NODEID": "0",
         "SLURM_LOCALID": "0",
