@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -41,20 +39,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.runtime.execution.executor import free_port
 from corral.testing.service_process import ServiceProcess, wait_for
+from corral.testing.slurm import missing_slurm, private_slurm
 
-SLURM_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel")
-NODE = "corralbench"
 GPUS = 8
-
-
-def missing_slurm() -> str | None:
-    """Why Slurm's column cannot be measured here (None: it can)."""
-    absent = [p for p in SLURM_PROGRAMS if shutil.which(p) is None]
-    if absent:
-        return f"Slurm's programs are not installed ({', '.join(absent)} missing: slurm-wlm)"
-    return None
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
@@ -87,87 +75,13 @@ class Side:
 
 
 @contextlib.contextmanager
-def private_slurm(folder: Path) -> Iterator[Side]:
-    """A one-node Slurm of our own, on loopback ports, stopped on leaving."""
-    folder.mkdir(parents=True)
-    for sub in ("state", "spool"):
-        (folder / sub).mkdir()
-    user = getpass.getuser()
-    conf = folder / "slurm.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                f"ClusterName={NODE}",
-                "SlurmctldHost=localhost(127.0.0.1)",
-                f"SlurmctldPort={free_port()}",
-                f"SlurmdPort={free_port()}",
-                "AuthType=auth/none",
-                "CredType=cred/none",
-                f"SlurmUser={user}",
-                f"SlurmdUser={user}",
-                f"StateSaveLocation={folder / 'state'}",
-                f"SlurmdSpoolDir={folder / 'spool'}",
-                f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
-                f"SlurmdPidFile={folder / 'slurmd.pid'}",
-                f"SlurmctldLogFile={folder / 'slurmctld.log'}",
-                f"SlurmdLogFile={folder / 'slurmd.log'}",
-                "ProctrackType=proctrack/pgid",
-                "TaskPlugin=task/none",
-                "MpiDefault=none",
-                "SchedulerType=sched/backfill",
-                "SelectType=select/cons_tres",
-                "SelectTypeParameters=CR_Core",
-                "GresTypes=gpu",
-                "MaxJobCount=100000",
-                "MaxArraySize=10001",
-                "ReturnToService=2",
-                "SlurmdParameters=config_overrides",
-                "JobAcctGatherType=jobacct_gather/none",
-                "AccountingStorageType=accounting_storage/none",
-                "JobCompType=jobcomp/none",
-                f"NodeName={NODE} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs={GPUS} "
-                f"Gres=gpu:{GPUS} State=UNKNOWN",
-                f"PartitionName=main Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
-                "",
-            ]
-        )
-    )
-    devices = folder / "dev"  # (stand-ins for /dev/nvidia*: slurmd counts GPUs by file)
-    devices.mkdir()
-    for k in range(GPUS):
-        (devices / f"gpu{k}").touch()
-    (folder / "gres.conf").write_text(
-        f"AutoDetect=off\nNodeName={NODE} Name=gpu File={devices}/gpu[0-{GPUS - 1}]\n"
-    )
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    quiet = {"env": env, "cwd": folder, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    daemons = [  # (their logs go to the files the config names)
-        subprocess.Popen(["slurmctld", "-D", "-f", str(conf)], **quiet),  # type: ignore[call-overload]
-        subprocess.Popen(["slurmd", "-D", "-N", NODE, "-f", str(conf)], **quiet),  # type: ignore[call-overload]
-    ]
-    try:
-
-        def idle() -> bool:
-            out = subprocess.run(
-                ["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True
-            )
-            return out.returncode == 0 and out.stdout.strip() in ("idle", "mix")
-
-        wait_for(idle, 60, "the private Slurm's node to be idle")
+def slurm_side(folder: Path) -> Iterator[Side]:
+    """The private Slurm's commands for each measure."""
+    with private_slurm(folder, GPUS) as slurm:
         wrap = ["--wrap", "sleep 1", "--gpus", "1", "-o", "/dev/null"]
-
-        def live_jobs() -> int:
-            out = subprocess.run(
-                ["squeue", "-h", "-r", "-u", user, "-o", "%i"],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            return len(out.stdout.split())
-
         yield Side(
             name="Slurm",
-            env=env,
+            env=slurm.env,
             submit=["sbatch", *wrap],
             array=lambda n, held: [
                 "sbatch",
@@ -175,18 +89,10 @@ def private_slurm(folder: Path) -> Iterator[Side]:
                 *(["-H"] if held else []),
                 *wrap,
             ],
-            listing=["squeue", "-r", "-u", user],
-            cancel_all=["scancel", "-u", user],
-            live_jobs=live_jobs,
+            listing=["squeue", "-r", "-u", slurm.user],
+            cancel_all=["scancel", "-u", slurm.user],
+            live_jobs=slurm.live_jobs,
         )
-    finally:
-        for daemon in daemons:
-            daemon.terminate()
-        for daemon in daemons:
-            try:
-                daemon.wait(20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
 
 
 @contextlib.contextmanager
@@ -290,7 +196,7 @@ def main() -> None:
         with corral_service(Path(tmp) / "corral") as side:
             columns["corral"] = measure(side, args.repeats, **counts)
         if why_not is None:
-            with private_slurm(Path(tmp) / "slurm") as side:
+            with slurm_side(Path(tmp) / "slurm") as side:
                 columns["Slurm"] = measure(side, args.repeats, **counts)
     print(f"on {os.cpu_count()} CPUs; medians of {args.repeats} where repeated")
     if why_not is not None:

@@ -101,7 +101,7 @@ def test_sbatch_lines_are_read_with_sbatchs_meaning_or_refused_by_name(tmp_path:
     fields = script_fields(gres)
     assert (fields["gpus"], fields["gpu_type"]) == (4, "a100")
     for line, option in (
-        ("#SBATCH --ntasks=4", "--ntasks"),
+        ("#SBATCH --ntasks=many", "--ntasks"),
         ("#SBATCH --mail-type=END", "--mail-type"),
         ("#SBATCH --nodes=1-2", "--nodes"),  # (a range: corral takes an exact count)
         ("#SBATCH --export=ALL", "--export"),

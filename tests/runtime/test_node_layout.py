@@ -143,11 +143,15 @@ def test_sbatch_layout_directives(tmp_path: Path) -> None:
     fields = script_fields(script(tmp_path, "#SBATCH --gres=gpu:k80:3"))
     assert (fields["gpus"], fields["gpu_type"]) == (3, "k80") and "nodes" not in fields
     fields = script_fields(script(tmp_path, "#SBATCH --ntasks-per-node=1", "#SBATCH -G 2"))
-    assert fields["gpus"] == 2 and "ntasks_per_node" not in fields
+    assert fields["gpus"] == 2 and fields["tasks_per_node"] == 1
+    fields = script_fields(script(tmp_path, "#SBATCH -N 2", "#SBATCH --ntasks=8", "#SBATCH -G 8"))
+    assert fields["tasks_per_node"] == 4 and "ntasks" not in fields  # (8 tasks over 2 nodes)
     for lines, line, words in (
         (("#SBATCH -N 2", "#SBATCH --gpus=6", "#SBATCH --gpus-per-node=4"), 4, "is 8, but"),
         (("#SBATCH -N 1-2",), 2, "exact node count, not a range"),
-        (("#SBATCH --gpus-per-node=4", "#SBATCH --ntasks-per-node=4"), 3, "only 1 is taken"),
+        (("#SBATCH -N 2", "#SBATCH --ntasks=3"), 3, "do not split evenly over 2 nodes"),
+        (("#SBATCH --ntasks-per-node=2", "#SBATCH --ntasks=3"), 3, "give one or the other"),
+        (("#SBATCH --ntasks-per-node=0",), 2, "give 1 to 1024 tasks"),
         (("#SBATCH --gpus-per-node=k80:1", "#SBATCH --gpu-type=v100"), 2, "GPU type k80"),
     ):
         with pytest.raises(InputError) as err:

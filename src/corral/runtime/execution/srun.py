@@ -220,6 +220,7 @@ def run(step: Step, env: dict[str, str]) -> int:
     lock = threading.Lock()
     pipe = subprocess.PIPE if step.label else None
     tasks: list[subprocess.Popen[bytes]] = []
+    ranks: dict[int, str] = {}
     copiers: list[threading.Thread] = []
     try:
         for local in range(step.per_node):
@@ -229,6 +230,7 @@ def run(step: Step, env: dict[str, str]) -> int:
             except OSError as exc:
                 print(f"srun: error: {step.command[0]}: {exc.strerror}", file=sys.stderr)
                 return 2 if isinstance(exc, FileNotFoundError) else 1
+            ranks[task.pid] = mine["SLURM_PROCID"]
             tasks.append(task)
             if step.label:
                 prefix = f"{mine['SLURM_PROCID']}: ".encode()
@@ -239,13 +241,13 @@ def run(step: Step, env: dict[str, str]) -> int:
                     )
                     copier.start()
                     copiers.append(copier)
-        return _wait(tasks, step.kill)
+        return _wait(tasks, step.kill, ranks)
     finally:
         for copier in copiers:
             copier.join(5)
 
 
-def _wait(tasks: list[subprocess.Popen[bytes]], kill: bool) -> int:
+def _wait(tasks: list[subprocess.Popen[bytes]], kill: bool, ranks: dict[int, str]) -> int:
     """Wait for every task: the highest status among those that ended by themselves
     (tasks stopped because another failed, under ``kill``, do not count)."""
     worst = 0
@@ -259,14 +261,25 @@ def _wait(tasks: list[subprocess.Popen[bytes]], kill: bool) -> int:
         left.remove(task)
         code = os.waitstatus_to_exitcode(status)
         task.returncode = code
-        code = 128 - code if code < 0 else code
         if pid not in stopped:
-            worst = max(worst, code)
+            _say_failed(ranks.get(pid, "?"), code)
+            worst = max(worst, 128 - code if code < 0 else code)
+        code = 128 - code if code < 0 else code
         if code and kill and pid not in stopped:
             for other in left:
                 stopped.add(other.pid)
                 _terminate_tree(other.pid)
     return worst
+
+
+def _say_failed(rank: str, code: int) -> None:
+    """A task that failed, on stderr in Slurm's words ("srun: error: NODE: task 3:
+    Exited with exit code 2"), so a log reads as it would under Slurm."""
+    if code == 0:
+        return
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    how = f"Exited with exit code {code}" if code > 0 else (signal.strsignal(-code) or "Killed")
+    print(f"srun: error: {node}: task {rank}: {how}", file=sys.stderr, flush=True)
 
 
 def _terminate_tree(pid: int) -> None:

@@ -307,6 +307,8 @@ class Launching:
             CORRAL_LEASE_SECONDS=str(self.loop.config.heartbeat_timeout),
         )
         env.update(slurm_env(row, spec, number, gpus, base))
+        if gpus:  # (a Ray rank is told its own node)
+            env["SLURMD_NODENAME"] = self.loop.slots[gpus[0]].node
         if spec.total_steps is not None:
             env["CORRAL_TOTAL_STEPS"] = str(spec.total_steps)
         if spec.array_index is not None:
