@@ -39,6 +39,14 @@ def default_token_path() -> Path:
     return Path.home() / ".ray" / "auth_token"
 
 
+def has_token() -> bool:
+    """Whether this user has a Ray token where Ray's clients look for one."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    given = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    return Path(given).is_file() if given else default_token_path().is_file()
+
+
 def ensure_token() -> None:
     """Make Ray's token file when there is none, readable by this user only.
 
@@ -65,6 +73,9 @@ def import_ray(address: str | None, what: str = "this", started_head: bool = Fal
     start`` (the service's own), whose default is Ray's token authentication:
     the token is Ray's own file in the user's home, which only that user can
     use, and this process must say it uses it before Ray is first imported.
+    Reaching a cluster at ``address`` that it did not start, it uses token
+    authentication when the user has a token, as Ray's command line does
+    (``RAY_AUTH_MODE`` set by the user decides instead).
     """
     if is_local(address):
         os.environ.setdefault(SINGLE_MACHINE_SETTING, "0")
@@ -72,6 +83,11 @@ def import_ray(address: str | None, what: str = "this", started_head: bool = Fal
         os.environ.setdefault(AUTH_MODE_SETTING, "token")
         if os.environ[AUTH_MODE_SETTING] == "token":
             ensure_token()
+    elif address and AUTH_MODE_SETTING not in os.environ and has_token():
+        # a cluster someone started (`ray start --head`: token authentication by
+        # default since Ray 2.60): as Ray's own command line does, a token this user
+        # has (Ray's file, or RAY_AUTH_TOKEN/RAY_AUTH_TOKEN_PATH) means token mode
+        os.environ[AUTH_MODE_SETTING] = "token"
     try:
         import ray
     except ImportError:

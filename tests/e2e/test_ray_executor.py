@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -338,3 +339,45 @@ def test_a_dead_ray_instance_is_replaced_and_a_stale_head_never_blocks_a_start(s
     assert not (state / HEAD_FILE).exists()
     cluster_file = ray_temp_dir() / "ray_current_cluster"
     assert not cluster_file.exists() or cluster_file.read_text().strip() != address
+
+
+REACH = """
+import os, sys
+from corral.ray_support import import_ray
+ray = import_ray(sys.argv[1])
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print("mode", os.environ.get("RAY_AUTH_MODE"), "answer", ray.get(
+    ray.remote(lambda: 42).remote(), timeout=60), flush=True)
+"""
+
+
+def test_a_cluster_started_with_token_authentication_is_reached_with_the_users_token(
+    tmp_path: Path,
+) -> None:
+    """``ray start --head`` (Ray 2.60) uses token authentication by default; corral
+    reaching it by address uses the token the user has, as Ray's command line does
+    (it printed InvalidAuthToken every second before, and gave up)."""
+    from corral.runtime.execution.executor import free_port
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("a" * 64)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(home), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    port = free_port()
+    ray_cli = str(Path(PY).parent / "ray")
+    head = subprocess.Popen(
+        [ray_cli, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        reached = subprocess.run(
+            [PY, "-c", REACH, f"127.0.0.1:{port}"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert "mode token answer 42" in reached.stdout, reached.stderr[-2000:]
+    finally:
+        stop_group(head.pid, 10)
+        head.wait(20)
