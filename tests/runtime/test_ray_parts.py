@@ -117,6 +117,7 @@ def test_a_configured_cluster_lost_marks_every_node_down_with_the_reason_until_b
     executor._lost_since = None
     executor._reason = {}
     executor._gone = set()
+    executor._suspect = {}
     executor.state_dir = None
     monkeypatch.setattr(rx, "_reachable", lambda address: True)
     assert executor.watch() is False and executor.unavailable_nodes() == set()
@@ -155,9 +156,90 @@ def test_a_rank_whose_actor_ray_refuses_at_once_is_lost_and_the_poll_goes_on(tmp
     executor.nodes = [rx.RayNode("a", "n1", "V100", 2, None)]
     executor._attempts = {}
     executor._gone = set()
+    executor._suspect = {}
     attempt = rx._Attempt("tok", [DeadActor()], ["n1"], [0], tmp_path, tmp_path / "log.txt")
     executor._attempts["tok"] = attempt
     record = executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}tok:1"), tmp_path)
     assert record is not None and record.lost, record
     assert "rank 0 on node n1 lost" in (record.detail or ""), record
     assert "tok" not in executor._attempts  # ended and dropped: no pass asks it again
+
+
+def test_a_node_a_rank_was_lost_on_is_not_used_until_ray_runs_work_there_again(
+    tmp_path: Path,
+) -> None:
+    """A raylet killed under a running rank: the rank is lost at once, but Ray lists
+    the node alive for a while yet, and the retry went to the same dead node and
+    failed again. Now the node is out (with why) until a task pinned to it comes
+    back, or Ray declares it gone. A test double for Ray: its ``nodes()``, ``wait``
+    and ``get``, and a probe task whose answer the test decides."""
+    from types import SimpleNamespace
+
+    from corral.runtime.execution import ray_executor as rx
+    from corral.runtime.execution.executor import ProcessRef
+
+    class DeadActor:
+        class status:
+            @staticmethod
+            def remote(offset: int) -> object:
+                raise Exception("Failed to submit task to actor: it might be dead")
+
+    class Probe:
+        def __init__(self, fails: bool) -> None:
+            self.fails = fails
+
+    class FakeRay:
+        def __init__(self) -> None:
+            self.alive = {"n1", "n2"}
+            self.sent: list[Probe] = []
+            self.answers = True  # whether a probe sent now will come back
+            self.ready = False
+
+        def nodes(self) -> list[dict]:
+            return [{"NodeID": n, "Alive": n in self.alive} for n in ("n1", "n2")]
+
+        def wait(self, refs: list[Probe], timeout: float) -> tuple[list[Probe], list[Probe]]:
+            return (refs, []) if self.ready else ([], refs)
+
+        def get(self, ref: Probe, timeout: float) -> bool:
+            if ref.fails:
+                raise RuntimeError("the task's node died")
+            return True
+
+    fake = FakeRay()
+    executor = object.__new__(rx.RayExecutor)
+    executor.ray = fake
+    executor.settings = SimpleNamespace(address="10.0.0.1:6379", poll_interval=5.0)
+    executor.nodes = [
+        rx.RayNode("a", "n1", "V100", 2, None),
+        rx.RayNode("b", "n2", "V100", 2, None),
+    ]
+    executor._attempts, executor._gone, executor._suspect = {}, set(), {}
+    executor._head_group, executor._lost_since, executor._reason = None, None, {}
+    executor._checked = 0.0
+    executor._probe_task = None
+    executor._probe = lambda node_id: fake.sent.append(Probe(not fake.answers)) or fake.sent[-1]
+    executor._attempts["tok"] = rx._Attempt(
+        "tok", [DeadActor()], ["a"], [0], tmp_path, tmp_path / "log.txt"
+    )
+    record = executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}tok:1"), tmp_path)
+    assert record is not None and record.lost
+    assert executor.unavailable_nodes() == {"a"}  # Ray still lists it alive: out all the same
+    assert "until Ray confirms" in (executor.unavailable_reason("a") or "")
+    executor._checked = rx.time.monotonic()  # (a look just made: a new suspect is probed now)
+    assert executor.watch() is True and len(fake.sent) == 1  # the loop re-reads: a is out
+    fake.answers, fake.ready = False, True
+    fake.sent[0].fails = True  # its probe failed: asked again, still out
+    executor._checked = 0.0
+    assert executor.watch() is False and len(fake.sent) == 2
+    assert executor.unavailable_nodes() == {"a"}
+    fake.sent[1].fails = False  # the second one came back: Ray runs work there
+    executor._checked = 0.0
+    assert executor.watch() is True and executor.unavailable_nodes() == set()
+    assert executor.unavailable_reason("a") is None
+
+    executor._suspect["b"] = None  # a rank lost on b; then Ray declares b dead
+    fake.alive = {"n1"}
+    executor._checked = 0.0
+    assert executor.watch() is True and executor.unavailable_nodes() == {"b"}
+    assert executor._suspect == {} and executor.unavailable_reason("b") == "left the Ray cluster"

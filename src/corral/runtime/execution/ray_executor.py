@@ -127,8 +127,13 @@ class RayExecutor(Executor):
         self._head_group: int | None = None
         self._attempts: dict[str, _Attempt] = {}
         self._gone: set[str] = set()
+        self._suspect: dict[str, Any] = {}
+        """Nodes Ray still lists alive on which a rank was just lost -> the probe
+        (a pinned task) that must come back before they are used again (None:
+        not sent yet); a retry must not go where its last attempt died."""
         self._checked = 0.0
         self._rank_class: Any = None
+        self._probe_task: Any = None
         self._lost_since: float | None = None
         self._reason: dict[str, str] = {}
         self.restarts = 0
@@ -293,11 +298,13 @@ class RayExecutor(Executor):
         return out
 
     def unavailable_nodes(self) -> set[str]:
-        return set(self._gone)
+        return self._gone | set(self._suspect)
 
     def watch(self) -> bool:
         now = time.monotonic()
-        if now - self._checked < self.settings.poll_interval:
+        if now - self._checked < self.settings.poll_interval and not any(
+            probe is None for probe in self._suspect.values()
+        ):
             return False
         self._checked = now
         if self._head_group is not None and not head_alive(self._head_group):
@@ -322,10 +329,48 @@ class RayExecutor(Executor):
         if gone != self._gone:
             self._gone = gone
             changed = True
+        if self._suspect:
+            changed |= self._probe_suspects()
         return changed
 
     def unavailable_reason(self, node: str) -> str | None:
+        if node in self._suspect and node not in self._gone:
+            return "a rank was lost on it; not used until Ray confirms it is alive"
         return self._reason.get(node) or ("left the Ray cluster" if node in self._gone else None)
+
+    def _probe_suspects(self) -> bool:
+        """Send each suspect node a pinned task, and take back those whose task came
+        back (Ray runs work there: alive) or that Ray has declared gone (they are
+        out as gone instead). True when the nodes out changed: one just suspected
+        (the loop must stop placing there), or one taken back (it may again)."""
+        changed = False
+        for name, probe in list(self._suspect.items()):
+            if name in self._gone:
+                del self._suspect[name]
+                continue
+            if probe is None:
+                self._suspect[name] = self._probe(self.node_of(name).node_id)
+                changed = True  # (newly out)
+                continue
+            ready, _ = self.ray.wait([probe], timeout=0)
+            if not ready:
+                continue
+            try:
+                self.ray.get(probe, timeout=CALL_TIMEOUT)
+            except Exception:  # not yet: ask again at the next look
+                self._suspect[name] = self._probe(self.node_of(name).node_id)
+                continue
+            del self._suspect[name]
+            changed = True
+        return changed
+
+    def _probe(self, node_id: str) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if self._probe_task is None:
+            self._probe_task = self.ray.remote(num_cpus=0, max_retries=0)(_here)
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        return self._probe_task.options(scheduling_strategy=strategy).remote()
 
     def _restart_head(self) -> None:
         """The service's own Ray instance died (its raylet or GCS): start it again.
@@ -540,7 +585,10 @@ class RayExecutor(Executor):
                 answer = self.ray.get(call, timeout=CALL_TIMEOUT)
             except Exception as exc:  # the actor died with its node, or cannot be reached
                 where = f" on node {a.nodes[k]}" if a.nodes[k] else ""
-                why = "its node left the Ray cluster" if a.nodes[k] in self._unalive() else exc
+                left = a.nodes[k] in self._unalive()
+                why = "its node left the Ray cluster" if left else exc
+                if a.nodes[k] and not left:  # (Ray may not know yet that the node died)
+                    self._suspect.setdefault(a.nodes[k], None)
                 records.append({"lost": True, "detail": f"rank {k}{where} lost: {why}"})
                 a.ranks[k] = None
                 continue
@@ -610,6 +658,11 @@ class RayExecutor(Executor):
                 record.unlink()
             with contextlib.suppress(OSError):
                 (self.state_dir / "ray-logs").unlink()
+
+
+def _here() -> bool:
+    """A suspect node's probe: run there, it shows Ray runs work on the node."""
+    return True
 
 
 def _attempt_end(records: list[dict[str, Any] | None]) -> ExitRecord | None:
