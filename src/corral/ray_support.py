@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -83,7 +84,12 @@ def import_ray(address: str | None, what: str = "this", started_head: bool = Fal
         os.environ.setdefault(AUTH_MODE_SETTING, "token")
         if os.environ[AUTH_MODE_SETTING] == "token":
             ensure_token()
-    elif address and AUTH_MODE_SETTING not in os.environ and has_token():
+    elif (
+        address
+        and AUTH_MODE_SETTING not in os.environ
+        and "ray" not in sys.modules  # (Ray reads the mode once, when first imported:
+        and has_token()  # set after, it would reach the processes Ray starts, not Ray)
+    ):
         # a cluster someone started (`ray start --head`: token authentication by
         # default since Ray 2.60): as Ray's own command line does, a token this user
         # has (Ray's file, or RAY_AUTH_TOKEN/RAY_AUTH_TOKEN_PATH) means token mode
