@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from sqlalchemy import select
 
 from corral.model.apply_plan import apply_plan
 from corral.model.cluster import Cluster, Node, assign_racks
@@ -18,7 +17,6 @@ from corral.model.plan import Directive, Plan, PlanError
 from corral.model.state import PENDING, SchedulerState
 from corral.policies import make_policy
 from corral.runtime.loop.scheduler import LIVE_DIRECTIVES
-from corral.runtime.storage.store import EventRow
 from corral.sim.engine import SIM_DIRECTIVES, Simulator
 from corral.sim.result import SimConfig
 from tests.runtime.virtual_loop import virtual_loop
@@ -177,12 +175,7 @@ def test_both_engines_refuse_the_same_start_the_simulator_stops_the_live_loop_wa
         job = loop.queue(command=["sleep", "5"], gpus=1)
         loop.run(3)
         assert loop.row(job).status == "PENDING" and loop.attempts(job) == []
-        with loop.store.session() as s:
-            why = s.scalars(
-                select(EventRow.detail).where(
-                    EventRow.job_id == job, EventRow.kind == "start_skipped"
-                )
-            ).first()
+        why = loop.event_detail(job, "start_skipped")
         assert why is not None and "it was given 2 GPUs and asks for 1" in str(why)
         assert scheduler.errors == 0 and scheduler.faults == 0
     finally:

@@ -214,10 +214,8 @@ def test_a_start_that_breaks_the_layout_is_never_carried_out(
 ) -> None:
     """A policy that places a job its own way, ignoring its layout (a plugin calling
     its strategy directly): the loop skips the start, and the job waits."""
-    from sqlalchemy import select
 
     from corral.placement.strategies import PlacementStrategy
-    from corral.runtime.storage.store import EventRow
 
     monkeypatch.setattr(PlacementStrategy, "choose_for", PlacementStrategy.choose_job)
     loop = loop_on_two_nodes(tmp_path, "fifo")
@@ -225,12 +223,7 @@ def test_a_start_that_breaks_the_layout_is_never_carried_out(
         job = loop.queue(command=["sleep", "5"], gpus=4, nodes=2)
         loop.run(5)
         assert loop.row(job).status == "PENDING" and loop.attempts(job) == []
-        with loop.store.session() as s:
-            why = s.scalars(
-                select(EventRow.detail).where(
-                    EventRow.job_id == job, EventRow.kind == "start_skipped"
-                )
-            ).first()
+        why = loop.event_detail(job, "start_skipped")
         assert why is not None and "needs 2 nodes" in str(why)
     finally:
         loop.close()

@@ -71,6 +71,15 @@ class VirtualLoop:
                 s.expunge(row)
             return list(rows)
 
+    def event_detail(self, job: int, kind: str) -> Any:
+        """The detail of the job's first event of that kind (None: none yet)."""
+        from corral.runtime.storage.store import EventRow
+
+        with self.store.session() as s:
+            return s.scalars(
+                select(EventRow.detail).where(EventRow.job_id == job, EventRow.kind == kind)
+            ).first()
+
     def close(self) -> None:
         self.store.dispose()
 
