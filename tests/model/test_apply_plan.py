@@ -5,6 +5,7 @@ live loop (the job waits, the reason recorded)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +29,9 @@ class Recorder:
     def __init__(self, directives: frozenset[Directive] = frozenset(Directive)) -> None:
         self.directives = {d: "recorded" for d in directives}
         self.calls: list[tuple[str, int, object]] = []
+
+    def about(self, i: int, what: str) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
 
     def refuse(self, i: int, what: str, why: str) -> None:
         self.calls.append(("refuse " + what, i, why))

@@ -102,3 +102,34 @@ def test_a_running_job_whose_cancel_fails_is_still_stopped(
     assert all(a.end_time is not None for a in loop.attempts(doomed))
     assert loop.row(other).status == "SUCCEEDED"
     loop.close()
+
+
+def test_a_plan_naming_a_gpu_that_does_not_exist_sets_that_job_aside(
+    tmp_path: Path,
+) -> None:
+    """A policy (a plugin, say) that places one job on a GPU id the cluster has not:
+    the check of that start fails, inside the containment of that job, which is set
+    aside; the other jobs run and no pass fails for everyone."""
+    from corral.model.plan import Plan
+    from corral.model.state import PENDING
+
+    loop = virtual_loop(tmp_path, "fifo", v100s=1)
+    doomed = loop.queue("mallory", command=["sleep", "2"], gpu_type="V100")  # (checked)
+    other = loop.queue("alice", command=["sleep", "2"])
+    policy = loop.scheduler.policy
+    schedule = policy.schedule
+
+    def broken(state: Any) -> Plan:
+        ids = loop.scheduler.live.ids
+        i = next((k for k, job in enumerate(ids) if job == doomed), None)
+        if i is not None and state.status[i] == PENDING:
+            return Plan(starts={i: (99,)})  # (the cluster has GPU 0 only)
+        return schedule(state)
+
+    policy.schedule = broken  # type: ignore[method-assign]
+    settle(loop)
+    row = loop.row(doomed)
+    assert row.status == "FAILED" and row.reason is not None, row.status
+    assert row.reason.startswith("InternalError (while applying the plan's start"), row.reason
+    assert loop.row(other).status == "SUCCEEDED"
+    loop.close()

@@ -12,6 +12,10 @@ its ``refuse``, and there the engines differ by design: the simulator stops the
 run (a research policy's error must be loud), the live loop leaves the job
 waiting and records why (one policy's slip must not stop a service).
 
+Each stop and start, its check included, runs inside the target's ``about``:
+the live loop contains there an error about one job (a plan naming GPUs that do
+not exist) to that job, as it contains any other, and the pass goes on.
+
 The engine then carries out what the walk handed it in its own way: the
 simulator moves its state and its clock of finish times; the live loop writes
 its job book and the store, and its executor acts after the pass.
@@ -20,6 +24,7 @@ its job book and the store, and its executor acts after the pass.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from corral.model.cluster import Cluster
@@ -32,6 +37,11 @@ class PlanTarget(Protocol):
 
     directives: Mapping[Directive, str]
     """Each directive this engine supports -> what it does with it."""
+
+    def about(self, i: int, what: str) -> AbstractContextManager[object]:
+        """Around the check and the carrying out of one stop or start of job ``i``
+        (``what``: what is being done, for people): where an engine contains an
+        error to the job it is about (the live loop sets that job aside)."""
 
     def refuse(self, i: int, what: str, why: str) -> None:
         """A stop or start of job ``i`` the state rules out (``what``: "stop" or
@@ -107,13 +117,15 @@ def apply_plan(
     unsupported(plan, target, engine)
     status = state.status
     for i in plan.stops:
-        if status[i] != RUNNING:
-            target.refuse(i, "stop", "it is not running")
-            continue
-        target.stop(i)
+        with target.about(i, "applying the plan's stop"):
+            if status[i] != RUNNING:
+                target.refuse(i, "stop", "it is not running")
+            else:
+                target.stop(i)
     for i, gpus in plan.starts.items():
-        why = start_problem(plan, state, cluster, i, gpus, elastic, resizes)
-        if why is not None:
-            target.refuse(i, "start", why)
-            continue
-        target.start(i, gpus, plan.packs[i][0] if i in plan.packs else -1)
+        with target.about(i, "applying the plan's start"):
+            why = start_problem(plan, state, cluster, i, gpus, elastic, resizes)
+            if why is not None:
+                target.refuse(i, "start", why)
+            else:
+                target.start(i, gpus, plan.packs[i][0] if i in plan.packs else -1)

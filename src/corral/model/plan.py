@@ -27,8 +27,9 @@ class PlanError(RuntimeError):
 class Directive(StrEnum):
     """A system-specific part of a plan, beside its core (starts, stops, wake-up):
     what one system's policy asks an engine to carry out or to model. Each engine
-    says, for each it supports, what it does with it (``ENGINE_DIRECTIVES`` of
-    the simulator and of the live loop); a plan with one its engine does not
+    says, for each it supports, what it does with it (``SIM_DIRECTIVES`` in
+    ``corral.sim.engine``, ``LIVE_DIRECTIVES`` in the live loop's scheduler); a
+    plan with one its engine does not
     support is refused as a whole (:func:`corral.model.apply_plan.apply_plan`)."""
 
     PACKS = "packs"
@@ -97,9 +98,10 @@ class Plan:
         """Take job ``i``'s start out of the plan, with every directive about that
         start; the plan's free GPUs after it no longer hold (engines recompute)."""
         self.starts.pop(i, None)
-        for about_a_start in (self.packs, self.factors, self.low_priority, self.overheads):
+        for about_a_start in (
+            self.packs, self.factors, self.low_priority, self.overheads, self.timeslices
+        ):  # fmt: skip
             about_a_start.pop(i, None)
-        self.timeslices.pop(i, None)
         self.free_after = None
 
     def allocations(self, current: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:

@@ -18,10 +18,12 @@ a drawn step count: its progress is lost and it is retried up to
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from types import MappingProxyType
 
 import numpy as np
@@ -300,6 +302,9 @@ class Simulator:
             self._respeed(host, state.base_speed[host])
 
 
+_NOTHING = contextlib.nullcontext()
+
+
 class _Carried:
     """The simulator as one plan's walk sees it (:class:`PlanTarget`): a refused
     stop or start stops the run; a stop ends the job's attempt and its packing;
@@ -312,6 +317,9 @@ class _Carried:
         self.sim = sim
         self.plan = plan
         self.take = plan.free_after is None  # (else the state adopts the plan's free GPUs)
+
+    def about(self, i: int, what: str) -> AbstractContextManager[object]:
+        return _NOTHING  # (an error stops the run, as a refusal does)
 
     def refuse(self, i: int, what: str, why: str) -> None:
         raise PlanError(f"plan {what}s job {self.sim.state.job_ids[i]}, but {why}")

@@ -309,14 +309,19 @@ class LoopState:
         with self._cv:
             return self._passes
 
+    def answered_by_loop(self) -> bool:
+        """Whether a question from this thread is answered by a loop thread (one runs,
+        and it is not this one): else the caller reads or returns at once."""
+        runs = self.loop_thread
+        return runs is not None and runs.is_alive() and runs is not threading.current_thread()
+
     def after_a_pass(self, timeout: float = PASS_WAIT) -> bool:
         """Wait for the loop to carry out what the caller (an API route, any thread but
         the loop's) has just stored: until the end of a pass that read the store after
         the call. False at once where no loop thread runs (a test stepping the loop,
         a stopped service), and after ``timeout`` if no pass ends (one that long, or
         a loop failing its passes): the caller then answers from the store as it is."""
-        runs = self.loop_thread
-        if runs is None or not runs.is_alive() or runs is threading.current_thread():
+        if not self.answered_by_loop():
             return False
         asked = PassAsked()
         self.inbox.post(asked)
@@ -372,8 +377,7 @@ class LoopState:
         by the loop at the start of its next pass (empty if it does not answer within
         ``timeout``: a pass that long). Read directly where no loop thread runs (a
         test stepping the loop itself, a stopped service)."""
-        runs = self.loop_thread
-        if runs is None or not runs.is_alive() or runs is threading.current_thread():
+        if not self.answered_by_loop():
             return self.policy_view(job)
         asked = ViewAsked(job)
         self.inbox.post(asked)

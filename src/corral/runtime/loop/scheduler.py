@@ -48,6 +48,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from types import MappingProxyType
 
 import numpy as np
@@ -618,8 +619,8 @@ class _Carried:
     """The live loop as one plan's walk sees it (:class:`PlanTarget`), in the pass's
     store transaction: a refused stop or start is recorded (``stop_skipped``,
     ``start_skipped``) and the job stays as it is; a stop moves the book and the
-    row and collects the attempt to stop; a start places the job. Each inside
-    the loop's containment of that job's faults."""
+    row and collects the attempt to stop; a start places the job. Each, its
+    check included, inside the loop's containment of that job's faults."""
 
     directives = LIVE_DIRECTIVES
 
@@ -630,15 +631,16 @@ class _Carried:
         self.stopping: list[Attempt] = []
         """The attempts the plan's stops ask to stop, for after the transaction."""
 
+    def about(self, i: int, what: str) -> AbstractContextManager[object]:
+        return self.loop.handling(self.loop.live.ids[i], what)
+
     def refuse(self, i: int, what: str, why: str) -> None:
         self.loop.store.event(self.s, f"{what}_skipped", self.loop.live.ids[i], why=why)
 
     def stop(self, i: int) -> None:
-        with self.loop.handling(self.loop.live.ids[i], "applying the plan's stop"):
-            stopped = self.loop._apply_stop(self.s, i)
-            if stopped is not None:
-                self.stopping.append(stopped)
+        stopped = self.loop._apply_stop(self.s, i)
+        if stopped is not None:
+            self.stopping.append(stopped)
 
     def start(self, i: int, gpus: tuple[int, ...], host: int) -> None:
-        with self.loop.handling(self.loop.live.ids[i], "applying the plan's start"):
-            self.loop._apply_start(self.s, i, gpus, host, self.plan.low_priority.get(i))
+        self.loop._apply_start(self.s, i, gpus, host, self.plan.low_priority.get(i))
