@@ -143,3 +143,26 @@ def test_a_stop_sent_to_the_jobs_process_group_reaches_the_tasks_and_srun_waits_
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(20) == 75
     assert (tmp_path / "saved.0").exists() and (tmp_path / "saved.1").exists()
+
+
+def test_tasks_already_started_are_stopped_when_a_later_one_cannot_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second task cannot start (the user's process limit, say): the first is
+    stopped with everything it started, so nothing outlives the srun line."""
+    from corral.runtime.execution import srun as srun_module
+
+    real = subprocess.Popen
+    started: list[subprocess.Popen[bytes]] = []
+
+    def popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        if started:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        started.append(real(*args, **kwargs))  # type: ignore[call-overload]
+        return started[0]
+
+    monkeypatch.setattr(srun_module.subprocess, "Popen", popen)
+    step = read_line(["sleep", "30"], job_env(SLURM_NTASKS_PER_NODE="2"))
+    began = time.monotonic()
+    assert srun_module.run(step, job_env(SLURM_NTASKS_PER_NODE="2")) == 1
+    assert started[0].poll() is not None and time.monotonic() - began < 20

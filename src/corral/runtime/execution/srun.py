@@ -229,6 +229,10 @@ def run(step: Step, env: dict[str, str]) -> int:
                 task = subprocess.Popen(step.command, env=mine, stdout=pipe, stderr=pipe)
             except OSError as exc:
                 print(f"srun: error: {step.command[0]}: {exc.strerror}", file=sys.stderr)
+                for started in tasks:  # (none outlives the line that started it)
+                    _terminate_tree(started.pid)
+                for started in tasks:
+                    started.wait()
                 return 2 if isinstance(exc, FileNotFoundError) else 1
             ranks[task.pid] = mine["SLURM_PROCID"]
             tasks.append(task)
