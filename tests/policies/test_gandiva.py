@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from corral.errors import CorralError
 from corral.model.jobs import JobTable
 from corral.perf.switching import migration_seconds
 from corral.policies import make_policy
@@ -35,11 +36,94 @@ def typed_run(rows, cluster, switch_cost=0.0, **options) -> SimResult:  # type: 
     return Simulator(JobTable(df), cluster, policy, config).run()
 
 
-def test_oversubscribed_gpu_is_time_sliced_between_two_jobs() -> None:
-    # One GPU, three 150 s jobs. A starts; B time-slices with A (60 s quanta,
-    # 0.1 s suspend/resume): each runs at 0.5 x 60 / 60.1. C waits: at most
-    # two jobs share a GPU. A and B end together at 150 / r; C then runs alone.
+SHARE = 60 / 60.1
+"""Of a GPU set's time, what is left for work with 60 s quanta and 0.1 s switches."""
+
+
+def test_any_number_of_jobs_share_a_gpu_set_each_at_its_share() -> None:
+    # The default (timeslice=share): one GPU, three 150 s jobs. All three take
+    # turns on it, each at 1/3 of 60 / 60.1: they end together at 450.75 s.
     result = typed_run([(0, 1, 150, "generic")] * 3, uniform(1, 1), grow=0, migration=0)
+    assert finish_times(result) == {f"j{k}": pytest.approx(3 * 150 / SHARE) for k in range(3)}
+    assert result.policy.counts["slices"] == 2  # type: ignore[attr-defined]
+    assert result.state.preemptions.sum() == 0
+
+
+def test_when_a_job_of_a_shared_set_ends_the_others_take_its_time() -> None:
+    # One GPU: A (300 s), B (150 s), C (60 s) at once. Three share it (each at
+    # SHARE / 3) until C ends; then two (SHARE / 2) until B ends; A runs on alone
+    # at full speed (no more switches).
+    result = typed_run(
+        [(0, 1, 300, "generic"), (0, 1, 150, "generic"), (0, 1, 60, "generic")],
+        uniform(1, 1),
+        grow=0,
+        migration=0,
+    )
+    c_end = 60 * 3 / SHARE
+    b_end = c_end + 90 * 2 / SHARE
+    assert finish_times(result) == {
+        "j2": pytest.approx(c_end),
+        "j1": pytest.approx(b_end),
+        "j0": pytest.approx(b_end + 150),
+    }
+
+
+def test_a_waiting_job_joins_the_least_loaded_gpu_set_of_its_size() -> None:
+    # Two GPUs, four 100 s jobs at once: two run alone; the third joins the
+    # longest running (of equal ones, the first), the fourth the other set,
+    # which has fewer jobs: two pairs, all ending at 200 / SHARE. (Three on one
+    # set would end the last at 300 / SHARE.)
+    result = typed_run([(0, 1, 100, "generic")] * 4, uniform(1, 2), grow=0, migration=0)
+    assert finish_times(result) == {f"j{k}": pytest.approx(200 / SHARE) for k in range(4)}
+    assert result.state.max_speedup.max() == pytest.approx(1.0)
+
+
+def test_gpus_falling_idle_take_a_job_off_a_shared_set_by_migration() -> None:
+    # Two GPUs: A (1000 s) and B (50 s) run; C (1000 s) shares A's GPU. When B
+    # ends at 50 its GPU is idle while A's is shared: C, the set's newest job,
+    # migrates there (paying the migration) and runs alone; A alone again.
+    result = typed_run(
+        [(0, 1, 1000, "generic"), (0, 1, 50, "generic"), (0, 1, 1000, "generic")],
+        uniform(1, 2),
+        grow=0,
+    )
+    done_by_50 = 50 * SHARE / 2
+    assert finish_times(result) == {
+        "j1": pytest.approx(50),
+        "j0": pytest.approx(50 + 1000 - done_by_50),
+        "j2": pytest.approx(50 + migration_seconds(1) + 1000 - done_by_50),
+    }
+    assert result.policy.counts["rebalances"] == 1  # type: ignore[attr-defined]
+    assert result.state.preemptions.sum() == 1  # the move: a stop and a start elsewhere
+    # without migration C stays on A's GPU and B's GPU stays idle
+    stays = typed_run(
+        [(0, 1, 1000, "generic"), (0, 1, 50, "generic"), (0, 1, 1000, "generic")],
+        uniform(1, 2),
+        grow=0,
+        migration=0,
+    )
+    assert stays.policy.counts["rebalances"] == 0  # type: ignore[attr-defined]
+    assert finish_times(stays)["j2"] > finish_times(result)["j2"] + 500
+
+
+def test_share_limit_caps_the_jobs_of_a_set_and_two_is_the_rate_rule() -> None:
+    # share_limit=2 on one GPU: the third job waits, as under timeslice=rate.
+    rows = [(0, 1, 150, "generic")] * 3
+    capped = typed_run(rows, uniform(1, 1), grow=0, migration=0, share_limit=2)
+    rate = typed_run(rows, uniform(1, 1), grow=0, migration=0, timeslice="rate")
+    assert finish_times(capped) == pytest.approx(finish_times(rate))
+    with pytest.raises(CorralError, match="share_limit"):
+        make_policy("gandiva", share_limit=-1)
+
+
+def test_oversubscribed_gpu_is_time_sliced_between_two_jobs() -> None:
+    # timeslice=rate: one GPU, three 150 s jobs. A starts; B time-slices with A
+    # (60 s quanta, 0.1 s suspend/resume): each runs at 0.5 x 60 / 60.1. C waits:
+    # at most two jobs share a GPU. A and B end together at 150 / r; C then runs
+    # alone.
+    result = typed_run(
+        [(0, 1, 150, "generic")] * 3, uniform(1, 1), grow=0, migration=0, timeslice="rate"
+    )
     rate = 0.5 * 60 / 60.1
     assert finish_times(result) == {
         "j0": pytest.approx(150 / rate),
@@ -123,7 +207,7 @@ def test_probed_pair_that_loses_is_unpacked_and_not_tried_again() -> None:
     # (each at r = 0.5 x 60 / 60.1 from then on), and the pair of types is
     # remembered as bad: a later guest of the same type is not packed.
     rows = [(0, 1, 1000, BAD_HOST), (10, 1, 300, BAD_GUEST), (130, 1, 300, BAD_GUEST)]
-    result = typed_run(rows, uniform(1, 1), grow=0)
+    result = typed_run(rows, uniform(1, 1), grow=0, timeslice="rate")  # (the third waits)
     policy = result.policy
     tried = {(h, g) for _, h, g in policy.pack_log}  # type: ignore[attr-defined]
     assert policy.pack_log[0] == (10, BAD_HOST, BAD_GUEST)  # type: ignore[attr-defined]
@@ -136,7 +220,7 @@ def test_probed_pair_that_loses_is_unpacked_and_not_tried_again() -> None:
     guest_end = 120 + (300 - guest_work_at_120) / rate
     assert finish_times(result)["j1"] == pytest.approx(guest_end, rel=1e-6)
     # without probing, the measured table says no: time-sliced from the start
-    quiet = typed_run(rows, uniform(1, 1), grow=0, probe=0)
+    quiet = typed_run(rows, uniform(1, 1), grow=0, probe=0, timeslice="rate")
     assert quiet.policy.counts["packs"] == 0  # type: ignore[attr-defined]
     assert quiet.policy.counts["slices"] >= 1  # type: ignore[attr-defined]
 

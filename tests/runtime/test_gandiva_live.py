@@ -125,3 +125,32 @@ def test_migration_frees_a_server_for_a_gang(tmp_path: Path) -> None:
         assert h.job(mover)["status"] == "RUNNING"
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("holder_steps", [60, 20], ids=["holder-last", "holder-first"])
+def test_three_jobs_time_sliced_on_one_gpu_take_turns_one_at_a_time(
+    one_gpu: Harness, tmp_path: Path, holder_steps: int
+) -> None:
+    """Gandiva's default time-slices any number of jobs on a GPU set: three jobs
+    on one GPU run one at a time, each paused while another has its turn, and
+    all end without a restart. When the job holding the GPU ends first, the next
+    holds it and the third goes on taking turns with it."""
+    h = one_gpu
+    logs = {name: tmp_path / f"{name}.steps" for name in "abc"}
+    a = h.submit(name="a", command=progress_writer(logs["a"], holder_steps, 0.05), gpus=1)["id"]
+    h.wait_state(a, {"RUNNING"}, timeout=30)
+    b = h.submit(name="b", command=progress_writer(logs["b"], 40, 0.05), gpus=1)["id"]
+    c = h.submit(name="c", command=progress_writer(logs["c"], 40, 0.05), gpus=1)["id"]
+    jobs = h.wait_done([a, b, c], timeout=120)
+    assert [j["status"] for j in jobs] == ["SUCCEEDED"] * 3
+    assert [j["preemptions"] for j in jobs] == [0, 0, 0]
+    assert len(h.attempts()) == 3  # paused and resumed in place
+    slices = h.events("timeslice")
+    assert {e.job_id for e in slices} == {b, c}
+    assert max(e.detail["jobs"] for e in slices) == 3, "the three shared the GPU at once"
+    for job, name in ((a, "a"), (b, "b"), (c, "c")):
+        assert spans(h, job), f"job {name} never gave up its turn"
+        stamps = [float(x) for x in logs[name].read_text().split()]
+        for paused, resumed in spans(h, job):
+            inside = [t for t in stamps if paused + 0.15 < t < resumed - 0.01]
+            assert not inside, f"job {name} made steps while paused ({paused}-{resumed})"

@@ -6,7 +6,8 @@ against what the engine supports, then every stop, then every start. Each stop
 and start is checked against the scheduler's state here, once (a stop only of a
 running job; a start only of a waiting job, with as many GPUs as it asks unless
 its policy resizes, of the GPU type it is bound to, over the nodes it asked
-for, and a packed one only onto a running job's GPUs not shared already). What
+for, and a packed one only onto the GPUs of a running job that holds them and
+shares them with none, or, time-sliced, with a group of any size). What
 is valid is handed to the engine's :class:`PlanTarget`; what is not is handed to
 its ``refuse``, and there the engines differ by design: the simulator stops the
 run (a research policy's error must be loud), the live loop leaves the job
@@ -96,7 +97,9 @@ def start_problem(
         shared = state.alloc[host]
         if state.status[host] != RUNNING or shared is None or not set(gpus) <= set(shared):
             return f"it is packed onto job {state.job_ids[host]}, which does not run there"
-        if state.guest[host] >= 0 or state.host[host] >= 0:
+        if state.host[host] >= 0:
+            return f"it is packed onto job {state.job_ids[host]}, which shares another's GPUs"
+        if state.guest[host] >= 0 and i not in plan.timeslices:
             return f"it is packed onto job {state.job_ids[host]}, whose GPUs are shared already"
     return None
 

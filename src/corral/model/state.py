@@ -147,7 +147,14 @@ class SchedulerState:
         self.host = np.full(n, -1, dtype=np.int64)
         """For a packed guest: the running job whose GPUs it shares."""
         self.guest = np.full(n, -1, dtype=np.int64)
-        """For a host: the job packed onto its GPUs."""
+        """For a host: the first job packed onto its GPUs (-1: none), for the
+        vectorised question "is this job's GPU set shared?"."""
+        self.guests: dict[int, list[int]] = {}
+        """For a host with guests: all of them, in the order they joined. A packed
+        pair has one; a time-sliced group (Gandiva) may have any number."""
+        self.guest_count = np.zeros(n, dtype=np.int64)
+        """For a host: how many guests share its GPUs (``len(guests[host])``), so
+        that a policy can find the least loaded GPU set without a loop."""
         self.shared_gpu_seconds = 0.0
         """Service given to guests on GPUs their hosts already count as busy."""
         self.observed_speed = np.full(n, np.nan)
@@ -388,8 +395,13 @@ class SchedulerState:
         # writes, no numpy calls.
         n = len(gpus)
         if host >= 0:
+            if self.host[host] >= 0:
+                raise ValueError("a job can only share the GPUs of a job that holds them")
             self.host[i] = host
-            self.guest[host] = i
+            self.guests.setdefault(host, []).append(i)
+            self.guest_count[host] += 1
+            if self.guest[host] < 0:
+                self.guest[host] = i
         else:
             if take:
                 self.free.take(gpus)
@@ -431,6 +443,18 @@ class SchedulerState:
         out: float = self.progress_start[i] + left / speed
         return out
 
+    def respeed_many(self, ids: np.ndarray, speeds: np.ndarray) -> None:
+        """:meth:`respeed` for distinct jobs ``ids`` at once (the same arithmetic)."""
+        now = self.now
+        start = self.progress_start[ids]
+        moved = now > start
+        if moved.any():
+            ran = np.where(moved, now - start, 0.0)
+            self.steps_done[ids] += ran * self.speed[ids]
+            self.progress_start[ids] = np.where(moved, now, start)
+        self.speed[ids] = speeds
+        self.max_speedup[ids] = np.maximum(self.max_speedup[ids], speeds / self.ref_speed[ids])
+
     def _close_segment(self, i: int, release: bool = True) -> None:
         now = self.now
         gpus = self.alloc[i]
@@ -439,8 +463,7 @@ class SchedulerState:
         host = int(self.host[i])
         guest = int(self.guest[i])
         if host >= 0:
-            self.guest[host] = -1
-            self.host[i] = -1
+            self._unlink(host, i)
             self.shared_gpu_seconds += service
         elif guest >= 0:
             self._hand_over(i, guest)
@@ -462,12 +485,25 @@ class SchedulerState:
         self.alloc[i] = None
         self.held[i] = 0
 
+    def _unlink(self, host: int, guest: int) -> None:
+        """``guest`` no longer shares ``host``'s GPUs."""
+        self.host[guest] = -1
+        rest = self.guests[host]
+        rest.remove(guest)
+        self.guest_count[host] -= 1
+        if rest:
+            self.guest[host] = rest[0]
+        else:
+            del self.guests[host]
+            self.guest[host] = -1
+
     def _hand_over(self, host: int, guest: int) -> None:
-        """A host leaves while a job is packed on it: the guest keeps running and
-        takes its GPUs over (as in Gandiva, where the job left on a GPU simply
-        continues; a guest on some of the host's GPUs keeps those). Its service
-        so far was given on GPUs its host counted as busy; from now on the GPUs
-        are busy on its account."""
+        """A host leaves while jobs are packed on it: its first guest keeps running
+        and takes its GPUs over (as in Gandiva, where the job left on a GPU simply
+        continues; a guest on some of the host's GPUs keeps those), and any other
+        guests share them with it from now on. Its service so far was given on
+        GPUs its host counted as busy; from now on the GPUs are busy on its
+        account."""
         now = self.now
         gpus = self.alloc[guest]
         assert gpus is not None
@@ -475,8 +511,22 @@ class SchedulerState:
         self.attained_base[guest] += service
         self.shared_gpu_seconds += service
         self.seg_start[guest] = now
+        self._unlink(host, guest)
+        others = self.guests.pop(host, [])
         self.guest[host] = -1
-        self.host[guest] = -1
+        self.guest_count[host] = 0
+        if others:
+            self.host[others] = guest
+            self.guests[guest] = others
+            self.guest[guest] = others[0]
+            self.guest_count[guest] = len(others)
+
+    def sharing_group(self, i: int) -> list[int]:
+        """The running jobs on job ``i``'s GPU set: its holder first, then the
+        guests in the order they joined (just ``[i]`` when it shares with none)."""
+        host = int(self.host[i])
+        holder = i if host < 0 else host
+        return [holder, *self.guests.get(holder, ())]
 
     def preempt(self, i: int, release: bool = True) -> None:
         if not self.checkpoints[i]:  # it starts again from scratch: its run is lost

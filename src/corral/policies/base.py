@@ -47,14 +47,15 @@ class PlanBuilder:
         return (self._free if self._free is not None else self.state.free).total
 
     def stop(self, i: int) -> None:
-        """Stop job ``i`` (a packed guest on it is stopped first)."""
+        """Stop job ``i`` (the guests packed on it are stopped first)."""
         state = self.state
         gpus = state.alloc[i]
         if gpus is None:
             raise ValueError(f"job {i} is not running")
-        guest = int(state.guest[i])
-        if guest >= 0 and guest not in self.plan.stops:
-            self.plan.stops.append(guest)
+        if state.guest[i] >= 0:
+            for guest in state.guests[i]:
+                if guest not in self.plan.stops:
+                    self.plan.stops.append(guest)
         if state.host[i] < 0:
             self.free.release(gpus)
         self.plan.stops.append(i)

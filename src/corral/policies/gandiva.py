@@ -21,18 +21,28 @@ mini-batches. A pass here does, in order:
 5. **Grow**: when nobody waits, a running job doubles onto idle GPUs of its
    own server (speed x ``1 + grow_efficiency``), paying a migration.
 
-Time-slicing: two jobs on one GPU set take turns in ``quantum``-second slices,
+Time-slicing (``timeslice=share``, the default): any number of jobs of one
+size share a GPU set, taking turns in ``quantum``-second slices and
 suspending and resuming at a mini-batch boundary (``slice_overhead`` seconds,
-Gandiva's ~100 ms). Over more than a few quanta each job progresses at
-``0.5 x quantum / (quantum + slice_overhead)`` of its speed alone, and that is
-how the simulator runs a time-sliced pair: as a shared GPU set at that rate
-(finish times are exact to within one quantum), rather than as one stop and
+Gandiva's ~100 ms). Over more than a few quanta each of ``n`` jobs progresses
+at ``quantum / (quantum + slice_overhead) / n`` of its speed alone, and that
+is how the simulator runs a group: as processor sharing, exact between
+arrivals and departures to within one quantum, rather than one stop and
 start per slice, which would cost millions of events on a months-long trace.
-At most two jobs share a GPU set; others wait. ``timeslice=quanta`` runs
-Gandiva's turns explicitly instead (a job that has run a quantum yields to
-the one that has waited longest, any number of jobs taking turns; packing
-still applies, a losing pair is unpacked to wait for its turn): exact, and
-slow on long traces.
+A waiting job that finds no free GPUs joins the least loaded GPU set of its
+size (``share_limit`` caps a set's jobs; 0 is no cap, as in Gandiva, whose
+suspend moves a job's GPU memory to the host). A job keeps its GPU set: it
+leaves it only when Gandiva migrates it, which it does when GPUs fall idle
+while a set of their size is shared (the most loaded set's newest job moves
+there, charged :func:`corral.perf.switching.migration_seconds`). When a job
+of a group ends, the others share its time.
+
+``timeslice=rate`` keeps at most two jobs on a GPU set (others wait), each at
+half the set's time: the simpler approximation earlier releases ran by
+default. ``timeslice=quanta`` runs turns explicitly, cluster-wide: a job that
+has run a quantum yields to the one that has waited longest, resuming on
+whatever GPUs are free (packing still applies, a losing pair is unpacked to
+wait for its turn); exact for that reading, and slow on long traces.
 
 Packing needs job types that Gavel measured (``--job-types gavel`` gives
 Philly's generic jobs such types); pairs of unknown types are time-sliced.
@@ -60,6 +70,9 @@ from corral.placement.strategies import Consolidate, PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, greedy_fit
 from corral.policies.options import Option
 
+TIMESLICES = ("share", "rate", "quanta")
+"""Gandiva's time-slicing, as the simulator may run it (see the module's text)."""
+
 MEASURE_QUANTA = 5
 """Live, how many quanta a packing trial may wait for its measured speed."""
 
@@ -78,15 +91,22 @@ class Gandiva(Policy):
         "quantum": Option("time-slice length (s)", above=0),
         "slice_overhead": Option("seconds of suspend and resume per time slice", low=0),
         "timeslice": Option(
-            "run a time-sliced pair at its shared rate, or turn by turn",
+            "time-slicing: any number of jobs per GPU set sharing its time (share), two per "
+            "set at most (rate), or explicit turns cluster-wide (quanta)",
             "choice",
-            choices=("rate", "quanta"),
+            choices=TIMESLICES,
+        ),
+        "share_limit": Option(
+            "most jobs time-sliced on one GPU set under share (0: no limit)", "integer", low=0
         ),
         "packing": Option("pack jobs onto a running job's GPUs where it may pay", "flag"),
         "probe": Option(
             "pack any pair not known to be bad and judge it after a quantum (Gandiva's way)", "flag"
         ),
-        "migration": Option("migrate small jobs to free a server for a gang", "flag"),
+        "migration": Option(
+            "migrate small jobs to free a server for a gang, and shared jobs onto idle GPUs",
+            "flag",
+        ),
         "grow": Option("grow jobs onto idle GPUs of their server when nobody waits", "flag"),
         "grow_efficiency": Option(
             "speed gained by doubling onto idle GPUs, as a share", low=0, high=1
@@ -107,7 +127,8 @@ class Gandiva(Policy):
         placement: PlacementStrategy | None = None,
         quantum: float = 60.0,
         slice_overhead: float = 0.1,
-        timeslice: str = "rate",
+        timeslice: str = "share",
+        share_limit: int = 0,
         packing: int = 1,
         probe: int = 1,
         migration: int = 1,
@@ -120,15 +141,20 @@ class Gandiva(Policy):
             raise ValueError(f"quantum must be positive, got {quantum}")
         if not 0 <= grow_efficiency <= 1:
             raise ValueError(f"grow_efficiency must be in [0, 1], got {grow_efficiency}")
-        if timeslice not in ("rate", "quanta"):
-            raise ValueError(f"timeslice must be 'rate' or 'quanta', got {timeslice}")
+        if timeslice not in TIMESLICES:
+            raise ValueError(f"timeslice must be one of {', '.join(TIMESLICES)}, got {timeslice}")
         self.timeslice = timeslice
+        if share_limit < 0:
+            raise ValueError(f"share_limit must be >= 0, got {share_limit}")
+        self.share_limit = int(share_limit)
         if slice_overhead < 0:
             raise ValueError(f"slice_overhead must be >= 0, got {slice_overhead}")
         self.quantum = float(quantum)
         self.slice_overhead = float(slice_overhead)
         self.mode: dict[int, str] = {}
-        """Each guest's pairing: 'probe' (packed, on trial), 'pack' or 'slice'."""
+        """Each packed guest's pairing: 'probe' (on trial) or 'pack' (kept). Their
+        hosts' GPU sets are not joined by time-sliced jobs. (Time-sliced guests
+        are not kept here: there can be thousands, and the state knows them.)"""
         self.packing = bool(packing)
         self.probe = bool(probe)
         self.migration = bool(migration)
@@ -142,6 +168,8 @@ class Gandiva(Policy):
         self.table: ThroughputTable = gavel_throughputs()
         self.bad_pairs: set[tuple[str, str]] = set()
         self.packed_at: dict[int, float] = {}
+        self._marks = np.zeros(0, dtype=bool)
+        self._codes = np.zeros(0, dtype=np.int64)
         self.pack_log: list[tuple[float, str, str]] = []
         """(time, host type, guest type) of every packing tried."""
         self.counts = {
@@ -151,6 +179,7 @@ class Gandiva(Policy):
             "migrations": 0,
             "grows": 0,
             "shrinks": 0,
+            "rebalances": 0,
         }
 
     # ------------------------------------------------------------ measures
@@ -193,7 +222,13 @@ class Gandiva(Policy):
     @property
     def slice_factor(self) -> float:
         """Speed of each job of a time-sliced pair, relative to running alone."""
-        return 0.5 * self.quantum / (self.quantum + self.slice_overhead)
+        return self.share_factor(2)
+
+    def share_factor(self, n: int) -> float:
+        """Speed of each of ``n`` jobs time-sliced on one GPU set, relative to
+        running alone: a turn of ``quantum`` in every ``n`` turns, each paying
+        ``slice_overhead`` to switch."""
+        return self.quantum / (self.quantum + self.slice_overhead) / n
 
     # ------------------------------------------------------------ the pass
     def schedule(self, state: SchedulerState) -> Plan:
@@ -222,8 +257,19 @@ class Gandiva(Policy):
                 if i not in starts and state.gpus[i] <= builder.free.total:
                     self._place(state, builder, i, leaving)
         if len(state.pending) + len(leaving) > len(starts):  # jobs still wait
-            self._oversubscribe(state, builder, leaving)
+            if self.timeslice == "share":
+                self._share(state, builder, leaving)
+            else:
+                self._oversubscribe(state, builder, leaving)
         pending_left = len(state.pending) + len(leaving) - len(starts)
+        if (
+            self.migration
+            and self.timeslice == "share"
+            and pending_left == 0  # idle GPUs wait for a waiting job, if any
+            and builder.free.total > 0
+            and state.guests
+        ):
+            self._rebalance(state, builder, leaving)
         grow_later = False
         if self.grow and pending_left == 0:
             grow_later = self._grow(state, builder, leaving)
@@ -252,18 +298,17 @@ class Gandiva(Policy):
             if keep:
                 self.mode[guest] = "pack"
                 continue
+            del self.mode[guest]
             pair = (state.job_type[host], state.job_type[guest])
             self.bad_pairs.update((pair, pair[::-1]))
             self.counts["unpacks"] += 1
             if self.timeslice == "quanta":  # back to waiting for its turn
                 builder.stop(guest)
                 leaving.add(guest)
-                del self.mode[guest]
                 continue
             builder.plan.respeeds[guest] = self.slice_factor
             builder.plan.respeeds[host] = self.slice_factor
             builder.plan.timeslices[guest] = self.quantum
-            self.mode[guest] = "slice"
 
     def _oversubscribe(
         self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]
@@ -315,14 +360,19 @@ class Gandiva(Policy):
             builder.pack(i, host, factors[1], factors[0])
             if mode == "slice":
                 builder.plan.timeslices[i] = self.quantum
+            self._record(state, i, host, mode)
+
+    def _record(self, state: SchedulerState, i: int, host: int, mode: str) -> None:
+        """Job ``i`` shares ``host``'s GPUs: packed on trial ('probe'), packed
+        ('pack') or time-sliced ('slice')."""
+        if mode == "probe":
+            self.packed_at[i] = state.now
+        if mode == "slice":
+            self.counts["slices"] += 1
+        else:
             self.mode[i] = mode
-            if mode == "probe":
-                self.packed_at[i] = state.now
-            if mode == "slice":
-                self.counts["slices"] += 1
-            else:
-                self.pack_log.append((state.now, state.job_type[host], state.job_type[i]))
-                self.counts["packs"] += 1
+            self.pack_log.append((state.now, state.job_type[host], state.job_type[i]))
+            self.counts["packs"] += 1
 
     def _pair(
         self,
@@ -334,28 +384,191 @@ class Gandiva(Policy):
     ) -> tuple[int, int, str, tuple[float, float]] | None:
         """The host (taken from ``same``) waiting job ``i`` shares with, and how;
         None when it waits for its turn instead (explicit time-slicing)."""
-        pick, mode, factors = -1, "slice", (self.slice_factor, self.slice_factor)
+        partner = self._packing_partner(state, i, size, same, hopeless)
+        if partner is not None:
+            k, mode, factors = partner
+            return i, same.pop(k), mode, factors
+        if self.timeslice == "quanta":
+            return None
+        return i, same.pop(0), "slice", (self.slice_factor, self.slice_factor)
+
+    def _packing_partner(
+        self,
+        state: SchedulerState,
+        i: int,
+        size: int,
+        same: list[int] | np.ndarray,
+        hopeless: set[tuple[str, int]],
+    ) -> tuple[int, str, tuple[float, float]] | None:
+        """Where in ``same`` (jobs running alone, longest running first) waiting job
+        ``i`` may be packed, how ('probe' or 'pack') and at which factors (host,
+        guest); None when no pair may pay."""
         kind = (state.job_type[i], size)
         known = kind in self.table.alone.get(PAIR_GPU, {})
         tryable = self.packing and (known or state.measures_speed)  # else: nothing to try
-        if tryable and kind not in hopeless:
-            for k, h in enumerate(same):
-                if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
+        if not tryable or kind in hopeless:
+            return None
+        if state.measures_speed:  # live: a trial also depends on the host's reports
+            candidates: list[int] = list(range(len(same)))
+        else:  # a pair's fate depends on the two job types only: one host of each type
+            _, first = np.unique(self._type_codes(state)[same], return_index=True)
+            candidates = np.sort(first).tolist()
+        for k in candidates:
+            h = int(same[k])
+            if (state.job_type[h], state.job_type[i]) in self.bad_pairs:
+                continue
+            pair = self.pair_factors(state, h, i) if known else None
+            if pair is None and self.probe and self._may_probe(state, h, i):
+                pair = (1.0, 1.0)  # unknown: measured during the trial
+            if pair is None or (not self.probe and sum(pair) <= 1.0):
+                continue
+            return k, "probe" if self.probe else "pack", pair
+        if not state.measures_speed:
+            hopeless.add(kind)
+        return None
+
+    def _type_codes(self, state: SchedulerState) -> np.ndarray:
+        """Each job's type as a number (kept while the job table keeps its size)."""
+        if len(self._codes) != len(state.job_type):
+            _, codes = np.unique(np.array(state.job_type, dtype=object), return_inverse=True)
+            self._codes = np.asarray(codes, dtype=np.int64)
+        return self._codes
+
+    def _share(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
+        """Waiting jobs join GPU sets of their size (``timeslice=share``).
+
+        Each is packed with a job running alone where the pair may pay, else
+        time-sliced on the least loaded set of its size (fewest jobs; of equal
+        ones, the longest running), up to ``share_limit`` jobs a set. Every job
+        of a set that grew is given its share, ``share_factor(n)``. Sets are
+        found with array operations: the backlog and the running jobs can both
+        be thousands, and this runs at every arrival under load.
+        """
+        plan = builder.plan
+        wanted = [size for size, queue in state.pending_by_size.items() if queue]
+        run = state.running.array()
+        sizes = state.gpus[run]
+        if len(wanted) == 1:
+            fits = sizes == wanted[0]
+        else:
+            table = np.zeros(max(wanted) + 1, dtype=bool)
+            table[wanted] = True
+            fits = table[np.minimum(sizes, len(table) - 1)] & (sizes < len(table))
+        hosts = run[fits & (state.host[run] < 0) & (state.held[run] == sizes)]
+        started = [
+            h
+            for h, gpus in plan.starts.items()
+            if h not in plan.packs and len(gpus) == state.gpus[h] and h not in leaving
+        ]
+        if not len(hosts) and not started:
+            return  # (often: a wide job waits for GPUs, and no job of its size runs)
+        if len(hosts):
+            hosts = hosts[~self._unjoinable(state, hosts, leaving)]
+        hosts = hosts[np.lexsort((hosts, state.seg_start[hosts]))]  # longest running first
+        load = 1 + state.guest_count[hosts]
+        for j in leaving:  # guests moving off their set in this pass
+            h = int(state.host[j])
+            if h >= 0:
+                load[hosts == h] -= 1
+        if started:
+            hosts = np.concatenate((hosts, np.array(started, dtype=np.int64)))
+            load = np.concatenate((load, np.ones(len(started), dtype=np.int64)))
+        if not len(hosts):
+            return
+        sizes = state.gpus[hosts]
+        limit = self.share_limit or np.iinfo(np.int64).max
+        joined: dict[int, int] = {}
+        hopeless: set[tuple[str, int]] = set()
+        for size in wanted:
+            at = np.flatnonzero(sizes == size)
+            if not len(at):
+                continue
+            queue = state.pending_by_size[size]
+            loads = load[at]
+            for i in queue:
+                if i in plan.starts:
                     continue
-                pair = self.pair_factors(state, h, i) if known else None
-                if pair is None and self.probe and self._may_probe(state, h, i):
-                    pair = (1.0, 1.0)  # unknown: measured during the trial
-                if pair is None or (not self.probe and sum(pair) <= 1.0):
+                alone = at[loads == 1]
+                if len(alone):
+                    same = hosts[alone]
+                    partner = self._packing_partner(state, i, size, same, hopeless)
+                    if partner is not None:
+                        k, mode, (host_f, guest_f) = partner
+                        host = int(same[k])
+                        builder.pack(i, host, guest_f, host_f)
+                        self._record(state, i, host, mode)
+                        loads[at == alone[k]] = limit  # a packed pair is not joined
+                        continue
+                k = int(np.argmin(loads))
+                if loads[k] >= limit:
+                    break  # every set of this size is full: the rest wait
+                loads[k] += 1
+                host = int(hosts[at[k]])
+                joined[host] = int(loads[k])
+                builder.pack(i, host, 1.0, 1.0)
+                builder.plan.timeslices[i] = self.quantum
+                self._record(state, i, host, "slice")
+        for host, n in joined.items():
+            share = self.share_factor(n)
+            for j in (host, *state.guests.get(host, ())):
+                if j not in leaving and state.status[j] != PENDING:
+                    plan.respeeds[j] = share
+        for i, (host, _, _) in list(plan.packs.items()):
+            if host in joined and i in plan.timeslices:
+                share = self.share_factor(joined[host])
+                plan.packs[i] = (host, share, share)
+
+    def _unjoinable(
+        self, state: SchedulerState, hosts: np.ndarray, leaving: set[int]
+    ) -> np.ndarray:
+        """Which of ``hosts`` no time-sliced job may join or leave: a packed pair's
+        host, and jobs stopping in this pass. (Marked in a scratch array the size
+        of the job table: this runs at most passes, with few of either.)"""
+        marks = self._marks
+        if len(marks) != len(state.gpus):
+            marks = self._marks = np.zeros(len(state.gpus), dtype=bool)
+        marked = [int(state.host[g]) for g in self.mode]
+        marked.extend(leaving)
+        marks[marked] = True
+        out: np.ndarray = marks[hosts]
+        marks[marked] = False
+        return out
+
+    def _rebalance(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
+        """Gandiva's migration for load: while GPUs are idle and a time-sliced set
+        of their size has more than one job, the most loaded set's newest job
+        moves onto them (charged a migration), and runs there alone."""
+        run = state.running.array()
+        hosts = run[(state.guest_count[run] > 0) & (state.host[run] < 0)]
+        hosts = hosts[state.gpus[hosts] <= builder.free.total]
+        hosts = hosts[~self._unjoinable(state, hosts, leaving)]
+        if not len(hosts):
+            return
+        hosts = hosts[np.lexsort((hosts, -state.guest_count[hosts]))]  # most loaded first
+        moved: set[int] = set()
+        for h in hosts.tolist():
+            n = int(state.gpus[h])
+            if h in leaving or builder.free.total < n:
+                continue
+            for g in reversed(state.guests[h]):  # newest first; the holder stays
+                if g in leaving:
                     continue
-                pick, mode, factors = k, "probe" if self.probe else "pack", pair
-                break
-            if pick < 0 and not state.measures_speed:
-                hopeless.add(kind)
-        if pick < 0:
-            if self.timeslice == "quanta":
-                return None
-            pick = 0
-        return i, same.pop(pick), mode, factors
+                gpus = self.placement.choose_for(builder.usable(g), state, g)
+                if gpus is None:
+                    break
+                builder.stop(g)
+                builder.start(g, gpus)
+                builder.plan.overheads[g] = migration_seconds(len(gpus))
+                leaving.add(g)
+                moved.add(h)
+                self.counts["rebalances"] += 1
+                if builder.free.total < n:
+                    break
+        for h in moved:
+            left = [h, *(g for g in state.guests[h] if g not in leaving)]
+            if len(left) > 1:
+                for j in left:
+                    builder.plan.respeeds[j] = self.share_factor(len(left))
 
     def _rotate(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
         """Explicit time-slicing (``timeslice=quanta``): one stop and start per turn.

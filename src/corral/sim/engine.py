@@ -44,6 +44,10 @@ TIME_EPS = 1e-6
 become two passes, as they are one live, where both are read off one clock)."""
 
 
+STALE_FACTOR = 4
+"""The completion heap is rebuilt without its outdated entries once it holds this
+many times as many entries as jobs run."""
+
 MAX_DELAYS = 100_000
 """Times admission may delay one job before the run stops as looping for ever."""
 
@@ -51,7 +55,10 @@ MAX_DELAYS = 100_000
 SIM_DIRECTIVES: Mapping[Directive, str] = MappingProxyType(
     {
         Directive.PACKS: "the pair runs at once, each at its factor of its speed alone",
-        Directive.TIMESLICES: "the pair runs at the averaged rate its packs or respeeds give",
+        Directive.TIMESLICES: (
+            "the group runs at the rates its packs or respeeds give; when one leaves, "
+            "the others share its time"
+        ),
         Directive.RESPEEDS: "the running job's speed changes from this instant",
         Directive.FACTORS: "the started job's speed is multiplied by its factor",
         Directive.LOW_PRIORITY: "nothing more: an opportunistic job's speed comes with its pack",
@@ -226,10 +233,15 @@ class Simulator:
             elastic=self.policy.elastic,
             resizes=self.policy.resizes,
         )
-        for i, factor in plan.respeeds.items():
-            if state.status[i] != RUNNING:
-                raise PlanError(f"plan changes the speed of job {state.job_ids[i]}, not running")
-            self._respeed(i, state.base_speed[i] * factor)
+        if plan.respeeds:
+            ids = list(plan.respeeds)
+            for i in ids:
+                if state.status[i] != RUNNING:
+                    raise PlanError(
+                        f"plan changes the speed of job {state.job_ids[i]}, not running"
+                    )
+            factors = np.fromiter(plan.respeeds.values(), dtype=np.float64, count=len(ids))
+            self._respeed_many(ids, (state.base_speed[ids] * factors).tolist())
         if plan.free_after is not None:
             state.free = plan.free_after
 
@@ -277,6 +289,48 @@ class Simulator:
         left = target - float(state.steps_done[i])
         at = float(state.progress_start[i]) + (left if left > 0.0 else 0.0) / float(state.speed[i])
         heapq.heappush(self._heap, (at, i, int(self._version[i]), fails))
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drop outdated entries from the completion heap once they outnumber the
+        live ones: each change of speed leaves the job's old entry behind, and
+        under processor sharing (every member of a group respeeded at each join
+        and departure) they would pile up many times over."""
+        heap = self._heap
+        if len(heap) > STALE_FACTOR * len(self.state.running) + 1024:
+            version = self._version
+            heap[:] = [entry for entry in heap if entry[2] == version[entry[1]]]
+            heapq.heapify(heap)
+
+    def _respeed_many(self, ids: list[int], speeds: list[float]) -> None:
+        """:meth:`_respeed` for several jobs (distinct) at once, with the same
+        arithmetic in arrays: a time-sliced group's members change speed
+        together whenever one joins or leaves."""
+        state = self.state
+        index = np.array(ids, dtype=np.int64)
+        new = np.array(speeds, dtype=np.float64)
+        changed = state.speed[index] != new
+        if not changed.all():
+            index, new = index[changed], new[changed]
+        if len(index) < 2:
+            for i, speed in zip(index.tolist(), new.tolist(), strict=True):
+                self._respeed(i, speed)
+            return
+        state.respeed_many(index, new)
+        version = self._version
+        version[index] += 1
+        target = self._fail_steps[index]
+        fails = target == target  # not NaN
+        target = np.where(fails, target, state.total_steps[index])
+        left = np.maximum(target - state.steps_done[index], 0.0)
+        at = state.progress_start[index] + left / new
+        heap = self._heap
+        push = heapq.heappush
+        for entry in zip(
+            at.tolist(), index.tolist(), version[index].tolist(), fails.tolist(), strict=True
+        ):
+            push(heap, entry)
+        self._compact()
 
     def _respeed(self, i: int, speed: float) -> None:
         state = self.state
@@ -287,19 +341,24 @@ class Simulator:
         self._push(i)
 
     def _leave(self, i: int) -> None:
-        """Before job ``i`` stops running: end any packing it is part of.
+        """Before job ``i`` stops running: end any sharing it is part of.
 
-        A guest on it goes on alone, at its speed alone (the state hands it the
-        GPUs as ``i`` leaves); a host it was packed on goes back to its speed
-        alone.
+        Alone again, the job left on its GPU set runs at its speed alone (a
+        guest takes its host's GPUs over, a host's guest has left). In a
+        time-sliced group that keeps two or more jobs, the others share the time
+        ``i`` had: each member's speed grows by ``n / (n - 1)`` (processor
+        sharing, Gandiva's time-slicing of any number of jobs).
         """
         state = self.state
-        guest = int(state.guest[i])
-        if guest >= 0:
-            self._respeed(guest, state.base_speed[guest])
-        host = int(state.host[i])
-        if host >= 0:  # the state unlinks the pair as the guest's segment closes
-            self._respeed(host, state.base_speed[host])
+        if state.guest[i] < 0 and state.host[i] < 0:
+            return
+        group = state.sharing_group(i)
+        n = len(group)
+        others = [j for j in group if j != i]
+        if n == 2:
+            self._respeed(others[0], float(state.base_speed[others[0]]))
+        else:
+            self._respeed_many(others, (state.speed[others] * n / (n - 1)).tolist())
 
 
 _NOTHING = contextlib.nullcontext()

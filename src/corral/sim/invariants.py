@@ -66,7 +66,8 @@ class InvariantChecker:
             if host >= 0:
                 shared = s.alloc[host]
                 if (
-                    s.guest[host] != i
+                    i not in s.guests.get(int(host), ())
+                    or s.host[host] >= 0
                     or shared is None
                     or not set(gpus) <= set(shared)
                     or s.status[host] != RUNNING
@@ -76,6 +77,16 @@ class InvariantChecker:
             held.extend(gpus)
         if len(held) != len(set(held)):
             raise InvariantViolation("a GPU is given to two jobs")
+        for host, guests in s.guests.items():
+            if (
+                not guests
+                or s.guest[host] != guests[0]
+                or s.guest_count[host] != len(guests)
+                or (s.host[guests] != host).any()
+            ):
+                raise InvariantViolation(f"job {s.job_ids[host]}'s list of guests disagrees")
+        if int(s.guest_count.sum()) != sum(map(len, s.guests.values())):
+            raise InvariantViolation("guest counts disagree with the lists of guests")
         busy = np.zeros(s.cluster.total_gpus, dtype=bool)
         busy[held] = True
         if not np.array_equal(busy, ~s.free.mask):

@@ -320,14 +320,18 @@ class World:
         for row in open_rows:
             for g in row.gpus or []:
                 holders.setdefault(int(g), []).append(row.job_id)
+        attempts = self.scheduler.attempts
         for g, jobs in holders.items():
-            if len(jobs) > most:
+            # a time-sliced group's paused members wait their turn off the GPU
+            active = [j for j in jobs if not ((a := attempts.get(j)) is not None and a.paused)]
+            if len(active) > most:
                 raise Broken(f"GPU {g} held by the open attempts of jobs {sorted(jobs)}")
         on_gpu: dict[int, list[int]] = {}
         open_keys = {(r.job_id, r.number) for r in open_rows}
         for p in self.executor.running():
             for g in p.gpus:
-                on_gpu.setdefault(g, []).append(p.job)
+                if not p.paused:
+                    on_gpu.setdefault(g, []).append(p.job)
             if (p.job, p.attempt) not in open_keys:
                 raise Broken(
                     f"job {p.job} attempt {p.attempt}'s process runs, but its attempt "

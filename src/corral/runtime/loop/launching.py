@@ -125,10 +125,13 @@ class Launching:
         self._launch(job, gpus, now)
 
     def _guest_leaving(self, job: int, host: int) -> bool:
-        """Whether another guest packed on ``host`` still has a process (stopped, it
-        has not exited yet): a new guest waits for it, so no GPU runs three jobs."""
+        """Whether another guest packed on ``host`` was stopped and has not exited
+        yet: a new guest waits for it, so that no GPU runs a job the plan took
+        off it beside the one it put there (the jobs of a time-sliced group
+        stay, taking turns)."""
+        attempts = self.loop.attempts
         return any(
-            other != job and on == host and other in self.loop.attempts
+            other != job and on == host and (a := attempts.get(other)) is not None and a.stop
             for other, on in self.loop.book.packed_on.items()
         )
 

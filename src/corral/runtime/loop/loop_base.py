@@ -63,15 +63,16 @@ question asked meanwhile is answered by the next pass: the tick's, or the next w
 
 @dataclass
 class Turns:
-    """Two jobs on one GPU set taking turns (Gandiva's time-slicing), by job id."""
+    """Jobs on one GPU set taking turns (Gandiva's time-slicing), by job id; the
+    loop keeps them by the job that holds the GPUs."""
 
-    host: int
-    guest: int
+    members: list[int]
+    """The jobs on the set in the order they joined, the holder first."""
     quantum: float
     turn: int
     """The job whose turn it is."""
     switch_at: float | None = None
-    """When the turn passes to the other (None until both processes run)."""
+    """When the turn passes to the next (None until it has begun)."""
 
 
 def store_trouble(exc: BaseException) -> bool:

@@ -74,7 +74,7 @@ class Parking:
         if not rec.beating or a.phase == "prerun" or rec.round_ref is not None:
             return False
         packed = self.loop.book.packed_on
-        if a.job in packed or a.job in packed.values() or a.job in self.loop.turns:
+        if a.job in packed or a.job in packed.values() or self.sharing.taking_turns(a.job):
             return False
         parked = Counter(  # jobs parked and not being started again
             g

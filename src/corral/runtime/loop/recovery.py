@@ -23,12 +23,12 @@ from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.estimates import ESTIMATED, LossHistory, expected_duration
 from corral.runtime.loop.job_book import Attempt
 from corral.runtime.loop.live_state import DEFAULT_VC, MIN_CAPACITY, LiveJobs
-from corral.runtime.loop.loop_base import TERMINAL, LoopState, cluster_from_slots
+from corral.runtime.loop.loop_base import TERMINAL, LoopState, Turns, cluster_from_slots
 from corral.runtime.loop.queueing import Queueing
 from corral.runtime.loop.records import BadRecord, aside_reason
 from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.loop.stops import Stops
-from corral.runtime.storage.store import JobRow, NodeRow
+from corral.runtime.storage.store import EventRow, JobRow, NodeRow
 
 KEPT = (
     "wake",
@@ -57,6 +57,34 @@ class Recovery:
         self.stops = stops
         self.queueing = queueing
         self.rounds = rounds
+
+    def _restore_turns(self, s: Session) -> None:
+        """Time-sliced groups go on taking turns after a restart: a job packed on
+        another whose last word on sharing was a time slice (a ``timeslice`` event
+        after its ``packed`` one) joins its holder's turns again, the holder's
+        turn first. (Every adopted process is resumed; the next turn pauses all
+        but one.)"""
+        packed = dict(self.loop.book.packed_on)
+        if not packed:
+            return
+        last: dict[int, tuple[str, dict[str, Any]]] = {}
+        for job, kind, detail in s.execute(
+            select(EventRow.job_id, EventRow.kind, EventRow.detail)
+            .where(EventRow.kind.in_(("packed", "timeslice")), EventRow.job_id.in_(list(packed)))
+            .order_by(EventRow.id)
+        ):
+            if job is not None:
+                last[job] = (kind, detail or {})
+        for guest, host in packed.items():
+            kind, detail = last.get(guest, ("packed", {}))
+            if kind != "timeslice":
+                continue
+            t = self.loop.turns.get(host)
+            if t is None:
+                quantum = float(detail.get("quantum", 60.0))
+                t = self.loop.turns[host] = Turns([host], quantum, turn=host)
+            if guest not in t.members:
+                t.members.append(guest)
 
     def recover(self) -> None:
         """Rebuild the scheduler's view from the store and adopt live processes."""
@@ -122,6 +150,7 @@ class Recovery:
                         s, "requeued", row.id, why="service restarted before launch"
                     )
             self._load(s, rows)
+            self._restore_turns(s)
         for a in self.loop.attempts.values():
             if a.ref is None:
                 continue

@@ -600,8 +600,8 @@ class Scheduler(LoopState):
 LIVE_DIRECTIVES: Mapping[Directive, str] = MappingProxyType(
     {
         Directive.PACKS: "the guest is launched on its host's GPUs, both running at once",
-        Directive.TIMESLICES: "the pair alternates: one is suspended, the other resumed, "
-        "at each quantum's end",
+        Directive.TIMESLICES: "the group takes turns: at each quantum's end the job "
+        "running is suspended and the next resumed",
         Directive.RESPEEDS: "nothing: a running job's speed is what it measures",
         Directive.FACTORS: "nothing: a started job's speed is what it measures",
         Directive.LOW_PRIORITY: "the job's processes run at the lowest OS priority and are "

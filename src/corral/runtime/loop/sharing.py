@@ -10,8 +10,8 @@ session pauses itself at its next iteration boundary, as Gandiva suspends at
 a mini-batch boundary) and stopped where it is after ``pause_grace``; other
 jobs get SIGSTOP and SIGCONT. A paused job's lease and wall time stand still.
 
-When a host ends, its guest carries on alone and takes the GPUs over (the
-state hands them over; :meth:`Sharing._unpair` does the same for the
+When a host ends, its first guest takes the GPUs over and any others share
+them with it (the state hands them over; :meth:`Sharing._unpair` does the same for the
 processes). Speeds: for a policy that shares GPUs, the throughput each job
 reports is kept as its speed alone while it runs unshared, and read against
 that while it runs packed; the ratio is what the policy sees as
@@ -42,54 +42,108 @@ class Sharing:
 
     # ------------------------------------------------------------ pairs
     def unpair(self, job: int, now: float) -> None:
-        """``job``'s attempt ended: a guest packed on it keeps the GPUs; a host it
-        was packed on runs alone again."""
+        """``job``'s attempt ended: a host it was packed on runs without it; the
+        jobs packed on it stay on the GPUs, the first of them holding them now
+        (the one the scheduler's state hands them to) and the others sharing
+        them with it."""
         book = self.loop.book
         rec = book[job]
         host, rec.packed_on = rec.packed_on, None
         if host is not None and host in book:
             book[host].share_changed = now
-        for guest, on in list(book.packed_on.items()):
-            if on != job:
-                continue
+        guests = [guest for guest, on in book.packed_on.items() if on == job]
+        turns = self.loop.turns.pop(job, None)
+        if not guests:
+            return
+        successor = self._successor(job, guests)
+        for guest in guests:
             other = book[guest]
-            other.packed_on, other.share_changed = None, now
+            other.share_changed = now
+            if guest != successor:
+                other.packed_on = successor
+                continue
+            other.packed_on = None
             a = other.attempt
             if a is not None:
                 for g in a.gpus:
                     self.loop.holders.setdefault(g, guest)
+        if turns is not None:
+            turns.members = [successor, *(m for m in turns.members if m not in (job, successor))]
+            self.loop.turns[successor] = turns
+
+    def _successor(self, job: int, guests: list[int]) -> int:
+        """Which of the jobs packed on ``job`` holds its GPUs once it leaves: the
+        scheduler state's choice (its first guest still there), so that the
+        loop's book and the policy's view agree on who holds them."""
+        live = self.loop.live
+        st = live.state
+        i = live.index.get(job)
+        if i is not None and st.guest[i] >= 0:  # the state has not handed over yet
+            first = live.ids[int(st.guest[i])]
+            if first in guests:
+                return first
+        for guest in guests:  # handed over already (a stop the plan asked)
+            k = live.index.get(guest)
+            if k is not None and st.status[k] == RUNNING and st.host[k] < 0:
+                return guest
+        return guests[0]
 
     def take_turns(self, now: float) -> float | None:
-        """Pause and resume time-sliced pairs as their turns come; returns when
-        the next turn passes (None: no pair takes turns)."""
+        """Pause and resume time-sliced groups as their turns come, one job of a
+        group running at a time; returns when the next turn passes (None: no
+        group takes turns)."""
         soonest: float | None = None
-        for guest, t in list(self.loop.turns.items()):
-            ga, ha = self.loop.attempts.get(t.guest), self.loop.attempts.get(t.host)
-            paired = self.loop.book.packed_on.get(guest) == t.host
-            waiting = paired and ga is None and guest in self.loop.book.placed and ha is not None
-            if waiting:  # the guest is not launched yet: the host runs meanwhile
-                continue
-            if not paired or ga is None or ha is None or ga.stop or ha.stop:
-                for a in (ga, ha):  # the pair is over or leaving: nobody stays paused
+        book = self.loop.book
+        attempts = self.loop.attempts
+        for holder, t in list(self.loop.turns.items()):
+            t.members = [m for m in t.members if m == holder or book.packed_on.get(m) == holder]
+            present = {m: attempts.get(m) for m in t.members}
+            active = [m for m, a in present.items() if a is not None and a.stop is None]
+            coming = [m for m, a in present.items() if a is None and m in book.placed]
+            for a in present.values():  # a job leaving the set is not kept paused
+                if a is not None and a.stop is not None and a.paused:
+                    self.resume(a, now)
+            if holder not in active + coming or len(active) + len(coming) < 2:
+                for m in active:  # the group is over: nobody stays paused
+                    a = present[m]
                     if a is not None and a.paused:
                         self.resume(a, now)
-                del self.loop.turns[guest]
+                del self.loop.turns[holder]
                 continue
+            if t.turn in coming or len(active) < 2:  # a job not launched yet: the others run on
+                continue
+            if t.turn not in active:  # the job whose turn it was has left
+                t.turn, t.switch_at = self._next(t, active), None
             if t.switch_at is None:
                 t.switch_at = now + t.quantum
             elif now >= t.switch_at:
-                t.turn = t.host if t.turn == t.guest else t.guest
+                t.turn = self._next(t, active)
                 t.switch_at = now + t.quantum
-            run, wait = (ga, ha) if t.turn == t.guest else (ha, ga)
-            if not wait.paused:
-                self.pause(wait, now)
+            for m in active:
+                a = present[m]
+                assert a is not None
+                if m != t.turn and not a.paused:
+                    self.pause(a, now)
+            run = present[t.turn]
+            assert run is not None
             if run.paused:
                 self.resume(run, now)
             soonest = t.switch_at if soonest is None else min(soonest, t.switch_at)
         return soonest
 
+    @staticmethod
+    def _next(t: Turns, active: list[int]) -> int:
+        """The job after ``t.turn`` in the group's order that can run now."""
+        order = t.members
+        start = order.index(t.turn) if t.turn in order else -1
+        for k in range(1, len(order) + 1):
+            m = order[(start + k) % len(order)]
+            if m in active:
+                return m
+        return active[0]
+
     def timeslice(self, plan: Plan, now: float) -> None:
-        """Pairs the plan time-slices start taking turns: a new guest gets the
+        """Jobs the plan time-slices join their GPU set's turns: a new job gets the
         first turn; a packed pair judged not to help lets its host go first (the
         event records the speeds it was judged by, where measured)."""
         st = self.loop.live.state
@@ -97,10 +151,17 @@ class Sharing:
             for i, quantum in plan.timeslices.items():
                 guest = self.loop.live.ids[i]
                 host = self.loop.book.packed_on.get(guest)
-                if host is None or guest in self.loop.turns:
+                if host is None:
                     continue
                 new = i in plan.starts
-                self.loop.turns[guest] = Turns(host, guest, quantum, turn=guest if new else host)
+                t = self.loop.turns.get(host)
+                if t is None:
+                    t = self.loop.turns[host] = Turns([host], quantum, turn=host)
+                elif guest in t.members:
+                    continue
+                t.members.append(guest)
+                if new:
+                    t.turn, t.switch_at = guest, None
                 speeds = {
                     f"{who}_speed": round(v, 3)
                     for who, v in (
@@ -109,7 +170,9 @@ class Sharing:
                     )
                     if np.isfinite(v)
                 }
-                self.loop.store.event(s, "timeslice", guest, on=host, quantum=quantum, **speeds)
+                self.loop.store.event(
+                    s, "timeslice", guest, on=host, quantum=quantum, jobs=len(t.members), **speeds
+                )
 
     def pause(self, a: Attempt, now: float, reason: str = "TimeSliced") -> None:
         if a.ref is None:
@@ -201,7 +264,7 @@ class Sharing:
             alone = rec.alone_rate
             if not shared:
                 rec.alone_rate = float(throughput)
-            elif alone is not None and alone > 0 and not self._sliced(job):
+            elif alone is not None and alone > 0 and not self.taking_turns(job):
                 st.observed_speed[i] = float(throughput) / alone
 
     def _stepping_since(self, job: int, settle: float) -> float:
@@ -216,5 +279,6 @@ class Sharing:
             return began
         return a.started + settle if not rec.beating else float("inf")
 
-    def _sliced(self, job: int) -> bool:
-        return any(job in (t.host, t.guest) for t in self.loop.turns.values())
+    def taking_turns(self, job: int) -> bool:
+        """Whether ``job`` is one of a time-sliced group."""
+        return any(job in t.members for t in self.loop.turns.values())
