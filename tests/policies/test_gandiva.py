@@ -106,6 +106,29 @@ def test_gpus_falling_idle_take_a_job_off_a_shared_set_by_migration() -> None:
     assert finish_times(stays)["j2"] > finish_times(result)["j2"] + 500
 
 
+def test_a_set_two_jobs_heavier_than_another_of_its_size_gives_it_a_job() -> None:
+    # Two GPUs, 5 s quanta. A and B run alone; C and D join (one each), then E
+    # and F. C and E are short: once both have ended A's set holds A alone and
+    # B's holds B, D and F. At that pass (a quantum after the last balance) F,
+    # B's set's newest job, migrates to A's set; without migration it stays.
+    rows = [
+        (0, 1, 1000, "generic"),
+        (0, 1, 1000, "generic"),
+        (1, 1, 10, "generic"),
+        (1, 1, 1000, "generic"),
+        (2, 1, 10, "generic"),
+        (2, 1, 1000, "generic"),
+    ]
+    moved = typed_run(rows, uniform(1, 2), grow=0, quantum=5)
+    stays = typed_run(rows, uniform(1, 2), grow=0, quantum=5, migration=0)
+    assert moved.policy.counts["rebalances"] == 1  # type: ignore[attr-defined]
+    assert stays.policy.counts["rebalances"] == 0  # type: ignore[attr-defined]
+    assert moved.state.preemptions.sum() == 1
+    done, before = finish_times(moved), finish_times(stays)
+    assert done["j5"] < before["j5"] - 100
+    assert max(done.values()) < max(before.values())
+
+
 def test_share_limit_caps_the_jobs_of_a_set_and_two_is_the_rate_rule() -> None:
     # share_limit=2 on one GPU: the third job waits, as under timeslice=rate.
     rows = [(0, 1, 150, "generic")] * 3

@@ -447,11 +447,9 @@ class SchedulerState:
         """:meth:`respeed` for distinct jobs ``ids`` at once (the same arithmetic)."""
         now = self.now
         start = self.progress_start[ids]
-        moved = now > start
-        if moved.any():
-            ran = np.where(moved, now - start, 0.0)
-            self.steps_done[ids] += ran * self.speed[ids]
-            self.progress_start[ids] = np.where(moved, now, start)
+        # (a job still paying its switch cost, start > now, has made no progress)
+        self.steps_done[ids] += np.maximum(now - start, 0.0) * self.speed[ids]
+        self.progress_start[ids] = np.maximum(start, now)
         self.speed[ids] = speeds
         self.max_speedup[ids] = np.maximum(self.max_speedup[ids], speeds / self.ref_speed[ids])
 

@@ -81,7 +81,8 @@ class Gandiva(Policy):
     name = "gandiva"
     shares_gpus = True
     live_note = (
-        "time-slicing suspends and resumes the pair's processes at quantum boundaries "
+        "time-slicing suspends and resumes the processes of a GPU set's jobs in turn, one "
+        "running at a time, at quantum boundaries "
         "(corral.train jobs pause at an iteration boundary, others get SIGSTOP/SIGCONT); "
         "packed jobs run as two process groups on the same GPUs; packing is judged from "
         "the jobs' heartbeat throughputs (pairs Gavel did not measure are tried when the "
@@ -169,6 +170,9 @@ class Gandiva(Policy):
         self.bad_pairs: set[tuple[str, str]] = set()
         self.packed_at: dict[int, float] = {}
         self._marks = np.zeros(0, dtype=bool)
+        self._balanced_at = -math.inf
+        self._balance_due = False
+        self._finished_seen = 0
         self._codes = np.zeros(0, dtype=np.int64)
         self.pack_log: list[tuple[float, str, str]] = []
         """(time, host type, guest type) of every packing tried."""
@@ -262,14 +266,26 @@ class Gandiva(Policy):
             else:
                 self._oversubscribe(state, builder, leaving)
         pending_left = len(state.pending) + len(leaving) - len(starts)
+        departed = len(state.finished) != self._finished_seen  # sets may be uneven now
+        self._finished_seen = len(state.finished)
+        balance_at: float | None = None
         if (
             self.migration
             and self.timeslice == "share"
             and pending_left == 0  # idle GPUs wait for a waiting job, if any
-            and builder.free.total > 0
             and state.guests
         ):
-            self._rebalance(state, builder, leaving)
+            if builder.free.total > 0:
+                self._rebalance(state, builder, leaving)
+            # introspection: sets are evened out at most once a quantum, and a
+            # quantum after a departure that came too soon for it
+            self._balance_due |= departed
+            if now >= self._balanced_at + self.quantum:
+                self._balanced_at = now
+                self._balance_due = False
+                self._balance(state, builder, leaving)
+            elif self._balance_due:
+                balance_at = self._balanced_at + self.quantum
         grow_later = False
         if self.grow and pending_left == 0:
             grow_later = self._grow(state, builder, leaving)
@@ -279,6 +295,8 @@ class Gandiva(Policy):
         rotating = self.timeslice == "quanta" and pending_left > 0
         if self.packed_at or grow_later or rotating:
             wake = (math.floor(now / self.quantum) + 1) * self.quantum
+        if balance_at is not None:
+            wake = balance_at if wake is None else min(wake, balance_at)
         return builder.build(wake)
 
     def _judge_probes(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
@@ -509,10 +527,11 @@ class Gandiva(Policy):
                 builder.plan.timeslices[i] = self.quantum
                 self._record(state, i, host, "slice")
         for host, n in joined.items():
-            share = self.share_factor(n)
-            for j in (host, *state.guests.get(host, ())):
-                if j not in leaving and state.status[j] != PENDING:
-                    plan.respeeds[j] = share
+            members = np.array((host, *state.guests.get(host, ())), dtype=np.int64)
+            members = members[state.status[members] != PENDING].tolist()
+            plan.respeeds.update(dict.fromkeys(members, self.share_factor(n)))
+            for j in leaving.intersection(members):
+                del plan.respeeds[j]
         for i, (host, _, _) in list(plan.packs.items()):
             if host in joined and i in plan.timeslices:
                 share = self.share_factor(joined[host])
@@ -527,11 +546,13 @@ class Gandiva(Policy):
         marks = self._marks
         if len(marks) != len(state.gpus):
             marks = self._marks = np.zeros(len(state.gpus), dtype=bool)
-        marked = [int(state.host[g]) for g in self.mode]
-        marked.extend(leaving)
+        marked = state.host[np.fromiter(self.mode, dtype=np.int64, count=len(self.mode))]
         marks[marked] = True
+        marked_leaving = list(leaving)
+        marks[marked_leaving] = True
         out: np.ndarray = marks[hosts]
         marks[marked] = False
+        marks[marked_leaving] = False
         return out
 
     def _rebalance(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
@@ -569,6 +590,62 @@ class Gandiva(Policy):
             if len(left) > 1:
                 for j in left:
                     builder.plan.respeeds[j] = self.share_factor(len(left))
+
+    def _balance(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
+        """Gandiva's migration for load between GPU sets of one size: while a
+        set has two jobs more than the least loaded set of its size, its newest
+        job migrates there (charged a migration) and takes turns with that
+        set's jobs. A burst of arrivals joins the few sets that exist at the
+        time; without this, sets started later stay nearly empty beside them."""
+        run = state.running.array()
+        hosts = run[(state.host[run] < 0) & (state.held[run] == state.gpus[run])]
+        hosts = hosts[~self._unjoinable(state, hosts, leaving)]
+        if len(hosts) < 2:
+            return
+        plan = builder.plan
+        load = 1 + state.guest_count[hosts]
+        for j in leaving:
+            h = int(state.host[j])
+            if h >= 0:
+                load[hosts == h] -= 1
+        for host, _, _ in plan.packs.values():  # jobs that joined a set in this pass
+            load[hosts == host] += 1
+        sizes = state.gpus[hosts]
+        touched: set[int] = set()
+        for size in np.unique(sizes[load > 2]).tolist():
+            at = np.flatnonzero(sizes == size)
+            loads = load[at]
+            movable: dict[int, list[int]] = {}
+            while True:
+                big, small = int(np.argmax(loads)), int(np.argmin(loads))
+                if loads[big] - loads[small] < 2:
+                    break
+                source, target = int(hosts[at[big]]), int(hosts[at[small]])
+                if source not in movable:
+                    movable[source] = [g for g in state.guests[source] if g not in leaving]
+                g = movable[source].pop()  # its newest job; the holder stays
+                builder.stop(g)
+                builder.pack(g, target, 1.0, 1.0)
+                plan.timeslices[g] = self.quantum
+                plan.overheads[g] = migration_seconds(int(state.gpus[g]))
+                leaving.add(g)
+                loads[big] -= 1
+                loads[small] += 1
+                touched.update((source, target))
+                self.counts["rebalances"] += 1
+            load[at] = loads
+        if not touched:
+            return
+        final = dict(zip(hosts.tolist(), load.tolist(), strict=True))
+        for host in touched:
+            share = self.share_factor(final[host])
+            for j in (host, *state.guests.get(host, ())):
+                if j not in leaving:
+                    plan.respeeds[j] = share
+        for g, (host, _, _) in list(plan.packs.items()):
+            if host in touched and g in plan.timeslices:
+                share = self.share_factor(final[host])
+                plan.packs[g] = (host, share, share)
 
     def _rotate(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
         """Explicit time-slicing (``timeslice=quanta``): one stop and start per turn.

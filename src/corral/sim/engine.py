@@ -234,14 +234,14 @@ class Simulator:
             resizes=self.policy.resizes,
         )
         if plan.respeeds:
-            ids = list(plan.respeeds)
-            for i in ids:
-                if state.status[i] != RUNNING:
-                    raise PlanError(
-                        f"plan changes the speed of job {state.job_ids[i]}, not running"
-                    )
-            factors = np.fromiter(plan.respeeds.values(), dtype=np.float64, count=len(ids))
-            self._respeed_many(ids, (state.base_speed[ids] * factors).tolist())
+            count = len(plan.respeeds)
+            index = np.fromiter(plan.respeeds, dtype=np.int64, count=count)
+            stray = index[state.status[index] != RUNNING]
+            if len(stray):
+                job = state.job_ids[int(stray[0])]
+                raise PlanError(f"plan changes the speed of job {job}, not running")
+            factors = np.fromiter(plan.respeeds.values(), dtype=np.float64, count=count)
+            self._respeed_many(index, state.base_speed[index] * factors)
         if plan.free_after is not None:
             state.free = plan.free_after
 
@@ -302,13 +302,11 @@ class Simulator:
             heap[:] = [entry for entry in heap if entry[2] == version[entry[1]]]
             heapq.heapify(heap)
 
-    def _respeed_many(self, ids: list[int], speeds: list[float]) -> None:
+    def _respeed_many(self, index: np.ndarray, new: np.ndarray) -> None:
         """:meth:`_respeed` for several jobs (distinct) at once, with the same
         arithmetic in arrays: a time-sliced group's members change speed
         together whenever one joins or leaves."""
         state = self.state
-        index = np.array(ids, dtype=np.int64)
-        new = np.array(speeds, dtype=np.float64)
         changed = state.speed[index] != new
         if not changed.all():
             index, new = index[changed], new[changed]
@@ -320,10 +318,12 @@ class Simulator:
         version = self._version
         version[index] += 1
         target = self._fail_steps[index]
-        fails = target == target  # not NaN
-        target = np.where(fails, target, state.total_steps[index])
-        left = np.maximum(target - state.steps_done[index], 0.0)
-        at = state.progress_start[index] + left / new
+        fails = ~np.isnan(target)
+        if not fails.any():
+            target = state.total_steps[index]
+        else:
+            target = np.where(fails, target, state.total_steps[index])
+        at = state.progress_start[index] + np.maximum(target - state.steps_done[index], 0.0) / new
         heap = self._heap
         push = heapq.heappush
         for entry in zip(
@@ -354,11 +354,12 @@ class Simulator:
             return
         group = state.sharing_group(i)
         n = len(group)
-        others = [j for j in group if j != i]
         if n == 2:
-            self._respeed(others[0], float(state.base_speed[others[0]]))
+            other = group[1] if group[0] == i else group[0]
+            self._respeed(other, float(state.base_speed[other]))
         else:
-            self._respeed_many(others, (state.speed[others] * n / (n - 1)).tolist())
+            others = np.array([j for j in group if j != i], dtype=np.int64)
+            self._respeed_many(others, state.speed[others] * (n / (n - 1)))
 
 
 _NOTHING = contextlib.nullcontext()
