@@ -105,7 +105,8 @@ class Gandiva(Policy):
             "pack any pair not known to be bad and judge it after a quantum (Gandiva's way)", "flag"
         ),
         "migration": Option(
-            "migrate small jobs to free a server for a gang, and shared jobs onto idle GPUs",
+            "migrate small jobs to free a server for a gang, shared jobs onto idle GPUs, and "
+            "between sets of one size two jobs apart",
             "flag",
         ),
         "grow": Option("grow jobs onto idle GPUs of their server when nobody waits", "flag"),
