@@ -64,6 +64,7 @@ import numpy as np
 
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
+from corral.model.unsaved_work import protected_until
 from corral.perf.switching import migration_seconds
 from corral.perf.throughputs import PAIR_GPU, ThroughputTable, gavel_throughputs
 from corral.placement.strategies import Consolidate, PlacementStrategy
@@ -573,7 +574,7 @@ class Gandiva(Policy):
             if h in leaving or builder.free.total < n:
                 continue
             for g in reversed(state.guests[h]):  # newest first; the holder stays
-                if g in leaving:
+                if g in leaving or not self._movable(state, g):
                     continue
                 gpus = self.placement.choose_for(builder.usable(g), state, g)
                 if gpus is None:
@@ -591,6 +592,13 @@ class Gandiva(Policy):
             if len(left) > 1:
                 for j in left:
                     builder.plan.respeeds[j] = self.share_factor(len(left))
+
+    @staticmethod
+    def _movable(state: SchedulerState, g: int) -> bool:
+        """Whether job ``g`` may migrate now: not one whose move would throw its
+        work away while the unsaved-work rule protects it (a plan's stop of it
+        would be held back, and the sets' new speeds with it would not hold)."""
+        return protected_until(state, g) <= state.now
 
     def _balance(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
         """Gandiva's migration for load between GPU sets of one size: while a
@@ -617,13 +625,22 @@ class Gandiva(Policy):
             at = np.flatnonzero(sizes == size)
             loads = load[at]
             movable: dict[int, list[int]] = {}
+            stuck = np.zeros(len(at), dtype=bool)  # sets with no job that may move
             while True:
-                big, small = int(np.argmax(loads)), int(np.argmin(loads))
-                if loads[big] - loads[small] < 2:
+                heavy = np.where(stuck, -1, loads)
+                big, small = int(np.argmax(heavy)), int(np.argmin(loads))
+                if heavy[big] - loads[small] < 2:
                     break
                 source, target = int(hosts[at[big]]), int(hosts[at[small]])
                 if source not in movable:
-                    movable[source] = [g for g in state.guests[source] if g not in leaving]
+                    movable[source] = [
+                        g
+                        for g in state.guests.get(source, ())
+                        if g not in leaving and self._movable(state, g)
+                    ]
+                if not movable[source]:
+                    stuck[big] = True
+                    continue
                 g = movable[source].pop()  # its newest job; the holder stays
                 builder.stop(g)
                 builder.pack(g, target, 1.0, 1.0)
