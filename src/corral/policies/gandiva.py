@@ -528,15 +528,24 @@ class Gandiva(Policy):
                 builder.pack(i, host, 1.0, 1.0)
                 builder.plan.timeslices[i] = self.quantum
                 self._record(state, i, host, "slice")
-        for host, n in joined.items():
+        self._set_shares(state, plan, joined, leaving)
+
+    def _set_shares(
+        self, state: SchedulerState, plan: Plan, sets: dict[int, int], leaving: set[int]
+    ) -> None:
+        """Every job of each set in ``sets`` (its holder -> how many jobs it has
+        after this pass) runs at its share of the set's time: those running
+        already change speed, those joining in this pass start at it."""
+        for host, n in sets.items():
+            share = self.share_factor(n) if n > 1 else 1.0
             members = np.array((host, *state.guests.get(host, ())), dtype=np.int64)
             members = members[state.status[members] != PENDING].tolist()
-            plan.respeeds.update(dict.fromkeys(members, self.share_factor(n)))
+            plan.respeeds.update(dict.fromkeys(members, share))
             for j in leaving.intersection(members):
                 del plan.respeeds[j]
         for i, (host, _, _) in list(plan.packs.items()):
-            if host in joined and i in plan.timeslices:
-                share = self.share_factor(joined[host])
+            if host in sets and i in plan.timeslices:
+                share = self.share_factor(sets[host])
                 plan.packs[i] = (host, share, share)
 
     def _unjoinable(
@@ -587,11 +596,11 @@ class Gandiva(Policy):
                 self.counts["rebalances"] += 1
                 if builder.free.total < n:
                     break
-        for h in moved:
-            left = [h, *(g for g in state.guests[h] if g not in leaving)]
-            if len(left) > 1:
-                for j in left:
-                    builder.plan.respeeds[j] = self.share_factor(len(left))
+        sets = {h: 1 + sum(g not in leaving for g in state.guests[h]) for h in moved}
+        for host, _, _ in builder.plan.packs.values():  # jobs that joined in this pass
+            if host in sets:
+                sets[host] += 1
+        self._set_shares(state, builder.plan, sets, leaving)
 
     @staticmethod
     def _movable(state: SchedulerState, g: int) -> bool:
@@ -655,15 +664,7 @@ class Gandiva(Policy):
         if not touched:
             return
         final = dict(zip(hosts.tolist(), load.tolist(), strict=True))
-        for host in touched:
-            share = self.share_factor(final[host])
-            for j in (host, *state.guests.get(host, ())):
-                if j not in leaving:
-                    plan.respeeds[j] = share
-        for g, (host, _, _) in list(plan.packs.items()):
-            if host in touched and g in plan.timeslices:
-                share = self.share_factor(final[host])
-                plan.packs[g] = (host, share, share)
+        self._set_shares(state, plan, {host: final[host] for host in touched}, leaving)
 
     def _rotate(self, state: SchedulerState, builder: PlanBuilder, leaving: set[int]) -> None:
         """Explicit time-slicing (``timeslice=quanta``): one stop and start per turn.
