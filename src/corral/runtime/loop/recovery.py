@@ -81,7 +81,12 @@ class Recovery:
                 continue
             t = self.loop.turns.get(host)
             if t is None:
-                quantum = float(detail.get("quantum", 60.0))
+                try:  # (a damaged event must not stop a restart: the default quantum)
+                    quantum = float(detail.get("quantum", 60.0))
+                except (TypeError, ValueError):
+                    quantum = 60.0
+                if not 0.0 < quantum < float("inf"):
+                    quantum = 60.0
                 t = self.loop.turns[host] = Turns([host], quantum, turn=host)
             if guest not in t.members:
                 t.members.append(guest)
