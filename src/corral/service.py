@@ -149,6 +149,9 @@ def _run(
     migrated = migration_note(store.upgrade)
     if migrated:
         announce(f"corral: {migrated}")
+    confinement = scheduler.executor.gpu_confinement()
+    if confinement is not None:
+        announce(f"corral: GPU confinement: {confinement}")
     warning = isolation_warning(config)
     if warning:
         announce(f"corral: {warning}")

@@ -33,6 +33,9 @@ def health(ctx: Ctx) -> Health:
         passes=ctx.scheduler.passes if ctx.scheduler is not None else 0,
         version=service_version(),
         standby_ready=pool.ready() if pool is not None else 0,
+        gpu_confinement=(
+            ctx.scheduler.executor.gpu_confinement() if ctx.scheduler is not None else None
+        ),
     )
 
 

@@ -400,6 +400,9 @@ class Health(BaseModel):
     passes: int
     version: str
     standby_ready: int = Field(0, description="idle standby workers ready for a task job")
+    gpu_confinement: str | None = Field(
+        None, description="how jobs are kept to their GPUs' device nodes (null: virtual GPUs)"
+    )
 
 
 class HistoryView(BaseModel):

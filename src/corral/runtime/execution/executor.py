@@ -31,6 +31,7 @@ from pathlib import Path
 
 from corral.errors import CorralError
 from corral.model.cluster import Links
+from corral.runtime.execution.gpu_devices import in_force
 from corral.runtime.execution.gpu_driver import GpuDriver, GpuUsage, links_of, open_driver
 from corral.runtime.execution.identity import RunAs
 from corral.runtime.execution.job_files import read_small
@@ -159,6 +160,11 @@ class Executor(ABC):
 
     def kill(self, ref: ProcessRef) -> None:
         self.signal(ref, signal.SIGKILL)
+
+    def gpu_confinement(self) -> str | None:
+        """How jobs are kept to their GPUs' device nodes, for the start-up lines and
+        ``/v1/health`` (None: the GPUs are virtual, there is nothing to confine)."""
+        return None
 
     def renice(self, ref: ProcessRef, nice: int) -> bool:
         """Set the whole attempt's OS priority; False where this executor cannot (or
@@ -354,6 +360,9 @@ def confinement(request: LaunchRequest, slots: list[GpuSlot]) -> Confinement:
         conf.uid, conf.gid, conf.groups = who.uid, who.gid, list(who.groups)
     if request.cpus:
         conf.cpus = cpus_near(request.gpus, slots, request.cpus)
+    if any(s.device is not None for s in slots):  # real GPUs: the job opens its own alone
+        given = [g.device for g in request.gpus if g.device is not None]
+        conf.gpu_devices = ",".join(given) or "none"
     return conf
 
 
@@ -487,6 +496,7 @@ class LocalExecutor(Executor):
             assert isinstance(gpus, list)
             self._slots = virtual_slots(gpus)
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._confinement: str | None = None
         self.pool = (
             StandbyPool(standby * len(self._slots), standby_log, preload) if standby else None
         )
@@ -498,6 +508,13 @@ class LocalExecutor(Executor):
 
     def slots(self) -> list[GpuSlot]:
         return list(self._slots)
+
+    def gpu_confinement(self) -> str | None:
+        if not any(s.device is not None for s in self._slots):
+            return None
+        if self._confinement is None:
+            self._confinement = in_force()
+        return self._confinement
 
     def links(self) -> Links | None:
         return links_of(self.driver.topology()) if self.driver else None

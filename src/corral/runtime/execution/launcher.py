@@ -54,6 +54,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.runtime.execution.gpu_devices import DEV, Confined, confine
+
 EXIT_FILE = "exit.json"
 PID_FILE = "launcher.pid"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -149,6 +151,12 @@ class Confinement:
     """Bytes of the job's output the log (the launcher's own output) keeps: the job
     writes into a pipe the launcher relays, cut at this size (None: the job
     writes to the log itself, without limit)."""
+    gpu_devices: str | None = None
+    """The GPUs (indices, comma-separated, or ``none``) whose device nodes the job
+    may open (see :mod:`corral.runtime.execution.gpu_devices`); None: not confined
+    (virtual GPUs, no NVIDIA nodes)."""
+    device_dir: str | None = None
+    """Where the GPU device nodes are (default ``/dev``; tests give fake ones)."""
 
     def options(self) -> list[str]:
         """The launcher's command-line options that give this confinement."""
@@ -174,9 +182,11 @@ _OPTION_NAMES = (
     "error",
     "nice",
     "log_limit",
+    "gpu_devices",
+    "device_dir",
 )
 _LISTS = {"groups", "cpus"}
-_TEXTS = {"cwd", "output", "error"}
+_TEXTS = {"cwd", "output", "error", "gpu_devices", "device_dir"}
 
 
 def _option(name: str) -> str:
@@ -216,7 +226,7 @@ def main(args: list[str]) -> int:
             "usage: python -m corral.runtime.execution.launcher DIR "
             "[--uid N --gid N --groups N,..] [--cpus N,..] [--cpu-quota N] [--memory BYTES] "
             "[--cwd DIR] [--output FILE] [--error FILE] [--nice N] [--log-limit BYTES] "
-            "-- PROGRAM [ARGS...]",
+            "[--gpu-devices N,..|none] [--device-dir DIR] -- PROGRAM [ARGS...]",
             file=sys.stderr,
         )
         return 2
@@ -313,6 +323,7 @@ def supervise(
         signal.signal(sig, lambda signum, _frame: early.append(signum))
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     cgroup = _cgroup(folder, conf)
+    confined = _confine_gpus(folder, conf, cgroup)
     record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
     me = os.getpid()
     # the job's process says on this pipe why it could not start (its output file or
@@ -345,6 +356,8 @@ def supervise(
     if left:
         record["detail"] = f"killed {left} process(es) the job left running"
     _drop_cgroup(cgroup)
+    if confined is not None:
+        confined.release()
     if before_record is not None:
         before_record()
     record["end_time"] = time.time()
@@ -556,6 +569,18 @@ def _cgroup(folder: Path, conf: Confinement) -> Path | None:
     except OSError:
         return None
     return group
+
+
+def _confine_gpus(folder: Path, conf: Confinement, cgroup: Path | None) -> Confined | None:
+    """Confine the launcher, and so the job, to its GPUs' device nodes, and say how in
+    the log (None: not asked, the GPUs are virtual)."""
+    if conf.gpu_devices is None:
+        return None
+    allowed = [int(k) for k in conf.gpu_devices.split(",") if k.strip().isdigit()]
+    dev = Path(conf.device_dir) if conf.device_dir else DEV
+    confined = confine(f"{folder.parent.name}-{folder.name}-{os.getpid()}", allowed, cgroup, dev)
+    print(f"corral: GPU confinement: {confined.how}", file=sys.stderr, flush=True)
+    return confined
 
 
 def _cgroup_kill(cgroup: Path | None) -> None:

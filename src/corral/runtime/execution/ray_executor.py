@@ -289,6 +289,11 @@ class RayExecutor(Executor):
         return {n.name for n in self.nodes if n.node_id not in alive}
 
     # ------------------------------------------------------------ inventory
+    def gpu_confinement(self) -> str | None:
+        if self.settings.virtual_gpus:
+            return None
+        return "NOT confined on Ray nodes: a rank is given its GPUs by CUDA_VISIBLE_DEVICES alone"
+
     def slots(self) -> list[GpuSlot]:
         out: list[GpuSlot] = []
         for node in self.nodes:
