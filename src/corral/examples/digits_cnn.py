@@ -12,7 +12,7 @@ import sys
 import torch
 from torch import nn
 
-from corral.examples.loop import batch_rng, parse_args, train
+from corral.examples.loop import batch_rng, device_of, parse_args, train
 
 BATCH = 64
 
@@ -44,16 +44,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     idx_train, idx_test = train_test_split(
         range(len(y)), test_size=0.2, random_state=args.seed, stratify=digits.target
     )
+    device = device_of(args)
+    x, y = x.to(device), y.to(device)
     x_train, y_train = x[idx_train], y[idx_train]
     x_test, y_test = x[idx_test], y[idx_test]
     torch.manual_seed(args.seed)
-    model = DigitsCNN()
+    model = DigitsCNN().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
 
     def train_step(step: int, size: int) -> torch.Tensor:
         rng = batch_rng(args.seed, step)
-        pick = torch.as_tensor(rng.choice(len(y_train), min(size, len(y_train)), replace=False))
+        pick = torch.as_tensor(
+            rng.choice(len(y_train), min(size, len(y_train)), replace=False), device=device
+        )
         return loss_fn(model(x_train[pick]), y_train[pick])
 
     def evaluate() -> dict[str, float]:

@@ -60,12 +60,31 @@ def parse_args(description: str, steps: int, argv: list[str] | None = None) -> a
         "--batch (needs --noise-every: the gain is read from the noise scale)",
     )
     parser.add_argument(
+        "--batch-scale",
+        type=int,
+        default=1,
+        help="train at this many times the batch, as a scheduler that gave the job that "
+        "many GPUs would (AdaScale's base batch stays --batch)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="cpu, cuda, cuda:N, or auto (the GPU when PyTorch sees one, else the CPU)",
+    )
+    parser.add_argument(
         "--target-loss",
         type=float,
         default=None,
         help="stop once the training loss (averaged over the last 50 steps) is this low",
     )
     return parser.parse_args(argv)
+
+
+def device_of(args: argparse.Namespace) -> torch.device:
+    """Where the model and its data live (``--device``)."""
+    if args.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(args.device)
 
 
 def grad_sqnorm(model: torch.nn.Module) -> float:
@@ -89,6 +108,7 @@ def train(
     session = Session(model=model, optimizer=optimizer, checkpoint_every=args.checkpoint_every)
     step = session.restore()
     size = (args.batch or batch) * (session.num_gpus if args.elastic_batch else 1)
+    size *= max(args.batch_scale, 1)
     if step:
         print(f"resumed from step {step} at t={time.time():.3f} (batch {size})", flush=True)
     noise = GradientNoise() if args.noise_every > 0 else None
@@ -141,6 +161,8 @@ def train(
     model.eval()
     with torch.no_grad():
         metrics: dict[str, Any] = {"final_step": step, **evaluate()}
+    if recent:  # what --target-loss compares: the training loss over the last steps
+        metrics["recent_loss"] = sum(recent) / len(recent)
     session.finish(step)
     print(json.dumps(metrics), flush=True)
     result = args.result or _default_result()

@@ -15,7 +15,7 @@ import sys
 import torch
 from torch import nn
 
-from corral.examples.loop import batch_rng, parse_args, train
+from corral.examples.loop import batch_rng, device_of, parse_args, train
 
 VOCAB, LENGTH, BATCH, WIDTH = 17, 12, 32, 32
 
@@ -48,18 +48,19 @@ class TinyTransformer(nn.Module):
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(__doc__ or "", steps=300, argv=argv)
+    device = device_of(args)
     torch.manual_seed(args.seed)
-    model = TinyTransformer()
+    model = TinyTransformer().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
-    held_out = sequences(batch_rng(args.seed, -1 % 2**31), 256)
+    held_out = sequences(batch_rng(args.seed, -1 % 2**31), 256).to(device)
 
     def loss_of(batch: torch.Tensor) -> torch.Tensor:
         logits = model(batch[:, :-1])
         return loss_fn(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
 
     def train_step(step: int, size: int) -> torch.Tensor:
-        return loss_of(sequences(batch_rng(args.seed, step), size))
+        return loss_of(sequences(batch_rng(args.seed, step), size).to(device))
 
     def evaluate() -> dict[str, float]:
         loss = float(loss_of(held_out))
