@@ -47,7 +47,7 @@ def measure(name: str, device: str, scales: tuple[int, ...] = (1, 2, 4)) -> dict
     t0 = time.perf_counter()
     base = main([*common, "--steps", str(steps), "--adascale"])
     target = float(base["recent_loss"])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for scale, adascale in [(k, True) for k in scales] + [(max(scales), False)]:
         args = [*common, "--steps", str(3 * steps), "--target-loss", repr(target)]
         args += ["--batch-scale", str(scale)] + (["--adascale"] if adascale else [])
