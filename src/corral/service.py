@@ -83,7 +83,12 @@ def build(config: ServiceConfig) -> tuple[Store, Scheduler]:
         executor = RayExecutor(config)
     else:
         executor = LocalExecutor(
-            config.gpus, config.workers.standby, config.state_dir / "standby.log"
+            config.gpus,
+            config.workers.standby,
+            config.state_dir / "standby.log",
+            warm=(config.state_dir / "warm", config.workers.warm_idle)
+            if config.workers.warm
+            else None,
         )
     return store, Scheduler(config, store, executor)
 

@@ -1,11 +1,15 @@
 """The example models as warm-switchable tasks (see :mod:`corral.train.task`).
 
-``digits``, ``tiny_transformer`` and ``resnet50`` build a model, its
+``digits``, ``tiny_transformer``, ``resnet50`` and ``bert_base`` build a model, its
 optimiser and a ``step(n)`` whose batch depends only on ``n``, so a job
 switched in and out of a worker any number of times computes what an
 uninterrupted run computes. ``resnet50`` is ResNet-50's architecture (25.6
 million parameters, bottleneck blocks [3, 4, 6, 3]) on small synthetic
 images: the model size the switching benchmark needs, without downloads.
+``bert_base`` is BERT-base's layout (12 encoder layers of width 768, 12
+heads, 3072 wide feed-forward, a 30,522-token vocabulary: 110 million
+parameters) learning to fill masked tokens of synthetic sequences; with
+PipeSwitch's ResNet-50 it is the pair of models a switch is measured on.
 """
 
 from __future__ import annotations
@@ -154,5 +158,55 @@ def resnet50(seed: int = 0, lr: float = 0.01, batch: int = 2, size: int = 64) ->
         images = torch.randn((batch, 3, size, size), generator=generator, device=device)
         labels = torch.randint(0, 1000, (batch,), generator=generator, device=device)
         return loss_fn(model(images), labels)
+
+    return LoopTask(model, optimizer, loss_of_step)
+
+
+class BertBase(nn.Module):
+    """BERT-base's encoder with a masked-token head (no pre-training, no downloads)."""
+
+    def __init__(
+        self, vocab: int = 30522, width: int = 768, layers: int = 12, length: int = 128
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Parameter(torch.randn(length, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(
+            width, nhead=max(width // 64, 1), dim_feedforward=4 * width, batch_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, vocab)
+        self.head.weight = self.embed.weight  # tied, as BERT's output embedding is
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens) + self.position[: tokens.shape[1]]
+        return self.head(self.encoder(h))
+
+
+def bert_base(
+    seed: int = 0,
+    lr: float = 1e-4,
+    batch: int = 32,
+    length: int = 128,
+    layers: int = 12,
+    width: int = 768,
+) -> LoopTask:
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    vocab = 30522
+    model = BertBase(vocab, width, layers, length)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def loss_of_step(step: int) -> torch.Tensor:
+        # sequences made where the model is, from the step alone (as resnet50's images);
+        # 15% of the tokens masked (token 0) and predicted
+        device = device_of(model)
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int(batch_rng(seed, step).integers(2**62)))
+        tokens = torch.randint(1, vocab, (batch, length), generator=generator, device=device)
+        masked = torch.rand((batch, length), generator=generator, device=device) < 0.15
+        logits = model(tokens.masked_fill(masked, 0))
+        return loss_fn(logits[masked], tokens[masked])
 
     return LoopTask(model, optimizer, loss_of_step)

@@ -6,7 +6,9 @@ The same task a standby worker switches warm runs here cold: resumed from
 its checkpoint, reporting heartbeats, checkpointing and exiting when the
 scheduler asks it to stop, exactly as a hand-written loop on
 :class:`corral.train.Session` would. The final state is saved as the last
-checkpoint: it is the job's result. Keyword values are read as JSON where
+checkpoint: it is the job's result. The first step of each run (the
+process's start, each resumption after a pause) is logged with its time: a
+switch ends there. Keyword values are read as JSON where
 they parse (numbers, booleans), else kept as strings.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from corral.train.session import Session
 from corral.train.task import keyword, load_factory, place_task
@@ -40,9 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     session = Session(checkpoint_every=args.checkpoint_every, **task.objects)  # type: ignore[arg-type]
     step = session.restore()
     place_task(task, args.device)
+    run = -1  # the runs of this process: its start, then each resumption after a pause
     while step < args.steps:
         loss = task.step(step)
         step += 1
+        if session.resumptions != run:  # when the GPU was this job's again (a switch's end)
+            run = session.resumptions
+            print(f"corral: step {step} done at t={time.time():.3f}", flush=True)
         session.report(step, loss=loss)
         if session.should_stop and step < args.steps:
             session.stop(step)

@@ -54,6 +54,35 @@ STOPPED_EXIT = 75
 """Exit code of a job that stopped at the scheduler's request after checkpointing
 (EX_TEMPFAIL: "try again later"); the scheduler requeues it."""
 
+
+class WarmHost:
+    """Set by a warm worker (:mod:`corral.runtime.execution.warm_worker`), which runs
+    jobs in its own process one after another: a job's end must not end the process
+    (``exit`` raises :class:`EndOfRun` instead), and a stop signal that came while the
+    job was still starting (before its Session existed) is handed to the Session."""
+
+    active = False
+    early_stop: str | None = None
+
+
+class EndOfRun(BaseException):
+    """A job run in a warm worker ended (its exit code), as ``os._exit`` would end it."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _exit_now(code: int) -> NoReturn:
+    if WarmHost.active:
+        raise EndOfRun(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 PRERUN_EXIT = 76
 """Exit code of a job whose 1-GPU pre-run passed. A job that exits 0 in its pre-run
 did not use this library (it ignored the pre-run): it ran to its end, so it is done."""
@@ -120,7 +149,7 @@ class Session:
         self.loss: float | None = None
         self.saved_step: int | None = None
         self.lease_until = time.time() + self.lease_seconds
-        self._stop_reason: str | None = None
+        self._stop_reason: str | None = WarmHost.early_stop
         self._last_save = time.monotonic()
         self._rate_mark = (time.monotonic(), 0)
         self.throughput: float | None = None
@@ -134,6 +163,8 @@ class Session:
         self._woken = False
         """Resumed after a pause: the throughput window restarts, so time paused
         is not read as a slow step."""
+        self.resumptions = 0
+        """Times this process was resumed after a pause (parked, time-sliced)."""
         if threading.current_thread() is threading.main_thread():
             for sig in stop_signals:
                 signal.signal(sig, self._on_signal)
@@ -252,11 +283,7 @@ class Session:
             self.save(step)
         self.step = int(step)
         self.close()
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(PRERUN_EXIT if prerun_done else STOPPED_EXIT)
+        _exit_now(PRERUN_EXIT if prerun_done else STOPPED_EXIT)
 
     def finish(self, step: int | None = None) -> None:
         """The loop is done: a last heartbeat with the final step."""
@@ -286,6 +313,7 @@ class Session:
     def _on_continue(self, _signum: int, _frame: Any) -> None:
         self._pause_asked = False
         self._woken = True
+        self.resumptions += 1
 
     def _recap(self, fraction: float) -> None:
         """Take the service's new GPU memory cap; on shrinking, hand PyTorch's cached

@@ -51,6 +51,7 @@ from corral.runtime.execution.launcher import (
     write_private,
 )
 from corral.runtime.execution.standby import Idle, StandbyPool
+from corral.runtime.execution.warm_worker import WarmWorkers
 from corral.runtime.jobspec.config import GpuGroup
 from corral.train.keeper_client import KEEPER_ENV
 
@@ -481,6 +482,7 @@ class LocalExecutor(Executor):
         standby_log: Path | None = None,
         preload: list[str] | None = None,
         driver: GpuDriver | None = None,
+        warm: tuple[Path, float] | None = None,
     ) -> None:
         self.driver: GpuDriver | None = None
         """The GPUs' driver (``gpus: auto`` with NVIDIA's management library)."""
@@ -497,6 +499,11 @@ class LocalExecutor(Executor):
             self._slots = virtual_slots(gpus)
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._confinement: str | None = None
+        self.warm = WarmWorkers(warm[0], warm[1], warm[0] / "workers.log") if warm else None
+        """Warm workers per user and GPU (``workers.warm``)."""
+        self.started_how: dict[int, str] = {}
+        """How each attempt (its launcher's pid) was started, when not plainly: read
+        once by the loop for the attempt's start event."""
         self.pool = (
             StandbyPool(standby * len(self._slots), standby_log, preload) if standby else None
         )
@@ -534,6 +541,11 @@ class LocalExecutor(Executor):
         request.dir.mkdir(parents=True, exist_ok=True)
         env = job_environment(request)
         conf = confinement(request, self._slots)
+        how: str | None = None
+        if request.warm_argv is not None and self.warm is not None:
+            started, how = self._launch_warm(request, conf, env)
+            if started is not None:
+                return started
         if request.warm_argv is not None and self.pool is not None:
             # a keeper first: a task it runs needs no warm worker (its process only asks)
             if request.keeper is not None and self._keeper(request.keeper, conf, env):
@@ -545,11 +557,48 @@ class LocalExecutor(Executor):
                 )
                 self._children[pid] = worker.process
                 self.pool.refill()
+                if how is not None:
+                    self.started_how[pid] = how + " (in a standby worker)"
                 return ProcessRef(pid, process_start(pid) or "")
             self.pool.refill()
         child = start_launcher(request.dir, conf, request.argv, env, request.log)
         self._children[child.pid] = child
+        if how is not None:
+            self.started_how[child.pid] = how
         return ProcessRef(child.pid, process_start(child.pid) or "")
+
+    def _launch_warm(
+        self, request: LaunchRequest, conf: Confinement, env: dict[str, str]
+    ) -> tuple[ProcessRef | None, str]:
+        """Start a task job in its user's warm worker on its GPU: the attempt, or None
+        and why it starts as before (a worker for next time is started if missing)."""
+        assert self.warm is not None and request.warm_argv is not None
+        who = request.run_as
+        why = WarmWorkers.why_not(
+            len(request.gpus),
+            request.memory,
+            request.keeper is not None,
+            who.runs_python if who is not None else True,
+        )
+        if why is not None:
+            return None, f"cold: {why}"
+        gpu = request.gpus[0]
+        key = (who.uid if who is not None else None, gpu.device or f"v{gpu.id}")
+        sock = self.warm.take(key)
+        if sock is None:
+            if who is not None:
+                self.warm.start(key, who.uid, who.gid, list(who.groups))
+            else:
+                self.warm.start(key, None, None, [])
+            return None, "cold: this user's warm worker on this GPU is warming up"
+        argv = [sys.executable, "-m", "corral.runtime.execution.warm_client", str(sock)]
+        child = start_launcher(
+            request.dir, conf, [*argv, "--", *request.warm_argv], env, request.log
+        )
+        self._children[child.pid] = child
+        self.warm.claimed(key, child.pid)
+        self.started_how[child.pid] = "warm: in this user's warm worker on this GPU"
+        return ProcessRef(child.pid, process_start(child.pid) or ""), ""
 
     def _keeper(self, want: KeeperRequest, conf: Confinement, env: dict[str, str]) -> bool:
         """Have a keeper for the task's job on its GPU: True when one runs or was started
@@ -568,6 +617,8 @@ class LocalExecutor(Executor):
         return True
 
     def tend(self) -> None:
+        if self.warm is not None:
+            self.warm.tend()
         started = False
         for want, conf, env in list(self._wanted.values()):
             worker = self.pool.take() if self.pool is not None else None
@@ -618,6 +669,8 @@ class LocalExecutor(Executor):
             self._end_keeper(key, signal.SIGKILL)
         if self.pool is not None:
             self.pool.close()
+        if self.warm is not None:
+            self.warm.close()
         if self.driver is not None:
             self.driver.close()
 
@@ -654,6 +707,8 @@ class LocalExecutor(Executor):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(ref.pid, signal.SIGKILL)  # its GPUs are released only once they end
             return None
+        if self.warm is not None:
+            self.warm.release(ref.pid)
         return read_exit_record(folder) or ExitRecord(
             None, None, "the process vanished without an exit record", lost=True
         )

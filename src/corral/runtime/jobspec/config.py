@@ -228,6 +228,15 @@ class WorkersConfig(BaseModel):
         "model nor reads the state from disk (0: off; needs standby workers; each holds "
         "its job's memory)",
     )
+    warm: bool = Field(
+        False,
+        description="task jobs run in a warm worker per user and GPU that keeps its CUDA "
+        "context and memory pool between that user's jobs (PipeSwitch's active-standby "
+        "worker); the first job of a user on a GPU starts as before while its worker warms",
+    )
+    warm_idle: float = Field(
+        300.0, gt=0, le=86400, description="seconds a warm worker waits for a job before it ends"
+    )
     preload: list[str] = Field(
         default_factory=list,
         max_length=32,

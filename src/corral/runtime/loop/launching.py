@@ -211,10 +211,13 @@ class Launching:
         except Exception as exc:  # one job's launch never fails the pass: its attempt ends
             write_exit_record(folder, NOT_STARTED, f"cannot launch: {type(exc).__name__}: {exc}")
             return
+        how = getattr(self.loop.executor, "started_how", {}).pop(a.ref.pid, None)
         with self.loop.store.session() as s:
             stored = s.get(AttemptRow, attempt_id)
             if stored is not None:
                 stored.pid, stored.pid_start = a.ref.pid, a.ref.pid_start
+            if how is not None:  # warm, or cold and why (workers.warm)
+                self.loop.store.event(s, "started", job, attempt=number, how=how)
 
     def _keeper_request(self, spec: JobSpec, gpus: tuple[int, ...]) -> KeeperRequest | None:
         """For a task of a round with ``workers.keep`` on: the keeper that may hold its

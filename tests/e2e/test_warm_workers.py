@@ -1,0 +1,226 @@
+"""Warm workers live, on a virtual GPU (the CPU path of the same code: no CUDA context
+to keep, everything else as on a GPU): a user's task jobs that preempt each other
+on one GPU run one after another in that user's one warm worker, never forked,
+and end with exactly the weights of uninterrupted runs; a job a warm worker
+cannot take starts cold and its start event says why; a worker whose attempt is
+killed ends at once; another user's process is refused by the worker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.runtime.execution.executor import GpuSlot, LaunchRequest, LocalExecutor
+from corral.runtime.execution.identity import RunAs
+from corral.runtime.execution.warm_worker import WARM_MARK, Warm, WarmWorkers, serve_one
+from corral.runtime.jobspec.config import GpuGroup
+from corral.testing.service_process import ServiceProcess, wait_for
+from corral.train import checkpoint
+from corral.train.task import load_factory
+from tests.runtime.harness import TERMINAL, TOKENS
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+STEPS = 300
+WORKER = re.compile(re.escape(WARM_MARK) + r" (\d+)")
+
+
+def test_a_users_jobs_switch_in_one_warm_worker_and_end_as_if_never_stopped(
+    tmp_path: Path,
+) -> None:
+    service = ServiceProcess(
+        tmp_path,
+        "las",
+        {"quantum": 1.5},
+        users=TOKENS,
+        gpus=[{"type": "V100", "count": 1}],
+        workers={"warm": True, "warm_idle": 60},
+        stop_grace=20,
+    )
+    try:
+        service.start()
+        task = {"factory": "corral.examples.tasks:digits", "steps": STEPS}
+        ids = [
+            service.client.submit(
+                {"name": f"t{seed}", "task": {**task, "kwargs": {"seed": seed, "step_time": 0.02}}}
+            )["id"]
+            for seed in (3, 4)
+        ]
+        # a job with a memory limit: a shared process cannot keep it, it starts cold
+        limited = service.client.submit(
+            {"name": "limited", "task": {**task, "steps": 5}, "memory": "4G"}
+        )
+        for job in [*ids, limited["id"]]:
+            wait_for(lambda j=job: service.client.job(j)["status"] in TERMINAL, 240, f"job {job}")
+        workers: set[str] = set()
+        warm_attempts = 0
+        for job, seed in zip(ids, (3, 4), strict=True):
+            done = service.client.job(job)
+            assert done["status"] == "SUCCEEDED", done
+            assert len(done["attempts"]) >= 2, done["attempts"]  # LAS took turns
+            for attempt in done["attempts"]:
+                log = service.client.logs(job, 0, attempt["number"]).text
+                found = WORKER.findall(log)
+                workers.update(found)
+                warm_attempts += bool(found)
+            hows = [e["detail"]["how"] for e in done["events"] if e["kind"] == "started"]
+            assert hows and all(h.startswith(("warm", "cold")) for h in hows), hows
+            saved = checkpoint.load(tmp_path / "state-jobs" / str(job) / "checkpoint")
+            assert saved is not None and saved["step"] == STEPS
+            alone = load_factory(task["factory"])(seed=seed)
+            for step in range(STEPS):
+                alone.step(step)
+            expected = alone.model.state_dict()
+            assert all(torch.equal(saved["state"]["model"][k], expected[k]) for k in expected)
+        # every warm start of this user on this GPU was in the same process
+        assert warm_attempts >= 2 and len(workers) == 1, (warm_attempts, workers)
+        events = service.client.job(limited["id"])["events"]
+        hows = [e["detail"]["how"] for e in events if e["kind"] == "started"]
+        assert hows and all(h.startswith("cold") and "memory limit" in h for h in hows), hows
+        assert not WORKER.search(service.client.logs(limited["id"]).text)
+
+        # the attempt killed while in the worker: the worker goes with it
+        long = service.client.submit(
+            {"name": "long", "task": {**task, "steps": 5000, "kwargs": {"step_time": 0.02}}}
+        )["id"]
+        wait_for(lambda: WORKER.search(service.client.logs(long).text), 60, "a warm start")
+        (pid,) = {int(p) for p in WORKER.findall(service.client.logs(long).text)}
+        service.client.json("POST", f"/v1/jobs/{long}/cancel")  # a stop, then a kill if need be
+        wait_for(lambda: service.client.job(long)["status"] in TERMINAL, 60, "the cancel")
+        assert _alive(pid)  # a stop is a job's end, not the worker's
+        attempt = service.client.job(long)["attempts"][-1]
+        assert attempt["cause"] in ("cancelled", "preempted", "succeeded"), attempt
+    finally:
+        service.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(") ")[1][0] != "Z"
+
+
+def test_each_user_gets_their_own_worker_and_a_job_it_cannot_keep_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor = LocalExecutor([GpuGroup(type="V100", count=2)], warm=(tmp_path / "warm", 60))
+    assert executor.warm is not None
+    started: list[tuple[object, ...]] = []
+    monkeypatch.setattr(executor.warm, "start", lambda *args: started.append(args))
+    alice = RunAs("alice", 1501, 1501, (), "/home/alice")
+    bob = RunAs("bob", 1502, 1502, (), "/home/bob")
+    gpu = executor.slots()[0]
+
+    def request(who: RunAs, gpus: tuple[GpuSlot, ...] = (gpu,), memory: int | None = None) -> Any:
+        return LaunchRequest(
+            ["true"], {}, str(tmp_path), gpus, tmp_path, tmp_path / "log", run_as=who,
+            warm_argv=["corral.train.run_task"], memory=memory,
+        )  # fmt: skip
+
+    conf = executor.warm  # a worker marked ready for alice only
+    alice_socket = tmp_path / "warm" / "1501-gpuv0.sock"
+    alice_socket.touch()
+    conf.workers[(1501, "v0")] = Warm(_Sleeping(), alice_socket)
+    assert executor._launch_warm(request(bob), None, {})[0] is None  # type: ignore[arg-type]
+    assert started == [((1502, "v0"), 1502, 1502, [])]  # bob's own worker is started
+    assert conf.take((1502, "v0")) is None and conf.take((1501, "v0")) == alice_socket
+    conf.workers[(1501, "v0")].busy = None
+    for why, req in [
+        ("memory limit", request(alice, memory=1 << 30)),
+        ("one GPU", request(alice, gpus=tuple(executor.slots()))),
+    ]:
+        ref, how = executor._launch_warm(req, None, {})  # type: ignore[arg-type]
+        assert ref is None and how.startswith("cold") and why in how
+
+
+class _Sleeping:
+    """A process that runs (for a worker entry in a unit test)."""
+
+    pid = 1
+
+    def poll(self) -> None:
+        return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user needs root")
+def test_a_worker_refuses_another_users_process() -> None:
+    folder = Path(tempfile.mkdtemp(prefix="corral-warm-"))
+    folder.chmod(0o755)
+    path = folder / "w.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o666)  # past the socket's own mode, to reach the identity check
+    listener.listen(1)
+    listener.settimeout(30)
+    child = os.fork()
+    if child == 0:  # another user's process tries to hand a job to root's worker
+        try:
+            os.setuid(65534)
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(str(path))
+            job = {"argv": ["corral.train.run_task"], "env": {}, "cwd": "/"}
+            with contextlib.suppress(OSError):  # (refused at once: the send may fail)
+                socket.send_fds(conn, [json.dumps(job).encode()], [1, 2])
+            answer = conn.makefile("rb").readline()
+            os._exit(0 if b"refused" in answer else 1)
+        except BaseException:
+            os._exit(2)
+    conn, _ = listener.accept()
+    with conn:
+        serve_one(conn)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    listener.close()
+    shutil.rmtree(folder)
+
+
+def test_a_worker_ends_when_its_attempt_is_killed(tmp_path: Path) -> None:
+    """The client killed (SIGKILL after a stop grace): the worker running its job
+    exits at once, so the GPU is never held by a job the scheduler took it from."""
+    workers = WarmWorkers(tmp_path / "warm", 60, tmp_path / "warm.log")
+    key = (None, "v0")
+    workers.start(key, None, None, [])
+    sock = None
+    deadline = time.monotonic() + 60
+    while sock is None and time.monotonic() < deadline:
+        sock = workers.take(key)
+        time.sleep(0.1)
+    assert sock is not None, (tmp_path / "warm.log").read_text()
+    worker = workers.workers[key].process
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    env = {**os.environ, "CORRAL_CHECKPOINT_DIR": str(job_dir / "ck")}
+    log = open(job_dir / "log.txt", "w")  # noqa: SIM115
+    import subprocess
+    import sys
+
+    client = subprocess.Popen(
+        [sys.executable, "-m", "corral.runtime.execution.warm_client", str(sock), "--",
+         "corral.train.run_task", "corral.examples.tasks:digits", "--steps", "100000",
+         "--kw", "step_time=0.02", "--checkpoint-every", "1e9"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=job_dir,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "step 1 done" in (job_dir / "log.txt").read_text(), 60, "the job")
+        client.send_signal(signal.SIGKILL)
+        client.wait(10)
+        assert worker.wait(10) == 137
+    finally:
+        log.close()
+        client.kill()
+        worker.kill()
