@@ -37,7 +37,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,11 +58,17 @@ GPU_TESTS = [
 CPU_TESTS = ["tests/runtime/test_cuda_before_fork.py"]
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 RESNET = {"factory": "corral.examples.tasks:resnet50", "kwargs": {"batch": 32, "size": 224}}
+BERT = {"factory": "corral.examples.tasks:bert_base", "kwargs": {"batch": 32, "length": 128}}
 DRY_RUN = {"factory": "corral.examples.tasks:digits", "kwargs": {"step_time": 0.03}}
-SETUP: dict[str, Any] = {"gpus": "auto", "model": RESNET}
-"""What the live checks run on: the machine's GPUs and the ResNet-50 layout, or, with
+SETUP: dict[str, Any] = {"gpus": "auto", "model": RESNET, "pair": [(RESNET, 300), (BERT, 200)]}
+"""What the live checks run on: the machine's GPUs, the ResNet-50 layout, and the pair
+a switch is measured on (ResNet-50 and BERT-base, with their steps), or, with
 ``--dry-run`` on a machine without one, one virtual GPU and a small model (to try
 the script itself)."""
+WARM = {"warm": True, "warm_idle": 120}
+"""Warm workers: one per user and GPU, keeping its CUDA context between jobs."""
+DONE_LINE = re.compile(r"^corral: step \d+ done at t=([\d.]+)$", re.M)
+"""A task job's first step of a run (its start, each resumption): a switch to it ends."""
 
 
 def gpu_name() -> str | None:
@@ -189,9 +198,42 @@ def antman_cap(folder: Path) -> tuple[bool, str]:
         svc.close()
 
 
-def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
-    """Two ResNet-50-layout task jobs that preempt each other under LAS (4 s quantum)."""
+def switch_times(svc: Any, ids: list[int]) -> list[float]:
+    """Seconds from each stop (or park) the service asked of one job to the first step
+    the other job then made (its attempts' logs' ``step N done at`` lines), sorted."""
+    views = {j: svc.admin.job(j) for j in ids}
+    firsts: dict[int, list[float]] = {}
+    for j, view in views.items():
+        logs = [svc.admin.logs(j, 0, a["number"]).text for a in view["attempts"]]
+        firsts[j] = [float(t) for text in logs for t in DONE_LINE.findall(text)]
+    out = []
+    for j, view in views.items():
+        for event in view["events"]:
+            if event["kind"] not in ("stop", "park"):
+                continue
+            after = [t for k in ids if k != j for t in firsts[k] if t > event["time"]]
+            if after:
+                out.append(min(after) - event["time"])
+    return sorted(out)
+
+
+def spread(values: list[float]) -> str:
+    """Median and p95 of switch times, for the table."""
+    if not values:
+        return "no switches"
+    p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+    return (
+        f"switch median {statistics.median(values) * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms "
+        f"(n={len(values)})"
+    )
+
+
+def two_resnets(folder: Path, workers: dict[str, Any]) -> tuple[bool, str]:
+    """A ResNet-50 and a BERT-base task job that preempt each other under LAS (4 s
+    quantum) on one GPU, with the switch time from each stop to the other job's
+    first step."""
     from corral.runtime.execution.standby import WARM_MARK
+    from corral.runtime.execution.warm_worker import WARM_MARK as IN_WARM_WORKER
 
     svc = service(folder, "las", {"quantum": 4}, workers=workers, gpu_poll=0.5)
     try:
@@ -201,10 +243,8 @@ def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
             wait_for(lambda: svc.admin.json("GET", "/v1/health")["standby_ready"] >= 1, 120)
         start = time.monotonic()
         ids = [
-            svc.client.submit({"name": f"resnet-{k}", "task": {**SETUP["model"], "steps": 300}})[
-                "id"
-            ]
-            for k in range(2)
+            svc.client.submit({"name": f"switch-{k}", "task": {**model, "steps": steps}})["id"]
+            for k, (model, steps) in enumerate(SETUP["pair"])
         ]
         use: dict[int, tuple[float, float]] = {}
         deadline = time.monotonic() + 240
@@ -226,9 +266,14 @@ def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
         attempts = [len(j["attempts"]) for j in jobs]
         preempted = sum(int(j["preemptions"]) for j in jobs)  # parked ones included
         warm = sum(WARM_MARK in svc.admin.logs(j, 0, None).text for j in ids)
+        in_worker = sum(
+            IN_WARM_WORKER in svc.admin.logs(j["id"], 0, a["number"]).text
+            for j in jobs
+            for a in j["attempts"]
+        )
         detail = (
             f"{[j['status'] for j in jobs]}, makespan {makespan:.1f} s, attempts {attempts}, "
-            f"preemptions {preempted}"
+            f"preemptions {preempted}, {spread(switch_times(svc, ids))}"
         )
         if SETUP["gpus"] == "auto":
             shown = ", ".join(f"{u:.0f}% / {m:.1f} GB" for u, m in use.values())
@@ -237,6 +282,9 @@ def two_resnets(folder: Path, workers: dict[str, int]) -> tuple[bool, str]:
         if workers.get("standby"):
             detail += f", started warm {warm}"
             ok = ok and warm >= 1
+        if workers.get("warm"):
+            detail += f", attempts run in the warm worker {in_worker}"
+            ok = ok and in_worker >= 1
         if not ok:
             detail += " | " + svc.admin.logs(ids[0], 0, None).text[-400:].replace("\n", " ")
         return ok, detail
@@ -292,6 +340,68 @@ def gandiva_timeslice(folder: Path) -> tuple[bool, str]:
         svc.close()
 
 
+def confinement(folder: Path) -> tuple[bool, str]:
+    """A job given no GPU cannot create a CUDA context; one given the GPU can (the
+    attempt's launcher, as the service starts it)."""
+    from corral.runtime.execution.executor import start_launcher
+    from corral.runtime.execution.gpu_devices import in_force
+    from corral.runtime.execution.launcher import Confinement
+
+    code = "import torch; torch.zeros(1, device='cuda'); print('CONTEXT MADE')"
+    seen = {}
+    for given in ("none", "0"):
+        attempt = folder / f"given-{given}"
+        attempt.mkdir(parents=True)
+        child = start_launcher(
+            attempt,
+            Confinement(gpu_devices=given),
+            [sys.executable, "-c", code],
+            {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            attempt / "log.txt",
+        )
+        child.wait(120)
+        log = (attempt / "log.txt").read_text()
+        how = [x for x in log.splitlines() if x.startswith("corral: GPU confinement")]
+        last = log.strip().splitlines()[-1] if log.strip() else ""
+        seen[given] = ("CONTEXT MADE" in log, (how[0][25:] if how else "-"), last[-90:])
+    ok = not seen["none"][0] and seen["0"][0]
+    return ok, (
+        f"in force: {in_force()}; no GPU given: context made {seen['none'][0]} "
+        f"({seen['none'][1]}; {seen['none'][2]}); GPU 0 given: context made {seen['0'][0]}"
+    )
+
+
+def adascale(folder: Path) -> tuple[bool, str]:
+    """The examples' models at 1x, 2x and 4x the batch with AdaScale on the GPU."""
+    out = folder / "adascale.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/adascale_steps.py", "--device", "cuda", "--json", str(out)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])},
+    )
+    if done.returncode != 0 or not out.exists():
+        return False, (done.stderr or done.stdout)[-400:]
+    parts, ok = [], True
+    for result in json.loads(out.read_text()):
+        runs = result["runs"]
+        steps = {(r["batch_scale"], r["adascale"]): r for r in runs}
+        parts.append(
+            f"{result['model']}: "
+            + ", ".join(
+                f"{k}x{'' if a else ' base lr'} {r['steps'] if r['reached'] else 'not'}"
+                for (k, a), r in steps.items()
+            )
+            + f" steps to loss {result['target_loss']}"
+        )
+        four = steps[(4, True)]
+        ok = ok and four["reached"] and four["steps"] < steps[(1, True)]["steps"]
+    return ok, "; ".join(parts)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", default="gpu_check.json", help="where the table goes")
@@ -302,7 +412,7 @@ def main() -> int:
     args = parser.parse_args()
     name = gpu_name()
     if args.dry_run and name is None:
-        SETUP.update(gpus=[{"type": "V100", "count": 1}], model=DRY_RUN)
+        SETUP.update(gpus=[{"type": "V100", "count": 1}], model=DRY_RUN, pair=[(DRY_RUN, 200)] * 2)
     rows: list[dict[str, Any]] = []
     only = {n for n in args.only.split(",") if n}
 
@@ -325,6 +435,7 @@ def main() -> int:
         check("live-cold", lambda: two_resnets(scratch / "cold", {}))
         check("live-parked", lambda: two_resnets(scratch / "parked", {"park": 1}))
         check("live-standby", lambda: two_resnets(scratch / "standby", {"standby": 1}))
+        check("live-warm", lambda: two_resnets(scratch / "warm", WARM))
         check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
         check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
     elif name is None:
@@ -350,10 +461,13 @@ def main() -> int:
         check("live-cold", lambda: two_resnets(scratch / "cold", {}))
         check("live-parked", lambda: two_resnets(scratch / "parked", {"park": 1}))
         check("live-standby", lambda: two_resnets(scratch / "standby", {"standby": 1}))
+        check("live-warm", lambda: two_resnets(scratch / "warm", WARM))
         check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
         check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
         check("driver-read", driver_read)
         check("antman-cap", lambda: antman_cap(scratch / "antman"))
+        check("confinement", lambda: confinement(scratch / "confinement"))
+        check("adascale", lambda: adascale(scratch / "adascale"))
     print()
     print(f"{'check':<20} {'result':<7} {'s':>6}  detail")
     for row in rows:
