@@ -376,7 +376,14 @@ def adascale(folder: Path) -> tuple[bool, str]:
     out = folder / "adascale.json"
     folder.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [sys.executable, "benchmarks/adascale_steps.py", "--device", "cuda", "--json", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "adascale_steps.py"),
+            "--device",
+            "cuda",
+            "--json",
+            str(out),
+        ],
         cwd=folder,
         capture_output=True,
         text=True,
