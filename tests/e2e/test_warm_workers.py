@@ -84,8 +84,15 @@ def test_a_users_jobs_switch_in_one_warm_worker_and_end_as_if_never_stopped(
                 alone.step(step)
             expected = alone.model.state_dict()
             assert all(torch.equal(saved["state"]["model"][k], expected[k]) for k in expected)
-        # every warm start of this user on this GPU was in the same process
+        # every warm start of this user on this GPU was in the same process, and a job
+        # that came back to it took its task from memory, not from its checkpoint
         assert warm_attempts >= 2 and len(workers) == 1, (warm_attempts, workers)
+        logs = "".join(
+            service.client.logs(j, 0, a["number"]).text
+            for j in ids
+            for a in service.client.job(j)["attempts"]
+        )
+        assert "resumed in memory" in logs
         events = service.client.job(limited["id"])["events"]
         hows = [e["detail"]["how"] for e in events if e["kind"] == "started"]
         assert hows and all(h.startswith("cold") and "memory limit" in h for h in hows), hows

@@ -60,3 +60,39 @@ def test_bert_base_layout_trains_as_a_task() -> None:
 
     full = sum(p.numel() for p in BertBase().parameters())
     assert 105e6 < full < 115e6
+
+
+def test_a_resident_task_is_taken_back_only_while_its_checkpoint_is_the_one_it_left(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    from corral.train import resident
+    from corral.train.checkpoint import FILE_NAME
+
+    class Task:
+        def __init__(self) -> None:
+            self.objects: dict[str, object] = {}
+
+    resident.clear()
+    (tmp_path / FILE_NAME).write_bytes(b"step 10")
+    task = Task()
+    random.seed(5)
+    resident.keep("job-1", task, 10, tmp_path)
+    expected = random.random()
+    random.seed(99)  # another job ran meanwhile
+    kept = resident.take("job-1", tmp_path)
+    assert kept is not None and kept.task is task and kept.step == 10
+    resident.bring_back(kept)
+    assert random.random() == expected  # the RNG as the job left it
+    assert resident.take("job-1", tmp_path) is None  # taken once
+    # the job ran elsewhere and wrote a newer checkpoint: it starts from that
+    resident.keep("job-1", task, 10, tmp_path)
+    time.sleep(0.01)
+    (tmp_path / FILE_NAME).write_bytes(b"step 20, elsewhere")
+    assert resident.take("job-1", tmp_path) is None
+    for k in range(resident.KEPT + 2):  # at most KEPT jobs, the latest stopped
+        resident.keep(f"job-{k}", task, 1, tmp_path)
+    assert resident.take("job-0", tmp_path) is None
+    assert resident.take(f"job-{resident.KEPT + 1}", tmp_path) is not None
+    resident.clear()

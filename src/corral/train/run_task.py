@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
-from corral.train.session import Session
+from corral.train import resident
+from corral.train.session import STOPPED_EXIT, EndOfRun, Session, WarmHost
 from corral.train.task import keyword, load_factory, place_task
 
 
@@ -38,21 +41,35 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, ValueError) as exc:
         print(f"corral: {exc}", file=sys.stderr)
         return 2
-    task = factory(**dict(args.kw))
+    # in a warm worker, the job's task may still be resident from its last attempt there
+    key = json.dumps([os.environ.get("CORRAL_JOB_ID"), args.factory, sorted(args.kw)])
+    checkpoints = Path(os.environ.get("CORRAL_CHECKPOINT_DIR", "checkpoints"))
+    kept = resident.take(key, checkpoints) if WarmHost.active else None
+    task = kept.task if kept is not None else factory(**dict(args.kw))
     # (a task's objects are named for what they hold, never as Session's own options)
-    session = Session(checkpoint_every=args.checkpoint_every, **task.objects)  # type: ignore[arg-type]
-    step = session.restore()
-    place_task(task, args.device)
+    session = Session(checkpoint_every=args.checkpoint_every, **task.objects)
+    if kept is not None:
+        step = session.resume_resident(kept.step)
+        resident.bring_back(kept)
+        print(f"corral: resumed in memory at step {step} (nothing rebuilt or read)", flush=True)
+    else:
+        step = session.restore()
+        place_task(task, args.device)
     run = -1  # the runs of this process: its start, then each resumption after a pause
-    while step < args.steps:
-        loss = task.step(step)
-        step += 1
-        if session.resumptions != run:  # when the GPU was this job's again (a switch's end)
-            run = session.resumptions
-            print(f"corral: step {step} done at t={time.time():.3f}", flush=True)
-        session.report(step, loss=loss)
-        if session.should_stop and step < args.steps:
-            session.stop(step)
+    try:
+        while step < args.steps:
+            loss = task.step(step)
+            step += 1
+            if session.resumptions != run:  # when the GPU was this job's again (a switch's end)
+                run = session.resumptions
+                print(f"corral: step {step} done at t={time.time():.3f}", flush=True)
+            session.report(step, loss=loss)
+            if session.should_stop and step < args.steps:
+                session.stop(step)
+    except EndOfRun as end:  # stopped in a warm worker: the task stays there, resident
+        if end.code == STOPPED_EXIT and os.environ.get("CORRAL_JOB_ID"):
+            resident.keep(key, task, step, checkpoints)
+        raise
     session.save(step)  # the trained state is the job's result
     session.finish(step)
     print(json.dumps({"final_step": step}), flush=True)

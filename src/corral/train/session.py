@@ -59,7 +59,11 @@ class WarmHost:
     """Set by a warm worker (:mod:`corral.runtime.execution.warm_worker`), which runs
     jobs in its own process one after another: a job's end must not end the process
     (``exit`` raises :class:`EndOfRun` instead), and a stop signal that came while the
-    job was still starting (before its Session existed) is handed to the Session."""
+    job was still starting (before its Session existed) is handed to the Session.
+
+    A job stopped there may also stay *resident* (:mod:`corral.train.resident`): its
+    objects kept in the worker's memory, so that its next attempt in the same worker
+    neither rebuilds the model nor reads its checkpoint."""
 
     active = False
     early_stop: str | None = None
@@ -212,6 +216,14 @@ class Session:
     def lease_remaining(self) -> float:
         """Seconds until the lease ends unless a heartbeat renews it."""
         return self.lease_until - time.time()
+
+    def resume_resident(self, step: int) -> int:
+        """Carry on from ``step`` with objects that are still in memory as that step's
+        checkpoint left them (a resident job in a warm worker): as :meth:`restore`,
+        without reading the checkpoint."""
+        self.step = self.saved_step = int(step)
+        self._rate_mark = (time.monotonic(), self.step)
+        return self.step
 
     def restore(self) -> int:
         """Load the last checkpoint, if any, into the objects and RNGs; returns its step."""
