@@ -65,6 +65,8 @@ SETUP: dict[str, Any] = {"gpus": "auto", "model": RESNET, "pair": [(RESNET, 300)
 a switch is measured on (ResNet-50 and BERT-base, with their steps), or, with
 ``--dry-run`` on a machine without one, one virtual GPU and a small model (to try
 the script itself)."""
+RESIDENT = "corral: resumed in memory"
+"""A task job's log line when it took its task back from its warm worker's memory."""
 WARM = {"warm": True, "warm_idle": 120}
 """Warm workers: one per user and GPU, keeping its CUDA context between jobs."""
 DONE_LINE = re.compile(r"^corral: step \d+ done at t=([\d.]+)$", re.M)
@@ -198,23 +200,49 @@ def antman_cap(folder: Path) -> tuple[bool, str]:
         svc.close()
 
 
-def switch_times(svc: Any, ids: list[int]) -> list[float]:
+def switch_times(svc: Any, ids: list[int]) -> tuple[list[float], str]:
     """Seconds from each stop (or park) the service asked of one job to the first step
-    the other job then made (its attempts' logs' ``step N done at`` lines), sorted."""
+    the other job then made (its attempts' logs' ``step N done at`` lines), sorted;
+    and where the time went (medians): the stopped job's own stop (its checkpoint
+    and exit), the service's handover (from that attempt's end to the next one's
+    start) and the next attempt's start to its first step."""
     views = {j: svc.admin.job(j) for j in ids}
     firsts: dict[int, list[float]] = {}
     for j, view in views.items():
         logs = [svc.admin.logs(j, 0, a["number"]).text for a in view["attempts"]]
         firsts[j] = [float(t) for text in logs for t in DONE_LINE.findall(text)]
-    out = []
+    out: list[float] = []
+    parts: dict[str, list[float]] = {"stop": [], "handover": [], "start": []}
     for j, view in views.items():
         for event in view["events"]:
             if event["kind"] not in ("stop", "park"):
                 continue
-            after = [t for k in ids if k != j for t in firsts[k] if t > event["time"]]
-            if after:
-                out.append(min(after) - event["time"])
-    return sorted(out)
+            t = event["time"]
+            after = [x for k in ids if k != j for x in firsts[k] if x > t]
+            if not after:
+                continue
+            first = min(after)
+            out.append(first - t)
+            ended = [
+                a["end_time"]
+                for a in view["attempts"]
+                if a["end_time"] is not None and a["start_time"] <= t <= a["end_time"]
+            ]
+            begun = [
+                a["start_time"]
+                for k in ids
+                if k != j
+                for a in views[k]["attempts"]
+                if t <= a["start_time"] <= first
+            ]
+            if ended and begun:
+                parts["stop"].append(ended[0] - t)
+                parts["handover"].append(min(begun) - ended[0])
+                parts["start"].append(first - min(begun))
+    where = ", ".join(
+        f"{name} {statistics.median(v) * 1e3:.0f} ms" for name, v in parts.items() if v
+    )
+    return sorted(out), (f" (median {where})" if where else "")
 
 
 def spread(values: list[float]) -> str:
@@ -271,9 +299,10 @@ def two_resnets(folder: Path, workers: dict[str, Any]) -> tuple[bool, str]:
             for j in jobs
             for a in j["attempts"]
         )
+        switches, where = switch_times(svc, ids)
         detail = (
             f"{[j['status'] for j in jobs]}, makespan {makespan:.1f} s, attempts {attempts}, "
-            f"preemptions {preempted}, {spread(switch_times(svc, ids))}"
+            f"preemptions {preempted}, {spread(switches)}{where}"
         )
         if SETUP["gpus"] == "auto":
             shown = ", ".join(f"{u:.0f}% / {m:.1f} GB" for u, m in use.values())
@@ -283,7 +312,12 @@ def two_resnets(folder: Path, workers: dict[str, Any]) -> tuple[bool, str]:
             detail += f", started warm {warm}"
             ok = ok and warm >= 1
         if workers.get("warm"):
-            detail += f", attempts run in the warm worker {in_worker}"
+            resumed = sum(
+                RESIDENT in svc.admin.logs(j["id"], 0, a["number"]).text
+                for j in jobs
+                for a in j["attempts"]
+            )
+            detail += f", attempts run in the warm worker {in_worker}, resumed in memory {resumed}"
             ok = ok and in_worker >= 1
         if not ok:
             detail += " | " + svc.admin.logs(ids[0], 0, None).text[-400:].replace("\n", " ")

@@ -15,6 +15,7 @@ only then opens the store and adopts running jobs.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import stat
 import threading
@@ -160,6 +161,10 @@ def _run(
     warning = isolation_warning(config)
     if warning:
         announce(f"corral: {warning}")
+    if threading.current_thread() is threading.main_thread():
+        # a job's process (its launcher) that ends wakes the loop at once, so the next
+        # job starts on the freed GPUs now rather than at the next tick
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: scheduler.notify())
     loop.start()
     watch.start()
     try:
