@@ -269,6 +269,13 @@ def two_resnets(folder: Path, workers: dict[str, Any]) -> tuple[bool, str]:
             from corral.testing.service_process import wait_for
 
             wait_for(lambda: svc.admin.json("GET", "/v1/health")["standby_ready"] >= 1, 120)
+        if workers.get("warm"):  # a one-step job first: its launch starts the user's worker
+            from corral.testing.service_process import wait_for
+
+            primer = svc.client.submit({"name": "primer", "task": {**SETUP["model"], "steps": 1}})
+            wait_all(svc, [primer["id"]], 120)
+            sockets = folder / "state" / "warm"
+            wait_for(lambda: any(sockets.glob("*.sock")), 120, "the warm worker")
         start = time.monotonic()
         ids = [
             svc.client.submit({"name": f"switch-{k}", "task": {**model, "steps": steps}})["id"]
