@@ -9,8 +9,9 @@ images: the model size the switching benchmark needs, without downloads.
 ``bert_base`` is BERT-base's layout (12 encoder layers of width 768, 12
 heads, 3072 wide feed-forward, a 30,522-token vocabulary tied to the output:
 108.6 million parameters, BERT-base's 110 million less its segment
-embeddings, pooler and 384 of its 512 positions) learning to fill masked tokens of synthetic sequences; with
-PipeSwitch's ResNet-50 it is the pair of models a switch is measured on.
+embeddings, pooler and 384 of its 512 positions) learning to fill masked
+tokens of synthetic sequences; with PipeSwitch's ResNet-50 it is the pair of
+models a switch is measured on.
 """
 
 from __future__ import annotations
