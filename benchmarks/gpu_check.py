@@ -357,6 +357,36 @@ def hare_keepers(folder: Path) -> tuple[bool, str]:
         svc.close()
 
 
+PAUSED_LINE = re.compile(r"^corral: paused at step \d+ at t=([\d.]+)$", re.M)
+"""A job's log line when it gave the GPU up for a turn (or a park)."""
+
+
+def gandiva_turns(folder: Path) -> tuple[bool, str]:
+    """The ResNet-50 and BERT-base jobs time-sliced on one GPU by Gandiva (packing off,
+    4 s quantum): the switch time from one job's pause to the other's first step."""
+    svc = service(folder, "gandiva", {"quantum": 4, "packing": 0})
+    try:
+        ids = [
+            svc.client.submit({"name": f"turns-{k}", "task": {**model, "steps": steps}})["id"]
+            for k, (model, steps) in enumerate(SETUP["pair"])
+        ]
+        jobs = wait_all(svc, ids, 300)
+        logs = {j["id"]: svc.admin.logs(j["id"], 0, None).text for j in jobs}
+        switches = []
+        for j, text in logs.items():
+            for paused in PAUSED_LINE.findall(text):
+                after = [
+                    float(t) for k in ids if k != j for t in DONE_LINE.findall(logs[k])
+                    if float(t) > float(paused)
+                ]  # fmt: skip
+                if after:
+                    switches.append(min(after) - float(paused))
+        ok = all(j["status"] == "SUCCEEDED" for j in jobs) and bool(switches)
+        return ok, f"{[j['status'] for j in jobs]}, {spread(sorted(switches))}"
+    finally:
+        svc.close()
+
+
 def gandiva_timeslice(folder: Path) -> tuple[bool, str]:
     svc = service(folder, "gandiva", {"quantum": 2})
     try:
@@ -486,6 +516,7 @@ def main() -> int:
         check("live-warm", lambda: two_resnets(scratch / "warm", WARM))
         check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
         check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
+        check("gandiva-turns", lambda: gandiva_turns(scratch / "gandiva-turns"))
     elif name is None:
         print("no NVIDIA GPU found (PyTorch sees no CUDA device): checking the CPU parts only")
         check("cpu-tests", lambda: run_pytest(CPU_TESTS))
@@ -512,6 +543,7 @@ def main() -> int:
         check("live-warm", lambda: two_resnets(scratch / "warm", WARM))
         check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
         check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
+        check("gandiva-turns", lambda: gandiva_turns(scratch / "gandiva-turns"))
         check("driver-read", driver_read)
         check("antman-cap", lambda: antman_cap(scratch / "antman"))
         check("confinement", lambda: confinement(scratch / "confinement"))

@@ -347,6 +347,8 @@ class Session:
         suspension = self._suspension()
         if suspension is not None:
             suspension.suspend(self.objects)
+        # the log says when the GPU was given up (a switch to another job starts here)
+        print(f"corral: paused at step {self.step} at t={time.time():.3f}", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
         if self._asked_to_stop():
             # stopped while paused (a parked job started elsewhere, cancelled or
