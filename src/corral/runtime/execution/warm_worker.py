@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.runtime.execution.launcher import (
+    CGROUP_ROOT,
     STOP_SIGNALS,
     Confinement,
     _cgroup,
@@ -361,10 +362,13 @@ class WarmWorkers:
         self.workers[key] = Warm(process, path)
 
     def tend(self) -> None:
-        """Forget workers that ended (idle too long, or killed with their job)."""
+        """Forget workers that ended (idle too long, or killed with their job), and
+        remove the cgroups they confined themselves in (they ran as their user, who
+        may not)."""
         for key, warm in list(self.workers.items()):
             if warm.process.poll() is not None:
                 del self.workers[key]
+                _drop_cgroups(warm)
 
     def close(self) -> None:
         """Stop the idle workers; a busy one finishes its job (it outlives the service,
@@ -375,7 +379,20 @@ class WarmWorkers:
                     warm.process.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     warm.process.wait(5)
+                _drop_cgroups(warm)
         self.workers = {}
+
+
+def _drop_cgroups(warm: Warm) -> None:
+    """Remove the cgroups an ended worker confined itself in (v2's own, or v1's
+    devices group); nothing where it made none or they are not empty."""
+    pid, sock = warm.process.pid, warm.socket
+    for group in (
+        CGROUP_ROOT / "corral" / f"{sock.parent.name}-{sock.name}-{pid}",
+        CGROUP_ROOT / "devices" / "corral" / f"warm-{pid}",
+    ):
+        with contextlib.suppress(OSError):
+            group.rmdir()
 
 
 if __name__ == "__main__":
