@@ -96,6 +96,17 @@ Alone it agrees exactly; in a full test run on 2 cores, 2-3 jobs start in
 another order (JCT within 10%). Held to: at most 3 misplaced, 3 preempted in one
 run only, JCT within 15%."""
 
+TIME_SLICED = {"gandiva"}
+"""Gandiva time-slices the jobs that share a GPU set. The simulator runs them as
+processor sharing (each at its share, continuously); live they take turns of a
+quantum (2 s here, on jobs of 1.2-4 s of work), so within a group one job has run
+a whole turn while another has not begun, and the job Gandiva migrates onto idle
+GPUs (the newest of the most loaded set) is another one. On this trace, in
+repeated runs with the same outcome each time: the simulator migrates jobs 14, 17
+and 18 (18 four times), live jobs 9, 11, 14, 17 and 19, with first-start order
+agreeing exactly and JCT within 4%. Held to: at most 1 misplaced, 5 preempted in
+one run only, JCT within 15%."""
+
 LP_UNDER_LOAD = (5, 10, 0.45)
 """Gavel's LP policies, bounds in a loaded run: in a full test run on 2 cores (the
 LP passes slowed by the tests beside them, so starts slip past round
@@ -132,6 +143,8 @@ def failure(name: str, sim: Any, live: Any) -> str | None:
         misplaced, preempted, jct = 4, 3, 0.20
     elif name in MATCHED_ON_EVENTS:
         misplaced, preempted, jct = 3, 3, 0.15
+    elif name in TIME_SLICED:
+        misplaced, preempted, jct = 1, 5, 0.15
     elif name in SOLVES_LPS:
         misplaced, preempted, jct = LP_UNDER_LOAD
     elif name in CLOCK_DRIVEN:
