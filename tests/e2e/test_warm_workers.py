@@ -231,3 +231,66 @@ def test_a_worker_ends_when_its_attempt_is_killed(tmp_path: Path) -> None:
         log.close()
         client.kill()
         worker.kill()
+
+
+LEAVER = """
+import subprocess
+
+
+class Task:
+    objects: dict = {}
+
+    def step(self, step):
+        return 0.0
+
+
+def make():
+    # a process the job starts and never waits for, and one that escapes by setsid
+    subprocess.Popen(["sleep", "300"])
+    subprocess.Popen(["setsid", "sleep", "301"])
+    return Task()
+"""
+
+
+def test_nothing_a_job_starts_in_a_warm_worker_outlives_it(tmp_path: Path) -> None:
+    (tmp_path / "leaver.py").write_text(LEAVER)
+    workers = WarmWorkers(tmp_path / "warm", 60, tmp_path / "warm.log")
+    key = (None, "v0")
+    workers.start(key, None, None, [])
+    sock = None
+    deadline = time.monotonic() + 60
+    while sock is None and time.monotonic() < deadline:
+        sock = workers.take(key)
+        time.sleep(0.1)
+    assert sock is not None, (tmp_path / "warm.log").read_text()
+    worker = workers.workers[key].process
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "CORRAL_CHECKPOINT_DIR": str(tmp_path / "c")}
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "corral.runtime.execution.warm_client", str(sock), "--",
+             "corral.train.run_task", "leaver:make", "--steps", "3", "--checkpoint-every", "1e9"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "done at" in done.stdout
+        assert _sleepers() == set(), "a process the job started outlived it"
+        assert worker.poll() is None  # the worker itself carries on
+    finally:
+        for pid in _sleepers():
+            os.kill(pid, signal.SIGKILL)
+        worker.kill()
+
+
+def _sleepers() -> set[int]:
+    found = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+                state = Path(entry.path, "stat").read_text().split(") ")[1][0]
+                if argv[:2] in ([b"sleep", b"300"], [b"sleep", b"301"]) and state != "Z":
+                    found.add(int(entry.name))
+    return found

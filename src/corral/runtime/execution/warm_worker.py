@@ -53,10 +53,13 @@ from pathlib import Path
 
 from corral.runtime.execution.launcher import (
     CGROUP_ROOT,
+    PR_SET_CHILD_SUBREAPER,
     STOP_SIGNALS,
     Confinement,
     _cgroup,
     isolated_python,
+    job_processes,
+    prctl,
     root_environment,
 )
 
@@ -237,6 +240,7 @@ def run_job(argv: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> i
         traceback.print_exc()
         code = 1
     finally:
+        _end_leftovers()  # nothing the job started outlives it (the worker starts none)
         WarmHost.active, WarmHost.early_stop = False, None
         for sig in RELAYED[:-1]:
             signal.signal(sig, signal.SIG_IGN)
@@ -258,8 +262,26 @@ def run_job(argv: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> i
     return int(code)
 
 
+def _end_leftovers() -> None:
+    """Kill every process the job left (a data loader's workers, ``sleep &``, a
+    daemon: as a subreaper the worker inherits whatever its children orphan) and
+    reap them, before the job's end is reported and its GPU given to another."""
+    for _ in range(50):
+        left = job_processes(os.getpid())
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
     how = become(args)
     print(f"corral: warm worker {os.getpid()}: GPU confinement: {how}", flush=True)
     print(f"corral: warm worker {os.getpid()}: {warm_up(args.gpu)}", flush=True)
