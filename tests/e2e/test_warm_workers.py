@@ -52,6 +52,11 @@ def test_a_users_jobs_switch_in_one_warm_worker_and_end_as_if_never_stopped(
     try:
         service.start()
         task = {"factory": "corral.examples.tasks:digits", "steps": STEPS}
+        # a one-step job first: its launch starts this user's worker, ready before the pair
+        primer = service.client.submit({"name": "primer", "task": {**task, "steps": 1}})["id"]
+        wait_for(lambda: service.client.job(primer)["status"] in TERMINAL, 120, "the primer")
+        sockets = tmp_path / "state" / "warm"
+        wait_for(lambda: any(sockets.glob("*.sock")), 120, "the warm worker")
         ids = [
             service.client.submit(
                 {"name": f"t{seed}", "task": {**task, "kwargs": {"seed": seed, "step_time": 0.02}}}
