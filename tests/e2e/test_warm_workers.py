@@ -299,3 +299,36 @@ def _sleepers() -> set[int]:
                 if argv[:2] in ([b"sleep", b"300"], [b"sleep", b"301"]) and state != "Z":
                     found.add(int(entry.name))
     return found
+
+
+SERVICE_THAT_DIES = """
+import os, sys, time
+from pathlib import Path
+from corral.runtime.execution.warm_worker import WarmWorkers
+folder = Path(sys.argv[1])
+workers = WarmWorkers(folder / "warm", 60, folder / "warm.log")
+workers.start((None, "v0"), None, None, [])
+deadline = time.monotonic() + 60
+while not any((folder / "warm").glob("*.sock")) and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(workers.workers[(None, "v0")].process.pid, flush=True)
+os._exit(0)  # the service dies (kill -9 alike): nothing closes its workers
+"""
+
+
+def test_an_idle_worker_goes_with_its_service(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", SERVICE_THAT_DIES, str(tmp_path)],
+        capture_output=True, text=True, timeout=90, check=True,
+    )  # fmt: skip
+    pid = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 15
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = _alive(pid)
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "an idle warm worker outlived its service"

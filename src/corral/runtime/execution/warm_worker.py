@@ -54,6 +54,7 @@ from pathlib import Path
 from corral.runtime.execution.launcher import (
     CGROUP_ROOT,
     PR_SET_CHILD_SUBREAPER,
+    PR_SET_PDEATHSIG,
     STOP_SIGNALS,
     Confinement,
     _cgroup,
@@ -197,10 +198,12 @@ def serve_one(conn: socket.socket) -> None:
             os._exit(137)
 
     threading.Thread(target=watch, daemon=True).start()
+    go_with_the_service(idle=False)
     code = run_job(job["argv"], job["env"], job["cwd"], fds)
     running.clear()
     with contextlib.suppress(OSError):
         conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+    go_with_the_service(idle=True)
 
 
 def run_job(argv: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> int:
@@ -279,10 +282,25 @@ def _end_leftovers() -> None:
                 pass
 
 
+SERVICE = [0]
+"""The service's pid (the worker's parent): an idle worker goes with it."""
+
+
+def go_with_the_service(idle: bool) -> None:
+    """Idle, the worker dies with the service (as an idle standby worker does); running a
+    job, it outlives it, as any attempt does (the restarted service adopts the attempt)."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL if idle else 0)
+    if idle and os.getppid() != SERVICE[0]:  # it went while the job ran
+        sys.stdout.flush()
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    SERVICE[0] = os.getppid()
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     how = become(args)
+    go_with_the_service(idle=True)  # (after the identity change, which clears it)
     print(f"corral: warm worker {os.getpid()}: GPU confinement: {how}", flush=True)
     print(f"corral: warm worker {os.getpid()}: {warm_up(args.gpu)}", flush=True)
     return serve(args)
