@@ -1,6 +1,6 @@
 """One command that checks corral on a GPU machine.
 
-    python benchmarks/gpu_check.py                 # everything, about 5 minutes on one GPU
+    python benchmarks/gpu_check.py                 # everything, about 7 minutes on one GPU
     python benchmarks/gpu_check.py --json out.json
 
 Runs, on a machine with NVIDIA GPUs and PyTorch:
@@ -9,14 +9,18 @@ Runs, on a machine with NVIDIA GPUs and PyTorch:
   and the standby worker's CUDA-before-fork checks, which on a GPU see real CUDA);
 - ``switching``: the switching benchmark on the ResNet-50 layout (warm, copy,
   cold), five switches of each kind;
-- ``live-cold``, ``live-parked``, ``live-standby``: ``corral serve`` with
-  ``gpus: auto`` running two ResNet-50-layout task jobs under LAS with a short
-  quantum, so that they preempt each other: restarted cold, parked in place, and
-  started in standby workers (the path that crashed with "Cannot re-initialize
-  CUDA in forked subprocess");
+- ``live-cold``, ``live-parked``, ``live-standby``, ``live-warm``: ``corral
+  serve`` with ``gpus: auto`` running a ResNet-50-layout and a BERT-base-layout
+  task job under LAS with a short quantum, so that they preempt each other:
+  restarted cold, parked in place, started in standby workers (the path that
+  crashed with "Cannot re-initialize CUDA in forked subprocess"), and run in a
+  warm worker that keeps its CUDA context; each with the switch time from a
+  stop to the other job's first step, and where it went;
 - ``hare-keepers``: a job given as a task run as Hare's rounds, its tasks held
   by round keepers (which start in standby workers);
 - ``gandiva-timeslice``: Gandiva sharing one GPU between two jobs;
+- ``gandiva-turns``: the pair taking turns under Gandiva (packing off), with the
+  switch time from one job's pause to the other's first step;
 - ``driver-read``: what NVIDIA's management library reports (the GPUs, their
   topology and the links the locality model gets, faults, utilisation), and in
   ``live-cold`` each job's GPU utilisation and memory as the service measured them;
@@ -24,6 +28,10 @@ Runs, on a machine with NVIDIA GPUs and PyTorch:
   that needs more GPU memory than its cap (``memory_fraction`` 0.05) must fail
   out of memory with its measured GPU memory within the cap (plus the CUDA
   context, which the allocator's cap does not count), not take the memory.
+- ``confinement``: a job given no GPU cannot create a CUDA context (the device
+  cgroup), one given the GPU can;
+- ``adascale``: the examples' models at 1x, 2x and 4x the batch with AdaScale,
+  steps to the base batch's loss (``benchmarks/adascale_steps.py``).
 
 Prints one table, writes it as JSON, and the last line says how many checks
 passed out of how many. Where no GPU is found it says so, checks the parts that
