@@ -201,10 +201,10 @@ def test_a_worker_refuses_another_users_process() -> None:
     shutil.rmtree(folder)
 
 
-def test_a_worker_ends_when_its_attempt_is_killed(tmp_path: Path) -> None:
-    """The client killed (SIGKILL after a stop grace): the worker running its job
-    exits at once, so the GPU is never held by a job the scheduler took it from."""
-    workers = WarmWorkers(tmp_path / "warm", 60, tmp_path / "warm.log")
+def ready_worker(folder: Path) -> tuple[Path, Any]:
+    """A warm worker of the service's own user on a virtual GPU, started and taken as
+    an attempt would take it: its socket and process."""
+    workers = WarmWorkers(folder / "warm", 60, folder / "warm.log")
     key = (None, "v0")
     workers.start(key, None, None, [])
     sock = None
@@ -212,8 +212,14 @@ def test_a_worker_ends_when_its_attempt_is_killed(tmp_path: Path) -> None:
     while sock is None and time.monotonic() < deadline:
         sock = workers.take(key)
         time.sleep(0.1)
-    assert sock is not None, (tmp_path / "warm.log").read_text()
-    worker = workers.workers[key].process
+    assert sock is not None, (folder / "warm.log").read_text()
+    return sock, workers.workers[key].process
+
+
+def test_a_worker_ends_when_its_attempt_is_killed(tmp_path: Path) -> None:
+    """The client killed (SIGKILL after a stop grace): the worker running its job
+    exits at once, so the GPU is never held by a job the scheduler took it from."""
+    sock, worker = ready_worker(tmp_path)
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     env = {**os.environ, "CORRAL_CHECKPOINT_DIR": str(job_dir / "ck")}
@@ -259,16 +265,7 @@ def make():
 
 def test_nothing_a_job_starts_in_a_warm_worker_outlives_it(tmp_path: Path) -> None:
     (tmp_path / "leaver.py").write_text(LEAVER)
-    workers = WarmWorkers(tmp_path / "warm", 60, tmp_path / "warm.log")
-    key = (None, "v0")
-    workers.start(key, None, None, [])
-    sock = None
-    deadline = time.monotonic() + 60
-    while sock is None and time.monotonic() < deadline:
-        sock = workers.take(key)
-        time.sleep(0.1)
-    assert sock is not None, (tmp_path / "warm.log").read_text()
-    worker = workers.workers[key].process
+    sock, worker = ready_worker(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "CORRAL_CHECKPOINT_DIR": str(tmp_path / "c")}
     import subprocess
     import sys
