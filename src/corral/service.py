@@ -165,6 +165,12 @@ def _run(
         # a job's process (its launcher) that ends wakes the loop at once, so the next
         # job starts on the freed GPUs now rather than at the next tick
         signal.signal(signal.SIGCHLD, lambda _signum, _frame: scheduler.notify())
+        # the web server handles SIGTERM (a graceful stop) and then raises it again
+        # under the handler it found; with the default one the process would end there,
+        # before the loop is stopped and the executor closed (a warm worker, a local Ray
+        # head left behind); this one asks the server to stop (as it would have, had the
+        # signal come before it took over) and lets ``server.run`` return to the cleanup
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: setattr(server, "should_exit", True))
     loop.start()
     watch.start()
     try:
@@ -173,8 +179,14 @@ def _run(
         stop.set()
         scheduler.notify()
         loop.join(timeout=10)
-        scheduler.executor.close(jobs_running=bool(scheduler.attempts))
+        running = len(scheduler.attempts)
+        scheduler.executor.close(jobs_running=running > 0)
         store.dispose()
+        announce(
+            f"corral: stopped; {running} running job(s) go on and are adopted at the next start"
+            if running
+            else "corral: stopped"
+        )
 
 
 def _watch_lock(

@@ -194,16 +194,21 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     assert sorted(n["gpu_type"] for n in nodes) == ["K80", "V100", "V100"]
     # a 4-GPU V100 gang spans both V100 nodes: two ranks, one per node
     gang = service.client.submit(job(4, gpus=4, gpu_type="V100", name="gang"))["id"]
-    # each single job needs over twice the quantum of progress, so LAS must cut some
-    # of them while the others wait, however slowly the host runs them
-    ids = [gang] + [service.client.submit(job(5 + k % 3))["id"] for k in range(9)]
-    done = service.wait_done(ids, timeout=420)  # (Ray starts workers slowly on a loaded host)
+    # two long single jobs run first; once they run, seven newcomers with no
+    # service at all come, so LAS must cut the long ones (past their 2 s quantum)
+    # however slowly the host starts Ray's workers
+    hogs = [service.client.submit(job(20, name=f"hog-{k}"))["id"] for k in range(2)]
+    for hog in hogs:
+        wait_for(lambda h=hog: "rank 0 of 1" in service.client.logs(h).text, 180, "a long job")
+    singles = [service.client.submit(job(2 + k % 3))["id"] for k in range(7)]
+    ids = [gang, *hogs, *singles]
+    done = service.wait_done(ids, timeout=600)  # (Ray starts workers slowly on a loaded host)
     assert [j["status"] for j in done] == ["SUCCEEDED"] * 10, [
         (j["id"], j["status"], [(a["cause"], a["detail"]) for a in j["attempts"]])
         for j in done
         if j["status"] != "SUCCEEDED"
     ]  # the causes of a failed job's attempts, readable in a CI log
-    assert sum(j["preemptions"] for j in done) > 0, [  # LAS took turns on the 6 GPUs
+    assert all(j["preemptions"] > 0 for j in done[1:3]), [  # LAS cut the long jobs
         (j["id"], [(e["kind"], e["time"], e["detail"].get("gpus")) for e in j["events"]])
         for j in done
     ]  # (each job's events, readable in a CI log)

@@ -253,3 +253,24 @@ def test_kill_9_and_restart_loses_nothing(store_url: str | None, make_service: A
     for job in jobs:
         assert service.result(job["id"])["final_step"] == 250
     check_history(service.attempts())
+
+
+def test_a_sigterm_stops_the_service_whole_and_its_running_job_goes_on(
+    make_service: Any,
+) -> None:
+    """An operator's ``systemctl stop`` (SIGTERM): the service closes what it holds and
+    says so, exits 0 rather than dying of the signal, and a job that was running goes
+    on and is adopted by the next start."""
+    service = make_service("fifo")
+    work = [PY, "-c", "import time; time.sleep(6)"]
+    job = service.client.submit({"name": "through", "command": work, "gpus": 1})["id"]
+    wait_for(lambda: service.client.job(job)["status"] == "RUNNING", 60, "the job to run")
+    service.stop()
+    assert service.proc is not None and service.proc.returncode == 0, service.log.read_text()
+    assert "corral: stopped; 1 running job(s) go on" in service.log.read_text()
+    service.start()
+    (done,) = service.wait_done([job], timeout=120)
+    assert done["status"] == "SUCCEEDED" and len(done["attempts"]) == 1, done
+    assert job in {e.job_id for e in service.events("adopted")}
+    service.stop()
+    assert service.log.read_text().rstrip().endswith("corral: stopped")

@@ -46,7 +46,9 @@ def test_a_users_jobs_switch_in_one_warm_worker_and_end_as_if_never_stopped(
         {"quantum": 1.5},
         users=TOKENS,
         gpus=[{"type": "V100", "count": 1}],
-        workers={"warm": True, "warm_idle": 60},
+        # (idle long enough to outlive the whole test on a slow host: an idle worker
+        # that ended would make the last job start cold, a different path)
+        workers={"warm": True, "warm_idle": 900},
         stop_grace=20,
     )
     try:
@@ -107,7 +109,14 @@ def test_a_users_jobs_switch_in_one_warm_worker_and_end_as_if_never_stopped(
         long = service.client.submit(
             {"name": "long", "task": {**task, "steps": 5000, "kwargs": {"step_time": 0.02}}}
         )["id"]
-        wait_for(lambda: WORKER.search(service.client.logs(long).text), 60, "a warm start")
+
+        def started() -> list[str]:
+            events = service.client.job(long)["events"]
+            return [e["detail"]["how"] for e in events if e["kind"] == "started"]
+
+        hows = wait_for(started, 120, "the long job's start")
+        assert hows[0].startswith("warm"), hows  # the same worker, still idle, took it
+        wait_for(lambda: WORKER.search(service.client.logs(long).text), 60, "its log's mark")
         (pid,) = {int(p) for p in WORKER.findall(service.client.logs(long).text)}
         service.client.json("POST", f"/v1/jobs/{long}/cancel")  # a stop, then a kill if need be
         wait_for(lambda: service.client.job(long)["status"] in TERMINAL, 60, "the cancel")

@@ -128,7 +128,7 @@ class ServiceProcess:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(20)
+            self.proc.wait(60)  # (a graceful stop closes the executor: a local Ray head too)
 
     def store(self) -> Store:
         return Store(self.store_url)
