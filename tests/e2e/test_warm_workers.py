@@ -266,8 +266,8 @@ class Task:
 
 def make():
     # a process the job starts and never waits for, and one that escapes by setsid
-    subprocess.Popen(["sleep", "300"])
-    subprocess.Popen(["setsid", "sleep", "301"])
+    subprocess.Popen(["sleep", "300.0417"])  # (durations no one else sleeps)
+    subprocess.Popen(["setsid", "sleep", "301.0417"])
     return Task()
 """
 
@@ -302,7 +302,7 @@ def _sleepers() -> set[int]:
             with contextlib.suppress(OSError):
                 argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
                 state = Path(entry.path, "stat").read_text().split(") ")[1][0]
-                if argv[:2] in ([b"sleep", b"300"], [b"sleep", b"301"]) and state != "Z":
+                if argv[:2] in ([b"sleep", b"300.0417"], [b"sleep", b"301.0417"]) and state != "Z":
                     found.add(int(entry.name))
     return found
 

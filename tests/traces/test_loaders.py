@@ -255,3 +255,17 @@ def test_a_gavel_format_row_that_lost_a_field_is_refused_as_such(tmp_path, layou
     report = LoadReport(path)
     kept = load_trace(path, 8, TraceOptions(fmt=layout, skip_bad=True), report=report)
     assert len(kept) == 1 and report.skipped == 1
+
+
+@pytest.mark.parametrize(
+    "text", ["gavel-synthetic:jobs=30,rate=20,multi=0", "jobs=30,rate=20,multi=0"]
+)
+def test_a_generators_arguments_count_with_or_without_its_name(text: str) -> None:
+    """A program passes the list without the name; it was once read as a name, and
+    every value silently took its default (200 jobs, not 30)."""
+    from corral.traces.gavel_synthetic import GavelWorkload
+
+    spec = GavelWorkload.parse(text)
+    assert (spec.jobs, spec.rate, spec.multi) == (30, 20.0, False)
+    with pytest.raises(CorralError, match="got 'jobz=3'"):
+        GavelWorkload.parse(text.replace("jobs", "jobz").replace("=30", "=3"))

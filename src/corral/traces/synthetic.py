@@ -43,8 +43,11 @@ class SyntheticSpec:
 
 
 def parse_generator_args(text: str, keys: tuple[str, ...]) -> dict[str, float]:
-    """The numeric ``key=value`` list after the colon of ``name:k=v,...``."""
-    name, _, args = text.partition(":")
+    """The numeric ``key=value`` list after the colon of ``name:k=v,...`` (or the
+    whole text when it has no name: ``k=v,...``, as a program passes it)."""
+    name, colon, args = text.partition(":")
+    if not colon:  # (read as a name, the list was ignored: every value its default)
+        name, args = "name", text
     values: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in args.split(","))):
         key, eq, value = part.partition("=")
