@@ -242,6 +242,19 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     assert moved["status"] == "SUCCEEDED" and blocked["status"] == "SUCCEEDED"
     assert moved["attempts"][0]["cause"] == "node_failure"
     assert not set(moved["attempts"][-1]["gpus"]) & set(first)  # on the V100s this time
+    # the K80 machine comes back (a new Ray node, the same host and GPUs): it takes its
+    # old place, up again, rather than adding GPUs beside an entry down for ever
+    k80 = [n["name"] for n in service.admin.nodes() if n["gpu_type"] == "K80"]
+    cluster.add_node(num_cpus=1, num_gpus=2, resources={"accelerator_type:K80": 2})
+    wait_for(
+        lambda: (
+            [(n["name"], n["state"]) for n in service.admin.nodes() if n["gpu_type"] == "K80"]
+            == [(k80[0], "up")]
+        ),
+        60,
+        "the K80 node to be back in its place",
+    )
+    assert len(service.admin.nodes()) == 3
 
     # kill -9 of the service; the ranks of a running job are adopted after the restart
     survivor = service.client.submit(job(8, gpus=2, name="survivor"))["id"]

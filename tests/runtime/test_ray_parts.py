@@ -243,3 +243,67 @@ def test_a_node_a_rank_was_lost_on_is_not_used_until_ray_runs_work_there_again(
     executor._checked = 0.0
     assert executor.watch() is True and executor.unavailable_nodes() == {"b"}
     assert executor._suspect == {} and executor.unavailable_reason("b") == "left the Ray cluster"
+
+
+def test_a_node_that_returns_under_a_new_ray_id_takes_its_old_place(tmp_path: Path) -> None:
+    """A worker whose raylet restarted joins Ray as a new node: the inventory keeps its
+    name and GPU ids (once it was added as more GPUs and its old entry stayed down
+    for ever); a node on another host, or with other GPUs, is a newcomer. The same
+    on a restart of the service, from the recorded inventory."""
+    from types import SimpleNamespace
+
+    from corral.runtime.execution import ray_executor as rx
+
+    def info(node_id: str, host: str, gpu_type: str, gpus: int) -> dict:
+        return {
+            "NodeID": node_id,
+            "Alive": True,
+            "NodeManagerHostname": host,
+            "Resources": {"GPU": float(gpus), f"accelerator_type:{gpu_type}": float(gpus)},
+        }
+
+    class FakeRay:
+        def __init__(self) -> None:
+            self.listed = [info("aa" * 8, "h1", "V100", 2), info("bb" * 8, "h2", "K80", 2)]
+
+        def nodes(self) -> list[dict]:
+            return self.listed
+
+    def executor_on(fake: FakeRay) -> rx.RayExecutor:
+        executor = object.__new__(rx.RayExecutor)
+        executor.ray = fake
+        executor.settings = SimpleNamespace(
+            address="10.0.0.1:6379", poll_interval=0.0, virtual_gpus=False
+        )
+        executor.state_dir = tmp_path
+        executor._head_group = None
+        executor._checked = 0.0
+        executor._lost_since = None
+        executor._reason = {}
+        executor._suspect = {}
+        executor.nodes = executor._cluster_inventory()
+        executor._gone = executor._unalive()
+        return executor
+
+    fake = FakeRay()
+    executor = executor_on(fake)
+    before = [(s.id, s.node, s.gpu_type) for s in executor.slots()]
+    assert before == [(0, "h1-aaaaaaaa", "V100"), (1, "h1-aaaaaaaa", "V100"),
+                      (2, "h2-bbbbbbbb", "K80"), (3, "h2-bbbbbbbb", "K80")]  # fmt: skip
+    fake.listed = fake.listed[:1]  # h2's raylet dies
+    assert executor.watch() is True and executor.unavailable_nodes() == {"h2-bbbbbbbb"}
+    # it comes back under a new id, with a newcomer on h2 that has other GPUs
+    fake.listed = [*fake.listed, info("cc" * 8, "h2", "K80", 2), info("dd" * 8, "h2", "A100", 1)]
+    assert executor.watch() is True and executor.unavailable_nodes() == set()
+    after = [(s.id, s.node, s.gpu_type) for s in executor.slots()]
+    assert after == [*before, (4, "h2-dddddddd", "A100")]
+    assert executor.node_of("h2-bbbbbbbb").node_id == "cc" * 8
+    assert executor.node_of("h2-bbbbbbbb").devices == ["0", "1"]
+    # a service started again reads the recorded inventory: the same GPUs, no more
+    again = executor_on(fake)
+    assert [(s.id, s.node, s.gpu_type) for s in again.slots()] == after
+    # the host's node dies again and returns while the service is down
+    fake.listed = [fake.listed[0], info("ee" * 8, "h2", "K80", 2), fake.listed[2]]
+    third = executor_on(fake)
+    assert [(s.id, s.node) for s in third.slots()] == [(i, n) for i, n, _ in after]
+    assert third.node_of("h2-bbbbbbbb").node_id == "ee" * 8 and third.unavailable_nodes() == set()

@@ -91,6 +91,9 @@ class RayNode:
     gpus: int
     devices: list[str] | None = None
     """Device indices of its GPUs (None: virtual GPUs, no device behind them)."""
+    host: str = ""
+    """The machine Ray says it runs on: a node that comes back under a new Ray id
+    (its raylet restarted) is known by it ("": recorded before hosts were)."""
 
 
 @dataclass
@@ -259,14 +262,49 @@ class RayExecutor(Executor):
         known: list[RayNode] = []
         with contextlib.suppress(OSError, ValueError, TypeError):
             known = [RayNode(**n) for n in json.loads((self.state_dir / NODES_FILE).read_text())]
-        ids = {n.node_id for n in known}
-        for info in self._alive_nodes():
-            if info["NodeID"] not in ids and _gpus_of(info) > 0:
-                known.append(self._node_from(info))
+        known, _ = self._with_joined(known, self._alive_nodes())
         if not known:
             raise CorralError(f"the Ray cluster at {self.settings.address} has no node with GPUs")
         self._save_nodes(known)
         return known
+
+    def _with_joined(
+        self, known: list[RayNode], alive: list[dict[str, Any]]
+    ) -> tuple[list[RayNode], bool]:
+        """``known`` with the GPU nodes that joined Ray since, and whether any did. A
+        joiner on the host of a known node Ray no longer lists alive, with its GPU type
+        and count, takes that node's place (its name and GPU ids): a worker whose
+        raylet restarted is the same machine under a new Ray id, not more GPUs, and
+        its old entry must not stay down for ever. Other joiners are added at the end."""
+        alive_ids = {i["NodeID"] for i in alive}
+        nodes = list(known)
+        joined = False
+        for info in alive:
+            if info["NodeID"] in {n.node_id for n in nodes} or _gpus_of(info) <= 0:
+                continue
+            new = self._node_from(info)
+            joined = True
+            k = next(
+                (
+                    k
+                    for k, n in enumerate(nodes)
+                    if n.node_id not in alive_ids
+                    and (n.host, n.gpu_type, n.gpus) == (new.host, new.gpu_type, new.gpus)
+                ),
+                None,
+            )
+            if k is None:
+                nodes.append(new)
+                continue
+            old = nodes[k]
+            nodes[k] = RayNode(old.name, new.node_id, old.gpu_type, old.gpus, new.devices, old.host)
+            print(
+                f"ray: node {old.name} is back as Ray node {new.node_id[:8]} "
+                f"(was {old.node_id[:8]}); its GPUs keep their ids",
+                file=sys.stderr,
+                flush=True,
+            )
+        return nodes, joined
 
     def _node_from(self, info: dict[str, Any]) -> RayNode:
         resources = info.get("Resources", {})
@@ -279,6 +317,7 @@ class RayExecutor(Executor):
             types[0] if types else "GPU",
             count,
             None if self.settings.virtual_gpus else [str(k) for k in range(count)],
+            host,
         )
 
     def _save_nodes(self, nodes: list[RayNode]) -> None:
@@ -324,10 +363,8 @@ class RayExecutor(Executor):
             self._reason = {}
         changed = False
         if self.settings.address:
-            ids = {n.node_id for n in self.nodes}
-            joined = [i for i in alive if i["NodeID"] not in ids and _gpus_of(i) > 0]
+            self.nodes, joined = self._with_joined(self.nodes, alive)
             if joined:
-                self.nodes = self.nodes + [self._node_from(i) for i in joined]
                 self._save_nodes(self.nodes)
                 changed = True
         gone = self._unalive()
