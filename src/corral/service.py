@@ -141,7 +141,7 @@ def _run(
         target=scheduler.run, args=(stop, False), name="corral-scheduler", daemon=True
     )
     app = create_app(config, store, scheduler)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     )
     watch = threading.Thread(
@@ -187,6 +187,23 @@ def _run(
             if running
             else "corral: stopped"
         )
+
+
+class _Server(uvicorn.Server):
+    """The web server, which also keeps Python's handlers for SIGTERM and SIGINT in
+    force. Ray's core worker installs a C handler for SIGTERM (its failure-signal
+    handler: it prints a stack and ends the process) each time it joins a cluster.
+    Joined from the loop's thread (a configured Ray head that came back), it replaced
+    Python's, and a SIGTERM then ended the service without its cleanup; only the main
+    thread may install handlers, and this runs there, once a second."""
+
+    async def on_tick(self, counter: int) -> bool:
+        if counter % 10 == 0:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                handler = signal.getsignal(sig)
+                if callable(handler):
+                    signal.signal(sig, handler)
+        return await super().on_tick(counter)
 
 
 def _watch_lock(

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,80 @@ def test_a_cluster_started_with_token_authentication_is_reached_with_the_users_t
     finally:
         stop_group(head.pid, 10)
         head.wait(20)
+
+
+def test_a_configured_clusters_head_lost_and_back_never_ends_the_service(
+    services: list[RayService], tmp_path: Path
+) -> None:
+    """A ``ray start --head`` cluster whose head is killed (its whole process group)
+    under a running job: its node is down at the next poll, the service leaves Ray
+    before Ray's driver would end it (60 s) and goes on answering; the head started
+    again on its port is joined, its machine takes its old place, and the job, whose
+    rank died with the head, is requeued without using a retry (it allows none) and
+    ends. A SIGTERM then still stops the service whole (Ray's driver, joined again
+    from the loop's thread, had put its own handler in Python's place)."""
+    from corral.runtime.execution.executor import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(RAY_AUTH_MODE="disabled", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    port = free_port()
+    ray_cli = str(Path(PY).parent / "ray")
+
+    def start_head() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [ray_cli, "start", "--head", "--block", f"--port={port}",
+             "--node-ip-address=127.0.0.1", "--num-cpus=1", "--num-gpus=2",
+             '--resources={"accelerator_type:V100": 2}', "--include-dashboard=false",
+             "--disable-usage-stats"],
+            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+    heads = [start_head()]
+    try:
+        service = RayService(
+            tmp_path / "svc",
+            "fifo",
+            {},
+            gpus="auto",
+            ray={"address": f"127.0.0.1:{port}", "virtual_gpus": True, "poll_interval": 0.5,
+                 "leave_after": 3},
+            env={"RAY_AUTH_MODE": "disabled"},
+        )  # fmt: skip
+        services.append(service)
+        service.start(timeout=180)
+        (node,) = service.admin.nodes()
+        ran = service.client.submit({**job(6), "max_retries": 0})["id"]
+        wait_for(lambda: "rank 0 of 1" in service.client.logs(ran).text, 120, "the job to run")
+
+        os.killpg(heads[0].pid, signal.SIGKILL)
+        heads[0].wait(10)
+        wait_for(
+            lambda: [(n["state"], "cannot be reached" in (n["reason"] or ""))
+                     for n in service.admin.nodes()] == [("down", True)],
+            10,
+            "the node to be down",
+        )  # fmt: skip
+        wait_for(lambda: "ray: left the Ray cluster" in service.log.read_text(), 30, "leaving")
+        time.sleep(5)  # (past the leave: the service still answers, the job is kept)
+        assert service.proc is not None and service.proc.poll() is None
+        assert service.client.job(ran)["status"] in ("RUNNING", "PENDING")
+
+        heads.append(start_head())
+        wait_for(
+            lambda: (
+                [(n["name"], n["state"]) for n in service.admin.nodes()] == [(node["name"], "up")]
+            ),
+            180,
+            "the node back in its place",
+        )
+        (done,) = service.wait_done([ran], timeout=180)
+        assert done["status"] == "SUCCEEDED", done
+        assert done["attempts"][0]["cause"] == "node_failure", done["attempts"]
+        service.stop()
+        assert service.proc.returncode == 0 and "corral: stopped" in service.log.read_text()
+        assert "SIGTERM received" not in service.log.read_text()
+    finally:
+        for head in heads:
+            stop_group(head.pid, 10)
+            head.wait(20)

@@ -118,6 +118,9 @@ def test_a_configured_cluster_lost_marks_every_node_down_with_the_reason_until_b
     executor._reason = {}
     executor._gone = set()
     executor._suspect = {}
+    executor._left, executor._lost_since = False, None
+    executor._head_checked, executor._head_was_away = 0.0, False
+    executor._attempts = {}
     executor.state_dir = None
     monkeypatch.setattr(rx, "_reachable", lambda address: True)
     assert executor.watch() is False and executor.unavailable_nodes() == set()
@@ -138,6 +141,8 @@ def test_a_rank_whose_actor_ray_refuses_at_once_is_lost_and_the_poll_goes_on(tmp
     that as the rank lost, as it does a failed answer. It raised out of the loop's
     pass instead, on every pass, while the attempt was never ended (found live: a
     raylet killed under a running job)."""
+    from types import SimpleNamespace
+
     from corral.runtime.execution import ray_executor as rx
     from corral.runtime.execution.executor import ProcessRef
 
@@ -153,10 +158,13 @@ def test_a_rank_whose_actor_ray_refuses_at_once_is_lost_and_the_poll_goes_on(tmp
 
     executor = object.__new__(rx.RayExecutor)
     executor.ray = FakeRay()
+    executor.settings = SimpleNamespace(address=None)  # (its own instance)
     executor.nodes = [rx.RayNode("a", "n1", "V100", 2, None)]
     executor._attempts = {}
     executor._gone = set()
     executor._suspect = {}
+    executor._left, executor._lost_since = False, None
+    executor._head_checked, executor._head_was_away = 0.0, False
     attempt = rx._Attempt("tok", [DeadActor()], ["n1"], [0], tmp_path, tmp_path / "log.txt")
     executor._attempts["tok"] = attempt
     record = executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}tok:1"), tmp_path)
@@ -215,6 +223,8 @@ def test_a_node_a_rank_was_lost_on_is_not_used_until_ray_runs_work_there_again(
         rx.RayNode("b", "n2", "V100", 2, None),
     ]
     executor._attempts, executor._gone, executor._suspect = {}, set(), {}
+    executor._left, executor._lost_since = False, None
+    executor._head_checked, executor._head_was_away = 0.0, False
     executor._head_group, executor._lost_since, executor._reason = None, None, {}
     executor._checked = 0.0
     executor._probe_task = None
@@ -281,6 +291,8 @@ def test_a_node_that_returns_under_a_new_ray_id_takes_its_old_place(tmp_path: Pa
         executor._lost_since = None
         executor._reason = {}
         executor._suspect = {}
+        executor._left, executor._lost_since = False, None
+        executor._head_checked, executor._head_was_away = 0.0, False
         executor.nodes = executor._cluster_inventory()
         executor._gone = executor._unalive()
         return executor
@@ -307,3 +319,75 @@ def test_a_node_that_returns_under_a_new_ray_id_takes_its_old_place(tmp_path: Pa
     third = executor_on(fake)
     assert [(s.id, s.node) for s in third.slots()] == [(i, n) for i, n, _ in after]
     assert third.node_of("h2-bbbbbbbb").node_id == "ee" * 8 and third.unavailable_nodes() == set()
+
+
+def test_a_head_away_past_the_grace_is_left_and_joined_again_when_it_answers(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """With its GCS gone, Ray's driver ends its own process after 60 s, and Ray's
+    calls wait meanwhile while every node looks alive (found live: a head killed, the
+    node up and the job RUNNING for 60 s, then the service gone). The head's port is
+    asked first: its nodes are down at once, no attempt is polled through Ray while
+    it is away, the service leaves Ray after ``ray.leave_after`` seconds, and it joins again
+    (finding ranks anew by name) once the head answers."""
+    from types import SimpleNamespace
+
+    from corral.runtime.execution import ray_executor as rx
+    from corral.runtime.execution.executor import ProcessRef
+
+    class FakeRay:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def nodes(self) -> list[dict]:
+            self.calls.append("nodes")
+            return [{"NodeID": "n1", "Alive": True}]
+
+        def shutdown(self) -> None:
+            self.calls.append("shutdown")
+
+        def init(self, **_: object) -> None:
+            self.calls.append("init")
+
+        def get_actor(self, name: str, namespace: str) -> object:
+            raise ValueError(name)  # a new head: the ranks are gone
+
+    clock = [1000.0]
+    monkeypatch.setattr(rx.time, "monotonic", lambda: clock[0])
+    head_up = [True]
+    monkeypatch.setattr(rx, "_reachable", lambda address: head_up[0])
+    executor = object.__new__(rx.RayExecutor)
+    fake = FakeRay()
+    executor.ray = fake
+    executor.settings = SimpleNamespace(address="10.0.0.1:6379", poll_interval=0.0, leave_after=20)
+    executor.namespace = "corral"
+    executor.nodes = [rx.RayNode("a", "n1", "V100", 2, None)]
+    executor._head_group = None
+    executor._checked = 0.0
+    executor._lost_since, executor._left = None, False
+    executor._head_checked, executor._head_was_away = 0.0, False
+    executor._reason, executor._gone, executor._suspect = {}, set(), {}
+    executor._attempts = {"tok": object()}  # a running attempt's handles
+    executor.state_dir = tmp_path
+    assert executor.watch() is False and set(fake.calls) == {"nodes"}
+    head_up[0] = False  # the head is killed
+    fake.calls.clear()
+    assert executor.watch() is True and executor.unavailable_nodes() == {"a"}
+    assert fake.calls == []  # Ray was not asked: its calls would wait, nodes looking alive
+    folder = tmp_path / "attempt-1"
+    folder.mkdir()
+    assert executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}tok:1"), folder) is None
+    clock[0] += 19
+    assert executor.watch() is False and "shutdown" not in fake.calls
+    clock[0] += 2  # away past the grace: the service leaves before Ray's driver ends it
+    assert executor.watch() is False and fake.calls == ["shutdown"] and executor._left
+    clock[0] += 300
+    assert executor.watch() is False and fake.calls == ["shutdown"]  # waits, alive
+    head_up[0] = True  # a new head answers: joined again, ranks found anew by name
+    monkeypatch.setattr(executor, "_connect", lambda address, own=False: fake.calls.append("init"))
+    assert executor.watch() is False and fake.calls == ["shutdown", "init"]
+    fake.calls.clear()
+    assert not executor._left and executor._attempts == {}
+    assert executor.watch() is True and executor.unavailable_nodes() == set()
+    gone = executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}tok:1"), folder)
+    assert gone is not None and gone.lost and "actor is gone" in (gone.detail or "")

@@ -138,6 +138,11 @@ class RayExecutor(Executor):
         self._rank_class: Any = None
         self._probe_task: Any = None
         self._lost_since: float | None = None
+        self._head_checked = 0.0
+        self._head_was_away = False
+        self._left = False
+        """Whether this process left Ray while its cluster was away (it joins again
+        when the head answers)."""
         self._reason: dict[str, str] = {}
         self.restarts = 0
         """Times the service's own Ray instance died and was started again."""
@@ -354,6 +359,8 @@ class RayExecutor(Executor):
         if self._head_group is not None and not head_alive(self._head_group):
             self._restart_head()
             return True
+        if self._left or self._head_away(fresh=True):
+            return self._cluster_lost()
         try:
             alive = self._alive_nodes()
         except Exception:  # Ray's head unreachable: every node is out until it is back
@@ -450,21 +457,60 @@ class RayExecutor(Executor):
         self._reason = {}
         self.restarts += 1
 
+    def _head_away(self, fresh: bool = False) -> bool:
+        """Whether a configured head's port does not answer (asked before calling Ray:
+        with its GCS gone, Ray's calls wait out its reconnect timeout while every node
+        still looks alive). Asked at most once a second unless ``fresh``."""
+        head = _head_address(self.settings.address)
+        if head is None:
+            return False
+        now = time.monotonic()
+        if fresh or now - self._head_checked >= 1.0:
+            self._head_checked = now
+            self._head_was_away = not _reachable(head)
+        return self._head_was_away
+
     def _cluster_lost(self) -> bool:
         """A configured Ray cluster cannot be reached: its nodes are down, saying why,
-        and the connection is tried again at each poll until it is back."""
+        and the connection is tried again at each poll until it is back. Ray's driver
+        ends its own process once its GCS has been away for Ray's reconnect timeout
+        (60 s), which would take the service, its API and its loop with it: after
+        ``ray.leave_after`` seconds away the service leaves Ray instead, and joins again
+        when the head answers. Ranks are then found again by their actors' names: on
+        a head that came back whole they are adopted; on a new one they are gone, and
+        their attempts end as node failures (requeued, no retry used)."""
         address = self.settings.address or ""
+        now = time.monotonic()
         if self._lost_since is None:
-            self._lost_since = time.monotonic()
+            self._lost_since = now
             why = f"the Ray cluster at {address} cannot be reached"
             self._reason = {n.name: why for n in self.nodes}
             self._gone = {n.name for n in self.nodes}
+            print(f"ray: {why}; its nodes are down until it answers", file=sys.stderr, flush=True)
             return True
-        if address and _reachable(address):
+        head = _head_address(address)
+        # ('auto' names no head to ask: left, it is joined again by a restart)
+        reachable = head is not None and _reachable(head)
+        if not self._left and (reachable or now - self._lost_since >= self.settings.leave_after):
             with contextlib.suppress(Exception):
                 self.ray.shutdown()
+            self._left = True
+            if not reachable:
+                print(
+                    f"ray: left the Ray cluster at {address}, away for "
+                    f"{now - self._lost_since:.0f} s (the service goes on; it joins again "
+                    "when the head answers)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        if self._left and reachable:
             with contextlib.suppress(CorralError):
                 self._connect(address)
+                self._left = False
+                self._attempts.clear()  # (their handles were the old connection's)
+                print(
+                    f"ray: joined the Ray cluster at {address} again", file=sys.stderr, flush=True
+                )
         return False
 
     def node_of(self, name: str) -> RayNode:
@@ -597,6 +643,8 @@ class RayExecutor(Executor):
                     actor.signal.remote(sig)
 
     def poll(self, ref: ProcessRef, folder: Path) -> ExitRecord | None:
+        if self._lost_since is not None or self._head_away():  # no news while it is away
+            return read_exit_record(folder)
         a = self._attempt(ref, folder)
         if a is None:
             return read_exit_record(folder) or ExitRecord(
@@ -626,6 +674,8 @@ class RayExecutor(Executor):
                     raise call
                 answer = self.ray.get(call, timeout=CALL_TIMEOUT)
             except Exception as exc:  # the actor died with its node, or cannot be reached
+                if self._head_away(fresh=True):  # (the head went: no news, not a loss)
+                    return None
                 where = f" on node {a.nodes[k]}" if a.nodes[k] else ""
                 left = a.nodes[k] in self._unalive()
                 why = "its node left the Ray cluster" if left else exc
@@ -739,6 +789,15 @@ def _log_of(request: LaunchRequest) -> Path:
 
 def _gpus_of(info: dict[str, Any]) -> int:
     return int(info.get("Resources", {}).get("GPU", 0))
+
+
+def _head_address(address: str | None) -> str | None:
+    """A configured head's ``host:port``, None for 'auto', a ``ray://`` client address
+    or none at all (nothing to ask before calling Ray)."""
+    if not address or "://" in address:
+        return None
+    host, colon, port = address.rpartition(":")
+    return address if colon and host and port.isdigit() else None
 
 
 def _reachable(address: str) -> bool:

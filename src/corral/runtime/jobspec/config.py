@@ -271,6 +271,14 @@ class RayConfig(BaseModel):
     poll_interval: float = Field(
         2.0, gt=0, description="seconds between checks of which Ray nodes are alive"
     )
+    leave_after: float = Field(
+        20.0,
+        gt=0,
+        le=50,
+        description="seconds a configured cluster's head may be away before the service "
+        "leaves Ray (it joins again when the head answers); under Ray's 60, after which "
+        "Ray's driver ends the service's process",
+    )
 
 
 class PrerunConfig(BaseModel):
