@@ -111,14 +111,18 @@ def forbidden_minors(
 
 
 # ----------------------------------------------------------------- cgroup v1
+def v1_group(name: str, root: Path = CGROUP_ROOT) -> Path:
+    """Where the v1 ``devices`` cgroup named ``name`` is made."""
+    return root / "devices" / "corral" / name
+
+
 def confine_v1(name: str, forbidden: list[tuple[int, int]], root: Path = CGROUP_ROOT) -> Path:
     """Move this process into a new v1 ``devices`` cgroup that refuses ``forbidden``;
     its path (remove it with :func:`release_v1`). Raises OSError where v1's
     controller is not mounted or not ours to write."""
-    base = root / "devices"
-    if not (base / "devices.deny").exists():
+    if not (root / "devices" / "devices.deny").exists():
         raise OSError("no cgroup v1 devices controller")
-    group = base / "corral" / name
+    group = v1_group(name, root)
     group.mkdir(parents=True, exist_ok=True)
     try:
         for major, minor in forbidden:

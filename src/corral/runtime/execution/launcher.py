@@ -543,6 +543,22 @@ def _reap() -> None:
 
 
 # ------------------------------------------------------------- cgroups v2
+def cgroup_name(folder: Path, pid: int) -> str:
+    """The name of the cgroups the launcher (or warm worker) of ``folder`` with process
+    id ``pid`` makes for itself: its v2 group, and its v1 devices group where v2's
+    device program cannot be used."""
+    return f"{folder.parent.name}-{folder.name}-{pid}"
+
+
+def cgroup_paths(folder: Path, pid: int) -> tuple[Path, Path]:
+    """The v2 group and the v1 devices group that process may have made, to remove
+    once it has ended (its own, made as root, are not its to remove as a user)."""
+    from corral.runtime.execution.gpu_devices import v1_group
+
+    name = cgroup_name(folder, pid)
+    return CGROUP_ROOT / "corral" / name, v1_group(name)
+
+
 def _cgroup(folder: Path, conf: Confinement) -> Path | None:
     """A cgroup v2 for this attempt, the launcher moved into it, with the job's limits
     where it asked for any: every attempt gets one where cgroups v2 is delegated
@@ -559,7 +575,7 @@ def _cgroup(folder: Path, conf: Confinement) -> Path | None:
         if limits:
             (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory +cpu")
             (base / "cgroup.subtree_control").write_text("+memory +cpu")
-        group = base / f"{folder.parent.name}-{folder.name}-{os.getpid()}"
+        group = base / cgroup_name(folder, os.getpid())
         group.mkdir()
         if conf.memory:
             (group / "memory.max").write_text(str(conf.memory))
@@ -578,7 +594,7 @@ def _confine_gpus(folder: Path, conf: Confinement, cgroup: Path | None) -> Confi
         return None
     allowed = [int(k) for k in conf.gpu_devices.split(",") if k.strip().isdigit()]
     dev = Path(conf.device_dir) if conf.device_dir else DEV
-    confined = confine(f"{folder.parent.name}-{folder.name}-{os.getpid()}", allowed, cgroup, dev)
+    confined = confine(cgroup_name(folder, os.getpid()), allowed, cgroup, dev)
     print(f"corral: GPU confinement: {confined.how}", file=sys.stderr, flush=True)
     return confined
 

@@ -52,12 +52,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.runtime.execution.launcher import (
-    CGROUP_ROOT,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
     STOP_SIGNALS,
     Confinement,
     _cgroup,
+    cgroup_name,
+    cgroup_paths,
     isolated_python,
     job_processes,
     prctl,
@@ -104,7 +105,7 @@ def become(args: WorkerArgs) -> str:
         from corral.runtime.execution.gpu_devices import confine
 
         cgroup = _cgroup(args.socket, Confinement())
-        how = confine(f"warm-{os.getpid()}", [int(args.gpu)], cgroup).how
+        how = confine(cgroup_name(args.socket, os.getpid()), [int(args.gpu)], cgroup).how
     if args.uid is not None:
         os.setgroups(args.groups)
         os.setgid(args.gid if args.gid is not None else args.uid)
@@ -426,11 +427,7 @@ class WarmWorkers:
 def _drop_cgroups(warm: Warm) -> None:
     """Remove the cgroups an ended worker confined itself in (v2's own, or v1's
     devices group); nothing where it made none or they are not empty."""
-    pid, sock = warm.process.pid, warm.socket
-    for group in (
-        CGROUP_ROOT / "corral" / f"{sock.parent.name}-{sock.name}-{pid}",
-        CGROUP_ROOT / "devices" / "corral" / f"warm-{pid}",
-    ):
+    for group in cgroup_paths(warm.socket, warm.process.pid):
         with contextlib.suppress(OSError):
             group.rmdir()
 
