@@ -1,0 +1,145 @@
+"""``corral submit`` in its everyday form is answered without Typer or Rich, and sends
+exactly what the full command line sends; whatever it does not take goes to the
+full command line untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.cli import app
+from corral.quick_verbs import parse_submit, quick_submit
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """A stand-in for the service: records each submission, answers as the service
+    does, or with a 422 for a job named 'refused'."""
+
+    bodies: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        if body.get("name") == "refused":
+            answer, status = {"detail": [{"loc": ["body", "gpus"], "msg": "too many"}]}, 422
+        else:
+            answer, status = {"id": len(self.bodies), "name": body.get("name", "job")}, 201
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def service(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("CORRAL_URL", url)
+    monkeypatch.setenv("CORRAL_TOKEN", "alice-token-1")
+    Recorder.bodies = []
+    yield url
+    server.shutdown()
+
+
+TAKEN = [
+    ["--gpus", "2", "--", "python", "train.py", "--lr", "0.1"],
+    ["--gpus=4", "-J", "bert", "--gpu-type", "V100", "--", "python", "-c", "pass"],
+    ["--hold", "--priority", "-5", "--time", "1-00:00:00", "--", "sleep", "1"],
+    ["-t", "30", "--mem", "16G", "-c", "4", "--vc", "team-a", "--", "sleep", "1"],
+    ["--no-requeue", "--exclusive", "--max-retries", "0", "--", "./run", "--gpus", "9"],
+    ["--json", "--name", "x", "--total-steps", "100", "--duration", "2h", "--", "true"],
+]
+
+
+@pytest.mark.parametrize("words", TAKEN)
+def test_the_quick_path_sends_what_the_full_command_line_sends(
+    words: list[str], service: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert parse_submit(words) is not None
+    full = CliRunner().invoke(app, ["submit", *words])
+    assert full.exit_code == 0, full.output
+    assert quick_submit(words) == 0
+    by_full, by_quick = Recorder.bodies
+    assert by_quick == by_full
+    assert by_quick["command"] == words[words.index("--") + 1 :]
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--gpus", "1", "python", "x.py"],  # no '--': the first word may be a spec
+        ["--array", "0-9", "--", "sleep", "1"],
+        ["--wait", "--", "sleep", "1"],
+        ["--gpus", "two", "--", "sleep", "1"],  # (the full command line names the error)
+        ["-HJ", "x", "--", "sleep", "1"],
+        ["--help"],
+        ["--gpus", "1", "--"],
+        ["--", "job.yaml"],
+        ["--", "script.sh"],  # a file here: a batch script, its directives read
+        ["--gpus"],
+    ],
+)
+def test_words_the_quick_path_does_not_take_go_to_the_full_command_line(
+    words: list[str], service: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "script.sh").write_text("#!/bin/sh\n#SBATCH --gpus=2\nsleep 1\n")
+    assert parse_submit(words) is None
+    assert quick_submit(words) is None and Recorder.bodies == []  # nothing sent
+
+
+def test_a_refusal_is_said_as_the_full_command_line_says_it(
+    service: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = ["--name", "refused", "--", "sleep", "1"]
+    full = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "submit", *words],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert quick_submit(words) == full.returncode == 2
+    said = capsys.readouterr().err
+    assert said == full.stderr and said.startswith("error: ") and "gpus" in said
+
+
+def test_the_corral_command_submits_without_typer_rich_or_numpy(
+    service: str, tmp_path: Path
+) -> None:
+    """The installed command's path, in a process of its own: what it imported."""
+    probe = (
+        "import sys\n"
+        "from corral.quick_verbs import main\n"
+        "sys.argv = ['corral', 'submit', '--gpus', '1', '--', 'sleep', '1']\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    heavy = {'typer', 'rich', 'numpy', 'pandas', 'pydantic', 'corral.cli'}\n"
+        "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ}, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "submitted job 1 (job)\n"
+    assert done.stderr.strip() == "[]"
+    # a verb it does not take runs the full command line
+    probe = probe.replace("'submit', '--gpus', '1', '--', 'sleep', '1'", "'--version'")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.startswith("corral ") and "corral.cli" in done.stderr
