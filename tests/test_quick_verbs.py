@@ -41,6 +41,29 @@ class Recorder(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def do_GET(self) -> None:
+        """The queue: ``listed`` jobs, one of them named with a control character."""
+        query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&") if p)
+        jobs = [
+            {"id": k, "name": "x\x1b[2J" if k == 3 else f"job-{k}", "user": "alice",
+             "status": "PENDING" if k % 3 else "RUNNING", "gpus": 1 + k % 2,
+             "gpu_type": "V100" if k % 5 == 0 else None, "position": k if k % 3 else None,
+             "reason": "Resources" if k % 3 else None, "steps": k, "total_steps": 100 * (k % 2),
+             "remaining": {"seconds": 60.0 * k, "source": "history"} if k % 4 else None,
+             "submit_time": 1.8e9 + k}
+            for k in range(1, type(self).listed + 1)
+        ]  # fmt: skip
+        shown = jobs[: int(query.get("limit", len(jobs)))]
+        data = json.dumps(shown).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Total-Count", str(len(jobs)))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    listed: ClassVar[int] = 0
+
     def log_message(self, *args: object) -> None:
         pass
 
@@ -143,3 +166,44 @@ def test_the_corral_command_submits_without_typer_rich_or_numpy(
     probe = probe.replace("'submit', '--gpus', '1', '--', 'sleep', '1'", "'--version'")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.startswith("corral ") and "corral.cli" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("listed", "words"),
+    [
+        (620, []),  # plain columns: no Typer, no Rich
+        (620, ["-t", "PD,R", "-u", "alice", "-o", "id,name,left,steps,submit"]),
+        (620, ["--limit", "600", "--mine"]),  # cut: said on stderr
+        (12, []),  # a screenful: the full command line's table
+        (12, ["--json", "--limit=5"]),
+        (12, ["-o", "id,nope"]),  # refused, as the full command line refuses it
+    ],
+)
+def test_the_quick_queue_prints_what_the_full_command_line_prints(
+    listed: int, words: list[str], service: str
+) -> None:
+    Recorder.listed = listed
+    full = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "queue", *words],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    probe = (
+        "import sys\n"
+        "from corral.quick_verbs import main\n"
+        f"sys.argv = ['corral', 'queue', *{words!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    heavy = {'typer', 'rich'}\n"
+        "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
+    )
+    quick = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    *said, imported = quick.stderr.splitlines()
+    assert (quick.returncode, quick.stdout) == (full.returncode, full.stdout)
+    assert "\n".join(said).split() == full.stderr.split()  # (the full one wraps at 80)
+    long = listed > 500 or "--json" in words or quick.returncode != 0
+    assert (imported == "[]") == long, imported
+    if listed > 500 and not words:
+        assert "x\\x1b[2J" in quick.stdout and quick.stdout.startswith("620 jobs\n")

@@ -1,5 +1,5 @@
-"""The ``corral`` command's entry point: ``corral submit`` in its everyday form
-answered without the full command line.
+"""The ``corral`` command's entry point: ``corral submit`` in its everyday form and
+``corral queue`` answered without the full command line.
 
 Slurm's users submit in loops (``for i in ...; do sbatch ...; done``). Through
 the full command line (:mod:`corral.cli`) every submission paid for Typer, Rich
@@ -12,6 +12,9 @@ client alone. Any other word (a spec file, a script, ``--array``, ``--wait``,
 the whole command to :mod:`corral.cli`, which answers it as before, or gives
 its error. So the quick path sends exactly what the full one would (a test
 compares the two) for what it takes, and never answers what it does not take.
+``corral queue`` is taken with any of its options; its rows and plain columns
+are the full command line's own (:mod:`corral.queue_listing`), and a screenful
+is drawn by the full command line's table.
 """
 
 from __future__ import annotations
@@ -64,6 +67,39 @@ SPECS = (".yaml", ".yml", ".json")
 """Endings of a job spec's file name, which the full command line reads."""
 
 
+def read_options(
+    options: list[str],
+    values: dict[str, tuple[str, Callable[[str], Any]]],
+    flags: dict[str, tuple[str, bool]],
+) -> dict[str, Any] | None:
+    """The fields ``options`` set (each a flag, ``--opt value`` or ``--opt=value``), or
+    None at the first word that is none of those."""
+    fields: dict[str, Any] = {}
+    k = 0
+    while k < len(options):
+        word = options[k]
+        name, eq, given = word.partition("=")
+        if word in flags:
+            key, value = flags[word]
+            fields[key] = value
+            k += 1
+            continue
+        if eq and name.startswith("--") and name in values:
+            text = given
+            k += 1
+        elif word in values and k + 1 < len(options):
+            name, text = word, options[k + 1]
+            k += 2
+        else:
+            return None
+        key, kind = values[name]
+        try:
+            fields[key] = kind(text)
+        except ValueError:  # (the full command line says what is wrong with it)
+            return None
+    return fields
+
+
 def parse_submit(words: list[str]) -> dict[str, Any] | None:
     """The fields of ``corral submit WORDS`` (with ``url``, ``token`` and ``json``
     among them), or None when a word is not one the quick path takes."""
@@ -73,29 +109,9 @@ def parse_submit(words: list[str]) -> dict[str, Any] | None:
     options, command = words[:split], words[split + 1 :]
     if not command or os.path.isfile(command[0]) or command[0].lower().endswith(SPECS):
         return None  # (a spec file or a batch script, read by the full command line)
-    fields: dict[str, Any] = {}
-    k = 0
-    while k < len(options):
-        word = options[k]
-        name, eq, given = word.partition("=")
-        if word in FLAGS:
-            key, value = FLAGS[word]
-            fields[key] = value
-            k += 1
-            continue
-        if eq and name.startswith("--") and name in VALUES:
-            text = given
-            k += 1
-        elif word in VALUES and k + 1 < len(options):
-            name, text = word, options[k + 1]
-            k += 2
-        else:
-            return None
-        key, kind = VALUES[name]
-        try:
-            fields[key] = kind(text)
-        except ValueError:  # (the full command line says what is wrong with it)
-            return None
+    fields = read_options(options, VALUES, FLAGS)
+    if fields is None:
+        return None
     fields["command"] = command
     fields.setdefault("workdir", os.getcwd())
     return fields
@@ -131,11 +147,93 @@ def quick_submit(words: list[str]) -> int | None:
     return 0
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+QUEUE_VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--state": ("state", str),
+    "-t": ("state", str),
+    "--user": ("user", str),
+    "-u": ("user", str),
+    "--name": ("name", str),
+    "-n": ("name", str),
+    "--jobs": ("jobs", str),
+    "-j": ("jobs", str),
+    "--format": ("format", str),
+    "-o": ("format", str),
+    "--limit": ("limit", _positive),
+    "--url": ("url", str),
+    "--token": ("token", str),
+}
+"""``corral queue``'s options (all of them), as the full command line names them."""
+QUEUE_FLAGS = {"--mine": ("mine", True), "--no-mine": ("mine", False), "--json": ("json", True)}
+
+
+def quick_queue(words: list[str]) -> int | None:
+    """List the queue as ``corral queue WORDS`` does, and the exit code; None when the
+    words are not the quick path's. A long listing (plain columns) or JSON needs
+    nothing more; a screenful is drawn by the full command line's table."""
+    given = read_options(words, QUEUE_VALUES, QUEUE_FLAGS)
+    if given is None:
+        return None
+    from corral.api.client import Client
+    from corral.errors import CorralError
+    from corral.queue_listing import (
+        PLAIN_ROWS,
+        QUEUE_FIELDS,
+        cut_note,
+        plain_table,
+        queue_columns,
+        queue_rows,
+        queue_title,
+    )
+
+    as_json = given.get("json", False)
+    try:
+        chosen = queue_columns(given.get("format"))
+        with Client(given.get("url"), given.get("token")) as client:
+            jobs, total = client.jobs_counted(
+                given.get("state"),
+                given.get("mine", False),
+                given.get("limit"),
+                None if as_json else QUEUE_FIELDS,
+                given.get("user"),
+                given.get("name"),
+                given.get("jobs"),
+            )
+    except CorralError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    note = cut_note(len(jobs), total, given.get("limit"))
+    if note:
+        print(note, file=sys.stderr)
+    if as_json:
+        sys.stdout.write(json.dumps(jobs, indent=2) + "\n")
+        return 0
+    rows = queue_rows(jobs, chosen)
+    if len(rows) > PLAIN_ROWS:
+        plain_table(queue_title(len(jobs), total), chosen, rows)
+    else:
+        from corral.cli.app import print_table
+
+        print_table(queue_title(len(jobs), total), chosen, rows)
+    return 0
+
+
+QUICK = {"submit": quick_submit, "queue": quick_queue}
+"""The verbs answered here when their words allow."""
+
+
 def main() -> None:
     """``corral``: the quick path where it applies, else the full command line."""
     words = sys.argv[1:]
-    if words[:1] == ["submit"]:
-        code = quick_submit(words[1:])
+    quick = QUICK.get(words[0]) if words else None
+    if quick is not None:
+        code = quick(words[1:])
         if code is not None:
             sys.stdout.flush()
             sys.exit(code)

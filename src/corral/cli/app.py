@@ -23,6 +23,7 @@ from rich.markup import escape
 from typer.main import get_command_name
 
 from corral.errors import CorralError
+from corral.queue_listing import PLAIN_ROWS, plain_table, printable
 
 app = typer.Typer(
     add_completion=True,
@@ -42,9 +43,6 @@ def _console() -> Console:
 
 console = _console()
 
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
-del _CONTROL[ord("\n")], _CONTROL[ord("\t")]
-
 
 def print_json(data: object) -> None:
     """Data as JSON on standard output, indented, with no colouring: for programs (and
@@ -53,43 +51,21 @@ def print_json(data: object) -> None:
     sys.stdout.flush()
 
 
-PLAIN_ROWS = 500
-"""Tables longer than this are printed as plain aligned columns (rich's layout takes
-seconds over ten thousand rows; squeue prints plain columns too)."""
-
-
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     """A table: rich's box for a screenful, plain aligned columns for a long listing.
     Cells are shown with control characters escaped (they may come from other users)."""
-    if len(rows) <= PLAIN_ROWS:
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(title=title)
-        for column in columns:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(Text(printable(cell)) for cell in row))
-        console.print(table)
+    if len(rows) > PLAIN_ROWS:
+        plain_table(title, columns, rows)
         return
-    cells = rows
-    if not "".join(map("".join, rows)).isprintable():  # rare: escape them
-        cells = [[printable(c) for c in row] for row in rows]
-    widths = [
-        max(len(name), *map(len, column))
-        for name, column in zip(columns, zip(*cells, strict=True), strict=True)
-    ]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [title, line.format(*columns).rstrip()]
-    out += [line.format(*r).rstrip() for r in cells]
-    sys.stdout.write("\n".join(out) + "\n")
-    sys.stdout.flush()
+    from rich.table import Table
+    from rich.text import Text
 
-
-def printable(text: str) -> str:
-    """``text`` with terminal control characters shown as escapes (``\\x1b``): what
-    one user wrote (a command, a name) never drives another user's terminal."""
-    return text.translate(_CONTROL)
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(Text(printable(cell)) for cell in row))
+    console.print(table)
 
 
 err_console = Console(stderr=True)

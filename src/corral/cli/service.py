@@ -7,7 +7,6 @@ so a user needs no access to the store or the machine the service runs on.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -32,6 +31,16 @@ from corral.cli.app import (
 )
 from corral.errors import CorralError
 from corral.model.status import JobStatus
+from corral.queue_listing import (
+    QUEUE_COLUMNS,
+    QUEUE_FIELDS,
+    cut_note,
+    queue_columns,
+    queue_rows,
+    queue_title,
+    steps,
+    when,
+)
 from corral.timespan import span
 
 if TYPE_CHECKING:
@@ -49,16 +58,6 @@ def _client(url: str | None, token: str | None) -> Any:
     return Client(url, token)
 
 
-def _when(t: float | None) -> str:
-    return "-" if t is None else _clock(int(t))
-
-
-@functools.lru_cache(maxsize=4096)
-def _clock(second: int) -> str:
-    """A time of day (jobs submitted in one second share it: a batch of thousands)."""
-    return datetime.fromtimestamp(second).strftime("%H:%M:%S")
-
-
 def _is_script(path: Path) -> bool:
     """A text file (a batch script, whose directives are read), not a program binary."""
     try:
@@ -67,20 +66,6 @@ def _is_script(path: Path) -> bool:
     except OSError:
         return False
     return path.is_file() and b"\0" not in head
-
-
-def _left(remaining: dict[str, Any] | None) -> str:
-    """Work left as the policy sees it (squeue's TIME_LEFT); '~' marks a stand-in or a
-    prediction (a loss curve's) rather than a measurement."""
-    if not remaining:
-        return "-"
-    guess = "~" if remaining["source"] in ("history", "default", "convergence") else ""
-    return guess + span(remaining["seconds"])
-
-
-def _steps(job: dict[str, Any]) -> str:
-    done = int(job["steps"])
-    return f"{done}/{job['total_steps']}" if job.get("total_steps") else str(done)
 
 
 @app.command()
@@ -361,25 +346,6 @@ def _wait_for_end(client: Any, ids: list[int], quiet: bool = False) -> int:
     return code
 
 
-QUEUE_FIELDS = [
-    "id",
-    "name",
-    "user",
-    "status",
-    "gpus",
-    "gpu_type",
-    "position",
-    "reason",
-    "steps",
-    "total_steps",
-    "remaining",
-    "submit_time",
-]
-"""What ``corral queue`` shows of each job (asked of the API, so a long listing is small)."""
-QUEUE_COLUMNS = ("id", "name", "user", "state", "gpus", "pos", "reason", "steps", "left", "submit")
-"""The columns ``corral queue`` can show (``--format``), in its default order."""
-
-
 @app.command()
 def queue(
     state: Annotated[
@@ -417,49 +383,17 @@ def queue(
 ) -> None:
     """List jobs with their state, queue position and pending reason (all of them,
     oldest first, unless --limit); squeue's filters (-t, -u, -n, -j) and -o columns."""
-    chosen = _queue_columns(columns)
+    chosen = queue_columns(columns)
     shown = None if as_json else QUEUE_FIELDS
     with _client(url, token) as client:
         jobs, total = client.jobs_counted(state, mine, limit, shown, user, name, jobs_)
-    if len(jobs) < total:
-        err_console.print(
-            f"showing the first {len(jobs)} of {total} jobs (--limit {limit}); "
-            "leave --limit out to list them all",
-            highlight=False,
-        )
+    note = cut_note(len(jobs), total, limit)
+    if note:
+        err_console.print(note, highlight=False)
     if as_json:
         print_json(jobs)
         return
-    title = f"{total} job{'' if total == 1 else 's'}"
-    if len(jobs) < total:
-        title = f"first {len(jobs)} of {title}"
-    cells = {
-        "id": lambda j: str(j["id"]),
-        "name": lambda j: j["name"],
-        "user": lambda j: j["user"],
-        "state": lambda j: j["status"],
-        "gpus": lambda j: f"{j['gpus']}{' ' + j['gpu_type'] if j['gpu_type'] else ''}",
-        "pos": lambda j: str(j["position"] or "-"),
-        "reason": lambda j: j["reason"] or "",
-        "steps": _steps,
-        "left": lambda j: _left(j.get("remaining")),
-        "submit": lambda j: _when(j["submit_time"]),
-    }
-    rows = [[cells[c](j) for c in chosen] for j in jobs]
-    print_table(title, chosen, rows)
-
-
-def _queue_columns(text: str | None) -> list[str]:
-    if not text:
-        return list(QUEUE_COLUMNS)
-    chosen = [c.strip().lower() for c in text.split(",") if c.strip()]
-    unknown = [c for c in chosen if c not in QUEUE_COLUMNS]
-    if unknown or not chosen:
-        raise CorralError(
-            f"--format: no column '{unknown[0] if unknown else text}' "
-            f"(columns: {', '.join(QUEUE_COLUMNS)})"
-        )
-    return chosen
+    print_table(queue_title(len(jobs), total), chosen, queue_rows(jobs, chosen))
 
 
 @app.command()
@@ -516,7 +450,7 @@ def history(
             r["user"],
             r["status"],
             str(r["gpus"]),
-            _when(r["submit_time"]),
+            when(r["submit_time"]),
             span(r["wait"]),
             span(r["elapsed"]),
             f"{r['gpu_hours']:.2f}",
@@ -569,7 +503,7 @@ def show(
         + (f" on {job['assigned_gpus']}" if job["assigned_gpus"] else ""),
         f"  priority  {job['priority']}   retries {job['failures']}/{job['max_retries']}"
         f"   preemptions {job['preemptions']}",
-        f"  progress  {_steps(job)} steps"
+        f"  progress  {steps(job)} steps"
         + (f", {job['throughput']:.2f} steps/s" if job["throughput"] else "")
         + (f", loss {job['loss']:.4f}" if job["loss"] is not None else "")
         + (
@@ -588,8 +522,8 @@ def show(
             if job.get("grad_noise_scale") is not None
             else ""
         ),
-        f"  submitted {_when(job['submit_time'])}  started {_when(job['first_start'])}"
-        f"  ended {_when(job['end_time'])}",
+        f"  submitted {when(job['submit_time'])}  started {when(job['first_start'])}"
+        f"  ended {when(job['end_time'])}",
     ]
     output = (job.get("spec") or {}).get("output")
     if output:
@@ -609,8 +543,8 @@ def show(
                 str(a["number"]),
                 a["phase"],
                 ",".join(map(str, a["gpus"])),
-                _when(a["start_time"]),
-                _when(a["end_time"]),
+                when(a["start_time"]),
+                when(a["end_time"]),
                 a["cause"] or "running",
                 Text(printable(a["detail"] or "")),
             )
