@@ -111,7 +111,12 @@ def corral_service(folder: Path) -> Iterator[Side]:
             "CORRAL_URL": service.url,
             "CORRAL_TOKEN": service.users["alice"],
         }
-        corral = [sys.executable, "-m", "corral.cli"]
+        # the installed command, as a user types it (its entry point answers submit and
+        # queue itself); else the same entry point through the interpreter
+        installed = Path(sys.executable).parent / "corral"
+        corral = (
+            [str(installed)] if installed.exists() else [sys.executable, "-m", "corral.quick_verbs"]
+        )
         job = ["--gpus", "1", "--", "sleep", "1"]
 
         def live_jobs() -> int:

@@ -240,3 +240,7 @@ def main() -> None:
     from corral.cli import main as full
 
     full()
+
+
+if __name__ == "__main__":
+    main()
