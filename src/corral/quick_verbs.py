@@ -22,8 +22,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
+
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--gpus": ("gpus", int),

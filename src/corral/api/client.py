@@ -10,24 +10,30 @@ from __future__ import annotations
 import http.client
 import json as jsonlib
 import os
-from dataclasses import dataclass
 from email.message import Message
-from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from corral.errors import CorralError, NotFound, OperationFailed, PermissionDenied, Unreachable
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
+
+if TYPE_CHECKING:
+    from typing import Any
+
 DEFAULT_URL = "http://127.0.0.1:8470"
 
 
-@dataclass
 class Answer:
-    """One HTTP answer: status, headers (case-insensitive ``get``) and body."""
+    """One HTTP answer: status, headers (case-insensitive ``get``) and body. (A plain
+    class: ``dataclasses`` and ``typing`` would be a third of a quick command's imports.)"""
 
-    status_code: int
-    reason_phrase: str
-    headers: Message
-    content: bytes
+    __slots__ = ("content", "headers", "reason_phrase", "status_code")
+
+    def __init__(self, status_code: int, reason_phrase: str, headers: Message, content: bytes):
+        self.status_code = status_code
+        self.reason_phrase = reason_phrase
+        self.headers = headers
+        self.content = content
 
     @property
     def text(self) -> str:
