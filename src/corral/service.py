@@ -14,6 +14,7 @@ only then opens the store and adopts running jobs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -164,7 +165,7 @@ def _run(
     if threading.current_thread() is threading.main_thread():
         # a job's process (its launcher) that ends wakes the loop at once, so the next
         # job starts on the freed GPUs now rather than at the next tick
-        signal.signal(signal.SIGCHLD, lambda _signum, _frame: scheduler.notify())
+        signal.signal(signal.SIGCHLD, wake_on_signal(scheduler.notify))
         # the web server handles SIGTERM (a graceful stop) and then raises it again
         # under the handler it found; with the default one the process would end there,
         # before the loop is stopped and the executor closed (a warm worker, a local Ray
@@ -187,6 +188,29 @@ def _run(
             if running
             else "corral: stopped"
         )
+
+
+def wake_on_signal(notify: Callable[[], None]) -> Callable[[int, object], None]:
+    """A signal handler that has ``notify`` called soon, by a thread of its own.
+    A handler runs in the main thread between two of its bytecodes, possibly while
+    that thread holds the very lock ``notify`` takes (an ``Event.set`` of its own
+    under way): calling it there deadlocked the service (found in a full run: the
+    API stopped answering). The handler only writes a byte to a pipe, which takes
+    no lock; the thread that reads the pipe calls ``notify``."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+
+    def relay() -> None:
+        while os.read(read_end, 512):
+            notify()
+
+    threading.Thread(target=relay, name="corral-wake", daemon=True).start()
+
+    def handler(_signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):  # (the pipe full: a wake is on its way)
+            os.write(write_end, b"\0")
+
+    return handler
 
 
 class _Server(uvicorn.Server):

@@ -262,15 +262,36 @@ def test_a_sigterm_stops_the_service_whole_and_its_running_job_goes_on(
     says so, exits 0 rather than dying of the signal, and a job that was running goes
     on and is adopted by the next start."""
     service = make_service("fifo")
-    work = [PY, "-c", "import time; time.sleep(6)"]
+    go = service.folder / "go"  # (the job runs until the test has seen it adopted)
+    work = [PY, "-c", f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.1)"]
     job = service.client.submit({"name": "through", "command": work, "gpus": 1})["id"]
     wait_for(lambda: service.client.job(job)["status"] == "RUNNING", 60, "the job to run")
     service.stop()
     assert service.proc is not None and service.proc.returncode == 0, service.log.read_text()
     assert "corral: stopped; 1 running job(s) go on" in service.log.read_text()
     service.start()
+    wait_for(lambda: job in {e.job_id for e in service.events("adopted")}, 60, "the adoption")
+    go.touch()
     (done,) = service.wait_done([job], timeout=120)
     assert done["status"] == "SUCCEEDED" and len(done["attempts"]) == 1, done
-    assert job in {e.job_id for e in service.events("adopted")}
     service.stop()
     assert service.log.read_text().rstrip().endswith("corral: stopped")
+
+
+def test_the_child_signal_wakes_the_loop_without_taking_a_lock() -> None:
+    """The SIGCHLD handler runs in the main thread, perhaps while it is inside the very
+    ``Event.set`` the wake takes (found hung in a full run): held, the handler must
+    return at once, and the loop is woken all the same, by another thread."""
+    import threading
+
+    from corral.service import wake_on_signal
+
+    event = threading.Event()
+    handler = wake_on_signal(event.set)
+    with event._cond:  # (the lock Event.set takes, held as by an interrupted set)
+        done = threading.Event()
+        caller = threading.Thread(target=lambda: (handler(17, None), done.set()))
+        caller.start()
+        assert done.wait(5), "the handler waited on the lock"
+        assert not event.is_set()  # (not set under the held lock)
+    assert event.wait(5)  # set once the lock is free, by the relay
