@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -72,6 +75,17 @@ def finish_times(result: SimResult) -> dict[str, float]:
 @pytest.fixture
 def small_cluster() -> Cluster:
     return uniform(2, 4)
+
+
+@pytest.fixture
+def enterable_dir() -> Iterator[Path]:
+    """A folder every user may enter (mode 711), outside pytest's private tmp
+    (which other users cannot pass through): where an admin would put the jobs
+    of a service whose jobs run as other Unix users. Removed after the test."""
+    folder = Path(tempfile.mkdtemp(prefix="corral-jobs-"))
+    folder.chmod(0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -67,11 +67,10 @@ def marks() -> Iterator[Path]:
 
 @pytest.fixture
 def service(
-    tmp_path: Path, two_users: tuple[pwd.struct_passwd, pwd.struct_passwd]
+    tmp_path: Path, two_users: tuple[pwd.struct_passwd, pwd.struct_passwd], enterable_dir: Path
 ) -> Iterator[ServiceProcess]:
     alice, bob = two_users
-    jobs = Path(tempfile.mkdtemp(prefix="corral-jobs-"))
-    jobs.chmod(0o711)
+    jobs = enterable_dir
     made = ServiceProcess(
         tmp_path,
         "fifo",

@@ -79,10 +79,16 @@ class RayService(ServiceProcess):
                     (e["kind"], e["detail"].get("cause") or e["detail"].get("gpus"))
                     for e in job["events"]
                 ]
+                + [(a["cause"], a["detail"]) for a in job["attempts"]]
                 for j, job in jobs.items()
                 if job["status"] not in TERMINAL
             }
-            raise TimeoutError(f"{exc}: {states}; events of those not ended: {stuck}") from None
+            nodes = [(n["name"], n["state"], n.get("reason")) for n in self.admin.nodes()]
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise TimeoutError(
+                f"{exc}: {states}; events and attempts of those not ended: {stuck}; "
+                f"nodes: {nodes}; the service's log ends:\n{tail}"
+            ) from None
         return [self.client.job(j) for j in ids]
 
     def close(self) -> None:

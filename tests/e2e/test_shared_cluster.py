@@ -11,7 +11,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,7 +143,9 @@ def test_state_and_config_are_private_and_jobs_run_outside_them(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other users only under root")
-def test_as_root_jobs_run_as_their_users_unix_account(services: Any, tmp_path: Path) -> None:
+def test_as_root_jobs_run_as_their_users_unix_account(
+    enterable_dir: Path, services: Any, tmp_path: Path
+) -> None:  # (the folder set up first, so removed after the services end)
     try:
         nobody = pwd.getpwnam("nobody")
     except KeyError:
@@ -154,8 +155,7 @@ def test_as_root_jobs_run_as_their_users_unix_account(services: Any, tmp_path: P
     refused.launch()
     assert refused.proc is not None and refused.proc.wait(30) == 2
     assert "who cannot enter" in refused.log.read_text()
-    jobs = Path(tempfile.mkdtemp(prefix="corral-jobs-"))
-    jobs.chmod(0o711)  # where the admin would put it: every unix_user may enter
+    jobs = enterable_dir  # where the admin would put it: every unix_user may enter
     if cannot_run_python(lookup("nobody")) is not None:  # a Python under /root, say
         strict = services(name="strict", unix_users=accounts, jobs_dir=str(jobs))
         strict.launch()

@@ -52,7 +52,7 @@ def test_a_folder_is_checked_as_the_jobs_user(carol: RunAs) -> None:
 
 
 def test_a_user_who_cannot_run_the_services_python_is_refused_at_start(
-    carol: RunAs, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    carol: RunAs, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, enterable_dir: Path
 ) -> None:
     hidden = Path(tempfile.mkdtemp(prefix="corral-venv-"))  # as a venv under /root
     try:
@@ -64,8 +64,7 @@ def test_a_user_who_cannot_run_the_services_python_is_refused_at_start(
         from corral.runtime.jobspec.config import UserConfig
         from tests.runtime.harness import TOKENS, make_config
 
-        jobs = Path(tempfile.mkdtemp(prefix="corral-jobs-"))
-        jobs.chmod(0o711)
+        jobs = enterable_dir
         config = make_config(
             tmp_path / "state",
             users=[UserConfig(name="alice", token=TOKENS["alice"], unix_user=carol.name)],

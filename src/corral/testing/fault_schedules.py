@@ -210,6 +210,7 @@ def service_config(folder: Path, policy: str) -> ServiceConfig:
     options: dict[str, Any] = {"round": 5.0} if policy.startswith("gavel") else {}
     return ServiceConfig(
         state_dir=folder,
+        jobs_dir=folder / "jobs",  # (inside the world's folder: gone with it)
         policy=policy,
         policy_options=options,
         gpus=[GpuGroup(type="V100", count=4), GpuGroup(type="K80", count=4)],
