@@ -33,6 +33,9 @@ import os, pathlib, sys, time
 rank, ranks = os.environ["CORRAL_RANK"], os.environ["CORRAL_WORLD_SIZE"]
 print("rank", rank, "of", ranks, "on", os.environ["CORRAL_NODE"], "with",
       os.environ["CORRAL_NODE_GPUS"], "of", os.environ["CORRAL_NUM_GPUS"], "GPUs", flush=True)
+gate = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else None
+while gate is not None and not gate.exists():  # held until the test lets it end
+    time.sleep(0.1)
 mark = pathlib.Path(os.environ["CORRAL_CHECKPOINT_DIR"]) / f"seconds-{rank}"
 mark.parent.mkdir(parents=True, exist_ok=True)
 done = float(mark.read_text()) if mark.exists() else 0.0
@@ -44,11 +47,12 @@ while done < float(sys.argv[1]):
 """
 """Seconds of work that survive preemption (each rank checkpoints its progress,
 atomically: a stop signal between truncating and writing the file would leave it
-empty for the next attempt)."""
+empty for the next attempt). A job given a gate file does no work until it exists."""
 
 
-def job(seconds: float, gpus: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"command": [PY, "-c", WORK, str(seconds)], "gpus": gpus, **extra}
+def job(seconds: float, gpus: int = 1, gate: Path | None = None, **extra: Any) -> dict[str, Any]:
+    command = [PY, "-c", WORK, str(seconds), *([str(gate)] if gate else [])]
+    return {"command": command, "gpus": gpus, **extra}
 
 
 class RayService(ServiceProcess):
@@ -65,31 +69,36 @@ class RayService(ServiceProcess):
         )
 
     def wait_done(self, ids: list[int], timeout: float = 120) -> list[dict[str, Any]]:
+        self.wait_jobs(ids, lambda job: job["status"] in TERMINAL, timeout, f"jobs {ids} to end")
+        return [self.client.job(j) for j in ids]
+
+    def wait_jobs(self, ids: list[int], ready: Any, timeout: float, what: str) -> None:
+        """Wait until ``ready(job)`` holds for each job; else say, readable in a CI log,
+        what each job not ready went through, the nodes' states and the service's log."""
         try:
-            wait_for(
-                lambda: all(self.client.job(j)["status"] in TERMINAL for j in ids),
-                timeout,
-                f"jobs {ids} to end",
-            )
+            wait_for(lambda: all(ready(self.client.job(j)) for j in ids), timeout, what)
         except TimeoutError as exc:
             jobs = {j: self.client.job(j) for j in ids}
             states = {j: job["status"] for j, job in jobs.items()}
-            stuck = {  # what each unfinished job went through, readable in a CI log
+            stuck = {
                 j: [
-                    (e["kind"], e["detail"].get("cause") or e["detail"].get("gpus"))
+                    (e["kind"], e["time"], e["detail"].get("cause") or e["detail"].get("gpus"))
                     for e in job["events"]
                 ]
                 + [(a["cause"], a["detail"]) for a in job["attempts"]]
                 for j, job in jobs.items()
-                if job["status"] not in TERMINAL
+                if not ready(job)
             }
             nodes = [(n["name"], n["state"], n.get("reason")) for n in self.admin.nodes()]
             tail = self.log.read_text(errors="replace")[-3000:]
             raise TimeoutError(
-                f"{exc}: {states}; events and attempts of those not ended: {stuck}; "
-                f"nodes: {nodes}; the service's log ends:\n{tail}"
+                f"{exc}: {states}; events and attempts of those not ready: {stuck}; "
+                f"nodes: {nodes}; at {time.time():.1f} the service's log ends:\n{tail}"
             ) from None
-        return [self.client.job(j) for j in ids]
+
+    def wait_log(self, job_id: int, text: str, timeout: float, what: str) -> None:
+        """Wait until the job's log holds ``text`` (reported as :meth:`wait_jobs` does)."""
+        self.wait_jobs([job_id], lambda _job: text in self.client.logs(job_id).text, timeout, what)
 
     def close(self) -> None:
         super().close()
@@ -201,13 +210,17 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     assert sorted(n["gpu_type"] for n in nodes) == ["K80", "V100", "V100"]
     # a 4-GPU V100 gang spans both V100 nodes: two ranks, one per node
     gang = service.client.submit(job(4, gpus=4, gpu_type="V100", name="gang"))["id"]
-    # two long single jobs run first; once they run, seven newcomers with no
-    # service at all come, so LAS must cut the long ones (past their 2 s quantum)
-    # however slowly the host starts Ray's workers
-    hogs = [service.client.submit(job(20, name=f"hog-{k}"))["id"] for k in range(2)]
+    # two long single jobs run first (held until the test lets them end, so one
+    # cannot end while Ray slowly starts the other on a loaded host); once both
+    # run, seven newcomers with no service at all come, so LAS must cut both
+    # (past their 2 s quantum)
+    gate = tmp_path / "go"
+    hogs = [service.client.submit(job(2, gate=gate, name=f"hog-{k}"))["id"] for k in range(2)]
     for hog in hogs:
-        wait_for(lambda h=hog: "rank 0 of 1" in service.client.logs(h).text, 180, "a long job")
+        service.wait_log(hog, "rank 0 of 1", 300, "a long job to run")
     singles = [service.client.submit(job(2 + k % 3))["id"] for k in range(7)]
+    service.wait_jobs(hogs, lambda j: j["preemptions"] > 0, 300, "LAS to cut both long jobs")
+    gate.touch()
     ids = [gang, *hogs, *singles]
     done = service.wait_done(ids, timeout=600)  # (Ray starts workers slowly on a loaded host)
     assert [j["status"] for j in done] == ["SUCCEEDED"] * 10, [
@@ -230,22 +243,22 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
     # a node leaves mid-run: its job ends as a node failure and is retried elsewhere
     # (the V100s are busy with a 4-GPU job, so a 2-GPU job of any type lands on the K80s)
     blocker = service.client.submit(job(6, gpus=4, gpu_type="V100", name="blocker"))["id"]
-    wait_for(lambda: "rank 0 of 2" in service.client.logs(blocker).text, 60, "the V100 job")
-    long = service.client.submit(job(3, gpus=2, name="moved"))["id"]
-    wait_for(lambda: "rank 0 of 1" in service.client.logs(long).text, 60, "the K80 job to run")
+    service.wait_log(blocker, "rank 0 of 2", 300, "the V100 job")
+    long = service.client.submit(job(10, gpus=2, name="moved"))["id"]
+    service.wait_log(long, "rank 0 of 1", 300, "the K80 job to run")
     first = service.client.job(long)["attempts"][0]["gpus"]
     cluster.remove_node(cluster.by_type["K80"][0])
     wait_for(
         lambda: any(a["cause"] == "node_failure" for a in service.client.job(long)["attempts"]),
-        60,
+        180,
         "the K80 job's attempt to end as a node failure",
     )
     wait_for(
         lambda: [n["state"] for n in service.admin.nodes() if n["gpu_type"] == "K80"] == ["down"],
-        60,
+        180,
         "the K80 node to be down",
     )
-    moved, blocked = service.wait_done([long, blocker])
+    moved, blocked = service.wait_done([long, blocker], timeout=300)
     assert moved["status"] == "SUCCEEDED" and blocked["status"] == "SUCCEEDED"
     assert moved["attempts"][0]["cause"] == "node_failure"
     assert not set(moved["attempts"][-1]["gpus"]) & set(first)  # on the V100s this time
@@ -258,19 +271,19 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
             [(n["name"], n["state"]) for n in service.admin.nodes() if n["gpu_type"] == "K80"]
             == [(k80[0], "up")]
         ),
-        60,
+        180,
         "the K80 node to be back in its place",
     )
     assert len(service.admin.nodes()) == 3
 
     # kill -9 of the service; the ranks of a running job are adopted after the restart
     survivor = service.client.submit(job(8, gpus=2, name="survivor"))["id"]
-    wait_for(lambda: "rank 0 of 1" in service.client.logs(survivor).text, 60, "the job to run")
+    service.wait_log(survivor, "rank 0 of 1", 300, "the job to run")
     service.kill9()
     service.start(timeout=120)
     kinds = [e.kind for e in service.events() if e.job_id == survivor]
     assert "adopted" in kinds
-    (final,) = service.wait_done([survivor])
+    (final,) = service.wait_done([survivor], timeout=300)
     assert final["status"] == "SUCCEEDED" and len(final["attempts"]) == 1
     # the adopted attempt's end and output are recorded in its own folder
     folder = service.folder / "state" / "jobs" / str(survivor) / "attempt-1"
@@ -279,9 +292,9 @@ def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp
 
     # a node that joins the Ray cluster adds its GPUs; a job asking for its type runs there
     cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:A100": 1})
-    wait_for(lambda: "A100" in [n["gpu_type"] for n in service.admin.nodes()], 60, "the A100 node")
+    wait_for(lambda: "A100" in [n["gpu_type"] for n in service.admin.nodes()], 180, "the A100")
     newcomer = service.client.submit(job(1, gpu_type="A100", name="newcomer"))["id"]
-    (ran,) = service.wait_done([newcomer])
+    (ran,) = service.wait_done([newcomer], timeout=300)
     assert ran["status"] == "SUCCEEDED"
     (where,) = ranks_placed_as_planned(service, newcomer)
     assert where in [n["name"] for n in service.admin.nodes() if n["gpu_type"] == "A100"]
@@ -455,7 +468,7 @@ def test_a_configured_clusters_head_lost_and_back_never_ends_the_service(
         service.start(timeout=180)
         (node,) = service.admin.nodes()
         ran = service.client.submit({**job(6), "max_retries": 0})["id"]
-        wait_for(lambda: "rank 0 of 1" in service.client.logs(ran).text, 120, "the job to run")
+        service.wait_log(ran, "rank 0 of 1", 300, "the job to run")
 
         os.killpg(heads[0].pid, signal.SIGKILL)
         heads[0].wait(10)

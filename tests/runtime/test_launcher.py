@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,44 @@ def test_a_stop_sent_while_the_launcher_starts_the_job_reaches_the_job(
     record = json.loads((folder / "exit.json").read_text())
     assert record["signal"] == sig and record["exit_code"] is None
     assert os.waitstatus_to_exitcode(status) == 128 + sig
+
+
+def test_a_job_ends_with_its_launchers_parent_and_what_it_left_with_it(tmp_path: Path) -> None:
+    """``--parent``: a Ray rank's actor dies (killed, its worker crashed); nothing can
+    report on or stop that rank any more, and its job is started again elsewhere.
+    The rank's job and the workers it left (one in a session of its own) end with
+    the actor, and the launcher records the attempt as lost. Without the option
+    the job outlives the launcher's parent (as it must outlive a restarted service)."""
+    marker = f"corral-chain-{os.getpid()}-{tmp_path.name}"
+    parent_script = (
+        "import os, subprocess, sys, time\n"
+        "folder, marker = sys.argv[1], sys.argv[2]\n"
+        "subprocess.Popen([sys.executable, '-m', 'corral.runtime.execution.launcher', folder,\n"
+        "    '--parent', str(os.getpid()), '--', sys.executable, sys.argv[3], marker, '--stay'],\n"
+        "    start_new_session=True)\n"
+        "time.sleep(300)\n"
+    )
+    folder = tmp_path / "rank-0"
+    folder.mkdir()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_script, str(folder), marker, str(CHAIN)]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while count(marker) < 3 and time.monotonic() < deadline:  # the job and its workers
+            time.sleep(0.1)
+        assert count(marker) >= 3
+        assert not (folder / "exit.json").exists()
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while not (folder / "exit.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        record = json.loads((folder / "exit.json").read_text())
+        assert record["lost"] is True and "parent" in record["detail"]
+        assert count(marker) == 0  # nothing of the job outlived its record
+    finally:
+        parent.kill()
+        for pid in _marked(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

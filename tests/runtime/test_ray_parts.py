@@ -214,7 +214,11 @@ def test_a_node_a_rank_was_lost_on_is_not_used_until_ray_runs_work_there_again(
                 raise RuntimeError("the task's node died")
             return True
 
+        def cancel(self, ref: Probe, force: bool) -> None:
+            self.cancelled.append(ref)
+
     fake = FakeRay()
+    fake.cancelled = []
     executor = object.__new__(rx.RayExecutor)
     executor.ray = fake
     executor.settings = SimpleNamespace(address="10.0.0.1:6379", poll_interval=5.0)
@@ -227,7 +231,7 @@ def test_a_node_a_rank_was_lost_on_is_not_used_until_ray_runs_work_there_again(
     executor._head_checked, executor._head_was_away = 0.0, False
     executor._head_group, executor._lost_since, executor._reason = None, None, {}
     executor._checked = 0.0
-    executor._probe_task = None
+    executor._probe_task, executor._probed_at = None, {}
     executor._probe = lambda node_id: fake.sent.append(Probe(not fake.answers)) or fake.sent[-1]
     executor._attempts["tok"] = rx._Attempt(
         "tok", [DeadActor()], ["a"], [0], tmp_path, tmp_path / "log.txt"
@@ -243,7 +247,17 @@ def test_a_node_a_rank_was_lost_on_is_not_used_until_ray_runs_work_there_again(
     executor._checked = 0.0
     assert executor.watch() is False and len(fake.sent) == 2
     assert executor.unavailable_nodes() == {"a"}
-    fake.sent[1].fails = False  # the second one came back: Ray runs work there
+    fake.sent[1].fails = True  # failed too: a third is sent
+    executor._checked = 0.0
+    assert executor.watch() is False and len(fake.sent) == 3
+    fake.ready = False  # the third is never answered (its worker never started)
+    executor._checked = 0.0
+    assert executor.watch() is False and len(fake.sent) == 3  # (patient a while)
+    executor._probed_at["a"] -= rx.PROBE_PATIENCE  # long unanswered: sent again
+    executor._checked = 0.0
+    assert executor.watch() is False and len(fake.sent) == 4 and fake.cancelled == fake.sent[2:3]
+    fake.ready = True
+    fake.sent[3].fails = False  # the last one came back: Ray runs work there
     executor._checked = 0.0
     assert executor.watch() is True and executor.unavailable_nodes() == set()
     assert executor.unavailable_reason("a") is None

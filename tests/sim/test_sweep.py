@@ -110,13 +110,6 @@ def test_sweep_writes_one_row_per_run_and_a_report(tmp_path):
     _same_results(results, serial)
 
 
-def test_sweep_on_ray_matches_processes(tmp_path):
-    pytest.importorskip("ray")
-    _, on_ray = _sweep(tmp_path, "ray", "--runner", "ray", "-j", "2")
-    _, in_processes = _sweep(tmp_path, "proc", "--runner", "processes", "-j", "2")
-    _same_results(on_ray, in_processes)
-
-
 def test_sweep_refuses_bad_grids_with_a_message(tmp_path):
     for args, words in (
         (["--policies", "fifo,nope"], "nope"),
@@ -142,7 +135,8 @@ def test_sweeps_run_in_processes_by_default_and_ray_never_attaches_to_a_stray_cl
     tmp_path, monkeypatch
 ):
     """A machine where an earlier Ray run left its address behind: the default sweep
-    uses processes, and --runner ray starts an instance of its own."""
+    uses processes, and --runner ray starts an instance of its own; the two runners
+    give the same figures."""
     pytest.importorskip("ray")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # a cluster that is not there
     _, default = _sweep(tmp_path, "default")

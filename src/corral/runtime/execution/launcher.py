@@ -18,6 +18,9 @@ The launcher also keeps the job inside its allocation:
   *before* the exit record is written, so the GPUs are never released while
   a process of the job still runs. The job gets ``SIGKILL`` if the launcher
   itself dies (``PR_SET_PDEATHSIG``), so it cannot overlap the next attempt.
+  With ``--parent PID`` the launcher ends the job, and everything the job
+  left, when that process dies (a Ray rank's actor: nothing could report or
+  stop a rank whose actor is gone, and its job is started again elsewhere).
 - **Identity.** ``--uid/--gid/--groups`` run the job as another Unix user
   (the service runs as root; the launcher stays root to write the record).
 - **Privilege separation.** A launcher run as root must never be steered by
@@ -71,6 +74,8 @@ NOT_STARTED = 127
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PARENT_DIED = signal.SIGUSR2
+"""The launcher's own signal that its ``--parent`` died (``PR_SET_PDEATHSIG``)."""
 _CLEANUP_SECONDS = 10.0
 
 
@@ -157,6 +162,10 @@ class Confinement:
     (virtual GPUs, no NVIDIA nodes)."""
     device_dir: str | None = None
     """Where the GPU device nodes are (default ``/dev``; tests give fake ones)."""
+    parent: int | None = None
+    """The process the job may not outlive (the launcher's parent): when it dies the
+    job is killed, with what it left, as at the job's end (None: the job outlives
+    the launcher's parent, as it must outlive a service killed and restarted)."""
 
     def options(self) -> list[str]:
         """The launcher's command-line options that give this confinement."""
@@ -184,6 +193,7 @@ _OPTION_NAMES = (
     "log_limit",
     "gpu_devices",
     "device_dir",
+    "parent",
 )
 _LISTS = {"groups", "cpus"}
 _TEXTS = {"cwd", "output", "error", "gpu_devices", "device_dir"}
@@ -226,7 +236,7 @@ def main(args: list[str]) -> int:
             "usage: python -m corral.runtime.execution.launcher DIR "
             "[--uid N --gid N --groups N,..] [--cpus N,..] [--cpu-quota N] [--memory BYTES] "
             "[--cwd DIR] [--output FILE] [--error FILE] [--nice N] [--log-limit BYTES] "
-            "[--gpu-devices N,..|none] [--device-dir DIR] -- PROGRAM [ARGS...]",
+            "[--gpu-devices N,..|none] [--device-dir DIR] [--parent PID] -- PROGRAM [ARGS...]",
             file=sys.stderr,
         )
         return 2
@@ -322,6 +332,7 @@ def supervise(
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, _frame: early.append(signum))
     prctl(PR_SET_CHILD_SUBREAPER, 1)
+    parent = ParentWatch(conf.parent)
     cgroup = _cgroup(folder, conf)
     confined = _confine_gpus(folder, conf, cgroup)
     record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
@@ -330,7 +341,10 @@ def supervise(
     # working directory refused to its user); the pipe closes unwritten when it runs
     said, tell = os.pipe()
     try:
+        if parent.died:
+            raise OSError(f"its launcher's parent (process {conf.parent}) ended")
         pid = start(lambda: _in_child(conf, cgroup is None, me, tell))
+        parent.job_started(pid)
     except (OSError, subprocess.SubprocessError) as exc:
         print(f"corral: cannot start {what!r}: {_why(exc)}", file=sys.stderr)
         record.update(exit_code=NOT_STARTED, detail=f"cannot start {what!r}: {_why(exc)}")
@@ -355,6 +369,8 @@ def supervise(
     left = _kill_leftovers(cgroup)
     if left:
         record["detail"] = f"killed {left} process(es) the job left running"
+    if parent.died:
+        record.update(lost=True, detail="killed: the launcher's parent (a Ray rank's actor) ended")
     _drop_cgroup(cgroup)
     if confined is not None:
         confined.release()
@@ -394,6 +410,35 @@ def _read_all(fd: int) -> str:
 
 def _why(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc)
+
+
+class ParentWatch:
+    """Kills the job when the launcher's ``--parent`` dies: its main process at once,
+    and the rest at the launcher's usual end (which kills whatever the job left)."""
+
+    def __init__(self, parent: int | None) -> None:
+        self.died = False
+        self.job: int | None = None
+        if parent is None:
+            return
+        signal.signal(PARENT_DIED, self._parent_died)
+        prctl(PR_SET_PDEATHSIG, PARENT_DIED)
+        if os.getppid() != parent:  # it died before the line above took effect
+            self.died = True
+
+    def job_started(self, pid: int) -> None:
+        self.job = pid
+        if self.died:  # (it died while the job was being started)
+            self._kill()
+
+    def _parent_died(self, _signum: int, _frame: object) -> None:
+        self.died = True
+        self._kill()
+
+    def _kill(self) -> None:
+        if self.job is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.job, signal.SIGKILL)
 
 
 def _wait(pid: int) -> int:

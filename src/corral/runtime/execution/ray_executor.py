@@ -77,6 +77,9 @@ HEAD_FILE = "ray-head.json"
 STATUS_EVERY = 0.25
 """Least seconds between two status calls to one attempt's ranks."""
 CALL_TIMEOUT = 30.0
+PROBE_PATIENCE = 60.0
+"""Seconds a suspect node's probe may stay unanswered before it is sent again (a
+task whose worker never started would otherwise keep the node out for ever)."""
 CONNECT_TRIES = 10
 """Tries to join the service's own new Ray instance before giving up."""
 
@@ -134,6 +137,7 @@ class RayExecutor(Executor):
         """Nodes Ray still lists alive on which a rank was just lost -> the probe
         (a pinned task) that must come back before they are used again (None:
         not sent yet); a retry must not go where its last attempt died."""
+        self._probed_at: dict[str, float] = {}
         self._checked = 0.0
         self._rank_class: Any = None
         self._probe_task: Any = None
@@ -398,20 +402,34 @@ class RayExecutor(Executor):
                 del self._suspect[name]
                 continue
             if probe is None:
-                self._suspect[name] = self._probe(self.node_of(name).node_id)
+                print(
+                    f"ray: node {name} lost a rank; not used until a probe runs there",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self._suspect[name] = self._send_probe(name)
                 changed = True  # (newly out)
                 continue
             ready, _ = self.ray.wait([probe], timeout=0)
             if not ready:
+                if time.monotonic() - self._probed_at[name] >= PROBE_PATIENCE:
+                    with contextlib.suppress(Exception):
+                        self.ray.cancel(probe, force=True)
+                    self._suspect[name] = self._send_probe(name)  # (Ray lists it alive: ask again)
                 continue
             try:
                 self.ray.get(probe, timeout=CALL_TIMEOUT)
             except Exception:  # not yet: ask again at the next look
-                self._suspect[name] = self._probe(self.node_of(name).node_id)
+                self._suspect[name] = self._send_probe(name)
                 continue
             del self._suspect[name]
+            print(f"ray: node {name} runs work again; in use", file=sys.stderr, flush=True)
             changed = True
         return changed
+
+    def _send_probe(self, name: str) -> Any:
+        self._probed_at[name] = time.monotonic()
+        return self._probe(self.node_of(name).node_id)
 
     def _probe(self, node_id: str) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -682,8 +700,7 @@ class RayExecutor(Executor):
                 if a.nodes[k] and not left:  # (Ray may not know yet that the node died)
                     self._suspect.setdefault(a.nodes[k], None)
                 records.append({"lost": True, "detail": f"rank {k}{where} lost: {why}"})
-                a.ranks[k] = None
-                continue
+                continue  # (its handle kept: the attempt's end kills it, should it live)
             if answer["output"]:
                 _append(a.log, answer["output"], k)
                 a.offsets[k] = answer["offset"]

@@ -60,6 +60,7 @@ class RankProcess:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / NODE_FILE).write_text(_node_id())  # where Ray placed it, for people
         confinement = Confinement(**conf)
+        confinement.parent = os.getpid()  # a rank no actor reports on must not run on
         self.child = start_launcher(self.folder, confinement, argv, env, self.folder / LOG_NAME)
         self.pid = self.child.pid
         self.pid_start = process_start(self.pid) or ""
