@@ -405,3 +405,91 @@ def test_a_head_away_past_the_grace_is_left_and_joined_again_when_it_answers(
     assert executor.watch() is True and executor.unavailable_nodes() == set()
     gone = executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}tok:1"), folder)
     assert gone is not None and gone.lost and "actor is gone" in (gone.detail or "")
+
+
+def test_an_attempt_ray_is_slow_to_start_is_waited_for_without_holding_the_loop(
+    tmp_path: Path,
+) -> None:
+    """A launch only asks Ray for the ranks' actors and starts (a new worker process
+    each: over a minute on a loaded host, during which the loop placed nothing
+    else): the polls then find them started, or not started in time, or failed.
+    A test double for Ray: ``wait`` and ``get`` on start calls the test answers."""
+    from types import SimpleNamespace
+
+    from corral.runtime.execution import ray_executor as rx
+    from corral.runtime.execution.executor import ProcessRef
+
+    class Call:
+        def __init__(self) -> None:
+            self.done, self.error = False, None
+
+    class Actor:
+        killed = 0
+
+        class status:
+            @staticmethod
+            def remote(offset: int) -> dict:
+                return {"record": None, "output": b"", "offset": offset}
+
+        class signal:
+            @staticmethod
+            def remote(sig: int) -> str:
+                return "signalled"
+
+    class FakeRay:
+        def wait(self, refs: list, num_returns: int, timeout: float) -> tuple[list, list]:
+            return [r for r in refs if r.done], [r for r in refs if not r.done]
+
+        def get(self, ref: object, timeout: float) -> object:
+            if isinstance(ref, Call) and ref.error:
+                raise RuntimeError(ref.error)
+            return ref
+
+        def kill(self, actor: Actor, no_restart: bool) -> None:
+            actor.killed += 1
+
+    executor = object.__new__(rx.RayExecutor)
+    executor.ray = FakeRay()
+    executor.settings = SimpleNamespace(address=None)
+    executor._attempts, executor._gone, executor._suspect = {}, set(), {}
+    executor._left, executor._lost_since = False, None
+    executor._head_checked, executor._head_was_away = 0.0, False
+
+    def attempt(token: str, calls: list[Call]) -> tuple[list[Actor], Path]:
+        folder = tmp_path / token
+        folder.mkdir()
+        actors = [Actor() for _ in calls]
+        executor._attempts[token] = rx._Attempt(
+            token, list(actors), ["a"] * len(calls), [0] * len(calls), folder,
+            folder / "log.txt", starting=calls, launched=rx.time.monotonic(),
+        )  # fmt: skip
+        return actors, folder
+
+    def poll(token: str, folder: Path, count: int):
+        executor._attempts[token].checked = 0.0
+        return executor.poll(ProcessRef(0, f"{rx.REF_PREFIX}{token}:{count}"), folder)
+
+    calls = [Call(), Call()]
+    actors, folder = attempt("slow", calls)
+    assert poll("slow", folder, 2) is None  # still starting: no answer, no wait
+    calls[0].done = True
+    assert poll("slow", folder, 2) is None and executor._attempts["slow"].starting is calls
+    calls[1].done = True
+    assert poll("slow", folder, 2) is None  # started: now its ranks are asked
+    assert executor._attempts["slow"].starting is None and not any(a.killed for a in actors)
+
+    calls = [Call()]
+    actors, folder = attempt("late", calls)
+    executor._attempts["late"].launched -= rx.START_TIMEOUT
+    record = poll("late", folder, 1)
+    assert record is not None and record.lost
+    assert record.detail == f"Ray could not start it: not started in {rx.START_TIMEOUT:.0f} s"
+    assert actors[0].killed == 1 and "late" not in executor._attempts  # (its actor ended)
+
+    calls = [Call()]
+    calls[0].done, calls[0].error = True, "the actor's node died\nmore lines"
+    actors, folder = attempt("failed", calls)
+    record = poll("failed", folder, 1)
+    assert record is not None and record.lost
+    assert record.detail == "Ray could not start it: the actor's node died"
+    assert (folder / "exit.json").exists() and actors[0].killed == 1

@@ -77,6 +77,10 @@ HEAD_FILE = "ray-head.json"
 STATUS_EVERY = 0.25
 """Least seconds between two status calls to one attempt's ranks."""
 CALL_TIMEOUT = 30.0
+START_TIMEOUT = 300.0
+"""Seconds Ray may take to start an attempt's actors and their ranks (a new worker
+process each: seconds on an idle machine, over a minute on a loaded one) before
+the attempt is lost."""
 PROBE_PATIENCE = 60.0
 """Seconds a suspect node's probe may stay unanswered before it is sent again (a
 task whose worker never started would otherwise keep the node out for ever)."""
@@ -109,6 +113,9 @@ class _Attempt:
     folder: Path
     log: Path
     checked: float = 0.0
+    starting: list[Any] | None = None
+    """The ranks' start calls while Ray starts their actors (None once all answered)."""
+    launched: float = 0.0
 
 
 def parse_ref(ref: ProcessRef) -> tuple[str, int] | None:
@@ -560,7 +567,8 @@ class RayExecutor(Executor):
         conf.cpus, conf.output = [], None  # CPU ids are the node's own; output comes back here
         base = job_environment(request)
         actors: list[Any] = []
-        try:
+        starting: list[Any] = []
+        try:  # (nothing here waits for Ray: the loop goes on while it starts the actors)
             for rank, name in enumerate(names):
                 strategy = NodeAffinitySchedulingStrategy(self.node_of(name).node_id, soft=False)
                 actors.append(
@@ -573,8 +581,8 @@ class RayExecutor(Executor):
                     )
                     .remote()
                 )
-            head = self.ray.get(actors[0].node.remote(), timeout=CALL_TIMEOUT)
-            pids = []
+            # rank 0's address and port, handed to every rank's start by Ray itself
+            head = actors[0].node.remote() if len(names) > 1 else None
             tasks = int(base.get("SLURM_NTASKS_PER_NODE", "1"))  # (an srun line's, per node)
             for rank, (name, actor) in enumerate(zip(names, actors, strict=True)):
                 env = dict(base)
@@ -597,27 +605,53 @@ class RayExecutor(Executor):
                     SLURM_JOB_GPUS=",".join(str(s.id) for s in by_node[name]),
                     SLURMD_NODENAME=name,
                 )
-                if len(names) > 1:
-                    env.update(
-                        CORRAL_MASTER_ADDR=head["address"], CORRAL_MASTER_PORT=str(head["port"])
-                    )
                 folder = request.dir / f"rank-{rank}"
-                call = actor.start.remote(str(folder), asdict(conf), env, request.argv)
-                pids.append(self.ray.get(call, timeout=CALL_TIMEOUT)[0])
-        except Exception as exc:  # a node died under it, or Ray cannot place it there
+                starting.append(
+                    actor.start.remote(str(folder), asdict(conf), env, request.argv, head)
+                )
+        except Exception as exc:  # Ray refused at once (a node it knows is dead)
             attempt = _Attempt(
                 token, actors, names, [0] * len(names), request.dir, _log_of(request)
             )
-            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self._finish(
-                attempt, ExitRecord(None, None, f"Ray could not start it: {why}", lost=True)
-            )
+            self._not_started(attempt, exc)
             return ProcessRef(0, f"{REF_PREFIX}{token}:{len(names)}")
         self._attempts[token] = _Attempt(
-            token, actors, names, [0] * len(names), request.dir, _log_of(request)
+            token,
+            actors,
+            names,
+            [0] * len(names),
+            request.dir,
+            _log_of(request),
+            starting=starting,
+            launched=time.monotonic(),
         )
         self._save_offsets(self._attempts[token])
-        return ProcessRef(pids[0], f"{REF_PREFIX}{token}:{len(names)}")
+        return ProcessRef(0, f"{REF_PREFIX}{token}:{len(names)}")
+
+    def _not_started(self, a: _Attempt, exc: BaseException | str) -> ExitRecord:
+        """End an attempt Ray could not start (lost: a node's trouble, not the job's)."""
+        why = exc if isinstance(exc, str) else (str(exc).splitlines() or [""])[0]
+        why = why or type(exc).__name__
+        record = ExitRecord(None, None, f"Ray could not start it: {why}", lost=True)
+        self._finish(a, record)
+        return record
+
+    def _started(self, a: _Attempt) -> ExitRecord | None:
+        """While Ray starts the attempt's ranks: None once all started (or still
+        starting); the attempt's end when one could not be started."""
+        assert a.starting is not None
+        ready, _ = self.ray.wait(a.starting, num_returns=len(a.starting), timeout=0)
+        if len(ready) < len(a.starting):
+            if time.monotonic() - a.launched < START_TIMEOUT:
+                return None
+            return self._not_started(a, f"not started in {START_TIMEOUT:.0f} s")
+        for call in a.starting:
+            try:
+                self.ray.get(call, timeout=CALL_TIMEOUT)
+            except Exception as exc:  # its node died under it, or Ray cannot place it
+                return self._not_started(a, exc)
+        a.starting = None
+        return None
 
     def _attempt(self, ref: ProcessRef, folder: Path) -> _Attempt | None:
         parsed = parse_ref(ref)
@@ -675,6 +709,10 @@ class RayExecutor(Executor):
         if now - a.checked < STATUS_EVERY:
             return None
         a.checked = now
+        if a.starting is not None:
+            ended = self._started(a)
+            if ended is not None or a.starting is not None:
+                return ended
         calls: list[Any] = []
         for k, actor in enumerate(a.ranks):
             try:

@@ -53,9 +53,21 @@ class RankProcess:
         return {"address": host, "port": port, "hostname": socket.gethostname()}
 
     def start(
-        self, folder: str, conf: dict[str, Any], env: dict[str, str], argv: list[str]
+        self,
+        folder: str,
+        conf: dict[str, Any],
+        env: dict[str, str],
+        argv: list[str],
+        head: dict[str, Any] | None = None,
     ) -> tuple[int, str]:
-        """Start the rank's launcher; its pid and start time."""
+        """Start the rank's launcher; its pid and start time. ``head``: rank 0's
+        :meth:`node` for a gang over several nodes (its rendezvous)."""
+        if head is not None:
+            env = {
+                **env,
+                "CORRAL_MASTER_ADDR": str(head["address"]),
+                "CORRAL_MASTER_PORT": str(head["port"]),
+            }
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / NODE_FILE).write_text(_node_id())  # where Ray placed it, for people
