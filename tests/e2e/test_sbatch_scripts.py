@@ -123,7 +123,7 @@ def under_corral(folder: Path, state: Path) -> Results:
         ids = submit_all(submit)
         wait_for(
             lambda: all(service.admin.job(j)["status"] in TERMINAL for j in jobs),
-            120,
+            300,  # (a loaded host)
             "the scripts' jobs to end",
         )
         ended = {}
@@ -148,7 +148,11 @@ def under_slurm(folder: Path, state: Path) -> Results:
             return int(done.stdout.strip().split(";")[0])
 
         ids = submit_all(submit)
-        wait_for(lambda: slurm.live_jobs() == 0, 120, "Slurm's jobs to end")
+        try:
+            wait_for(lambda: slurm.live_jobs() == 0, 300, "Slurm's jobs to end")  # (loaded host)
+        except TimeoutError as exc:  # what each job still waits for, readable in a CI log
+            left = slurm.run("squeue", "-h", "-r", "-u", slurm.user, "-o", "%i %j %T %R")
+            raise TimeoutError(f"{exc}; still in Slurm's queue:\n{left}") from None
         ended = {}
         for record in slurm.finished_jobs():
             name = record["name"] + (f"_{record['index']}" if record["index"] is not None else "")

@@ -487,6 +487,14 @@ def test_an_attempt_ray_is_slow_to_start_is_waited_for_without_holding_the_loop(
     assert actors[0].killed == 1 and "late" not in executor._attempts  # (its actor ended)
 
     calls = [Call()]
+    actors, folder = attempt("gone", calls)
+    executor._gone = {"a"}  # its node left before Ray answered the start
+    record = poll("gone", folder, 1)
+    assert record is not None and record.lost and actors[0].killed == 1
+    assert record.detail == "Ray could not start it: node a left the Ray cluster"
+    executor._gone = set()
+
+    calls = [Call()]
     calls[0].done, calls[0].error = True, "the actor's node died\nmore lines"
     actors, folder = attempt("failed", calls)
     record = poll("failed", folder, 1)

@@ -142,3 +142,35 @@ def test_sweeps_run_in_processes_by_default_and_ray_never_attaches_to_a_stray_cl
     _, default = _sweep(tmp_path, "default")
     _, on_ray = _sweep(tmp_path, "ray", "--runner", "ray", "-j", "2")
     _same_results(default, on_ray)
+
+
+def test_a_ray_start_that_times_out_is_tried_again_then_said_in_a_line(monkeypatch):
+    """Ray's node start gives its raylet 30 s to register and then raises a plain
+    Exception (seen on a loaded machine): the runner tries again, and after its last
+    try says so in a line, never a traceback."""
+    import corral.ray_support
+    from corral.sim import parallel
+
+    class SlowRay:
+        def __init__(self, fails: int) -> None:
+            self.fails, self.inits, self.shutdowns = fails, 0, 0
+
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **_: object) -> None:
+            self.inits += 1
+            if self.inits <= self.fails:
+                raise Exception("The current node timed out during startup.")
+
+        def shutdown(self) -> None:
+            self.shutdowns += 1
+
+    slow = SlowRay(fails=parallel.STARTS - 1)
+    monkeypatch.setattr(corral.ray_support, "import_ray", lambda *_: slow)
+    assert parallel.start_ray(None, 2) is True
+    assert slow.inits == parallel.STARTS and slow.shutdowns == parallel.STARTS - 1
+    never = SlowRay(fails=parallel.STARTS)
+    monkeypatch.setattr(corral.ray_support, "import_ray", lambda *_: never)
+    with pytest.raises(CorralError, match=rf"tried {parallel.STARTS} times\): The current node"):
+        parallel.start_ray(None, 2)

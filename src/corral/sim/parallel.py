@@ -17,6 +17,7 @@ the results never depend on which one did or how many ran at once:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -230,6 +231,11 @@ def run_in_memory(
     return summary, files
 
 
+STARTS = 3
+"""Tries at starting Ray: its node start gives its raylet 30 s to register, which a
+busy machine can take longer than (Ray then raises a plain Exception)."""
+
+
 def start_ray(address: str | None, workers: int) -> bool:
     """Connect to Ray; True when this call started it (the caller shuts it down)."""
     from corral.ray_support import import_ray
@@ -238,23 +244,32 @@ def start_ray(address: str | None, workers: int) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"log_to_driver": False, "configure_logging": True, "logging_level": "ERROR"}
-    try:
-        if address:
-            ray.init(address=address, **quiet)
-        else:
-            # "local": a new instance of our own, never a cluster some earlier run
-            # left behind (Ray would attach to it, and refuse num_cpus)
-            ray.init(
-                address="local",
-                num_cpus=workers,
-                num_gpus=0,
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                **quiet,
-            )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise CorralError(f"cannot start or reach {where}: {exc}") from None
+    where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+    for attempt in range(STARTS):
+        try:
+            if address:
+                ray.init(address=address, **quiet)
+            else:
+                # "local": a new instance of our own, never a cluster some earlier run
+                # left behind (Ray would attach to it, and refuse num_cpus)
+                ray.init(
+                    address="local",
+                    num_cpus=workers,
+                    num_gpus=0,
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    **quiet,
+                )
+            return True
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise CorralError(f"cannot start or reach {where}: {exc}") from None
+        except Exception as exc:  # Ray's own: its raylet slow to register (a busy machine)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if attempt + 1 == STARTS:
+                raise CorralError(
+                    f"cannot start or reach {where} (tried {STARTS} times): {exc}"
+                ) from None
     return True
 
 

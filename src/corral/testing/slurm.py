@@ -16,6 +16,7 @@ import getpass
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,8 +76,9 @@ class PrivateSlurm:
         return out
 
 
-def config_text(folder: Path, user: str, gpus: int) -> str:
-    """slurm.conf for a one-node Slurm of ``gpus`` GPUs in ``folder``."""
+def config_text(folder: Path, user: str, gpus: int, spool: Path | None = None) -> str:
+    """slurm.conf for a one-node Slurm of ``gpus`` GPUs in ``folder`` (its spool in
+    ``spool``, default ``folder/spool``)."""
     return "\n".join(
         [
             f"ClusterName={NODE}",
@@ -88,7 +90,7 @@ def config_text(folder: Path, user: str, gpus: int) -> str:
             f"SlurmUser={user}",
             f"SlurmdUser={user}",
             f"StateSaveLocation={folder / 'state'}",
-            f"SlurmdSpoolDir={folder / 'spool'}",
+            f"SlurmdSpoolDir={spool or folder / 'spool'}",
             f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
             f"SlurmdPidFile={folder / 'slurmd.pid'}",
             f"SlurmctldLogFile={folder / 'slurmctld.log'}",
@@ -117,13 +119,16 @@ def config_text(folder: Path, user: str, gpus: int) -> str:
 
 @contextlib.contextmanager
 def private_slurm(folder: Path, gpus: int = 8) -> Iterator[PrivateSlurm]:
-    """A one-node Slurm of our own in ``folder``, on loopback ports, stopped on leaving."""
+    """A one-node Slurm of our own in ``folder``, on loopback ports, stopped on leaving.
+    Its spool is a short folder of its own in the system's temp folder: each batch
+    step makes a Unix socket there, and a path over 108 bytes fails every launch
+    ("launch failed requeued held"), which a test's deep temp folder can reach."""
     folder.mkdir(parents=True)
-    for sub in ("state", "spool"):
-        (folder / sub).mkdir()
+    (folder / "state").mkdir()
+    spool = Path(tempfile.mkdtemp(prefix="slurm-"))
     user = getpass.getuser()
     conf = folder / "slurm.conf"
-    conf.write_text(config_text(folder, user, gpus))
+    conf.write_text(config_text(folder, user, gpus, spool))
     devices = folder / "dev"  # (stand-ins for /dev/nvidia*: slurmd counts GPUs by file)
     devices.mkdir()
     for k in range(gpus):
@@ -158,3 +163,4 @@ def private_slurm(folder: Path, gpus: int = 8) -> Iterator[PrivateSlurm]:
                 daemon.wait(20)
             except subprocess.TimeoutExpired:
                 daemon.kill()
+        shutil.rmtree(spool, ignore_errors=True)

@@ -481,6 +481,8 @@ class RayExecutor(Executor):
         self._gone = self._unalive()
         self._reason = {}
         self.restarts += 1
+        for a in self._attempts.values():  # their starts went to the dead instance: the
+            a.starting = None  # next poll asks their ranks, and finds them lost
 
     def _head_away(self, fresh: bool = False) -> bool:
         """Whether a configured head's port does not answer (asked before calling Ray:
@@ -640,6 +642,9 @@ class RayExecutor(Executor):
         """While Ray starts the attempt's ranks: None once all started (or still
         starting); the attempt's end when one could not be started."""
         assert a.starting is not None
+        out = [name for name in a.nodes if name in self._gone]
+        if out:  # (Ray may never answer a start sent to a node that left)
+            return self._not_started(a, f"node {out[0]} left the Ray cluster")
         ready, _ = self.ray.wait(a.starting, num_returns=len(a.starting), timeout=0)
         if len(ready) < len(a.starting):
             if time.monotonic() - a.launched < START_TIMEOUT:
