@@ -49,7 +49,10 @@ def test_a_users_jobs_switch_in_one_warm_worker_and_end_as_if_never_stopped(
         # (idle long enough to outlive the whole test on a slow host: an idle worker
         # that ended would make the last job start cold, a different path)
         workers={"warm": True, "warm_idle": 900},
-        stop_grace=20,
+        # (a stop past the grace ends in SIGKILL, which takes the worker with it, so the
+        # next start is cold in a new worker: on a loaded host a job just started took
+        # 20 s to reach the step where it stops)
+        stop_grace=120,
     )
     try:
         service.start()

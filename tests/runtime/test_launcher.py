@@ -204,7 +204,10 @@ def test_a_job_ends_with_its_launchers_parent_and_what_it_left_with_it(tmp_path:
         while count(marker) < 3 and time.monotonic() < deadline:  # the job and its workers
             time.sleep(0.1)
         assert count(marker) >= 3
-        assert not (folder / "exit.json").exists()
+        launcher_pid = int((folder / launcher.PID_FILE).read_text())
+        os.kill(launcher_pid, launcher.PARENT_DIED)  # sent by someone else: the parent lives
+        time.sleep(1)
+        assert count(marker) >= 3 and not (folder / "exit.json").exists()
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 60

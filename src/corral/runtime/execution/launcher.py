@@ -419,6 +419,7 @@ class ParentWatch:
     def __init__(self, parent: int | None) -> None:
         self.died = False
         self.job: int | None = None
+        self.parent = parent
         if parent is None:
             return
         signal.signal(PARENT_DIED, self._parent_died)
@@ -432,6 +433,8 @@ class ParentWatch:
             self._kill()
 
     def _parent_died(self, _signum: int, _frame: object) -> None:
+        if os.getppid() == self.parent:  # (the signal sent by someone else: ignored)
+            return
         self.died = True
         self._kill()
 
