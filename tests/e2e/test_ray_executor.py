@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,9 @@ class RayService(ServiceProcess):
         self.wait_jobs(ids, lambda job: job["status"] in TERMINAL, timeout, f"jobs {ids} to end")
         return [self.client.job(j) for j in ids]
 
-    def wait_jobs(self, ids: list[int], ready: Any, timeout: float, what: str) -> None:
+    def wait_jobs(
+        self, ids: list[int], ready: Callable[[dict[str, Any]], bool], timeout: float, what: str
+    ) -> None:
         """Wait until ``ready(job)`` holds for each job; else say, readable in a CI log,
         what each job not ready went through, the nodes' states and the service's log."""
         try:

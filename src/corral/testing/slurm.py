@@ -76,9 +76,9 @@ class PrivateSlurm:
         return out
 
 
-def config_text(folder: Path, user: str, gpus: int, spool: Path | None = None) -> str:
-    """slurm.conf for a one-node Slurm of ``gpus`` GPUs in ``folder`` (its spool in
-    ``spool``, default ``folder/spool``)."""
+def config_text(folder: Path, user: str, gpus: int, spool: Path) -> str:
+    """slurm.conf for a one-node Slurm of ``gpus`` GPUs in ``folder``, its spool in
+    ``spool``."""
     return "\n".join(
         [
             f"ClusterName={NODE}",
@@ -90,7 +90,7 @@ def config_text(folder: Path, user: str, gpus: int, spool: Path | None = None) -
             f"SlurmUser={user}",
             f"SlurmdUser={user}",
             f"StateSaveLocation={folder / 'state'}",
-            f"SlurmdSpoolDir={spool or folder / 'spool'}",
+            f"SlurmdSpoolDir={spool}",
             f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
             f"SlurmdPidFile={folder / 'slurmd.pid'}",
             f"SlurmctldLogFile={folder / 'slurmctld.log'}",
