@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral.runtime.execution import launcher
+from corral.runtime.execution.executor import process_start
 from corral.runtime.execution.launcher import Confinement, parse
 from tests.runtime.harness import auth
 from tests.runtime.refork_chain import count
@@ -215,6 +216,10 @@ def test_a_job_ends_with_its_launchers_parent_and_what_it_left_with_it(tmp_path:
             time.sleep(0.1)
         record = json.loads((folder / "exit.json").read_text())
         assert record["lost"] is True and "parent" in record["detail"]
+        # the launcher (its command line carries the job's) exits just after its record
+        deadline = time.monotonic() + 30
+        while process_start(launcher_pid) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert count(marker) == 0  # nothing of the job outlived its record
     finally:
         parent.kill()
