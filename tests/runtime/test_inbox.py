@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event, select
 
-from corral.runtime.storage.store import Store
+from corral.runtime.storage.store import JobRow, Store
 from corral.testing.virtual import VirtualClock, VirtualExecutor, run_for, virtual_scheduler
 from tests.runtime.harness import make_config
 from tests.runtime.virtual_loop import queue, virtual_loop
@@ -90,7 +91,7 @@ def test_work_left_and_each_gpus_jobs_are_published_after_every_pass(tmp_path: P
     waiting = queue(store, "bob", clock, command=["sleep", "100"], gpus=2, duration=60)
     run_for(scheduler, clock, 10)
     answers = scheduler.answers
-    assert answers.remaining == scheduler.remaining_of([running, waiting])
+    assert answers.remaining == scheduler.remaining_open()
     assert set(answers.remaining) == {running, waiting}
     assert answers.remaining[waiting][0] == pytest.approx(60)
     assert 85 <= answers.remaining[running][0] <= 95  # 100 s, about 10 of them run
@@ -228,3 +229,28 @@ def test_a_route_that_stored_a_request_is_answered_by_the_pass_that_carries_it_o
         scheduler.wake.set()
         thread.join(10)
     loop.close()
+
+
+def test_a_long_queues_reasons_are_written_together_and_each_jobs_is_its_own(
+    tmp_path: Path,
+) -> None:
+    """A thousand queued jobs whose reasons change in one pass (their first: Submitted
+    becomes Resources) cost a few statements, not a read and a write each (at ten
+    thousand jobs that held the loop for seconds); the job on the GPU keeps none."""
+    loop = virtual_loop(tmp_path, "fifo", v100s=1)
+    store, clock, scheduler = loop.store, loop.clock, loop.scheduler
+    running = queue(store, "alice", clock, command=["sleep", "1000"], gpus=1, duration=1000)
+    run_for(scheduler, clock, 2)
+    waiting = [
+        queue(store, "bob", clock, command=["sleep", "5"], gpus=1, duration=5) for _ in range(1000)
+    ]
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    scheduler.step()
+    assert len(statements) < 60, len(statements)
+    with store.session() as s:
+        reasons = {job: why for job, why in s.execute(select(JobRow.id, JobRow.reason))}
+    assert reasons[running] is None
+    assert {reasons[job] for job in waiting} == {"Resources"}
+    assert scheduler.answers.remaining[waiting[-1]] == (5.0, "duration")  # (the owner's)
+    store.dispose()

@@ -14,10 +14,12 @@ reader on another thread never sees one half-made.
 from __future__ import annotations
 
 import queue
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,35 @@ class Inbox:
                 return out
 
 
+class WorkLeft(Mapping[int, tuple[float, str]]):
+    """Job -> the seconds of work its policy believes it has left, and where the figure
+    comes from: published whole each pass as arrays (a queue of ten thousand jobs
+    would otherwise cost the loop a dict of ten thousand entries a pass, where a
+    listing reads a page of them). Read-only."""
+
+    def __init__(self, jobs: np.ndarray, seconds: np.ndarray, sources: Mapping[int, str]) -> None:
+        order = np.argsort(jobs, kind="stable")
+        self._jobs = jobs[order]
+        self._seconds = seconds[order]
+        self._sources = dict(sources)
+        """The jobs whose figure is not the default (the few the loop keeps a record of)."""
+
+    def __getitem__(self, job: int) -> tuple[float, str]:
+        k = int(np.searchsorted(self._jobs, job))
+        if k == len(self._jobs) or self._jobs[k] != job:
+            raise KeyError(job)
+        return float(self._seconds[k]), self._sources.get(job, "default")
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._jobs.tolist())
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+
+NO_WORK_LEFT = WorkLeft(np.zeros(0, dtype=np.int64), np.zeros(0), {})
+
+
 @dataclass(frozen=True)
 class Answers:
     """What the loop tells running jobs in their heartbeats' answers, as of its last pass."""
@@ -86,7 +117,7 @@ class Answers:
     memory_caps: Mapping[int, float | None] = field(default_factory=lambda: MappingProxyType({}))
     """Job -> the share of GPU memory it may use now (opportunistic jobs, and jobs
     upgraded from opportunistic, whose cap is lifted)."""
-    remaining: Mapping[int, tuple[float, str]] = field(default_factory=lambda: MappingProxyType({}))
+    remaining: Mapping[int, tuple[float, str]] = field(default_factory=lambda: NO_WORK_LEFT)
     """Job the loop holds -> the seconds of work its policy believes it has left, and
     where the figure comes from (only finite figures): what listings and a job's
     page show."""
@@ -98,12 +129,12 @@ class Answers:
         cls,
         batch_sizes: Mapping[int, int],
         memory_caps: Mapping[int, float | None],
-        remaining: Mapping[int, tuple[float, str]] | None = None,
+        remaining: WorkLeft = NO_WORK_LEFT,
         sharers: Mapping[int, tuple[int, ...]] | None = None,
     ) -> Answers:
         return cls(
             MappingProxyType(dict(batch_sizes)),
             MappingProxyType(dict(memory_caps)),
-            MappingProxyType(dict(remaining or {})),
+            remaining,
             MappingProxyType(dict(sharers or {})),
         )

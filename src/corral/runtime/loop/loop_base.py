@@ -31,12 +31,14 @@ from corral.runtime.execution.identity import check_identities
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.jobspec.specs import RoundOf
 from corral.runtime.loop.inbox import (
+    NO_WORK_LEFT,
     Answers,
     Inbox,
     MemoryReport,
     NodesChanged,
     PassAsked,
     ViewAsked,
+    WorkLeft,
 )
 from corral.runtime.loop.job_book import Attempt, JobBook, report_illegal
 from corral.runtime.loop.live_state import LiveJobs
@@ -345,22 +347,23 @@ class LoopState:
     def slots_of(self, gpus: Iterable[int]) -> tuple[GpuSlot, ...]:
         return tuple(self.slots[g] for g in gpus)
 
-    def remaining_of(self, jobs: Iterable[int]) -> dict[int, tuple[float, str]]:
-        """The seconds of work the policy believes each queued or running job has
-        left, and where the figure comes from: those the loop holds with a finite
-        figure (the loop's thread; the API reads :attr:`Answers.remaining`)."""
-        live, index = self.live, self.live.index
-        held = [(job, index[job]) for job in jobs if job in index]
-        if not held:
-            return {}
-        seconds = live.state.remaining_time(np.array([i for _, i in held])).tolist()
-        records = self.book.records
-        out: dict[int, tuple[float, str]] = {}
-        for (job, _), left in zip(held, seconds, strict=True):
-            if math.isfinite(left):
-                rec = records.get(job)
-                out[job] = (left, "default" if rec is None else rec.duration_source)
-        return out
+    def remaining_open(self) -> WorkLeft:
+        """The seconds of work the policy believes each job it holds (queued or running,
+        not ended) has left, and where the figure comes from, for those with a finite
+        figure (the loop's thread; the API reads :attr:`Answers.remaining`). Taken
+        whole each pass, so in arrays: a queue of ten thousand costs little."""
+        index = self.live.index
+        if not index:
+            return NO_WORK_LEFT
+        jobs = np.fromiter(index.keys(), dtype=np.int64, count=len(index))
+        slots = np.fromiter(index.values(), dtype=np.int64, count=len(index))
+        st = self.live.state
+        keep = ~np.isin(st.status[slots], (DONE, REJECTED, FAILED))
+        jobs, left = jobs[keep], st.remaining_time(slots[keep])
+        finite = np.isfinite(left)
+        records = self.book.records.items()
+        sources = {job: r.duration_source for job, r in records if r.duration_source != "default"}
+        return WorkLeft(jobs[finite], left[finite], sources)
 
     def policy_view(self, job: int) -> dict[str, str]:
         """The policy's own view of a queued or running job (empty when it has none);
@@ -436,19 +439,9 @@ class LoopState:
         self.answers = Answers.of(
             dict(self.book.having("batch_size")),
             {job: self.memory_cap(job, sharers) for job in capped},
-            self.remaining_of(self._open_jobs()),
+            self.remaining_open(),
             {gpu: tuple(jobs) for gpu, jobs in sharers.items()},
         )
-
-    def _open_jobs(self) -> list[int]:
-        """Jobs the loop holds that have not ended (ended ones stay in its index)."""
-        index = self.live.index
-        if not index:
-            return []
-        jobs = np.fromiter(index.keys(), dtype=np.int64, count=len(index))
-        slots = np.fromiter(index.values(), dtype=np.int64, count=len(index))
-        ended = np.isin(self.live.state.status[slots], (DONE, REJECTED, FAILED))
-        return jobs[~ended].tolist()
 
     def gpu_use(self) -> dict[int, int]:
         """GPU -> job whose process runs on it now (a copy, safe to read from other threads)."""

@@ -52,7 +52,7 @@ from contextlib import AbstractContextManager
 from types import MappingProxyType
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from corral.model.apply_plan import apply_plan
@@ -82,7 +82,7 @@ from corral.runtime.loop.sharing import Sharing
 from corral.runtime.loop.stops import Stops
 from corral.runtime.loop.transitions import Transitions
 from corral.runtime.loop.user_limits import UserLimits
-from corral.runtime.storage.store import AttemptRow, JobRow, Store
+from corral.runtime.storage.store import AttemptRow, JobRow, Store, in_chunks
 from corral.train.session import STOPPED_EXIT
 
 __all__ = ["TERMINAL", "Attempt", "Scheduler", "cluster_from_slots"]
@@ -586,15 +586,26 @@ class Scheduler(LoopState):
                 rec.start_note = note
             elif rec.reason != note:
                 changes[job] = note
-        if not changes:
-            return
-        with self.store.session() as s:
+        if changes:
+            by_reason: dict[str | None, list[int]] = {}
             for job, change in changes.items():
-                row = s.get(JobRow, job)
-                if row is not None and row.status in (JobStatus.PENDING, JobStatus.RUNNING):
-                    row.reason = change
-                    if (held := self.book.get(job)) is not None:
-                        held.reason = change
+                by_reason.setdefault(change, []).append(job)
+            with self.store.session() as s:
+                for change, jobs in by_reason.items():
+                    for chunk in in_chunks(jobs):
+                        s.execute(
+                            update(JobRow)
+                            .where(JobRow.id.in_(chunk), JobRow.status.in_(_REASONED))
+                            .values(reason=change)
+                            .execution_options(synchronize_session=False)
+                        )
+            for job, change in changes.items():
+                if (held := self.book.get(job)) is not None:
+                    held.reason = change
+
+
+_REASONED = (JobStatus.PENDING, JobStatus.RUNNING)
+"""The states whose rows the loop gives a reason each pass (one ended meanwhile keeps its own)."""
 
 
 LIVE_DIRECTIVES: Mapping[Directive, str] = MappingProxyType(
