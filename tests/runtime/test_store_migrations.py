@@ -51,11 +51,11 @@ def test_a_previous_release_store_is_upgraded_with_its_jobs(
     previous_release_store(url)
     store = Store(url)
     try:
-        assert store.upgrade.before is None and store.upgrade.after == head() == "0003"
+        assert store.upgrade.before is None and store.upgrade.after == head() == "0004"
         with store.session() as s:
             assert [(j.name, j.user) for j in s.query(JobRow)] == [("old", "alice")]
         assert current(store.engine) == head()
-        assert "ix_jobs_user_name" in indexes(url)
+        assert {"ix_jobs_user_name", "ix_jobs_request"} <= indexes(url)
         if store_url is None:  # SQLite: copied before the change, the copy intact
             backup = store.upgrade.backup
             assert backup is not None and backup.name.startswith("corral.db.before-unversioned")
@@ -82,7 +82,12 @@ def test_a_new_store_starts_at_the_newest_revision(tmp_path: Path) -> None:
             head(),
             None,
         )
-        assert "ix_jobs_user_name" in indexes(store.url)
+        assert {"ix_jobs_user_name", "ix_jobs_request"} <= indexes(store.url)
+        with store.engine.connect() as conn:  # the loop's look for requests each pass
+            plan = conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN SELECT * FROM jobs WHERE jobs.request IS NOT NULL"
+            ).fetchall()
+        assert "USING INDEX ix_jobs_request" in str(plan)
     finally:
         store.engine.dispose()
 
@@ -93,14 +98,14 @@ def test_downgrade_undoes_and_upgrade_redoes(tmp_path: Path, store_url: str | No
     engine = create_engine(url)
     try:
         done = downgrade(engine, url, "0001")
-        assert (done.before, done.after) == ("0003", "0001")
-        assert "ix_jobs_user_name" not in indexes(url)
+        assert (done.before, done.after) == ("0004", "0001")
+        assert not {"ix_jobs_user_name", "ix_jobs_request"} & indexes(url)
     finally:
         engine.dispose()
     store = Store(url)
     try:
-        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0003")
-        assert "ix_jobs_user_name" in indexes(url)
+        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0004")
+        assert {"ix_jobs_user_name", "ix_jobs_request"} <= indexes(url)
     finally:
         store.engine.dispose()
 
@@ -181,7 +186,7 @@ def test_jobs_stored_held_as_suspended_become_pending_and_held(
         engine.dispose()
     store = Store(url)
     try:
-        assert (store.upgrade.before, store.upgrade.after) == ("0002", "0003")
+        assert (store.upgrade.before, store.upgrade.after) == ("0002", "0004")
         with store.session() as s:
             rows = {j.name: (j.status, j.held, j.reason) for j in s.query(JobRow)}
         assert rows == {

@@ -35,6 +35,7 @@ from sqlalchemy import (
     event,
     insert,
     select,
+    text,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
@@ -53,7 +54,17 @@ class Base(DeclarativeBase):
 
 class JobRow(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_user_name", "user", "name"),)
+    __table_args__ = (
+        Index("ix_jobs_user_name", "user", "name"),
+        # the few jobs with a request waiting for the loop, found each pass without
+        # reading the whole table (an index of those rows only)
+        Index(
+            "ix_jobs_request",
+            "request",
+            sqlite_where=text("request IS NOT NULL"),
+            postgresql_where=text("request IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))
