@@ -46,7 +46,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     )
     app.state.context = Context(config, store, scheduler)
     app.state.metrics = metrics.ApiMetrics(app.state.context)
-    app.middleware("http")(app.state.metrics.count)
+    app.add_middleware(metrics.CountRequests, metrics=app.state.metrics)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Refused, refused_error)

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -117,6 +117,9 @@ def submitted(rows: list[JobRow]) -> JobView:
         view.array_tasks = [r.id for r in rows]
     return view
 
+
+CACHED_PAGE = 1000
+"""Pages of a listing up to this many jobs are kept until the store changes."""
 
 MAX_BATCH = 1000
 """Jobs one batched submission may hold (each may be an array of max_array_size tasks)."""
@@ -230,7 +233,13 @@ def queue(
     says how many match in all, and ``X-Next-After`` (when more follow) is the cursor
     of the next page. Nothing is left out silently."""
     include = _fields(fields)
-    with ctx.store.session() as s:
+    # plain rows, not ORM objects: a listing reads them once (a third of the time);
+    # with fields that columns give, only those columns (and the spec's scalars)
+    brief = brief_columns(include | {"status", "user"}) if include is not None else None
+    columns = brief if brief is not None else list(JobRow.__table__.columns)
+    version = ctx.store.version  # (read first: see Store.cached)
+
+    def page() -> tuple[int, list[Any], dict[str, str], dict[int, int]]:
         query = select(JobRow)
         if state and state.strip().lower() == "all":
             pass
@@ -246,42 +255,47 @@ def queue(
             query = query.where(JobRow.name.in_(_words(name)))
         if ids:
             query = query.where(JobRow.id.in_(_ids(ids)))
-        total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
-        if newest:
-            if before:
-                query = query.where(JobRow.id < before)
-            page = query.order_by(JobRow.id.desc()).limit(limit + 1)
-        else:
-            page = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
-        # plain rows, not ORM objects: a listing reads them once (a third of the time);
-        # with fields that columns give, only those columns (and the spec's scalars)
-        brief = brief_columns(include | {"status", "user"}) if include is not None else None
-        columns = brief if brief is not None else list(JobRow.__table__.columns)
-        rows = list(s.execute(page.with_only_columns(*columns)))
-        headers = {"X-Total-Count": str(total)}
-        if len(rows) > limit:
-            rows = rows[:limit]
-            headers["X-Next-Before" if newest else "X-Next-After"] = str(rows[-1].id)
-        where = positions(s, [r.id for r in rows if r.status == JobStatus.PENDING])
-        live = [r.id for r in rows if r.status not in TERMINAL]
-        published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else {}
-        known = {j: published[j] for j in live if j in published}
-        if brief is not None and include is not None:
-            listed = [brief_view(r, include, where.get(r.id), known.get(r.id)) for r in rows]
-            if "command" in include:
-                for item, r in zip(listed, rows, strict=True):
-                    if hides(ctx, user, r.user):
-                        item["command"] = [HIDDEN]
-            body = json.dumps(listed, separators=(",", ":")).encode()
-        else:
-            views = [JobView.of(r, where.get(r.id), known.get(r.id)) for r in rows]  # type: ignore[arg-type]
-            for view in views:
-                if hides(ctx, user, view.user):
-                    view.command = [HIDDEN]
-            # serialised once here: FastAPI would validate ten thousand views again first
-            shown = None if include is None else {"__all__": include}
-            body = JOB_LIST.dump_json(views, include=shown)
-    return Response(body, media_type="application/json", headers=headers)  # type: ignore[return-value]
+        with ctx.store.session() as s:
+            total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
+            if newest:
+                if before:
+                    query = query.where(JobRow.id < before)
+                query = query.order_by(JobRow.id.desc()).limit(limit + 1)
+            else:
+                query = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
+            rows = list(s.execute(query.with_only_columns(*columns)))
+            headers = {"X-Total-Count": str(total)}
+            if len(rows) > limit:
+                rows = rows[:limit]
+                headers["X-Next-Before" if newest else "X-Next-After"] = str(rows[-1].id)
+            where = positions(s, [r.id for r in rows if r.status == JobStatus.PENDING])
+        return total, rows, headers, where
+
+    if limit <= CACHED_PAGE:  # a dashboard's page, asked again each second
+        asked = (state, mine and user.name, of, name, ids, after, newest, before, limit)
+        key = ("jobs", *asked, None if include is None else tuple(sorted(include)))
+        _total, rows, headers, where = ctx.store.cached(key, version, page)
+    else:
+        _total, rows, headers, where = page()
+    live = [r.id for r in rows if r.status not in TERMINAL]
+    published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else {}
+    known = {j: published[j] for j in live if j in published}
+    if brief is not None and include is not None:
+        listed = [brief_view(r, include, where.get(r.id), known.get(r.id)) for r in rows]
+        if "command" in include:
+            for item, r in zip(listed, rows, strict=True):
+                if hides(ctx, user, r.user):
+                    item["command"] = [HIDDEN]
+        body = json.dumps(listed, separators=(",", ":")).encode()
+    else:
+        views = [JobView.of(r, where.get(r.id), known.get(r.id)) for r in rows]
+        for view in views:
+            if hides(ctx, user, view.user):
+                view.command = [HIDDEN]
+        # serialised once here: FastAPI would validate ten thousand views again first
+        shown = None if include is None else {"__all__": include}
+        body = JOB_LIST.dump_json(views, include=shown)
+    return Response(body, media_type="application/json", headers=dict(headers))  # type: ignore[return-value]
 
 
 def _unprocessable(param: str, message: str) -> HTTPException:

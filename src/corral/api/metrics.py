@@ -38,7 +38,7 @@ Scraping needs a token, as every other read does: Prometheus sends it with
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -46,6 +46,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.api.common import AUTH, Context, Ctx, User, gpus_held
 from corral.model.status import JobStatus
@@ -213,15 +214,33 @@ class ApiMetrics:
             registry=self.registry,
         )
 
-    async def count(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        """HTTP middleware: count each request under its route's template."""
-        response = await call_next(request)
-        route = request.scope.get("route")
-        template = getattr(route, "path", None) or "unmatched"
-        self.requests.labels(template, request.method, str(response.status_code)).inc()
-        return response
+
+class CountRequests:
+    """ASGI middleware: count each request under its route's template, method and
+    status. Plain ASGI: a function middleware's extra task and streams cost about a
+    millisecond a request, a third of what an open dashboard's polls cost."""
+
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # (what the client gets when the route raises)
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            template = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.requests.labels(template, scope["method"], str(status)).inc()
 
 
 @router.get("/metrics", tags=["service"], responses=AUTH, response_class=Response)

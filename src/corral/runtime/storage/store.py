@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -235,6 +237,19 @@ def in_chunks(values: list[int]) -> Iterator[list[int]]:
         yield values[k : k + IN_CHUNK]
 
 
+CACHE_ENTRIES = 256
+"""What :meth:`Store.cached` keeps at most."""
+_WROTE = "corral_wrote"
+_READS = ("SELECT", "PRAGMA", "EXPLAIN", "SAVEPOINT", "RELEASE", "ROLLBACK", "BEGIN", "SHOW")
+T = TypeVar("T")
+
+
+def _note_writes(conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+    """Mark a connection that ran anything but a read (counted when it is checked in)."""
+    if not statement.lstrip()[:9].upper().startswith(_READS):
+        conn.info[_WROTE] = True
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -259,7 +274,42 @@ class Store:
         self.upgrade = upgrade(self.engine, url, Base.metadata)
         """What opening did to the schema (see :mod:`corral.runtime.storage.migrate`)."""
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.version = 0
+        """Counts the transactions that wrote (each counted once its connection is back in
+        the pool, after its commit): what was read while it had a value is still what
+        the store holds while it keeps it. Writes from this process only (the service
+        is the store's one writer while it holds the store's lock)."""
+        self._cache: OrderedDict[Hashable, tuple[int, Any]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        event.listen(self.engine, "before_cursor_execute", _note_writes)
+        event.listen(self.engine, "checkin", self._count_write)
         self.epoch = self._epoch()
+
+    def _count_write(self, _dbapi_connection: Any, record: Any) -> None:
+        if record.info.pop(_WROTE, False):
+            with self._cache_lock:
+                self.version += 1
+
+    def cached(self, key: Hashable, version: int, compute: Callable[[], T]) -> T:
+        """``compute()``, or what it gave for ``key`` when nothing has been written since.
+
+        ``version`` is :attr:`version` read before the caller's transaction read
+        anything, so what ``compute`` reads is at least that new: a write committed
+        meanwhile makes the entry older than it is, never newer. The few hundred
+        latest entries are kept (a dashboard's polls of a queue of ten thousand jobs
+        that did not change cost lookups, not queries)."""
+        with self._cache_lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] == version == self.version:
+                self._cache.move_to_end(key)
+                return cast("T", hit[1])
+        value = compute()
+        with self._cache_lock:
+            self._cache[key] = (version, value)
+            self._cache.move_to_end(key)
+            while len(self._cache) > CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        return value
 
     @contextmanager
     def session(self) -> Iterator[Session]:
