@@ -143,6 +143,9 @@ def test_a_listing_returns_only_the_fields_asked_for(api: TestClient) -> None:
     assert len(fast) == len(full) == JOBS + 4
     assert fast == [{k: job[k] for k in brief.split(",")} for job in full]
     assert {j["gpu_type"] for j in fast} == {None, "K80"} and {j["gpus"] for j in fast} == {1, 2}
+    for few in ("id", "position", "remaining,position", "gpus"):  # one column, or none
+        listed = api.get("/v1/jobs", params={"fields": few}, headers=auth("alice")).json()
+        assert listed == [{k: job[k] for k in few.split(",")} for job in full]
     bad = api.get("/v1/jobs", params={"fields": "id,nmae"}, headers=auth("alice"))
     assert bad.status_code == 422
     assert "no job field 'nmae'" in bad.json()["detail"][0]["msg"]

@@ -93,6 +93,8 @@ def test_work_left_and_each_gpus_jobs_are_published_after_every_pass(tmp_path: P
     answers = scheduler.answers
     assert answers.remaining == scheduler.remaining_open()
     assert set(answers.remaining) == {running, waiting}
+    picked = answers.remaining.pick([waiting, 10**6, running])  # (one not held: left out)
+    assert picked == {job: answers.remaining[job] for job in (running, waiting)}
     assert answers.remaining[waiting][0] == pytest.approx(60)
     assert 85 <= answers.remaining[running][0] <= 95  # 100 s, about 10 of them run
     gpu = next(iter(answers.sharers))

@@ -40,7 +40,7 @@ from corral.api.views import (
     JobView,
     PriorityBody,
     brief_columns,
-    brief_view,
+    brief_views,
     private_spec,
 )
 from corral.model.jobs import JobStatus
@@ -51,6 +51,7 @@ from corral.runtime.jobspec.config import UserConfig, hash_token
 from corral.runtime.jobspec.specs import JobSpec
 from corral.runtime.loop.admission import Refused
 from corral.runtime.loop.estimates import extend_curve, extend_progress
+from corral.runtime.loop.inbox import NO_WORK_LEFT
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.loop.scheduler import TERMINAL
 from corral.runtime.storage.store import AttemptRow, EventRow, JobRow
@@ -278,10 +279,10 @@ def queue(
     else:
         _total, rows, headers, where = page()
     live = [r.id for r in rows if r.status not in TERMINAL]
-    published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else {}
-    known = {j: published[j] for j in live if j in published}
+    published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else NO_WORK_LEFT
+    known = published.pick(live)
     if brief is not None and include is not None:
-        listed = [brief_view(r, include, where.get(r.id), known.get(r.id)) for r in rows]
+        listed = brief_views(rows, include, where, known)
         if "command" in include:
             for item, r in zip(listed, rows, strict=True):
                 if hides(ctx, user, r.user):

@@ -101,6 +101,22 @@ class WorkLeft(Mapping[int, tuple[float, str]]):
     def __iter__(self) -> Iterator[int]:
         return iter(self._jobs.tolist())
 
+    def pick(self, jobs: list[int]) -> dict[int, tuple[float, str]]:
+        """The entries of those of ``jobs`` it has, looked up together (a listing's
+        ten thousand jobs: one search, not one each)."""
+        if not jobs or not len(self._jobs):
+            return {}
+        wanted = np.asarray(jobs, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._jobs, wanted), len(self._jobs) - 1)
+        found = self._jobs[at] == wanted
+        sources = self._sources
+        return {
+            job: (seconds, sources.get(job, "default"))
+            for job, seconds in zip(
+                wanted[found].tolist(), self._seconds[at[found]].tolist(), strict=True
+            )
+        }
+
     def __len__(self) -> int:
         return len(self._jobs)
 
@@ -117,7 +133,7 @@ class Answers:
     memory_caps: Mapping[int, float | None] = field(default_factory=lambda: MappingProxyType({}))
     """Job -> the share of GPU memory it may use now (opportunistic jobs, and jobs
     upgraded from opportunistic, whose cap is lifted)."""
-    remaining: Mapping[int, tuple[float, str]] = field(default_factory=lambda: NO_WORK_LEFT)
+    remaining: WorkLeft = field(default_factory=lambda: NO_WORK_LEFT)
     """Job the loop holds -> the seconds of work its policy believes it has left, and
     where the figure comes from (only finite figures): what listings and a job's
     page show."""
