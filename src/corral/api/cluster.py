@@ -53,8 +53,7 @@ def usage(ctx: Ctx, user: User) -> dict[str, object]:
     state and by reason, and per user and per virtual cluster the jobs running and
     waiting and the GPUs they hold. (Grouped counts in the store, tens of
     milliseconds at ten thousand jobs, kept until the store changes.)"""
-    version = ctx.store.version  # (read first: see Store.cached)
-    return ctx.store.cached(("usage",), version, lambda: _usage(ctx))
+    return ctx.store.cached(("usage",), lambda: _usage(ctx))
 
 
 def _usage(ctx: Context) -> dict[str, object]:

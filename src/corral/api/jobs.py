@@ -238,9 +238,8 @@ def queue(
     # with fields that columns give, only those columns (and the spec's scalars)
     brief = brief_columns(include | {"status", "user"}) if include is not None else None
     columns = brief if brief is not None else list(JobRow.__table__.columns)
-    version = ctx.store.version  # (read first: see Store.cached)
 
-    def page() -> tuple[int, list[Any], dict[str, str], dict[int, int]]:
+    def page() -> tuple[list[Any], dict[str, str], dict[int, int]]:
         query = select(JobRow)
         if state and state.strip().lower() == "all":
             pass
@@ -270,14 +269,14 @@ def queue(
                 rows = rows[:limit]
                 headers["X-Next-Before" if newest else "X-Next-After"] = str(rows[-1].id)
             where = positions(s, [r.id for r in rows if r.status == JobStatus.PENDING])
-        return total, rows, headers, where
+        return rows, headers, where
 
     if limit <= CACHED_PAGE:  # a dashboard's page, asked again each second
         asked = (state, mine and user.name, of, name, ids, after, newest, before, limit)
         key = ("jobs", *asked, None if include is None else tuple(sorted(include)))
-        _total, rows, headers, where = ctx.store.cached(key, version, page)
+        rows, headers, where = ctx.store.cached(key, page)
     else:
-        _total, rows, headers, where = page()
+        rows, headers, where = page()
     live = [r.id for r in rows if r.status not in TERMINAL]
     published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else NO_WORK_LEFT
     known = published.pick(live)

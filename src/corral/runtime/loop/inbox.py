@@ -93,13 +93,16 @@ class WorkLeft(Mapping[int, tuple[float, str]]):
         """The jobs whose figure is not the default (the few the loop keeps a record of)."""
 
     def __getitem__(self, job: int) -> tuple[float, str]:
-        k = int(np.searchsorted(self._jobs, job))
-        if k == len(self._jobs) or self._jobs[k] != job:
+        found = self.pick([job])
+        if not found:
             raise KeyError(job)
-        return float(self._seconds[k]), self._sources.get(job, "default")
+        return found[job]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._jobs.tolist())
+
+    def __len__(self) -> int:
+        return len(self._jobs)
 
     def pick(self, jobs: list[int]) -> dict[int, tuple[float, str]]:
         """The entries of those of ``jobs`` it has, looked up together (a listing's
@@ -116,9 +119,6 @@ class WorkLeft(Mapping[int, tuple[float, str]]):
                 wanted[found].tolist(), self._seconds[at[found]].tolist(), strict=True
             )
         }
-
-    def __len__(self) -> int:
-        return len(self._jobs)
 
 
 NO_WORK_LEFT = WorkLeft(np.zeros(0, dtype=np.int64), np.zeros(0), {})

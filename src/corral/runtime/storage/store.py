@@ -290,17 +290,18 @@ class Store:
             with self._cache_lock:
                 self.version += 1
 
-    def cached(self, key: Hashable, version: int, compute: Callable[[], T]) -> T:
+    def cached(self, key: Hashable, compute: Callable[[], T]) -> T:
         """``compute()``, or what it gave for ``key`` when nothing has been written since.
 
-        ``version`` is :attr:`version` read before the caller's transaction read
-        anything, so what ``compute`` reads is at least that new: a write committed
-        meanwhile makes the entry older than it is, never newer. The few hundred
+        ``compute`` opens its own transaction, after the count is read here, so what
+        it reads is at least as new as the count it is kept under: a write committed
+        meanwhile makes the entry look older than it is, never newer. The few hundred
         latest entries are kept (a dashboard's polls of a queue of ten thousand jobs
         that did not change cost lookups, not queries)."""
         with self._cache_lock:
+            version = self.version
             hit = self._cache.get(key)
-            if hit is not None and hit[0] == version == self.version:
+            if hit is not None and hit[0] == version:
                 self._cache.move_to_end(key)
                 return cast("T", hit[1])
         value = compute()
