@@ -8,7 +8,7 @@ SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(SUM)
 BASE_STAMP := $(VENV)/.installed-base-$(SUM)
 
-.PHONY: demo test docs lint bench clean
+.PHONY: demo test test-long docs lint bench clean
 
 $(BASE_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,12 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .pytest_cache/site
-	$(PY) -m pytest -n 4 --dist loadfile --ignore tests/e2e/test_parity.py
+	$(PY) -m pytest -n 4 --dist loadfile -m "not long"
+
+# The long tests (marked long: real-process tests of minutes, more seeds of the
+# randomised ones), then the live-against-simulator timing comparison on its own.
+test-long: $(STAMP)
+	$(PY) -m pytest -n 4 --dist loadfile -m long --ignore tests/e2e/test_parity.py
 	$(PY) -m pytest tests/e2e/test_parity.py  # alone: it compares live timing with the simulator
 
 # The documentation site (MkDocs, Material theme) into site/: open site/index.html.

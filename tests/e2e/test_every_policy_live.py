@@ -52,8 +52,23 @@ CASES = [(name, options_for(name)) for name in POLICIES] + [
 ]
 
 
+QUICK = {"fifo", "tiresias-las", "gandiva", "gavel-max-min-fairness", "pollux", "themis", "allox"}
+"""One policy of each kind of directive live in make test (a queue, preemption by age,
+time-slicing and packing, rounds of an LP, resizing, leases, matching); the others
+send the same directives, and every policy's decisions are checked exactly in the
+live loop in virtual time (tests/runtime/test_virtual_parity.py). make test-long
+runs every policy live, with Tiresias' simulator options too."""
+
+
 @pytest.mark.parametrize(
-    ("name", "options"), CASES, ids=[n for n in POLICIES] + ["tiresias-gittins-sim-options"]
+    ("name", "options"),
+    [
+        pytest.param(name, options, marks=pytest.mark.long)
+        if name not in QUICK or options is TIRESIAS_SIM_OPTIONS
+        else (name, options)
+        for name, options in CASES
+    ],
+    ids=[n for n in POLICIES] + ["tiresias-gittins-sim-options"],
 )
 def test_policy_runs_mixed_jobs_live(name: str, options: dict[str, Any], tmp_path: Path) -> None:
     service = ServiceProcess(tmp_path, name, options, retry={"backoff": 0.5})

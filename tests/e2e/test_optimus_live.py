@@ -26,6 +26,7 @@ pytest.importorskip("torch")
 TARGET = 0.35
 
 
+@pytest.mark.long  # a minute of real training; Optimus' fit in tests/policies/test_optimus.py
 def test_optimus_predicts_a_training_job_from_its_loss_curve(tmp_path: Path) -> None:
     service = ServiceProcess(
         tmp_path,

@@ -43,7 +43,7 @@ boundaries: run alone, gavel-max-min-fairness agrees exactly.)
 A policy found outside its bounds is run once more on its own before the test
 fails: both runs must disagree for it to fail.
 
-``make test`` runs this file on its own, after the rest of the suite: beside
+It is a long test: ``make test-long`` runs it on its own, after the others: beside
 the suite's other workers on a 2-core machine, starts slip by the hundreds of
 milliseconds a loaded machine adds, and a different policy left its bounds in
 each of three full runs (SRTF, SJF, AntMan), none of them on a quiet machine.
@@ -57,6 +57,8 @@ import pytest
 
 from corral.policies import POLICIES
 from tests.e2e.parity import compare, run_all, run_pair
+
+pytestmark = pytest.mark.long  # live timing against the simulator's, on a quiet machine
 
 CLOCK_DRIVEN = {name for name in POLICIES if name.startswith("gavel")} | {"themis", "philly"}
 

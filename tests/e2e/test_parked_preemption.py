@@ -133,6 +133,7 @@ def test_preempted_task_jobs_are_parked_and_resume_in_place(tmp_path: Path) -> N
         svc.close()
 
 
+@pytest.mark.long  # parking itself is the first test of this file
 def test_a_parked_job_suspended_checkpoints_from_its_parked_state(tmp_path: Path) -> None:
     svc = service(tmp_path)
     try:
@@ -152,6 +153,7 @@ def test_a_parked_job_suspended_checkpoints_from_its_parked_state(tmp_path: Path
         svc.close()
 
 
+@pytest.mark.long  # parking itself is the first test of this file
 def test_a_service_killed_while_a_job_is_parked_stops_it_and_it_ends_right(
     tmp_path: Path,
 ) -> None:
@@ -187,6 +189,7 @@ def test_a_service_killed_while_a_job_is_parked_stops_it_and_it_ends_right(
         svc.close()
 
 
+@pytest.mark.long  # parking itself is the first test of this file
 def test_task_jobs_get_through_a_quantum_shorter_than_their_cold_start(tmp_path: Path) -> None:
     """Not parked: two task jobs under LAS with a 1 s quantum, shorter than a cold
     start (PyTorch's import alone takes longer here). A job preempted before its

@@ -198,6 +198,7 @@ def test_local_ray_instance_runs_six_jobs_on_four_virtual_gpus(services, tmp_pat
     assert head["address"].startswith("127.0.0.1:")
 
 
+@pytest.mark.long  # four minutes of a three-node Ray; the parts in tests/runtime/test_ray_parts.py
 def test_gang_across_nodes_preemption_node_loss_and_kill9(services, cluster, tmp_path):
     service = RayService(
         tmp_path / "svc",
@@ -332,6 +333,7 @@ def kill_raylet(state: Path, process: str = "raylet") -> int:
     return group
 
 
+@pytest.mark.long  # two minutes of Ray starts; its own local instance runs jobs in the test above
 def test_a_dead_ray_instance_is_replaced_and_a_stale_head_never_blocks_a_start(services, tmp_path):
     from corral.runtime.execution.ray_executor import ray_temp_dir
 
@@ -428,6 +430,7 @@ def test_a_cluster_started_with_token_authentication_is_reached_with_the_users_t
         head.wait(20)
 
 
+@pytest.mark.long  # a real head killed; its logic in virtual time in test_ray_parts.py
 def test_a_configured_clusters_head_lost_and_back_never_ends_the_service(
     services: list[RayService], tmp_path: Path
 ) -> None:

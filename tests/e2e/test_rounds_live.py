@@ -79,6 +79,7 @@ def submit_jobs(client: Any, jobs: list[tuple[int, str | None]], rounds: int) ->
     return ids
 
 
+@pytest.mark.long  # (hare's rounds run live in make test with keepers, below)
 @pytest.mark.parametrize("name", list(ROUND_PLANNERS))
 def test_round_policy_runs_task_jobs_as_rounds_live(name: str, tmp_path: Path) -> None:
     jobs_asked, rounds_each = CASES[name]
@@ -145,6 +146,7 @@ def test_jobs_that_cannot_run_as_rounds_are_refused_with_the_reason(tmp_path: Pa
     assert "Traceback" not in log, log[-3000:]
 
 
+@pytest.mark.long  # two minutes; rounds live in the tests above
 def test_a_job_run_as_rounds_carries_on_after_the_service_is_killed(tmp_path: Path) -> None:
     """Killed with ``-9`` mid-job (its keepers die with it, and a task whose keeper
     went runs itself), restarted, the job ends exactly as on one device. (Without

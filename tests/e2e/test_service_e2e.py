@@ -94,6 +94,7 @@ def transformer(steps: int, step_time: float = 0.02) -> list[str]:
     return example("tiny_transformer", steps, step_time)
 
 
+@pytest.mark.long  # five minutes; tiresias live: test_every_policy_live.py; resumption: below
 def test_ten_mixed_jobs_under_tiresias(make_service: Any, tmp_path: Path) -> None:
     service = make_service("tiresias-las", queues=2, thresholds=[8])
     assert service.users["alice"] == TOKENS["alice"]
@@ -231,6 +232,11 @@ def test_preempted_job_matches_an_uninterrupted_run(make_service: Any, tmp_path:
     assert "resumed from step" in followed and '"final_step": 300' in followed
 
 
+@pytest.mark.parametrize(
+    "store_url",
+    ["sqlite", pytest.param("postgresql", marks=pytest.mark.long)],  # (the store on PostgreSQL
+    indirect=True,  # is tested in make test by tests/runtime/test_store_*.py)
+)
 def test_kill_9_and_restart_loses_nothing(store_url: str | None, make_service: Any) -> None:
     # store_url comes first so that its database outlives the service (teardown is LIFO)
     service = make_service("fifo", store=store_url)

@@ -37,6 +37,7 @@ STEPS = 300
 WORKER = re.compile(re.escape(WARM_MARK) + r" (\d+)")
 
 
+@pytest.mark.long  # six minutes; the protocol, separation and fallback are the tests below
 def test_a_users_jobs_switch_in_one_warm_worker_and_end_as_if_never_stopped(
     tmp_path: Path,
 ) -> None:

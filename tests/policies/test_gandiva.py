@@ -322,7 +322,7 @@ def test_every_job_of_a_shared_set_runs_at_its_share_at_every_pass() -> None:
             return super().schedule(state)
 
     cluster = load_cluster("philly", scale=0.03)
-    jobs = load_trace("philly", cluster.total_gpus, TraceOptions(max_jobs=1500, job_types="gavel"))
+    jobs = load_trace("philly", cluster.total_gpus, TraceOptions(max_jobs=600, job_types="gavel"))
     config = SimConfig(switch_cost=0.1, check_invariants=True)
     policy = Checked(quantum=60.0)
     result = Simulator(jobs, cluster, policy, config).run()

@@ -81,7 +81,7 @@ def attacks(store: Store, clock: VirtualClock, job_root: Path) -> list[Callable[
     return [poisoned, waits_for_thousands, fifo_mark, array_and_after, extremes]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, *(pytest.param(k, marks=pytest.mark.long) for k in (1, 2))])
 @pytest.mark.parametrize("policy", POLICIES)
 def test_one_users_attacks_never_keep_the_others_jobs_from_running(
     tmp_path: Path, policy: str, seed: int

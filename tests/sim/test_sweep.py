@@ -131,6 +131,7 @@ def test_point_names_are_folders():
     assert GridPoint("fifo", None, 0, 1.0).name == "fifo/load-trace_seed-0_scale-1"
 
 
+@pytest.mark.long  # starts a Ray cluster; the process runner is tested above
 def test_sweeps_run_in_processes_by_default_and_ray_never_attaches_to_a_stray_cluster(
     tmp_path, monkeypatch
 ):

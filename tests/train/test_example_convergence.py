@@ -23,7 +23,11 @@ pytest.importorskip("torch")
 
 @pytest.mark.parametrize(
     ("example", "target"),
-    [("digits_cnn", 0.08), ("digits_cnn", 0.1), ("tiny_transformer", 0.45)],
+    [
+        pytest.param("digits_cnn", 0.08, marks=pytest.mark.long),
+        ("digits_cnn", 0.1),
+        ("tiny_transformer", 0.45),
+    ],
 )
 def test_the_half_way_estimate_is_within_a_quarter(
     tmp_path: Path, example: str, target: float

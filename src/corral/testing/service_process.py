@@ -25,13 +25,22 @@ from corral.runtime.storage.store import AttemptRow, EventRow, Store
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "a condition") -> Any:
-    """Poll ``predicate`` until it returns something true; that value, or TimeoutError."""
+    """Poll ``predicate`` until it returns something true; that value, or TimeoutError.
+
+    The pause between polls grows from 0.05 s to 0.25 s: a predicate is often a
+    request to a service, and a poll every 0.05 s of ten jobs for minutes was a
+    hundred or more requests a second, a large share of a loaded host's cores."""
     deadline = time.monotonic() + timeout
+    pause = 0.05
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        pause = min(pause * 1.25, 0.25)
+    value = predicate()  # (once more at the deadline: a pause may end just past it)
+    if value:
+        return value
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
