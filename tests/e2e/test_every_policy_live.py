@@ -47,11 +47,6 @@ TIRESIAS_SIM_OPTIONS = {  # what --preset tiresias-sim sets, queue thresholds sh
     "ties": "fifo",
     "index_table": "stepped",
 }
-CASES = [(name, options_for(name)) for name in POLICIES] + [
-    ("tiresias-gittins", TIRESIAS_SIM_OPTIONS)
-]
-
-
 QUICK = {"fifo", "tiresias-las", "gandiva", "gavel-max-min-fairness", "pollux", "themis", "allox"}
 """One policy of each kind of directive live in make test (a queue, preemption by age,
 time-slicing and packing, rounds of an LP, resizing, leases, matching); the others
@@ -59,17 +54,18 @@ send the same directives, and every policy's decisions are checked exactly in th
 live loop in virtual time (tests/runtime/test_virtual_parity.py). make test-long
 runs every policy live, with Tiresias' simulator options too."""
 
+CASES = [
+    pytest.param(name, options_for(name), id=name, marks=() if name in QUICK else pytest.mark.long)
+    for name in POLICIES
+] + [
+    pytest.param(
+        "tiresias-gittins", TIRESIAS_SIM_OPTIONS, id="tiresias-gittins-sim-options",
+        marks=pytest.mark.long,
+    )
+]  # fmt: skip
 
-@pytest.mark.parametrize(
-    ("name", "options"),
-    [
-        pytest.param(name, options, marks=pytest.mark.long)
-        if name not in QUICK or options is TIRESIAS_SIM_OPTIONS
-        else (name, options)
-        for name, options in CASES
-    ],
-    ids=[n for n in POLICIES] + ["tiresias-gittins-sim-options"],
-)
+
+@pytest.mark.parametrize(("name", "options"), CASES)
 def test_policy_runs_mixed_jobs_live(name: str, options: dict[str, Any], tmp_path: Path) -> None:
     service = ServiceProcess(tmp_path, name, options, retry={"backoff": 0.5})
     service.start()

@@ -32,16 +32,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "a
     hundred or more requests a second, a large share of a loaded host's cores."""
     deadline = time.monotonic() + timeout
     pause = 0.05
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+    while not (value := predicate()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(min(pause, left))
         pause = min(pause * 1.25, 0.25)
-    value = predicate()  # (once more at the deadline: a pause may end just past it)
-    if value:
-        return value
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+    return value
 
 
 def kill_open_attempts(attempts: list[AttemptRow]) -> None:
