@@ -8,12 +8,12 @@ each export lives and imports it only when it is asked for (PEP 562).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
 
 if TYPE_CHECKING:  # (typing's import is a tenth of a quick command's)
+    from collections.abc import Callable
     from typing import Any
 
 

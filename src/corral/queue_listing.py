@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import functools
 import sys
-from datetime import datetime
-from typing import Any
+import time
 
 from corral.errors import CorralError
 from corral.timespan import span
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
 del _CONTROL[ord("\n")], _CONTROL[ord("\t")]
@@ -45,7 +50,7 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL)
 
 
-def plain_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+def plain_table(title: str, columns: list[str], rows: Sequence[Sequence[str]]) -> None:
     """``rows`` under ``columns`` as plain aligned columns on standard output, cells
     with control characters escaped (they may come from other users)."""
     cells = rows
@@ -70,7 +75,7 @@ def when(t: float | None) -> str:
 @functools.lru_cache(maxsize=4096)
 def _clock(second: int) -> str:
     """A time of day (jobs submitted in one second share it: a batch of thousands)."""
-    return datetime.fromtimestamp(second).strftime("%H:%M:%S")
+    return time.strftime("%H:%M:%S", time.localtime(second))
 
 
 def work_left(remaining: dict[str, Any] | None) -> str:
@@ -78,8 +83,14 @@ def work_left(remaining: dict[str, Any] | None) -> str:
     prediction (a loss curve's) rather than a measurement."""
     if not remaining:
         return "-"
-    guess = "~" if remaining["source"] in ("history", "default", "convergence") else ""
-    return guess + span(remaining["seconds"])
+    return _left(remaining["seconds"], remaining["source"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _left(seconds: float, source: str) -> str:
+    """(Queued jobs share a few values: ten thousand held jobs, the default's one.)"""
+    guess = "~" if source in ("history", "default", "convergence") else ""
+    return guess + span(seconds)
 
 
 def steps(job: dict[str, Any]) -> str:
@@ -102,21 +113,30 @@ def queue_columns(text: str | None) -> list[str]:
     return chosen
 
 
-def queue_rows(jobs: list[dict[str, Any]], chosen: list[str]) -> list[list[str]]:
+def _gpus(job: dict[str, Any]) -> str:
+    kind = job["gpu_type"]
+    return f"{job['gpus']} {kind}" if kind else str(job["gpus"])
+
+
+CELLS: dict[str, Callable[[list[dict[str, Any]]], list[str]]] = {
+    "id": lambda jobs: [str(j["id"]) for j in jobs],
+    "name": lambda jobs: [j["name"] for j in jobs],
+    "user": lambda jobs: [j["user"] for j in jobs],
+    "state": lambda jobs: [j["status"] for j in jobs],
+    "gpus": lambda jobs: [_gpus(j) for j in jobs],
+    "pos": lambda jobs: [str(j["position"] or "-") for j in jobs],
+    "reason": lambda jobs: [j["reason"] or "" for j in jobs],
+    "steps": lambda jobs: [steps(j) for j in jobs],
+    "left": lambda jobs: [work_left(j.get("remaining")) for j in jobs],
+    "submit": lambda jobs: [when(j["submit_time"]) for j in jobs],
+}
+"""Each column's cells for a list of jobs, a column at a time (a call per column, not
+per cell: a listing of ten thousand jobs is a hundred thousand cells)."""
+
+
+def queue_rows(jobs: list[dict[str, Any]], chosen: list[str]) -> list[tuple[str, ...]]:
     """Each job's cells in the ``chosen`` columns."""
-    cells = {
-        "id": lambda j: str(j["id"]),
-        "name": lambda j: j["name"],
-        "user": lambda j: j["user"],
-        "state": lambda j: j["status"],
-        "gpus": lambda j: f"{j['gpus']}{' ' + j['gpu_type'] if j['gpu_type'] else ''}",
-        "pos": lambda j: str(j["position"] or "-"),
-        "reason": lambda j: j["reason"] or "",
-        "steps": steps,
-        "left": lambda j: work_left(j.get("remaining")),
-        "submit": lambda j: when(j["submit_time"]),
-    }
-    return [[cells[c](j) for c in chosen] for j in jobs]
+    return list(zip(*(CELLS[c](jobs) for c in chosen), strict=True)) if jobs else []
 
 
 def queue_title(shown: int, total: int) -> str:

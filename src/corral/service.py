@@ -15,6 +15,7 @@ only then opens the store and adopts running jobs.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -35,6 +36,13 @@ from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.migrate import Upgrade
 from corral.runtime.storage.store import Store
 from corral.runtime.storage.store_lock import StoreLock, holder_line
+
+COLLECTOR_THRESHOLDS = (50_000, 20, 10)
+"""The cycle collector's thresholds while serving (Python's are 700, 10, 10). A
+service over ten thousand jobs holds millions of objects, and a listing of them
+allocates tens of thousands: at 700 a young collection came every few hundred
+rows, and the full ones they lead to walked the whole heap, doubling one
+listing's time in one request of three (0.18 s became 0.27-0.42 s)."""
 
 
 def private_dir(path: Path) -> None:
@@ -172,6 +180,7 @@ def _run(
         # head left behind); this one asks the server to stop (as it would have, had the
         # signal come before it took over) and lets ``server.run`` return to the cleanup
         signal.signal(signal.SIGTERM, lambda _signum, _frame: setattr(server, "should_exit", True))
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
     loop.start()
     watch.start()
     try:

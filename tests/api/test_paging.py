@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterator
-from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,8 @@ from fastapi.testclient import TestClient
 from corral.api import client as client_module
 from corral.api.app import create_app
 from corral.api.client import Answer, Client
+from corral.api.http_wire import Headers
+from corral.api.views import brief_views
 from corral.runtime.storage.store import Store
 from tests.runtime.harness import auth, make_config
 
@@ -57,7 +59,7 @@ def test_the_client_lists_all_by_default_and_counts_what_it_leaves_out(
 ) -> None:
     def call(self: Client, method: str, path: str, params: Any = None, json: Any = None) -> Any:
         got = api.request(method, path, params=params, json=json, headers=auth("alice"))
-        headers = Message()
+        headers = Headers()
         for key, value in got.headers.items():
             headers[key] = value
         return Answer(got.status_code, "", headers, got.content)
@@ -149,3 +151,24 @@ def test_a_listing_returns_only_the_fields_asked_for(api: TestClient) -> None:
     bad = api.get("/v1/jobs", params={"fields": "id,nmae"}, headers=auth("alice"))
     assert bad.status_code == 422
     assert "no job field 'nmae'" in bad.json()["detail"][0]["msg"]
+
+
+def test_brief_views_give_each_job_its_place_and_work_left() -> None:
+    """A listing's columns-only views, with the queue's places and the policy's work
+    left (the API above runs without a loop, so its jobs have none)."""
+    Row = namedtuple("Row", ["id", "name", "status", "gpus"])
+    rows = [Row(1, "a", "PENDING", 2), Row(2, "b", "RUNNING", None), Row(3, "c", "PENDING", 1)]
+    left = {1: (60.0, "default"), 2: (5.0, "heartbeats"), 3: (60.0, "default")}
+    views = brief_views(rows, {"id", "name", "gpus", "position", "remaining"}, {1: 2, 3: 1}, left)
+    assert views == [
+        {"id": 1, "name": "a", "gpus": 2, "position": 2,
+         "remaining": {"seconds": 60.0, "source": "default"}},
+        {"id": 2, "name": "b", "gpus": 1, "position": None,  # the spec's default
+         "remaining": {"seconds": 5.0, "source": "heartbeats"}},
+        {"id": 3, "name": "c", "gpus": 1, "position": 1,
+         "remaining": {"seconds": 60.0, "source": "default"}},
+    ]  # fmt: skip
+    assert brief_views(rows, {"id", "remaining"}, {}, {}) == [
+        {"id": k, "remaining": None} for k in (1, 2, 3)
+    ]
+    assert brief_views([], {"id"}, {}, {}) == []

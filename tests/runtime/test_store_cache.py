@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from corral.api.app import create_app
+from corral.runtime.storage import store as store_module
 from corral.runtime.storage.store import JobRow, Store
 from tests.runtime.harness import auth, make_config
 
@@ -79,5 +81,36 @@ def test_a_listing_and_the_usage_show_a_job_as_soon_as_it_is_stored(tmp_path: Pa
         after = api.get("/v1/jobs", params={"limit": 100}, headers=auth("alice")).json()
         assert first["id"] not in [j["id"] for j in after] and after[0]["position"] == 1
         assert api.get("/v1/usage", headers=auth("alice")).json()["by_state"]["PENDING"] == 2
+    finally:
+        store.engine.dispose()
+
+
+def test_what_is_kept_is_bounded_by_weight_as_well_as_by_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hostile user's thousand different listings of ten thousand jobs each keep at
+    most CACHE_WEIGHT cells; one heavier than that is computed and not kept."""
+    monkeypatch.setattr(store_module, "CACHE_WEIGHT", 100)
+    store = Store(f"sqlite:///{tmp_path / 'corral.db'}")
+    calls: list[str] = []
+
+    def listing(key: str, weight: int) -> list[int]:
+        def compute() -> list[int]:
+            calls.append(key)
+            return [0] * weight
+
+        return store.cached(key, compute, len)
+
+    try:
+        for k in range(30):
+            listing(f"l{k}", 30)
+            assert store._cache_weight <= 100 and len(store._cache) <= 3
+        assert listing("l29", 30) and calls.count("l29") == 1  # the latest are kept
+        listing("l0", 30)
+        assert calls.count("l0") == 2  # the oldest went
+        listing("huge", 101)
+        listing("huge", 101)
+        assert calls.count("huge") == 2 and "huge" not in store._cache
+        assert store._cache_weight == sum(w for _, _, w in store._cache.values())
     finally:
         store.engine.dispose()

@@ -7,18 +7,18 @@ else, a service that is not running.
 
 from __future__ import annotations
 
-import http.client
 import json as jsonlib
 import os
-from email.message import Message
-from urllib.parse import urlencode, urlsplit
 
+from corral.api.http_wire import Headers, PlainConnection, SecureConnection, split_url
 from corral.errors import CorralError, NotFound, OperationFailed, PermissionDenied, Unreachable
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
 if TYPE_CHECKING:
     from typing import Any
+
+    from corral.api.http_wire import Transport
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 
@@ -29,7 +29,7 @@ class Answer:
 
     __slots__ = ("content", "headers", "reason_phrase", "status_code")
 
-    def __init__(self, status_code: int, reason_phrase: str, headers: Message, content: bytes):
+    def __init__(self, status_code: int, reason_phrase: str, headers: Headers, content: bytes):
         self.status_code = status_code
         self.reason_phrase = reason_phrase
         self.headers = headers
@@ -78,6 +78,8 @@ def error_of(response: Answer) -> CorralError:
 def _query(params: dict[str, Any] | None) -> str:
     if not params:
         return ""
+    from urllib.parse import urlencode  # (here: a submission has no query)
+
     plain = {k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()}
     return "?" + urlencode(plain)
 
@@ -88,20 +90,21 @@ PAGE = 20000
 
 class Client:
     """Calls on one kept-alive connection, with the standard library only: a CLI
-    command starts faster without an HTTP package to import."""
+    command starts faster without an HTTP package to import (plain HTTP without
+    ``http.client`` either: :mod:`corral.api.http_wire`)."""
 
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
         self.url = (url or os.environ.get("CORRAL_URL") or DEFAULT_URL).rstrip("/")
         token = token or os.environ.get("CORRAL_TOKEN")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        parts = split_url(self.url)
+        if parts is None or parts[0] not in ("http", "https"):
             raise CorralError(f"'{self.url}' is not a service URL (http://host:port)")
-        self._secure = parts.scheme == "https"
-        self._host, self._port = parts.hostname, parts.port
-        self._base = parts.path.rstrip("/")
+        scheme, self._host, self._port, path = parts
+        self._secure = scheme == "https"
+        self._base = path.rstrip("/")
         self._timeout = timeout
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: Transport | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -114,10 +117,12 @@ class Client:
             self._conn.close()
             self._conn = None
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self) -> Transport:
         if self._conn is None:
-            kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
-            self._conn = kind(self._host, self._port, timeout=self._timeout)
+            if self._secure:
+                self._conn = SecureConnection(self._host, self._port, self._timeout)
+            else:
+                self._conn = PlainConnection(self._host, self._port or 80, self._timeout)
         return self._conn
 
     def call(
@@ -136,15 +141,13 @@ class Client:
             reused = self._conn is not None
             conn = self._connection()
             try:
-                conn.request(method, target, body=body, headers=headers)
-                raw = conn.getresponse()
-                response = Answer(raw.status, raw.reason, raw.headers, raw.read())
+                response = Answer(*conn.request(method, target, body, headers))
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+            except (BrokenPipeError, ConnectionResetError) as exc:
                 self.close()  # a kept-alive connection the server had closed: once more
                 if attempt == 2 or not reused:
                     raise self._unreachable(exc) from None
-            except (OSError, http.client.HTTPException) as exc:
+            except OSError as exc:
                 self.close()
                 raise self._unreachable(exc) from None
         if response.status_code >= 400:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import json
 import os
 import time
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic_core import to_json
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -118,9 +118,6 @@ def submitted(rows: list[JobRow]) -> JobView:
         view.array_tasks = [r.id for r in rows]
     return view
 
-
-CACHED_PAGE = 1000
-"""Pages of a listing up to this many jobs are kept until the store changes."""
 
 MAX_BATCH = 1000
 """Jobs one batched submission may hold (each may be an array of max_array_size tasks)."""
@@ -271,12 +268,11 @@ def queue(
             where = positions(s, [r.id for r in rows if r.status == JobStatus.PENDING])
         return rows, headers, where
 
-    if limit <= CACHED_PAGE:  # a dashboard's page, asked again each second
-        asked = (state, mine and user.name, of, name, ids, after, newest, before, limit)
-        key = ("jobs", *asked, None if include is None else tuple(sorted(include)))
-        rows, headers, where = ctx.store.cached(key, page)
-    else:
-        rows, headers, where = page()
+    # a dashboard's page asked again each second, a queue listed again: kept until the
+    # store changes (weighed by cells, so no number of listings holds much memory)
+    asked = (state, mine and user.name, of, name, ids, after, newest, before, limit)
+    key = ("jobs", *asked, None if include is None else tuple(sorted(include)))
+    rows, headers, where = ctx.store.cached(key, page, lambda kept: len(kept[0]) * len(columns))
     live = [r.id for r in rows if r.status not in TERMINAL]
     published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else NO_WORK_LEFT
     known = published.pick(live)
@@ -286,7 +282,7 @@ def queue(
             for item, r in zip(listed, rows, strict=True):
                 if hides(ctx, user, r.user):
                     item["command"] = [HIDDEN]
-        body = json.dumps(listed, separators=(",", ":")).encode()
+        body = to_json(listed)  # (pydantic's serialiser: a fifth of json.dumps' time)
     else:
         views = [JobView.of(r, where.get(r.id), known.get(r.id)) for r in rows]
         for view in views:

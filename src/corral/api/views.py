@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import functools
-import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -80,34 +79,31 @@ def brief_views(
 ) -> list[dict[str, Any]]:
     """Jobs' views restricted to ``fields``, from rows of :func:`brief_columns` (the
     values :meth:`JobView.of` gives, the spec's defaults where it is silent).
-    Each row's columns are taken at once by position, not field by field (a
-    listing of ten thousand jobs: a tenth of the time)."""
+    Built a column at a time, each job's dict at the end from its values in one
+    call (a listing of ten thousand jobs: a fraction of the time of a dict per
+    row filled field by field). Jobs with the same work left share its view."""
     if not rows:
         return []
     names = [name for name in fields if name not in LOOKED_UP]
-    labels = list(rows[0]._fields)
-    index = [labels.index(name) for name in names]
-    take: Callable[[Any], tuple[Any, ...]] = (
-        operator.itemgetter(*index) if len(index) > 1 else lambda row: tuple(row[k] for k in index)
-    )
+    by_label = dict(zip(rows[0]._fields, zip(*rows, strict=True), strict=True))
     defaults = _spec_defaults()
-    silent = [(n, defaults[n]) for n in names if n in SPEC_FIELDS and defaults[n] is not None]
-    place, left = "position" in fields, "remaining" in fields
-    out = []
-    for row in rows:
-        view = dict(zip(names, take(row), strict=True))
-        for name, default in silent:
-            if view[name] is None:
-                view[name] = default
-        if place:
-            view["position"] = positions.get(row.id)
-        if left:
-            known = remaining.get(row.id)
-            view["remaining"] = None if known is None else {
-                "seconds": known[0], "source": known[1]
-            }  # fmt: skip
-        out.append(view)
-    return out
+    values: list[Sequence[Any]] = []
+    for name in names:
+        column = by_label[name]
+        default = defaults[name] if name in SPEC_FIELDS else None
+        values.append(column if default is None else [default if v is None else v for v in column])
+    ids = by_label["id"]
+    if "position" in fields:
+        names.append("position")
+        values.append([positions.get(job) for job in ids])
+    if "remaining" in fields:
+        shown: dict[tuple[float, str] | None, dict[str, Any] | None] = {None: None}
+        for known in remaining.values():
+            if known not in shown:
+                shown[known] = {"seconds": known[0], "source": known[1]}
+        names.append("remaining")
+        values.append([shown[remaining.get(job)] for job in ids])
+    return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
 class RemainingView(BaseModel):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated
 
@@ -51,7 +51,7 @@ def print_json(data: object) -> None:
     sys.stdout.flush()
 
 
-def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+def print_table(title: str, columns: list[str], rows: Sequence[Sequence[str]]) -> None:
     """A table: rich's box for a screenful, plain aligned columns for a long listing.
     Cells are shown with control characters escaped (they may come from other users)."""
     if len(rows) > PLAIN_ROWS:

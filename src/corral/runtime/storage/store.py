@@ -239,6 +239,10 @@ def in_chunks(values: list[int]) -> Iterator[list[int]]:
 
 CACHE_ENTRIES = 256
 """What :meth:`Store.cached` keeps at most."""
+CACHE_WEIGHT = 1_000_000
+"""What :meth:`Store.cached` keeps at most in weight (cells, for listings: tens of
+megabytes): a few listings of ten thousand jobs beside a dashboard's pages, and
+no more however many different listings are asked for."""
 _WROTE = "corral_wrote"
 _READS = ("SELECT", "PRAGMA", "EXPLAIN", "SAVEPOINT", "RELEASE", "ROLLBACK", "BEGIN", "SHOW")
 T = TypeVar("T")
@@ -279,7 +283,8 @@ class Store:
         the pool, after its commit): what was read while it had a value is still what
         the store holds while it keeps it. Writes from this process only (the service
         is the store's one writer while it holds the store's lock)."""
-        self._cache: OrderedDict[Hashable, tuple[int, Any]] = OrderedDict()
+        self._cache: OrderedDict[Hashable, tuple[int, Any, int]] = OrderedDict()
+        self._cache_weight = 0
         self._cache_lock = threading.Lock()
         event.listen(self.engine, "before_cursor_execute", _note_writes)
         event.listen(self.engine, "checkin", self._count_write)
@@ -290,14 +295,18 @@ class Store:
             with self._cache_lock:
                 self.version += 1
 
-    def cached(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def cached(
+        self, key: Hashable, compute: Callable[[], T], weigh: Callable[[T], int] | None = None
+    ) -> T:
         """``compute()``, or what it gave for ``key`` when nothing has been written since.
 
         ``compute`` opens its own transaction, after the count is read here, so what
         it reads is at least as new as the count it is kept under: a write committed
-        meanwhile makes the entry look older than it is, never newer. The few hundred
-        latest entries are kept (a dashboard's polls of a queue of ten thousand jobs
-        that did not change cost lookups, not queries)."""
+        meanwhile makes the entry look older than it is, never newer. The latest
+        entries are kept, at most :data:`CACHE_ENTRIES` of them and
+        :data:`CACHE_WEIGHT` in all by ``weigh`` (each 1 without it): a dashboard's
+        polls, or ``corral queue`` again, over ten thousand jobs that did not change
+        cost lookups, not queries."""
         with self._cache_lock:
             version = self.version
             hit = self._cache.get(key)
@@ -305,11 +314,16 @@ class Store:
                 self._cache.move_to_end(key)
                 return cast("T", hit[1])
         value = compute()
+        weight = 1 if weigh is None else max(1, weigh(value))
         with self._cache_lock:
-            self._cache[key] = (version, value)
-            self._cache.move_to_end(key)
-            while len(self._cache) > CACHE_ENTRIES:
-                self._cache.popitem(last=False)
+            old = self._cache.pop(key, None)
+            if old is not None:
+                self._cache_weight -= old[2]
+            if weight <= CACHE_WEIGHT:
+                self._cache[key] = (version, value, weight)
+                self._cache_weight += weight
+            while len(self._cache) > CACHE_ENTRIES or self._cache_weight > CACHE_WEIGHT:
+                self._cache_weight -= self._cache.popitem(last=False)[1][2]
         return value
 
     @contextmanager
