@@ -16,7 +16,10 @@ What is measured (wall time from the shell, as a user types the command):
 2. a one-at-a-time submission loop: ``--loop`` commands in a row, jobs/s;
 3. a 2,000-task array in one command;
 4. listing 10,000 pending jobs (a held 10,000-task array): ``squeue -r`` /
-   ``corral queue``, median of ``--repeats``;
+   ``corral queue``, median of ``--repeats``; then again with one held job
+   submitted (untimed) before each listing, so that corral cannot answer from
+   the listing it kept (it keeps one until the store changes; on a busy cluster
+   the store changes every few seconds);
 5. cancelling everything of one user: ``scancel -u`` / ``corral cancel -u``
    (the command's own time: both return once the cancel is recorded);
 6. the engine: 200 one-second 1-GPU jobs on the 8 GPUs, from the submission
@@ -69,6 +72,8 @@ class Side:
     array: Callable[[int, bool], list[str]]
     """(tasks, held) -> the command submitting an array of that many."""
     listing: list[str]
+    held: list[str]
+    """One held job's submission (a change to the queue)."""
     cancel_all: list[str]
     live_jobs: Callable[[], int]
     """How many of the user's jobs have not ended."""
@@ -90,6 +95,7 @@ def slurm_side(folder: Path) -> Iterator[Side]:
                 *wrap,
             ],
             listing=["squeue", "-r", "-u", slurm.user],
+            held=["sbatch", "-H", *wrap],
             cancel_all=["scancel", "-u", slurm.user],
             live_jobs=slurm.live_jobs,
         )
@@ -135,6 +141,7 @@ def corral_service(folder: Path) -> Iterator[Side]:
                 *job,
             ],
             listing=[*corral, "queue", "-u", "alice"],
+            held=[*corral, "submit", "--hold", *job],
             cancel_all=[*corral, "cancel", "-u", "alice"],
             live_jobs=live_jobs,
         )
@@ -166,6 +173,12 @@ def measure(
     run(side.array(listed, True))
     wait_for(lambda: side.live_jobs() >= listed, 300, "the held array to be listed")
     out[f"list {listed:,} pending"] = f"{median_of(repeats, lambda: run(side.listing)):.3f} s"
+
+    def after_a_change() -> float:
+        run(side.held)
+        return run(side.listing)
+
+    out[f"list {listed:,} pending, just changed"] = f"{median_of(repeats, after_a_change):.3f} s"
     out["cancel everything"] = f"{run(side.cancel_all):.3f} s"
     wait_for(lambda: side.live_jobs() == 0, 600, f"{side.name}'s queue to empty")
     began = time.perf_counter()
