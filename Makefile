@@ -33,15 +33,20 @@ demo: $(BASE_STAMP)
 		--job-types gavel --policies fifo,philly,las,tiresias-las,tiresias-gittins,gandiva,srtf \
 		--out demo-out
 
+# corral's bytecode is written once before the tests: where the shell forbids
+# writing it (PYTHONDONTWRITEBYTECODE), each of the suite's processes
+# (services, launchers, jobs, commands) would compile corral again (0.5 s a service).
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .pytest_cache/site
+	$(PY) -m compileall -q src
 	$(PY) -m pytest -n 4 --dist loadfile -m "not long"
 
 # The long tests (marked long: real-process tests of minutes, more seeds of the
 # randomised ones), then the live-against-simulator timing comparison on its own.
 test-long: $(STAMP)
+	$(PY) -m compileall -q src
 	$(PY) -m pytest -n 4 --dist loadfile -m long --ignore tests/e2e/test_parity.py
 	$(PY) -m pytest tests/e2e/test_parity.py  # alone: it compares live timing with the simulator
 
