@@ -23,7 +23,7 @@ import argparse
 import time
 from typing import Any
 
-from validation_io import mean_of, notes_for, simulate_gavel_workload, validation_main
+from validation_io import interval, mean_of, notes_for, simulate_gavel_workload, validation_main
 
 CLUSTER = "gavel:36:36:36"
 POLICIES = ["gavel-max-min-fairness-agnostic", "gavel-max-min-fairness"]
@@ -62,30 +62,39 @@ def render(results: list[dict[str, Any]]) -> str:
         f"Written by `benchmarks/validate_gavel_continuous.py`: {JOBS:,} single-GPU jobs of "
         f"Gavel's workload on {CLUSTER}, rounds of 360 s; average JCT of jobs "
         f"{WINDOW[0]:,}-{WINDOW[1]:,} (Gavel's window), mean over seeds "
-        f"{', '.join(map(str, seeds))}. *agnostic / aware* above 1: the aware policy is better.",
+        f"{', '.join(map(str, seeds))}, each with its 95% interval (Student's t over the "
+        f"seeds). *agnostic / aware* above 1: the aware policy is better; its interval is "
+        f"of the seeds' own ratios.",
         "",
         "| input rate (jobs/h) | offered load (V100 speeds) | agnostic JCT (h) | aware JCT (h) "
-        "| agnostic / aware | simulated in (s) |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| agnostic / aware | seeds' ratios | simulated in (s) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for rate in sorted({r["rate"] for r in results}):
-        pair = {}
-        for policy in POLICIES:
-            rows = [r for r in results if r["rate"] == rate and r["policy"] == policy]
-            if rows:
-                pair[policy] = rows
-        if len(pair) < 2:
+        by_seed: dict[str, dict[int, float]] = {p: {} for p in POLICIES}
+        for r in results:
+            if r["rate"] == rate:
+                by_seed[r["policy"]][r["seed"]] = r["window_jct"] / 3600
+        both = sorted(set(by_seed[POLICIES[0]]) & set(by_seed[POLICIES[1]]))
+        if not both:
             continue
-        agn, aware = (pair[p] for p in POLICIES)
-
-        a, w = mean_of(agn, "window_jct"), mean_of(aware, "window_jct")
-        wall = sum(r["wall_s"] for r in agn + aware)
+        agn = [by_seed[POLICIES[0]][k] for k in both]
+        aware = [by_seed[POLICIES[1]][k] for k in both]
+        ratios = [a / w for a, w in zip(agn, aware, strict=True)]
+        rows = [r for r in results if r["rate"] == rate and r["seed"] in both]
+        cells = [_shown(*interval(values)) for values in (agn, aware)]
+        mean, low, high = interval(ratios)
         lines.append(
-            f"| {rate:g} | {mean_of(agn, 'load'):.2f} | {a / 3600:.1f} | {w / 3600:.1f} "
-            f"| {a / w:.2f}x | {wall:.0f} |"
+            f"| {rate:g} | {mean_of(rows, 'load'):.2f} | {cells[0]} | {cells[1]} "
+            f"| **{mean:.2f}x** [{low:.2f}, {high:.2f}] | {', '.join(f'{x:.2f}' for x in ratios)} "
+            f"| {sum(r['wall_s'] for r in rows):.0f} |"
         )
     lines += ["", *notes_for(__file__)]
     return "\n".join(lines)
+
+
+def _shown(mean: float, low: float, high: float) -> str:
+    return f"{mean:.1f} [{low:.1f}, {high:.1f}]"
 
 
 def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -1,9 +1,12 @@
 """corral beside the peers' own simulators, on the peers' own inputs.
 
-Gavel: the two 300-job multi-GPU traces Gavel's generator wrote (bundled in
-``benchmarks/data/peers``), cluster 8:8:8, max-min fairness and finish-time
-fairness (Gavel's heterogeneity-aware ``*_perf`` policies), corral under
-``--preset gavel-sim``: average JCT per job class (GPUs per job) and wall time.
+Gavel: four 300-job traces Gavel's generator wrote (bundled in
+``benchmarks/data/peers``: multi-GPU jobs and single-GPU ones, each at two
+arrival rates), cluster 8:8:8; max-min fairness and finish-time fairness
+(Gavel's heterogeneity-aware ``*_perf`` policies), then its baselines
+(heterogeneity-agnostic max-min fairness, FIFO) and its Gandiva and AlloX, each
+beside corral's policy of that name under ``--preset gavel-sim``: average JCT
+per job class (GPUs per job), jobs left unfinished, and wall time.
 
 Tiresias: the first 10,000 jobs of the bundled Philly trace written in
 Tiresias' CSV format (integer seconds, model ``resnet50``), 64 GPUs (16 nodes
@@ -45,11 +48,30 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data" / "peers"
-GAVEL_RUNS = [  # (name, corral policy, Gavel policy, trace)
-    (f"{name} {which}", f"gavel-{name}", f"{name.replace('-', '_')}_perf", which)
-    for name in ("max-min-fairness", "finish-time-fairness")
-    for which in ("l900", "l600")
+GAVEL_BASELINES = [  # (name, corral policy, Gavel policy, trace shapes)
+    ("agnostic-max-min-fairness", "gavel-max-min-fairness-agnostic", "max_min_fairness", "ms"),
+    ("fifo", "fifo", "fifo", "ms"),
+    ("gandiva", "gandiva", "gandiva", "ms"),
+    ("allox", "allox", "allox", "s"),  # (Gavel's AlloX takes single-GPU jobs only)
 ]
+"""Gavel's heterogeneity-agnostic max-min fairness (its LAS baseline) and FIFO, and
+its policies named for other papers' systems (Gandiva, AlloX): the baselines its
+paper is measured against, each beside corral's policy of that name."""
+GAVEL_RUNS = [  # (name, corral policy, Gavel policy, trace)
+    *[
+        (f"{name} {which}", f"gavel-{name}", f"{name.replace('-', '_')}_perf", f"m_{which}")
+        for name in ("max-min-fairness", "finish-time-fairness")
+        for which in ("l900", "l600")
+    ],
+    *[
+        (f"{name} {shape} {which}", ours, theirs, f"{shape}_{which}")
+        for name, ours, theirs, shapes in GAVEL_BASELINES
+        for shape in shapes
+        for which in ("l900", "l600")
+    ],
+]
+"""Traces: ``m`` Gavel's generator with multi-GPU jobs (``-m``), ``s`` single-GPU
+jobs only; ``l900`` and ``l600`` its mean gaps between arrivals (s)."""
 TIRESIAS_RUNS = [
     ("dlas-gpu", "tiresias-las"),
     ("dlas-gpu-gittins", "tiresias-gittins"),
@@ -71,7 +93,7 @@ TIRESIAS_CLUSTER = "uniform:16x4:V100"
 
 
 def gavel_trace(which: str) -> Path:
-    return DATA / f"gavel_300_m_{which}.trace"
+    return DATA / f"gavel_300_{which}.trace"
 
 
 # ------------------------------------------------------------------ corral's side
@@ -171,8 +193,8 @@ def ratio(a: float | None, b: float | None) -> str:
 def compare_gavel(recorded: dict[str, Any]) -> list[dict[str, Any]]:
     checkout = os.environ.get("GAVEL_SIM")
     rows = []
-    print("\nGavel, 300 multi-GPU jobs on 8:8:8 (average JCT in hours per class)")
-    print(f"{'run':27} {'class':>5} {'Gavel':>8} {'corral':>8} {'ratio':>6}")
+    print("\nGavel, 300 jobs on 8:8:8 (average JCT in hours per class)")
+    print(f"{'run':36} {'class':>5} {'Gavel':>8} {'corral':>8} {'ratio':>6}")
     for name, ours, theirs, which in GAVEL_RUNS:
         trace = gavel_trace(which)
         task = {"cluster": "gavel:8:8:8", "trace": str(trace), "policy": ours}
@@ -184,15 +206,17 @@ def compare_gavel(recorded: dict[str, Any]) -> list[dict[str, Any]]:
             peer = {
                 "avg_jct_s": {k: v * 3600 for k, v in recorded[name]["avg_jct_h"].items()},
                 "wall_s": recorded[name]["wall_s"],
+                "unfinished": recorded[name].get("unfinished", 0),
             }
             source = "recorded"
         for cls, value in mine["avg_jct_s"].items():
             theirs_s = peer["avg_jct_s"].get(cls)
             shown = f"{theirs_s / 3600:8.2f}" if theirs_s is not None else f"{'-':>8}"
-            print(f"{name:27} {cls:>5} {shown} {value / 3600:8.2f} {ratio(value, theirs_s):>6}")
+            print(f"{name:36} {cls:>5} {shown} {value / 3600:8.2f} {ratio(value, theirs_s):>6}")
         speed = peer["wall_s"] / mine["wall_s"]
         print(
-            f"{'':27} wall: Gavel {peer['wall_s']:.2f} s ({source}), corral {mine['wall_s']:.2f} s"
+            f"{'':36} unfinished: Gavel {peer['unfinished']}, corral {mine['unfinished']}; wall:"
+            f" Gavel {peer['wall_s']:.2f} s ({source}), corral {mine['wall_s']:.2f} s"
             f" (simulation {mine['sim_s']:.2f} s): corral {speed:.2f}x faster"
         )
         rows.append({"peer": "gavel", "run": name, "corral": mine, "gavel": peer, "source": source})

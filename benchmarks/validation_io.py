@@ -96,3 +96,18 @@ def option_words(options: dict[str, Any]) -> list[str]:
 def mean_of(rows: list[Result], key: str) -> float:
     """``key`` averaged over ``rows`` (one per seed)."""
     return sum(r[key] for r in rows) / len(rows)
+
+
+def interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """The mean of ``values`` (one per seed) and its ``confidence`` interval by
+    Student's t (low, high): how a reproduction is stated, not by one seed or a
+    sweep's peak. With one value the interval is the value itself."""
+    from scipy import stats
+
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, mean, mean
+    spread = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * spread / n**0.5
+    return mean, mean - half, mean + half
