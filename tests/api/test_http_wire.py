@@ -159,3 +159,22 @@ def test_service_urls_split_as_urlsplit_splits_them(
 )
 def test_what_is_not_a_service_url_is_refused(url: str) -> None:
     assert split_url(url) is None
+
+
+@pytest.mark.parametrize(
+    ("token", "node"),
+    [("abc\r\nX-Admin: 1", "n1"), ("abc", "n1 HTTP/1.1\r\nX: y"), ("abc", "a\nb")],
+)
+def test_a_line_break_in_a_token_or_a_name_is_refused_before_sending(
+    server: tuple[int, list[bytes]], token: str, node: str
+) -> None:
+    port, seen = server
+    with pytest.raises(CorralError, match="cannot be sent"):
+        Client(f"http://127.0.0.1:{port}", token).node_state(node, "drain")
+    assert seen == []
+
+
+def test_a_name_in_another_script_is_sent_percent_encoded(server: tuple[int, list[bytes]]) -> None:
+    port, seen = server
+    Client(f"http://127.0.0.1:{port}", "t").node_state("nœud", "drain")
+    assert seen[0].startswith(b"POST /v1/nodes/n%C5%93ud/drain HTTP/1.1\r\n")

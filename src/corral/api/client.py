@@ -137,6 +137,18 @@ class Client:
         if body is not None:
             headers["Content-Type"] = "application/json"
         target = self._base + path + _query(params)
+        if not target.isascii():  # (a name in another script: sent percent-encoded)
+            from urllib.parse import quote
+
+            target = quote(target, safe="/?&=%+,:;@")
+        unsafe = [t for t in (target, *headers.values()) if not (t.isprintable() and t.isascii())]
+        if " " in target:
+            unsafe.append(target)
+        if unsafe:  # (a line break would end the request line or a header early)
+            raise CorralError(
+                f"'{unsafe[0][:60]}' cannot be sent: it holds spaces, control characters "
+                "or (in a token) characters other than ASCII"
+            )
         for attempt in (1, 2):
             reused = self._conn is not None
             conn = self._connection()
