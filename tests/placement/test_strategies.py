@@ -95,3 +95,21 @@ def test_free_gpu_indexes_follow_any_takes_and_releases(ops: list[tuple[bool, in
         for want in range(1, cluster.max_node_gpus + 1):
             fits = [(int(c), k) for k, c in enumerate(free.node_free) if c >= want]
             assert free.tightest_node(want) == (min(fits)[1] if fits else -1)
+
+
+def test_counting_on_one_type_never_mixes_types_in_a_gang() -> None:
+    """Gavel's simulator's counting (``--preset gavel-sim``): the lowest free GPUs of
+    the first type with room, never a gang over two types as plain counting gives."""
+    nodes = [Node("k", "K80", 4), Node("p", "P100", 4), Node("v", "V100", 4)]
+    cluster = Cluster("c", assign_racks(nodes, 3))
+    k80, p100 = (cluster.gpu_type_names.index(t) for t in ("K80", "P100"))
+    free = _free_with(cluster, [0, 1, 4])  # K80: 2 free, P100: 3 free, V100: 4 free
+    count, one_type = make_placement("count"), make_placement("count-one-type")
+    assert count.choose(free, 4) == [2, 3, 5, 6]  # (two types)
+    gpus = one_type.choose(free, 4)
+    assert gpus == [8, 9, 10, 11] and set(cluster.gpu_type_id[gpus]) == {2}
+    assert one_type.choose(free, 2) == [2, 3]  # the lowest free GPUs, if of one type
+    assert one_type.choose(free, 3) == [5, 6, 7]
+    assert set(cluster.gpu_type_id[[2, 3]]) == {k80} and cluster.gpu_type_id[5] == p100
+    free.take([8])
+    assert one_type.choose(free, 4) is None  # 8 free, no type with 4

@@ -9,6 +9,7 @@ from corral.placement.sensitivity import ModelAware
 from corral.placement.strategies import (
     AnyFree,
     Consolidate,
+    CountOneType,
     PlacementStrategy,
     RandomPlacement,
     Spread,
@@ -20,6 +21,7 @@ PLACEMENTS: dict[str, type[PlacementStrategy]] = {
         Consolidate,
         Spread,
         AnyFree,
+        CountOneType,
         RandomPlacement,
         ModelAware,
         RelaxedLocality,

@@ -102,6 +102,27 @@ class AnyFree(PlacementStrategy):
         return free.free_ids()[:n].tolist()
 
 
+class CountOneType(PlacementStrategy):
+    """The lowest-numbered free GPUs all of one GPU type: GPU counting as Gavel's
+    simulator does it, where a gang never spans types (its workers are of one
+    type). Of the types with room, the one holding the lowest-numbered free GPU."""
+
+    name = "count-one-type"
+    description = "any free GPUs of one GPU type (lowest ids first), no locality preference"
+
+    def choose(self, free: FreeGPUs, n: int) -> list[int] | None:
+        if n > free.total:
+            return None
+        ids = free.free_ids()
+        types = free.cluster.gpu_type_id[ids]
+        if len(free.cluster.gpu_type_names) == 1:
+            return ids[:n].tolist()
+        room = np.bincount(types, minlength=len(free.cluster.gpu_type_names)) >= n
+        for t in types[room[types]][:1].tolist():  # (the type of the lowest such GPU)
+            return ids[types == t][:n].tolist()
+        return None
+
+
 class RandomPlacement(PlacementStrategy):
     """Uniformly random free GPUs (seeded): the no-locality baseline."""
 

@@ -14,8 +14,9 @@ SIM_PRESETS: dict[str, str] = {
         "end of its new queue) and its wake-up for demotions computed from run time"
     ),
     "gavel-sim": (
-        "the assumptions of Gavel's published simulator: every gang at its measured "
-        "throughput wherever it is placed, no switching cost, 360 s rounds that leave GPUs "
+        "the assumptions of Gavel's published simulator: GPU counting with every gang on one "
+        "GPU type, at its measured throughput wherever it is placed, no switching cost, "
+        "360 s rounds that leave GPUs "
         "freed mid-round idle, the allocation reset at most every 1,920 s"
     ),
 }

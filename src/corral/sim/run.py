@@ -68,6 +68,9 @@ class RunSpec:
         self.switch_cost = 0.0
         defaults: dict[str, Any] = {}
         if self.preset == "gavel-sim":
+            # Gavel's workers are of one type: a gang never spans types there (counting
+            # GPUs anywhere gave FIFO's 4-GPU jobs K80s beside V100s, at the K80's pace)
+            self.placement = "count-one-type"
             if self.policy.startswith("gavel"):
                 defaults = {"round": 360.0, "fill_between_rounds": 0, "reset_window": 1920.0}
         elif self.policy.startswith("tiresias"):
