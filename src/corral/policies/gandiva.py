@@ -468,6 +468,15 @@ class Gandiva(Policy):
             dtype=np.int64,
         )
 
+    @staticmethod
+    def _no_slower(state: SchedulerState, i: int, here: int, there: int) -> bool:
+        """Whether job ``i`` runs on GPU type ``there`` (an index) at least as fast as on
+        ``here``, and at all."""
+        if here == there or state.one_type:
+            return True
+        speed = state.type_speed[i]
+        return bool(speed[there] > 0 and speed[there] >= speed[here] * (1 - 1e-9))
+
     def _type_codes(self, state: SchedulerState) -> np.ndarray:
         """Each job's type as a number (kept while the job table keeps its size)."""
         if len(self._codes) != len(state.job_type):
@@ -654,13 +663,11 @@ class Gandiva(Policy):
                 load[hosts == h] -= 1
         for host, _, _ in plan.packs.values():  # jobs that joined a set in this pass
             load[hosts == host] += 1
-        # sets of one size and one GPU type: a job moved to another type would run
-        # at another speed, or not at all (Gandiva's cluster had one type)
-        groups = state.gpus[hosts] * len(state.cluster.gpu_type_names)
-        groups += self._set_types(state, plan, hosts)
+        sizes = state.gpus[hosts]
+        types = self._set_types(state, plan, hosts)
         touched: set[int] = set()
-        for group in np.unique(groups[load > 2]).tolist():
-            at = np.flatnonzero(groups == group)
+        for size in np.unique(sizes[load > 2]).tolist():
+            at = np.flatnonzero(sizes == size)
             loads = load[at]
             movable: dict[int, list[int]] = {}
             stuck = np.zeros(len(at), dtype=bool)  # sets with no job that may move
@@ -676,10 +683,16 @@ class Gandiva(Policy):
                         for g in state.guests.get(source, ())
                         if g not in leaving and self._movable(state, g)
                     ]
-                if not movable[source]:
+                # its newest job that runs at least as fast on the target set's GPU
+                # type (Gandiva evens out sets it takes to be alike: a job moved onto
+                # slower GPUs, or ones where its speed is 0, would lose); the holder stays
+                here, there = int(types[at[big]]), int(types[at[small]])
+                fit = [g for g in movable[source] if self._no_slower(state, g, here, there)]
+                if not fit:
                     stuck[big] = True
                     continue
-                g = movable[source].pop()  # its newest job; the holder stays
+                g = fit[-1]
+                movable[source].remove(g)
                 builder.stop(g)
                 builder.pack(g, target, 1.0, 1.0)
                 plan.timeslices[g] = self.quantum
