@@ -178,3 +178,10 @@ def test_a_name_in_another_script_is_sent_percent_encoded(server: tuple[int, lis
     port, seen = server
     Client(f"http://127.0.0.1:{port}", "t").node_state("nœud", "drain")
     assert seen[0].startswith(b"POST /v1/nodes/n%C5%93ud/drain HTTP/1.1\r\n")
+
+
+def test_a_refused_token_is_not_repeated_in_the_message(server: tuple[int, list[bytes]]) -> None:
+    port, _ = server
+    with pytest.raises(CorralError) as refused:
+        Client(f"http://127.0.0.1:{port}", "s3cret\nX: 1").node_state("n1", "drain")
+    assert "s3cret" not in str(refused.value) and "token" in str(refused.value)

@@ -141,13 +141,16 @@ class Client:
             from urllib.parse import quote
 
             target = quote(target, safe="/?&=%+,:;@")
-        unsafe = [t for t in (target, *headers.values()) if not (t.isprintable() and t.isascii())]
-        if " " in target:
-            unsafe.append(target)
-        if unsafe:  # (a line break would end the request line or a header early)
+        # (a line break would end the request line or a header early; a token is
+        # never repeated in the message, which may reach a shared terminal or log)
+        if not target.isprintable() or " " in target:
             raise CorralError(
-                f"'{unsafe[0][:60]}' cannot be sent: it holds spaces, control characters "
-                "or (in a token) characters other than ASCII"
+                f"{target[:60]!r} cannot be sent: it holds spaces or control characters"
+            )
+        if not all(v.isprintable() and v.isascii() for v in headers.values()):
+            raise CorralError(
+                "the token cannot be sent: it holds control characters or characters other "
+                "than ASCII (CORRAL_TOKEN or --token)"
             )
         for attempt in (1, 2):
             reused = self._conn is not None
