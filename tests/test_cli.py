@@ -370,7 +370,7 @@ def test_sim_charges_the_switch_cost_this_machine_measured(tmp_path):
 
 
 def test_text_another_user_wrote_never_drives_the_terminal() -> None:
-    from corral.cli.app import printable
+    from corral.queue_listing import printable
 
     shown = printable("evil\x1b]0;owned\x07\x1b[2J name\x9b31m\nnext\tline")
     assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown

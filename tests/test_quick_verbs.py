@@ -146,7 +146,9 @@ def test_the_corral_command_submits_without_typer_rich_or_numpy(
 ) -> None:
     """The installed command's path, in a process of its own: what it imported. Nor
     ``http.client`` (with the ``email`` package), ``ssl`` or ``urllib.parse``: a
-    third of a submission's time before :mod:`corral.api.http_wire`."""
+    third of a submission's time before :mod:`corral.api.http_wire`; nor ``json``
+    and ``socket`` with the ``re`` and ``enum`` they import (a fifth of what was
+    left, before :mod:`corral.api.wire_json` and ``_socket``)."""
     probe = (
         "import sys\n"
         "from corral.quick_verbs import main\n"
@@ -155,7 +157,8 @@ def test_the_corral_command_submits_without_typer_rich_or_numpy(
         "    main()\n"
         "finally:\n"
         "    heavy = {'typer', 'rich', 'numpy', 'pandas', 'pydantic', 'corral.cli',\n"
-        "             'http.client', 'email', 'ssl', 'urllib.parse', 'typing'}\n"
+        "             'http.client', 'email', 'ssl', 'urllib.parse', 'typing', 'json',\n"
+        "             're', 'enum', 'socket'}\n"
         "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
     )
     done = subprocess.run(

@@ -1,11 +1,13 @@
-"""What ``corral queue`` shows of each job, and the plain aligned columns of a long
-listing: the standard library only, so that both the full command line
-(:mod:`corral.cli`) and the quick verbs (:mod:`corral.quick_verbs`) print the
-queue from the same code, the quick ones without importing Typer or Rich."""
+"""What ``corral queue`` shows of each job, and how a table is drawn: the plain
+aligned columns of a long listing with the standard library only, a screenful
+in Rich's box (Rich imported then, Typer never), so that both the full command
+line (:mod:`corral.cli`) and the quick verbs (:mod:`corral.quick_verbs`) print
+the queue from the same code."""
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 
@@ -17,6 +19,8 @@ TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
+
+    from rich.console import Console
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
 del _CONTROL[ord("\n")], _CONTROL[ord("\t")]
@@ -65,6 +69,87 @@ def plain_table(title: str, columns: list[str], rows: Sequence[Sequence[str]]) -
     out += [line.format(*r).rstrip() for r in cells]
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
+
+
+def output_console() -> Console:
+    """The output console; piped into another program it never cuts a field to fit 80
+    columns (a table then reads as wide as its content, or $COLUMNS when set)."""
+    from rich.console import Console
+
+    made = Console()
+    if not made.is_terminal and "COLUMNS" not in os.environ:
+        made = Console(width=250)
+    return made
+
+
+def output_width() -> int:
+    """The width :func:`output_console` would have, without importing Rich."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        return int(columns)
+    if not sys.stdout.isatty():
+        return 250
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return 80
+
+
+def box_text(
+    title: str, columns: list[str], rows: Sequence[Sequence[str]], width: int
+) -> str | None:
+    """``rows`` under ``columns`` in Rich's default box (a heavy head), character for
+    character as Rich draws it uncoloured (a test holds the two equal), or None
+    where Rich would do more than draw: a table or title wider than ``width`` (Rich
+    wraps cells and titles, and strips a title's spaces), and cells of several lines
+    or of characters other than ASCII (Rich measures them by terminal cells). Rich
+    itself takes 0.1 s to lay out a screenful of the queue, most of a quick
+    ``corral queue``."""
+    cells = [list(columns), *([printable(c) for c in row] for row in rows)]
+    if not all(c.isascii() and c.isprintable() for row in cells for c in row):
+        return None
+    widths = [max(map(len, column)) for column in zip(*cells, strict=True)]
+    inner = sum(widths) + 3 * len(widths) - 1
+    if inner + 2 > width or len(title) > inner + 2 or title != title.strip():
+        return None
+    left = (inner + 2 - len(title)) // 2
+    lines = [" " * left + title + " " * (inner + 2 - len(title) - left)] if title else []
+
+    def rule(ends: str, middle: str, line: str) -> str:
+        return ends[0] + middle.join(line * (w + 2) for w in widths) + ends[1]
+
+    def row(edge: str, values: Sequence[str]) -> str:
+        padded = (f" {v:<{w}} " for v, w in zip(values, widths, strict=True))
+        return edge + edge.join(padded) + edge
+
+    lines += [rule("┏┓", "┳", "━"), row("┃", cells[0]), rule("┡┩", "╇", "━")]
+    lines += [row("│", values) for values in cells[1:]]
+    lines.append(rule("└┘", "┴", "─"))
+    return "\n".join(lines) + "\n"
+
+
+def box_table(
+    title: str, columns: list[str], rows: Sequence[Sequence[str]], console: Console | None = None
+) -> None:
+    """``rows`` under ``columns`` in Rich's box on ``console`` (by default
+    :func:`output_console`'s), cells with control characters escaped (and never
+    read as Rich's markup). Drawn here where :func:`box_text` can; by Rich, imported
+    then, where it cannot."""
+    text = box_text(title, columns, rows, output_width() if console is None else console.width)
+    if text is not None:
+        stream = sys.stdout if console is None else console.file
+        stream.write(text)
+        stream.flush()
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for values in rows:
+        table.add_row(*(Text(printable(cell)) for cell in values))
+    (console or output_console()).print(table)
 
 
 def when(t: float | None) -> str:

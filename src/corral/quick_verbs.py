@@ -14,12 +14,11 @@ its error. So the quick path sends exactly what the full one would (a test
 compares the two) for what it takes, and never answers what it does not take.
 ``corral queue`` is taken with any of its options; its rows and plain columns
 are the full command line's own (:mod:`corral.queue_listing`), and a screenful
-is drawn by the full command line's table.
+is drawn in the full command line's box (as Rich draws it, without Typer).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -146,6 +145,8 @@ def quick_submit(words: list[str]) -> int | None:
         print(f"error: {exc.strerror or exc}", file=sys.stderr)
         return 2
     if as_json:
+        import json
+
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
     else:
         sys.stdout.write(f"submitted job {job['id']} ({job['name']})\n")
@@ -190,6 +191,7 @@ def quick_queue(words: list[str]) -> int | None:
     from corral.queue_listing import (
         PLAIN_ROWS,
         QUEUE_FIELDS,
+        box_table,
         cut_note,
         plain_table,
         queue_columns,
@@ -217,15 +219,15 @@ def quick_queue(words: list[str]) -> int | None:
     if note:
         print(note, file=sys.stderr)
     if as_json:
+        import json
+
         sys.stdout.write(json.dumps(jobs, indent=2) + "\n")
         return 0
     rows = queue_rows(jobs, chosen)
     if len(rows) > PLAIN_ROWS:
         plain_table(queue_title(len(jobs), total), chosen, rows)
     else:
-        from corral.cli.app import print_table
-
-        print_table(queue_title(len(jobs), total), chosen, rows)
+        box_table(queue_title(len(jobs), total), chosen, rows)
     return 0
 
 

@@ -1,7 +1,8 @@
 """The command line's HTTP (:mod:`corral.api.http_wire`): answers read as
-``http.client`` reads them, a closed kept-alive connection sent again once,
-anything else that is not HTTP refused, and service URLs split as ``urlsplit``
-splits them."""
+``http.client`` reads them (from a socket that delivers them a few bytes at a
+time), a closed kept-alive connection sent again once, anything else that is
+not HTTP refused, service URLs split as ``urlsplit`` splits them, and queries
+written as ``urlencode`` writes them."""
 
 from __future__ import annotations
 
@@ -9,19 +10,48 @@ import io
 import socket
 import threading
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.api.client import Client
-from corral.api.http_wire import BadAnswer, Headers, read_answer, split_url
+from corral.api.client import Client, _query
+from corral.api.http_wire import BadAnswer, Headers, SocketReader, read_answer, split_url
 from corral.errors import CorralError, Unreachable
 
 
+class Trickle:
+    """A socket's ``recv`` that hands out ``raw`` at most ``piece`` bytes a call, then
+    b"" (the close): the worst a network can do to a reader's buffer."""
+
+    def __init__(self, raw: bytes, piece: int) -> None:
+        self.raw, self.piece = raw, piece
+
+    def recv(self, n: int) -> bytes:
+        out, self.raw = self.raw[: min(n, self.piece)], self.raw[min(n, self.piece) :]
+        return out
+
+
 def answer(raw: bytes, method: str = "GET") -> tuple[int, str, Headers, bytes, bool]:
-    return read_answer(io.BufferedReader(io.BytesIO(raw)), method)  # type: ignore[arg-type]
+    return read_answer(SocketReader(Trickle(raw, 3)), method)  # type: ignore[arg-type]
+
+
+@given(
+    st.binary(max_size=300),
+    st.integers(1, 40),
+    st.lists(st.tuples(st.booleans(), st.integers(-1, 80)), max_size=12),
+)
+def test_the_socket_reader_reads_as_a_buffered_file_does(
+    raw: bytes, piece: int, calls: list[tuple[bool, int]]
+) -> None:
+    ours, theirs = SocketReader(Trickle(raw, piece)), io.BufferedReader(io.BytesIO(raw))  # type: ignore[arg-type]
+    for is_line, n in calls:
+        if is_line:
+            assert ours.readline(n) == theirs.readline(n)
+        else:
+            assert ours.read(n) == theirs.read(n)
+    assert ours.read() == theirs.read()
 
 
 def test_bodies_by_length_by_chunks_and_to_the_close() -> None:
@@ -185,3 +215,15 @@ def test_a_refused_token_is_not_repeated_in_the_message(server: tuple[int, list[
     with pytest.raises(CorralError) as refused:
         Client(f"http://127.0.0.1:{port}", "s3cret\nX: 1").node_state("n1", "drain")
     assert "s3cret" not in str(refused.value) and "token" in str(refused.value)
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.floats()),
+        max_size=5,
+    )
+)
+def test_queries_are_written_as_urlencode_writes_them(params: dict[str, object]) -> None:
+    plain = {k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()}
+    assert _query(params) == ("?" + urlencode(plain) if params else "")

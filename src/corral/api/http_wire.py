@@ -5,7 +5,9 @@ of its cost. Python's ``http.client`` imports the ``email`` package to read
 headers, and ``ssl``: about 30 ms of a 50 ms ``corral submit`` on the
 development machine. The service's answers are plain (a status line, headers,
 then a body of ``Content-Length`` bytes, chunked, or up to the close), and
-that is all this module reads, with the standard library's ``socket``. HTTPS
+that is all this module reads. It uses the C socket module, ``_socket``, as
+the standard ``socket`` module does underneath: ``socket`` itself imports
+``enum`` and ``selectors`` for its wrappers (5 ms of a quick command). HTTPS
 goes through ``http.client`` (imported only then), behind the same call.
 
 Both raise ``ConnectionResetError`` when a kept-alive connection was closed by
@@ -15,12 +17,20 @@ for an answer that is not HTTP, and other ``OSError`` for the rest.
 
 from __future__ import annotations
 
-import socket
+try:
+    import _socket as net
+except ImportError:  # (not CPython: the wrapper has the same names)
+    import socket as net  # type: ignore[no-redef]
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
 if TYPE_CHECKING:
-    from typing import BinaryIO, Protocol
+    from typing import Protocol
+
+    class Reader(Protocol):
+        def readline(self, limit: int = -1, /) -> bytes: ...
+
+        def read(self, n: int = -1, /) -> bytes: ...
 
     class Transport(Protocol):
         def request(
@@ -57,18 +67,74 @@ class Headers(dict[str, str]):
         return isinstance(key, str) and super().__contains__(key.lower())
 
 
+def connect(host: str | bytes, port: int, timeout: float) -> net.socket:
+    """A TCP connection to the first of ``host``'s addresses that answers (as
+    ``socket.create_connection`` makes one), with ``timeout`` on each call."""
+    failure: OSError | None = None
+    for family, kind, proto, _, address in net.getaddrinfo(host, port, 0, net.SOCK_STREAM):
+        sock = net.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        sock.setsockopt(net.IPPROTO_TCP, net.TCP_NODELAY, 1)
+        return sock
+    raise failure or OSError(f"no address found for {host!r}")
+
+
+class SocketReader:
+    """Lines and byte counts read from a socket through one buffer: the part of a
+    socket's ``makefile("rb")`` that :func:`read_answer` uses."""
+
+    CHUNK = 262144
+
+    def __init__(self, sock: net.socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+
+    def _more(self) -> bool:
+        data = self._sock.recv(self.CHUNK)
+        self._buffer += data
+        return bool(data)
+
+    def _take(self, n: int) -> bytes:
+        out = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return out
+
+    def readline(self, limit: int = -1, /) -> bytes:
+        """Up to and with the next line feed, at most ``limit`` bytes (less at the close)."""
+        searched = 0
+        while True:
+            end = self._buffer.find(b"\n", searched)
+            if end >= 0:
+                return self._take(end + 1 if limit < 0 else min(end + 1, limit))
+            if 0 <= limit <= len(self._buffer):
+                return self._take(limit)
+            searched = len(self._buffer)
+            if not self._more():
+                return self._take(len(self._buffer))
+
+    def read(self, n: int = -1, /) -> bytes:
+        """``n`` bytes (fewer only at the close), or with -1 all up to the close."""
+        while (n < 0 or len(self._buffer) < n) and self._more():
+            pass
+        return self._take(len(self._buffer) if n < 0 else n)
+
+
 class PlainConnection:
     """One kept-alive plain-HTTP connection, opened at the first request."""
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self.host, self.port, self.timeout = host, port, timeout
-        self._sock: socket.socket | None = None
-        self._reader: BinaryIO | None = None
+        self._sock: net.socket | None = None
+        self._reader: SocketReader | None = None
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        self._reader = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -81,9 +147,8 @@ class PlainConnection:
             # An ASCII host is given as bytes: a str host makes getaddrinfo import
             # the IDNA codec (2 ms of a quick command).
             host: str | bytes = self.host.encode() if self.host.isascii() else self.host
-            self._sock = socket.create_connection((host, self.port), self.timeout)  # type: ignore[arg-type]
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._reader = self._sock.makefile("rb")
+            self._sock = connect(host, self.port, self.timeout)
+            self._reader = SocketReader(self._sock)
         named = f"[{self.host}]" if ":" in self.host else self.host  # (an IPv6 address)
         lines = [f"{method} {target} HTTP/1.1", f"Host: {named}:{self.port}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
@@ -96,7 +161,7 @@ class PlainConnection:
         return status, reason, answer_headers, content
 
 
-def _line(reader: BinaryIO) -> bytes:
+def _line(reader: Reader) -> bytes:
     line = reader.readline(LINE + 1)
     if len(line) > LINE:
         raise BadAnswer("an answer's line is longer than 64 KiB")
@@ -105,7 +170,7 @@ def _line(reader: BinaryIO) -> bytes:
     return line
 
 
-def read_answer(reader: BinaryIO, method: str = "GET") -> tuple[int, str, Headers, bytes, bool]:
+def read_answer(reader: Reader, method: str = "GET") -> tuple[int, str, Headers, bytes, bool]:
     """Read one answer from a binary file: status, reason, headers, body, and whether
     the connection may be used again."""
     first = _line(reader)
@@ -143,14 +208,14 @@ def read_answer(reader: BinaryIO, method: str = "GET") -> tuple[int, str, Header
     return status, reason, headers, reader.read(), False  # (up to the close)
 
 
-def _exactly(reader: BinaryIO, n: int) -> bytes:
+def _exactly(reader: Reader, n: int) -> bytes:
     data = reader.read(n)
     if len(data) < n:
         raise ConnectionResetError(f"the service closed the connection {n - len(data)} bytes short")
     return data
 
 
-def _chunks(reader: BinaryIO) -> bytes:
+def _chunks(reader: Reader) -> bytes:
     parts: list[bytes] = []
     while True:
         size_line = _line(reader).split(b";", 1)[0].strip()

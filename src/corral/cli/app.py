@@ -11,7 +11,6 @@ commands that use them, and the help texts read light modules only.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from rich.markup import escape
 from typer.main import get_command_name
 
 from corral.errors import CorralError
-from corral.queue_listing import PLAIN_ROWS, plain_table, printable
+from corral.queue_listing import PLAIN_ROWS, box_table, output_console, plain_table
 
 app = typer.Typer(
     add_completion=True,
@@ -32,16 +31,7 @@ app = typer.Typer(
 )
 
 
-def _console() -> Console:
-    """The output console; piped into another program it never cuts a field to fit 80
-    columns (a table then reads as wide as its content, or $COLUMNS when set)."""
-    made = Console()
-    if not made.is_terminal and "COLUMNS" not in os.environ:
-        made = Console(width=250)
-    return made
-
-
-console = _console()
+console = output_console()
 
 
 def print_json(data: object) -> None:
@@ -57,15 +47,7 @@ def print_table(title: str, columns: list[str], rows: Sequence[Sequence[str]]) -
     if len(rows) > PLAIN_ROWS:
         plain_table(title, columns, rows)
         return
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(Text(printable(cell)) for cell in row))
-    console.print(table)
+    box_table(title, columns, rows, console)
 
 
 err_console = Console(stderr=True)
@@ -104,7 +86,7 @@ def _each_command(
 ) -> None:
     """Size the output for this invocation: the environment of the process may differ
     from the one the module was imported in (a test runner, an embedding program)."""
-    fresh = _console()
+    fresh = output_console()
     console.size = (fresh.width, fresh.height)
 
 

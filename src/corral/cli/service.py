@@ -27,7 +27,6 @@ from corral.cli.app import (
     err_console,
     print_json,
     print_table,
-    printable,
 )
 from corral.errors import CorralError
 from corral.model.status import JobStatus
@@ -35,6 +34,7 @@ from corral.queue_listing import (
     QUEUE_COLUMNS,
     QUEUE_FIELDS,
     cut_note,
+    printable,
     queue_columns,
     queue_rows,
     queue_title,
