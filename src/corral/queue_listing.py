@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    Table = dict[str, list[Any]]
+    """Jobs a list per field, the jobs in the same order in each (the API's columns)."""
+
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
 del _CONTROL[ord("\n")], _CONTROL[ord("\t")]
 
@@ -178,10 +181,9 @@ def _left(seconds: float, source: str) -> str:
     return guess + span(seconds)
 
 
-def steps(job: dict[str, Any]) -> str:
+def steps(done: float, total: int | None) -> str:
     """Steps done, of the total where the job gave one."""
-    done = int(job["steps"])
-    return f"{done}/{job['total_steps']}" if job.get("total_steps") else str(done)
+    return f"{int(done)}/{total}" if total else str(int(done))
 
 
 def queue_columns(text: str | None) -> list[str]:
@@ -198,30 +200,29 @@ def queue_columns(text: str | None) -> list[str]:
     return chosen
 
 
-def _gpus(job: dict[str, Any]) -> str:
-    kind = job["gpu_type"]
-    return f"{job['gpus']} {kind}" if kind else str(job["gpus"])
+def _gpus(count: int, kind: str | None) -> str:
+    return f"{count} {kind}" if kind else str(count)
 
 
-CELLS: dict[str, Callable[[list[dict[str, Any]]], list[str]]] = {
-    "id": lambda jobs: [str(j["id"]) for j in jobs],
-    "name": lambda jobs: [j["name"] for j in jobs],
-    "user": lambda jobs: [j["user"] for j in jobs],
-    "state": lambda jobs: [j["status"] for j in jobs],
-    "gpus": lambda jobs: [_gpus(j) for j in jobs],
-    "pos": lambda jobs: [str(j["position"] or "-") for j in jobs],
-    "reason": lambda jobs: [j["reason"] or "" for j in jobs],
-    "steps": lambda jobs: [steps(j) for j in jobs],
-    "left": lambda jobs: [work_left(j.get("remaining")) for j in jobs],
-    "submit": lambda jobs: [when(j["submit_time"]) for j in jobs],
+CELLS: dict[str, Callable[[Table], list[str]]] = {
+    "id": lambda t: list(map(str, t["id"])),
+    "name": lambda t: t["name"],
+    "user": lambda t: t["user"],
+    "state": lambda t: t["status"],
+    "gpus": lambda t: list(map(_gpus, t["gpus"], t["gpu_type"])),
+    "pos": lambda t: [str(p or "-") for p in t["position"]],
+    "reason": lambda t: [r or "" for r in t["reason"]],
+    "steps": lambda t: list(map(steps, t["steps"], t["total_steps"])),
+    "left": lambda t: list(map(work_left, t["remaining"])),
+    "submit": lambda t: list(map(when, t["submit_time"])),
 }
-"""Each column's cells for a list of jobs, a column at a time (a call per column, not
-per cell: a listing of ten thousand jobs is a hundred thousand cells)."""
+"""Each column's cells from the jobs' fields, a column at a time (a call per column,
+not per cell: a listing of ten thousand jobs is a hundred thousand cells)."""
 
 
-def queue_rows(jobs: list[dict[str, Any]], chosen: list[str]) -> list[tuple[str, ...]]:
+def queue_rows(table: Table, chosen: list[str]) -> list[tuple[str, ...]]:
     """Each job's cells in the ``chosen`` columns."""
-    return list(zip(*(CELLS[c](jobs) for c in chosen), strict=True)) if jobs else []
+    return list(zip(*(CELLS[c](table) for c in chosen), strict=True)) if table["id"] else []
 
 
 def queue_title(shown: int, total: int) -> str:

@@ -203,19 +203,17 @@ def quick_queue(words: list[str]) -> int | None:
     try:
         chosen = queue_columns(given.get("format"))
         with Client(given.get("url"), given.get("token")) as client:
-            jobs, total = client.jobs_counted(
-                given.get("state"),
-                given.get("mine", False),
-                given.get("limit"),
-                None if as_json else QUEUE_FIELDS,
-                given.get("user"),
-                given.get("name"),
-                given.get("jobs"),
-            )
+            filters = (given.get("state"), given.get("mine", False), given.get("limit"))
+            chosen_by = (given.get("user"), given.get("name"), given.get("jobs"))
+            if as_json:
+                jobs, total = client.jobs_counted(*filters, None, *chosen_by)
+            else:
+                table, total = client.job_table(QUEUE_FIELDS, *filters, *chosen_by)
     except CorralError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    note = cut_note(len(jobs), total, given.get("limit"))
+    shown = len(jobs) if as_json else len(table["id"])
+    note = cut_note(shown, total, given.get("limit"))
     if note:
         print(note, file=sys.stderr)
     if as_json:
@@ -223,11 +221,11 @@ def quick_queue(words: list[str]) -> int | None:
 
         sys.stdout.write(json.dumps(jobs, indent=2) + "\n")
         return 0
-    rows = queue_rows(jobs, chosen)
+    rows = queue_rows(table, chosen)
     if len(rows) > PLAIN_ROWS:
-        plain_table(queue_title(len(jobs), total), chosen, rows)
+        plain_table(queue_title(shown, total), chosen, rows)
     else:
-        box_table(queue_title(len(jobs), total), chosen, rows)
+        box_table(queue_title(shown, total), chosen, rows)
     return 0
 
 

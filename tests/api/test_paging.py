@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 from fastapi.testclient import TestClient
 
 from corral.api import client as client_module
 from corral.api.app import create_app
 from corral.api.client import Answer, Client
 from corral.api.http_wire import Headers
-from corral.api.views import brief_views
+from corral.api.views import brief_table, brief_views, columns_of
 from corral.runtime.storage.store import Store
 from tests.runtime.harness import auth, make_config
 
@@ -156,19 +157,75 @@ def test_a_listing_returns_only_the_fields_asked_for(api: TestClient) -> None:
 def test_brief_views_give_each_job_its_place_and_work_left() -> None:
     """A listing's columns-only views, with the queue's places and the policy's work
     left (the API above runs without a loop, so its jobs have none)."""
-    Row = namedtuple("Row", ["id", "name", "status", "gpus"])
-    rows = [Row(1, "a", "PENDING", 2), Row(2, "b", "RUNNING", None), Row(3, "c", "PENDING", 1)]
+    Row = namedtuple("Row", ["id", "name", "status", "submit_time"])
+    rows = [Row(1, "a", "PENDING", 0.0), Row(2, "b", "RUNNING", 0.0), Row(3, "c", "PENDING", 1.0)]
+    specs = {"gpus": [2, 1, 1]}
     left = {1: (60.0, "default"), 2: (5.0, "heartbeats"), 3: (60.0, "default")}
-    views = brief_views(rows, {"id", "name", "gpus", "position", "remaining"}, {1: 2, 3: 1}, left)
-    assert views == [
-        {"id": 1, "name": "a", "gpus": 2, "position": 2,
+    fields = {"id", "name", "gpus", "position", "remaining"}
+    table = brief_table(columns_of(rows, Row._fields), specs, fields, {1: 2, 3: 1}, left)
+    assert brief_views(table) == [
+        {"gpus": 2, "id": 1, "name": "a", "position": 2,
          "remaining": {"seconds": 60.0, "source": "default"}},
-        {"id": 2, "name": "b", "gpus": 1, "position": None,  # the spec's default
+        {"gpus": 1, "id": 2, "name": "b", "position": None,
          "remaining": {"seconds": 5.0, "source": "heartbeats"}},
-        {"id": 3, "name": "c", "gpus": 1, "position": 1,
+        {"gpus": 1, "id": 3, "name": "c", "position": 1,
          "remaining": {"seconds": 60.0, "source": "default"}},
     ]  # fmt: skip
-    assert brief_views(rows, {"id", "remaining"}, {}, {}) == [
+    assert table["id"] == (1, 2, 3) and table["position"] == [2, None, 1]
+    by_column = columns_of(rows, Row._fields)
+    assert brief_views(brief_table(by_column, {}, {"id", "remaining"}, {}, {})) == [
         {"id": k, "remaining": None} for k in (1, 2, 3)
     ]
-    assert brief_views([], {"id"}, {}, {}) == []
+    empty = columns_of([], Row._fields)
+    assert brief_views(brief_table(empty, {"gpus": []}, {"id", "gpus"}, {}, {})) == []
+
+
+def test_a_listing_after_a_change_reads_the_specs_of_new_jobs_only(api: TestClient) -> None:
+    """The spec's scalars are read from the stored JSON once a job: a listing after a
+    change sends the database the new job's id alone, and gives what a listing
+    read whole gives."""
+    ctx = api.app.state.context  # type: ignore[attr-defined]
+    fields = {"fields": "id,gpus,gpu_type,total_steps,status"}
+    first = api.get("/v1/jobs", params=fields, headers=auth("alice")).json()
+    statements: list[str] = []
+    listen = sqlalchemy.event.listen
+    remember = lambda *a: statements.append(a[2])  # noqa: E731  (before_cursor_execute's statement)
+    listen(ctx.store.engine, "before_cursor_execute", remember)
+    try:
+        posted = api.post(
+            "/v1/jobs",
+            json={"command": ["true"], "gpus": 3, "gpu_type": "k80"},
+            headers=auth("alice"),
+        )
+        statements.clear()
+        after = api.get("/v1/jobs", params=fields, headers=auth("alice")).json()
+    finally:
+        sqlalchemy.event.remove(ctx.store.engine, "before_cursor_execute", remember)
+    reads = [q for q in statements if "json_extract" in q.lower()]
+    assert len(reads) == 1 and "IN (" in reads[0].upper().replace("IN(", "IN (")
+    assert after[:-1] == first and after[-1]["id"] == posted.json()["id"]
+    assert (after[-1]["gpus"], after[-1]["gpu_type"]) == (3, "K80")
+    ctx.specs = type(ctx.specs)()  # (forgotten: everything read again, the same)
+    assert api.get("/v1/jobs", params=fields, headers=auth("alice")).json() == after
+
+
+def test_a_listing_by_columns_is_the_listing_by_rows_turned(api: TestClient) -> None:
+    """``layout=columns``: a list per field, the jobs in the same order, for the quick
+    fields and for any others, and an empty listing of the fields asked for."""
+    quick, slow = "id,name,gpus,position,remaining,status", "id,command,dependency,assigned_gpus"
+    for fields in (quick, slow, None):
+        asked = {"fields": fields} if fields else {}
+        rows = api.get("/v1/jobs", params=asked, headers=auth("alice")).json()
+        by_columns = api.get(
+            "/v1/jobs", params={**asked, "layout": "columns"}, headers=auth("alice")
+        ).json()
+        assert rows and set(by_columns) == set(rows[0])
+        turned = zip(*by_columns.values(), strict=True)
+        assert [dict(zip(by_columns, job, strict=True)) for job in turned] == rows
+    empty = api.get(
+        "/v1/jobs", params={"fields": "id,gpus", "layout": "columns", "state": "FAILED"},
+        headers=auth("alice"),
+    )  # fmt: skip
+    assert empty.json() == {"gpus": [], "id": []}
+    bad = api.get("/v1/jobs", params={"layout": "diagonal"}, headers=auth("alice"))
+    assert bad.status_code == 422

@@ -16,6 +16,7 @@ from corral.errors import CorralError, NotFound, OperationFailed, PermissionDeni
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
     from corral.api.http_wire import Transport
@@ -225,22 +226,64 @@ class Client:
         """The jobs that match (all, or the first ``limit``) and how many match in all;
         with ``fields``, each job holds those only. ``of``, ``name`` and ``ids`` are
         comma-separated users, job names and job ids to keep."""
+        out: list[dict[str, Any]] = []
+        total = 0
+        for page, counted in self._job_pages(state, mine, limit, fields, of, name, ids, "rows"):
+            out += page
+            total = counted
+        return out, total
+
+    def job_table(
+        self,
+        fields: list[str],
+        state: str | None = None,
+        mine: bool = False,
+        limit: int | None = None,
+        of: str | None = None,
+        name: str | None = None,
+        ids: str | None = None,
+    ) -> tuple[dict[str, list[Any]], int]:
+        """As :meth:`jobs_counted`, a list per field (the jobs in the same order in
+        each): ten thousand jobs arrive in a third of the bytes, read in a third of
+        the time."""
+        out: dict[str, list[Any]] = {field: [] for field in fields}
+        total = 0
+        for page, counted in self._job_pages(state, mine, limit, fields, of, name, ids, "columns"):
+            for field, column in page.items():
+                out.setdefault(field, []).extend(column)
+            total = counted
+        return out, total
+
+    def _job_pages(
+        self,
+        state: str | None,
+        mine: bool,
+        limit: int | None,
+        fields: list[str] | None,
+        of: str | None,
+        name: str | None,
+        ids: str | None,
+        layout: str,
+    ) -> Iterator[tuple[Any, int]]:
+        """Each page of a listing, with how many match in all."""
         params: dict[str, Any] = {"mine": mine}
         for key, given in (("state", state), ("of", of), ("name", name), ("ids", ids)):
             if given:
                 params[key] = given
         if fields:
             params["fields"] = ",".join(fields)
-        out: list[dict[str, Any]] = []
-        total = 0
+        if layout != "rows":
+            params["layout"] = layout
+        listed = 0
         while True:
-            want = PAGE if limit is None else min(PAGE, limit - len(out))
+            want = PAGE if limit is None else min(PAGE, limit - listed)
             answer = self.call("GET", "/v1/jobs", params={**params, "limit": want})
-            out += answer.json()
-            total = int(answer.headers.get("X-Total-Count") or len(out))
+            page = answer.json()
+            listed += len(page) if layout == "rows" else len(next(iter(page.values()), ()))
+            yield page, int(answer.headers.get("X-Total-Count") or listed)
             cursor = answer.headers.get("X-Next-After")
-            if cursor is None or (limit is not None and len(out) >= limit):
-                return out, total
+            if cursor is None or (limit is not None and listed >= limit):
+                return
             params["after"] = int(cursor)
 
     def history(

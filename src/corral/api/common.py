@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from corral.api.auth_guard import AuthGuard
-from corral.api.views import MAX_ID, ErrorView
+from corral.api.views import MAX_ID, ErrorView, StoredSpecs
 from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig, hash_token
 from corral.runtime.loop.admission import Admission
@@ -31,6 +31,8 @@ class Context:
     config: ServiceConfig
     store: Store
     scheduler: Scheduler | None = None
+    specs: StoredSpecs = field(default_factory=StoredSpecs)
+    """Listed jobs' spec scalars, read once (:class:`~corral.api.views.StoredSpecs`)."""
 
     @property
     def admission(self) -> Admission:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hmac
 import os
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -31,6 +33,7 @@ from corral.api.views import (
     HIDDEN,
     LOG_CHUNK,
     MAX_ID,
+    SPEC_FIELDS,
     AttemptView,
     EventView,
     HeartbeatAnswer,
@@ -40,7 +43,9 @@ from corral.api.views import (
     JobView,
     PriorityBody,
     brief_columns,
+    brief_table,
     brief_views,
+    columns_of,
     private_spec,
 )
 from corral.model.jobs import JobStatus
@@ -166,6 +171,25 @@ def submit_batch(ctx: Ctx, batch: Batch, user: User) -> list[JobView]:
 
 
 JOB_LIST = TypeAdapter(list[JobView])
+PENDING = JobStatus.PENDING
+
+
+@dataclass
+class Listed:
+    """What a listing read of the store, kept until the store changes."""
+
+    rows: Sequence[Any]
+    table: dict[str, Sequence[Any]]
+    """The rows a column each (by label)."""
+    specs: dict[str, list[Any]]
+    """The spec fields asked for, a column each (:class:`StoredSpecs`)."""
+    headers: dict[str, str]
+    where: dict[int, int]
+    """Waiting jobs' places in the queue."""
+    live: list[int]
+    """The jobs listed that have not ended."""
+
+
 PAGE_HEADERS = {
     "X-Total-Count": "jobs that match, over all pages",
     "X-Next-After": "present when more jobs follow: pass it as `after` for the next page",
@@ -226,17 +250,25 @@ def queue(
             "a listing of thousands of jobs is a fraction of the size",
         ),
     ] = None,
+    layout: Annotated[
+        Literal["rows", "columns"],
+        Query(
+            description="rows: a list of jobs; columns: an object of one list per field, "
+            "the jobs in the same order in each (a third of the size of ten thousand rows)"
+        ),
+    ] = "rows",
 ) -> list[JobView]:
     """Jobs in id (submission) order, a page at a time: the answer's ``X-Total-Count``
     says how many match in all, and ``X-Next-After`` (when more follow) is the cursor
     of the next page. Nothing is left out silently."""
     include = _fields(fields)
     # plain rows, not ORM objects: a listing reads them once (a third of the time);
-    # with fields that columns give, only those columns (and the spec's scalars)
+    # with fields that columns give, only those columns (the spec's scalars kept aside)
     brief = brief_columns(include | {"status", "user"}) if include is not None else None
     columns = brief if brief is not None else list(JobRow.__table__.columns)
+    spec_names = sorted(SPEC_FIELDS.keys() & include) if include is not None else []
 
-    def page() -> tuple[list[Any], dict[str, str], dict[int, int]]:
+    def page() -> Listed:
         query = select(JobRow)
         if state and state.strip().lower() == "all":
             pass
@@ -252,37 +284,49 @@ def queue(
             query = query.where(JobRow.name.in_(_words(name)))
         if ids:
             query = query.where(JobRow.id.in_(_ids(ids)))
+        counted = select(func.count()).select_from(query.subquery())
         with ctx.store.session() as s:
-            total = s.scalar(select(func.count()).select_from(query.subquery())) or 0
             if newest:
                 if before:
                     query = query.where(JobRow.id < before)
                 query = query.order_by(JobRow.id.desc()).limit(limit + 1)
             else:
                 query = query.where(JobRow.id > after).order_by(JobRow.id).limit(limit + 1)
-            rows = list(s.execute(query.with_only_columns(*columns)))
-            headers = {"X-Total-Count": str(total)}
-            if len(rows) > limit:
-                rows = rows[:limit]
+            # (Core's rows: the ORM's loading is a fifth of a listing of ten thousand)
+            rows = s.connection().execute(query.with_only_columns(*columns)).all()
+            cut = len(rows) > limit
+            rows = rows[:limit]
+            headers = {}
+            if cut:
                 headers["X-Next-Before" if newest else "X-Next-After"] = str(rows[-1].id)
-            where = positions(s, [r.id for r in rows if r.status == JobStatus.PENDING])
-        return rows, headers, where
+            whole = not cut and not (before if newest else after)  # (every match is here)
+            headers["X-Total-Count"] = str(len(rows) if whole else s.scalar(counted) or 0)
+            table = columns_of(rows, [c.name for c in columns])
+            job_ids, states = table["id"], table["status"]
+            specs = ctx.specs.columns(s, job_ids, table["submit_time"], query, spec_names)
+            waiting = [job for job, now in zip(job_ids, states, strict=True) if now == PENDING]
+            where = positions(s, waiting)
+        live = [job for job, now in zip(job_ids, states, strict=True) if now not in TERMINAL]
+        return Listed(rows, table, specs, headers, where, live)
 
     # a dashboard's page asked again each second, a queue listed again: kept until the
     # store changes (weighed by cells, so no number of listings holds much memory)
     asked = (state, mine and user.name, of, name, ids, after, newest, before, limit)
     key = ("jobs", *asked, None if include is None else tuple(sorted(include)))
-    rows, headers, where = ctx.store.cached(key, page, lambda kept: len(kept[0]) * len(columns))
-    live = [r.id for r in rows if r.status not in TERMINAL]
+    listed = ctx.store.cached(key, page, lambda kept: len(kept.rows) * len(columns))
+    rows, specs, headers, where, live = (
+        listed.rows,
+        listed.specs,
+        listed.headers,
+        listed.where,
+        listed.live,
+    )
     published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else NO_WORK_LEFT
     known = published.pick(live)
     if brief is not None and include is not None:
-        listed = brief_views(rows, include, where, known)
-        if "command" in include:
-            for item, r in zip(listed, rows, strict=True):
-                if hides(ctx, user, r.user):
-                    item["command"] = [HIDDEN]
-        body = to_json(listed)  # (pydantic's serialiser: a fifth of json.dumps' time)
+        table = brief_table(listed.table, specs, include, where, known)  # (never a command)
+        # (pydantic's serialiser: a fifth of json.dumps' time)
+        body = to_json(table if layout == "columns" else brief_views(table))
     else:
         views = [JobView.of(r, where.get(r.id), known.get(r.id)) for r in rows]
         for view in views:
@@ -290,7 +334,12 @@ def queue(
                 view.command = [HIDDEN]
         # serialised once here: FastAPI would validate ten thousand views again first
         shown = None if include is None else {"__all__": include}
-        body = JOB_LIST.dump_json(views, include=shown)
+        if layout == "columns":
+            dumped = JOB_LIST.dump_python(views, include=shown, mode="json")
+            names = list(dumped[0]) if dumped else sorted(include or JobView.model_fields)
+            body = to_json({n: [view[n] for view in dumped] for n in names})
+        else:
+            body = JOB_LIST.dump_json(views, include=shown)
     return Response(body, media_type="application/json", headers=dict(headers))  # type: ignore[return-value]
 
 

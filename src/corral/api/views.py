@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,57 +54,137 @@ LOOKED_UP = ("position", "remaining")
 
 
 def brief_columns(fields: set[str]) -> list[Any] | None:
-    """The columns that give these job-view fields without reading whole rows (a
-    listing of ten thousand jobs reads a fifth of the data); None when a field asked
-    for needs the whole row (a command, a dependency, lists)."""
+    """The row columns that give these job-view fields without reading whole rows (a
+    listing of ten thousand jobs reads a fifth of the data), with the submission
+    time (it keys :class:`StoredSpecs`); None when a field asked for needs the whole
+    row (a command, a dependency, lists). Fields from the spec come from
+    :class:`StoredSpecs`."""
     from corral.runtime.storage.store import JobRow
 
     if not fields <= {*ROW_FIELDS, *SPEC_FIELDS, *LOOKED_UP}:
         return None
-    columns: list[Any] = [JobRow.id]
-    for name in sorted(fields):
-        if name in ROW_FIELDS and name != "id":
-            columns.append(getattr(JobRow, name).label(name))
-        elif name in SPEC_FIELDS:
-            item = JobRow.spec[name]
-            typed = item.as_integer() if SPEC_FIELDS[name] is int else item.as_string()
-            columns.append(typed.label(name))
-    return columns
+    wanted = {name for name in fields if name in ROW_FIELDS} | {"id", "submit_time"}
+    return [getattr(JobRow, name).label(name) for name in sorted(wanted)]
 
 
-def brief_views(
-    rows: Sequence[Any],
+class StoredSpecs:
+    """The spec's scalars (:data:`SPEC_FIELDS`) of listed jobs, kept by job id and
+    submission time.
+
+    A stored spec is written once, in its job's submission (an array's tasks get
+    their array id in the same transaction), so what was read of it stays true;
+    the submission time guards against a store whose ids start again. Read from
+    the JSON in the database, ten thousand jobs' specs took a third of a listing's
+    time, again after every change to the store; now a listing after a change reads
+    the specs of the jobs it has not seen. At most :data:`KEPT` jobs are kept (then
+    all are forgotten and read again)."""
+
+    KEPT = 200_000
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, float], tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+
+    def columns(
+        self,
+        s: Any,
+        ids: Sequence[int],
+        submitted: Sequence[float],
+        query: Any,
+        names: Sequence[str],
+    ) -> dict[str, list[Any]]:
+        """The spec fields ``names`` of the jobs ``ids`` (submitted at ``submitted``),
+        a column each, the spec's defaults where it is silent. ``query`` selects at
+        least those jobs: read again for their specs when many are new, so that the
+        database is not sent thousands of ids."""
+        from corral.runtime.storage.store import JobRow
+
+        if not names:
+            return {}
+        known = self._known
+        keys = list(zip(ids, submitted, strict=True))
+        missing = [key for key in keys if key not in known]
+        if missing:
+            extract = [JobRow.id, JobRow.submit_time, *(_spec_item(n) for n in SPEC_ORDER)]
+            if len(missing) > MANY_SPECS:
+                found = s.execute(query.with_only_columns(*extract))
+            else:
+                wanted = [job for job, _ in missing]
+                found = s.execute(query.with_only_columns(*extract).where(JobRow.id.in_(wanted)))
+            read = {(r[0], r[1]): tuple(r[2:]) for r in found}
+            with self._lock:  # (replaced, never emptied: a listing's ``known`` stays whole)
+                if len(self._known) + len(read) > self.KEPT:
+                    self._known = {}
+                self._known.update(read)
+            values = [read.get(key) or known[key] for key in keys]
+        else:
+            values = [known[key] for key in keys]
+        defaults = _spec_defaults()
+        out: dict[str, list[Any]] = {}
+        for name in names:
+            k, default = SPEC_ORDER.index(name), defaults[name]
+            column = [v[k] for v in values]
+            out[name] = column if default is None else [default if v is None else v for v in column]
+        return out
+
+
+SPEC_ORDER = tuple(SPEC_FIELDS)
+"""The order :class:`StoredSpecs` keeps a spec's scalars in."""
+MANY_SPECS = 500
+"""Above this many new jobs, :class:`StoredSpecs` reads the listing's query again
+rather than sending the ids."""
+
+
+def _spec_item(name: str) -> Any:
+    from corral.runtime.storage.store import JobRow
+
+    item = JobRow.spec[name]
+    return item.as_integer() if SPEC_FIELDS[name] is int else item.as_string()
+
+
+def columns_of(rows: Sequence[Any], labels: Sequence[str]) -> dict[str, Sequence[Any]]:
+    """Rows as a column each, by label (read once: a row's fields by name cost more
+    than the whole transposition over ten thousand rows)."""
+    if not rows:
+        return {label: () for label in labels}
+    return dict(zip(labels, zip(*rows, strict=True), strict=True))
+
+
+def brief_table(
+    table: Mapping[str, Sequence[Any]],
+    specs: Mapping[str, Sequence[Any]],
     fields: set[str],
     positions: Mapping[int, int],
     remaining: Mapping[int, tuple[float, str]],
-) -> list[dict[str, Any]]:
-    """Jobs' views restricted to ``fields``, from rows of :func:`brief_columns` (the
-    values :meth:`JobView.of` gives, the spec's defaults where it is silent).
-    Built a column at a time, each job's dict at the end from its values in one
-    call (a listing of ten thousand jobs: a fraction of the time of a dict per
-    row filled field by field). Jobs with the same work left share its view."""
-    if not rows:
-        return []
-    names = [name for name in fields if name not in LOOKED_UP]
-    by_label = dict(zip(rows[0]._fields, zip(*rows, strict=True), strict=True))
-    defaults = _spec_defaults()
-    values: list[Sequence[Any]] = []
-    for name in names:
-        column = by_label[name]
-        default = defaults[name] if name in SPEC_FIELDS else None
-        values.append(column if default is None else [default if v is None else v for v in column])
-    ids = by_label["id"]
+) -> dict[str, Sequence[Any]]:
+    """Jobs' views restricted to ``fields``, a column each (the values
+    :meth:`JobView.of` gives), from the columns of :func:`brief_columns` (by
+    :func:`columns_of`) and the spec columns of :class:`StoredSpecs`. Jobs with the
+    same work left share its view."""
+    out: dict[str, Sequence[Any]] = {}
+    for name in sorted(fields):
+        if name in SPEC_FIELDS:
+            out[name] = specs[name]
+        elif name not in LOOKED_UP:
+            out[name] = table[name]
+    ids = table["id"]
     if "position" in fields:
-        names.append("position")
-        values.append([positions.get(job) for job in ids])
+        out["position"] = [positions.get(job) for job in ids]
     if "remaining" in fields:
         shown: dict[tuple[float, str] | None, dict[str, Any] | None] = {None: None}
         for known in remaining.values():
             if known not in shown:
                 shown[known] = {"seconds": known[0], "source": known[1]}
-        names.append("remaining")
-        values.append([shown[remaining.get(job)] for job in ids])
-    return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+        out["remaining"] = [shown[remaining.get(job)] for job in ids]
+    return out
+
+
+def brief_views(table: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """:func:`brief_table`'s columns as a dict per job, each from its values in one
+    call (a listing of ten thousand jobs: a fraction of the time of a dict per row
+    filled field by field)."""
+    names = list(table)
+    return [dict(zip(names, row, strict=True)) for row in zip(*table.values(), strict=True)]
 
 
 class RemainingView(BaseModel):

@@ -384,16 +384,19 @@ def queue(
     """List jobs with their state, queue position and pending reason (all of them,
     oldest first, unless --limit); squeue's filters (-t, -u, -n, -j) and -o columns."""
     chosen = queue_columns(columns)
-    shown = None if as_json else QUEUE_FIELDS
     with _client(url, token) as client:
-        jobs, total = client.jobs_counted(state, mine, limit, shown, user, name, jobs_)
-    note = cut_note(len(jobs), total, limit)
+        if as_json:
+            jobs, total = client.jobs_counted(state, mine, limit, None, user, name, jobs_)
+        else:
+            table, total = client.job_table(QUEUE_FIELDS, state, mine, limit, user, name, jobs_)
+    shown = len(jobs) if as_json else len(table["id"])
+    note = cut_note(shown, total, limit)
     if note:
         err_console.print(note, highlight=False)
     if as_json:
         print_json(jobs)
         return
-    print_table(queue_title(len(jobs), total), chosen, queue_rows(jobs, chosen))
+    print_table(queue_title(shown, total), chosen, queue_rows(table, chosen))
 
 
 @app.command()
@@ -503,7 +506,7 @@ def show(
         + (f" on {job['assigned_gpus']}" if job["assigned_gpus"] else ""),
         f"  priority  {job['priority']}   retries {job['failures']}/{job['max_retries']}"
         f"   preemptions {job['preemptions']}",
-        f"  progress  {steps(job)} steps"
+        f"  progress  {steps(job['steps'], job['total_steps'])} steps"
         + (f", {job['throughput']:.2f} steps/s" if job["throughput"] else "")
         + (f", loss {job['loss']:.4f}" if job["loss"] is not None else "")
         + (
