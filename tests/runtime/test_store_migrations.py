@@ -51,11 +51,11 @@ def test_a_previous_release_store_is_upgraded_with_its_jobs(
     previous_release_store(url)
     store = Store(url)
     try:
-        assert store.upgrade.before is None and store.upgrade.after == head() == "0004"
+        assert store.upgrade.before is None and store.upgrade.after == head() == "0005"
         with store.session() as s:
             assert [(j.name, j.user) for j in s.query(JobRow)] == [("old", "alice")]
         assert current(store.engine) == head()
-        assert {"ix_jobs_user_name", "ix_jobs_request"} <= indexes(url)
+        assert {"ix_jobs_user_name", "ix_jobs_request", "ix_jobs_user_status"} <= indexes(url)
         if store_url is None:  # SQLite: copied before the change, the copy intact
             backup = store.upgrade.backup
             assert backup is not None and backup.name.startswith("corral.db.before-unversioned")
@@ -98,14 +98,14 @@ def test_downgrade_undoes_and_upgrade_redoes(tmp_path: Path, store_url: str | No
     engine = create_engine(url)
     try:
         done = downgrade(engine, url, "0001")
-        assert (done.before, done.after) == ("0004", "0001")
-        assert not {"ix_jobs_user_name", "ix_jobs_request"} & indexes(url)
+        assert (done.before, done.after) == ("0005", "0001")
+        assert not {"ix_jobs_user_name", "ix_jobs_request", "ix_jobs_user_status"} & indexes(url)
     finally:
         engine.dispose()
     store = Store(url)
     try:
-        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0004")
-        assert {"ix_jobs_user_name", "ix_jobs_request"} <= indexes(url)
+        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0005")
+        assert {"ix_jobs_user_name", "ix_jobs_request", "ix_jobs_user_status"} <= indexes(url)
     finally:
         store.engine.dispose()
 
@@ -186,7 +186,7 @@ def test_jobs_stored_held_as_suspended_become_pending_and_held(
         engine.dispose()
     store = Store(url)
     try:
-        assert (store.upgrade.before, store.upgrade.after) == ("0002", "0004")
+        assert (store.upgrade.before, store.upgrade.after) == ("0002", "0005")
         with store.session() as s:
             rows = {j.name: (j.status, j.held, j.reason) for j in s.query(JobRow)}
         assert rows == {

@@ -24,6 +24,7 @@ from corral.api.views import (
 )
 from corral.model.status import JobStatus
 from corral.runtime.jobspec.config import UserConfig
+from corral.runtime.loop.loop_base import NOT_ENDED
 from corral.runtime.storage.store import AttemptRow, EventRow, JobRow, NodeRow
 
 router = APIRouter()
@@ -44,7 +45,7 @@ def nodes(ctx: Ctx, user: User) -> list[NodeView]:
         return [node_view(ctx, r) for r in rows]
 
 
-LIVE_STATES = [s.value for s in JobStatus if not s.terminal]
+LIVE_STATES = NOT_ENDED
 
 
 @router.get("/v1/usage", tags=["cluster"], responses=AUTH)

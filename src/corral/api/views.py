@@ -79,7 +79,7 @@ class StoredSpecs:
     the specs of the jobs it has not seen. At most :data:`KEPT` jobs are kept (then
     all are forgotten and read again)."""
 
-    KEPT = 200_000
+    KEPT = 100_000
 
     def __init__(self) -> None:
         self._known: dict[tuple[int, float], tuple[Any, ...]] = {}

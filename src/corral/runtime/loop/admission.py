@@ -31,7 +31,7 @@ from corral.runtime.jobspec.specs import (
     array_limit,
     check_array,
 )
-from corral.runtime.loop.loop_base import TERMINAL
+from corral.runtime.loop.loop_base import NOT_ENDED
 from corral.runtime.loop.records import HELD_REASONS, spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.storage.store import JobRow, Store, in_chunks
@@ -319,8 +319,9 @@ class Admission:
 
     def check_quota(self, s: Session, user: UserConfig, more: int) -> None:
         """Refuse when ``more`` jobs would pass the user's max_jobs_per_user."""
+        # (the states not ended, named: an index's ranges, where "not ended" read them all)
         queued = s.scalar(
-            select(func.count()).where(JobRow.user == user.name, JobRow.status.not_in(TERMINAL))
+            select(func.count()).where(JobRow.user == user.name, JobRow.status.in_(NOT_ENDED))
         )
         if (queued or 0) + more > self.config.max_jobs_per_user:
             raise Refused(

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 TERMINAL = [s.value for s in JobStatus if s.terminal]
+NOT_ENDED = [s.value for s in JobStatus if not s.terminal]
+"""The states of jobs not yet ended, named (a query by them reads an index's ranges)."""
 VIEW_WAIT = 2.0
 """Seconds a job's page waits for the loop to answer for its policy's view."""
 PASS_WAIT = 5.0

@@ -58,6 +58,9 @@ class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         Index("ix_jobs_user_name", "user", "name"),
+        # a user's jobs not yet ended, counted at each submission (max_jobs_per_user)
+        # without reading the jobs the user ran before
+        Index("ix_jobs_user_status", "user", "status"),
         # the few jobs with a request waiting for the loop, found each pass without
         # reading the whole table (an index of those rows only)
         Index(
