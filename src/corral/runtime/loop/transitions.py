@@ -25,6 +25,10 @@ from corral.runtime.loop.stops import Stops
 from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
 from corral.train.session import STOPPED_EXIT
 
+REQUESTS_AT_ONCE = 500
+"""The API's requests carried out in one transaction (the store's write lock is let
+go between them, for the API's writes)."""
+
 KILL_AGAIN = 2.0
 """Seconds between kills of an attempt that has not ended: a kill finds only the
 processes there are, and a job whose launcher had not yet started its process
@@ -295,85 +299,111 @@ class Transitions:
 
     def requests(self, now: float) -> bool:
         """Carry out the API's requests (the API only records them in the store)."""
-        live = self.loop.live
         stops: list[tuple[Attempt, str]] = []
         with self.loop.store.session() as s:
-            rows = list(s.scalars(select(JobRow).where(JobRow.request.is_not(None))))
-            for row in rows:
-                request = row.request
-                # Cleared only if unchanged: a request the API records meanwhile
-                # (a cancel after a suspend) stays for the next pass.
-                s.execute(
-                    update(JobRow)
-                    .where(JobRow.id == row.id, JobRow.request == request)
-                    .values(request=None)
-                    .execution_options(synchronize_session=False)
+            asked = list(s.scalars(select(JobRow.id).where(JobRow.request.is_not(None))))
+        # A few hundred at a time, each in a transaction of its own: ten thousand
+        # cancelled in one (scancel -u) held the store's write lock for ten seconds,
+        # and every submission of every user waited, then failed.
+        for k in range(0, len(asked), REQUESTS_AT_ONCE):
+            with self.loop.store.session() as s:
+                rows = list(
+                    s.scalars(
+                        select(JobRow).where(
+                            JobRow.id.in_(asked[k : k + REQUESTS_AT_ONCE]),
+                            JobRow.request.is_not(None),
+                        )
+                    )
                 )
-                with self.loop.handling(row.id, f"carrying out its {request} request"):
-                    i = live.index.get(row.id)
-                    if i is None or row.status in TERMINAL:
-                        continue
-                    a = self.loop.attempts.get(row.id)
-                    ending = self.loop.book.peek(row.id).phase is Phase.ENDED
-                    if ending and request != "cancel":
-                        # its end is under way (a timeout, a cancel): only a cancel
-                        # still counts (it names the end); the rest would revive it
-                        self.loop.store.event(s, "request_ignored", row.id, request=request)
-                        continue
-                    self.loop.store.event(s, f"request_{request}", row.id)
-                    if request == "priority":
-                        live.set_priority(i, row.priority + self.loop.share_bonus.get(row.user, 0))
-                    elif request == "cancel":
-                        self.loop.book.close(row.id)
-                        if a is not None:
-                            stops.append((a, "cancel"))
-                        else:
-                            row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
-                            row.reason, row.held = "cancelled by request", None
-                            self.rounds.round_task_ended(s, row, now)
-                        if row.parent is None and row.status == JobStatus.CANCELLED:
-                            self.rounds.round_job_cancelled(
-                                s, row
-                            )  # its tasks, if it runs as rounds
-                    elif request == "suspend" and row.status != JobStatus.SUSPENDED:
-                        self.loop.book.hold(row.id)
-                        if a is not None:
-                            stops.append((a, "suspend"))
-                        else:
-                            row.status, row.gpus, row.reason = (
-                                JobStatus.SUSPENDED,
-                                None,
-                                "Suspended",
-                            )
-                    elif request in ("hold", "hold_admin"):
-                        self._hold(s, row, i, "admin" if request == "hold_admin" else "user")
-                    elif request == "release" and row.held is not None:
-                        # (a held job suspended since: release resumes it too, as
-                        # release of a suspended job does; it is queued PENDING)
-                        row.held, row.reason = None, None
-                        if row.status == JobStatus.SUSPENDED:
-                            row.status = JobStatus.PENDING
-                        self.queueing.enqueue(row, i, now)
-                    elif request == "requeue":  # scontrol requeue: stopped, and queued again
-                        if a is not None and a.stop is None and live.state.status[i] == RUNNING:
-                            self.loop.book.preempt(row.id)
-                            stops.append((a, "preempt"))
-                    elif request in ("resume", "release"):  # (release of a suspended job)
-                        if a is not None and a.stop == "suspend":
-                            # still checkpointing: it goes back to the queue when it exits
-                            a.stop = "preempt"
-                            att = s.get(AttemptRow, a.id)
-                            if att is not None:
-                                att.stop = "preempt"
-                            self.loop.book.arrive(row.id, self.loop.rel(now))
-                        elif row.status == JobStatus.SUSPENDED:
-                            row.status, row.reason = JobStatus.PENDING, None
-                            self.queueing.enqueue(row, i, now)
+                self._clear_requests(s, rows)
+                for row in rows:
+                    self._carry_out(s, row, now, stops)
         for a, why in stops:
             if why == "cancel" or a.stop in (None, "preempt", PARK):
                 with self.loop.handling(a.job, f"stopping it ({why})"):
                     self.stops.stop(a, why, now)
-        return bool(rows)
+        return bool(asked)
+
+    @staticmethod
+    def _clear_requests(s: Session, rows: list[JobRow]) -> None:
+        """Clear the requests read, each only if unchanged: a request the API records
+        meanwhile (a cancel after a suspend) stays for the next pass. One statement a
+        kind of request (a statement a job was most of the time of ten thousand)."""
+        by_request: dict[str, list[int]] = {}
+        for row in rows:
+            by_request.setdefault(str(row.request), []).append(row.id)
+        for request, ids in by_request.items():
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id.in_(ids), JobRow.request == request)
+                .values(request=None)
+                .execution_options(synchronize_session=False)
+            )
+
+    def _carry_out(
+        self, s: Session, row: JobRow, now: float, stops: list[tuple[Attempt, str]]
+    ) -> None:
+        """One job's request (its stop, if any, added to ``stops``)."""
+        live = self.loop.live
+        request = row.request
+        with self.loop.handling(row.id, f"carrying out its {request} request"):
+            i = live.index.get(row.id)
+            if i is None or row.status in TERMINAL:
+                return
+            a = self.loop.attempts.get(row.id)
+            ending = self.loop.book.peek(row.id).phase is Phase.ENDED
+            if ending and request != "cancel":
+                # its end is under way (a timeout, a cancel): only a cancel
+                # still counts (it names the end); the rest would revive it
+                self.loop.store.event(s, "request_ignored", row.id, request=request)
+                return
+            self.loop.store.event(s, f"request_{request}", row.id)
+            if request == "priority":
+                live.set_priority(i, row.priority + self.loop.share_bonus.get(row.user, 0))
+            elif request == "cancel":
+                self.loop.book.close(row.id)
+                if a is not None:
+                    stops.append((a, "cancel"))
+                else:
+                    row.status, row.end_time, row.gpus = JobStatus.CANCELLED, now, None
+                    row.reason, row.held = "cancelled by request", None
+                    self.rounds.round_task_ended(s, row, now)
+                if row.parent is None and row.status == JobStatus.CANCELLED:
+                    self.rounds.round_job_cancelled(s, row)  # its tasks, if it runs as rounds
+            elif request == "suspend" and row.status != JobStatus.SUSPENDED:
+                self.loop.book.hold(row.id)
+                if a is not None:
+                    stops.append((a, "suspend"))
+                else:
+                    row.status, row.gpus, row.reason = (
+                        JobStatus.SUSPENDED,
+                        None,
+                        "Suspended",
+                    )
+            elif request in ("hold", "hold_admin"):
+                self._hold(s, row, i, "admin" if request == "hold_admin" else "user")
+            elif request == "release" and row.held is not None:
+                # (a held job suspended since: release resumes it too, as
+                # release of a suspended job does; it is queued PENDING)
+                row.held, row.reason = None, None
+                if row.status == JobStatus.SUSPENDED:
+                    row.status = JobStatus.PENDING
+                self.queueing.enqueue(row, i, now)
+            elif request == "requeue":  # scontrol requeue: stopped, and queued again
+                if a is not None and a.stop is None and live.state.status[i] == RUNNING:
+                    self.loop.book.preempt(row.id)
+                    stops.append((a, "preempt"))
+            elif request in ("resume", "release"):  # (release of a suspended job)
+                if a is not None and a.stop == "suspend":
+                    # still checkpointing: it goes back to the queue when it exits
+                    a.stop = "preempt"
+                    att = s.get(AttemptRow, a.id)
+                    if att is not None:
+                        att.stop = "preempt"
+                    self.loop.book.arrive(row.id, self.loop.rel(now))
+                elif row.status == JobStatus.SUSPENDED:
+                    row.status, row.reason = JobStatus.PENDING, None
+                    self.queueing.enqueue(row, i, now)
 
     def _hold(self, s: Session, row: JobRow, i: int, holder: str) -> None:
         """scontrol hold: a waiting job stays PENDING but is kept from the policy
