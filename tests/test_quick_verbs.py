@@ -151,7 +151,7 @@ def test_the_corral_command_submits_without_typer_rich_or_numpy(
     ``http.client`` (with the ``email`` package), ``ssl`` or ``urllib.parse``: a
     third of a submission's time before :mod:`corral.api.http_wire`; nor ``json``
     and ``socket`` with the ``re`` and ``enum`` they import (a fifth of what was
-    left, before :mod:`corral.api.wire_json` and ``_socket``)."""
+    left, before :mod:`corral.wire_json` and ``_socket``)."""
     probe = (
         "import sys\n"
         "from corral.quick_verbs import main\n"

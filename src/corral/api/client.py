@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from corral.api import wire_json
+from corral import wire_json
 from corral.api.http_wire import Headers, PlainConnection, SecureConnection, split_url
 from corral.errors import CorralError, NotFound, OperationFailed, PermissionDenied, Unreachable
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import resource
 import signal
@@ -53,11 +52,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.runtime.execution.gpu_devices import DEV, Confined, confine
+from corral import wire_json
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: each job's start)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from corral.runtime.execution.gpu_devices import Confined
 
 EXIT_FILE = "exit.json"
 PID_FILE = "launcher.pid"
@@ -114,7 +118,7 @@ def take_job_env(folder: Path) -> dict[str, str] | None:
     except OSError:
         return None
     with os.fdopen(fd, encoding="utf-8") as handle:
-        data = json.load(handle)
+        data = wire_json.loads(handle.read())
     path.unlink(missing_ok=True)
     if not isinstance(data, dict):
         return None
@@ -131,41 +135,93 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-@dataclass
 class Confinement:
-    """Who the job runs as and what it may use (parsed from the launcher's options)."""
+    """Who the job runs as and what it may use (parsed from the launcher's options).
 
-    uid: int | None = None
-    gid: int | None = None
-    groups: list[int] = field(default_factory=list)
-    cpus: list[int] = field(default_factory=list)
-    """CPU ids the job may run on (empty: any)."""
-    cpu_quota: int | None = None
-    """CPUs' worth of time per period (cgroup ``cpu.max``)."""
-    memory: int | None = None
-    """Bytes."""
-    cwd: str | None = None
-    """Working directory, entered as the job's user (so it must be theirs to enter)."""
-    output: str | None = None
-    """File the job's output goes to, opened as the job's user (Slurm's --output)."""
-    error: str | None = None
-    """File the job's standard error goes to, apart from its output (Slurm's --error)."""
-    nice: int | None = None
-    """Niceness added to the job's processes (opportunistic jobs run at 19)."""
-    log_limit: int | None = None
-    """Bytes of the job's output the log (the launcher's own output) keeps: the job
-    writes into a pipe the launcher relays, cut at this size (None: the job
-    writes to the log itself, without limit)."""
-    gpu_devices: str | None = None
-    """The GPUs (indices, comma-separated, or ``none``) whose device nodes the job
-    may open (see :mod:`corral.runtime.execution.gpu_devices`); None: not confined
-    (virtual GPUs, no NVIDIA nodes)."""
-    device_dir: str | None = None
-    """Where the GPU device nodes are (default ``/dev``; tests give fake ones)."""
-    parent: int | None = None
-    """The process the job may not outlive (the launcher's parent): when it dies the
-    job is killed, with what it left, as at the job's end (None: the job outlives
-    the launcher's parent, as it must outlive a service killed and restarted)."""
+    A plain class, not a dataclass: ``dataclasses`` (with the ``inspect`` it
+    imports) was a fifth of the launcher's start, paid by every job."""
+
+    __slots__ = (
+        "cpu_quota",
+        "cpus",
+        "cwd",
+        "device_dir",
+        "error",
+        "gid",
+        "gpu_devices",
+        "groups",
+        "log_limit",
+        "memory",
+        "nice",
+        "output",
+        "parent",
+        "uid",
+    )
+
+    def __init__(
+        self,
+        uid: int | None = None,
+        gid: int | None = None,
+        groups: list[int] | None = None,
+        cpus: list[int] | None = None,
+        cpu_quota: int | None = None,
+        memory: int | None = None,
+        cwd: str | None = None,
+        output: str | None = None,
+        error: str | None = None,
+        nice: int | None = None,
+        log_limit: int | None = None,
+        gpu_devices: str | None = None,
+        device_dir: str | None = None,
+        parent: int | None = None,
+    ) -> None:
+        self.uid, self.gid = uid, gid
+        self.groups: list[int] = list(groups or [])
+        self.cpus: list[int] = list(cpus or [])
+        """CPU ids the job may run on (empty: any)."""
+        self.cpu_quota = cpu_quota
+        """CPUs' worth of time per period (cgroup ``cpu.max``)."""
+        self.memory = memory
+        """Bytes."""
+        self.cwd = cwd
+        """Working directory, entered as the job's user (so it must be theirs to enter)."""
+        self.output = output
+        """File the job's output goes to, opened as the job's user (Slurm's --output)."""
+        self.error = error
+        """File the job's standard error goes to, apart from its output (Slurm's --error)."""
+        self.nice = nice
+        """Niceness added to the job's processes (opportunistic jobs run at 19)."""
+        self.log_limit = log_limit
+        """Bytes of the job's output the log (the launcher's own output) keeps: the job
+        writes into a pipe the launcher relays, cut at this size (None: the job
+        writes to the log itself, without limit)."""
+        self.gpu_devices = gpu_devices
+        """The GPUs (indices, comma-separated, or ``none``) whose device nodes the job
+        may open (see :mod:`corral.runtime.execution.gpu_devices`); None: not confined
+        (virtual GPUs, no NVIDIA nodes)."""
+        self.device_dir = device_dir
+        """Where the GPU device nodes are (default ``/dev``; tests give fake ones)."""
+        self.parent = parent
+        """The process the job may not outlive (the launcher's parent): when it dies the
+        job is killed, with what it left, as at the job's end (None: the job outlives
+        the launcher's parent, as it must outlive a service killed and restarted)."""
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in _OPTION_NAMES)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Confinement) and self._values() == other._values()
+
+    # (unhashable: mutable, as a dataclass is)
+    __hash__ = None  # type: ignore[assignment]
+
+    def as_dict(self) -> dict[str, object]:
+        """Each option's value by name (what ``Confinement(**...)`` takes back)."""
+        return {name: getattr(self, name) for name in _OPTION_NAMES}
+
+    def __repr__(self) -> str:
+        given = (f"{name}={getattr(self, name)!r}" for name in _OPTION_NAMES)
+        return f"Confinement({', '.join(given)})"
 
     def options(self) -> list[str]:
         """The launcher's command-line options that give this confinement."""
@@ -377,7 +433,7 @@ def supervise(
     if before_record is not None:
         before_record()
     record["end_time"] = time.time()
-    write_atomic(folder / EXIT_FILE, json.dumps(record))
+    write_atomic(folder / EXIT_FILE, wire_json.dumps(record))
     ended, killed_by = record["exit_code"], record["signal"]
     if isinstance(ended, int):
         return ended
@@ -506,8 +562,12 @@ def process_states() -> Iterator[tuple[int, str, int, int]]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            text = Path(entry.path, "stat").read_text()
+        try:  # (os calls: a file object for each of hundreds of processes costs more)
+            fd = os.open(f"{entry.path}/stat", os.O_RDONLY)
+            try:
+                text = os.read(fd, 4096).decode("utf-8", "replace")
+            finally:
+                os.close(fd)
         except OSError:
             continue
         fields = text[text.rfind(")") + 2 :].split()
@@ -641,6 +701,8 @@ def _confine_gpus(folder: Path, conf: Confinement, cgroup: Path | None) -> Confi
     if conf.gpu_devices is None:
         return None
     allowed = [int(k) for k in conf.gpu_devices.split(",") if k.strip().isdigit()]
+    from corral.runtime.execution.gpu_devices import DEV, confine  # (confined jobs only)
+
     dev = Path(conf.device_dir) if conf.device_dir else DEV
     confined = confine(cgroup_name(folder, os.getpid()), allowed, cgroup, dev)
     print(f"corral: GPU confinement: {confined.how}", file=sys.stderr, flush=True)

@@ -609,7 +609,7 @@ class RayExecutor(Executor):
                 )
                 folder = request.dir / f"rank-{rank}"
                 starting.append(
-                    actor.start.remote(str(folder), asdict(conf), env, request.argv, head)
+                    actor.start.remote(str(folder), conf.as_dict(), env, request.argv, head)
                 )
         except Exception as exc:  # Ray refused at once (a node it knows is dead)
             attempt = _Attempt(

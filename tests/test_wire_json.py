@@ -1,4 +1,4 @@
-"""The command line's JSON (:mod:`corral.api.wire_json`) is the standard ``json``'s:
+"""The command line's JSON (:mod:`corral.wire_json`) is the standard ``json``'s:
 the same text written, the same values read, and the same inputs refused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.api import wire_json
+from corral import wire_json
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

@@ -1,4 +1,5 @@
-"""JSON for the command line's requests and answers, without importing ``json``.
+"""JSON for short-lived processes, without importing ``json``: the command line's
+requests and answers, and the launcher's records (one launcher a job).
 
 Slurm's users submit in loops, one process a job, so what a command imports is
 most of its cost. The standard ``json`` package imports ``re`` (and with it
