@@ -7,8 +7,6 @@ each export lives and imports it only when it is asked for (PEP 562).
 
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
 
@@ -23,6 +21,8 @@ def lazy_exports(package: str, where: dict[str, str]) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:
         if name not in where:
             raise AttributeError(f"module '{package}' has no attribute {name!r}")
+        import importlib  # (here: ``import corral`` is on every quick command's path)
+
         return getattr(importlib.import_module(where[name]), name)
 
     return __getattr__
@@ -43,4 +43,6 @@ class LazyModule:
         self._name = name
 
     def __getattr__(self, attr: str) -> Any:
+        import importlib
+
         return getattr(importlib.import_module(self._name), attr)
