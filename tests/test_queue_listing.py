@@ -4,6 +4,7 @@ left to Rich."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 
 from hypothesis import given, settings
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from corral.queue_listing import box_table, box_text
+from corral.queue_listing import box_table, box_text, plain_table
 
 cells = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=12)
 headers = st.text(alphabet="abcdefgh _-", min_size=1, max_size=8)
@@ -68,3 +69,24 @@ def test_what_rich_would_lay_out_is_left_to_rich() -> None:
 def test_control_characters_in_cells_are_shown_escaped() -> None:
     drawn = box_text("1 job", ["name"], [["evil\x1b[2J"]], 80)
     assert drawn is not None and "\x1b" not in drawn and "evil\\x1b[2J" in drawn
+
+
+@given(
+    st.integers(1, 4).flatmap(
+        lambda n: st.tuples(
+            st.lists(headers, min_size=n, max_size=n),
+            st.lists(st.lists(cells, min_size=n, max_size=n), max_size=6),
+        )
+    )
+)
+def test_plain_columns_are_each_as_wide_as_their_widest_cell(
+    table: tuple[list[str], list[list[str]]],
+) -> None:
+    columns, rows = table
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        plain_table("title", columns, rows)
+    widths = [max(len(x) for x in column) for column in zip(columns, *rows, strict=True)]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    expected = ["title", *(line.format(*r).rstrip() for r in [columns, *rows])]
+    assert out.getvalue() == "\n".join(expected) + "\n"

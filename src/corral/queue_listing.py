@@ -63,13 +63,10 @@ def plain_table(title: str, columns: list[str], rows: Sequence[Sequence[str]]) -
     cells = rows
     if not "".join(map("".join, rows)).isprintable():  # rare: escape them
         cells = [[printable(c) for c in row] for row in rows]
-    widths = [
-        max(len(name), *map(len, column))
-        for name, column in zip(columns, zip(*cells, strict=True), strict=True)
-    ]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [title, line.format(*columns).rstrip()]
-    out += [line.format(*r).rstrip() for r in cells]
+    by_column = list(zip(columns, *cells, strict=True))  # (each with its name first)
+    widths = [max(map(len, column)) for column in by_column]
+    padded = [list(map(str.ljust, c, [w] * len(c))) for c, w in zip(by_column, widths, strict=True)]
+    out = [title, *map(str.rstrip, map("  ".join, zip(*padded, strict=True)))]
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
 
