@@ -6,7 +6,6 @@ the queue from the same code."""
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -157,10 +156,9 @@ def when(t: float | None) -> str:
     return "-" if t is None else _clock(int(t))
 
 
-@functools.lru_cache(maxsize=4096)
 def _clock(second: int) -> str:
     """A time of day (jobs submitted in one second share it: a batch of thousands)."""
-    return time.strftime("%H:%M:%S", time.localtime(second))
+    return _remembered(_CLOCKS, second, lambda: time.strftime("%H:%M:%S", time.localtime(second)))
 
 
 def work_left(remaining: dict[str, Any] | None) -> str:
@@ -171,11 +169,27 @@ def work_left(remaining: dict[str, Any] | None) -> str:
     return _left(remaining["seconds"], remaining["source"])
 
 
-@functools.lru_cache(maxsize=4096)
 def _left(seconds: float, source: str) -> str:
     """(Queued jobs share a few values: ten thousand held jobs, the default's one.)"""
     guess = "~" if source in ("history", "default", "convergence") else ""
-    return guess + span(seconds)
+    return _remembered(_LEFT, (seconds, source), lambda: guess + span(seconds))
+
+
+_CLOCKS: dict[int, str] = {}
+_LEFT: dict[tuple[float, str], str] = {}
+REMEMBERED = 4096
+"""Cells kept by each of :func:`_clock` and :func:`_left` (then forgotten at once)."""
+
+
+def _remembered(kept: dict[Any, str], key: Any, make: Callable[[], str]) -> str:
+    """``kept[key]``, made the first time (``functools.lru_cache`` without importing
+    ``functools``, ``collections`` and ``enum``: a quick command's tenth)."""
+    text = kept.get(key)
+    if text is None:
+        if len(kept) >= REMEMBERED:
+            kept.clear()
+        text = kept[key] = make()
+    return text
 
 
 def steps(done: float, total: int | None) -> str:

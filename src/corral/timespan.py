@@ -5,8 +5,10 @@ service, and must start fast.)"""
 
 from __future__ import annotations
 
-import re
-from typing import Any
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
+
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def span(seconds: float | None) -> str:
@@ -20,9 +22,17 @@ def span(seconds: float | None) -> str:
     return f"{days}-{text}" if days else text
 
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_DURATION = r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$"
 
-_SLURM_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
+_SLURM_DAYS = r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$"
+
+
+def _match(pattern: str, text: str) -> Any:
+    """``re.match``, ``re`` imported at the first time read (``corral queue`` prints
+    durations and parses none: ``re`` and its ``enum`` were a tenth of it)."""
+    import re
+
+    return re.match(pattern, text)
 SLURM_UNLIMITED = ("unlimited", "infinite")
 """sbatch's words for no time limit."""
 
@@ -33,7 +43,7 @@ def slurm_seconds(value: str) -> float | None:
     text = value.strip().lower()
     if text in SLURM_UNLIMITED:
         return None
-    days = _SLURM_DAYS.match(text)
+    days = _match(_SLURM_DAYS, text)
     if days is not None:
         d, h, m, sec = (int(g) if g else 0 for g in days.groups())
         seconds = float(((d * 24 + h) * 60 + m) * 60 + sec)
@@ -65,7 +75,7 @@ def parse_seconds(value: Any) -> float:
         seconds = float(value)
     else:
         text = str(value).strip().lower()
-        if _SLURM_DAYS.match(text):
+        if _match(_SLURM_DAYS, text):
             found = slurm_seconds(text)
             assert found is not None  # (only UNLIMITED is None)
             return found
@@ -77,7 +87,7 @@ def parse_seconds(value: Any) -> float:
             for part in parts:
                 seconds = seconds * 60 + int(part)
         else:
-            match = _DURATION.match(text)
+            match = _match(_DURATION, text)
             if not text or match is None:
                 raise ValueError(f"'{value}' is not a duration (e.g. 3600, 1h30m, 01:30:00)")
             d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
