@@ -33,6 +33,8 @@ def _match(pattern: str, text: str) -> Any:
     import re
 
     return re.match(pattern, text)
+
+
 SLURM_UNLIMITED = ("unlimited", "infinite")
 """sbatch's words for no time limit."""
 

@@ -225,10 +225,22 @@ class Executor(ABC):
         keepers it could not start when their task launched)."""
         return None
 
+    def warm_up(self, run_as: RunAs | None, slot: GpuSlot, most: int | None = None) -> bool:
+        """Have a warm worker of this user on this GPU (``workers.warm``), started now
+        if there is none and the user has fewer than ``most`` (None: no cap); False
+        where none runs after (this executor keeps none, or the cap)."""
+        return False
+
     def close(self, jobs_running: bool) -> None:
         """The service is stopping; ``jobs_running`` when attempts go on without it
         (they are adopted at the next start)."""
         return None
+
+
+def warm_key(who: RunAs | None, slot: GpuSlot) -> tuple[int | None, str]:
+    """The warm worker of this user (by uid; None: the service's own) on this GPU
+    (its device, or ``v<id>`` for a virtual one)."""
+    return (who.uid if who is not None else None, slot.device or f"v{slot.id}")
 
 
 def process_start(pid: int) -> str | None:
@@ -582,14 +594,10 @@ class LocalExecutor(Executor):
         )
         if why is not None:
             return None, f"cold: {why}"
-        gpu = request.gpus[0]
-        key = (who.uid if who is not None else None, gpu.device or f"v{gpu.id}")
+        key = warm_key(who, request.gpus[0])
         sock = self.warm.take(key)
         if sock is None:
-            if who is not None:
-                self.warm.start(key, who.uid, who.gid, list(who.groups))
-            else:
-                self.warm.start(key, None, None, [])
+            self._start_warm(key, who)
             return None, "cold: this user's warm worker on this GPU is warming up"
         argv = [sys.executable, "-m", "corral.runtime.execution.warm_client", str(sock)]
         child = start_launcher(
@@ -599,6 +607,23 @@ class LocalExecutor(Executor):
         self.warm.claimed(key, child.pid)
         self.started_how[child.pid] = "warm: in this user's warm worker on this GPU"
         return ProcessRef(child.pid, process_start(child.pid) or ""), ""
+
+    def warm_up(self, run_as: RunAs | None, slot: GpuSlot, most: int | None = None) -> bool:
+        if self.warm is None:
+            return False
+        key = warm_key(run_as, slot)
+        if not self.warm.running(key):
+            if most is not None and self.warm.count(key[0]) >= most:
+                return False
+            self._start_warm(key, run_as)
+        return True
+
+    def _start_warm(self, key: tuple[int | None, str], who: RunAs | None) -> None:
+        assert self.warm is not None
+        if who is not None:
+            self.warm.start(key, who.uid, who.gid, list(who.groups))
+        else:
+            self.warm.start(key, None, None, [])
 
     def _keeper(self, want: KeeperRequest, conf: Confinement, env: dict[str, str]) -> bool:
         """Have a keeper for the task's job on its GPU: True when one runs or was started

@@ -29,9 +29,11 @@ the peer's identity (``SO_PEERCRED``) of every connection. A job with limits
 a shared process cannot keep (a memory limit, several GPUs, a round's keeper)
 starts as before, cold or in a standby worker, and its start event says why.
 
-Idle workers end after ``workers.warm_idle`` seconds; the service starts one
-for a (user, GPU) when that user's task job is launched there and none is
-ready (that start runs as before; the next one is warm).
+Idle workers end after ``workers.warm_idle`` seconds. The loop has one started
+for a (user, GPU) while that user's task jobs wait (see
+:mod:`corral.runtime.loop.warm_ahead`), and the service starts one when a job
+is launched there and none is ready (that start runs as before; the next one
+is warm).
 """
 
 from __future__ import annotations
@@ -344,6 +346,15 @@ class WarmWorkers:
         if not runs_python:
             return "the job's user cannot run the service's Python"
         return None
+
+    def running(self, key: tuple[int | None, str]) -> bool:
+        """Whether ``key``'s worker runs (warming up, idle or busy)."""
+        warm = self.workers.get(key)
+        return warm is not None and warm.process.poll() is None
+
+    def count(self, user: int | None) -> int:
+        """How many of this user's workers run (on any GPU)."""
+        return sum(1 for key in list(self.workers) if key[0] == user and self.running(key))
 
     def take(self, key: tuple[int | None, str], launcher: int | None = None) -> Path | None:
         """The socket of the ready, idle worker for ``key`` (marked busy), or None."""

@@ -232,7 +232,8 @@ class WorkersConfig(BaseModel):
         False,
         description="task jobs run in a warm worker per user and GPU that keeps its CUDA "
         "context and memory pool between that user's jobs (PipeSwitch's active-standby "
-        "worker); the first job of a user on a GPU starts as before while its worker warms",
+        "worker), started while that user's jobs wait (never on more GPUs than the user "
+        "may hold); a job that starts before its worker is ready starts as before",
     )
     warm_idle: float = Field(
         300.0, gt=0, le=86400, description="seconds a warm worker waits for a job before it ends"

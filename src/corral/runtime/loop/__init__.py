@@ -3,7 +3,7 @@
 that observes, decides and acts (``scheduler``), and its stages, plain objects
 each handed the state (``sharing``, ``stops``, ``round_jobs``, ``queueing``,
 ``recovery``, ``transitions``, ``parking``, ``launching``, ``gpu_watch``,
-``exclusive``, ``user_limits``); estimates learned from history and Hare's task
+``exclusive``, ``user_limits``, ``warm_ahead``); estimates learned from history and Hare's task
 rounds as live jobs (``round_policy``).
 
 May import: every other part of the runtime, the model and the policies;

@@ -36,7 +36,8 @@ made after it):
 - :mod:`~corral.runtime.loop.launching`: processes started;
 - :mod:`~corral.runtime.loop.gpu_watch`, :mod:`~corral.runtime.loop.exclusive`,
   :mod:`~corral.runtime.loop.user_limits`: the GPUs' health, exclusive nodes,
-  users' limits and fair share.
+  users' limits and fair share;
+- :mod:`~corral.runtime.loop.warm_ahead`: warm workers for the jobs that wait.
 
 This module holds the pass itself (observe, decide, act; the plan applied; reasons).
 """
@@ -82,6 +83,7 @@ from corral.runtime.loop.sharing import Sharing
 from corral.runtime.loop.stops import Stops
 from corral.runtime.loop.transitions import Transitions
 from corral.runtime.loop.user_limits import UserLimits
+from corral.runtime.loop.warm_ahead import WarmAhead
 from corral.runtime.storage.store import AttemptRow, JobRow, Store, in_chunks
 from corral.train.session import STOPPED_EXIT
 
@@ -116,6 +118,7 @@ class Scheduler(LoopState):
         self.gpu_watch = GpuWatch(self, self.stops)
         self.exclusive = ExclusiveNodes(self)
         self.limits = UserLimits(self)
+        self.warm_ahead = WarmAhead(self, lambda user: self.limits.caps_of(user)[0])
 
     def recover(self) -> None:
         """Rebuild the loop's view from the store and adopt live processes (at a start)."""
@@ -279,9 +282,11 @@ class Scheduler(LoopState):
         self._update_reasons({**waits, **capped}, self.policy.running_notes(self.live.state))
 
     def _act(self, now: float) -> None:
-        """The executor's part: launch what was placed once its GPUs are free, tend
-        the executor, note stagings that ended, and take time-sliced turns."""
+        """The executor's part: launch what was placed once its GPUs are free, warm
+        workers for the jobs that wait, tend the executor, note stagings that ended,
+        and take time-sliced turns."""
         self.launching.launch_ready(now)
+        self.warm_ahead.warm_up()
         self.executor.tend()
         self.launching.poll_staging()
         self.turn_wakeup = self.sharing.take_turns(self.clock()) if self.turns else None

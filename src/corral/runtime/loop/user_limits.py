@@ -67,7 +67,7 @@ class UserLimits:
     def __init__(self, loop: LoopState) -> None:
         self.loop = loop
 
-    def _caps_of(self, user: str) -> tuple[int | None, int | None]:
+    def caps_of(self, user: str) -> tuple[int | None, int | None]:
         """The user's caps on GPUs held and jobs running (None: no cap)."""
         limits = self.loop.config.limits
         conf = self.loop.user_configs.get(user)
@@ -112,7 +112,7 @@ class UserLimits:
         size = int(st.gpus[i])
         user, vc = st.user[i], st.vc[i] or DEFAULT_VC
         held, running = use.get(("user", user), [0, 0])
-        max_gpus, max_running = self._caps_of(user)
+        max_gpus, max_running = self.caps_of(user)
         if max_gpus is not None and held + size > max_gpus:
             return USER_GPUS
         if max_running is not None and running + 1 > max_running:

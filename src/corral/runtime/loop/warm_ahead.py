@@ -1,0 +1,98 @@
+"""Warm workers started while a user's jobs wait (``workers.warm``), so that even
+their first start on a GPU is warm.
+
+PipeSwitch keeps a standby worker on each GPU, its CUDA context made before the
+next job comes. The executor starts a user's warm worker on a GPU at the
+latest when a job of that user starts there cold; this part of the loop starts
+them earlier: at each pass, for every user whose task jobs wait and could run
+in a warm worker (one GPU, no memory limit, not a round's task: see
+:meth:`~corral.runtime.execution.warm_worker.WarmWorkers.why_not`), on the GPUs
+those jobs are likely to get next:
+
+1. the GPUs the user's running jobs hold (a time-sliced turn, a preemption or
+   the job's end hands them on, and the user's next job often comes there);
+2. then the free GPUs, lowest id first;
+
+each of a type the job may run on, one GPU per waiting job.
+
+**Accounted to the user's limits.** A user has warm workers on at most as many
+GPUs as the user's jobs may hold (``max_gpus``, else ``limits.user_gpus``): a
+warm worker holds a CUDA context and its memory pool on its GPU, and the user
+may not reserve more GPUs that way than they may use. Idle workers end after
+``workers.warm_idle`` seconds, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from corral.runtime.loop.job_book import Phase
+from corral.runtime.loop.loop_base import LoopState
+
+
+class WarmAhead:
+    """Starts warm workers for waiting jobs (see the module's docstring)."""
+
+    def __init__(self, loop: LoopState, gpu_cap: Callable[[str], int | None]) -> None:
+        self.loop = loop
+        self.gpu_cap = gpu_cap
+        """The user's cap on GPUs held (None: no cap)."""
+
+    def warm_up(self) -> dict[str, list[int]]:
+        """Start the warm workers waiting jobs want; the GPUs asked, by user."""
+        if not self.loop.config.workers.warm:
+            return {}
+        wanted = self._waiting()
+        asked: dict[str, list[int]] = {}
+        for user, types in wanted.items():
+            cap = self.gpu_cap(user)
+            count = len(types) if cap is None else min(len(types), cap)
+            if count <= 0:
+                continue
+            run_as = self.loop.identities.get(user)
+            if run_as is not None and not run_as.runs_python:
+                continue  # its jobs start as before (the worker runs the service's Python)
+            gpus = self._likely_gpus(user, types)[:count]
+            slots = self.loop.slots
+            started = [g for g in gpus if self.loop.executor.warm_up(run_as, slots[g], cap)]
+            if started:
+                asked[user] = started
+        return asked
+
+    def _waiting(self) -> dict[str, list[str | None]]:
+        """Each user's queued jobs that could run in a warm worker: the GPU type each
+        asks for (None: any)."""
+        live = self.loop.live
+        out: dict[str, list[str | None]] = {}
+        for rec in self.loop.book:
+            spec = rec.spec
+            if rec.phase is not Phase.QUEUED or spec is None or rec.attempt is not None:
+                continue
+            if spec.gpus != 1 or spec.memory or spec.round_of is not None:
+                continue
+            if spec.warm_argv() is None:
+                continue
+            i = live.index.get(rec.id)
+            if i is None:
+                continue
+            out.setdefault(live.state.user[i], []).append(spec.gpu_type)
+        return out
+
+    def _likely_gpus(self, user: str, types: list[str | None]) -> list[int]:
+        """The GPUs the user's waiting jobs are likely to get next, most likely first,
+        of a type one of them may run on."""
+        live, holders = self.loop.live, self.loop.holders
+        placed = {g for gpus in self.loop.book.placed.values() for g in gpus}
+
+        def owner(job: int) -> str | None:
+            i = live.index.get(job)
+            return None if i is None else live.state.user[i]
+
+        usable = [
+            slot.id
+            for slot in self.loop.slots
+            if self.loop.usable[slot.id] and (None in types or slot.gpu_type in types)
+        ]
+        theirs = [g for g in usable if g in holders and owner(holders[g]) == user]
+        free = [g for g in usable if g not in holders and g not in placed]
+        return theirs + free
