@@ -29,6 +29,10 @@ from collections.abc import Callable
 from corral.runtime.loop.job_book import Phase
 from corral.runtime.loop.loop_base import LoopState
 
+EVERY = 1.0
+"""Seconds between two looks at the waiting jobs (a worker takes seconds to warm;
+the look reads every job the loop holds)."""
+
 
 class WarmAhead:
     """Starts warm workers for waiting jobs (see the module's docstring)."""
@@ -37,11 +41,17 @@ class WarmAhead:
         self.loop = loop
         self.gpu_cap = gpu_cap
         """The user's cap on GPUs held (None: no cap)."""
+        self.looked: float | None = None
 
     def warm_up(self) -> dict[str, list[int]]:
-        """Start the warm workers waiting jobs want; the GPUs asked, by user."""
+        """Start the warm workers waiting jobs want (at most every :data:`EVERY`
+        seconds); the GPUs asked, by user."""
         if not self.loop.config.workers.warm:
             return {}
+        now = self.loop.clock()
+        if self.looked is not None and now - self.looked < EVERY:
+            return {}
+        self.looked = now
         wanted = self._waiting()
         asked: dict[str, list[int]] = {}
         for user, types in wanted.items():
