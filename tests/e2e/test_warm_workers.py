@@ -342,3 +342,33 @@ def test_an_idle_worker_goes_with_its_service(tmp_path: Path) -> None:
     if alive:
         os.kill(pid, signal.SIGKILL)
     assert not alive, "an idle warm worker outlived its service"
+
+
+def test_a_task_that_waits_has_its_warm_worker_ready_and_starts_warm_the_first_time(
+    tmp_path: Path,
+) -> None:
+    """The loop starts the user's warm worker while the task waits for the GPU
+    (``runtime.loop.warm_ahead``), so even its first start is warm; before, the
+    first start of a user on a GPU was always cold."""
+    service = ServiceProcess(
+        tmp_path, "fifo", gpus=[{"type": "V100", "count": 1}],
+        workers={"warm": True, "warm_idle": 300},
+    )  # fmt: skip
+    try:
+        service.start()
+        blocker = service.client.submit({"name": "blocker", "command": ["sleep", "300"]})["id"]
+        wait_for(lambda: service.client.job(blocker)["status"] == "RUNNING", 60, "the blocker")
+        task = {"factory": "corral.examples.tasks:digits", "steps": 5}
+        job = service.client.submit({"name": "waits", "task": task})["id"]
+        sockets = tmp_path / "state" / "warm"
+        wait_for(lambda: any(sockets.glob("*.sock")), 120, "a warm worker while the task waits")
+        assert service.client.job(job)["status"] == "PENDING"
+        service.client.action(blocker, "cancel")
+        wait_for(lambda: service.client.job(job)["status"] in TERMINAL, 120, "the task")
+        done = service.client.job(job)
+        hows = [e["detail"]["how"] for e in done["events"] if e["kind"] == "started"]
+        assert done["status"] == "SUCCEEDED" and hows == [
+            "warm: in this user's warm worker on this GPU"
+        ], hows
+    finally:
+        service.close()
