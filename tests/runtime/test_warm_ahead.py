@@ -139,3 +139,51 @@ def test_the_local_executor_starts_a_users_worker_once_and_within_the_cap(
     assert executor.warm_up(bob, gpu[2], most=2)  # another user's own workers
     assert started == [(1001, "v0"), (1001, "v1"), (1002, "v2")]
     assert not VirtualExecutor.warm_up(executor, alice, gpu[0])  # (the default: none kept)
+
+
+def blocked_loop(tmp_path: Path) -> VirtualLoop:
+    """Two V100s under FIFO: alice's long job on one, a 2-GPU job of bob's at the head
+    of the queue keeping the other free while the jobs behind it wait."""
+    loop = virtual_loop(tmp_path, "fifo", v100s=2, workers=WorkersConfig(warm=True))
+    loop.queue("alice", command=["sleep", "1000"], gpus=1)
+    loop.run(1)
+    loop.queue("bob", command=["sleep", "5"], gpus=2)
+    loop.run(1)
+    return loop
+
+
+def test_a_free_gpu_is_warmed_for_one_user_not_for_everyone_waiting(tmp_path: Path) -> None:
+    loop = blocked_loop(tmp_path)
+    (alice_gpu,) = [g for g, job in loop.scheduler.holders.items() if job == 1]
+    for user in ("alice", "alice", "bob", "bob"):
+        loop.queue(user, command=TASK, gpus=1)
+    # (Unix accounts named only now, once no job launches any more: the recording
+    # executor tells the users apart by them)
+    loop.scheduler.identities = {
+        name: RunAs(name, uid, uid, (), f"/home/{name}")
+        for name, uid in (("alice", 1001), ("bob", 1002))
+    }
+    asked = recording(loop, [])
+    loop.run(1)
+    by_gpu: dict[int, set[str | None]] = {}
+    for user, gpu in asked:
+        by_gpu.setdefault(gpu, set()).add(user)
+    (free,) = set(by_gpu) - {alice_gpu}
+    assert by_gpu == {alice_gpu: {"alice"}, free: {"alice"}}  # the longest waiting: alice
+    loop.close()
+
+
+def test_a_warm_worker_that_cannot_start_never_stops_the_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loop = blocked_loop(tmp_path)
+    task = loop.queue("alice", command=TASK, gpus=1)
+
+    def broken(run_as: RunAs | None, slot: GpuSlot, most: int | None = None) -> bool:
+        raise OSError("no room for a worker")
+
+    loop.executor.warm_up = broken  # type: ignore[method-assign]
+    loop.run(8)  # bob's 2-GPU job cannot start while alice's runs; the pass goes on
+    assert loop.row(task).status == "PENDING" and loop.scheduler.errors == 0
+    assert "did not start: no room for a worker" in capsys.readouterr().err
+    loop.close()

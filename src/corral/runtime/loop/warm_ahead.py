@@ -13,7 +13,10 @@ those jobs are likely to get next:
    the job's end hands them on, and the user's next job often comes there);
 2. then the free GPUs, lowest id first;
 
-each of a type the job may run on, one GPU per waiting job.
+each of a type the job may run on, one GPU per waiting job. A free GPU is
+promised to one user a look (the one whose job has waited longest), so that
+users waiting together do not start a worker each on every free GPU (a warm
+worker holds PyTorch and a CUDA context: hundreds of megabytes).
 
 **Accounted to the user's limits.** A user has warm workers on at most as many
 GPUs as the user's jobs may hold (``max_gpus``, else ``limits.user_gpus``): a
@@ -24,8 +27,10 @@ may not reserve more GPUs that way than they may use. Idle workers end after
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
+from corral.runtime.execution.identity import RunAs
 from corral.runtime.loop.job_book import Phase
 from corral.runtime.loop.loop_base import LoopState
 
@@ -54,24 +59,38 @@ class WarmAhead:
         self.looked = now
         wanted = self._waiting()
         asked: dict[str, list[int]] = {}
+        given: set[int] = set()  # free GPUs promised this look (one user each)
         for user, types in wanted.items():
             cap = self.gpu_cap(user)
             count = len(types) if cap is None else min(len(types), cap)
-            if count <= 0:
-                continue
             run_as = self.loop.identities.get(user)
-            if run_as is not None and not run_as.runs_python:
-                continue  # its jobs start as before (the worker runs the service's Python)
-            gpus = self._likely_gpus(user, types)[:count]
-            slots = self.loop.slots
-            started = [g for g in gpus if self.loop.executor.warm_up(run_as, slots[g], cap)]
+            if count <= 0 or (run_as is not None and not run_as.runs_python):
+                continue  # (such a user's jobs start as before: the worker runs our Python)
+            gpus = [g for g in self._likely_gpus(user, types) if g not in given][:count]
+            started = [g for g in gpus if self._start(run_as, g, cap)]
+            given.update(g for g in started if g not in self.loop.holders)
             if started:
                 asked[user] = started
         return asked
 
+    def _start(self, run_as: RunAs | None, gpu: int, cap: int | None) -> bool:
+        """One worker asked of the executor. A start that fails is said on stderr and
+        tried again at a later look: warming ahead saves time, and its trouble must
+        never stop the pass for everyone."""
+        try:
+            return self.loop.executor.warm_up(run_as, self.loop.slots[gpu], cap)
+        except Exception as exc:
+            who = "the service's user" if run_as is None else run_as.name
+            print(
+                f"corral: a warm worker for {who} on GPU {gpu} did not start: {exc}",
+                file=sys.stderr,
+            )
+            return False
+
     def _waiting(self) -> dict[str, list[str | None]]:
         """Each user's queued jobs that could run in a warm worker: the GPU type each
-        asks for (None: any)."""
+        asks for (None: any). Users in the order of their first such job (the book's
+        order, which is the jobs' arrival), so the free GPUs go to the longest waiting."""
         live = self.loop.live
         out: dict[str, list[str | None]] = {}
         for rec in self.loop.book:
