@@ -179,8 +179,9 @@ class Listed:
     """What a listing read of the store, kept until the store changes."""
 
     rows: Sequence[Any]
+    """The rows themselves, where the views need whole rows (else none)."""
     table: dict[str, Sequence[Any]]
-    """The rows a column each (by label)."""
+    """The rows a column each (by label), where only columns are shown (else none)."""
     specs: dict[str, list[Any]]
     """The spec fields asked for, a column each (:class:`StoredSpecs`)."""
     headers: dict[str, str]
@@ -188,6 +189,11 @@ class Listed:
     """Waiting jobs' places in the queue."""
     live: list[int]
     """The jobs listed that have not ended."""
+
+    @property
+    def size(self) -> int:
+        """How many jobs are listed."""
+        return len(self.rows) or len(self.table.get("id", ()))
 
 
 PAGE_HEADERS = {
@@ -307,28 +313,24 @@ def queue(
             waiting = [job for job, now in zip(job_ids, states, strict=True) if now == PENDING]
             where = positions(s, waiting)
         live = [job for job, now in zip(job_ids, states, strict=True) if now not in TERMINAL]
-        return Listed(rows, table, specs, headers, where, live)
+        if brief is None:  # (the views read whole rows; a copy by columns is not kept)
+            return Listed(rows, {}, specs, headers, where, live)
+        return Listed((), table, specs, headers, where, live)
 
     # a dashboard's page asked again each second, a queue listed again: kept until the
     # store changes (weighed by cells, so no number of listings holds much memory)
     asked = (state, mine and user.name, of, name, ids, after, newest, before, limit)
     key = ("jobs", *asked, None if include is None else tuple(sorted(include)))
-    listed = ctx.store.cached(key, page, lambda kept: len(kept.rows) * len(columns))
-    rows, specs, headers, where, live = (
-        listed.rows,
-        listed.specs,
-        listed.headers,
-        listed.where,
-        listed.live,
-    )
+    listed = ctx.store.cached(key, page, lambda kept: kept.size * len(columns))
     published = ctx.scheduler.answers.remaining if ctx.scheduler is not None else NO_WORK_LEFT
-    known = published.pick(live)
+    known = published.pick(listed.live)
     if brief is not None and include is not None:
-        table = brief_table(listed.table, specs, include, where, known)  # (never a command)
+        table = brief_table(listed.table, listed.specs, include, listed.where, known)
         # (pydantic's serialiser: a fifth of json.dumps' time)
         body = to_json(table if layout == "columns" else brief_views(table))
     else:
-        views = [JobView.of(r, where.get(r.id), known.get(r.id)) for r in rows]
+        where = listed.where
+        views = [JobView.of(r, where.get(r.id), known.get(r.id)) for r in listed.rows]
         for view in views:
             if hides(ctx, user, view.user):
                 view.command = [HIDDEN]
@@ -340,7 +342,7 @@ def queue(
             body = to_json({n: [view[n] for view in dumped] for n in names})
         else:
             body = JOB_LIST.dump_json(views, include=shown)
-    return Response(body, media_type="application/json", headers=dict(headers))  # type: ignore[return-value]
+    return Response(body, media_type="application/json", headers=dict(listed.headers))  # type: ignore[return-value]
 
 
 def _unprocessable(param: str, message: str) -> HTTPException:
