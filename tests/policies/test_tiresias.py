@@ -315,3 +315,19 @@ def test_gittins_one_key_pass_ranks_as_the_per_group_keys(rows: list[tuple[int, 
     assert finish_times(fast) == finish_times(slow)
     assert fast.state.preemptions.tolist() == slow.state.preemptions.tolist()
     assert fast.passes == slow.passes
+
+
+@pytest.mark.parametrize("order", ["entry", "strict"])
+def test_strict_entry_order_lets_a_waiting_job_take_its_gpus_from_a_later_one(order):
+    # j1 (4 GPUs) waits behind j0; j2 (2 GPUs) arrives after j1 and starts beside
+    # j0. When j0 ends, entry order keeps the running j2 ahead of the waiting j1;
+    # strict order (Pollux's artifact) walks j1 first, and j2 gives its GPUs up.
+    rows = [(0.0, 2, 10.0), (1.0, 4, 10.0), (2.0, 2, 100.0)]
+    result = run(rows, uniform(1, 4), "tiresias-las", queue_order=order)
+    done = finish_times(result)
+    if order == "entry":
+        assert done == {"j0": 10.0, "j1": 112.0, "j2": 102.0}
+        assert result.state.preemptions.tolist() == [0, 0, 0]
+    else:
+        assert done == {"j0": 10.0, "j1": 20.0, "j2": 112.0}
+        assert result.state.preemptions.tolist() == [0, 0, 1]

@@ -149,3 +149,55 @@ def test_max_time_stops_early():
     jobs: JobTable = jobs_table([(0.0, 1, 100.0), (500.0, 1, 100.0)])
     result = Simulator(jobs, uniform(1, 1), make_policy("fifo"), SimConfig(max_time=200.0)).run()
     assert result.state.status.tolist()[1] == 0  # never arrived
+
+
+def _on_a_grid(rows: list[tuple[float, int, float]], policy: str, **config: object):
+    cfg = SimConfig(check_invariants=True, **config)  # type: ignore[arg-type]
+    return Simulator(jobs_table(rows), uniform(1, 1), make_policy(policy), cfg).run()
+
+
+def test_on_a_grid_arrivals_and_freed_gpus_wait_for_the_next_tick():
+    # passes every 60 s: j0 arrives at 0 (a tick) and runs 70 s, to 70; j1 arrives
+    # at 10 and waits for the GPU; freed at 70, it is handed on at the tick of 120
+    result = _on_a_grid([(0.0, 1, 70.0), (10.0, 1, 5.0)], "fifo", decide_every=60.0)
+    assert finish_times(result) == {"j0": 70.0, "j1": 125.0}
+    assert result.state.first_start.tolist() == [0.0, 120.0]
+    # at events instead, j1 starts the instant the GPU is free
+    assert finish_times(_on_a_grid([(0.0, 1, 70.0), (10.0, 1, 5.0)], "fifo")) == {
+        "j0": 70.0,
+        "j1": 75.0,
+    }
+
+
+def test_on_a_grid_an_arrival_between_ticks_starts_at_the_next():
+    result = _on_a_grid([(0.0, 1, 1.0), (61.0, 1, 1.0)], "fifo", decide_every=60.0)
+    assert result.state.first_start.tolist() == [0.0, 120.0]
+    assert finish_times(result)["j1"] == 121.0
+
+
+def test_on_a_grid_a_policys_wakeup_is_rounded_up_to_a_tick():
+    # LAS with a 10-s quantum asks to be woken at 10; on a 25-s grid the pass is at
+    # 25: j0 (arrived at 0) runs until then, and j1 (arrived at 1) takes over
+    result = Simulator(
+        jobs_table([(0.0, 1, 100.0), (1.0, 1, 100.0)]),
+        uniform(1, 1),
+        make_policy("las", quantum=10.0),
+        SimConfig(check_invariants=True, decide_every=25.0),
+    ).run()
+    assert result.state.first_start.tolist() == [0.0, 25.0]
+    assert all(t % 25.0 == 0.0 for t in result.timeline.time)
+
+
+def test_the_first_start_is_charged_only_when_asked():
+    plain = _on_a_grid([(0.0, 1, 10.0)], "fifo", switch_cost=30.0)
+    assert finish_times(plain) == {"j0": 10.0}
+    charged = _on_a_grid([(0.0, 1, 10.0)], "fifo", switch_cost=30.0, charge_first_start=True)
+    assert finish_times(charged) == {"j0": 40.0}
+    assert charged.state.overhead.tolist() == [30.0]
+
+
+def test_a_grid_must_be_a_finite_number_of_seconds():
+    with pytest.raises(Exception, match="decide_every"):
+        SimConfig(decide_every=float("inf"))
+    with pytest.raises(Exception, match="decide_every"):
+        SimConfig(decide_every=-1.0)

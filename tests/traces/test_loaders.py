@@ -167,6 +167,27 @@ def test_pollux_workload(tmp_path):
         load_trace(bad, 64)
 
 
+@pytest.mark.parametrize(
+    ("name", "jobs"),
+    [
+        ("pollux-6", 160),
+        ("pollux-6@1.0", 160),
+        ("pollux-6@0.5", 80),
+        ("pollux-6@1.5", 240),
+        ("pollux-6@2.0", 320),
+    ],
+)
+def test_pollux_workloads_at_each_job_load_are_bundled(name, jobs):
+    table = load_trace(name, 64)
+    assert len(table) == jobs
+    assert set(table.df["model"]) <= {"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"}
+
+
+def test_a_pollux_job_load_the_artifact_does_not_ship_is_refused():
+    with pytest.raises(CorralError, match=r"pollux-6@0\.5"):
+        load_trace("pollux-6@3.0", 64)
+
+
 def test_canonical_round_trip(tmp_path):
     table = load_trace("synthetic:jobs=50,load=0.7", 32)
     # every column travels, the optional ones included

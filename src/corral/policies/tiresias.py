@@ -40,6 +40,11 @@ differs from the policy as described (``--preset tiresias-sim`` sets all):
   rounded entry per sample size read as a step function of whole
   GPU-seconds (:class:`~corral.estimate.gittins.SteppedGittinsTable`); the
   default, ``exact``, evaluates the index at the attained service itself.
+
+``queue_order=strict`` (LAS) is how Pollux's artifact runs Tiresias
+(``--preset pollux-sim``): jobs in order of queue entry alone, so a waiting
+job that entered first takes its GPUs back from a running one that entered
+after it, each such preemption paying the restart cost.
 """
 
 from __future__ import annotations
@@ -105,10 +110,11 @@ class TiresiasLas(Policy):
             choices=("consolidate", "any"),
         ),
         "queue_order": Option(
-            "within a queue: by entry time, or as lists where a demoted job joins the end "
-            "(Tiresias' simulator)",
+            "within a queue: by entry time with running jobs first, as lists where a demoted "
+            "job joins the end (Tiresias' simulator), or by entry time alone (Pollux's "
+            "artifact)",
             "choice",
-            choices=("entry", "list"),
+            choices=("entry", "list", "strict"),
         ),
         "demotion_wakeup": Option(
             "when a running job's demotion is noticed: exactly, or from run time as Tiresias' "
@@ -129,8 +135,10 @@ class TiresiasLas(Policy):
         queue_order: str = "entry",
         demotion_wakeup: str = "exact",
     ) -> None:
-        if queue_order not in ("entry", "list"):
-            raise ValueError(f"queue_order must be 'entry' or 'list', got {queue_order}")
+        if queue_order not in ("entry", "list", "strict"):
+            raise ValueError(
+                f"queue_order must be 'entry', 'list' or 'strict', got {queue_order}"
+            )
         if demotion_wakeup not in ("exact", "run-time"):
             raise ValueError(
                 f"demotion_wakeup must be 'exact' or 'run-time', got {demotion_wakeup}"
@@ -151,15 +159,17 @@ class TiresiasLas(Policy):
         self.thresholds = np.asarray(limits[: self.queues - 1], dtype=np.float64)
         self.promote_knob = float(promote_knob)
         self.list_order = queue_order == "list"
+        self.strict_order = queue_order == "strict"
         self.run_time_wakeup = demotion_wakeup == "run-time"
         self._n = -1
 
     @property
     def ordered(self) -> bool:
-        """True when the within-queue key alone orders jobs (Gittins, or list
-        order); False keeps running jobs ahead of waiting ones of the same
-        queue (LAS)."""
-        return self.list_order
+        """True when the within-queue key alone orders jobs (Gittins, list
+        order, or strict entry order, where a waiting job that entered its queue
+        first takes its GPUs from a running one that entered later); False keeps
+        running jobs ahead of waiting ones of the same queue (LAS)."""
+        return self.list_order or self.strict_order
 
     # ------------------------------------------------------------ per job
     def _init(self, n: int) -> None:

@@ -119,6 +119,8 @@ class Simulator:
         last_t = 0.0
         total_gpus = self.cluster.total_gpus
         report_every = max(1, n // 200)
+        every = self.config.decide_every
+        jobs_moved = False
         while True:
             while heap and heap[0][2] != version[heap[0][1]]:
                 heapq.heappop(heap)
@@ -177,7 +179,12 @@ class Simulator:
             while self._delayed and self._delayed[0][0] <= t + TIME_EPS:
                 events += 1
                 self._admit(heapq.heappop(self._delayed)[1], rejected)
-            jobs_moved = events > events_before  # a job ended, failed or arrived
+            jobs_moved = jobs_moved or events > events_before  # a job ended, failed or arrived
+            if every and not on_grid(t, every):
+                # passes are on a grid: what happened waits for the next tick
+                tick = next_tick(t, every)
+                wakeup = tick if wakeup is None else min(wakeup, tick)
+                continue
             if wakeup is not None and wakeup <= t:
                 wakeup = None
                 events += 1
@@ -190,10 +197,13 @@ class Simulator:
             # earlier pass asked for lapses (as in the live service), so a
             # policy is not run at instants it no longer cares about
             wakeup = upcoming(plan.next_wakeup, t)
+            if every and wakeup is not None:  # (the tick at or after it, after now)
+                wakeup = max(math.ceil((wakeup - TIME_EPS) / every) * every, next_tick(t, every))
             # (a pass in which no job moved and the plan changed nothing leaves the
             # state the last check saw: Pollux and Gavel wake every round to find so)
             if self._checker is not None and (jobs_moved or not (plan.empty and not plan.respeeds)):
                 self._checker.after_pass()
+            jobs_moved = False
             timeline.time.append(t)
             timeline.busy_gpus.append(state.busy_gpus)
             timeline.pending.append(len(state.pending))
@@ -393,7 +403,7 @@ class _Carried:
     def start(self, i: int, gpus: tuple[int, ...], host: int) -> None:
         sim, plan = self.sim, self.plan
         state, cluster, config = sim.state, sim.cluster, sim.config
-        restart = state.preemptions[i] > 0 or state.failures[i] > 0
+        restart = config.charge_first_start or state.preemptions[i] > 0 or state.failures[i] > 0
         overhead = plan.overheads.get(i, config.switch_cost if restart else 0.0)
         speed = config.speeds.gang_speed(
             cluster, gpus, state.job_type[i], state.model[i], float(state.ref_speed[i])
@@ -414,3 +424,13 @@ class _Carried:
             _, guest_factor, host_factor = plan.packs[i]
             sim._respeed(i, state.base_speed[i] * guest_factor)
             sim._respeed(host, state.base_speed[host] * host_factor)
+
+
+def on_grid(t: float, every: float) -> bool:
+    """Whether ``t`` is a tick of a grid of passes ``every`` seconds apart from 0."""
+    return abs(t - round(t / every) * every) <= TIME_EPS
+
+
+def next_tick(t: float, every: float) -> float:
+    """The grid's first tick after ``t`` (a tick within TIME_EPS of ``t`` is ``t``'s own)."""
+    return (math.floor((t + TIME_EPS) / every) + 1) * every

@@ -19,4 +19,11 @@ SIM_PRESETS: dict[str, str] = {
         "360 s rounds that leave GPUs "
         "freed mid-round idle, the allocation reset at most every 1,920 s"
     ),
+    "pollux-sim": (
+        "the assumptions of Pollux's artifact simulator: a scheduling pass every 60 s "
+        "(arrivals and freed GPUs wait for it), 30 s without progress at every allocation, "
+        "first starts included, Pollux's jobs starting from their model's smallest trained "
+        "batch, and its Tiresias with 2 queues at 16 GPU-hours; placement and locality stay "
+        "corral's"
+    ),
 }

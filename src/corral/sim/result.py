@@ -23,6 +23,14 @@ from corral.policies.base import Policy
 class SimConfig:
     switch_cost: float = field(default_factory=lambda: switch_cost_seconds(None))
     """Seconds of GPU time lost each time a preempted job starts again."""
+    charge_first_start: bool = False
+    """Charge ``switch_cost`` at a job's first start too (Pollux's artifact charges
+    every allocation; corral's default charges only restarts: a first start restores
+    nothing)."""
+    decide_every: float = 0.0
+    """Seconds between the policy's passes, on a fixed grid from time 0 (0: a pass at
+    every event). With a grid, arrivals wait and GPUs a job frees stay idle until the
+    next tick, as in simulators that step time in intervals (Pollux's artifact: 60 s)."""
     speeds: SpeedModel = field(default_factory=SpeedModel)
     """Steps/s of a job on its GPUs: GPU types, gang size, locality."""
     check_invariants: bool = False
@@ -40,6 +48,10 @@ class SimConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if not (self.decide_every >= 0.0 and math.isfinite(self.decide_every)):
+            raise CorralError(
+                f"decide_every must be 0 or a number of seconds, not {self.decide_every}"
+            )
         if not 0.0 <= self.failure_rate < 1.0:
             raise CorralError(f"failure rate must be in [0, 1), got {self.failure_rate}")
         if self.max_retries < 0:

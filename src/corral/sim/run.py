@@ -53,6 +53,10 @@ class RunSpec:
     """An admission rule (``file.py:Class[key=value,...]``; None: every job admitted)."""
     mixed_sync: float = 0.9
     """Speed factor of a gang on more than one GPU type (see perf.speeds)."""
+    charge_first_start: bool = False
+    """Charge the switch cost at first starts too (see SimConfig)."""
+    decide_every: float = 0.0
+    """Seconds between passes on a fixed grid (0: at events; see SimConfig)."""
     """A named set of assumptions applied over the fields above (see SIM_PRESETS)."""
 
     def __post_init__(self) -> None:
@@ -62,6 +66,9 @@ class RunSpec:
             raise CorralError(
                 f"unknown preset '{self.preset}' (choose from {', '.join(SIM_PRESETS)})"
             )
+        if self.preset == "pollux-sim":
+            self._pollux_artifact()
+            return
         self.placement = "count"
         self.cross_node = self.cross_rack = 1.0
         self.measured_locality = False
@@ -89,9 +96,30 @@ class RunSpec:
                 }
         self.policy_options = defaults | self.policy_options
 
+    def _pollux_artifact(self) -> None:
+        """How Pollux's artifact simulates its workloads: a pass every 60 s (arrivals
+        and freed GPUs wait for it), 30 s without progress at every allocation, first
+        starts included; Pollux's jobs submitted at their model's smallest trained
+        batch; its Tiresias with two queues, a job moving down after 16 GPU-hours.
+        Placement and the locality slowdown stay the policy's and the
+        communication model's (the artifact interpolates Pollux's measured step times)."""
+        self.switch_cost = 30.0
+        self.charge_first_start = True
+        self.decide_every = 60.0
+        defaults: dict[str, Any] = {}
+        if self.policy == "pollux":
+            defaults = {"initial_batch": "model"}
+        elif self.policy.startswith("tiresias"):
+            defaults = {"queues": 2, "thresholds": "57600"}
+            if self.policy == "tiresias-las":
+                defaults["queue_order"] = "strict"
+        self.policy_options = defaults | self.policy_options
+
     def config(self) -> SimConfig:
         return SimConfig(
             switch_cost=switch_cost_seconds(self.switch_cost, self.switch_profile),
+            charge_first_start=self.charge_first_start,
+            decide_every=self.decide_every,
             speeds=SpeedModel(
                 self.profiles if self.profiles is not None else gavel_throughputs(),
                 LocalityModel(self.cross_node, self.cross_rack, self.measured_locality),

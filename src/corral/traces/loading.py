@@ -2,7 +2,8 @@
 
 ``--trace`` takes ``philly`` (the bundled trace), ``tiresias-60`` (Tiresias'
 60-job trace, bundled), ``pollux-1`` .. ``pollux-8`` (Pollux's 160-job
-workloads, bundled), ``synthetic[:jobs=N,load=X]``,
+workloads, bundled; ``pollux-N@0.5``, ``@1.5`` and ``@2.0`` the same workloads at
+another job load, as its artifact ships them), ``synthetic[:jobs=N,load=X]``,
 ``gavel-synthetic[:jobs=N,rate=R,...]`` (Gavel's typed workload) or a path;
 a file's format is recognised from its first line, and ``--trace-format``
 overrides that.
@@ -122,8 +123,11 @@ def _load(
     if text.lower() == "tiresias-60":
         text = str(data_path("tiresias", "60_job.csv"))
         options = TraceOptions(**{**options.__dict__, "fmt": "tiresias"})
-    if re.fullmatch(r"pollux-[1-8]", text.lower()):
-        text = str(data_path("pollux", "workloads", f"workload-{text[7:]}.csv"))
+    pollux = re.fullmatch(r"pollux-([1-8])(?:@(0\.5|1\.0|1\.5|2\.0))?", text.lower())
+    if pollux:
+        number, load = pollux.groups()
+        folder = "workloads" if load in (None, "1.0") else f"workloads-{load}"
+        text = str(data_path("pollux", folder, f"workload-{number}.csv"))
         options = TraceOptions(**{**options.__dict__, "fmt": "pollux"})
     if text.lower().startswith("gavel-synthetic"):
         table = generate_gavel(GavelWorkload.parse(text, options.seed))
@@ -135,7 +139,7 @@ def _load(
     if not path.is_file() and not (path.is_dir() and pai_files(text) is not None):
         raise CorralError(
             f"trace '{spec}': no such file (or use 'philly', 'tiresias-60', 'pollux-1' .. "
-            "'pollux-8' or 'synthetic')"
+            "'pollux-8' (at another job load: 'pollux-6@0.5', '@1.5', '@2.0') or 'synthetic')"
         )
     fmt = (options.fmt or detect_format(text)).lower()
     report = report or LoadReport(text)
