@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from validate_optimus import ARTIFACT_RESULTS, CLUSTER, REPORTED, run_sim
+from validate_optimus import ARTIFACT_HELD_OUT, ARTIFACT_RESULTS, CLUSTER, REPORTED, run_sim
 from validation_io import notes_for, validation_main
 
 ARTIFACT = {"initial_batch": "model"}
@@ -54,12 +54,34 @@ SCHEMES: list[tuple[str, str, dict[str, Any]]] = [
     ("pollux, speed-ups over one GPU", "pollux", ARTIFACT | {"speedup_base": "one"}),
     ("pollux, no interference avoidance", "pollux", ARTIFACT | {"avoid_interference": False}),
     ("pollux, the artifact's 30-s restarts", "pollux", ARTIFACT),
+    ("pollux, the artifact's mechanics", "pollux", {}),
     ("optimus", "optimus", {}),
+    ("optimus, the artifact's mechanics", "optimus", {}),
     ("tiresias-las", "tiresias-las", {}),
     ("tiresias-las, the artifact's settings", "tiresias-las", ARTIFACT_TIRESIAS),
+    ("tiresias-las, the artifact's mechanics", "tiresias-las", {}),
     ("srtf", "srtf", {}),
     ("fifo", "fifo", {}),
 ]
+
+MECHANICS = {
+    "pollux": "pollux, the artifact's mechanics",
+    "tiresias": "tiresias-las, the artifact's mechanics",
+    "optimus": "optimus, the artifact's mechanics",
+}
+"""Schemes run under ``--preset pollux-sim``, the artifact's simulator's mechanics
+(a pass every 60 s, 30 s at every allocation, first starts included, its
+Tiresias settings and strict queue order), by the artifact policy each matches."""
+
+HELD_OUT = [
+    "pollux",
+    "pollux, the artifact's mechanics",
+    "tiresias-las, the artifact's settings",
+    "tiresias-las, the artifact's mechanics",
+    "optimus",
+    "optimus, the artifact's mechanics",
+]
+"""Schemes run on the held-out job loads (``--held-out``)."""
 
 
 SWITCH_COSTS = {"pollux, the artifact's 30-s restarts": 30.0}
@@ -79,6 +101,11 @@ artifact policy each is compared with."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", default="1,2,3,4,5,6,7,8")
     parser.add_argument(
+        "--held-out",
+        default="0.5,1.5,2.0",
+        help="job loads to score on besides load 1 (none: '')",
+    )
+    parser.add_argument(
         "--artifact-results",
         default=None,
         help="the artifact's simulator/results-jobload directory: compare job by job",
@@ -97,9 +124,21 @@ def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
             task = {"workload": int(w), "scheme": label, "policy": policy, "options": options}
             if label in SWITCH_COSTS:
                 task["switch_cost"] = SWITCH_COSTS[label]
+            if label in MECHANICS.values():
+                task["preset"] = "pollux-sim"
             if label in COMPARED and shipped:
                 task["artifact_jcts"] = shipped[COMPARED[label]][f"workload-{w}"]
             tasks.append(task)
+    options = {label: (policy, opts) for label, policy, opts in SCHEMES}
+    for load in [x for x in args.held_out.split(",") if x]:
+        for w in args.workloads.split(","):
+            for label in HELD_OUT:
+                policy, opts = options[label]
+                task = {"workload": int(w), "scheme": label, "policy": policy, "options": opts}
+                task["load"] = load
+                if label in MECHANICS.values():
+                    task["preset"] = "pollux-sim"
+                tasks.append(task)
     return tasks
 
 
@@ -112,6 +151,8 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
         task["options"],
         per_job=theirs is not None,
         switch_cost=task.get("switch_cost"),
+        load=task.get("load", "1.0"),
+        preset=task.get("preset"),
     )
     if theirs is not None:
         ours = out.pop("jct_by_job")
@@ -128,6 +169,8 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
 def render(results: list[dict[str, Any]]) -> str:
     import numpy as np
 
+    held = [r for r in results if r.get("load", "1.0") != "1.0"]
+    results = [r for r in results if r.get("load", "1.0") == "1.0"]
     workloads = sorted({r["workload"] for r in results})
     labels = [label for label, _, _ in SCHEMES]
     by = {(r["workload"], r["scheme"]): r for r in results}
@@ -183,6 +226,7 @@ def render(results: list[dict[str, Any]]) -> str:
             f"{REPORTED['pollux'] / REPORTED['optimus']:.2f} | — |"
         )
     out += artifact_table(by, workloads)
+    out += held_out_tables(by, workloads, held)
     w6 = 6 if 6 in workloads else workloads[0]
     out += [
         "",
@@ -273,6 +317,89 @@ def artifact_table(by: dict[tuple[int, str], dict[str, Any]], workloads: list[in
     mean = np.mean(np.array(rows), axis=0)
     out.append("| mean | " + " | ".join(f"{x:.2f}" for x in mean) + " |")
     return out + by_model_table(by, workloads)
+
+
+def held_out_tables(
+    by: dict[tuple[int, str], dict[str, Any]], workloads: list[int], held: list[dict[str, Any]]
+) -> list[str]:
+    """corral against the artifact on the workloads its departures were found on
+    (load 1) and on the same workloads at the other job loads (held out), with
+    corral's own mechanics and with the artifact's (``--preset pollux-sim``)."""
+    import numpy as np
+
+    loads: dict[str, dict[tuple[int, str], float]] = {
+        "1.0": {key: r["avg_jct_s"] for key, r in by.items()}
+    }
+    for r in held:
+        loads.setdefault(r["load"], {})[(r["workload"], r["scheme"])] = r["avg_jct_s"]
+    shipped = {"1.0": ARTIFACT_RESULTS} | ARTIFACT_HELD_OUT
+    columns = [
+        ("Pollux", "pollux", "pollux"),
+        ("Pollux, artifact's mechanics", "pollux", MECHANICS["pollux"]),
+        ("Tiresias, artifact's settings", "tiresias", "tiresias-las, the artifact's settings"),
+        ("Tiresias, artifact's mechanics", "tiresias", MECHANICS["tiresias"]),
+        ("Optimus", "optimus", "optimus"),
+        ("Optimus, artifact's mechanics", "optimus", MECHANICS["optimus"]),
+    ]
+    out = [
+        "",
+        "## Held out: the same workloads at other job loads",
+        "",
+        "Every departure above was found by comparing with the artifact at load 1 "
+        "(the choice set). The artifact also ships one run of each policy on the eight "
+        "workloads at half, 1.5x and twice the arrival rate (80, 240 and 320 jobs: "
+        "`--trace pollux-N@LOAD`), which nothing in corral was chosen on: they are "
+        "scored here as they are, beside the choice set. Each cell: corral's average "
+        "JCT over the artifact's, mean over the eight workloads [lowest, highest]. "
+        "*Artifact's mechanics* is `--preset pollux-sim`: a pass every 60 s (arrivals "
+        "and freed GPUs wait for it), 30 s without progress at every allocation, first "
+        "starts included, and the artifact's Tiresias settings in strict queue order.",
+        "",
+        "| job load | " + " | ".join(c[0] for c in columns) + " | Pollux / Tiresias: corral, "
+        "artifact's mechanics | the artifact's | largest gap of the ratio |",
+        "|---" + "|---:" * (len(columns) + 3) + "|",
+    ]
+    for load in sorted(loads, key=lambda x: (x != "1.0", float(x))):
+        ours = loads[load]
+        if not all((w, c[2]) in ours for w in workloads for c in columns):
+            continue
+        art = shipped[load]
+        cells = []
+        for _, policy, label in columns:
+            ratio = np.array([ours[(w, label)] / art[policy][w] for w in workloads])
+            cells.append(f"{ratio.mean():.2f} [{ratio.min():.2f}, {ratio.max():.2f}]")
+        corral = np.array(
+            [ours[(w, MECHANICS["pollux"])] / ours[(w, MECHANICS["tiresias"])] for w in workloads]
+        )
+        theirs = np.array([art["pollux"][w] / art["tiresias"][w] for w in workloads])
+        gap = corral / theirs - 1
+        worst = int(np.argmax(np.abs(gap)))
+        name = "1 (choice set)" if load == "1.0" else f"{load} (held out)"
+        out.append(
+            f"| {name} | " + " | ".join(cells) + f" | {corral.mean():.2f} | {theirs.mean():.2f} "
+            f"| {gap[worst]:+.0%} (workload-{workloads[worst]}) |"
+        )
+    out += [
+        "",
+        "Workload by workload, with the artifact's mechanics: corral's average JCT over "
+        "the artifact's, and Pollux / Tiresias in each.",
+        "",
+        "| job load | workload | Pollux | Tiresias | Optimus | Pollux / Tiresias, corral "
+        "| the artifact's |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for load in sorted(loads, key=lambda x: (x != "1.0", float(x))):
+        ours, art = loads[load], shipped[load]
+        for w in workloads:
+            if not all((w, label) in ours for label in MECHANICS.values()):
+                continue
+            row = [ours[(w, MECHANICS[p])] / art[p][w] for p in ("pollux", "tiresias", "optimus")]
+            row += [
+                ours[(w, MECHANICS["pollux"])] / ours[(w, MECHANICS["tiresias"])],
+                art["pollux"][w] / art["tiresias"][w],
+            ]
+            out.append(f"| {load} | workload-{w} | " + " | ".join(f"{x:.2f}" for x in row) + " |")
+    return out
 
 
 def by_model_table(by: dict[tuple[int, str], dict[str, Any]], workloads: list[int]) -> list[str]:

@@ -208,3 +208,86 @@ def test_gpu_a_suspended_job_frees_its_memory_and_resumes_identical() -> None:
     state = {k: v.cpu() for k, v in task.model.state_dict().items()}
     reference = alone(RESNET, 8, 4, "cuda", **SMALL_RESNET)
     assert all(torch.equal(state[k], reference[k]) for k in state)
+
+
+class _RecordingMover:
+    """Stands in for the GPU's copy streams on a CPU: records what a first load asks."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.calls: list[str] = []
+
+    def pack(self, objects):
+        self.calls.append("pack")
+        available = torch.cuda.is_available
+        torch.cuda.is_available = lambda: False  # (a CPU has no pinned memory to pack into)
+        try:
+            return pack_on_host(objects)
+        finally:
+            torch.cuda.is_available = available
+
+    def load(self, parked, objects) -> None:
+        self.calls.append("load")
+        assert all(
+            t is e for (t, _), (e, _) in zip(parked.entries, state_tensors(objects), strict=True)
+        )
+
+    def park(self, objects, cached):
+        self.calls.append("park")
+        return pack_on_host(objects)
+
+    def settle(self) -> None:
+        self.calls.append("settle")
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_a_jobs_first_start_on_a_gpu_is_a_pipelined_load_unless_asked_whole(
+    monkeypatch, pipeline
+) -> None:
+    """The first attempt of a task job (built and restored on the host) reaches its GPU
+    through the worker's mover, chunk by chunk with its first step, as a job coming
+    back to a warm worker does; ``--no-pipeline`` keeps the plain whole copy."""
+    from corral.train import residency
+    from corral.train import task as task_module
+
+    made: list[_RecordingMover] = []
+
+    def fake_mover(device):
+        made.append(_RecordingMover(device))
+        return made[-1]
+
+    placed: list[str] = []
+    monkeypatch.setattr(residency, "_worker_mover", None)
+    monkeypatch.setattr(residency, "Mover", fake_mover)
+    monkeypatch.setattr(residency, "place", lambda objects, device: placed.append(device))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    job = load_factory(DIGITS)()
+    task_module.place_task(job, "auto", pipeline=pipeline)
+    if pipeline:
+        assert [m.calls for m in made] == [["pack", "load"]] and placed == []
+        assert made[0].device == torch.device("cuda", 0)
+        # the worker keeps one mover: a second job's first load reuses its streams
+        task_module.place_task(load_factory(DIGITS)(), "auto")
+        assert len(made) == 1 and made[0].calls == ["pack", "load", "pack", "load"]
+    else:
+        assert made == [] and placed == ["cuda"]
+
+
+def test_a_job_kept_in_a_worker_comes_back_through_the_mover_that_parked_it(
+    monkeypatch, tmp_path
+) -> None:
+    from corral.train import residency, resident
+
+    mover = _RecordingMover(torch.device("cuda", 0))
+    monkeypatch.setattr(residency, "device_of", lambda objects: mover.device)
+    monkeypatch.setattr(residency, "worker_mover", lambda device: mover)
+    job = load_factory(DIGITS)()
+    (tmp_path / "checkpoint.pt").write_bytes(b"x")
+    monkeypatch.setattr(resident.checkpoint, "FILE_NAME", "checkpoint.pt")
+    resident.keep("job-1", job, 3, tmp_path)
+    kept = resident.take("job-1", tmp_path)
+    assert kept is not None and kept.mover is mover
+    resident.bring_back(kept)
+    assert mover.calls == ["park", "settle", "load"]
+    resident.clear()

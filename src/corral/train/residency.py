@@ -257,6 +257,29 @@ class Mover:
         compute.synchronize()
 
 
+_worker_mover: Mover | None = None
+
+
+def worker_mover(device: torch.device) -> Mover:
+    """This process's mover for its GPU (one pair of copy streams per worker, shared by
+    a job's first load and its returns)."""
+    global _worker_mover
+    if _worker_mover is None or _worker_mover.device != device:
+        _worker_mover = Mover(device)
+    return _worker_mover
+
+
+def load_first(objects: dict[str, Any], device: torch.device) -> HostCopy:
+    """A job built and restored on the host, onto its GPU pipelined with its first step
+    (PipeSwitch's per-layer-group transfer, as when it comes back to a warm worker):
+    packed into pinned memory, then copied in chunk by chunk, each module's forward
+    waiting only for its own chunk. Returns the host copy, reusable when it is parked."""
+    mover = worker_mover(device)
+    parked = mover.pack(objects)
+    mover.load(parked, objects)
+    return parked
+
+
 def device_of(objects: dict[str, Any]) -> torch.device | None:
     """The GPU a job's state lies on, or None when it is on the host."""
     for tensor, _ in state_tensors(objects):

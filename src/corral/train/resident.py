@@ -37,10 +37,11 @@ class Resident:
     stamp: tuple[int, int] | None
     parked: Any = None
     """The task's tensors in host memory (on a GPU), to copy back in."""
+    mover: Any = None
+    """The worker's mover for that GPU (its copy streams)."""
 
 
 _kept: OrderedDict[str, Resident] = OrderedDict()
-_mover: Any = None
 
 
 def _stamp(folder: Path) -> tuple[int, int] | None:
@@ -53,15 +54,10 @@ def _stamp(folder: Path) -> tuple[int, int] | None:
 
 def _gpu_mover(objects: dict[str, Any]) -> Any:
     """The worker's mover for its GPU, when the task's state is on one."""
-    global _mover
-    from corral.train.residency import Mover, device_of
+    from corral.train.residency import device_of, worker_mover
 
     device = device_of(objects)
-    if device is None:
-        return None
-    if _mover is None or _mover.device != device:
-        _mover = Mover(device)
-    return _mover
+    return None if device is None else worker_mover(device)
 
 
 def keep(key: str, task: Any, step: int, folder: Path) -> None:
@@ -69,7 +65,7 @@ def keep(key: str, task: Any, step: int, folder: Path) -> None:
     resident = Resident(task, step, checkpoint.rng_state(), _stamp(folder))
     mover = _gpu_mover(task.objects)
     if mover is not None:
-        resident.parked = mover.park(task.objects, None)
+        resident.parked, resident.mover = mover.park(task.objects, None), mover
         mover.settle()
     _kept[key] = resident
     _kept.move_to_end(key)
@@ -90,8 +86,8 @@ def bring_back(resident: Resident) -> None:
     """The job's RNG state as it stopped, and its tensors copied back to the GPU,
     pipelined with its next step."""
     checkpoint.set_rng_state(resident.rng)
-    if resident.parked is not None and _mover is not None:
-        _mover.load(resident.parked, resident.task.objects)
+    if resident.parked is not None:
+        resident.mover.load(resident.parked, resident.task.objects)
 
 
 def clear() -> None:

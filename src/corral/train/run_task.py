@@ -35,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: the GPU if any"
     )
+    parser.add_argument(
+        "--no-pipeline",
+        dest="pipeline",
+        action="store_false",
+        help="copy the job's state to the GPU whole before its first step (for a model "
+        "whose forward reads a later layer's weights before that layer runs)",
+    )
     args = parser.parse_args(argv)
     try:
         factory = load_factory(args.factory)
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral: resumed in memory at step {step} (nothing rebuilt or read)", flush=True)
     else:
         step = session.restore()
-        place_task(task, args.device)
+        place_task(task, args.device, pipeline=args.pipeline)
     run = -1  # the runs of this process: its start, then each resumption after a pause
     try:
         while step < args.steps:

@@ -190,11 +190,17 @@ def keyword(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def place_task(task: Task, device: str) -> None:
-    """Run on the job's GPU when it has one (built and restored on the host first)."""
+def place_task(task: Task, device: str, pipeline: bool = True) -> None:
+    """Run on the job's GPU when it has one (built and restored on the host first). On
+    the GPU its state is copied in layer group by layer group while its first step
+    computes (PipeSwitch's pipelined load, as a job coming back to a warm worker gets);
+    ``pipeline=False`` copies it whole first."""
     import torch
 
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        from corral.train.residency import place
+        from corral.train.residency import load_first, place
 
-        place(task.objects, "cuda")
+        if pipeline:
+            load_first(task.objects, torch.device("cuda", torch.cuda.current_device()))
+        else:
+            place(task.objects, "cuda")
