@@ -210,6 +210,26 @@ def test_gpu_a_suspended_job_frees_its_memory_and_resumes_identical() -> None:
     assert all(torch.equal(state[k], reference[k]) for k in state)
 
 
+@gpu
+@pytest.mark.parametrize(("factory", "kwargs"), [(DIGITS, {}), (RESNET, SMALL_RESNET)])
+def test_gpu_a_first_load_pipelined_trains_identical_to_a_whole_copy(
+    factory: str, kwargs: dict
+) -> None:
+    """A task job's first attempt (run_task): its state comes in chunk by chunk while
+    its first step computes, and training is bit-identical to placing it whole."""
+    from corral.train.task import place_task
+
+    deterministic()
+    task = load_factory(factory)(seed=9, **kwargs)
+    place_task(task, "cuda")
+    assert all(p.is_cuda for p in task.model.parameters())
+    for step in range(4):
+        task.step(step)
+    state = {k: v.cpu() for k, v in task.model.state_dict().items()}
+    reference = alone(factory, 9, 4, "cuda", **kwargs)
+    assert all(torch.equal(state[k], reference[k]) for k in state)
+
+
 class _RecordingMover:
     """Stands in for the GPU's copy streams on a CPU: records what a first load asks."""
 
