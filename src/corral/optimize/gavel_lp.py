@@ -184,14 +184,20 @@ def _max_min_norm(p: AllocationProblem) -> np.ndarray:
 def _agnostic(p: AllocationProblem) -> np.ndarray:
     """Max-min over time shares with every type alike (Gavel's agnostic baseline).
 
-    The LP sees equal speeds, so its split of a job's share between types is
-    arbitrary; it is replaced by a split in proportion to the sizes of the
-    types the job fits in, whenever that split still fits every type.
+    Blind to speed as Gavel's is: every job counts as running at speed 1 on every
+    type its gang fits in, even one where it cannot run (Gavel's wrapper sets every
+    throughput to 1; its rounds then skip the types where the job's real speed is
+    0, so such a job uses only part of its share). The LP sees equal speeds, so its
+    split of a job's share between types is arbitrary: a vertex puts each job's
+    share on one type, where Gavel's interior-point solver spreads it evenly, so
+    that any job may take any type in a round. It is replaced by a split in
+    proportion to the sizes of the types the gang fits in, whenever that split
+    still fits every type (it always does where every gang fits every type).
     """
-    fits = p.fits()
-    blind = AllocationProblem(fits.astype(float), p.gpus, p.capacity, p.weights)
+    sized = p.gpus[:, None] <= p.capacity[None, :]
+    blind = AllocationProblem(sized.astype(float), p.gpus, p.capacity, p.weights)
     x = max_min_fairness(blind)
-    mix = fits * p.capacity[None, :]
+    mix = sized * p.capacity[None, :]
     mix = mix / np.maximum(mix.sum(axis=1, keepdims=True), 1)
     spread = x.sum(axis=1, keepdims=True) * mix
     if ((p.gpus[:, None] * spread).sum(axis=0) <= p.capacity + 1e-9).all():
