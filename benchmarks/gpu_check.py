@@ -21,6 +21,9 @@ Runs, on a machine with NVIDIA GPUs and PyTorch:
 - ``gandiva-timeslice``: Gandiva sharing one GPU between two jobs;
 - ``gandiva-turns``: the pair taking turns under Gandiva (packing off), with the
   switch time from one job's pause to the other's first step;
+- ``pollux-live``: a Pollux job on the GPU (the digits CNN reporting its gradient
+  noise scale) has its batch raised from its measured step times and trains at it
+  from its next step, in the same attempt;
 - ``driver-read``: what NVIDIA's management library reports (the GPUs, their
   topology and the links the locality model gets, faults, utilisation), and in
   ``live-cold`` each job's GPU utilisation and memory as the service measured them;
@@ -419,6 +422,43 @@ def gandiva_timeslice(folder: Path) -> tuple[bool, str]:
         svc.close()
 
 
+def pollux_live(folder: Path) -> tuple[bool, str]:
+    """A live Pollux job on the GPU: the digits CNN at batch 32 with an elastic batch,
+    estimating and reporting its gradient noise scale; Pollux measures its step times
+    from its heartbeats, raises its batch, and the job trains at the new batch from
+    its next step, in the same attempt (one GPU: the batch is what Pollux resizes)."""
+    svc = service(folder, "pollux", {"interval": 2.0, "max_gpus": 1})
+    try:
+        device = "cuda" if SETUP["gpus"] == "auto" else "cpu"
+        command = [sys.executable, "-m", "corral.examples.digits_cnn", "--device", device]
+        command += ["--batch", "32", "--elastic-batch", "--noise-every", "5", "--steps", "4000"]
+        spec = {"name": "pollux-live", "command": command, "gpus": 1}
+        job = svc.client.submit(spec | {"model": "cifar10", "batch_size": 32})["id"]
+        seen: dict[str, Any] = {}
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            seen = svc.admin.job(job)
+            if seen["status"] in TERMINAL or (seen.get("batch_size") or 0) > 32:
+                break
+            time.sleep(0.5)
+        raised = (seen.get("batch_size") or 0) > 32
+        log = svc.admin.logs(job, 0, None).text
+        if seen["status"] not in TERMINAL:
+            svc.client.action(job, "cancel")
+            wait_all(svc, [job], 60)
+        attempts = len(svc.admin.job(job)["attempts"])
+        applied = "(set by the scheduler)" in log
+        ok = raised and applied and attempts == 1
+        detail = (
+            f"batch 32 -> {seen.get('batch_size')} at noise scale "
+            f"{seen.get('grad_noise_scale')}, trained at it in the job: {applied}, "
+            f"attempts {attempts}"
+        )
+        return ok, detail if ok else detail + " | " + log[-400:].replace("\n", " ")
+    finally:
+        svc.close()
+
+
 def confinement(folder: Path) -> tuple[bool, str]:
     """A job given no GPU cannot create a CUDA context; one given the GPU can (the
     attempt's launcher, as the service starts it)."""
@@ -525,6 +565,7 @@ def main() -> int:
         check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
         check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
         check("gandiva-turns", lambda: gandiva_turns(scratch / "gandiva-turns"))
+        check("pollux-live", lambda: pollux_live(scratch / "pollux"))
     elif name is None:
         print("no NVIDIA GPU found (PyTorch sees no CUDA device): checking the CPU parts only")
         check("cpu-tests", lambda: run_pytest(CPU_TESTS))
@@ -552,6 +593,7 @@ def main() -> int:
         check("hare-keepers", lambda: hare_keepers(scratch / "hare"))
         check("gandiva-timeslice", lambda: gandiva_timeslice(scratch / "gandiva"))
         check("gandiva-turns", lambda: gandiva_turns(scratch / "gandiva-turns"))
+        check("pollux-live", lambda: pollux_live(scratch / "pollux"))
         check("driver-read", driver_read)
         check("antman-cap", lambda: antman_cap(scratch / "antman"))
         check("confinement", lambda: confinement(scratch / "confinement"))

@@ -121,7 +121,10 @@ def train(
     while step < args.steps:
         model.train()
         if args.elastic_batch and session.batch_size and session.batch_size != size:
-            print(f"step {step}: batch {size} -> {session.batch_size} (set by the scheduler)")
+            print(
+                f"step {step}: batch {size} -> {session.batch_size} (set by the scheduler)",
+                flush=True,
+            )
             size = session.batch_size
         small: float | None = None
         if noise is not None and step % args.noise_every == 0 and size >= 2:
