@@ -256,9 +256,44 @@ def test_drf_fills_equal_shares_in_arrival_order_while_speed_grows():
     assert policy._equal_shares(6, pinned={3: 4}, order=[3, 0, 1]) == {3: 4, 0: 1, 1: 1}
 
 
+class _ServerLinear:
+    """Speed linear in workers up to ``most``, halved without a server per two."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+
+    def speed(self, workers: float, servers: float) -> float:
+        return min(workers, self.most) * (1.0 if servers * 2 >= workers else 0.5)
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_drf_with_servers_equalises_dominant_shares_in_each_jobs_split(split):
+    """Two resources: each job asks a server per ``split`` workers; the next worker
+    (with the server its split then needs) goes to the job whose dominant share is
+    smallest; work left does not matter."""
+    policy = Optimus(allocation="drf", parameter_servers=6, drf_split=split)
+    policy._servers_free = 6
+    policy._remaining = {0: 100.0, 1: 1.0, 2: 50.0}
+    policy._server_curves = {j: _ServerLinear(8) for j in range(3)}
+    alloc = policy._equal_shares(12, pinned={}, order=[0, 1, 2])
+    servers = policy._planned_servers
+    assert all(servers[j] == -(-alloc[j] // split) for j in alloc)  # the job's own split
+    assert sum(servers.values()) <= 6 and sum(alloc.values()) <= 12
+    shares = [max(alloc[j] / 12, servers[j] / 6) for j in alloc]
+    assert max(shares) - min(shares) <= max(1 / 12, 1 / 6) + 1e-9  # one step apart at most
+    if split == 1:
+        assert alloc == {0: 2, 1: 2, 2: 2}  # servers run out first: 6 of them, one per worker
+    else:
+        assert alloc == {0: 4, 1: 4, 2: 4}  # a server per two workers: the GPUs run out
+
+
 def test_drf_and_oracle_predictions_run_pollux_workload_and_oracle_is_refused_live(tmp_path):
     jobs = _servers_trace(tmp_path)
-    for options in ({"allocation": "drf"}, {"predictions": "oracle"}):
+    for options in (
+        {"allocation": "drf"},
+        {"allocation": "drf", "parameter_servers": 3, "drf_split": 2},
+        {"predictions": "oracle"},
+    ):
         result = Simulator(
             jobs, uniform(4, 4), Optimus(**options), SimConfig(check_invariants=True)
         ).run()
@@ -269,3 +304,5 @@ def test_drf_and_oracle_predictions_run_pollux_workload_and_oracle_is_refused_li
         make_config(tmp_path, policy="optimus", policy_options={"predictions": "oracle"})
     with pytest.raises(CorralError, match="allocation must be optimus or drf"):
         Optimus(allocation="fair")
+    with pytest.raises(CorralError, match="drf_split must be a whole number >= 1"):
+        Optimus(allocation="drf", drf_split=0)

@@ -30,7 +30,10 @@ completion time drops most per share of that resource (a GPU is 1/G of the
 GPUs, a server 1/N of the servers), as in the paper. Optimus believes
 its own model of a step on ``w`` workers and ``p`` servers, fitted to a profile
 at several (w, p) (``estimate.convergence.ServerSpeedCurve``); the speed the
-job really gets is the communication model's.
+job really gets is the communication model's. ``allocation=drf`` shares both
+resources by dominant resource fairness instead, each job asking for a server
+per ``drf_split`` workers as its user would set it (the paper does not give
+its baseline's split).
 
 Where the remaining steps come from:
 
@@ -110,6 +113,12 @@ class Optimus(ResizingPolicy):
             "choice",
             choices=("optimus", "drf"),
         ),
+        "drf_split": Option(
+            "allocation=drf with parameter servers: workers per server each job asks for "
+            "(its servers are its workers over this, rounded up)",
+            "integer",
+            low=1,
+        ),
     }
     description = (
         "Optimus: loss curves fitted online predict work left; each GPU goes where it "
@@ -134,14 +143,16 @@ class Optimus(ResizingPolicy):
         parameter_servers: int = 0,
         predictions: str = "curve",
         allocation: str = "optimus",
+        drf_split: int = 1,
         **params: Any,
     ) -> None:
         super().__init__(placement, interval, min_change, max_gpus, **params)
         if allocation not in ("optimus", "drf"):
             raise CorralError(f"optimus: allocation must be optimus or drf, got {allocation!r}")
-        if allocation == "drf" and parameter_servers:
-            raise CorralError("optimus: allocation=drf shares GPUs only (parameter_servers=0)")
+        if int(drf_split) != drf_split or drf_split < 1:
+            raise CorralError(f"optimus: drf_split must be a whole number >= 1, got {drf_split}")
         self.allocation = allocation
+        self.drf_split = int(drf_split)
         if predictions not in ("curve", "oracle"):
             raise CorralError(f"optimus: predictions must be curve or oracle, got {predictions!r}")
         self.predictions = predictions
@@ -373,6 +384,8 @@ class Optimus(ResizingPolicy):
         arrival order while they last, then each further GPU to the job holding
         fewest (earliest first among equals) while its predicted speed still grows,
         up to ``max_gpus``: water-filling, blind to work left."""
+        if self.parameter_servers:
+            return self._equal_dominant_shares(capacity, pinned, order)
         alloc, left, admitted = admit_one_each(order, pinned, capacity)
         cap = self.max_gpus or capacity
         rank = {j: k for k, j in enumerate(admitted)}
@@ -385,6 +398,57 @@ class Optimus(ResizingPolicy):
             alloc[j] = held + 1
             left -= 1
             heapq.heappush(heap, (held + 1, rank[j], j))
+        return alloc
+
+    def _equal_dominant_shares(
+        self, capacity: int, pinned: dict[int, int], order: list[int]
+    ) -> dict[int, int]:
+        """Dominant resource fairness over two resources, GPUs (workers) and
+        parameter-server slots, as the paper's DRF baseline shares a cluster: each
+        job asks for its servers in a fixed split, as its user would (a server per
+        ``drf_split`` workers, rounded up). One worker and one server each in
+        arrival order while they last; then each further worker, with the server
+        the split then needs, to the job whose dominant share (the larger of its
+        shares of the GPUs and of the servers) is smallest, while its predicted
+        speed still grows: water-filling, blind to work left."""
+        servers = {j: self._servers[j] for j in pinned if j in self._servers}
+        servers_left = self._servers_free - sum(servers.values())
+
+        def with_server(j: int) -> bool:
+            nonlocal servers_left
+            if j not in self._server_curves:
+                return True
+            if servers_left <= 0:
+                return False
+            servers[j] = 1
+            servers_left -= 1
+            return True
+
+        alloc, left, admitted = admit_one_each(order, pinned, capacity, with_server)
+        cap = self.max_gpus or capacity
+        gpus, slots = float(capacity or 1), float(self.parameter_servers)
+
+        def dominant(j: int) -> float:
+            return max(alloc[j] / gpus, servers.get(j, 0) / slots)
+
+        rank = {j: k for k, j in enumerate(admitted)}
+        heap = [(dominant(j), rank[j], j) for j in admitted]
+        heapq.heapify(heap)
+        while left > 0 and heap:
+            _, _, j = heapq.heappop(heap)
+            w, p = alloc[j], servers.get(j, 0)
+            need = max(p, -(-(w + 1) // self.drf_split)) if j in self._server_curves else 0
+            if w >= cap or need - p > servers_left:
+                continue  # at its cap, or no server left for its split: it leaves
+            if self._cost_at(j, w + 1, need) >= self._cost_at(j, w, p):
+                continue  # no faster with another worker
+            alloc[j] = w + 1
+            left -= 1
+            if need:
+                servers[j] = need
+                servers_left -= need - p
+            heapq.heappush(heap, (dominant(j), rank[j], j))
+        self._planned_servers = servers
         return alloc
 
     def resized(self, state: SchedulerState, j: int, want: int) -> bool:

@@ -382,6 +382,12 @@ class TiresiasLas(Policy):
 class TiresiasGittins(TiresiasLas):
     name = "tiresias-gittins"
     options: ClassVar[dict[str, Option]] = {
+        "queue_order": Option(
+            "within a queue: by entry time, or as lists where a demoted job joins the end "
+            "(Tiresias' simulator)",
+            "choice",
+            choices=("entry", "list"),
+        ),
         "distribution": Option(
             "GPU-time distribution for the Gittins index: online, yarn-gput1000/5000/10000 or a "
             "CSV with a duration column",
@@ -411,6 +417,8 @@ class TiresiasGittins(TiresiasLas):
         demotion_wakeup: str = "exact",
         index_table: str = "exact",
     ) -> None:
+        if queue_order not in ("entry", "list"):  # (strict order is LAS's: Gittins ranks by index)
+            raise ValueError(f"queue_order must be 'entry' or 'list', got {queue_order}")
         super().__init__(
             placement,
             queues,
