@@ -39,7 +39,9 @@ def test_a_bad_value_names_the_option_what_it_accepts_and_what_it_is_for() -> No
         CorralError, match=r"option 'quantum' must be a number > 0, got 'abc' \(seconds"
     ):
         make_policy("las", quantum="abc")
-    with pytest.raises(CorralError, match=r"'queue_order' must be one of entry, list, strict, got 'lists'"):
+    with pytest.raises(
+        CorralError, match=r"'queue_order' must be one of entry, list, strict, got 'lists'"
+    ):
         make_policy("tiresias-las", queue_order="lists")
     with pytest.raises(CorralError, match=r"'queues' must be a whole number >= 1, got '2.5'"):
         make_policy("tiresias-las", queues="2.5")
