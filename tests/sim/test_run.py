@@ -50,3 +50,16 @@ def test_a_pollux_workload_under_the_artifact_preset_keeps_the_invariants():
     assert (s.finish_time >= s.submit + 30.0).all()  # every start is charged 30 s
     assert (s.first_start % 60.0 == 0.0).all()  # passes only on the minute
     assert np.isfinite(s.finish_time).all()
+
+
+def test_the_pollux_artifact_preset_is_refused_for_a_policy_that_plans_its_own_rounds():
+    from corral import Experiment
+
+    with pytest.raises(CorralError, match="plans rounds of its own: --preset pollux-sim"):
+        Experiment(
+            trace="pollux-6@0.5",
+            cluster="uniform:16x4:T4",
+            policies="hare",
+            preset="pollux-sim",
+            progress=False,
+        ).simulate()

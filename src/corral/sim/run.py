@@ -219,6 +219,11 @@ def simulate_rounds(jobs: JobTable, cluster: Cluster, spec: RunSpec) -> RoundRes
     cls = ROUND_PLANNERS[spec.policy]
     if spec.admission is not None:
         raise CorralError(f"policy '{spec.policy}' plans rounds: it takes no --admission")
+    if spec.decide_every or spec.charge_first_start:
+        raise CorralError(
+            f"policy '{spec.policy}' plans rounds of its own: --preset {spec.preset} (passes on "
+            "a fixed grid, a charge at first starts) is for policies that decide at events"
+        )
     try:
         planner = cls(**checked_options(spec.policy, spec.policy_options))
     except TypeError as exc:
