@@ -136,9 +136,7 @@ class TiresiasLas(Policy):
         demotion_wakeup: str = "exact",
     ) -> None:
         if queue_order not in ("entry", "list", "strict"):
-            raise ValueError(
-                f"queue_order must be 'entry', 'list' or 'strict', got {queue_order}"
-            )
+            raise ValueError(f"queue_order must be 'entry', 'list' or 'strict', got {queue_order}")
         if demotion_wakeup not in ("exact", "run-time"):
             raise ValueError(
                 f"demotion_wakeup must be 'exact' or 'run-time', got {demotion_wakeup}"
