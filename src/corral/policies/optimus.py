@@ -330,21 +330,8 @@ class Optimus(ResizingPolicy):
             return self._equal_shares(capacity, pinned, order)
         if not self.parameter_servers:
             return super().allocate(jobs, capacity, pinned, order)
-        servers = {j: self._servers[j] for j in pinned if j in self._servers}
+        alloc, gpus_left, admitted, servers = self._admit_with_servers(capacity, pinned, order)
         servers_left = self._servers_free - sum(servers.values())
-
-        def with_server(j: int) -> bool:
-            """A job that uses servers is admitted only with one of its own."""
-            nonlocal servers_left
-            if j not in self._server_curves:
-                return True
-            if servers_left <= 0:
-                return False
-            servers[j] = 1
-            servers_left -= 1
-            return True
-
-        alloc, gpus_left, admitted = admit_one_each(order, pinned, capacity, with_server)
         cap = self.max_gpus or capacity
         gpu_share, server_share = float(capacity or 1), float(self.parameter_servers)
         heap: list[tuple[float, int, int]] = []
@@ -400,6 +387,29 @@ class Optimus(ResizingPolicy):
             heapq.heappush(heap, (held + 1, rank[j], j))
         return alloc
 
+    def _admit_with_servers(
+        self, capacity: int, pinned: dict[int, int], order: list[int]
+    ) -> tuple[dict[int, int], int, list[int], dict[int, int]]:
+        """The first step of both allocations with servers: pinned jobs keep their GPUs
+        and servers, the others get a GPU each in ``order``, a job that uses servers
+        only with a server of its own. Returns (GPUs per job, GPUs left, the jobs
+        admitted in order, servers per job)."""
+        servers = {j: self._servers[j] for j in pinned if j in self._servers}
+        left = self._servers_free - sum(servers.values())
+
+        def with_server(j: int) -> bool:
+            nonlocal left
+            if j not in self._server_curves:
+                return True
+            if left <= 0:
+                return False
+            servers[j] = 1
+            left -= 1
+            return True
+
+        alloc, gpus_left, admitted = admit_one_each(order, pinned, capacity, with_server)
+        return alloc, gpus_left, admitted, servers
+
     def _equal_dominant_shares(
         self, capacity: int, pinned: dict[int, int], order: list[int]
     ) -> dict[int, int]:
@@ -411,20 +421,8 @@ class Optimus(ResizingPolicy):
         the split then needs, to the job whose dominant share (the larger of its
         shares of the GPUs and of the servers) is smallest, while its predicted
         speed still grows: water-filling, blind to work left."""
-        servers = {j: self._servers[j] for j in pinned if j in self._servers}
+        alloc, left, admitted, servers = self._admit_with_servers(capacity, pinned, order)
         servers_left = self._servers_free - sum(servers.values())
-
-        def with_server(j: int) -> bool:
-            nonlocal servers_left
-            if j not in self._server_curves:
-                return True
-            if servers_left <= 0:
-                return False
-            servers[j] = 1
-            servers_left -= 1
-            return True
-
-        alloc, left, admitted = admit_one_each(order, pinned, capacity, with_server)
         cap = self.max_gpus or capacity
         gpus, slots = float(capacity or 1), float(self.parameter_servers)
 
