@@ -77,3 +77,37 @@ def test_invariants_hold_with_failures(rows, nodes, per_node, policy, rate, retr
     # a job fails for good on its (retries + 1)-th failed attempt, never earlier
     assert (s.failures[s.status == FAILED] == retries + 1).all()
     assert (s.failures[s.status == DONE] <= retries).all()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(job, min_size=1, max_size=30),
+    nodes=st.integers(min_value=1, max_value=4),
+    per_node=st.sampled_from([1, 2, 4]),
+    policy=st.sampled_from(sorted(POLICIES)),
+    every=st.sampled_from([30.0, 60.0, 360.0]),
+)
+def test_invariants_hold_on_a_grid_of_passes_with_every_start_charged(
+    rows, nodes, per_node, policy, every
+):
+    """Pollux's artifact's mechanics (--preset pollux-sim) for any policy: passes only
+    on the grid, 30 s at every start; every job still finishes, no GPU is used twice
+    (checked inside), and every start falls on a tick."""
+    from corral.policies import make_policy
+    from corral.sim.engine import Simulator
+    from corral.sim.result import SimConfig
+    from tests.conftest import jobs_table
+
+    cluster = uniform(nodes, per_node)
+    config = SimConfig(
+        switch_cost=30.0, check_invariants=True, decide_every=every, charge_first_start=True
+    )
+    options: dict[str, object] = {"quantum": 100.0} if policy == "las" else {}
+    result = Simulator(jobs_table(rows), cluster, make_policy(policy, **options), config).run()
+    s = result.state
+    wide = s.gpus > cluster.total_gpus
+    assert (s.status[~wide] == DONE).all()
+    started = s.first_start[~wide]
+    assert ((started % every < 1e-6) | (every - started % every < 1e-6)).all()
+    jct = s.finish_time[~wide] - s.submit[~wide]
+    assert (jct >= 30.0 + s.duration[~wide] / s.max_speedup[~wide] - 1e-6).all()
