@@ -61,7 +61,14 @@ CASES = [
     pytest.param(
         "tiresias-gittins", TIRESIAS_SIM_OPTIONS, id="tiresias-gittins-sim-options",
         marks=pytest.mark.long,
-    )
+    ),
+    # Pollux's artifact's Tiresias: strict entry order, where a waiting job that came
+    # first takes its GPUs back from a running one (live preemptions)
+    pytest.param(
+        "tiresias-las", {"queue_order": "strict", "queues": 2, "thresholds": "2"},
+        id="tiresias-las-strict-order",
+    ),
+    pytest.param("optimus", {"allocation": "drf"}, id="optimus-drf", marks=pytest.mark.long),
 ]  # fmt: skip
 
 
