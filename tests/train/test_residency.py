@@ -254,6 +254,7 @@ class _RecordingMover:
 
     def park(self, objects, cached):
         self.calls.append("park")
+        self.parked_with = cached
         return pack_on_host(objects)
 
     def settle(self) -> None:
@@ -283,15 +284,16 @@ def test_a_jobs_first_start_on_a_gpu_is_a_pipelined_load_unless_asked_whole(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     job = load_factory(DIGITS)()
-    task_module.place_task(job, "auto", pipeline=pipeline)
+    host = task_module.place_task(job, "auto", pipeline=pipeline)
     if pipeline:
         assert [m.calls for m in made] == [["pack", "load"]] and placed == []
+        assert host is not None  # returned, for parking to reuse
         assert made[0].device == torch.device("cuda", 0)
         # the worker keeps one mover: a second job's first load reuses its streams
         task_module.place_task(load_factory(DIGITS)(), "auto")
         assert len(made) == 1 and made[0].calls == ["pack", "load", "pack", "load"]
     else:
-        assert made == [] and placed == ["cuda"]
+        assert made == [] and placed == ["cuda"] and host is None
 
 
 def test_a_job_kept_in_a_worker_comes_back_through_the_mover_that_parked_it(
@@ -305,7 +307,9 @@ def test_a_job_kept_in_a_worker_comes_back_through_the_mover_that_parked_it(
     job = load_factory(DIGITS)()
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
     monkeypatch.setattr(resident.checkpoint, "FILE_NAME", "checkpoint.pt")
-    resident.keep("job-1", job, 3, tmp_path)
+    first_load = pack_on_host(job.objects)  # the pinned copy its first load made
+    resident.keep("job-1", job, 3, tmp_path, first_load)
+    assert mover.parked_with is first_load  # parking reuses it: no second pinned buffer
     kept = resident.take("job-1", tmp_path)
     assert kept is not None and kept.mover is mover
     resident.bring_back(kept)

@@ -44,6 +44,7 @@ class RunSpec:
     """Chances by gang size (``1:0.05,2-4:0.1,9-:0.3``), over ``failure_rate``."""
     max_retries: int = 3
     preset: str | None = None
+    """A named set of assumptions applied over the other fields (see SIM_PRESETS)."""
     profiles: ThroughputTable | None = None
     """Throughput measurements (None: the bundled Gavel table)."""
     label: str | None = None
@@ -57,7 +58,6 @@ class RunSpec:
     """Charge the switch cost at first starts too (see SimConfig)."""
     decide_every: float = 0.0
     """Seconds between passes on a fixed grid (0: at events; see SimConfig)."""
-    """A named set of assumptions applied over the fields above (see SIM_PRESETS)."""
 
     def __post_init__(self) -> None:
         if self.preset is None:

@@ -60,12 +60,13 @@ def _gpu_mover(objects: dict[str, Any]) -> Any:
     return None if device is None else worker_mover(device)
 
 
-def keep(key: str, task: Any, step: int, folder: Path) -> None:
-    """Keep a stopped job's task (its checkpoint at ``step`` just written in ``folder``)."""
+def keep(key: str, task: Any, step: int, folder: Path, host: Any = None) -> None:
+    """Keep a stopped job's task (its checkpoint at ``step`` just written in ``folder``);
+    ``host``: the pinned host copy its last load made, which parking reuses."""
     resident = Resident(task, step, checkpoint.rng_state(), _stamp(folder))
     mover = _gpu_mover(task.objects)
     if mover is not None:
-        resident.parked, resident.mover = mover.park(task.objects, None), mover
+        resident.parked, resident.mover = mover.park(task.objects, host), mover
         mover.settle()
     _kept[key] = resident
     _kept.move_to_end(key)

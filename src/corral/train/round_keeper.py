@@ -125,10 +125,10 @@ def _suspension(task: Any) -> Any:
 
     if not torch.cuda.is_available():
         return None
-    from corral.train.residency import Mover, Suspension, device_of
+    from corral.train.residency import Suspension, device_of, worker_mover
 
     device = device_of(task.objects)
-    return None if device is None else Suspension(Mover(device))
+    return None if device is None else Suspension(worker_mover(device))
 
 
 def main(argv: list[str] | None = None) -> int:

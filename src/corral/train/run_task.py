@@ -58,10 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     if kept is not None:
         step = session.resume_resident(kept.step)
         resident.bring_back(kept)
+        host = kept.parked
         print(f"corral: resumed in memory at step {step} (nothing rebuilt or read)", flush=True)
     else:
         step = session.restore()
-        place_task(task, args.device, pipeline=args.pipeline)
+        host = place_task(task, args.device, pipeline=args.pipeline)
     run = -1  # the runs of this process: its start, then each resumption after a pause
     try:
         while step < args.steps:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 session.stop(step)
     except EndOfRun as end:  # stopped in a warm worker: the task stays there, resident
         if end.code == STOPPED_EXIT and os.environ.get("CORRAL_JOB_ID"):
-            resident.keep(key, task, step, checkpoints)
+            resident.keep(key, task, step, checkpoints, host)
         raise
     session.save(step)  # the trained state is the job's result
     session.finish(step)

@@ -362,13 +362,13 @@ class Session:
         torch = sys.modules.get("torch")
         if torch is None or not torch.cuda.is_available():
             return None
-        from corral.train.residency import Mover, Suspension, device_of
+        from corral.train.residency import Suspension, device_of, worker_mover
 
         device = device_of(self.objects)
         if device is None:
             return None
         if self._suspended is None or self._suspended.mover.device != device:
-            self._suspended = Suspension(Mover(device))
+            self._suspended = Suspension(worker_mover(device))
         return self._suspended
 
     def _beat_loop(self) -> None:

@@ -190,17 +190,18 @@ def keyword(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def place_task(task: Task, device: str, pipeline: bool = True) -> None:
+def place_task(task: Task, device: str, pipeline: bool = True) -> HostCopy | None:
     """Run on the job's GPU when it has one (built and restored on the host first). On
     the GPU its state is copied in layer group by layer group while its first step
     computes (PipeSwitch's pipelined load, as a job coming back to a warm worker gets);
-    ``pipeline=False`` copies it whole first."""
+    ``pipeline=False`` copies it whole first. Returns the pinned host copy a pipelined
+    load made (parking the job again reuses it), else None."""
     import torch
 
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         from corral.train.residency import load_first, place
 
         if pipeline:
-            load_first(task.objects, torch.device("cuda", torch.cuda.current_device()))
-        else:
-            place(task.objects, "cuda")
+            return load_first(task.objects, torch.device("cuda", torch.cuda.current_device()))
+        place(task.objects, "cuda")
+    return None
