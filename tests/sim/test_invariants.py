@@ -7,8 +7,10 @@ from hypothesis import HealthCheck, given, settings
 
 from corral.model.state import DONE
 from corral.placement.registry import PLACEMENTS
-from corral.policies import POLICIES
-from tests.conftest import run, uniform
+from corral.policies import POLICIES, make_policy
+from corral.sim.engine import Simulator
+from corral.sim.result import SimConfig, SimResult
+from tests.conftest import jobs_table, run, uniform
 
 job = st.tuples(
     st.floats(min_value=0, max_value=5000, allow_nan=False),
@@ -49,6 +51,15 @@ def test_invariants_hold(
         assert s.preemptions.sum() == 0
 
 
+def _simulate(
+    rows, cluster, policy: str, options: dict[str, object] | None = None, **config: object
+) -> SimResult:
+    """The engine with its invariant check on, under ``config``."""
+    settings = SimConfig(check_invariants=True, **config)  # type: ignore[arg-type]
+    made = make_policy(policy, **(options or {}))
+    return Simulator(jobs_table(rows), cluster, made, settings).run()
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=st.lists(job, min_size=1, max_size=30),
@@ -60,16 +71,11 @@ def test_invariants_hold(
 )
 def test_invariants_hold_with_failures(rows, nodes, per_node, policy, rate, retries):
     from corral.model.state import FAILED
-    from corral.policies import make_policy
-    from corral.sim.engine import Simulator
-    from corral.sim.result import SimConfig
-    from tests.conftest import jobs_table
 
     cluster = uniform(nodes, per_node)
-    config = SimConfig(
-        switch_cost=1.0, check_invariants=True, failure_rate=rate, max_retries=retries, seed=1
+    result = _simulate(
+        rows, cluster, policy, switch_cost=1.0, failure_rate=rate, max_retries=retries, seed=1
     )
-    result = Simulator(jobs_table(rows), cluster, make_policy(policy), config).run()
     s = result.state
     ended = (s.status == DONE) | (s.status == FAILED)
     wide = s.gpus > cluster.total_gpus
@@ -93,17 +99,17 @@ def test_invariants_hold_on_a_grid_of_passes_with_every_start_charged(
     """Pollux's artifact's mechanics (--preset pollux-sim) for any policy: passes only
     on the grid, 30 s at every start; every job still finishes, no GPU is used twice
     (checked inside), and every start falls on a tick."""
-    from corral.policies import make_policy
-    from corral.sim.engine import Simulator
-    from corral.sim.result import SimConfig
-    from tests.conftest import jobs_table
-
     cluster = uniform(nodes, per_node)
-    config = SimConfig(
-        switch_cost=30.0, check_invariants=True, decide_every=every, charge_first_start=True
-    )
     options: dict[str, object] = {"quantum": 100.0} if policy == "las" else {}
-    result = Simulator(jobs_table(rows), cluster, make_policy(policy, **options), config).run()
+    result = _simulate(
+        rows,
+        cluster,
+        policy,
+        options,
+        switch_cost=30.0,
+        decide_every=every,
+        charge_first_start=True,
+    )
     s = result.state
     wide = s.gpus > cluster.total_gpus
     assert (s.status[~wide] == DONE).all()
