@@ -105,7 +105,11 @@ class Outcome:
 
 
 def simulate(
-    name: str, submits: list[float], restart: float | None = None, launch: float = LAUNCH
+    name: str,
+    submits: list[float],
+    restart: float | None = None,
+    launch: float = LAUNCH,
+    options: dict[str, Any] | None = None,
 ) -> Outcome:
     cluster = cluster_from_slots(virtual_slots(GPUS))
     records = [
@@ -125,7 +129,8 @@ def simulate(
         speeds=SpeedModel(locality=LocalityModel(1.0, 1.0, False)),
         check_invariants=True,
     )
-    result = Simulator(jobs, cluster, make_policy(name, **options_for(name)), config).run()
+    chosen = options_for(name) if options is None else options
+    result = Simulator(jobs, cluster, make_policy(name, **chosen), config).run()
     st = result.state
     return Outcome(
         list(submits), st.first_start.tolist(), st.preemptions.tolist(), st.finish_time.tolist()
@@ -171,7 +176,7 @@ def stored_outcome(store: Any, ids: list[int]) -> Outcome:
         )
 
 
-def run_virtual(name: str, folder: Path) -> Outcome:
+def run_virtual(name: str, folder: Path, options: dict[str, Any] | None = None) -> Outcome:
     """The trace through the live loop in virtual time: each job is a virtual
     ``work`` process (its progress kept across stops, faster when granted more
     GPUs, as :mod:`parity_job`), and a pass runs at each arrival, each process
@@ -182,7 +187,8 @@ def run_virtual(name: str, folder: Path) -> Outcome:
     from tests.runtime.harness import make_config
     from tests.runtime.virtual_loop import queue
 
-    config = make_config(folder, policy=name, policy_options=options_for(name), gpus=GPUS)
+    chosen = options_for(name) if options is None else options
+    config = make_config(folder, policy=name, policy_options=chosen, gpus=GPUS)
     store = Store(config.store_url)
     clock = VirtualClock(store.epoch + 1.0)  # times near the store's epoch, as live
     executor = VirtualExecutor(config, clock, store)

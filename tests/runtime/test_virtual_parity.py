@@ -61,6 +61,17 @@ def test_the_live_loop_reproduces_the_simulators_schedule_exactly(
     assert sim.preemptions == live.preemptions
 
 
+def test_strict_entry_order_agrees_exactly_live_and_simulated(tmp_path: Path) -> None:
+    """tiresias-las in Pollux's artifact's strict entry order (a waiting job that came
+    first takes its GPUs back from a running one): the same schedule in both engines."""
+    options = {"queue_order": "strict", "queues": 2, "thresholds": "4"}
+    live = run_virtual("tiresias-las", tmp_path, options)
+    sim = simulate("tiresias-las", live.submit, restart=0.0, launch=0.0, options=options)
+    assert np.abs(np.subtract(sim.first_start, live.first_start)).max() < EXACT_TO
+    assert np.abs(np.subtract(sim.finish, live.finish)).max() < EXACT_TO
+    assert sim.preemptions == live.preemptions
+
+
 @pytest.mark.parametrize("name", sorted(DIFFER))
 def test_the_policies_that_differ_still_end_every_job_near_the_simulator(
     name: str, tmp_path: Path
