@@ -32,6 +32,7 @@ the same run.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import tempfile
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy import event, or_, select, update
@@ -52,10 +53,19 @@ from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, 
 from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
 from corral.runtime.loop.admission import Admission, Refused
 from corral.runtime.loop.scheduler import Scheduler
-from corral.runtime.storage.store import AttemptRow, JobRow, Store
+from corral.runtime.storage.store import (
+    ILLEGAL_SEEN,
+    STRICT_TRANSITIONS_ENV,
+    AttemptRow,
+    JobRow,
+    Store,
+)
+from corral.testing.oracle import Oracle
 from corral.testing.virtual import VirtualClock, VirtualExecutor, VirtualProcess
 
 USERS = ("alice", "bob")
+BOB_GPUS = 6
+"""bob's GPU limit (a user's limit, as ``max_gpus`` in the config)."""
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 DRAIN_LIMIT = 3000.0
 """Virtual seconds the loop has, once the inputs stop, to end every job."""
@@ -216,7 +226,7 @@ def service_config(folder: Path, policy: str) -> ServiceConfig:
         gpus=[GpuGroup(type="V100", count=4), GpuGroup(type="K80", count=4)],
         users=[
             UserConfig(name="alice", token="alice-token-0123456789"),
-            UserConfig(name="bob", token="bob-token-0123456789ab"),
+            UserConfig(name="bob", token="bob-token-0123456789ab", max_gpus=BOB_GPUS),
             UserConfig(name="root", token="root-token-0123456789a", admin=True),
         ],
         stop_grace=3.0,
@@ -273,7 +283,20 @@ class World:
         self.disk = DiskFull(self.store)
         self.disk.clock = self.clock
         self.illegal: list[str] = []
+        # the checks raise here, as under the test suite: a status change outside the
+        # life cycle, or a phase change outside the loop's table, is never just logged
+        self._strict = os.environ.get(STRICT_TRANSITIONS_ENV)
+        os.environ[STRICT_TRANSITIONS_ENV] = "1"
+        ILLEGAL_SEEN.clear()
         event.listen(JobRow.status, "set", self._status_set)
+        self.oracle = Oracle(
+            self._broken,
+            tick=self.config.tick,
+            grace=self.config.stop_grace,
+            node_requeues=self.config.retry.node_requeues,
+            user_gpus={u.name: u.max_gpus for u in self.config.users if u.max_gpus},
+        )
+        self.executor.on_checkpoint = self.oracle.saved
         self.scheduler = self._start()
 
     def _start(self) -> Scheduler:
@@ -290,6 +313,10 @@ class World:
         return scheduler
 
     # -------------------------------------------------------------- checks
+    @staticmethod
+    def _broken(what: str) -> NoReturn:
+        raise Broken(what)
+
     def _status_set(self, row: JobRow, new: Any, old: Any, _initiator: Any) -> None:
         """Every status the service writes, checked against the life-cycle table."""
         if row.id is None or row.id in self.tampered or new == old:
@@ -307,16 +334,28 @@ class World:
             ).first()
         if row is None or row.end_time is not None:
             raise Broken(f"job {process.job} attempt {process.attempt} launched without its row")
+        if any(slot.node in self.executor.down for slot in process.request.gpus):
+            self.oracle.aim(process.job, "launched onto a failed node")
+        if process.rate:
+            self.oracle.launched(process.job, process.attempt, process.done * process.rate)
 
     def check(self) -> None:
-        """The invariants that hold after every step."""
+        """The invariants that hold after every step, and the oracle's rules."""
         if self.illegal:
             raise Broken(self.illegal[0])
+        if ILLEGAL_SEEN:
+            raise Broken(ILLEGAL_SEEN[0])
+        if self.scheduler.book.illegal:
+            raise Broken(f"the job book: {self.scheduler.book.illegal[0]}")
         sharing = self.scheduler.policy.shares_gpus
         most = 2 if sharing else 1
         with self.store.session() as s:
             open_rows = list(s.scalars(select(AttemptRow).where(AttemptRow.end_time.is_(None))))
             statuses = dict(s.execute(select(JobRow.id, JobRow.status)).all())
+        now = self.clock()
+        paused = {(p.job, p.attempt): p.paused_for(now) for p in self.executor.processes.values()}
+        with self.store.session() as s:
+            self.oracle.check_step(s, now, self.tampered, paused)
         holders: dict[int, list[int]] = {}
         for row in open_rows:
             for g in row.gpus or []:
@@ -382,12 +421,17 @@ class World:
         """One pass, handled as the service's thread handles it."""
         before, faults = self.scheduler.errors, self.scheduler.faults
         full = self.disk.on
+        began = self.clock()
         try:
             self.scheduler.step()
         except Exception as exc:
             if not full:
                 raise Broken(f"a pass failed: {type(exc).__name__}: {exc}") from exc
             # as run() does: the next step resyncs from the store once it works
+        else:
+            sch = self.scheduler
+            if sch.errors == before and sch.faults == faults and not sch.resync_due:
+                self.oracle.good_passes.append(began)
         self.passes += 1
         if self.scheduler.errors > before and not full:
             raise Broken(f"a pass failed ({self.scheduler.errors - before} error(s) counted)")
@@ -431,10 +475,12 @@ class World:
             spec = admission.check(spec, self._user(user))
             with self.store.session() as s:
                 admission.check_quota(s, self._user(user), 1)
-                first = admission.admit(s, spec, self._user(user))[0].id
+                rows = admission.admit(s, spec, self._user(user))
                 s.execute(  # the virtual time of submission, as the API's clock would say
-                    update(JobRow).where(JobRow.id >= first).values(submit_time=self.clock())
+                    update(JobRow).where(JobRow.id >= rows[0].id).values(submit_time=self.clock())
                 )
+                made = [(r.id, r.user, dict(r.spec), r.name) for r in rows]
+            self.oracle.submitted(made, self.clock())
         except (ValidationError, Refused, ValueError):
             self.refused += 1
         except OperationalError:
@@ -442,12 +488,13 @@ class World:
                 raise
             self.refused += 1  # the API answers 507
 
-    def _request(self, job: int, action: str, **values: Any) -> None:
+    def _request(self, job: int, action: str, **values: Any) -> bool:
+        """Ask the loop ``action`` for ``job`` as the API does; True when it was stored."""
         try:
             with self.store.session() as s:
                 row = s.get(JobRow, job)
                 if row is None or row.status in ENDED:
-                    return
+                    return False
                 for name, value in values.items():
                     setattr(row, name, value)
                 if row.request != "cancel":
@@ -455,9 +502,12 @@ class World:
         except OperationalError:
             if not self.disk.on:
                 raise
+            return False
+        return True
 
     def _op_cancel(self, job: int) -> None:
-        self._request(job, "cancel")
+        if self._request(job, "cancel"):
+            self.oracle.cancel_asked(job, self.clock())
 
     def _op_suspend(self, job: int) -> None:
         self._request(job, "suspend")
@@ -469,7 +519,8 @@ class World:
         self._request(job, "hold")
 
     def _op_release(self, job: int) -> None:
-        self._request(job, "release")
+        if self._request(job, "release"):
+            self.oracle.release_asked(job, self.clock())
 
     def _op_priority(self, job: int, priority: int) -> None:
         self._request(job, "priority", priority=priority)
@@ -481,10 +532,16 @@ class World:
     def _op_kill_process(self, pick: int) -> None:
         process = self._live(pick)
         if process is not None:  # an operator's kill -9: the loop did not ask for it
+            self.oracle.aim(process.job, "its process was killed by an operator")
             self.executor.signal(ProcessRef(process.pid, str(process.pid)), signal.SIGKILL)
 
     def _op_fail_node(self, node: int) -> None:
-        self.executor.fail_node(self.executor.nodes()[node])
+        name = self.executor.nodes()[node]
+        self.oracle.aim_live(
+            [p.job for p in self.executor.running() if any(g.node == name for g in p.request.gpus)],
+            f"{name} failed under it",
+        )
+        self.executor.fail_node(name)
 
     def _op_return_node(self, node: int) -> None:
         self.executor.return_node(self.executor.nodes()[node])
@@ -503,9 +560,14 @@ class World:
         return {job: (a.number, tuple(a.gpus)) for job, a in self.scheduler.attempts.items()}
 
     def _op_disk_full(self, seconds: float) -> None:
+        # its heartbeats cannot be kept meanwhile: a training job may be taken for hung
+        self.oracle.aim_live([p.job for p in self.executor.running()], "a full disk")
+        self.oracle.unsteady.append((self.clock(), self.clock() + seconds + self.config.tick))
         self.disk.until = self.clock() + seconds
 
     def _op_clock_jump(self, seconds: float) -> None:
+        self.oracle.aim_live([p.job for p in self.executor.running()], "a clock jump")
+        self.oracle.unsteady.append((self.clock(), self.clock() + seconds + self.config.tick))
         self.clock.advance(seconds)
 
     def _op_heartbeat(self, pick: int, high: bool) -> None:
@@ -513,6 +575,7 @@ class World:
         process = self._live(pick)
         if process is None or self.disk.on:
             return
+        self.oracle.aim(process.job, "a heartbeat with extreme figures")
         figure = float(MAX_REPORTED) if high else 0.0
         batch = MAX_BATCH if high else None
         with self.store.session() as s:
@@ -550,11 +613,17 @@ class World:
         while self.clock() < limit:
             with self.store.session() as s:  # an admin lets held jobs go
                 held = or_(JobRow.status == "SUSPENDED", JobRow.held.is_not(None))
+                released = []
                 for row in s.scalars(select(JobRow).where(held)):
                     if row.request is None:
                         row.request = "release"
+                        released.append(row.id)
+            for job in released:
+                self.oracle.release_asked(job, self.clock())
             self.run_until(min(self.clock() + 60.0, limit))
             if not self.waiting():
+                with self.store.session() as s:
+                    self.oracle.check_end(s, self.tampered)
                 return
         raise Broken(f"jobs never ended: {self.waiting()}")
 
@@ -572,6 +641,10 @@ class World:
 
     def close(self) -> None:
         event.remove(JobRow.status, "set", self._status_set)
+        if self._strict is None:
+            os.environ.pop(STRICT_TRANSITIONS_ENV, None)
+        else:
+            os.environ[STRICT_TRANSITIONS_ENV] = self._strict
         self.store.dispose()
 
 

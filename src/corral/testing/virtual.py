@@ -30,12 +30,27 @@ does no work until SIGCONT. SIGTERM and SIGKILL end a process at once (a
 
 Nodes can fail (:meth:`VirtualExecutor.fail_node`: their processes are lost
 and their GPUs unavailable) and come back (:meth:`VirtualExecutor.return_node`).
+
+What the executor knows of a process is what a real one can see: a process's
+"launcher" writes its pid file into the attempt's folder when it starts and its
+exit record there when it ends (real files); :meth:`VirtualExecutor.poll`,
+:meth:`~VirtualExecutor.adopt` and :meth:`~VirtualExecutor.pid_from` read only
+those and the process table (a pid and its start). The process table is the
+host's: :meth:`VirtualExecutor.restarted` gives a new executor over the same
+host, as a restarted service's is, knowing nothing the old one held.
+
+Faults of the executor (:attr:`VirtualExecutor.faults`, each used once): a launch
+that raises, a process that ignores SIGTERM or takes seconds to leave after it, an
+exit record missing (the launcher's disk full) or corrupt; a foreign process may
+take a freed pid (:meth:`VirtualExecutor.reuse_pid`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
+import json
 import math
 import signal
 import time
@@ -53,7 +68,9 @@ from corral.runtime.execution.executor import (
     GpuSlot,
     LaunchRequest,
     ProcessRef,
+    read_exit_record,
 )
+from corral.runtime.execution.launcher import EXIT_FILE, PID_FILE
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import AttemptRow, JobRow, Store
@@ -93,6 +110,9 @@ class VirtualProcess:
     done: float = 0.0
     ended: float | None = None
     paused: bool = False
+    paused_at: float | None = None
+    paused_total: float = 0.0
+    """Seconds it spent paused before ``paused_at`` (its current pause)."""
     ignores_term: bool = False
     exclusive: bool = False
     rate: float = 0.0
@@ -104,6 +124,21 @@ class VirtualProcess:
     scale: float = 1.0
     """Its speed alone (an elastic job granted more GPUs than it asked runs faster)."""
     keeps_progress: bool = False
+    term_delay: float = 0.0
+    """Seconds it takes to leave after SIGTERM (a checkpoint being written)."""
+    leaving_at: float | None = None
+    """When it leaves, after a SIGTERM that takes time."""
+    record: str = "kept"
+    """What its launcher leaves at its end: ``kept``, ``missing`` (a full disk) or ``corrupt``."""
+    foreign: bool = False
+    """Not a job's: a process of someone else's that took a freed pid."""
+    signalled: list[int] = field(default_factory=list)
+    """The signals sent to it."""
+
+    @property
+    def start(self) -> str:
+        """Its start as the process table says it (unique: pids are reused)."""
+        return f"{self.started:.6f}/{id(self)}"
 
     @property
     def job(self) -> int:
@@ -119,6 +154,10 @@ class VirtualProcess:
 
     def alive(self) -> bool:
         return self.ended is None
+
+    def paused_for(self, now: float) -> float:
+        """Seconds it has spent paused up to ``now``."""
+        return self.paused_total + (now - self.paused_at if self.paused_at is not None else 0.0)
 
     def mean_speed(self, since: float, until: float) -> float:
         """Its average speed over ``[since, until]`` (from its history)."""
@@ -184,6 +223,20 @@ class VirtualExecutor(Executor):
         self._at = clock()
         self.on_launch: Callable[[VirtualProcess], None] | None = None
         """Called at each launch (a test's check that the attempt row exists)."""
+        self.on_checkpoint: Callable[[int, int], None] | None = None
+        """Called with (job, step) when a checkpoint's step is kept in the store."""
+        self.faults: dict[str, float] = {}
+        """Faults for the next launch or end: ``launch_fails``, ``ignores_term``,
+        ``slow_term`` (seconds), ``record_missing``, ``record_corrupt``."""
+        self.freed: list[int] = []
+        """Pids of job processes that have ended, most recent last (for reuse)."""
+
+    def restarted(self) -> VirtualExecutor:
+        """A new executor over the same host (its process table, files and nodes), as
+        a restarted service builds: it knows of processes only what it can read."""
+        new = copy.copy(self)
+        new._changed = True
+        return new
 
     # ----------------------------------------------------------- Executor
     def slots(self) -> list[GpuSlot]:
@@ -192,8 +245,16 @@ class VirtualExecutor(Executor):
     def launch(self, request: LaunchRequest) -> ProcessRef:
         self._sync()
         now = self.clock()
+        if self.faults.pop("launch_fails", None) is not None:
+            raise OSError("cannot fork: resource temporarily unavailable")
         pid = next(self._pids)
         process = VirtualProcess(request, pid, now, **_behaviour(request.argv))
+        if self.faults.pop("ignores_term", None) is not None:
+            process.ignores_term = True
+        process.term_delay = self.faults.pop("slow_term", 0.0)
+        for how in ("missing", "corrupt"):
+            if self.faults.pop(f"record_{how}", None) is not None:
+                process.record = how
         if process.keeps_progress:
             asked = int(request.argv[2]) if len(request.argv) > 2 else len(request.gpus)
             efficiency = float(request.argv[3]) if len(request.argv) > 3 else 0.0
@@ -207,55 +268,95 @@ class VirtualExecutor(Executor):
                 process.done = min(step / process.rate, process.work)
         self.processes[pid] = process
         self.launches.append(request)
+        request.dir.mkdir(parents=True, exist_ok=True)
+        (request.dir / PID_FILE).write_text(str(pid))  # as the launcher does at its start
         if self.on_launch is not None:
             self.on_launch(process)
         if any(slot.node in self.down for slot in request.gpus):
             self._end(process, now, lost=True)
         self._resettle(now)
-        return ProcessRef(pid, str(pid))
+        return ProcessRef(pid, process.start)
+
+    def _own(self, ref: ProcessRef) -> VirtualProcess | None:
+        """The live process ``ref`` names (None: gone, or its pid is another's now)."""
+        process = self.processes.get(ref.pid)
+        if process is None or not process.alive() or process.start != ref.pid_start:
+            return None
+        return process
 
     def signal(self, ref: ProcessRef, sig: int) -> None:
         self._sync()
-        process = self.processes.get(ref.pid)
+        process = self._own(ref)
         now = self.clock()
-        if process is None or not process.alive():
+        if process is None:
             return
+        process.signalled.append(sig)
         if sig in (signal.SIGSTOP, signal.SIGTSTP):
-            process.paused = True
+            if not process.paused:
+                process.paused, process.paused_at = True, now
         elif sig == signal.SIGCONT:
-            process.paused = False
-        elif sig == signal.SIGKILL or (sig == signal.SIGTERM and not process.ignores_term):
-            if sig == signal.SIGTERM and process.rate:  # checkpoints, then exits
-                self._checkpoint(process)
-                process.exit_code, process.exit_signal = STOPPED_EXIT, None
-            elif sig == signal.SIGTERM and process.keeps_progress:
-                self.progress[process.job] = process.done
-                process.exit_code, process.exit_signal = STOPPED_EXIT, None
-            else:
-                process.exit_code, process.exit_signal = None, int(sig)
+            if process.paused_at is not None:
+                process.paused_total += now - process.paused_at
+            process.paused, process.paused_at = False, None
+        elif sig == signal.SIGTERM and process.term_delay > 0 and not process.ignores_term:
+            if process.leaving_at is None:  # it checkpoints, then leaves
+                process.leaving_at = now + process.term_delay
+        elif sig == signal.SIGTERM and not process.ignores_term:
+            self._leave(process, now)
+        elif sig == signal.SIGKILL:
+            process.exit_code, process.exit_signal = None, int(sig)
             self._end(process, now)
         self._resettle(now)
 
+    def _leave(self, process: VirtualProcess, now: float) -> None:
+        """It leaves as SIGTERM asks: a training job checkpoints first."""
+        if process.rate:
+            self._checkpoint(process)
+            process.exit_code, process.exit_signal = STOPPED_EXIT, None
+        elif process.keeps_progress:
+            self.progress[process.job] = process.done
+            process.exit_code, process.exit_signal = STOPPED_EXIT, None
+        else:
+            process.exit_code, process.exit_signal = None, int(signal.SIGTERM)
+        self._end(process, now)
+
     def poll(self, ref: ProcessRef, folder: Path) -> ExitRecord | None:
+        """None while the process runs; then its launcher's exit record, or a lost
+        one where there is none (as the local executor reads them)."""
         self._sync()
-        process = self.processes.get(ref.pid)
-        if process is None or process.lost:
-            return ExitRecord(None, None, "lost", lost=True)
-        if process.alive():
+        if self._own(ref) is not None:
             return None
-        return ExitRecord(process.exit_code, process.exit_signal, end=process.ended)
+        return read_exit_record(folder) or ExitRecord(
+            None, None, "the process vanished without an exit record", lost=True
+        )
 
     def adopt(self, ref: ProcessRef) -> bool:
         self._sync()
-        process = self.processes.get(ref.pid)
-        return process is not None and process.alive()
+        return self._own(ref) is not None
 
     def pid_from(self, folder: Path) -> ProcessRef | None:
-        """The process launched for an attempt's folder (its pid file, for the
-        local executor): found when the pid's write to the store failed."""
-        for process in self.processes.values():
-            if process.request.dir == folder:
-                return ProcessRef(process.pid, str(process.pid))
+        """The process an attempt's launcher started, from its pid file (found when
+        the pid's write to the store failed), if that pid still runs."""
+        try:
+            pid = int((folder / PID_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        process = self.processes.get(pid)
+        if process is None or not process.alive():
+            return None
+        return ProcessRef(pid, process.start)
+
+    def reuse_pid(self) -> VirtualProcess | None:
+        """A foreign process (someone else's, never to be signalled) takes the pid of
+        the job process that ended last, as the kernel hands freed pids out again."""
+        while self.freed:
+            pid = self.freed.pop()
+            old = self.processes.get(pid)
+            if old is not None and not old.alive():
+                request = LaunchRequest(["foreign"], {}, "/", (), Path("/nonexistent"), Path("/"))
+                process = VirtualProcess(request, pid, self.clock(), math.inf, foreign=True)
+                self.processes[pid] = process
+                return process
         return None
 
     def watch(self) -> bool:
@@ -317,6 +418,7 @@ class VirtualExecutor(Executor):
             for p in live
             if (speed := self._speed(p, live)) > 0 and p.work != math.inf
         ]
+        ends += [p.leaving_at for p in live if p.leaving_at is not None]
         return min(ends, default=None)
 
     def _sync(self) -> None:
@@ -331,15 +433,19 @@ class VirtualExecutor(Executor):
             for p in live:
                 if speeds[p.pid] > 0:
                     step = min(step, (p.work - p.done) / speeds[p.pid])
+                if p.leaving_at is not None:
+                    step = min(step, p.leaving_at - self._at)
             step = max(step, 0.0)
             at = self._at + step
             for p in live:
                 p.done += speeds[p.pid] * step
-                if p.done >= p.work - EPSILON:
+                if p.leaving_at is not None and at >= p.leaving_at - EPSILON:
+                    self._leave(p, at)
+                elif p.done >= p.work - EPSILON:
                     self._end(p, at)
             self._at = at
             self._resettle(at)
-            if step == 0.0 and not any(p.done >= p.work - EPSILON for p in live):
+            if step == 0.0 and not any(not p.alive() for p in live):
                 break
         self._at = max(self._at, now)
         self._beat(now)
@@ -348,6 +454,20 @@ class VirtualExecutor(Executor):
         process.ended = at
         process.lost = lost
         process.speeds.append((at, 0.0))
+        if process.foreign:
+            return
+        self.freed.append(process.pid)
+        if lost or process.record == "missing":
+            return  # its node is gone, or its launcher could not write (a full disk)
+        record = {
+            "exit_code": process.exit_code,
+            "signal": process.exit_signal,
+            "detail": None,
+            "end_time": at,
+        }
+        text = json.dumps(record) if process.record == "kept" else '{"exit_code": 0, "sig'
+        with contextlib.suppress(OSError):
+            (process.request.dir / EXIT_FILE).write_text(text)
 
     def _beat(self, now: float) -> None:
         """Heartbeats of the ``train`` processes due one."""
@@ -388,14 +508,18 @@ class VirtualExecutor(Executor):
     def _checkpoint(self, process: VirtualProcess) -> None:
         if self.store is None:
             return
+        step = int(process.done * process.rate)
         try:
             with self.store.session() as s:
                 row = s.get(JobRow, process.job)
-                if row is not None:
-                    row.checkpoint_step = int(process.done * process.rate)
-                    row.steps = row.checkpoint_step
+                if row is None:
+                    return
+                row.checkpoint_step = step
+                row.steps = row.checkpoint_step
         except OperationalError:
-            pass  # a full disk: the checkpoint's step is not recorded
+            return  # a full disk: the checkpoint's step is not recorded
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(process.job, step)
 
 
 def virtual_scheduler(

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,6 +151,11 @@ class IllegalTransition(RuntimeError):
     """A job's status was set to one its life cycle does not allow from where it is."""
 
 
+ILLEGAL_SEEN: deque[str] = deque(maxlen=100)
+"""The last status changes refused as outside the life cycle (raised or logged):
+a harness reads them even where the loop caught what was raised."""
+
+
 @event.listens_for(JobRow.status, "set", retval=True, active_history=True)
 def _checked_status(row: JobRow, new: Any, old: Any, _initiator: Any) -> Any:
     """Every status any part of the service writes goes through this check against
@@ -167,6 +172,7 @@ def _checked_status(row: JobRow, new: Any, old: Any, _initiator: Any) -> Any:
     if after in TRANSITIONS[before]:
         return new
     message = f"job {row.id}: status {before} -> {after} is outside the life cycle"
+    ILLEGAL_SEEN.append(message)
     if os.environ.get(STRICT_TRANSITIONS_ENV) == "1":
         raise IllegalTransition(message)
     print(f"corral: {message}; it stays {before}", file=sys.stderr, flush=True)

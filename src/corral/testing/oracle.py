@@ -1,0 +1,394 @@
+"""The outcome oracle of the fault schedules: what each job was promised, from the
+schedule alone, checked against what the loop did.
+
+The invariants of :mod:`corral.testing.fault_schedules` are about structure (no GPU
+held twice, an attempt row before its process); these rules are about outcomes, the
+contract a user relies on:
+
+- ``held``: a job submitted held never starts before a release was asked, and a
+  job whose row says it is held starts no attempt while it is;
+- ``retries``: a job's failed attempts stay within ``max_retries`` (its node
+  failures within ``retry.node_requeues`` are free when it may be requeued);
+- ``dependency``: ``after``, ``afterok``, ``afternotok``, ``afterany`` and
+  ``singleton`` are honoured at every start, and a dependency that can never be
+  met ends the job without a start;
+- ``throttle``: an array's ``%N`` is never exceeded;
+- ``wall time``: an attempt past its wall time ends within two ticks plus the
+  stop grace, and no attempt is timed out before its wall time;
+- ``cancel``: a cancelled job ends CANCELLED unless it had ended by itself
+  before the first pass after the cancel;
+- ``command``: a job with no fault aimed at it ends as its command does (a
+  ``sleep`` or ``train`` SUCCEEDED, ``false`` and ``crash`` FAILED after exactly
+  ``max_retries + 1`` attempts, a ``hang`` past its wall time TIMEOUT);
+- ``limits``: a user's GPU limit is never exceeded;
+- ``checkpoint``: a training job relaunched never starts behind the last
+  checkpoint it saved;
+- ``history``: every attempt has its ``start`` event, every ended one its
+  ``attempt_end`` event with the same cause, and no event names an attempt that
+  does not exist; attempts are numbered 1, 2, ... with at most one open.
+
+Each rule raises :class:`~corral.testing.fault_schedules.Broken` (through the
+``broken`` callable it is given) naming the rule, the job and what happened.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from corral.runtime.execution.exits import Cause
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.storage.store import AttemptRow, EventRow, JobRow
+
+ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
+FAILURES = {Cause.HUNG.value, Cause.USER_ERROR.value, Cause.OOM.value, Cause.KILLED.value}
+SLACK = 0.05
+"""Seconds of slack on time bounds (a pass runs a little after the instant it is due)."""
+
+
+@dataclass
+class Promise:
+    """What the schedule promised one job, and what was done to it."""
+
+    job: int
+    user: str
+    spec: JobSpec
+    submitted: float
+    name: str
+    faults: list[str] = field(default_factory=list)
+    """Faults aimed at it (a kill, its node lost, a clock jump while it lived, ...):
+    its end may then differ from its command's."""
+    cancelled: float | None = None
+    """When a cancel was first asked (while it had not ended)."""
+    released: float | None = None
+    """When a release was first asked."""
+    held_since: float | None = None
+    """Since when its row has said it is held (None: it does not now)."""
+    checkpoint: int = 0
+    """The last checkpoint step its process saved where the store kept it."""
+
+    @property
+    def command(self) -> str:
+        return self.spec.command[0] if self.spec.command else ""
+
+
+def expected_end(p: Promise) -> str | None:
+    """How a job with no fault aimed at it ends, from its command (None: not known)."""
+    head = p.command
+    if head in ("sleep", "train", "work"):
+        return "SUCCEEDED"
+    if head in ("false", "crash"):
+        return "FAILED"
+    if head == "hang":
+        return "TIMEOUT" if p.spec.wall_time is not None else None
+    return "SUCCEEDED"
+
+
+@dataclass
+class Oracle:
+    """The rules, over the promises the harness recorded and the store's rows."""
+
+    broken: Callable[[str], NoReturn]
+    tick: float
+    grace: float
+    node_requeues: int
+    user_gpus: dict[str, int]
+    promises: dict[int, Promise] = field(default_factory=dict)
+    good_passes: list[float] = field(default_factory=list)
+    """Start times of the passes that ran to their end."""
+    unsteady: list[tuple[float, float]] = field(default_factory=list)
+    """Spans when the loop could not keep its deadlines (a full disk, a clock jump)."""
+
+    # ------------------------------------------------------------ recording
+    def submitted(self, rows: list[tuple[int, str, dict[str, Any], str]], now: float) -> None:
+        """Jobs stored: (id, user, stored spec, name) each."""
+        for job, user, spec, name in rows:
+            self.promises[job] = Promise(job, user, JobSpec.model_validate(spec), now, name)
+
+    def aim(self, job: int, what: str) -> None:
+        """A fault aimed at ``job``: its end is no longer its command's to say."""
+        if (p := self.promises.get(job)) is not None:
+            p.faults.append(what)
+
+    def aim_live(self, jobs: list[int], what: str) -> None:
+        for job in jobs:
+            self.aim(job, what)
+
+    def cancel_asked(self, job: int, now: float) -> None:
+        p = self.promises.get(job)
+        if p is not None and p.cancelled is None:
+            p.cancelled = now
+
+    def release_asked(self, job: int, now: float) -> None:
+        p = self.promises.get(job)
+        if p is not None and p.released is None:
+            p.released = now
+
+    def saved(self, job: int, step: int) -> None:
+        p = self.promises.get(job)
+        if p is not None:
+            p.checkpoint = max(p.checkpoint, step)
+
+    def launched(self, job: int, attempt: int, step: float) -> None:
+        """A training process starts: never behind the checkpoint its job saved."""
+        p = self.promises.get(job)
+        if p is not None and step + 1 < p.checkpoint:
+            self.broken(
+                f"checkpoint: job {job} attempt {attempt} starts at step {step:.0f}, "
+                f"behind its saved checkpoint at step {p.checkpoint}"
+            )
+
+    # ------------------------------------------------------------ each step
+    def check_step(
+        self, s: Session, now: float, skip: set[int], paused: dict[tuple[int, int], float]
+    ) -> None:
+        """The rules that hold at every instant (``paused``: seconds each attempt's
+        process has spent paused, which its wall time does not count)."""
+        open_rows = list(s.scalars(select(AttemptRow).where(AttemptRow.end_time.is_(None))))
+        held = dict(s.execute(select(JobRow.id, JobRow.held).where(JobRow.held.is_not(None))).all())
+        by_array: dict[int, list[int]] = {}
+        by_user: dict[str, int] = {}
+        for att in open_rows:
+            p = self.promises.get(att.job_id)
+            if p is None or att.job_id in skip:
+                continue
+            spec = p.spec
+            if spec.hold and (p.released is None or att.start_time < p.released - SLACK):
+                self.broken(
+                    f"held: job {p.job} was submitted held and attempt {att.number} started "
+                    f"at {att.start_time:.2f} before any release was asked"
+                )
+            if (
+                att.job_id in held
+                and p.held_since is not None
+                and att.start_time > p.held_since + SLACK
+            ):
+                self.broken(
+                    f"held: job {p.job} is held ({held[att.job_id]}) and attempt "
+                    f"{att.number} started while it was"
+                )
+            if spec.array_job is not None and spec.array_limit is not None:
+                by_array.setdefault(spec.array_job, []).append(att.job_id)
+                if len(by_array[spec.array_job]) > spec.array_limit:
+                    self.broken(
+                        f"throttle: array {spec.array_job} runs tasks "
+                        f"{sorted(by_array[spec.array_job])} at once, over its %"
+                        f"{spec.array_limit}"
+                    )
+            by_user[p.user] = by_user.get(p.user, 0) + len(att.gpus or [])
+            most = self.user_gpus.get(p.user)
+            if most is not None and by_user[p.user] > most:
+                self.broken(f"limits: user {p.user} holds {by_user[p.user]} GPUs, over {most}")
+            self._wall_time(att, p, now, paused.get((att.job_id, att.number), 0.0))
+        for job, p in self.promises.items():
+            if job in held:
+                p.held_since = now if p.held_since is None else p.held_since
+            else:
+                p.held_since = None
+
+    def _steady(self, since: float, until: float) -> bool:
+        return not any(a < until and since < b for a, b in self.unsteady)
+
+    def _wall_time(self, att: AttemptRow, p: Promise, now: float, paused: float) -> None:
+        limit = p.spec.wall_time
+        if limit is None or not self._steady(att.start_time, now):
+            return
+        bound = limit + 2 * self.tick + self.grace + SLACK
+        ran = now - att.start_time - paused
+        if ran > bound:
+            self.broken(
+                f"wall time: job {p.job} attempt {att.number} has run {ran:.2f}s, past "
+                f"its wall time of {limit:g}s plus two ticks and the grace ({bound:.2f}s)"
+            )
+
+    # ------------------------------------------------------------ at the end
+    def check_end(self, s: Session, skip: set[int]) -> None:
+        """The rules over each job's whole history, once every job has ended."""
+        rows = {r.id: r for r in s.scalars(select(JobRow))}
+        attempts: dict[int, list[AttemptRow]] = {}
+        for att in s.scalars(select(AttemptRow).order_by(AttemptRow.job_id, AttemptRow.number)):
+            attempts.setdefault(att.job_id, []).append(att)
+        events: dict[int, list[EventRow]] = {}
+        for ev in s.scalars(select(EventRow).where(EventRow.job_id.is_not(None))):
+            events.setdefault(int(ev.job_id or 0), []).append(ev)
+        for job, p in sorted(self.promises.items()):
+            row = rows.get(job)
+            if row is None or job in skip:
+                continue
+            mine = attempts.get(job, [])
+            self._history(p, mine, events.get(job, []))
+            self._retries(p, row, mine)
+            self._dependency(p, row, mine, rows)
+            self._cancel(p, row)
+            self._timeouts(p, mine)
+            self._command(p, row, mine, rows)
+
+    def _history(self, p: Promise, mine: list[AttemptRow], evs: list[EventRow]) -> None:
+        numbers = [a.number for a in mine]
+        if numbers != list(range(1, len(mine) + 1)):
+            self.broken(f"history: job {p.job}'s attempts are numbered {numbers}")
+        if sum(1 for a in mine if a.end_time is None) > 1:
+            self.broken(f"history: job {p.job} has more than one open attempt")
+        starts = sorted(int(e.detail.get("attempt", -1)) for e in evs if e.kind == "start")
+        if starts != numbers:
+            self.broken(
+                f"history: job {p.job} has attempts {numbers} and start events for {starts}"
+            )
+        ends: dict[int, list[str]] = {}
+        for e in evs:
+            if e.kind == "attempt_end":
+                ends.setdefault(int(e.detail.get("attempt", -1)), []).append(
+                    str(e.detail.get("cause"))
+                )
+        for a in mine:
+            said = ends.pop(a.number, [])
+            if a.end_time is not None and a.cause is not None and said != [a.cause]:
+                self.broken(
+                    f"history: job {p.job} attempt {a.number} ended {a.cause}, and its "
+                    f"events say {said or 'nothing'}"
+                )
+        if ends:
+            self.broken(f"history: job {p.job} has end events for attempts {sorted(ends)} "
+                        "that did not end so")  # fmt: skip
+
+    def _counted(self, p: Promise, mine: list[AttemptRow]) -> int:
+        failed = sum(1 for a in mine if a.cause in FAILURES)
+        lost = sum(1 for a in mine if a.cause == Cause.NODE_FAILURE.value)
+        free = self.node_requeues if p.spec.requeue else 0
+        return failed + max(lost - free, 0)
+
+    def _retries(self, p: Promise, row: JobRow, mine: list[AttemptRow]) -> None:
+        counted = self._counted(p, mine)
+        if counted > p.spec.max_retries + 1:
+            self.broken(
+                f"retries: job {p.job} failed {counted} attempts, with max_retries "
+                f"{p.spec.max_retries} ({len(mine)} attempts in all)"
+            )
+        last = max(
+            (k for k, a in enumerate(mine) if self._counted(p, mine[: k + 1]) > p.spec.max_retries),
+            default=None,
+        )
+        if last is not None and last < len(mine) - 1:
+            self.broken(
+                f"retries: job {p.job} was started again after its retries were used "
+                f"(attempt {mine[last].number} was its last allowed)"
+            )
+
+    def _dependency(
+        self, p: Promise, row: JobRow, mine: list[AttemptRow], rows: dict[int, JobRow]
+    ) -> None:
+        dep = p.spec.dependency
+        first = mine[0].start_time if mine else None
+        if first is not None:
+            for kind, ids in dep.items():
+                for other in ids:
+                    o = rows.get(other)
+                    if o is None:
+                        continue
+                    ok = _met(kind, o, first)
+                    if not ok and not p.spec.dependency_any:
+                        self.broken(
+                            f"dependency: job {p.job} started at {first:.2f} with {kind}:{other} "
+                            f"unmet (job {other} {o.status}, ended {o.end_time})"
+                        )
+            if dep and p.spec.dependency_any and not any(
+                (o := rows.get(j)) is not None and _met(k, o, first)
+                for k, ids in dep.items()
+                for j in ids
+            ):
+                self.broken(f"dependency: job {p.job} started with none of {dep} met")
+            if p.spec.singleton:
+                for other, o in rows.items():
+                    if other < p.job and o.user == p.user and o.name == p.name and (
+                        o.end_time is None or o.end_time > first + SLACK
+                    ):
+                        self.broken(
+                            f"dependency: singleton job {p.job} started at {first:.2f} while "
+                            f"job {other} of the same name had not ended"
+                        )
+        never = [
+            f"{kind}:{other}"
+            for kind, ids in dep.items()
+            for other in ids
+            if (o := rows.get(other)) is not None and _never(kind, o)
+        ]
+        if dep and not p.spec.dependency_any and never and row.status != "CANCELLED":
+            self.broken(
+                f"dependency: job {p.job} ended {row.status} though {never[0]} can never be met"
+            )
+
+    def _cancel(self, p: Promise, row: JobRow) -> None:
+        if p.cancelled is None or row.status == "CANCELLED":
+            return
+        after = [t for t in self.good_passes if t >= p.cancelled - SLACK]
+        first = after[0] if after else math.inf
+        if row.end_time is None or row.end_time > first + SLACK:
+            self.broken(
+                f"cancel: job {p.job} was cancelled at {p.cancelled:.2f}, and ended "
+                f"{row.status} at {row.end_time}, after the pass at {first:.2f}"
+            )
+
+    def _timeouts(self, p: Promise, mine: list[AttemptRow]) -> None:
+        limit = p.spec.wall_time
+        for a in mine:
+            if a.cause != Cause.TIMEOUT.value or a.end_time is None:
+                continue
+            if limit is None or a.end_time - a.start_time < limit - SLACK:
+                self.broken(
+                    f"wall time: job {p.job} attempt {a.number} timed out after "
+                    f"{a.end_time - a.start_time:.2f}s, its wall time {limit}"
+                )
+
+    def _command(
+        self, p: Promise, row: JobRow, mine: list[AttemptRow], rows: dict[int, JobRow]
+    ) -> None:
+        if p.faults or p.cancelled is not None:
+            return
+        if any(
+            (o := rows.get(j)) is not None and _never(k, o)
+            for k, ids in p.spec.dependency.items()
+            for j in ids
+        ):
+            return  # (checked above: it ends CANCELLED, never started)
+        want = expected_end(p)
+        if want is None:
+            return
+        if row.status != want:
+            self.broken(
+                f"command: job {p.job} ({' '.join(p.spec.command)}) had no fault aimed at it "
+                f"and ended {row.status} ({row.reason}), not {want}"
+            )
+        failed = self._counted(p, mine)
+        if p.command in ("false", "crash") and failed != p.spec.max_retries + 1:
+            self.broken(
+                f"command: job {p.job} ({' '.join(p.spec.command)}) ended after {failed} "
+                f"failed attempts, not max_retries + 1 = {p.spec.max_retries + 1}"
+            )
+
+
+def _met(kind: str, other: JobRow, at: float) -> bool:
+    """Whether ``kind`` on ``other`` was met at ``at`` (from its final row)."""
+    ended = other.end_time is not None and other.end_time <= at + SLACK
+    if kind == "after":
+        return other.first_start is not None and other.first_start <= at + SLACK or ended
+    if kind == "afterany":
+        return ended
+    if kind == "afterok":
+        return ended and other.status == "SUCCEEDED"
+    if kind == "afternotok":
+        return ended and other.status in ENDED - {"SUCCEEDED"}
+    return True
+
+
+def _never(kind: str, other: JobRow) -> bool:
+    """Whether ``kind`` on ``other`` can never be met (from its final row)."""
+    if kind == "afterok":
+        return other.status in ENDED - {"SUCCEEDED"}
+    if kind == "afternotok":
+        return other.status == "SUCCEEDED"
+    return False
