@@ -652,7 +652,7 @@ def logs(
 )
 def heartbeat(ctx: Ctx, job_id: JobId, body: HeartbeatBody, request_: Request) -> HeartbeatAnswer:
     token = request_.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    now = time.time()
+    now = ctx.store.clock()  # (the wall clock, or a test's virtual one)
     with ctx.store.session() as s:
         att = s.scalars(
             select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.number == body.attempt)

@@ -32,6 +32,7 @@ the same run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -42,11 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from fastapi import HTTPException
 from pydantic import ValidationError
+from starlette.requests import Request
 from sqlalchemy import event, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from corral.api import jobs as routes
+from corral.api.common import Context
 from corral.api.limits import MAX_REPORTED
+from corral.api.views import HeartbeatBody, PriorityBody
 from corral.model.status import TRANSITIONS
 from corral.runtime.execution.executor import ProcessRef
 from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
@@ -94,6 +100,48 @@ class Violation:
     def __str__(self) -> str:
         where = f" after [{self.after}]" if self.after is not None else ""
         return f"at {self.at:.2f}s{where}: {self.what}"
+
+
+class ServiceKilled(BaseException):
+    """``kill -9`` of the service at a boundary inside a pass (a BaseException: no
+    handler of the loop's catches it, as none runs once a process is killed)."""
+
+
+class Boundaries:
+    """The points inside a pass (or a recovery) where the harness acts: before and
+    after each store commit, and at each call into the executor (before a launch,
+    after it before its pid is stored, before a signal). An armed action runs at the
+    ``k``-th such point from when it was armed; one action at a time."""
+
+    WRITABLE = frozenset({"after commit", "launch", "launched", "signal"})
+    """Points where no transaction of the loop is open: where the API's writes land."""
+
+    def __init__(self, store: Store) -> None:
+        self.live = False
+        self.busy = False
+        self.armed: tuple[int, frozenset[str] | None, Callable[[str], None]] | None = None
+        sessions = store._sessions
+        event.listen(sessions, "before_commit", lambda _s: self.hit("before commit"))
+        event.listen(sessions, "after_commit", lambda _s: self.hit("after commit"))
+
+    def arm(self, k: int, action: Callable[[str], None], where: frozenset[str] | None) -> None:
+        self.armed = (k, where, action)
+
+    def hit(self, where: str) -> None:
+        if not self.live or self.busy or self.armed is None:
+            return
+        k, kinds, action = self.armed
+        if kinds is not None and where not in kinds:
+            return
+        if k > 1:
+            self.armed = (k - 1, kinds, action)
+            return
+        self.armed = None
+        self.busy = True
+        try:
+            action(where)
+        finally:
+            self.busy = False
 
 
 class Broken(Exception):
@@ -154,10 +202,13 @@ CORRUPTIONS: list[tuple[str, Any]] = [
 """Values written straight into a job's row, behind the loop's back."""
 
 
-def make_schedule(seed: int, length: int = 40, span: float = 120.0, holds: bool = True) -> list[Op]:
+def make_schedule(
+    seed: int, length: int = 40, span: float = 120.0, holds: bool = True, inside: bool = True
+) -> list[Op]:
     """``length`` operations over ``span`` virtual seconds, from ``seed``; ``holds``
-    adds holds and releases from a stream of their own (the rest of the schedule is
-    the same with or without them)."""
+    adds holds and releases, ``inside`` crashes, races and faults inside passes,
+    each from a stream of its own (the rest of the schedule is the same without
+    them)."""
     rng = random.Random(seed)
     ops: list[Op] = []
     submitted = 0
@@ -210,8 +261,79 @@ def make_schedule(seed: int, length: int = 40, span: float = 120.0, holds: bool 
         ops.append(
             Op(at, extra.choice(["hold", "release"]), (extra.randint(1, max(submitted, 1)),))
         )
+    if inside:
+        ops += _inside(random.Random(f"inside-{seed}"), max(length // 4, 1), span, submitted)
     ops.sort(key=lambda op: op.at)
     return ops
+
+
+def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list[Op]:
+    """Operations from a stream of their own (the rest of a seed's schedule is the same
+    with or without them): the service killed inside a pass, the API's requests landing
+    inside one, executor faults, heartbeats late or from an earlier attempt, pids
+    reused, the clock stepping back, and submissions of the features the main stream
+    leaves out (wall times to time out, singletons, begin times, exclusive nodes)."""
+    ops: list[Op] = []
+    kinds = [
+        ("crash", 4),
+        ("race", 5),
+        ("executor_fault", 3),
+        ("beat_replay", 2),
+        ("pid_reuse", 1),
+        ("clock_back", 1),
+        ("feature", 3),
+    ]
+    names, weights = zip(*kinds, strict=True)
+    for _ in range(count):
+        at = round(rng.uniform(0, span), 2)
+        kind = rng.choices(names, weights)[0]
+        pick = rng.randint(1, max(submitted, 1))
+        if kind == "crash":
+            ops.append(Op(at, kind, (rng.randint(1, 12),)))
+        elif kind == "race":
+            request = rng.choice(["cancel", "cancel", "hold", "release", "suspend", "resume",
+                                  "priority", "submit"])  # fmt: skip
+            arg: Any = pick
+            if request == "submit":
+                arg = (rng.choice(USERS), _spec(rng, submitted))
+            elif request == "priority":
+                arg = (pick, rng.choice([-10, 10]))
+            ops.append(Op(at, kind, (rng.randint(1, 8), request, arg)))
+        elif kind == "executor_fault":
+            fault = rng.choice(
+                ["launch_fails", "ignores_term", "slow_term", "record_missing", "record_corrupt"]
+            )
+            ops.append(Op(at, kind, (fault, rng.choice([1.0, 2.5, 6.0]))))
+        elif kind == "beat_replay":
+            ops.append(Op(at, kind, (rng.randrange(1000),)))
+        elif kind == "clock_back":
+            ops.append(Op(at, kind, (rng.choice([0.5, 3.0, 30.0]),)))
+        elif kind == "feature":
+            ops.append(Op(at, "submit", (rng.choice(USERS), _feature(rng, submitted))))
+        else:
+            ops.append(Op(at, kind))
+    return ops
+
+
+def _feature(rng: random.Random, earlier: int) -> dict[str, Any]:
+    """A job using what the main stream leaves out: a wall time it may outrun, a
+    singleton, a begin time, an exclusive node, a throttled array."""
+    work = rng.choice([2, 6, 12])
+    spec: dict[str, Any] = {"command": ["sleep", str(work)], "gpus": rng.choice([1, 2])}
+    which = rng.choice(["wall", "wall", "singleton", "begin", "exclusive", "array", "afterok"])
+    if which == "wall":
+        spec["wall_time"] = rng.choice([work / 2, work * 2.0])
+    elif which == "singleton":
+        spec["singleton"] = True
+    elif which == "begin":
+        spec["begin_in"] = rng.choice([3, 20])  # seconds after its submission
+    elif which == "exclusive":
+        spec["exclusive"] = True
+    elif which == "array":
+        spec["array"] = rng.choice(["0-5%1", "0-7%3"])
+    elif earlier:
+        spec["dependency"] = f"afterok:{rng.randint(1, earlier)}"
+    return spec
 
 
 # ---------------------------------------------------------------- the world
@@ -252,6 +374,23 @@ class DiskFull:
     def _check(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
         if self.on and statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
             raise OperationalError(statement, None, Exception("database or disk is full"))
+
+
+class _Front:
+    """The loop as the API's routes see it in virtual time: everything it offers,
+    except that a route never waits for a pass (one thread runs both here)."""
+
+    def __init__(self, loop: Scheduler) -> None:
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+    def after_a_pass(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def notify(self) -> None:
+        return None
 
 
 @dataclass
@@ -297,6 +436,11 @@ class World:
             user_gpus={u.name: u.max_gpus for u in self.config.users if u.max_gpus},
         )
         self.executor.on_checkpoint = self.oracle.saved
+        self.bounds = Boundaries(self.store)
+        self.executor.on_call = self.bounds.hit
+        self.executor.beat_route = self._beat
+        self.crashes = 0
+        self.races = 0
         self.scheduler = self._start()
 
     def _start(self) -> Scheduler:
@@ -305,7 +449,15 @@ class World:
         can, and nothing is scheduled meanwhile."""
         scheduler = Scheduler(self.config, self.store, self.executor, clock=self.clock)
         try:
-            scheduler.recover()
+            self.bounds.live = True
+            try:
+                scheduler.recover()
+            finally:
+                self.bounds.live = False
+        except ServiceKilled:  # killed again while recovering: started again
+            self.crashes += 1
+            self.executor = self.executor.restarted()
+            return self._start()
         except Exception as exc:
             if not self.disk.on:
                 raise Broken(f"the service cannot start: {type(exc).__name__}: {exc}") from exc
@@ -353,6 +505,13 @@ class World:
             open_rows = list(s.scalars(select(AttemptRow).where(AttemptRow.end_time.is_(None))))
             statuses = dict(s.execute(select(JobRow.id, JobRow.status)).all())
         now = self.clock()
+        for job, fault in self.executor.met:
+            self.oracle.aim(job, fault)
+        self.executor.met.clear()
+        for p in self.executor.processes.values():
+            if p.foreign and p.signalled:
+                raise Broken(f"the service signalled pid {p.pid}, another's process now "
+                             f"(signals {p.signalled})")  # fmt: skip
         paused = {(p.job, p.attempt): p.paused_for(now) for p in self.executor.processes.values()}
         with self.store.session() as s:
             self.oracle.check_step(s, now, self.tampered, paused)
@@ -423,7 +582,19 @@ class World:
         full = self.disk.on
         began = self.clock()
         try:
-            self.scheduler.step()
+            self.bounds.live = True
+            try:
+                self.scheduler.step()
+            finally:
+                self.bounds.live = False
+        except ServiceKilled:
+            # kill -9 inside the pass: a new service, with a new executor that knows of
+            # processes only what it can read (pid files, exit records, the table)
+            self.crashes += 1
+            self.executor = self.executor.restarted()
+            self.scheduler = self._start()
+            self.passes += 1
+            return
         except Exception as exc:
             if not full:
                 raise Broken(f"a pass failed: {type(exc).__name__}: {exc}") from exc
@@ -462,6 +633,9 @@ class World:
         return next(u for u in self.config.users if u.name == name)
 
     def _op_submit(self, user: str, raw: dict[str, Any]) -> None:
+        if "begin_in" in raw:  # a begin time, from the virtual time of its submission
+            raw = {**raw, "begin": self.clock() + raw["begin_in"]}
+            del raw["begin_in"]
         sch = self.scheduler
         admission = Admission(
             self.config,
@@ -489,21 +663,35 @@ class World:
             self.refused += 1  # the API answers 507
 
     def _request(self, job: int, action: str, **values: Any) -> bool:
-        """Ask the loop ``action`` for ``job`` as the API does; True when it was stored."""
+        """Ask the loop ``action`` for ``job`` through the API's own route, as the job's
+        owner; True when the route stored it (False: refused, as a 409 or 404 is)."""
+        with self.store.session() as s:
+            owner = s.scalar(select(JobRow.user).where(JobRow.id == job))
+        user = next((u for u in self.config.users if u.name == owner), None)
+        if user is None:
+            return False
+        ctx = Context(self.config, self.store, _Front(self.scheduler))  # type: ignore[arg-type]
         try:
-            with self.store.session() as s:
-                row = s.get(JobRow, job)
-                if row is None or row.status in ENDED:
-                    return False
-                for name, value in values.items():
-                    setattr(row, name, value)
-                if row.request != "cancel":
-                    row.request = action
+            if action == "priority":
+                routes.set_priority(ctx, job, PriorityBody(priority=values["priority"]), user)
+            else:
+                getattr(routes, action)(ctx, job, user)
+        except (HTTPException, Refused):
+            return False
         except OperationalError:
             if not self.disk.on:
                 raise
             return False
         return True
+
+    def _beat(self, process: VirtualProcess, body: dict[str, Any]) -> None:
+        """A training process's heartbeat, through the API's heartbeat route with its
+        attempt's token (a full disk: the route answers 507, and the beat is lost)."""
+        token = process.request.env.get("CORRAL_JOB_TOKEN", "")
+        scope = {"type": "http", "headers": [(b"authorization", f"Bearer {token}".encode())]}
+        ctx = Context(self.config, self.store, _Front(self.scheduler))  # type: ignore[arg-type]
+        with contextlib.suppress(HTTPException, OperationalError):
+            routes.heartbeat(ctx, process.job, HeartbeatBody(**body), Request(scope))
 
     def _op_cancel(self, job: int) -> None:
         if self._request(job, "cancel"):
@@ -514,6 +702,52 @@ class World:
 
     def _op_resume(self, job: int) -> None:
         self._request(job, "resume")
+
+    def _op_crash(self, k: int) -> None:
+        """``kill -9`` of the service at the ``k``-th boundary inside the passes to come."""
+
+        def kill(where: str) -> None:
+            raise ServiceKilled(where)
+
+        self.bounds.arm(k, kill, None)
+
+    def _op_race(self, k: int, request: str, arg: Any) -> None:
+        """An API request landing inside a pass: at the ``k``-th point of the passes to
+        come where no transaction of the loop is open."""
+
+        def land(_where: str) -> None:
+            self.races += 1
+            if request == "submit":
+                self._op_submit(*arg)
+            elif request == "priority":
+                self._op_priority(*arg)
+            else:
+                getattr(self, f"_op_{request}")(arg)
+
+        self.bounds.arm(k, land, Boundaries.WRITABLE)
+
+    def _op_executor_fault(self, fault: str, seconds: float) -> None:
+        """The next launch raises, ignores SIGTERM or takes seconds to leave after it,
+        or the next process to end leaves no exit record, or a corrupt one."""
+        self.executor.faults[fault] = seconds
+
+    def _op_beat_replay(self, pick: int) -> None:
+        """A heartbeat sent earlier arrives again: late, duplicated, out of order, or
+        from an attempt that has ended."""
+        sent = self.executor.sent
+        if not sent:
+            return
+        process, body = sent[pick % len(sent)]
+        self._beat(process, body)
+
+    def _op_pid_reuse(self) -> None:
+        self.executor.reuse_pid()
+
+    def _op_clock_back(self, seconds: float) -> None:
+        """The host's clock steps backwards (an NTP correction)."""
+        self.oracle.aim_live([p.job for p in self.executor.running()], "the clock stepped back")
+        self.oracle.unsteady.append((self.clock() - seconds, self.clock() + self.config.tick))
+        self.clock.now -= seconds
 
     def _op_hold(self, job: int) -> None:
         self._request(job, "hold")

@@ -228,8 +228,18 @@ class VirtualExecutor(Executor):
         self.faults: dict[str, float] = {}
         """Faults for the next launch or end: ``launch_fails``, ``ignores_term``,
         ``slow_term`` (seconds), ``record_missing``, ``record_corrupt``."""
+        self.met: list[tuple[int, str]] = []
+        """(job, fault) for each fault of :attr:`faults` a job's launch or end met."""
         self.freed: list[int] = []
         """Pids of job processes that have ended, most recent last (for reuse)."""
+        self.beat_route: Callable[[VirtualProcess, dict[str, Any]], None] | None = None
+        """Where heartbeats go (the API's route, as a test sets it); unset, they are
+        written into the store as that route writes them."""
+        self.sent: list[tuple[VirtualProcess, dict[str, Any]]] = []
+        """The last heartbeats sent through :attr:`beat_route` (for replays)."""
+        self.on_call: Callable[[str], None] | None = None
+        """Called at each boundary of a call into the executor: ``launch`` before a
+        launch, ``launched`` after it (before the loop stores its pid), ``signal``."""
 
     def restarted(self) -> VirtualExecutor:
         """A new executor over the same host (its process table, files and nodes), as
@@ -242,10 +252,17 @@ class VirtualExecutor(Executor):
     def slots(self) -> list[GpuSlot]:
         return list(self._slots)
 
+    def _boundary(self, where: str) -> None:
+        if self.on_call is not None:
+            self.on_call(where)
+
     def launch(self, request: LaunchRequest) -> ProcessRef:
+        self._boundary("launch")
         self._sync()
         now = self.clock()
+        job = int(request.env.get("CORRAL_JOB_ID", "0"))
         if self.faults.pop("launch_fails", None) is not None:
+            self.met.append((job, "its launch failed"))
             raise OSError("cannot fork: resource temporarily unavailable")
         pid = next(self._pids)
         process = VirtualProcess(request, pid, now, **_behaviour(request.argv))
@@ -255,6 +272,7 @@ class VirtualExecutor(Executor):
         for how in ("missing", "corrupt"):
             if self.faults.pop(f"record_{how}", None) is not None:
                 process.record = how
+                self.met.append((job, f"its exit record {how}"))
         if process.keeps_progress:
             asked = int(request.argv[2]) if len(request.argv) > 2 else len(request.gpus)
             efficiency = float(request.argv[3]) if len(request.argv) > 3 else 0.0
@@ -275,6 +293,7 @@ class VirtualExecutor(Executor):
         if any(slot.node in self.down for slot in request.gpus):
             self._end(process, now, lost=True)
         self._resettle(now)
+        self._boundary("launched")
         return ProcessRef(pid, process.start)
 
     def _own(self, ref: ProcessRef) -> VirtualProcess | None:
@@ -285,6 +304,7 @@ class VirtualExecutor(Executor):
         return process
 
     def signal(self, ref: ProcessRef, sig: int) -> None:
+        self._boundary("signal")
         self._sync()
         process = self._own(ref)
         now = self.clock()
@@ -390,7 +410,7 @@ class VirtualExecutor(Executor):
     # ------------------------------------------------------------ the model
     def running(self) -> list[VirtualProcess]:
         self._sync()
-        return [p for p in self.processes.values() if p.alive()]
+        return [p for p in self.processes.values() if p.alive() and not p.foreign]
 
     def _speed(self, process: VirtualProcess, live: list[VirtualProcess]) -> float:
         if process.paused:
@@ -483,6 +503,18 @@ class VirtualExecutor(Executor):
             and now - p.started >= WINDOW
         ]
         if not due:
+            return
+        if self.beat_route is not None:
+            for p in due:
+                p.last_beat = now
+                body = {
+                    "attempt": p.attempt,
+                    "step": int(p.done * p.rate),
+                    "throughput": p.mean_speed(now - WINDOW, now) * p.rate,
+                    "throughput_age": WINDOW,
+                }
+                self.sent = [*self.sent[-20:], (p, body)]
+                self.beat_route(p, body)
             return
         with contextlib.suppress(OperationalError):  # a full disk: the API answers 507
             self._write_beats(due, now)

@@ -93,16 +93,26 @@ class UserLimits:
 
     def _in_use(self, stops: frozenset[int] = frozenset()) -> dict[tuple[str, str], list[int]]:
         """(``user`` or ``vc``, name) -> [GPUs held, jobs running], by the running jobs
-        (but ``stops``)."""
+        (but ``stops``), and the GPUs of attempts still leaving them (stopped by a plan,
+        timed out, cancelled: until its process has gone, a GPU is held, as Slurm counts
+        a completing job's)."""
         st = self.loop.live.state
         out: dict[tuple[str, str], list[int]] = {}
+        counted = set()
         for i in st.running:
             if i in stops:
                 continue
+            counted.add(int(i))
             for key in (("user", st.user[i]), ("vc", st.vc[i] or DEFAULT_VC)):
                 held = out.setdefault(key, [0, 0])
                 held[0] += int(st.gpus[i])
                 held[1] += 1
+        for job, a in self.loop.attempts.items():
+            i = self.loop.live.index.get(job)
+            if i is None or i in counted:
+                continue
+            for key in (("user", st.user[i]), ("vc", st.vc[i] or DEFAULT_VC)):
+                out.setdefault(key, [0, 0])[0] += len(a.gpus)
         return out
 
     def _passes_a_cap(self, i: int, use: dict[tuple[str, str], list[int]]) -> str | None:
