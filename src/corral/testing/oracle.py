@@ -9,9 +9,9 @@ contract a user relies on:
   job whose row says it is held starts no attempt while it is;
 - ``retries``: a job's failed attempts stay within ``max_retries`` (its node
   failures within ``retry.node_requeues`` are free when it may be requeued);
-- ``dependency``: ``after``, ``afterok``, ``afternotok``, ``afterany`` and
-  ``singleton`` are honoured at every start, and a dependency that can never be
-  met ends the job without a start;
+- ``dependency``: ``after``, ``afterok``, ``afternotok``, ``afterany``,
+  ``singleton`` and a begin time are honoured at every start, and a dependency
+  that can never be met ends the job without a start;
 - ``throttle``: an array's ``%N`` is never exceeded;
 - ``wall time``: an attempt past its wall time ends within two ticks plus the
   stop grace, and no attempt is timed out before its wall time;
@@ -106,6 +106,8 @@ class Oracle:
     good_passes: list[float] = field(default_factory=list)
     """Start times of the passes that ran to their end."""
     unsteady: list[tuple[float, float]] = field(default_factory=list)
+    restarts: list[float] = field(default_factory=list)
+    """When the service was restarted (each may cost a stop in progress a tick)."""
     """Spans when the loop could not keep its deadlines (a full disk, a clock jump)."""
 
     # ------------------------------------------------------------ recording
@@ -195,19 +197,24 @@ class Oracle:
             else:
                 p.held_since = None
 
-    def _steady(self, since: float, until: float) -> bool:
-        return not any(a < until and since < b for a, b in self.unsteady)
-
     def _wall_time(self, att: AttemptRow, p: Promise, now: float, paused: float) -> None:
+        """Past its wall time, an attempt ends within two ticks plus the grace; where
+        its wall time came while the loop could not act (a full disk under the store,
+        a clock jump), that long after the loop could again."""
         limit = p.spec.wall_time
-        if limit is None or not self._steady(att.start_time, now):
+        if limit is None:
             return
-        bound = limit + 2 * self.tick + self.grace + SLACK
-        ran = now - att.start_time - paused
-        if ran > bound:
+        due = att.start_time + paused + limit
+        margin = 2 * self.tick + self.grace
+        deadline = due + margin
+        for since, until in sorted(self.unsteady):
+            if since <= deadline and until >= due:
+                deadline = max(deadline, until + margin)
+        deadline += self.tick * sum(1 for t in self.restarts if due <= t <= deadline)
+        if now > deadline + SLACK:
             self.broken(
-                f"wall time: job {p.job} attempt {att.number} has run {ran:.2f}s, past "
-                f"its wall time of {limit:g}s plus two ticks and the grace ({bound:.2f}s)"
+                f"wall time: job {p.job} attempt {att.number} runs {now - due:.2f}s past its "
+                f"wall time of {limit:g}s (allowed: two ticks and the grace, {margin:g}s)"
             )
 
     # ------------------------------------------------------------ at the end
@@ -288,6 +295,10 @@ class Oracle:
     ) -> None:
         dep = p.spec.dependency
         first = mine[0].start_time if mine else None
+        begin = p.spec.begin
+        if first is not None and begin is not None and first < begin - SLACK:
+            self.broken(f"dependency: job {p.job} started at {first:.2f}, before its begin "
+                        f"time {begin:.2f}")  # fmt: skip
         if first is not None:
             for kind, ids in dep.items():
                 for other in ids:
@@ -300,16 +311,23 @@ class Oracle:
                             f"dependency: job {p.job} started at {first:.2f} with {kind}:{other} "
                             f"unmet (job {other} {o.status}, ended {o.end_time})"
                         )
-            if dep and p.spec.dependency_any and not any(
-                (o := rows.get(j)) is not None and _met(k, o, first)
-                for k, ids in dep.items()
-                for j in ids
+            if (
+                dep
+                and p.spec.dependency_any
+                and not any(
+                    (o := rows.get(j)) is not None and _met(k, o, first)
+                    for k, ids in dep.items()
+                    for j in ids
+                )
             ):
                 self.broken(f"dependency: job {p.job} started with none of {dep} met")
             if p.spec.singleton:
                 for other, o in rows.items():
-                    if other < p.job and o.user == p.user and o.name == p.name and (
-                        o.end_time is None or o.end_time > first + SLACK
+                    if (
+                        other < p.job
+                        and o.user == p.user
+                        and o.name == p.name
+                        and (o.end_time is None or o.end_time > first + SLACK)
                     ):
                         self.broken(
                             f"dependency: singleton job {p.job} started at {first:.2f} while "
@@ -379,7 +397,7 @@ def _met(kind: str, other: JobRow, at: float) -> bool:
     """Whether ``kind`` on ``other`` was met at ``at`` (from its final row)."""
     ended = other.end_time is not None and other.end_time <= at + SLACK
     if kind == "after":
-        return other.first_start is not None and other.first_start <= at + SLACK or ended
+        return (other.first_start is not None and other.first_start <= at + SLACK) or ended
     if kind == "afterany":
         return ended
     if kind == "afterok":

@@ -28,7 +28,7 @@ from corral.runtime.loop.queueing import Queueing
 from corral.runtime.loop.records import BadRecord, aside_reason
 from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.loop.stops import Stops
-from corral.runtime.storage.store import EventRow, JobRow, NodeRow
+from corral.runtime.storage.store import EventRow, JobRow, NodeRow, in_chunks
 
 KEPT = (
     "wake",
@@ -156,16 +156,42 @@ class Recovery:
                     )
             self._load(s, rows)
             self._restore_turns(s)
+        asked = self._stops_asked()
         for a in self.loop.attempts.values():
             if a.ref is None:
                 continue
             self.loop.executor.signal(
                 a.ref, signal.SIGCONT
             )  # one paused for a time slice runs again
-            if a.stop is not None:  # a stop in progress goes on
+            if a.stop is not None:  # a stop in progress goes on, its grace not begun again
                 self.stops.signal_stop(a, now)
+                since = asked.get((a.job, a.number))
+                if since is not None and a.kill_at is not None:
+                    a.kill_at = min(a.kill_at, max(since + self.loop.config.stop_grace, now))
         self.sync_drained()
         self.loop.dirty = True
+
+    def _stops_asked(self) -> dict[tuple[int, int], float]:
+        """(job, attempt) -> when its stop was asked, for the attempts stopping at a
+        restart (their ``stop`` events): a service killed during a stop's grace must not
+        grant it a whole grace again, or a job past its wall time outlives it by a
+        grace at every restart."""
+        stopping = {a.job: a.number for a in self.loop.attempts.values() if a.stop is not None}
+        if not stopping:
+            return {}
+        out: dict[tuple[int, int], float] = {}
+        with self.loop.store.session() as s:
+            for chunk in in_chunks(sorted(stopping)):
+                rows = s.execute(
+                    select(EventRow.job_id, EventRow.time, EventRow.detail).where(
+                        EventRow.kind == "stop", EventRow.job_id.in_(chunk)
+                    )
+                )
+                for job, at, detail in rows:
+                    number = detail.get("attempt") if isinstance(detail, dict) else None
+                    if job is not None and isinstance(number, int) and number == stopping[job]:
+                        out[(job, number)] = min(out.get((job, number), at), at)
+        return out
 
     def _live_rows(self, s: Session) -> list[JobRow]:
         return self.rows(s, JobRow.status.not_in(TERMINAL))

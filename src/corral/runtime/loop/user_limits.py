@@ -98,7 +98,7 @@ class UserLimits:
         a completing job's)."""
         st = self.loop.live.state
         out: dict[tuple[str, str], list[int]] = {}
-        counted = set()
+        counted: set[int] = set()
         for i in st.running:
             if i in stops:
                 continue
@@ -108,10 +108,10 @@ class UserLimits:
                 held[0] += int(st.gpus[i])
                 held[1] += 1
         for job, a in self.loop.attempts.items():
-            i = self.loop.live.index.get(job)
-            if i is None or i in counted:
+            k = self.loop.live.index.get(job)
+            if k is None or k in counted:
                 continue
-            for key in (("user", st.user[i]), ("vc", st.vc[i] or DEFAULT_VC)):
+            for key in (("user", st.user[k]), ("vc", st.vc[k] or DEFAULT_VC)):
                 out.setdefault(key, [0, 0])[0] += len(a.gpus)
         return out
 

@@ -1,0 +1,256 @@
+"""The fault schedules scored by the bugs they catch: each mutant is a small, named
+change to the live loop (a realistic bug, one or more per rule of the outcome
+oracle and of the invariants), applied to a scratch copy of the package; the
+schedules of :mod:`corral.testing.fault_schedules` then run on that copy, seed
+after seed, until one breaks a rule or the seeds run out.
+
+    python benchmarks/mutants.py              # every mutant, the default seeds
+    python benchmarks/mutants.py --only retries-one-more --seeds 50
+
+Each mutant's line says the seed and policy that caught it and what broke; the last
+line is ``K of N mutants caught``. Exits 1 unless every mutant was caught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "corral"
+LOOP = "runtime/loop"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One bug: in ``file`` (under the package), ``old`` (found exactly once) becomes ``new``."""
+
+    name: str
+    rule: str
+    file: str
+    old: str
+    new: str
+    policies: tuple[str, ...] = ("tiresias-las", "fifo")
+
+
+MUTANTS = [
+    Mutant(
+        "held-at-submission-starts",
+        "held",
+        f"{LOOP}/transitions.py",
+        "if row.status != JobStatus.SUSPENDED and row.held is None:",
+        "if row.status != JobStatus.SUSPENDED:",
+    ),
+    Mutant(
+        "hold-not-kept-from-the-policy",
+        "held",
+        f"{LOOP}/transitions.py",
+        "        self.loop.book.hold(row.id)\n        row.held, row.reason = holder",
+        "        row.held, row.reason = holder",
+    ),
+    Mutant(
+        "retries-one-more",
+        "retries",
+        f"{LOOP}/transitions.py",
+        "row.failures > spec.max_retries",
+        "row.failures > spec.max_retries + 1",
+    ),
+    Mutant(
+        "afterok-met-by-a-failure",
+        "dependency",
+        f"{LOOP}/queueing.py",
+        "if ended and state != JobStatus.SUCCEEDED:",
+        "if False:",
+    ),
+    Mutant(
+        "afterany-met-at-its-start",
+        "dependency",
+        f"{LOOP}/queueing.py",
+        'if kind == "afterany" and not ended:',
+        'if kind == "afterany" and not (ended or started):',
+    ),
+    Mutant(
+        "singleton-ignored",
+        "dependency",
+        f"{LOOP}/queueing.py",
+        "        if waiting.singleton is not None:\n            user, name",
+        "        if False:\n            user, name",
+    ),
+    Mutant(
+        "begin-time-ignored",
+        "dependency",
+        f"{LOOP}/queueing.py",
+        " or waiting.limit or waiting.begin > now",
+        " or waiting.limit",
+    ),
+    Mutant(
+        "throttle-plus-one",
+        "throttle",
+        f"{LOOP}/queueing.py",
+        "if in_flight[array] >= waiting.limit:",
+        "if in_flight[array] > waiting.limit:",
+    ),
+    Mutant(
+        "wall-time-doubled",
+        "wall time",
+        f"{LOOP}/transitions.py",
+        "a.ran_for(now) >= a.wall_limit",
+        "a.ran_for(now) >= 2 * a.wall_limit",
+    ),
+    Mutant(
+        "wall-time-halved",
+        "wall time",
+        f"{LOOP}/transitions.py",
+        "a.ran_for(now) >= a.wall_limit",
+        "a.ran_for(now) >= a.wall_limit / 2",
+    ),
+    Mutant(
+        "cancel-of-a-running-job-not-carried-out",
+        "cancel",
+        f"{LOOP}/transitions.py",
+        '                if a is not None:\n                    stops.append((a, "cancel"))',
+        "                if a is not None:\n                    pass",
+    ),
+    Mutant(
+        "request-written-in-a-pass-cleared-unread",
+        "cancel (a race)",
+        f"{LOOP}/transitions.py",
+        ".where(JobRow.id.in_(ids), JobRow.request == request)",
+        ".where(JobRow.request.is_not(None))",
+    ),
+    Mutant(
+        "exit-code-1-succeeds",
+        "command",
+        "runtime/execution/exits.py",
+        'if code == 0 and stop != "hung":',
+        'if code in (0, 1) and stop != "hung":',
+    ),
+    Mutant(
+        "user-cap-forgets-leaving-attempts",
+        "limits",
+        f"{LOOP}/user_limits.py",
+        "        for job, a in self.loop.attempts.items():\n            i = self.loop.live",
+        "        for job, a in {}.items():\n            i = self.loop.live",
+    ),
+    Mutant(
+        "checkpoint-forgotten-at-preemption",
+        "checkpoint",
+        f"{LOOP}/transitions.py",
+        "                rec.preempted = True\n                if ours:",
+        "                rec.preempted = True\n                row.checkpoint_step = None\n"
+        "                if ours:",
+        ("las", "tiresias-las"),
+    ),
+    Mutant(
+        "end-event-without-its-cause",
+        "history",
+        f"{LOOP}/transitions.py",
+        "                attempt=a.number,\n                cause=cause.value,",
+        "                attempt=a.number,\n                cause=a.stop,",
+    ),
+    Mutant(
+        "second-launch-when-the-pid-was-never-stored",
+        "crash inside a pass",
+        f"{LOOP}/recovery.py",
+        "else self.loop.executor.pid_from(Path(att.dir))",
+        "else None",
+    ),
+    Mutant(
+        "request-for-an-ended-job-carried-out",
+        "transitions (strict)",
+        f"{LOOP}/transitions.py",
+        "if i is None or row.status in TERMINAL:\n                return",
+        "if i is None:\n                return",
+    ),
+    Mutant(
+        "gpus-never-freed",
+        "structure",
+        f"{LOOP}/transitions.py",
+        "            if self.loop.holders.get(g) == a.job:\n"
+        "                del self.loop.holders[g]\n"
+        "        self.sharing.unpair(a.job, now)",
+        "            pass\n        self.sharing.unpair(a.job, now)",
+    ),
+]
+
+RUNNER = """
+import sys
+import corral
+assert corral.__file__.startswith(sys.argv[1]), corral.__file__
+from corral.testing.fault_schedules import run_seed
+seeds, policies = int(sys.argv[2]), sys.argv[3].split(",")
+for seed in range(seeds):
+    for policy in policies:
+        broke = run_seed(policy, seed)
+        if broke is not None:
+            print(f"caught {seed} {policy} {broke}")
+            sys.exit(0)
+print("missed")
+"""
+
+
+def run_mutant(mutant: Mutant, seeds: int, timeout: float) -> tuple[Mutant, str, float]:
+    """(mutant, what happened, seconds): ``caught SEED POLICY what``, ``missed`` or an error."""
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="corral-mutant-") as scratch:
+        src = Path(scratch) / "src"
+        shutil.copytree(PACKAGE, src / "corral", ignore=shutil.ignore_patterns("__pycache__"))
+        path = src / "corral" / mutant.file
+        text = path.read_text()
+        if text.count(mutant.old) != 1:
+            found = text.count(mutant.old)
+            return mutant, f"not applied: its text is found {found} times in {mutant.file}", 0.0
+        path.write_text(text.replace(mutant.old, mutant.new))
+        env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", RUNNER, str(src), str(seeds), ",".join(mutant.policies)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return mutant, f"missed: not caught within {timeout:.0f} s", time.perf_counter() - began
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("caught", "missed"))]
+    if not lines:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return mutant, f"error: {tail[0]}", time.perf_counter() - began
+    return mutant, lines[-1], time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per policy (default 20)")
+    parser.add_argument("--only", action="append", help="run this mutant (repeatable)")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run at once")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:48} {m.rule:24} {m.file}")
+        return 0
+    caught = 0
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for mutant, what, seconds in pool.map(
+            lambda m: run_mutant(m, args.seeds, args.timeout), chosen
+        ):
+            ok = what.startswith("caught")
+            caught += ok
+            print(f"{mutant.name:48} [{mutant.rule}] {what} ({seconds:.0f} s)", flush=True)
+    print(f"{caught} of {len(chosen)} mutants caught")
+    return 0 if caught == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

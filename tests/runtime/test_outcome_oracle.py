@@ -1,0 +1,218 @@
+"""Each rule of the outcome oracle (:mod:`corral.testing.oracle`) trips on a history
+that breaks it, written straight into a store, and holds on the same history kept.
+(That the rules catch a broken loop is ``benchmarks/mutants.py``'s score.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from sqlalchemy.orm import Session
+
+from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.storage.store import AttemptRow, EventRow, JobRow, Store
+from corral.testing.oracle import Oracle, Promise
+
+T0 = 1_000.0
+
+
+class Tripped(Exception):
+    pass
+
+
+def trip(what: str) -> NoReturn:
+    raise Tripped(what)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    made = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    yield made
+    made.dispose()
+
+
+def oracle(**kw: Any) -> Oracle:
+    return Oracle(trip, tick=1.0, grace=3.0, node_requeues=5, user_gpus=kw.pop("caps", {}))
+
+
+def job(s: Session, o: Oracle, user: str = "alice", **spec: Any) -> int:
+    made = JobSpec(**{"command": ["sleep", "5"], **spec})
+    row = JobRow.queued(made, user, 0, "Submitted", submit_time=T0)
+    s.add(row)
+    s.flush()
+    o.submitted([(row.id, user, dict(row.spec), row.name)], T0)
+    return row.id
+
+
+def attempt(
+    s: Session, jid: int, number: int, start: float, end: float | None, cause: str | None,
+    gpus: tuple[int, ...] = (0,), events: bool = True,
+) -> None:  # fmt: skip
+    s.add(AttemptRow(job_id=jid, number=number, phase="main", gpus=list(gpus),
+                     start_time=start, end_time=end, dir="/", token_sha256="0" * 64,
+                     cause=cause))  # fmt: skip
+    if events:
+        s.add(EventRow(time=start, job_id=jid, kind="start", detail={"attempt": number}))
+        if end is not None:
+            s.add(EventRow(time=end, job_id=jid, kind="attempt_end",
+                           detail={"attempt": number, "cause": cause}))  # fmt: skip
+
+
+def end(s: Session, jid: int, status: str, at: float) -> None:
+    row = s.get(JobRow, jid)
+    assert row is not None
+    row.status, row.end_time = status, at
+    row.first_start = row.first_start or T0
+
+
+def ends(store: Store, o: Oracle) -> str | None:
+    """What the end-of-run rules say (None: they hold)."""
+    try:
+        with store.session() as s:
+            o.check_end(s, set())
+    except Tripped as exc:
+        return str(exc)
+    return None
+
+
+def steps(store: Store, o: Oracle, now: float) -> str | None:
+    try:
+        with store.session() as s:
+            o.check_step(s, now, set(), {})
+    except Tripped as exc:
+        return str(exc)
+    return None
+
+
+def test_a_job_that_ends_as_its_command_does_holds_every_rule(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        j = job(s, o)
+        attempt(s, j, 1, T0 + 1, T0 + 6, "succeeded")
+        end(s, j, "SUCCEEDED", T0 + 6)
+    assert ends(store, o) is None
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_retries_trip_on_one_attempt_more_than_max_retries(store: Store, extra: int) -> None:
+    o = oracle()
+    with store.session() as s:
+        j = job(s, o, command=["false"], max_retries=1)
+        for k in range(2 + extra):
+            attempt(s, j, k + 1, T0 + 10 * k, T0 + 10 * k + 1, "user_error")
+        end(s, j, "FAILED", T0 + 30)
+    said = ends(store, o)
+    assert (said is not None and said.startswith("retries")) == bool(extra), said
+
+
+def test_a_command_that_fails_must_not_succeed(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        j = job(s, o, command=["false"], max_retries=0)
+        attempt(s, j, 1, T0, T0 + 1, "succeeded")
+        end(s, j, "SUCCEEDED", T0 + 1)
+    said = ends(store, o)
+    assert said is not None and said.startswith("command"), said
+
+
+def test_afterok_trips_when_the_job_it_waits_for_failed(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        first = job(s, o, command=["false"], max_retries=0)
+        attempt(s, first, 1, T0, T0 + 1, "user_error")
+        end(s, first, "FAILED", T0 + 1)
+        then = job(s, o, dependency=f"afterok:{first}")
+        attempt(s, then, 1, T0 + 2, T0 + 7, "succeeded")
+        end(s, then, "SUCCEEDED", T0 + 7)
+    said = ends(store, o)
+    assert said is not None and said.startswith("dependency"), said
+
+
+def test_a_cancel_trips_when_the_job_runs_on_to_succeed(store: Store) -> None:
+    o = oracle()
+    o.good_passes = [T0 + 2.0, T0 + 3.0]
+    with store.session() as s:
+        j = job(s, o)
+        attempt(s, j, 1, T0, T0 + 5, "succeeded")
+        end(s, j, "SUCCEEDED", T0 + 5)
+    o.cancel_asked(j, T0 + 1.5)
+    said = ends(store, o)
+    assert said is not None and said.startswith("cancel"), said
+    o.promises[j].cancelled = T0 + 5.0  # asked as it ended by itself: allowed
+    assert ends(store, o) is None
+
+
+def test_history_trips_on_an_end_event_that_differs(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        j = job(s, o)
+        attempt(s, j, 1, T0, T0 + 5, "succeeded", events=False)
+        s.add(EventRow(time=T0, job_id=j, kind="start", detail={"attempt": 1}))
+        s.add(EventRow(time=T0 + 5, job_id=j, kind="attempt_end",
+                       detail={"attempt": 1, "cause": "preempted"}))  # fmt: skip
+        end(s, j, "SUCCEEDED", T0 + 5)
+    said = ends(store, o)
+    assert said is not None and said.startswith("history"), said
+
+
+def test_held_trips_on_a_start_before_any_release(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        j = job(s, o, hold=True)
+        attempt(s, j, 1, T0 + 1, None, None)
+    said = steps(store, o, T0 + 2)
+    assert said is not None and said.startswith("held"), said
+    o.release_asked(j, T0 + 0.5)
+    assert steps(store, o, T0 + 2) is None
+
+
+def test_throttle_trips_on_one_task_over_the_limit(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        tasks = [job(s, o, array_job=1, array_index=k, array_limit=2) for k in range(3)]
+        for k, t in enumerate(tasks):
+            attempt(s, t, 1, T0, None, None, gpus=(k,))
+    said = steps(store, o, T0 + 1)
+    assert said is not None and said.startswith("throttle"), said
+
+
+def test_wall_time_trips_past_two_ticks_and_the_grace(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        j = job(s, o, command=["hang"], wall_time=10.0)
+        attempt(s, j, 1, T0, None, None)
+    assert steps(store, o, T0 + 15.0) is None  # 10 s and 5 s of margin
+    said = steps(store, o, T0 + 15.2)
+    assert said is not None and said.startswith("wall time"), said
+    o.unsteady.append((T0 + 9.0, T0 + 20.0))  # a full disk when it was due: later allowed
+    assert steps(store, o, T0 + 24.0) is None
+
+
+def test_a_timeout_before_the_wall_time_trips(store: Store) -> None:
+    o = oracle()
+    with store.session() as s:
+        j = job(s, o, command=["hang"], wall_time=10.0)
+        attempt(s, j, 1, T0, T0 + 6.0, "timeout")
+        end(s, j, "TIMEOUT", T0 + 6.0)
+    said = ends(store, o)
+    assert said is not None and said.startswith("wall time"), said
+
+
+def test_limits_trip_on_a_user_over_their_gpus(store: Store) -> None:
+    o = oracle(caps={"bob": 2})
+    with store.session() as s:
+        for k in range(3):
+            attempt(s, job(s, o, user="bob"), 1, T0, None, None, gpus=(k,))
+    said = steps(store, o, T0 + 1)
+    assert said is not None and said.startswith("limits"), said
+
+
+def test_checkpoint_trips_on_a_start_behind_the_saved_step() -> None:
+    o = oracle()
+    o.promises[7] = Promise(7, "alice", JobSpec(command=["train", "100", "10"]), T0, "job")
+    o.saved(7, 40)
+    o.launched(7, 2, 40.0)
+    with pytest.raises(Tripped, match="checkpoint"):
+        o.launched(7, 3, 0.0)
