@@ -19,7 +19,7 @@ def caught(policy: str, seeds: range = SEEDS) -> tuple[int, str] | None:
     random stream): the rest of each schedule is the same, and a defect unrelated
     to holds is caught at the seed it was found at, keeping these tests short."""
     for seed in seeds:
-        violation = run_seed(policy, seed, holds=False)
+        violation = run_seed(policy, seed, holds=False, inside=False)
         if violation is not None:
             return seed, violation.what
     return None
@@ -42,7 +42,7 @@ def test_a_loop_that_launches_onto_busy_gpus_is_caught_and_its_schedule_shrinks(
     monkeypatch.setattr(Launching, "launch_ready", careless_launch)
     found = caught("las")
     assert found is not None and "GPU" in found[1], found
-    ops = make_schedule(found[0], holds=False)
+    ops = make_schedule(found[0], holds=False, inside=False)
     small = shrink("las", ops, budget=6)
     assert len(small) < len(ops) and run_schedule("las", small) is not None
     assert all(isinstance(op, Op) for op in small)
@@ -55,7 +55,7 @@ def test_a_guest_packed_beside_a_leaving_one_is_caught(monkeypatch: pytest.Monke
     monkeypatch.setattr(Launching, "_guest_leaving", lambda self, job, host: False)
     # The seed that caught it (the search over seeds, shown by the test above,
     # costs ten Gandiva schedules here: it is not repeated).
-    violation = run_seed("gandiva", GUEST_SEED, holds=False)
+    violation = run_seed("gandiva", GUEST_SEED, holds=False, inside=False)
     assert violation is not None and "held by the open attempts" in violation.what, violation
 
 

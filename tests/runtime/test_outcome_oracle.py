@@ -63,6 +63,8 @@ def attempt(
 def end(s: Session, jid: int, status: str, at: float) -> None:
     row = s.get(JobRow, jid)
     assert row is not None
+    row.status = "RUNNING"  # (ended from running, as the life cycle allows)
+    s.flush()
     row.status, row.end_time = status, at
     row.first_start = row.first_start or T0
 

@@ -29,7 +29,7 @@ def test_a_job_that_checkpoints_and_leaves_by_itself_is_queued_again(tmp_path: P
     loop.run(5)
     (process,) = loop.executor.running()
     assert process.job == job
-    loop.executor.signal(ProcessRef(process.pid, str(process.pid)), signal.SIGTERM)
+    loop.executor.signal(ProcessRef(process.pid, process.start), signal.SIGTERM)
     loop.run(60)
     row = loop.row(job)
     assert (row.status, row.preemptions, row.failures) == ("SUCCEEDED", 1, 0), row.reason

@@ -777,7 +777,7 @@ class World:
         process = self._live(pick)
         if process is not None:  # an operator's kill -9: the loop did not ask for it
             self.oracle.aim(process.job, "its process was killed by an operator")
-            self.executor.signal(ProcessRef(process.pid, str(process.pid)), signal.SIGKILL)
+            self.executor.signal(ProcessRef(process.pid, process.start), signal.SIGKILL)
 
     def _op_fail_node(self, node: int) -> None:
         name = self.executor.nodes()[node]
@@ -937,9 +937,11 @@ def run_schedule(policy: str, ops: list[Op], folder: Path | None = None) -> Viol
     return play(policy, ops, folder).violation
 
 
-def run_seed(policy: str, seed: int, length: int = 40, holds: bool = True) -> Violation | None:
+def run_seed(
+    policy: str, seed: int, length: int = 40, holds: bool = True, inside: bool = True
+) -> Violation | None:
     """The first invariant the schedule of ``seed`` breaks, or None."""
-    return run_schedule(policy, make_schedule(seed, length, holds=holds))
+    return run_schedule(policy, make_schedule(seed, length, holds=holds, inside=inside))
 
 
 def shrink(policy: str, ops: list[Op], budget: int = 200) -> list[Op]:
