@@ -136,8 +136,8 @@ MUTANTS = [
         "user-cap-forgets-leaving-attempts",
         "limits",
         f"{LOOP}/user_limits.py",
-        "        for job, a in self.loop.attempts.items():\n            i = self.loop.live",
-        "        for job, a in {}.items():\n            i = self.loop.live",
+        "        for job, a in self.loop.attempts.items():\n            k = self.loop.live",
+        "        for job, a in {}.items():\n            k = self.loop.live",
     ),
     Mutant(
         "checkpoint-forgotten-at-preemption",
