@@ -31,11 +31,13 @@ def main() -> int:
     parser.add_argument("--no-shrink", action="store_true")
     args = parser.parse_args()
 
-    held, passes, began = 0, 0, time.perf_counter()
+    held, passes, crashes, races, began = 0, 0, 0, 0, time.perf_counter()
     for seed in range(args.first, args.first + args.seeds):
         ops = make_schedule(seed, args.length)
         result = play(args.policy, ops)
         passes += result.passes
+        crashes += result.crashes
+        races += result.races
         violation = result.violation
         if violation is None:
             held += 1
@@ -51,7 +53,8 @@ def main() -> int:
     print(
         f"{args.policy}: {passes} passes in {seconds:.1f} s "
         f"({passes / seconds:.0f} passes per second, "
-        f"{args.seeds / seconds:.2f} schedules per second)"
+        f"{args.seeds / seconds:.2f} schedules per second; {crashes} kills inside a pass, "
+        f"{races} requests landing inside one)"
     )
     print(f"{held} of {args.seeds} schedules held every invariant")
     return 0 if held == args.seeds else 1

@@ -114,8 +114,9 @@ class Boundaries:
     ``k``-th such point from when it was armed; one action at a time."""
 
     WRITABLE = frozenset({"after commit", "launch", "launched", "signal"})
-    KINDS = WRITABLE | {"before commit"}
     """Points where no transaction of the loop is open: where the API's writes land."""
+    KINDS = WRITABLE | {"before commit"}
+    """Every kind of point (a crash may come at any)."""
 
     def __init__(self, store: Store) -> None:
         self.live = False
@@ -586,6 +587,8 @@ class World:
         before, faults = self.scheduler.errors, self.scheduler.faults
         full = self.disk.on
         began = self.clock()
+        self.oracle.passes += 1
+        number = self.oracle.passes
         try:
             self.bounds.live = True
             try:
@@ -607,7 +610,7 @@ class World:
         else:
             sch = self.scheduler
             if sch.errors == before and sch.faults == faults and not sch.resync_due:
-                self.oracle.good_passes.append(began)
+                self.oracle.good_passes.append((number, began))
         self.passes += 1
         if self.scheduler.errors > before and not full:
             raise Broken(f"a pass failed ({self.scheduler.errors - before} error(s) counted)")
@@ -909,6 +912,10 @@ class Result:
 
     violation: Violation | None
     passes: int
+    crashes: int = 0
+    """Times the service was killed inside a pass or a recovery."""
+    races: int = 0
+    """API requests that landed inside a pass."""
 
 
 def play(policy: str, ops: list[Op], folder: Path | None = None) -> Result:
@@ -925,11 +932,13 @@ def play(policy: str, ops: list[Op], folder: Path | None = None) -> Result:
                 w.check()
             w.drain()
         except Broken as exc:
-            return Result(Violation(exc.what, w.clock() - start, last), w.passes)
+            return Result(
+                Violation(exc.what, w.clock() - start, last), w.passes, w.crashes, w.races
+            )
         except Exception as exc:  # the harness's own trouble counts too: it is the loop's
             what = f"{type(exc).__name__}: {exc}"
-            return Result(Violation(what, w.clock() - start, last), w.passes)
-        return Result(None, w.passes)
+            return Result(Violation(what, w.clock() - start, last), w.passes, w.crashes, w.races)
+        return Result(None, w.passes, w.crashes, w.races)
 
 
 def run_schedule(policy: str, ops: list[Op], folder: Path | None = None) -> Violation | None:

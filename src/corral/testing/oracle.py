@@ -65,6 +65,8 @@ class Promise:
     its end may then differ from its command's."""
     cancelled: float | None = None
     """When a cancel was first asked (while it had not ended)."""
+    cancelled_before: int = 0
+    """How many passes had begun when it was asked (the next one must carry it out)."""
     released: float | None = None
     """When a release was first asked."""
     held_since: float | None = None
@@ -103,8 +105,10 @@ class Oracle:
     node_requeues: int
     user_gpus: dict[str, int]
     promises: dict[int, Promise] = field(default_factory=dict)
-    good_passes: list[float] = field(default_factory=list)
-    """Start times of the passes that ran to their end."""
+    passes: int = 0
+    """Passes begun so far."""
+    good_passes: list[tuple[int, float]] = field(default_factory=list)
+    """(number, start time) of each pass that ran to its end."""
     unsteady: list[tuple[float, float]] = field(default_factory=list)
     restarts: list[float] = field(default_factory=list)
     """When the service was restarted (each may cost a stop in progress a tick)."""
@@ -128,7 +132,7 @@ class Oracle:
     def cancel_asked(self, job: int, now: float) -> None:
         p = self.promises.get(job)
         if p is not None and p.cancelled is None:
-            p.cancelled = now
+            p.cancelled, p.cancelled_before = now, self.passes
 
     def release_asked(self, job: int, now: float) -> None:
         p = self.promises.get(job)
@@ -347,7 +351,7 @@ class Oracle:
     def _cancel(self, p: Promise, row: JobRow) -> None:
         if p.cancelled is None or row.status == "CANCELLED":
             return
-        after = [t for t in self.good_passes if t >= p.cancelled - SLACK]
+        after = [t for k, t in self.good_passes if k > p.cancelled_before]
         first = after[0] if after else math.inf
         if row.end_time is None or row.end_time > first + SLACK:
             self.broken(

@@ -82,7 +82,11 @@ class Queueing:
             begin=spec.begin or 0.0,
         )
         holds = waiting.dependency or waiting.singleton or waiting.limit or waiting.begin > now
-        if holds and row.first_start is None:
+        if limit and row.first_start is not None:
+            # a task back from a suspension or a hold: what it waited for was met when it
+            # first started, but its array's throttle counts it again only from now
+            waiting = Waiting(dependency={}, array_job=spec.array_job, limit=limit)
+        if holds and (row.first_start is None or waiting.limit):
             self.loop.book.block(row.id, waiting)
             row.reason = "BeginTime" if waiting.begin > now else "Dependency"
             self.loop.book[row.id].reason = row.reason

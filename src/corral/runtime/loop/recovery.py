@@ -168,6 +168,9 @@ class Recovery:
                 since = asked.get((a.job, a.number))
                 if since is not None and a.kill_at is not None:
                     a.kill_at = min(a.kill_at, max(since + self.loop.config.stop_grace, now))
+        if self.loop.turns:  # time-sliced groups: all but the turn's job paused again now,
+            # not a pass later (each adopted process was resumed above)
+            self.loop.turn_wakeup = self.stops.sharing.take_turns(now)
         self.sync_drained()
         self.loop.dirty = True
 
@@ -245,6 +248,7 @@ class Recovery:
         attained = self.loop.store.closed_attempt_seconds(s, [r.id for r in rows], per_gpu=True)
         histories: dict[str, list[float]] = {}
         book = self.loop.book
+        holding: dict[int, int] = {}  # GPU -> the adopted job that holds it in the state
         for row in rows:
             rec = book.enter(row.id)
             a = rec.attempt
@@ -278,8 +282,14 @@ class Recovery:
             if a is not None and a.stop is None:
                 host = rec.packed_on
                 h = live.index.get(host, -1) if host is not None else -1
-                if h >= 0 and live.state.status[h] != RUNNING:
-                    h = -1
+                if host is not None and (h < 0 or live.state.status[h] != RUNNING):
+                    # its host is leaving or set aside: the first of its guests holds the
+                    # GPUs (as when a host ends), the others share them with that one
+                    successor = next((holding[g] for g in a.gpus if g in holding), None)
+                    rec.packed_on = successor
+                    h = live.index.get(successor, -1) if successor is not None else -1
+                if h < 0:
+                    holding.update({g: row.id for g in a.gpus})
                 book.adopt(
                     row.id, a.gpus, since=self.loop.rel(a.started), now=self.loop.rel(now), host=h
                 )

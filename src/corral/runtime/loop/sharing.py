@@ -34,6 +34,10 @@ from corral.runtime.loop.loop_base import LoopState, Turns
 from corral.runtime.storage.store import JobRow
 
 
+SHARED_MOST = 2
+"""Processes a shared GPU runs at once: a job and the one packed with it."""
+
+
 class Sharing:
     """Packs, turns and measured speeds (a stage of the loop)."""
 
@@ -100,9 +104,18 @@ class Sharing:
             present = {m: attempts.get(m) for m in t.members}
             active = [m for m, a in present.items() if a is not None and a.stop is None]
             coming = [m for m, a in present.items() if a is None and m in book.placed]
-            for a in present.values():  # a job leaving the set is not kept paused
-                if a is not None and a.stop is not None and a.paused:
-                    self.resume(a, now)
+            leavers = self._leaving(holder)
+            if leavers:
+                # members asked to stop (perhaps out of the set already) still run on
+                # the GPUs: the group waits, paused, until they have gone, and they
+                # run to act on their stop a GPU's worth at a time
+                for m in active:
+                    a = present[m]
+                    if a is not None and not a.paused:
+                        self.pause(a, now)
+                for a in leavers:
+                    self.let_leave(a, now)
+                continue
             if holder not in active + coming or len(active) + len(coming) < 2:
                 for m in active:  # the group is over: nobody stays paused
                     a = present[m]
@@ -130,6 +143,37 @@ class Sharing:
                 self.resume(run, now)
             soonest = t.switch_at if soonest is None else min(soonest, t.switch_at)
         return soonest
+
+    def _leaving(self, holder: int) -> list[Attempt]:
+        """The attempts asked to stop (the holder's own included) still on ``holder``'s
+        GPUs."""
+        own = self.loop.attempts.get(holder)
+        if own is None:
+            return []
+        gpus = set(own.gpus)
+        return [
+            a
+            for a in self.loop.attempts.values()
+            if a.stop is not None and not gpus.isdisjoint(a.gpus)
+        ]
+
+    def let_leave(self, a: Attempt, now: float) -> None:
+        """A paused attempt asked to stop must run to act on it: it is resumed once
+        fewer than :data:`SHARED_MOST` processes run on its GPUs (its kill deadline
+        then a grace away at the soonest); until then it waits, paused (killed there
+        if its deadline comes first)."""
+        if not a.paused:
+            return
+        gpus = set(a.gpus)
+        beside = sum(
+            1
+            for b in self.loop.attempts.values()
+            if b is not a and not b.paused and not gpus.isdisjoint(b.gpus)
+        )
+        if beside < SHARED_MOST:
+            self.resume(a, now)
+            if a.kill_at is not None:
+                a.kill_at = max(a.kill_at, now + self.loop.config.stop_grace)
 
     @staticmethod
     def _next(t: Turns, active: list[int]) -> int:

@@ -47,6 +47,9 @@ class Stops:
         grace = self.loop.config.stop_grace if grace is None else grace
         sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
         self.loop.contained(a, "signal", self.loop.executor.signal, a.ref, sig)
-        a.kill_at = now + grace
-        if a.paused:  # a paused job must run to act on the signal
+        # a second stop (a cancel of a job timing out) never puts its kill off
+        a.kill_at = now + grace if a.kill_at is None else min(a.kill_at, now + grace)
+        if a.paused and self.sharing.taking_turns(a.job):
+            self.sharing.let_leave(a, now)  # (a GPU's worth at a time: see take_turns)
+        elif a.paused:  # a paused job must run to act on the signal
             self.sharing.resume(a, now)
