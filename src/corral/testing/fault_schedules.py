@@ -427,6 +427,8 @@ class World:
         self.disk = DiskFull(self.store)
         self.disk.clock = self.clock
         self.illegal: list[str] = []
+        self.crowded: list[str] = []
+        """Launches onto GPUs already running as many processes as they take."""
         # the checks raise here, as under the test suite: a status change outside the
         # life cycle, or a phase change outside the loop's table, is never just logged
         self._strict = os.environ.get(STRICT_TRANSITIONS_ENV)
@@ -492,6 +494,22 @@ class World:
             ).first()
         if row is None or row.end_time is not None:
             raise Broken(f"job {process.job} attempt {process.attempt} launched without its row")
+        most = 2 if self.scheduler.policy.shares_gpus else 1
+        # a launch is a moment no pass's end would show. (A time slice's members are
+        # launched together and paused but the turn's by the end of the same pass: the
+        # check after the pass sees them.)
+        sliced = self.scheduler.sharing.taking_turns(process.job)
+        for g in () if sliced else process.gpus:
+            beside = [
+                p.job
+                for p in self.executor.running()
+                if p is not process and not p.paused and g in p.gpus
+            ]
+            if len(beside) >= most:  # (raised at the next check, not into the loop's call)
+                self.crowded.append(
+                    f"job {process.job} launched onto GPU {g}, where the processes of jobs "
+                    f"{sorted(beside)} run"
+                )
         if any(slot.node in self.executor.down for slot in process.request.gpus):
             self.oracle.aim(process.job, "launched onto a failed node")
         if process.rate:
@@ -501,6 +519,8 @@ class World:
         """The invariants that hold after every step, and the oracle's rules."""
         if self.illegal:
             raise Broken(self.illegal[0])
+        if self.crowded:
+            raise Broken(self.crowded[0])
         if ILLEGAL_SEEN:
             raise Broken(ILLEGAL_SEEN[0])
         if self.scheduler.book.illegal:

@@ -156,8 +156,9 @@ class Recovery:
                     )
             self._load(s, rows)
             self._restore_turns(s)
-        asked = self._stops_asked()
+        histories = self._histories(now)
         for a in self.loop.attempts.values():
+            since, a.paused_total = histories.get((a.job, a.number), (None, 0.0))
             if a.ref is None:
                 continue
             self.loop.executor.signal(
@@ -165,7 +166,6 @@ class Recovery:
             )  # one paused for a time slice runs again
             if a.stop is not None:  # a stop in progress goes on, its grace not begun again
                 self.stops.signal_stop(a, now)
-                since = asked.get((a.job, a.number))
                 if since is not None and a.kill_at is not None:
                     a.kill_at = min(a.kill_at, max(since + self.loop.config.stop_grace, now))
         if self.loop.turns:  # time-sliced groups: all but the turn's job paused again now,
@@ -174,26 +174,41 @@ class Recovery:
         self.sync_drained()
         self.loop.dirty = True
 
-    def _stops_asked(self) -> dict[tuple[int, int], float]:
-        """(job, attempt) -> when its stop was asked, for the attempts stopping at a
-        restart (their ``stop`` events): a service killed during a stop's grace must not
-        grant it a whole grace again, or a job past its wall time outlives it by a
-        grace at every restart."""
-        stopping = {a.job: a.number for a in self.loop.attempts.values() if a.stop is not None}
-        if not stopping:
-            return {}
-        out: dict[tuple[int, int], float] = {}
+    def _histories(self, now: float) -> dict[tuple[int, int], tuple[float | None, float]]:
+        """(job, attempt) -> (when its stop was asked, seconds it spent paused), for the
+        attempts adopted at a restart, from their ``stop``, ``pause`` and ``resume``
+        events. Without them a restarted service would grant a stop in progress a whole
+        grace again (a job past its wall time outliving it by a grace at every restart)
+        and count a time-sliced job's pauses against its wall time."""
+        numbers = {a.job: a.number for a in self.loop.attempts.values()}
+        marks: dict[tuple[int, int], list[tuple[float, int, str]]] = {}
         with self.loop.store.session() as s:
-            for chunk in in_chunks(sorted(stopping)):
+            for chunk in in_chunks(sorted(numbers)):
                 rows = s.execute(
-                    select(EventRow.job_id, EventRow.time, EventRow.detail).where(
-                        EventRow.kind == "stop", EventRow.job_id.in_(chunk)
+                    select(
+                        EventRow.job_id, EventRow.time, EventRow.id, EventRow.kind, EventRow.detail
                     )
+                    .where(EventRow.kind.in_(("stop", "pause", "resume")))
+                    .where(EventRow.job_id.in_(chunk))
                 )
-                for job, at, detail in rows:
+                for job, at, order, kind, detail in rows:
                     number = detail.get("attempt") if isinstance(detail, dict) else None
-                    if job is not None and isinstance(number, int) and number == stopping[job]:
-                        out[(job, number)] = min(out.get((job, number), at), at)
+                    if job is not None and isinstance(number, int) and number == numbers[job]:
+                        marks.setdefault((job, number), []).append((at, order, kind))
+        out: dict[tuple[int, int], tuple[float | None, float]] = {}
+        for key, seen in marks.items():
+            stop: float | None = None
+            paused, since = 0.0, None
+            for at, _, kind in sorted(seen, key=lambda m: m[1]):
+                if kind == "stop":
+                    stop = at if stop is None else min(stop, at)
+                elif kind == "pause" and since is None:
+                    since = at
+                elif kind == "resume" and since is not None:
+                    paused, since = paused + max(at - since, 0.0), None
+            if since is not None:  # paused when the service stopped: resumed now
+                paused += max(now - since, 0.0)
+            out[key] = (stop, paused)
         return out
 
     def _live_rows(self, s: Session) -> list[JobRow]:

@@ -33,7 +33,6 @@ from corral.runtime.loop.job_book import Attempt
 from corral.runtime.loop.loop_base import LoopState, Turns
 from corral.runtime.storage.store import JobRow
 
-
 SHARED_MOST = 2
 """Processes a shared GPU runs at once: a job and the one packed with it."""
 
