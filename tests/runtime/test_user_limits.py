@@ -134,3 +134,18 @@ def test_fair_share_factor_and_decay() -> None:
     )
     assert old == pytest.approx(new / 2)
     assert new == pytest.approx(h / np.log(2) * 0.5)
+
+
+def test_an_elastic_policy_giving_a_job_more_gpus_than_its_users_cap_is_trimmed_to_it(
+    tmp_path: Path,
+) -> None:
+    """Pollux grows a lone job to the whole cluster; a cap of 6 GPUs holds it to 6
+    (it used to start on all 8), and the job still starts and ends."""
+    config, store, clock = shared(tmp_path, "pollux", limits=LimitsConfig(user_gpus=6))
+    scheduler = virtual_scheduler(config, store, clock)
+    job = queue(store, "alice", clock, command=["sleep", "5"], gpus=2)
+    run_for(scheduler, clock, 3)
+    started = row(store, job)
+    assert started.status == "RUNNING" and 2 <= len(started.gpus or []) <= 6, started.gpus
+    run_for(scheduler, clock, 20)
+    assert row(store, job).status == "SUCCEEDED"

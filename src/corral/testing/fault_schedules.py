@@ -546,9 +546,15 @@ class World:
             for g in row.gpus or []:
                 holders.setdefault(int(g), []).append(row.job_id)
         attempts = self.scheduler.attempts
+        # a time-sliced group's paused members wait their turn off the GPU; while a failed
+        # pass has cost the loop its memory (and the store may refuse the ends it saw),
+        # the processes say which run
+        running = {p.job for p in self.executor.running() if not p.paused}
         for g, jobs in holders.items():
-            # a time-sliced group's paused members wait their turn off the GPU
-            active = [j for j in jobs if not ((a := attempts.get(j)) is not None and a.paused)]
+            if self.scheduler.resync_due:
+                active = [j for j in jobs if j in running]
+            else:
+                active = [j for j in jobs if not ((a := attempts.get(j)) is not None and a.paused)]
             if len(active) > most:
                 raise Broken(f"GPU {g} held by the open attempts of jobs {sorted(jobs)}")
         on_gpu: dict[int, list[int]] = {}

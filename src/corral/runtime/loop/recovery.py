@@ -177,9 +177,10 @@ class Recovery:
     def _histories(self, now: float) -> dict[tuple[int, int], tuple[float | None, float]]:
         """(job, attempt) -> (when its stop was asked, seconds it spent paused), for the
         attempts adopted at a restart, from their ``stop``, ``pause`` and ``resume``
-        events. Without them a restarted service would grant a stop in progress a whole
-        grace again (a job past its wall time outliving it by a grace at every restart)
-        and count a time-sliced job's pauses against its wall time."""
+        events (and ``adopted``: each restart resumed them). Without them a restarted
+        service would grant a stop in progress a whole grace again (a job past its wall
+        time outliving it by a grace at every restart) and count a time-sliced job's
+        pauses against its wall time."""
         numbers = {a.job: a.number for a in self.loop.attempts.values()}
         marks: dict[tuple[int, int], list[tuple[float, int, str]]] = {}
         with self.loop.store.session() as s:
@@ -188,7 +189,7 @@ class Recovery:
                     select(
                         EventRow.job_id, EventRow.time, EventRow.id, EventRow.kind, EventRow.detail
                     )
-                    .where(EventRow.kind.in_(("stop", "pause", "resume")))
+                    .where(EventRow.kind.in_(("stop", "pause", "resume", "adopted")))
                     .where(EventRow.job_id.in_(chunk))
                 )
                 for job, at, order, kind, detail in rows:
@@ -204,7 +205,8 @@ class Recovery:
                     stop = at if stop is None else min(stop, at)
                 elif kind == "pause" and since is None:
                     since = at
-                elif kind == "resume" and since is not None:
+                elif kind in ("resume", "adopted") and since is not None:  # (a restart
+                    # resumes every adopted process)
                     paused, since = paused + max(at - since, 0.0), None
             if since is not None:  # paused when the service stopped: resumed now
                 paused += max(now - since, 0.0)

@@ -103,9 +103,10 @@ class UserLimits:
             if i in stops:
                 continue
             counted.add(int(i))
+            alloc = st.alloc[i]  # (an elastic policy may give more than it asked)
             for key in (("user", st.user[i]), ("vc", st.vc[i] or DEFAULT_VC)):
                 held = out.setdefault(key, [0, 0])
-                held[0] += int(st.gpus[i])
+                held[0] += len(alloc) if alloc else int(st.gpus[i])
                 held[1] += 1
         for job, a in self.loop.attempts.items():
             k = self.loop.live.index.get(job)
@@ -115,11 +116,14 @@ class UserLimits:
                 out.setdefault(key, [0, 0])[0] += len(a.gpus)
         return out
 
-    def _passes_a_cap(self, i: int, use: dict[tuple[str, str], list[int]]) -> str | None:
-        """The limit job ``i`` would pass if it started with ``use`` as it is (None: none)."""
+    def _passes_a_cap(
+        self, i: int, use: dict[tuple[str, str], list[int]], size: int | None = None
+    ) -> str | None:
+        """The limit job ``i`` would pass if it started on ``size`` GPUs (None: those it
+        asks) with ``use`` as it is (None: none)."""
         st = self.loop.live.state
         limits = self.loop.config.limits
-        size = int(st.gpus[i])
+        size = int(st.gpus[i]) if size is None else size
         user, vc = st.user[i], st.vc[i] or DEFAULT_VC
         held, running = use.get(("user", user), [0, 0])
         max_gpus, max_running = self.caps_of(user)
@@ -155,21 +159,30 @@ class UserLimits:
 
     def keep_limits(self, plan: Plan, capped: dict[int, str]) -> Plan:
         """The plan without the starts that, with those before them, would pass a cap
-        (added to ``capped`` with the cap's reason)."""
+        (added to ``capped`` with the cap's reason), each counted at the GPUs the plan
+        gives it."""
         if not plan.starts or not self._any_limits:
             return plan
         st = self.loop.live.state
         use = self._in_use(frozenset(plan.stops))
         dropped = []
-        for i in list(plan.starts):
-            why = self._passes_a_cap(i, use)
+        for i, gpus in list(plan.starts.items()):
+            size = len(gpus)  # (what the plan gives: an elastic policy may give more)
+            why = self._passes_a_cap(i, use, size)
+            asked = int(st.gpus[i])
+            policy = self.loop.policy
+            while why is not None and (policy.elastic or policy.resizes) and size > asked:
+                size -= 1  # an elastic job given more than fits: trimmed to what does
+                why = self._passes_a_cap(i, use, size)
+            if why is None and size < len(gpus):
+                plan.starts[i] = gpus[:size]
             if why is not None:
                 dropped.append(i)
                 capped[i] = why
                 continue
             for key in (("user", st.user[i]), ("vc", st.vc[i] or DEFAULT_VC)):
                 held = use.setdefault(key, [0, 0])
-                held[0] += int(st.gpus[i])
+                held[0] += size
                 held[1] += 1
         for i in dropped:
             plan.drop_start(i)
