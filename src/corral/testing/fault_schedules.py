@@ -49,6 +49,7 @@ from sqlalchemy import event, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from starlette.requests import Request
 
+from corral.api import cluster as cluster_routes
 from corral.api import jobs as routes
 from corral.api.common import Context
 from corral.api.limits import MAX_REPORTED
@@ -64,6 +65,7 @@ from corral.runtime.storage.store import (
     STRICT_TRANSITIONS_ENV,
     AttemptRow,
     JobRow,
+    NodeRow,
     Store,
 )
 from corral.testing.oracle import Oracle
@@ -278,12 +280,13 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
     ops: list[Op] = []
     kinds = [
         ("crash", 4),
-        ("race", 5),
+        ("race", 8),
         ("executor_fault", 3),
         ("beat_replay", 2),
         ("pid_reuse", 1),
         ("clock_back", 1),
         ("feature", 3),
+        ("drain_node", 1),
     ]
     names, weights = zip(*kinds, strict=True)
     for _ in range(count):
@@ -301,7 +304,7 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
                 arg = (rng.choice(USERS), _spec(rng, submitted))
             elif request == "priority":
                 arg = (pick, rng.choice([-10, 10]))
-            where = rng.choice([None, "after commit", "launch", "signal"])
+            where = rng.choice([None, "after commit", "after commit", "launch", "signal"])
             other = rng.randint(1, max(submitted, 1))  # a request pending already
             ops.append(Op(at, kind, (rng.randint(1, 4), where, request, arg, other)))
         elif kind == "executor_fault":
@@ -311,6 +314,8 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
             ops.append(Op(at, kind, (fault, rng.choice([1.0, 2.5, 6.0]))))
         elif kind == "beat_replay":
             ops.append(Op(at, kind, (rng.randrange(1000),)))
+        elif kind == "drain_node":
+            ops.append(Op(at, kind, (rng.randrange(2), rng.choice([5.0, 30.0]))))
         elif kind == "clock_back":
             ops.append(Op(at, kind, (rng.choice([0.5, 3.0, 30.0]),)))
         elif kind == "feature":
@@ -448,6 +453,8 @@ class World:
         self.executor.beat_route = self._beat
         self.crashes = 0
         self.races = 0
+        self.resumes: list[tuple[float, str]] = []
+        """(when, node): drained nodes the admin resumes then."""
         self.scheduler = self._start()
 
     def _start(self) -> Scheduler:
@@ -658,6 +665,8 @@ class World:
             self.clock.now = self.next_step(limit)
             self.step()
             self.check()
+            if self.resumes:
+                self._resume_due(self.clock())
 
     # ---------------------------------------------------------- operations
     def apply(self, op: Op) -> None:
@@ -750,20 +759,35 @@ class World:
     def _op_race(self, k: int, where: str | None, request: str, arg: Any, other: int = 0) -> None:
         """An API request landing inside a pass: at the ``k``-th point of the passes to
         come where no transaction of the loop is open (of kind ``where``), with another
-        user's request (a priority, as it was) stored just before that pass."""
-        if other:
-            self._op_priority(other, 0)
+        user's request (a priority, as it was) stored just before that pass. The jobs
+        asked of are picked among those not ended (when they land): a race on a job
+        long over says little."""
+        if other and (job := self._unended(other)) is not None:
+            self._op_priority(job, 0)
 
         def land(_where: str) -> None:
             self.races += 1
             if request == "submit":
                 self._op_submit(*arg)
-            elif request == "priority":
-                self._op_priority(*arg)
+                return
+            pick = arg[0] if request == "priority" else arg
+            job = self._unended(pick)
+            if job is None:
+                return
+            if request == "priority":
+                self._op_priority(job, arg[1])
             else:
-                getattr(self, f"_op_{request}")(arg)
+                getattr(self, f"_op_{request}")(job)
 
         self.bounds.arm(k, land, Boundaries.WRITABLE if where is None else frozenset({where}))
+
+    def _unended(self, pick: int) -> int | None:
+        """The ``pick``-th job (cyclically) of those not ended, or None."""
+        with self.store.session() as s:
+            ids = list(
+                s.scalars(select(JobRow.id).where(JobRow.status.not_in(ENDED)).order_by(JobRow.id))
+            )
+        return ids[pick % len(ids)] if ids else None
 
     def _op_executor_fault(self, fault: str, seconds: float) -> None:
         """The next launch raises, ignores SIGTERM or takes seconds to leave after it,
@@ -787,6 +811,42 @@ class World:
         self.oracle.aim_live([p.job for p in self.executor.running()], "the clock stepped back")
         self.oracle.unsteady.append((self.clock() - seconds, self.clock() + self.config.tick))
         self.clock.now -= seconds
+
+    def _op_drain_node(self, node: int, seconds: float) -> None:
+        """An admin drains a node (through the API's route), and resumes it ``seconds``
+        later."""
+        name = self.executor.nodes()[node]
+        if self._node_state(name, "drain"):
+            self.oracle.drains.update(
+                {s.id: self.oracle.passes for s in self.executor.slots() if s.node == name}
+            )
+            self.resumes.append((self.clock() + seconds, name))
+
+    def _node_state(self, name: str, action: str) -> bool:
+        """Drain or resume a node as the admin does (the route's code); True when done."""
+        admin = next(u for u in self.config.users if u.admin)
+        ctx = Context(self.config, self.store, _Front(self.scheduler))  # type: ignore[arg-type]
+        route = cluster_routes.drain if action == "drain" else cluster_routes.resume_node
+        try:
+            route(ctx, name, admin, None)
+        except HTTPException:
+            return False
+        except OperationalError:
+            if not self.disk.on:
+                raise
+            return False
+        if action == "resume":
+            for s in self.executor.slots():
+                if s.node == name:
+                    self.oracle.drains.pop(s.id, None)
+        return True
+
+    def _resume_due(self, until: float | None = None) -> None:
+        """The admin resumes the nodes drained whose time has come (all: ``until`` None)."""
+        due = [(t, n) for t, n in self.resumes if until is None or t <= until]
+        for item in due:
+            if self._node_state(item[1], "resume"):
+                self.resumes.remove(item)
 
     def _op_hold(self, job: int) -> None:
         self._request(job, "hold")
@@ -880,6 +940,12 @@ class World:
         self.disk.until = -1.0
         for node in list(self.executor.down):
             self.executor.return_node(node)
+        # the admin resumes every drained node: those drained by hand, and those the loop
+        # drained after node failures in a row (as Slurm's, they wait for an admin)
+        with self.store.session() as s:
+            drained = list(s.scalars(select(NodeRow.name).where(NodeRow.state == "drained")))
+        self.resumes = [(self.clock(), name) for name in drained]
+        self._resume_due()
         self.run_until(self.clock() + 2 * self.config.tick)
         self._op_restart()
         limit = self.clock() + DRAIN_LIMIT

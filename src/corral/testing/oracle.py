@@ -21,6 +21,7 @@ contract a user relies on:
   ``sleep`` or ``train`` SUCCEEDED, ``false`` and ``crash`` FAILED after exactly
   ``max_retries + 1`` attempts, a ``hang`` past its wall time TIMEOUT);
 - ``limits``: a user's GPU limit is never exceeded;
+- ``drain``: nothing starts on a node an admin drained, from the first pass after;
 - ``checkpoint``: a training job relaunched never starts behind the last
   checkpoint it saved;
 - ``history``: every attempt has its ``start`` event, every ended one its
@@ -110,6 +111,8 @@ class Oracle:
     good_passes: list[tuple[int, float]] = field(default_factory=list)
     """(number, start time) of each pass that ran to its end."""
     unsteady: list[tuple[float, float]] = field(default_factory=list)
+    drains: dict[int, int] = field(default_factory=dict)
+    """GPU -> passes begun when an admin drained its node (gone when resumed)."""
     restarts: list[float] = field(default_factory=list)
     """When the service was restarted (each may cost a stop in progress a tick)."""
     """Spans when the loop could not keep its deadlines (a full disk, a clock jump)."""
@@ -153,6 +156,10 @@ class Oracle:
                 f"behind its saved checkpoint at step {p.checkpoint}"
             )
 
+    def first_pass_after(self, begun: int) -> float:
+        """When the first pass to run to its end after ``begun`` passes began started."""
+        return next((t for k, t in self.good_passes if k > begun), math.inf)
+
     # ------------------------------------------------------------ each step
     def check_step(
         self, s: Session, now: float, skip: set[int], paused: dict[tuple[int, int], float]
@@ -195,6 +202,12 @@ class Oracle:
             if most is not None and by_user[p.user] > most:
                 self.broken(f"limits: user {p.user} holds {by_user[p.user]} GPUs, over {most}")
             self._wall_time(att, p, now, paused.get((att.job_id, att.number), 0.0))
+            for g in att.gpus or []:
+                if g in self.drains and att.start_time > self.first_pass_after(self.drains[g]):
+                    self.broken(
+                        f"drain: job {p.job} attempt {att.number} started at "
+                        f"{att.start_time:.2f} on GPU {g}, of a node drained before"
+                    )
         for job, p in self.promises.items():
             if job in held:
                 p.held_since = now if p.held_since is None else p.held_since
@@ -224,7 +237,10 @@ class Oracle:
     # ------------------------------------------------------------ at the end
     def check_end(self, s: Session, skip: set[int]) -> None:
         """The rules over each job's whole history, once every job has ended."""
-        rows = {r.id: r for r in s.scalars(select(JobRow))}
+        everyone = {r.id: r for r in s.scalars(select(JobRow))}
+        # (a row written behind the loop's back says nothing reliable of its job: no
+        # other job's rule is judged by it)
+        rows = {job: r for job, r in everyone.items() if job not in skip}
         attempts: dict[int, list[AttemptRow]] = {}
         for att in s.scalars(select(AttemptRow).order_by(AttemptRow.job_id, AttemptRow.number)):
             attempts.setdefault(att.job_id, []).append(att)
@@ -351,8 +367,7 @@ class Oracle:
     def _cancel(self, p: Promise, row: JobRow) -> None:
         if p.cancelled is None or row.status == "CANCELLED":
             return
-        after = [t for k, t in self.good_passes if k > p.cancelled_before]
-        first = after[0] if after else math.inf
+        first = self.first_pass_after(p.cancelled_before)
         if row.end_time is None or row.end_time > first + SLACK:
             self.broken(
                 f"cancel: job {p.job} was cancelled at {p.cancelled:.2f}, and ended "
