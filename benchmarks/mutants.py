@@ -4,7 +4,7 @@ oracle and of the invariants), applied to a scratch copy of the package; the
 schedules of :mod:`corral.testing.fault_schedules` then run on that copy, seed
 after seed, until one breaks a rule or the seeds run out.
 
-    python benchmarks/mutants.py              # every mutant, the default seeds
+    python benchmarks/mutants.py              # every mutant, 40 seeds of each policy
     python benchmarks/mutants.py --only retries-one-more --seeds 50
 
 Each mutant's line says the seed and policy that caught it and what broke; the last
@@ -201,20 +201,36 @@ MUTANTS = [
         ("gandiva", "tiresias-las"),
     ),
     Mutant(
-        "time-slice-resumed-beside-a-leaver",
+        "leavers-all-resumed-at-once",
         "structure",
         f"{LOOP}/sharing.py",
-        "            leavers = self._leaving(holder)\n",
-        "            leavers = []\n",
+        "        if beside < SHARED_MOST:",
+        "        if True:",
         ("gandiva",),
     ),
     Mutant(
-        "elastic-start-counted-at-its-ask",
+        "grown-job-counted-at-its-ask",
         "limits",
         f"{LOOP}/user_limits.py",
-        "size = len(gpus)  # (what the plan gives",
-        "size = int(st.gpus[i])  # (what the plan gives",
+        "held[0] += len(alloc) if alloc else int(st.gpus[i])",
+        "held[0] += int(st.gpus[i])",
         ("pollux",),
+    ),
+    Mutant(
+        "guest-launched-beside-a-leaving-guest",
+        "structure",
+        f"{LOOP}/launching.py",
+        "    def _guest_leaving(self, job: int, host: int) -> bool:\n",
+        "    def _guest_leaving(self, job: int, host: int) -> bool:\n        return False\n",
+        ("gandiva",),
+    ),
+    Mutant(
+        "packed-onto-a-drained-node",
+        "drain",
+        f"{LOOP}/scheduler.py",
+        "        self._keep_off_drained(plan)\n",
+        "",
+        ("gandiva",),
     ),
     Mutant(
         "gpus-never-freed",
@@ -276,7 +292,7 @@ def run_mutant(mutant: Mutant, seeds: int, timeout: float) -> tuple[Mutant, str,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=20, help="seeds per policy (default 20)")
+    parser.add_argument("--seeds", type=int, default=40, help="seeds per policy (default 40)")
     parser.add_argument("--only", action="append", help="run this mutant (repeatable)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")

@@ -319,18 +319,28 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
         elif kind == "clock_back":
             ops.append(Op(at, kind, (rng.choice([0.5, 3.0, 30.0]),)))
         elif kind == "feature":
-            ops.append(Op(at, "submit", (rng.choice(USERS), _feature(rng, submitted))))
+            user, spec = _feature(rng, submitted)
+            ops.append(Op(at, "submit", (user or rng.choice(USERS), spec)))
         else:
             ops.append(Op(at, kind))
     return ops
 
 
-def _feature(rng: random.Random, earlier: int) -> dict[str, Any]:
+def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, Any]]:
     """A job using what the main stream leaves out: a wall time it may outrun, a
-    singleton, a begin time, an exclusive node, a throttled array."""
+    singleton, a begin time, an exclusive node, a throttled array, a dependency on a
+    job that fails, a job of bob's that leaves slowly near his GPU cap; with its user
+    where it matters (None: any)."""
     work = rng.choice([2, 6, 12])
     spec: dict[str, Any] = {"command": ["sleep", str(work)], "gpus": rng.choice([1, 2])}
-    which = rng.choice(["wall", "wall", "singleton", "begin", "exclusive", "array", "afterok"])
+    which = rng.choice(
+        ["wall", "wall", "singleton", "begin", "exclusive", "array", "afterok", "on_failing",
+         "near_cap"]
+    )  # fmt: skip
+    if which == "on_failing":  # resolved at submission: the last job whose command fails
+        spec["after_failing"] = rng.choice(["afterok", "afternotok", "afterany"])
+    elif which == "near_cap":  # ignores SIGTERM at its wall time: killed after the grace
+        return "bob", {"command": ["hang"], "gpus": 4, "wall_time": rng.choice([2.0, 4.0])}
     if which == "wall":
         spec["wall_time"] = rng.choice([work / 2, work * 2.0])
     elif which == "singleton":
@@ -341,9 +351,9 @@ def _feature(rng: random.Random, earlier: int) -> dict[str, Any]:
         spec["exclusive"] = True
     elif which == "array":
         spec["array"] = rng.choice(["0-5%1", "0-7%3"])
-    elif earlier:
+    elif which == "afterok" and earlier:
         spec["dependency"] = f"afterok:{rng.randint(1, earlier)}"
-    return spec
+    return None, spec
 
 
 # ---------------------------------------------------------------- the world
@@ -679,6 +689,13 @@ class World:
         if "begin_in" in raw:  # a begin time, from the virtual time of its submission
             raw = {**raw, "begin": self.clock() + raw["begin_in"]}
             del raw["begin_in"]
+        if "after_failing" in raw:  # on the last job whose command fails, if any
+            kind = raw.pop("after_failing")
+            failing = [
+                j for j, p in self.oracle.promises.items() if p.command in ("false", "crash")
+            ]
+            if failing:
+                raw = {**raw, "dependency": f"{kind}:{max(failing)}"}
         sch = self.scheduler
         admission = Admission(
             self.config,

@@ -264,9 +264,19 @@ class Scheduler(LoopState):
         plan = found
         self._learn_checkpoints(plan)
         plan = keep_unsaved_work(plan, st)
+        self._keep_off_drained(plan)
         plan = self.exclusive.keep_exclusive(plan)
         plan = self.limits.keep_limits(plan, capped)
         return plan, capped
+
+    def _keep_off_drained(self, plan: Plan) -> None:
+        """Drop the starts on GPUs the loop keeps from the policy (a drained or lost
+        node's): their free GPUs are taken from the policy already, but a job packed
+        onto one still running there would start on a node where nothing may start."""
+        usable = self.usable
+        for i, gpus in list(plan.starts.items()):
+            if not all(usable[g] for g in gpus):
+                plan.drop_start(i)
 
     def _apply_decision(self, plan: Plan, capped: dict[int, str], now: float) -> None:
         """The plan into the book, the policy's state and the store (stops asked,
