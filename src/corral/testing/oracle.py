@@ -391,11 +391,12 @@ class Oracle:
         if p.faults or p.cancelled is not None:
             return
         if any(
-            (o := rows.get(j)) is not None and _never(k, o)
+            (o := rows.get(j)) is None or _never(k, o)
             for k, ids in p.spec.dependency.items()
             for j in ids
         ):
-            return  # (checked above: it ends CANCELLED, never started)
+            return  # (checked above: it ends CANCELLED, never started; or it waits on a
+            # job whose row was written behind the loop's back: its end is not known)
         want = expected_end(p)
         if want is None:
             return
