@@ -233,6 +233,13 @@ MUTANTS = [
         ("gandiva",),
     ),
     Mutant(
+        "resume-of-a-held-job-starts-it",
+        "held",
+        f"{LOOP}/transitions.py",
+        "elif row.status == JobStatus.SUSPENDED and row.held is not None and (",
+        "elif False and (",
+    ),
+    Mutant(
         "gpus-never-freed",
         "structure",
         f"{LOOP}/transitions.py",

@@ -101,3 +101,22 @@ def test_a_held_job_suspended_then_released_is_resumed_and_runs(tmp_path: Path) 
     assert loop.row(job).status == "SUCCEEDED" and loop.scheduler.faults == 0
     assert loop.scheduler.errors == 0
     loop.close()
+
+
+def test_a_held_job_suspended_and_resumed_stays_held_until_released(tmp_path: Path) -> None:
+    """Found by the fault schedules: resume of a held job that had been suspended
+    while it waited started it, though nobody had released it."""
+    loop = virtual_loop(tmp_path, v100s=2)
+    held = loop.queue(command=["sleep", "3"], gpus=1)
+    ask(loop, held, "hold")
+    loop.run(1)
+    ask(loop, held, "suspend")
+    loop.run(1)
+    assert loop.row(held).status == "SUSPENDED"
+    ask(loop, held, "resume")
+    loop.run(10)
+    assert shown(loop, held) == ("PENDING", "user", "JobHeldUser") and not loop.attempts(held)
+    ask(loop, held, "release")
+    loop.run(10)
+    assert loop.row(held).status == "SUCCEEDED" and len(loop.attempts(held)) == 1
+    loop.close()

@@ -287,6 +287,8 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
         ("clock_back", 1),
         ("feature", 3),
         ("drain_node", 1),
+        ("cancel_stopping", 2),
+        ("suspend_running", 2),
     ]
     names, weights = zip(*kinds, strict=True)
     for _ in range(count):
@@ -312,7 +314,7 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
                 ["launch_fails", "ignores_term", "slow_term", "record_missing", "record_corrupt"]
             )
             ops.append(Op(at, kind, (fault, rng.choice([1.0, 2.5, 6.0]))))
-        elif kind == "beat_replay":
+        elif kind == "beat_replay" or kind in ("cancel_stopping", "suspend_running"):
             ops.append(Op(at, kind, (rng.randrange(1000),)))
         elif kind == "drain_node":
             ops.append(Op(at, kind, (rng.randrange(2), rng.choice([5.0, 30.0]))))
@@ -762,6 +764,19 @@ class World:
 
     def _op_resume(self, job: int) -> None:
         self._request(job, "resume")
+
+    def _op_cancel_stopping(self, pick: int) -> None:
+        """A user cancels a job whose stop is under way (it timed out, or is being
+        preempted or suspended, and has not gone yet), as one does when it lingers."""
+        stopping = sorted(j for j, a in self.scheduler.attempts.items() if a.stop is not None)
+        if stopping:
+            self._op_cancel(stopping[pick % len(stopping)])
+
+    def _op_suspend_running(self, pick: int) -> None:
+        """A user suspends a job that runs (the drain resumes it)."""
+        running = sorted(j for j, a in self.scheduler.attempts.items() if a.stop is None)
+        if running:
+            self._op_suspend(running[pick % len(running)])
 
     def _op_crash(self, k: int, where: str | None = None) -> None:
         """``kill -9`` of the service at the ``k``-th boundary inside the passes to come
