@@ -236,8 +236,8 @@ MUTANTS = [
         "resume-of-a-held-job-starts-it",
         "held",
         f"{LOOP}/transitions.py",
-        "elif row.status == JobStatus.SUSPENDED and row.held is not None and (",
-        "elif False and (",
+        "elif row.status == JobStatus.SUSPENDED and row.held is not None:",
+        "elif False:",
     ),
     Mutant(
         "gpus-never-freed",

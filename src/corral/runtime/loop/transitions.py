@@ -401,9 +401,8 @@ class Transitions:
                     if att is not None:
                         att.stop = "preempt"
                     self.loop.book.arrive(row.id, self.loop.rel(now))
-                elif row.status == JobStatus.SUSPENDED and row.held is not None and (
-                    request == "resume"
-                ):  # resumed, but still held (suspended while held): it waits a release
+                elif row.status == JobStatus.SUSPENDED and row.held is not None:
+                    # resumed, but still held (suspended while it waited): a release
                     row.status = JobStatus.PENDING
                     row.reason = self.loop.book[row.id].reason = HELD_REASONS[row.held]
                 elif row.status == JobStatus.SUSPENDED:
