@@ -275,7 +275,9 @@ class Scheduler(LoopState):
         onto one still running there would start on a node where nothing may start."""
         usable = self.usable
         for i, gpus in list(plan.starts.items()):
-            if not all(usable[g] for g in gpus):
+            # (a GPU id the cluster has not is the plan's check's, inside that job's
+            # containment: it is left to it)
+            if any(0 <= g < len(usable) and not usable[g] for g in gpus):
                 plan.drop_start(i)
 
     def _apply_decision(self, plan: Plan, capped: dict[int, str], now: float) -> None:
