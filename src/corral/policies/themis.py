@@ -118,7 +118,9 @@ class Themis(Policy):
         for j in bidders:
             per_type, idle = bids[j]
             for t, value in enumerate(per_type.tolist()):
-                if state.type_speed[j, t] > 0 and value < idle:
+                # (a rho of 0 or less: no work left to speak of, nothing to gain; live,
+                # a job's measured progress may pass its estimate)
+                if state.type_speed[j, t] > 0 and 0 < value < idle:
                     gain = math.log(idle) - math.log(value)
                     gains.append((-gain / state.gpus[j], j, t))
         gains.sort()
