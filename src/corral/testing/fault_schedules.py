@@ -842,6 +842,7 @@ class World:
         """The host's clock steps backwards (an NTP correction)."""
         self.oracle.aim_live([p.job for p in self.executor.running()], "the clock stepped back")
         self.oracle.unsteady.append((self.clock() - seconds, self.clock() + self.config.tick))
+        self.oracle.back += seconds
         self.clock.now -= seconds
 
     def _op_drain_node(self, node: int, seconds: float) -> None:

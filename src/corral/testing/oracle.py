@@ -114,6 +114,9 @@ class Oracle:
     drains: dict[int, int] = field(default_factory=dict)
     """GPU -> passes begun when an admin drained its node (gone when resumed)."""
     restarts: list[float] = field(default_factory=list)
+    back: float = 0.0
+    """Seconds the clock has stepped back in all: times read before and after a step
+    back compare only within them."""
     """When the service was restarted (each may cost a stop in progress a tick)."""
     """Spans when the loop could not keep its deadlines (a full disk, a clock jump)."""
 
@@ -175,7 +178,9 @@ class Oracle:
             if p is None or att.job_id in skip:
                 continue
             spec = p.spec
-            if spec.hold and (p.released is None or att.start_time < p.released - SLACK):
+            if spec.hold and (
+                p.released is None or att.start_time < p.released - SLACK - self.back
+            ):
                 self.broken(
                     f"held: job {p.job} was submitted held and attempt {att.number} started "
                     f"at {att.start_time:.2f} before any release was asked"
@@ -204,10 +209,20 @@ class Oracle:
             self._wall_time(att, p, now, paused.get((att.job_id, att.number), 0.0))
             for g in att.gpus or []:
                 if g in self.drains and att.start_time > self.first_pass_after(self.drains[g]):
-                    self.broken(
-                        f"drain: job {p.job} attempt {att.number} started at "
-                        f"{att.start_time:.2f} on GPU {g}, of a node drained before"
+                    # (placed before the drain and launched once its GPUs were free is
+                    # allowed, as a job Slurm allocated runs on a node drained after)
+                    placed = s.scalar(
+                        select(EventRow.time)
+                        .where(EventRow.job_id == att.job_id, EventRow.kind == "allocated")
+                        .where(EventRow.time <= att.start_time)
+                        .order_by(EventRow.id.desc())
+                        .limit(1)
                     )
+                    if placed is None or placed > self.first_pass_after(self.drains[g]):
+                        self.broken(
+                            f"drain: job {p.job} attempt {att.number} was placed at {placed} "
+                            f"on GPU {g}, of a node drained before"
+                        )
         for job, p in self.promises.items():
             if job in held:
                 p.held_since = now if p.held_since is None else p.held_since
