@@ -36,3 +36,38 @@ def test_a_schedule_is_the_same_for_the_same_seed_and_replays_exactly() -> None:
     assert kinds >= {"submit", "cancel", "restart", "disk_full", "fail_node", "corrupt"}
     first, again = play("fifo", make_schedule(3)), play("fifo", make_schedule(3))
     assert first.passes == again.passes > 50
+
+
+@pytest.mark.parametrize("kind", ["full", "locked", "read_fails", "slow", "dropped", "lost_ack"])
+def test_each_store_fault_is_met_by_the_loop_and_survived(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of the store's faults reaches the loop's own statements (a fault that never
+    fires would make every schedule hold for nothing), and the loop comes through: a
+    crowd of training jobs, then the fault twice while they run."""
+    from corral.testing import fault_schedules as fs
+
+    met: list[str] = []
+    fire, advance = fs.StoreFaults._fire, fs.StoreFaults._commit
+
+    def counted(self: fs.StoreFaults, what: str, statement: str = "") -> None:
+        met.append(what)
+        fire(self, what, statement)
+
+    def slowed(self: fs.StoreFaults, session: object) -> None:
+        if self.kind == "slow" and self.clock() < self.until:
+            met.append("slow commit")
+        advance(self, session)
+
+    monkeypatch.setattr(fs.StoreFaults, "_fire", counted)
+    monkeypatch.setattr(fs.StoreFaults, "_commit", slowed)
+    ops = [
+        fs.Op(0.0, "crowd", (1, 6, 10, None, True)),
+        fs.Op(3.0, "store_fault", (kind, 3.0)),
+        fs.Op(8.0, "store_fault", (kind, 3.0)),
+    ]
+    assert fs.run_schedule("gandiva", ops) is None
+    assert met, f"the store fault {kind} never met the loop"
+    assert {op.kind for seed in range(10) for op in make_schedule(seed)} >= {
+        "store_fault", "crowd", "cancel_packed", "drain_busy", "restart_paused"
+    }

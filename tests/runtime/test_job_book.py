@@ -127,6 +127,20 @@ def test_a_pre_run_that_passes_as_it_is_cancelled_ends_cancelled(tmp_path: Path)
     assert classify(None, passed, "prerun", log)[0] is Cause.PRERUN_OK
 
 
+def test_a_job_that_exits_0_in_the_grace_of_a_cancel_or_timeout_ends_so(tmp_path: Path) -> None:
+    """Found by the fault schedules (gandiva, a cancel of a job whose checkpoint took
+    five seconds): its work ended in the grace, with exit 0, and it was recorded
+    SUCCEEDED, a cancelled job's end taken back. As Slurm's, a cancel or a time
+    limit stands; a preempted or suspended job that finished meanwhile did succeed."""
+    ok = ExitRecord(0, None, "")
+    log = tmp_path / "log.txt"
+    assert classify("cancel", ok, "main", log)[0] is Cause.CANCELLED
+    assert classify("timeout", ok, "main", log)[0] is Cause.TIMEOUT
+    assert classify("preempt", ok, "main", log)[0] is Cause.SUCCEEDED
+    assert classify("suspend", ok, "main", log)[0] is Cause.SUCCEEDED
+    assert classify(None, ok, "main", log)[0] is Cause.SUCCEEDED
+
+
 def test_a_request_for_a_job_whose_end_is_under_way_is_ignored(tmp_path: Path) -> None:
     """Found by the job book's table (tiresias-las, one schedule of 200): a job past its
     wall time is closed while its process leaves; a suspend then arriving moved it from

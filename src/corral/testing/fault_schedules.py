@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from fastapi import HTTPException
 from pydantic import ValidationError
@@ -49,6 +49,7 @@ from sqlalchemy import event, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from starlette.requests import Request
 
+from corral.api import bulk as bulk_routes
 from corral.api import cluster as cluster_routes
 from corral.api import jobs as routes
 from corral.api.common import Context
@@ -207,12 +208,18 @@ CORRUPTIONS: list[tuple[str, Any]] = [
 
 
 def make_schedule(
-    seed: int, length: int = 40, span: float = 120.0, holds: bool = True, inside: bool = True
+    seed: int,
+    length: int = 40,
+    span: float = 120.0,
+    holds: bool = True,
+    inside: bool = True,
+    pressure: bool = True,
 ) -> list[Op]:
     """``length`` operations over ``span`` virtual seconds, from ``seed``; ``holds``
     adds holds and releases, ``inside`` crashes, races and faults inside passes,
-    each from a stream of its own (the rest of the schedule is the same without
-    them)."""
+    ``pressure`` crowds, the store's faults and operations aimed at what runs when
+    they come, each from a stream of its own (the rest of the schedule is the same
+    without them)."""
     rng = random.Random(seed)
     ops: list[Op] = []
     submitted = 0
@@ -267,6 +274,8 @@ def make_schedule(
         )
     if inside:
         ops += _inside(random.Random(f"inside-{seed}"), max(length // 4, 1), span, submitted)
+    if pressure:
+        ops += _pressure(random.Random(f"pressure-{seed}"), max(length // 8, 1), span)
     ops.sort(key=lambda op: op.at)
     return ops
 
@@ -328,6 +337,37 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
     return ops
 
 
+def _pressure(rng: random.Random, count: int, span: float) -> list[Op]:
+    """Operations from a stream of their own that make what is rare common: a crowd
+    of one size at once (so that jobs queue, pack and take turns), a drain of the
+    busiest node, a cancel of a packed job whose checkpoint takes seconds, a restart
+    while a job is paused, and the store's faults (busy, failing reads, slow
+    commits, a lost acknowledgement, a dropped connection). Which job or node they
+    touch is read when they come, from what runs then."""
+    ops: list[Op] = []
+    kinds = [("crowd", 3), ("drain_busy", 2), ("cancel_packed", 2), ("restart_paused", 2),
+             ("store_fault", 3), ("requeue_running", 1)]  # fmt: skip
+    names, weights = zip(*kinds, strict=True)
+    for _ in range(count):
+        at = round(rng.uniform(0, span), 2)
+        kind = rng.choices(names, weights)[0]
+        if kind == "crowd":
+            seconds = rng.choice([6, 15, 30])
+            wall = rng.choice([None, None, seconds * 0.6, seconds * 3.0])
+            size, n, train = rng.choice([1, 2]), rng.choice([4, 6, 9]), rng.random() < 0.5
+            ops.append(Op(at, kind, (size, n, seconds, wall, train)))
+        elif kind == "drain_busy":
+            ops.append(Op(at, kind, (rng.choice([5.0, 20.0, 60.0]),)))
+        elif kind in ("cancel_packed", "requeue_running"):
+            ops.append(Op(at, kind, (rng.randrange(1000), rng.choice([0.5, 2.0, 5.0]))))
+        elif kind == "store_fault":
+            fault = rng.choice(list(StoreFaults.KINDS))
+            ops.append(Op(at, kind, (fault, rng.choice([0.5, 3.0, 12.0]))))
+        else:
+            ops.append(Op(at, kind))
+    return ops
+
+
 def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, Any]]:
     """A job using what the main stream leaves out: a wall time it may outrun, a
     singleton, a begin time, an exclusive node, a throttled array, a dependency on a
@@ -381,21 +421,104 @@ def service_config(folder: Path, policy: str) -> ServiceConfig:
     )
 
 
-class DiskFull:
-    """Makes every write to the store fail, as a full disk does, while on."""
+class InjectedFault(Exception):
+    """The store's trouble as the harness makes it (told apart from the loop's own)."""
+
+
+def injected(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it was raised from) is the harness's store fault."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, InjectedFault) or isinstance(getattr(exc, "orig", None), InjectedFault):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class StoreFaults:
+    """The store's faults, in virtual time. Spans: ``full`` (every write fails, as on a
+    full disk), ``locked`` (every statement fails: another process holds the
+    database), ``read_fails`` (reads fail: an I/O error), ``slow`` (each commit takes
+    ``delay`` seconds). Once: ``dropped`` (the next statement finds its connection
+    gone, as when PostgreSQL restarts) and ``lost_ack`` (the next commit of the loop's
+    is made, and its caller told it failed). The harness's own reads are spared
+    (:meth:`spared`)."""
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "full": "span", "locked": "span", "read_fails": "span", "slow": "span",
+        "dropped": "once", "lost_ack": "once",
+    }  # fmt: skip
 
     def __init__(self, store: Store) -> None:
+        self.kind = "full"
         self.until = -1.0
+        self.delay = 0.0
+        self.once: str | None = None
+        self.fired = 0
+        """Faults raised so far (a pass that meets one may fail)."""
+        self._spared = 0
         self.clock: Callable[[], float] = lambda: 0.0
+        self.advance: Callable[[float], None] = lambda _s: None
+        self.loop_live: Callable[[], bool] = lambda: False
+        self.on_fire: Callable[[], None] = lambda: None
         event.listen(store.engine, "before_cursor_execute", self._check)
+        event.listen(store._sessions, "before_commit", self._commit)
+        event.listen(store._sessions, "after_commit", self._acknowledged)
 
     @property
     def on(self) -> bool:
-        return self.clock() < self.until
+        """Whether a span of store faults is under way."""
+        return self.clock() < self.until and self.kind != "slow"
+
+    @property
+    def full(self) -> bool:
+        return self.clock() < self.until and self.kind == "full"
+
+    def start(self, kind: str, seconds: float) -> None:
+        if self.KINDS[kind] == "once":
+            self.once = kind
+        else:
+            self.kind, self.until = kind, self.clock() + seconds
+            self.delay = min(seconds, 2.0) / 4 if kind == "slow" else 0.0
+
+    @contextmanager
+    def spared(self) -> Iterator[None]:
+        """The harness's own reads and writes: no fault meets them."""
+        self._spared += 1
+        try:
+            yield
+        finally:
+            self._spared -= 1
+
+    def _fire(self, what: str, statement: str = "") -> NoReturn:
+        self.fired += 1
+        self.on_fire()
+        raise OperationalError(statement, None, InjectedFault(what))
 
     def _check(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        if self.on and statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
-            raise OperationalError(statement, None, Exception("database or disk is full"))
+        if self._spared:
+            return
+        if self.once == "dropped":
+            self.once = None
+            self._fire("server closed the connection unexpectedly", statement)
+        if self.clock() >= self.until:
+            return
+        writes = statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+        if self.kind == "full" and writes:
+            self._fire("database or disk is full", statement)
+        if self.kind == "locked":
+            self._fire("database is locked", statement)
+        if self.kind == "read_fails" and not writes:
+            self._fire("disk I/O error", statement)
+
+    def _commit(self, _session: Any) -> None:
+        if not self._spared and self.kind == "slow" and self.clock() < self.until:
+            self.advance(self.delay)
+
+    def _acknowledged(self, _session: Any) -> None:
+        if not self._spared and self.once == "lost_ack" and self.loop_live():
+            self.once = None
+            self._fire("the connection was lost before the commit was acknowledged")
 
 
 class _Front:
@@ -426,7 +549,7 @@ class World:
     clock: VirtualClock = field(init=False)
     executor: VirtualExecutor = field(init=False)
     scheduler: Scheduler = field(init=False)
-    disk: DiskFull = field(init=False)
+    disk: StoreFaults = field(init=False)
     passes: int = 0
     refused: int = 0
     ended: dict[int, str] = field(default_factory=dict)
@@ -441,8 +564,10 @@ class World:
         self.store.clock = self.clock
         self.executor = VirtualExecutor(self.config, self.clock, self.store)
         self.executor.on_launch = self._launched
-        self.disk = DiskFull(self.store)
+        self.disk = StoreFaults(self.store)
         self.disk.clock = self.clock
+        self.disk.advance = self.clock.advance
+        self.disk.on_fire = self._store_fault_met
         self.illegal: list[str] = []
         self.crowded: list[str] = []
         """Launches onto GPUs already running as many processes as they take."""
@@ -461,10 +586,13 @@ class World:
         )
         self.executor.on_checkpoint = self.oracle.saved
         self.bounds = Boundaries(self.store)
+        self.disk.loop_live = lambda: self.bounds.live
         self.executor.on_call = self.bounds.hit
         self.executor.beat_route = self._beat
         self.crashes = 0
         self.races = 0
+        self.watches: list[tuple[float, Callable[[], bool]]] = []
+        """(until, act): operations waiting for their moment (:meth:`_when`)."""
         self.resumes: list[tuple[float, str]] = []
         """(when, node): drained nodes the admin resumes then."""
         self.scheduler = self._start()
@@ -486,7 +614,7 @@ class World:
             self.executor = self.executor.restarted()
             return self._start()
         except Exception as exc:
-            if not self.disk.on:
+            if not (self.disk.on or injected(exc)):
                 raise Broken(f"the service cannot start: {type(exc).__name__}: {exc}") from exc
             scheduler.resync_due = True
         return scheduler
@@ -505,6 +633,10 @@ class World:
 
     def _launched(self, process: VirtualProcess) -> None:
         """At each launch: its attempt's row is in the store already."""
+        with self.disk.spared():
+            self._launch_checked(process)
+
+    def _launch_checked(self, process: VirtualProcess) -> None:
         with self.store.session() as s:
             row = s.scalars(
                 select(AttemptRow).where(
@@ -535,7 +667,12 @@ class World:
             self.oracle.launched(process.job, process.attempt, process.done * process.rate)
 
     def check(self) -> None:
-        """The invariants that hold after every step, and the oracle's rules."""
+        """The invariants that hold after every step, and the oracle's rules (read
+        past any fault of the store's: the harness sees what is stored)."""
+        with self.disk.spared():
+            self._check()
+
+    def _check(self) -> None:
         if self.illegal:
             raise Broken(self.illegal[0])
         if self.crowded:
@@ -630,7 +767,7 @@ class World:
     def step(self) -> None:
         """One pass, handled as the service's thread handles it."""
         before, faults = self.scheduler.errors, self.scheduler.faults
-        full = self.disk.on
+        full, fired = self.disk.on, self.disk.fired
         began = self.clock()
         self.oracle.passes += 1
         number = self.oracle.passes
@@ -649,7 +786,7 @@ class World:
             self.passes += 1
             return
         except Exception as exc:
-            if not full:
+            if not (full or injected(exc)):
                 raise Broken(f"a pass failed: {type(exc).__name__}: {exc}") from exc
             # as run() does: the next step resyncs from the store once it works
         else:
@@ -657,6 +794,7 @@ class World:
             if sch.errors == before and sch.faults == faults and not sch.resync_due:
                 self.oracle.good_passes.append((number, began))
         self.passes += 1
+        full = full or self.disk.on or self.disk.fired > fired  # the store's trouble met
         if self.scheduler.errors > before and not full:
             raise Broken(f"a pass failed ({self.scheduler.errors - before} error(s) counted)")
         if self.scheduler.faults > faults and not full:
@@ -677,6 +815,9 @@ class World:
             self.clock.now = self.next_step(limit)
             self.step()
             self.check()
+            if self.watches:
+                self._watch()
+                self.check()
             if self.resumes:
                 self._resume_due(self.clock())
 
@@ -719,15 +860,15 @@ class World:
             self.oracle.submitted(made, self.clock())
         except (ValidationError, Refused, ValueError):
             self.refused += 1
-        except OperationalError:
-            if not self.disk.on:
+        except OperationalError as exc:
+            if not (self.disk.on or injected(exc)):
                 raise
-            self.refused += 1  # the API answers 507
+            self.refused += 1  # the API answers 507 (503: the store is busy)
 
     def _request(self, job: int, action: str, **values: Any) -> bool:
         """Ask the loop ``action`` for ``job`` through the API's own route, as the job's
         owner; True when the route stored it (False: refused, as a 409 or 404 is)."""
-        with self.store.session() as s:
+        with self.disk.spared(), self.store.session() as s:
             owner = s.scalar(select(JobRow.user).where(JobRow.id == job))
         user = next((u for u in self.config.users if u.name == owner), None)
         if user is None:
@@ -740,8 +881,8 @@ class World:
                 getattr(routes, action)(ctx, job, user)
         except (HTTPException, Refused):
             return False
-        except OperationalError:
-            if not self.disk.on:
+        except OperationalError as exc:
+            if not (self.disk.on or injected(exc)):
                 raise
             return False
         return True
@@ -777,6 +918,131 @@ class World:
         running = sorted(j for j, a in self.scheduler.attempts.items() if a.stop is None)
         if running:
             self._op_suspend(running[pick % len(running)])
+
+    def _op_crowd(
+        self, gpus: int, n: int, seconds: float, wall: float | None, train: bool = False
+    ) -> None:
+        """alice submits ``n`` tasks of one size at once (an array), and half as many
+        four seconds later: more than the GPUs free, they queue, and a sharing policy
+        packs them (training jobs, whose throughput it measures) and makes them take
+        turns (with a wall time, some time out while they do)."""
+        command = ["train", f"{seconds * 10:g}", "10"] if train else ["sleep", f"{seconds:g}"]
+        spec: dict[str, Any] = {"command": command, "gpus": gpus, "array": f"0-{n - 1}"}
+        if train:  # a model of its own: pairs of it are judged apart from others'
+            spec["job_type"] = "crowd"
+        if wall is not None:
+            spec["wall_time"] = wall
+        self._op_submit("alice", spec)
+        # a second wave once the first runs (and, training, has reported its speed):
+        # those wait for GPUs running one job each, to be packed there or take turns
+        second = self.clock() + 4.0
+        again = {**spec, "array": f"0-{max(n // 2, 1) - 1}"}
+
+        def later() -> bool:
+            if self.clock() < second:
+                return False
+            self._op_submit("alice", again)
+            return True
+
+        self._when(later)
+
+    def _op_drain_busy(self, seconds: float) -> None:
+        """An admin drains the node running the most processes (packed and
+        time-sliced ones among them), and resumes it ``seconds`` later."""
+        nodes = self.executor.nodes()
+        busy = [0] * len(nodes)
+        for p in self.executor.running():
+            for slot in p.request.gpus:
+                busy[nodes.index(slot.node)] += 1
+        self._op_drain_node(max(range(len(nodes)), key=lambda k: (busy[k], -k)), seconds)
+
+    WATCH = 60.0
+    """Seconds an operation aimed at a moment (a packed job, a paused one) waits for it."""
+
+    def _when(self, ready: Callable[[], bool]) -> None:
+        """Run ``ready`` now and after each step until it says it has acted, or for
+        :attr:`WATCH` seconds."""
+        if not ready():
+            self.watches.append((self.clock() + self.WATCH, ready))
+
+    def _watch(self) -> None:
+        now = self.clock()
+        self.watches = [(until, f) for until, f in self.watches if now < until and not f()]
+
+    def _stoppable(self, pick: int, packed_only: bool = False) -> tuple[int, VirtualProcess] | None:
+        """A running job (a packed one where there is one) and its process."""
+        attempts, packed = self.scheduler.attempts, self.scheduler.book.packed_on
+        live = {p.job: p for p in self.executor.running() if not p.foreign}
+        jobs = sorted(j for j, a in attempts.items() if a.stop is None and j in live)
+        guests = [j for j in jobs if j in packed]
+        sharing = self.scheduler.sharing
+        both_run = [j for j in guests if not sharing.taking_turns(j)]  # packed, not sliced
+        chosen = both_run if packed_only else both_run or guests or jobs
+        if not chosen:
+            return None
+        job = chosen[pick % len(chosen)]
+        return job, live[job]
+
+    def _op_cancel_packed(self, pick: int, delay: float) -> None:
+        """A user cancels a job packed beside another (when one is, within a minute),
+        whose checkpoint takes ``delay`` seconds after SIGTERM: its GPUs are not free
+        until it has gone; and submits it again. (A policy that never packs: any
+        running job.)"""
+        packs = self.scheduler.policy.shares_gpus
+
+        def ready() -> bool:
+            found = self._stoppable(pick, packed_only=packs)
+            if found is None:
+                return False
+            job, process = found
+            process.term_delay = max(process.term_delay, delay)
+            self._op_cancel(job)
+            # and submits it again at once (as after a mistake in its arguments): a
+            # job of its size waits while the GPUs it leaves are still in use
+            with self.disk.spared(), self.store.session() as s:
+                row = s.get(JobRow, job)
+                user, spec = (row.user, dict(row.spec)) if row is not None else ("", {})
+            kept = ("command", "gpus", "job_type", "wall_time")
+            again: dict[str, Any] = {k: spec[k] for k in kept if k in spec}
+            if user and again:
+                self._op_submit(user, again)
+            return True
+
+        self._when(ready)
+
+    def _op_requeue_running(self, pick: int, delay: float) -> None:
+        """A user requeues a running job (``scontrol requeue``), whose checkpoint takes
+        ``delay`` seconds: it leaves, waits again and runs again (not counted as a
+        retry)."""
+        found = self._stoppable(pick)
+        if found is None:
+            return
+        job, process = found
+        with self.disk.spared(), self.store.session() as s:
+            owner = s.scalar(select(JobRow.user).where(JobRow.id == job))
+        user = next(u for u in self.config.users if u.name == owner)
+        process.term_delay = max(process.term_delay, delay)
+        ctx = Context(self.config, self.store, _Front(self.scheduler))  # type: ignore[arg-type]
+        try:
+            bulk_routes.act_on_many(ctx, "requeue", bulk_routes.Selection(ids=[job]), user)
+        except HTTPException:
+            pass
+        except OperationalError as exc:
+            if not (self.disk.on or injected(exc)):
+                raise
+
+    def _op_restart_paused(self) -> None:
+        """``kill -9`` of the service while a job is paused (time-sliced or suspended),
+        when one is within a minute: the new one must know how long it was, for its
+        wall time."""
+
+        def ready() -> bool:
+            if any(p.paused for p in self.executor.running()):
+                self._op_restart()
+                return True
+            return False
+
+        self._when(ready)
 
     def _op_crash(self, k: int, where: str | None = None) -> None:
         """``kill -9`` of the service at the ``k``-th boundary inside the passes to come
@@ -815,7 +1081,7 @@ class World:
 
     def _unended(self, pick: int) -> int | None:
         """The ``pick``-th job (cyclically) of those not ended, or None."""
-        with self.store.session() as s:
+        with self.disk.spared(), self.store.session() as s:
             ids = list(
                 s.scalars(select(JobRow.id).where(JobRow.status.not_in(ENDED)).order_by(JobRow.id))
             )
@@ -864,8 +1130,8 @@ class World:
             route(ctx, name, admin, None)
         except HTTPException:
             return False
-        except OperationalError:
-            if not self.disk.on:
+        except OperationalError as exc:
+            if not (self.disk.on or injected(exc)):
                 raise
             return False
         if action == "resume":
@@ -929,7 +1195,23 @@ class World:
         # its heartbeats cannot be kept meanwhile: a training job may be taken for hung
         self.oracle.aim_live([p.job for p in self.executor.running()], "a full disk")
         self.oracle.unsteady.append((self.clock(), self.clock() + seconds + self.config.tick))
-        self.disk.until = self.clock() + seconds
+        self.disk.start("full", seconds)
+
+    def _op_store_fault(self, kind: str, seconds: float) -> None:
+        """The store in trouble: busy, failing reads or slow commits for ``seconds``,
+        or once a dropped connection or a commit whose acknowledgement is lost."""
+        if StoreFaults.KINDS[kind] == "span":
+            if kind != "slow":  # heartbeats cannot be kept meanwhile
+                self.oracle.aim_live([p.job for p in self.executor.running()], f"store {kind}")
+            self.oracle.unsteady.append(
+                (self.clock(), self.clock() + seconds + 2 * self.config.tick)
+            )
+        self.disk.start(kind, seconds)
+
+    def _store_fault_met(self) -> None:
+        """A fault met: the pass it fails is done again, a tick later."""
+        now = self.clock()
+        self.oracle.unsteady.append((now, now + 2 * self.config.tick))
 
     def _op_clock_jump(self, seconds: float) -> None:
         self.oracle.aim_live([p.job for p in self.executor.running()], "a clock jump")
@@ -970,7 +1252,8 @@ class World:
         """The inputs stop: the disk is freed, nodes come back, the service is
         restarted once (recovery must agree with the loop), held jobs go, and
         every job must end."""
-        self.disk.until = -1.0
+        self.disk.until, self.disk.once = -1.0, None
+        self.watches.clear()
         for node in list(self.executor.down):
             self.executor.return_node(node)
         # the admin resumes every drained node: those drained by hand, and those the loop

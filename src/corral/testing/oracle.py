@@ -87,6 +87,12 @@ def expected_end(p: Promise) -> str | None:
     if head == "sleep" and wall is not None:
         work = float(p.spec.command[1]) if len(p.spec.command) > 1 else 5.0
         return "TIMEOUT" if work > wall else "SUCCEEDED"
+    if head == "train" and wall is not None:  # steps / rate seconds in all, each attempt
+        # from its job's checkpoint (so one stopped on the way may finish within its wall
+        # time); an exclusive one slows down where packed
+        args = p.spec.command[1:]
+        work = (float(args[0]) if args else 100.0) / (float(args[1]) if len(args) > 1 else 10.0)
+        return None if work > wall or "exclusive" in args else "SUCCEEDED"
     if head in ("sleep", "train", "work"):
         return "SUCCEEDED"
     if head in ("false", "crash"):
@@ -111,14 +117,17 @@ class Oracle:
     good_passes: list[tuple[int, float]] = field(default_factory=list)
     """(number, start time) of each pass that ran to its end."""
     unsteady: list[tuple[float, float]] = field(default_factory=list)
+    """Spans when the loop could not keep its deadlines (a full disk, a clock jump)."""
     drains: dict[int, int] = field(default_factory=dict)
     """GPU -> passes begun when an admin drained its node (gone when resumed)."""
     restarts: list[float] = field(default_factory=list)
+    """When the service was restarted (each may cost a stop in progress a tick)."""
     back: float = 0.0
     """Seconds the clock has stepped back in all: times read before and after a step
     back compare only within them."""
-    """When the service was restarted (each may cost a stop in progress a tick)."""
-    """Spans when the loop could not keep its deadlines (a full disk, a clock jump)."""
+    paused: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(job, attempt) -> seconds its process was seen paused, at the latest step (a
+    lower bound: what its wall time must not count)."""
 
     # ------------------------------------------------------------ recording
     def submitted(self, rows: list[tuple[int, str, dict[str, Any], str]], now: float) -> None:
@@ -171,6 +180,8 @@ class Oracle:
         process has spent paused, which its wall time does not count)."""
         open_rows = list(s.scalars(select(AttemptRow).where(AttemptRow.end_time.is_(None))))
         held = dict(s.execute(select(JobRow.id, JobRow.held).where(JobRow.held.is_not(None))).all())
+        for key, seconds in paused.items():
+            self.paused[key] = max(self.paused.get(key, 0.0), seconds)
         by_array: dict[int, list[int]] = {}
         by_user: dict[str, int] = {}
         for att in open_rows:
@@ -394,10 +405,12 @@ class Oracle:
         for a in mine:
             if a.cause != Cause.TIMEOUT.value or a.end_time is None:
                 continue
-            if limit is None or a.end_time - a.start_time < limit - SLACK:
+            paused = self.paused.get((p.job, a.number), 0.0)
+            ran = a.end_time - a.start_time - paused
+            if limit is None or ran < limit - SLACK - self.back:
                 self.broken(
-                    f"wall time: job {p.job} attempt {a.number} timed out after "
-                    f"{a.end_time - a.start_time:.2f}s, its wall time {limit}"
+                    f"wall time: job {p.job} attempt {a.number} timed out after running "
+                    f"{ran:.2f}s ({paused:.2f}s paused not counted), its wall time {limit}"
                 )
 
     def _command(

@@ -96,6 +96,10 @@ def classify(stop: str | None, record: ExitRecord, phase: str, log: Path) -> tup
     how = f"exit code {code}" if code is not None else f"signal {sig}" if sig else "no record"
     if record.detail and code != NOT_STARTED and not record.lost:
         how += f"; {record.detail}"  # e.g. processes the job left running, killed at its end
+    if code == 0 and stop in ("cancel", "timeout"):
+        # as Slurm's: a job cancelled or past its time limit is so, even when its
+        # program ends well in the grace after the SIGTERM
+        return STOPS[stop], f"stopped by the scheduler ({stop}; it exited 0 in its grace)"
     if code == 0 and stop != "hung":
         if phase == "prerun":  # it ignored the pre-run and did all its work on one GPU
             return Cause.SUCCEEDED, "ran to its end in its 1-GPU pre-run (no corral.train)"
