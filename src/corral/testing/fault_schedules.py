@@ -340,13 +340,14 @@ def _inside(rng: random.Random, count: int, span: float, submitted: int) -> list
 def _pressure(rng: random.Random, count: int, span: float) -> list[Op]:
     """Operations from a stream of their own that make what is rare common: a crowd
     of one size at once (so that jobs queue, pack and take turns), a drain of the
-    busiest node, a cancel of a packed job whose checkpoint takes seconds, a restart
+    busiest node, a cancel of a packed job whose checkpoint takes seconds, a job
+    with a begin time (first in line where new jobs are), a restart
     while a job is paused, and the store's faults (busy, failing reads, slow
     commits, a lost acknowledgement, a dropped connection). Which job or node they
     touch is read when they come, from what runs then."""
     ops: list[Op] = []
     kinds = [("crowd", 3), ("drain_busy", 2), ("cancel_packed", 2), ("restart_paused", 2),
-             ("store_fault", 3), ("requeue_running", 1)]  # fmt: skip
+             ("store_fault", 3), ("requeue_running", 1), ("begin_later", 2)]  # fmt: skip
     names, weights = zip(*kinds, strict=True)
     for _ in range(count):
         at = round(rng.uniform(0, span), 2)
@@ -356,6 +357,9 @@ def _pressure(rng: random.Random, count: int, span: float) -> list[Op]:
             wall = rng.choice([None, None, seconds * 0.6, seconds * 3.0])
             size, n, train = rng.choice([1, 2]), rng.choice([4, 6, 9]), rng.random() < 0.5
             ops.append(Op(at, kind, (size, n, seconds, wall, train)))
+        elif kind == "begin_later":  # a new job, first in line under LAS, not to start yet
+            spec = {"command": ["sleep", "3"], "gpus": 1, "begin_in": rng.choice([10, 40])}
+            ops.append(Op(at, "submit", (rng.choice(USERS), spec)))
         elif kind == "drain_busy":
             ops.append(Op(at, kind, (rng.choice([5.0, 20.0, 60.0]),)))
         elif kind in ("cancel_packed", "requeue_running"):
