@@ -69,5 +69,36 @@ def test_each_store_fault_is_met_by_the_loop_and_survived(
     assert fs.run_schedule("gandiva", ops) is None
     assert met, f"the store fault {kind} never met the loop"
     assert {op.kind for seed in range(10) for op in make_schedule(seed)} >= {
-        "store_fault", "crowd", "cancel_packed", "drain_busy", "restart_paused"
+        "store_fault",
+        "crowd",
+        "cancel_packed",
+        "drain_busy",
+        "restart_paused",
     }
+
+
+def test_processes_go_on_in_real_time_when_the_clock_steps_back() -> None:
+    """The host's clock stepping back does not stop its processes: a job submitted
+    and started soon after the step (at a time the clock had shown before) runs its
+    two seconds and succeeds within its 4 s limit. The virtual executor once froze
+    every process until the clock caught up, and such a job was stopped for its
+    time (seed 2048's schedule, shrunk, did this)."""
+    from corral.testing import fault_schedules as fs
+
+    sleep = {"command": ["sleep", "2"], "gpus": 1, "wall_time": 4.0}
+    ops = [  # (in the order given: the last comes 10 s after the step)
+        fs.Op(1.0, "submit", ("alice", {"command": ["sleep", "6"], "gpus": 1})),
+        fs.Op(2.0, "clock_back", (30.0,)),
+        fs.Op(-18.0, "submit", ("alice", sleep)),
+    ]
+    with fs.world("fifo") as w:
+        start = w.clock()
+        for op in ops:
+            w.run_until(start + op.at)
+            w.apply(op)
+            w.check()
+        w.drain()
+        (second,) = [p for p in w.executor.processes.values() if p.job == 2]
+        assert second.started < start  # in the clock's new time, before it caught up
+        assert (second.exit_code, round(second.ended - second.started, 2)) == (0, 2.0)
+    assert fs.run_schedule("fifo", ops) is None

@@ -1114,6 +1114,7 @@ class World:
         self.oracle.unsteady.append((self.clock() - seconds, self.clock() + self.config.tick))
         self.oracle.back += seconds
         self.clock.now -= seconds
+        self.executor.clock_stepped_back(seconds)
 
     def _op_drain_node(self, node: int, seconds: float) -> None:
         """An admin drains a node (through the API's route), and resumes it ``seconds``

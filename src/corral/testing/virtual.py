@@ -134,11 +134,28 @@ class VirtualProcess:
     """Not a job's: a process of someone else's that took a freed pid."""
     signalled: list[int] = field(default_factory=list)
     """The signals sent to it."""
+    stamp: str = field(init=False, default="")
+    """Its start as the process table keeps it (see :attr:`start`)."""
+
+    def __post_init__(self) -> None:
+        self.stamp = f"{self.started:.6f}/{id(self)}"
 
     @property
     def start(self) -> str:
-        """Its start as the process table says it (unique: pids are reused)."""
-        return f"{self.started:.6f}/{id(self)}"
+        """Its start as the process table says it (unique: pids are reused; counted
+        from the boot, so a step of the wall clock leaves it as it was)."""
+        return self.stamp
+
+    def shift(self, seconds: float) -> None:
+        """Restate its wall-clock marks ``seconds`` earlier (the clock stepped back:
+        what it has done and how long it has left are unchanged)."""
+        self.started -= seconds
+        self.last_beat -= seconds
+        self.speeds = [(since - seconds, speed) for since, speed in self.speeds]
+        for name in ("ended", "paused_at", "leaving_at"):
+            mark = getattr(self, name)
+            if mark is not None:
+                setattr(self, name, mark - seconds)
 
     @property
     def job(self) -> int:
@@ -399,6 +416,14 @@ class VirtualExecutor(Executor):
             if process.alive() and any(slot.node == node for slot in process.request.gpus):
                 self._end(process, self.clock(), lost=True)
         self._resettle(self.clock())
+
+    def clock_stepped_back(self, seconds: float) -> None:
+        """The host's wall clock stepped back ``seconds`` (it has already moved): the
+        processes go on in real time, so every mark kept in wall-clock time moves
+        with it. Without this they would stand still until the clock caught up."""
+        self._at -= seconds
+        for process in self.processes.values():
+            process.shift(seconds)
 
     def return_node(self, node: str) -> None:
         self.down.discard(node)

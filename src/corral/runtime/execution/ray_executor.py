@@ -86,6 +86,9 @@ PROBE_PATIENCE = 60.0
 task whose worker never started would otherwise keep the node out for ever)."""
 CONNECT_TRIES = 10
 """Tries to join the service's own new Ray instance before giving up."""
+STATE_TIMEOUT = 5.0
+"""Seconds a call for Ray's node table may take (milliseconds when its head is up)
+before its head is taken as lost."""
 
 
 @dataclass
@@ -255,7 +258,33 @@ class RayExecutor(Executor):
             link.symlink_to(ray_session_logs())
 
     def _alive_nodes(self) -> list[dict[str, Any]]:
-        return [n for n in self.ray.nodes() if n.get("Alive")]
+        """Ray's live nodes, as ``ray.nodes()`` lists them; TimeoutError when its head
+        does not answer in :data:`STATE_TIMEOUT`. Asked through the driver's GCS
+        client, whose calls take a timeout: ``ray.nodes()`` has none, and one in
+        flight when the head dies waits out Ray's reconnect (60 s), holding the
+        loop; nor can it be left to a thread, since its late answer after
+        ``ray.shutdown()`` ends the process. (A Ray without that client: its
+        ``ray.nodes()``.)"""
+        worker = getattr(getattr(getattr(self.ray, "_private", None), "worker", None),
+                         "global_worker", None)  # fmt: skip
+        client = getattr(worker, "gcs_client", None)
+        if client is None or not hasattr(client, "get_all_node_info"):
+            return [n for n in self.ray.nodes() if n.get("Alive")]
+        try:
+            infos = client.get_all_node_info(timeout=STATE_TIMEOUT)
+        except Exception as exc:  # (Ray's RpcError: its head did not answer)
+            raise TimeoutError(f"Ray's head did not answer: {exc}") from None
+        return [
+            {
+                "NodeID": node_id.hex(),
+                "Alive": True,
+                "Resources": dict(info.resources_total),
+                "NodeManagerHostname": info.node_manager_hostname,
+                "NodeManagerAddress": info.node_manager_address,
+            }
+            for node_id, info in infos.items()
+            if info.state == 0  # (GcsNodeInfo.ALIVE)
+        ]
 
     def _local_inventory(self) -> list[RayNode]:
         alive = self._alive_nodes()
@@ -339,8 +368,11 @@ class RayExecutor(Executor):
     def _save_nodes(self, nodes: list[RayNode]) -> None:
         write_atomic(self.state_dir / NODES_FILE, json.dumps([asdict(n) for n in nodes]))
 
-    def _unalive(self) -> set[str]:
-        alive = {n["NodeID"] for n in self._alive_nodes()}
+    def _unalive(self, alive_nodes: list[dict[str, Any]] | None = None) -> set[str]:
+        """The inventory's nodes Ray does not list alive (from ``alive_nodes`` when
+        they were just read)."""
+        alive = {n["NodeID"] for n in (alive_nodes if alive_nodes is not None else
+                                       self._alive_nodes())}  # fmt: skip
         return {n.name for n in self.nodes if n.node_id not in alive}
 
     # ------------------------------------------------------------ inventory
@@ -385,7 +417,7 @@ class RayExecutor(Executor):
             if joined:
                 self._save_nodes(self.nodes)
                 changed = True
-        gone = self._unalive()
+        gone = self._unalive(alive)
         if gone != self._gone:
             self._gone = gone
             changed = True
@@ -738,7 +770,10 @@ class RayExecutor(Executor):
                 if self._head_away(fresh=True):  # (the head went: no news, not a loss)
                     return None
                 where = f" on node {a.nodes[k]}" if a.nodes[k] else ""
-                left = a.nodes[k] in self._unalive()
+                try:
+                    left = a.nodes[k] in self._unalive()
+                except TimeoutError:  # the head does not answer: no news, not a loss
+                    return None
                 why = "its node left the Ray cluster" if left else exc
                 if a.nodes[k] and not left:  # (Ray may not know yet that the node died)
                     self._suspect.setdefault(a.nodes[k], None)
