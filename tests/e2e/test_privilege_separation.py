@@ -316,3 +316,38 @@ def test_the_launcher_and_standby_workers_run_with_a_fixed_environment(
     assert (folder / "log.txt").read_text().strip() == "job-only"
     assert not (folder / ENV_FILE).exists()
     assert (folder / "exit.json").exists()
+
+
+def test_a_jobs_command_and_paths_are_not_on_its_launchers_command_line(tmp_path: Path) -> None:
+    """Any user of the host reads every process's arguments (``ps``): the launcher,
+    which runs as root, carries the attempt's folder and limits there, never the
+    job's program, arguments (a ``--password=...``), working directory or output
+    file; those reach it in its private file and the job runs them."""
+    from corral.runtime.execution.executor import start_launcher
+    from corral.runtime.execution.launcher import Confinement
+
+    folder, workdir = tmp_path / "attempt", tmp_path / "private-project"
+    folder.mkdir()
+    workdir.mkdir()
+    out = workdir / "result.txt"
+    program = "import os, sys, time; print(os.getcwd(), sys.argv[1]); time.sleep(3)"
+    child = start_launcher(
+        folder,
+        Confinement(cwd=str(workdir), output=str(out)),
+        [sys.executable, "-c", program, "--password=hunter2"],
+        {"PATH": os.environ["PATH"]},
+        folder / "log.txt",
+    )
+    try:
+        seen = wait_for(
+            lambda: (cmd := Path(f"/proc/{child.pid}/cmdline").read_bytes())
+            and b"launcher" in cmd
+            and cmd,
+            30,
+            "the launcher to start",
+        )
+        assert b"hunter2" not in seen and str(workdir).encode() not in seen, seen
+        assert str(folder).encode() in seen
+    finally:
+        assert child.wait(30) == 0
+    assert out.read_text().split() == [str(workdir), "--password=hunter2"]

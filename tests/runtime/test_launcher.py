@@ -37,7 +37,8 @@ def test_options_round_trip_through_the_command_line() -> None:
     folder, again, argv = parsed
     assert folder == Path("/attempt") and again == conf and argv == ["python", "-c", "pass"]
     assert parse(["/attempt", "--colour", "blue", "--", "x"]) is None
-    assert parse(["/attempt", "--"]) is None
+    assert parse(["/attempt", "--"]) == (Path("/attempt"), Confinement(), [])  # (in its file)
+    assert parse(["--", "x"]) is None and parse(["/attempt", "--uid", "--", "x"]) is None
 
 
 def test_a_cgroup_v2_gets_the_jobs_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ virtual GPUs of named types lets a machine without GPUs run jobs on the CPU.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import os
@@ -40,9 +41,11 @@ from corral.runtime.execution.launcher import (
     ENV_FILE,
     EXIT_FILE,
     PID_FILE,
+    PRIVATE_OPTIONS,
     Confinement,
     inherited,
     isolated_python,
+    job_file_text,
     job_processes,
     live_processes,
     process_states,
@@ -400,11 +403,16 @@ def start_launcher(
     output appended to ``log``; the launcher records the exit in ``folder``.
 
     The launcher itself gets a fixed environment (it may run as root); the job's
-    ``env`` goes to it as a private file in ``folder``, for the job alone."""
-    write_private(folder / ENV_FILE, json.dumps(env))
+    ``env``, ``argv``, working directory and output files go to it as a private
+    file in ``folder``, for the job alone: the launcher's command line, which any
+    user sees with ``ps``, names the attempt's folder and its limits only."""
+    write_private(folder / ENV_FILE, job_file_text(env, argv, conf))
+    public = copy.copy(conf)
+    for name in PRIVATE_OPTIONS:
+        setattr(public, name, None)
     with open(log, "ab") as out:
         return subprocess.Popen(
-            launcher_argv(folder, conf, argv),
+            launcher_argv(folder, public, []),
             cwd=folder,
             env=root_environment(),
             stdin=subprocess.DEVNULL,

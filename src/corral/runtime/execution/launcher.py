@@ -68,7 +68,13 @@ PID_FILE = "launcher.pid"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """Signals for the job, never the launcher: it waits on and records the job's end."""
 ENV_FILE = "job-env.json"
-"""The job's environment, written by the service for the launcher (mode 0600)."""
+"""The job itself (its program and arguments, environment, working directory and
+output files), written by the service for the launcher (mode 0600, root's when
+the service is root): nothing of a job is on a root process's command line,
+which every user of the host can read with ``ps`` (a ``--password=...`` among
+its arguments, a private path)."""
+PRIVATE_OPTIONS = ("cwd", "output", "error")
+"""Options handed over in :data:`ENV_FILE`, never on the launcher's command line."""
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ADMIN_ENV = ("LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "TMPDIR")
 """The service's own variables a root-run helper keeps (set by whoever started the
@@ -109,9 +115,22 @@ def write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def take_job_env(folder: Path) -> dict[str, str] | None:
-    """The job's environment from ``folder/job-env.json``, removing the file (it holds
-    the attempt's token); None when there is none."""
+def job_file_text(
+    env: dict[str, str], argv: list[str] | None = None, conf: Confinement | None = None
+) -> str:
+    """What :data:`ENV_FILE` holds: the job's environment, and its argv and private
+    options when they are not on the launcher's command line."""
+    data: dict[str, object] = {"env": env}
+    if argv is not None:
+        data["argv"] = argv
+    if conf is not None:
+        data.update({name: getattr(conf, name) for name in PRIVATE_OPTIONS})
+    return wire_json.dumps(data)
+
+
+def take_job_file(folder: Path) -> dict[str, object] | None:
+    """What ``folder/job-env.json`` holds (see :func:`job_file_text`), removing the
+    file (it holds the attempt's token); None when there is none or it is not one."""
     path = folder / ENV_FILE
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -120,9 +139,20 @@ def take_job_env(folder: Path) -> dict[str, str] | None:
     with os.fdopen(fd, encoding="utf-8") as handle:
         data = wire_json.loads(handle.read())
     path.unlink(missing_ok=True)
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
         return None
-    return {str(k): str(v) for k, v in data.items()}
+    return data
+
+
+def take_job_env(folder: Path) -> dict[str, str] | None:
+    """The job's environment from ``folder/job-env.json``, removing the file; None when
+    there is none."""
+    data = take_job_file(folder)
+    if data is None:
+        return None
+    env = data["env"]
+    assert isinstance(env, dict)
+    return {str(k): str(v) for k, v in env.items()}
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -265,7 +295,7 @@ def parse(args: list[str]) -> tuple[Path, Confinement, list[str]] | None:
         return None
     cut = args.index("--")
     head, argv = args[:cut], args[cut + 1 :]
-    if not argv or len(head) % 2 != 1:
+    if len(head) % 2 != 1:  # (no argv: it is in the job's private file)
         return None
     conf = Confinement()
     by_option = {_option(name): name for name in _OPTION_NAMES}
@@ -297,7 +327,20 @@ def main(args: list[str]) -> int:
         )
         return 2
     folder, conf, argv = parsed
-    env = take_job_env(folder)
+    job = take_job_file(folder)
+    env: dict[str, str] | None = None
+    if job is not None:
+        given, private_argv = job["env"], job.get("argv")
+        env = {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else None
+        if not argv and isinstance(private_argv, list):
+            argv = [str(a) for a in private_argv]
+            for name in PRIVATE_OPTIONS:
+                value = job.get(name)
+                setattr(conf, name, None if value is None else str(value))
+    if not argv:
+        print(f"corral launcher: no program to run (none given, none in {ENV_FILE})",
+              file=sys.stderr)  # fmt: skip
+        return 2
     started: list[subprocess.Popen[bytes]] = []  # kept: a dropped Popen may reap our child
 
     relay = LogRelay(conf.log_limit) if conf.log_limit else None
