@@ -39,7 +39,8 @@ from pydantic import (
 
 from corral.errors import InputError
 from corral.model.gpu_names import normalise_gpu_type
-from corral.runtime.jobspec.specs import DEFAULT_MAX_ARRAY_SIZE, MAX_ARRAY_SIZE
+from corral.runtime.jobspec.specs import DEFAULT_MAX_ARRAY_SIZE, MAX_ARRAY_SIZE, MAX_SECONDS
+from corral.timespan import parse_seconds
 from corral.yamlio import load_yaml, validation_error
 
 _VC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -77,6 +78,11 @@ class UserConfig(BaseModel):
     shares: float = Field(
         1.0, gt=0, le=1e6, description="the user's share of the cluster under fair_share"
     )
+    max_weight: float | None = Field(
+        None,
+        gt=0,
+        description="the largest weight this user may give a job (overrides max_user_weight)",
+    )
 
     @model_validator(mode="after")
     def _one_token(self) -> UserConfig:
@@ -89,9 +95,37 @@ class UserConfig(BaseModel):
         return self.token_sha256 or hash_token(self.token or "")
 
 
-class Partition(BaseModel):
+class TimeLimits(BaseModel):
+    """Slurm's ``DefaultTime`` and ``MaxTime``: the wall time a job that gives none
+    is given, and the most one may ask for (seconds, or 1h30m, HH:MM:SS, D-HH:MM:SS).
+    Without them a job that gives no limit holds its GPUs until it ends by itself."""
+
+    model_config = ConfigDict(extra="forbid")
+    default_time: float | None = Field(
+        None, gt=0, le=MAX_SECONDS, description="wall time of a job that gives none"
+    )
+    max_time: float | None = Field(
+        None, gt=0, le=MAX_SECONDS, description="the longest wall time a job may ask for"
+    )
+
+    @field_validator("default_time", "max_time", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> float | None:
+        return None if value is None else parse_seconds(value)
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> TimeLimits:
+        if None not in (self.default_time, self.max_time) and (
+            self.default_time > self.max_time  # type: ignore[operator]
+        ):
+            raise ValueError("default_time is longer than max_time")
+        return self
+
+
+class Partition(TimeLimits):
     """What a Slurm partition name means here: a virtual cluster, a GPU type, or both
-    (a job that names the partition gets them, as if it had asked for them itself)."""
+    (a job that names the partition gets them, as if it had asked for them itself),
+    and its own time limits (over the VC's and the service's)."""
 
     model_config = ConfigDict(extra="forbid")
     vc: str | None = Field(None, min_length=1, max_length=64)
@@ -347,6 +381,12 @@ class ServiceConfig(BaseModel):
     max_user_priority: int = Field(
         0, description="highest priority a non-admin may give a job (admins: any)"
     )
+    max_user_weight: float = Field(
+        1.0,
+        gt=0,
+        description="largest weight a non-admin may give a job (admins: any): a weight is "
+        "a share under the weighted policies (gavel's), so above 1 it takes from others",
+    )
     allow_exclusive: bool = Field(
         True,
         description="users may submit --exclusive jobs (a whole node each; quotas and fair "
@@ -403,6 +443,23 @@ class ServiceConfig(BaseModel):
         description="Slurm partition names jobs may give (sbatch -p) -> the virtual "
         "cluster and/or GPU type each stands for; a job naming another is refused",
     )
+    time_limits: TimeLimits = Field(
+        default_factory=TimeLimits,
+        description="default_time and max_time of every job (Slurm's DefaultTime and "
+        "MaxTime); a partition's or a VC's own are applied as well",
+    )
+    vc_time_limits: dict[str, TimeLimits] = Field(
+        default_factory=dict,
+        description="virtual cluster -> its default_time and max_time (as a QOS's MaxWall)",
+    )
+
+    @field_validator("vc_time_limits")
+    @classmethod
+    def _vc_names(cls, value: dict[str, TimeLimits]) -> dict[str, TimeLimits]:
+        for name in value:
+            if not _VC_NAME.match(name):
+                raise ValueError(f"'{name}' is not a valid virtual cluster name")
+        return value
 
     @field_validator("policy_options")
     @classmethod

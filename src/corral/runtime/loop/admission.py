@@ -35,6 +35,7 @@ from corral.runtime.loop.loop_base import NOT_ENDED
 from corral.runtime.loop.records import HELD_REASONS, spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.storage.store import JobRow, Store, in_chunks
+from corral.timespan import span
 
 FORBIDDEN = 403
 INVALID = 422
@@ -145,6 +146,19 @@ class Admission:
                 status=FORBIDDEN,
             )
 
+    def check_weight(self, weight: float, user: UserConfig) -> None:
+        """A job's weight is its share under the weighted policies: as with priority,
+        users may lower theirs, and raise it only as far as the config allows."""
+        most = user.max_weight if user.max_weight is not None else self.config.max_user_weight
+        if weight > most and not user.admin:
+            setting = "max_weight" if user.max_weight is not None else "max_user_weight"
+            raise Refused(
+                f"weight {weight:g} is above {most:g}, the most {user.name} may set "
+                f"({setting}); ask an admin",
+                "weight",
+                status=FORBIDDEN,
+            )
+
     def partition(self, spec: JobSpec) -> JobSpec:
         """The spec with what its partition stands for here (sbatch -p): the partition's
         virtual cluster and GPU type, as if the job had asked for them itself. A
@@ -175,12 +189,43 @@ class Admission:
             update={"vc": part.vc or spec.vc, "gpu_type": part.gpu_type or spec.gpu_type}
         )
 
+    def time_limit(self, spec: JobSpec) -> JobSpec:
+        """The spec with its wall time as the time limits say (Slurm's DefaultTime and
+        MaxTime): the partition's, the VC's and the service's maximum all hold, and
+        a job over one is refused, naming it; a job that gives no wall time gets the
+        most specific default (partition, then VC, then the service's), else the
+        tightest maximum (as Slurm gives a partition's MaxTime), capped by it."""
+        config = self.config
+        levels = [
+            (f"partition '{spec.partition}'", config.partitions.get(spec.partition or "")),
+            (f"virtual cluster '{spec.vc}'", config.vc_time_limits.get(spec.vc or "")),
+            ("this service", config.time_limits),
+        ]
+        given = [(where, limits) for where, limits in levels if limits is not None]
+        maxima = [(limits.max_time, where) for where, limits in given if limits.max_time]
+        tightest = min(maxima, default=None)
+        if spec.wall_time is not None:
+            if tightest is not None and spec.wall_time > tightest[0]:
+                raise Refused(
+                    f"asks for a wall time of {span(spec.wall_time)}; the most is "
+                    f"{span(tightest[0])} (max_time of {tightest[1]})",
+                    "wall_time",
+                )
+            return spec
+        default = next((lim.default_time for _, lim in given if lim.default_time), None)
+        if default is None and tightest is None:
+            return spec
+        chosen = min(x for x in (default, tightest and tightest[0]) if x is not None)
+        return spec.model_copy(update={"wall_time": chosen})
+
     def check(self, spec: JobSpec, user: UserConfig) -> JobSpec:
         """What a job spec must satisfy on this service (its cluster, its state folder);
-        the spec to admit (its partition read, see :meth:`partition`)."""
+        the spec to admit (its partition read, see :meth:`partition`; its wall time
+        given by the time limits, see :meth:`time_limit`)."""
         config = self.config
-        spec = self.partition(spec)
+        spec = self.time_limit(self.partition(spec))
         self.check_priority(spec.priority, user)
+        self.check_weight(spec.weight, user)
         if spec.array is not None:
             try:
                 check_array(spec.array, config.max_array_size)
