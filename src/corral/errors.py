@@ -42,6 +42,13 @@ class PermissionDenied(CorralError):
     exit_code = 5
 
 
+class Throttled(CorralError):
+    """The service asks the caller to wait (429): too many wrong tokens from this
+    address (a lock-out, for the seconds it says), or too many jobs not yet ended."""
+
+    exit_code = 6
+
+
 class InputError(CorralError):
     """A malformed input file: names the file, the line and the field."""
 

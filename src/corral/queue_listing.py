@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     """Jobs a list per field, the jobs in the same order in each (the API's columns)."""
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
-del _CONTROL[ord("\n")], _CONTROL[ord("\t")]
+_CONTROL.update({ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"})
 
 PLAIN_ROWS = 500
 """Tables longer than this are printed as plain aligned columns (rich's layout takes
@@ -51,8 +51,9 @@ QUEUE_COLUMNS = ("id", "name", "user", "state", "gpus", "pos", "reason", "steps"
 
 
 def printable(text: str) -> str:
-    """``text`` with terminal control characters shown as escapes (``\\x1b``): what
-    one user wrote (a command, a name) never drives another user's terminal."""
+    """``text`` with terminal control characters shown as escapes (``\\x1b``, ``\\n``):
+    what one user wrote (a command, a name) never drives another user's terminal,
+    nor forges a line of its own in what an admin reads."""
     return text.translate(_CONTROL)
 
 

@@ -125,3 +125,40 @@ def _json_lines(service: ServiceProcess, *args: str) -> list[str]:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
+
+
+def test_acting_on_another_users_job_exits_5_whatever_the_verb(service: ServiceProcess) -> None:
+    """cancel, hold, suspend and requeue of alice's job by bob: each refused with 5
+    (requeue, asked as a selection, once exited 0 with the job 'left alone')."""
+    code, said = corral(service, "submit", "--", PY, "-c", "import time; time.sleep(60)")
+    assert code == 0, said
+    job = said.split("submitted job ")[1].split()[0]
+    for verb in ("cancel", "hold", "suspend", "requeue"):
+        code, said = corral(service, verb, job, token=TOKENS["bob"])
+        assert code == 5, (verb, code, said)
+    assert corral(service, "cancel", job)[0] == 0
+
+
+def test_a_newline_in_a_command_forges_no_line_of_show(service: ServiceProcess) -> None:
+    """A user's command holding a newline and a terminal escape is shown to an admin
+    escaped, on its own line: no forged 'corral: job 1 CANCELLED by admin'."""
+    forged = "x\nFAKE corral: job 1 CANCELLED by admin\x1b[2J"
+    code, said = corral(service, "submit", "--hold", "--", "echo", forged)
+    assert code == 0, said
+    job = said.split("submitted job ")[1].split()[0]
+    code, shown = corral(service, "show", job, token=TOKENS["root"])
+    assert code == 0, shown
+    assert not any(line.startswith("FAKE") for line in shown.splitlines()), shown
+    assert "\\nFAKE corral" in shown and "\x1b" not in shown and "\\x1b[2J" in shown
+    corral(service, "cancel", job)
+
+
+def test_a_lock_out_or_too_many_jobs_exits_6() -> None:
+    """429 (a lock-out after wrong tokens, or too many jobs queued) is its own case for
+    a script: wait and try again, as the README's table says."""
+    from corral.api.client import Answer, error_of
+    from corral.api.http_wire import Headers
+
+    answer = Answer(429, "Too Many Requests", Headers(), b'{"detail": "locked out for 4 s"}')
+    error = error_of(answer)
+    assert error.exit_code == 6 and "locked out for 4 s" in str(error)

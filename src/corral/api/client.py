@@ -11,7 +11,14 @@ import os
 
 from corral import wire_json
 from corral.api.http_wire import Headers, PlainConnection, SecureConnection, split_url
-from corral.errors import CorralError, NotFound, OperationFailed, PermissionDenied, Unreachable
+from corral.errors import (
+    CorralError,
+    NotFound,
+    OperationFailed,
+    PermissionDenied,
+    Throttled,
+    Unreachable,
+)
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
@@ -71,6 +78,8 @@ def error_of(response: Answer) -> CorralError:
         kind = PermissionDenied
     elif status == 404:
         kind = NotFound
+    elif status == 429:
+        kind = Throttled
     elif status == 409 or status >= 500:
         kind = OperationFailed
     return kind(describe_error(response))

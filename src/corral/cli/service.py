@@ -28,7 +28,7 @@ from corral.cli.app import (
     print_json,
     print_table,
 )
-from corral.errors import CorralError
+from corral.errors import CorralError, NotFound, OperationFailed, PermissionDenied
 from corral.model.status import JobStatus
 from corral.queue_listing import (
     QUEUE_COLUMNS,
@@ -536,7 +536,8 @@ def show(
         lines.append(f"  remaining {span(left['seconds'])} (from {left['source']})")
     for key, value in (job.get("policy_view") or {}).items():
         lines.append(f"  policy    {key}: {value}")
-    console.print(printable("\n".join(lines)), highlight=False, markup=False)
+    text = "\n".join(map(printable, lines))  # (each line escaped: none forged by a value)
+    console.print(text, highlight=False, markup=False)
     if job["attempts"]:
         table = Table(title="attempts")
         for column in ("#", "phase", "gpus", "start", "end", "cause", "detail"):
@@ -611,15 +612,30 @@ def _act_on_many(
         raise CorralError(f"{verb} what? give job ids, or -u USER, -t STATE, -n NAME, --vc VC")
     with _client(url, token) as client:
         answer = client.act_on_many(verb, selection)
+    done, skipped = answer["done"], answer["skipped"]
     if as_json:
         print_json(answer)
-        return
-    done, skipped = answer["done"], answer["skipped"]
-    console.print(f"{verb}: {len(done)} job{'s' * (len(done) != 1)} asked", highlight=False)
-    for job, why in list(skipped.items())[:20]:
-        err_console.print(f"job {job} left alone: {why}", highlight=False)
-    if len(skipped) > 20:
-        err_console.print(f"... and {len(skipped) - 20} more left alone", highlight=False)
+    else:
+        console.print(f"{verb}: {len(done)} job{'s' * (len(done) != 1)} asked", highlight=False)
+        for job, why in list(skipped.items())[:20]:
+            err_console.print(f"job {job} left alone: {printable(why)}", highlight=False)
+        if len(skipped) > 20:
+            err_console.print(f"... and {len(skipped) - 20} more left alone", highlight=False)
+    _exit_for_skipped(verb, skipped, named=not any(filters.values()))
+
+
+def _exit_for_skipped(verb: str, skipped: dict[str, str], named: bool) -> None:
+    """The exit code a bulk action ends with, as one job's would (the README's table):
+    a job named that is another user's, 5; one that does not exist, 3; one named by
+    id whose state forbids the action, 1 (as scancel and scontrol do). Jobs a filter
+    picked and left alone for their state are no error."""
+    reasons = list(skipped.values())
+    if any(why.startswith("belongs to ") for why in reasons):
+        raise PermissionDenied(f"{verb}: other users' jobs were left alone")
+    if any(why == "no such job" for why in reasons):
+        raise NotFound(f"{verb}: some jobs named do not exist")
+    if named and reasons:
+        raise OperationFailed(f"{verb}: some jobs named could not be {verb}d as they are")
 
 
 JobsArg = Annotated[
