@@ -14,6 +14,7 @@ only then opens the store and adopts running jobs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
@@ -28,6 +29,13 @@ import uvicorn
 from sqlalchemy.engine import make_url
 
 from corral.api.app import create_app
+from corral.api.connections import (
+    ACCEPT_BATCH,
+    ConnectionLimits,
+    QuietErrors,
+    guarded_protocol,
+    raise_open_files_limit,
+)
 from corral.errors import CorralError
 from corral.runtime.execution.executor import Executor, LocalExecutor
 from corral.runtime.execution.identity import isolation_warning
@@ -150,8 +158,28 @@ def _run(
         target=scheduler.run, args=(stop, False), name="corral-scheduler", daemon=True
     )
     app = create_app(config, store, scheduler)
+    open_files = raise_open_files_limit()
+    limits = ConnectionLimits.within(
+        config.max_connections,
+        config.max_connections_per_address,
+        config.request_timeout,
+        open_files,
+    )
+    if limits.total < config.max_connections:
+        announce(
+            f"corral: {open_files} open files allowed (RLIMIT_NOFILE): at most {limits.total} "
+            f"API connections, not max_connections {config.max_connections}; raise the "
+            "limit (systemd: LimitNOFILE=)"
+        )
     server = _Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            http=guarded_protocol(limits),
+            backlog=ACCEPT_BATCH,
+        )
     )
     watch = threading.Thread(
         target=_watch_lock, args=(lock, server, stop, announce), name="corral-lock", daemon=True
@@ -229,6 +257,10 @@ class _Server(uvicorn.Server):
     Joined from the loop's thread (a configured Ray head that came back), it replaced
     Python's, and a SIGTERM then ended the service without its cleanup; only the main
     thread may install handlers, and this runs there, once a second."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(QuietErrors())
+        await super().startup(sockets)
 
     async def on_tick(self, counter: int) -> bool:
         if counter % 10 == 0:

@@ -60,9 +60,12 @@ class ServiceProcess:
         unix_users: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
         name: str = "serve",
+        open_files: int | None = None,
         **settings: Any,
     ) -> None:
         self.folder = folder
+        self.open_files = open_files
+        """RLIMIT_NOFILE (soft and hard) the service starts under (None: this process's)."""
         self.name = name
         self.env = env
         self.port = free_port()
@@ -112,7 +115,15 @@ class ServiceProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env=env,
+                preexec_fn=None if self.open_files is None else self._limit_files,
             )
+
+    def _limit_files(self) -> None:
+        """(In the child, before ``exec``: a host whose hard limit is this low.)"""
+        import resource
+
+        assert self.open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         assert self.proc is not None

@@ -409,6 +409,26 @@ class ServiceConfig(BaseModel):
         "Python (jobs given as tasks, stage commands and corral.train need it); false: "
         "start anyway and refuse such jobs of that user at submission",
     )
+    max_connections: int = Field(
+        1024,
+        ge=16,
+        description="API connections open at once; past it the one idle longest is "
+        "closed (none idle: the new one is answered 503). Kept below the open-file "
+        "limit, which the service raises to its hard limit at start",
+    )
+    max_connections_per_address: int = Field(
+        256,
+        ge=1,
+        description="API connections open at once from one client address (past it, "
+        "that address's connection idle longest is closed)",
+    )
+    request_timeout: float = Field(
+        20.0,
+        gt=0,
+        le=3600,
+        description="seconds a connection has to send a whole request after it opens "
+        "or is answered; idle and half-sent connections are closed after it",
+    )
     auth: AuthConfig = Field(
         default_factory=AuthConfig, description="lock-out of addresses that send wrong tokens"
     )
