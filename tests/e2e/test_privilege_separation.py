@@ -340,9 +340,11 @@ def test_a_jobs_command_and_paths_are_not_on_its_launchers_command_line(tmp_path
     )
     try:
         seen = wait_for(
-            lambda: (cmd := Path(f"/proc/{child.pid}/cmdline").read_bytes())
-            and b"launcher" in cmd
-            and cmd,
+            lambda: (
+                (cmd := Path(f"/proc/{child.pid}/cmdline").read_bytes())
+                and b"launcher" in cmd
+                and cmd
+            ),
             30,
             "the launcher to start",
         )
