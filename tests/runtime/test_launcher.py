@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,81 @@ def test_a_job_ends_with_its_launchers_parent_and_what_it_left_with_it(tmp_path:
         for pid in _marked(marker):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A file system of 1 MiB (a tmpfs: root only, and where mounts are allowed)."""
+    where = tmp_path / "small-disk"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"no tmpfs mount here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.mark.parametrize("relayed", [True, False])
+def test_a_job_that_fills_its_disk_still_has_its_end_recorded(
+    small_disk: Path, relayed: bool
+) -> None:
+    """A job writing 3 MB onto a disk of 1 MiB (its attempt's folder and log there):
+    its launcher still writes how it ended (into the room taken at its start), so
+    the service reads the job's own failure, the full disk named, never a lost node;
+    no temporary file is left behind."""
+    folder = small_disk / "attempt-1"
+    folder.mkdir()
+    limit = ["--log-limit", str(10 * 2**20)] if relayed else []
+    program = "import sys; sys.stdout.write('x' * 3_000_000); sys.stdout.flush(); sys.exit(3)"
+    with open(small_disk / "log.txt", "ab") as log:
+        subprocess.run(
+            [sys.executable, "-m", "corral.runtime.execution.launcher", str(folder), *limit,
+             "--", sys.executable, "-c", program],
+            stdout=log, stderr=subprocess.STDOUT, timeout=60,
+        )  # fmt: skip
+    from corral.runtime.execution.executor import read_exit_record
+
+    record = read_exit_record(folder)
+    assert record is not None and not record.lost, record
+    assert record.exit_code not in (None, 0) and (record.exit_code == 3 or not relayed), record
+    assert "was full" in (record.detail or "") and str(folder) in (record.detail or ""), record
+    if relayed:
+        assert "its log could not be written" in (record.detail or ""), record
+    assert sorted(p.name for p in folder.iterdir()) == ["exit.json", "launcher.pid"]
+
+
+def test_a_record_written_on_a_full_disk_goes_into_its_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Everywhere, without root: the writes a full disk refuses, refused by hand.)"""
+    import errno
+
+    from corral.runtime.execution.executor import read_exit_record
+
+    launcher.reserve_record(tmp_path)
+    assert (tmp_path / launcher.RESERVE_FILE).stat().st_size == launcher.RECORD_ROOM
+    real_open = open
+
+    def full(path: object, *args: object, **kwargs: object) -> object:
+        if str(path).endswith(".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", full)
+    launcher.write_record(
+        tmp_path, {"exit_code": 1, "signal": None, "detail": "x" * 9000, "end_time": 5.0}
+    )
+    monkeypatch.undo()
+    record = read_exit_record(tmp_path)
+    assert record is not None and record.exit_code == 1 and record.end == 5.0
+    assert (
+        "was full (No space left on device)" in (record.detail or "")
+        or len(record.detail or "") == launcher.RECORD_ROOM // 2
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exit.json"]

@@ -156,13 +156,68 @@ def take_job_env(folder: Path) -> dict[str, str] | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write a file so readers see the old content or the new, never a part."""
+    """Write a file so readers see the old content or the new, never a part (and no
+    temporary file left behind when the write fails: a full disk)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+RESERVE_FILE = ".exit.reserve"
+"""Room for the exit record, taken when the attempt starts: a job that fills the
+disk cannot leave its launcher without the few bytes that say how it ended (the
+service then took the attempt for a lost node, requeued it without counting a
+retry, and drained the node after three)."""
+RECORD_ROOM = 4096
+
+
+def reserve_record(folder: Path) -> None:
+    """Take :data:`RECORD_ROOM` bytes on the attempt's disk for its exit record
+    (written, not sparse, so the blocks are the file's)."""
+    with contextlib.suppress(OSError):  # (already full: the record is tried as ever)
+        fd = os.open(folder / RESERVE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b" " * RECORD_ROOM)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_record(folder: Path, record: dict[str, object]) -> None:
+    """Write the exit record; on a full disk, into the room :func:`reserve_record`
+    took (padded with spaces, which JSON allows), moved into place, with a note of
+    the full disk in its detail."""
+    try:
+        write_atomic(folder / EXIT_FILE, wire_json.dumps(record))
+    except OSError as exc:
+        reserve = folder / RESERVE_FILE
+        if not reserve.exists():
+            raise
+        note = f"the disk holding {folder} was full ({exc.strerror or exc})"
+        base = str(record.get("detail") or "")
+        record["detail"] = f"{base}; {note}" if base else note
+        data = wire_json.dumps(record).encode()
+        if len(data) > RECORD_ROOM:  # (a detail of kilobytes: its start kept, and the note)
+            record["detail"] = f"{base[: RECORD_ROOM // 2]} ...; {note}"
+            data = wire_json.dumps(record).encode()
+        fd = os.open(reserve, os.O_WRONLY)
+        try:
+            os.write(fd, data.ljust(RECORD_ROOM))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(reserve, folder / EXIT_FILE)
+        return
+    with contextlib.suppress(OSError):
+        (folder / RESERVE_FILE).unlink()
 
 
 class Confinement:
@@ -378,6 +433,8 @@ class LogRelay:
         self.limit, self.out = limit, out
         self.read_fd, self.write_fd = os.pipe()
         self.written = 0
+        self.failed: str | None = None
+        """Why the log stopped being written (a full disk), if it did."""
         self.thread = threading.Thread(target=self._relay, daemon=True)
 
     def start(self) -> None:
@@ -401,19 +458,22 @@ class LogRelay:
         os.close(self.read_fd)
 
     def _write(self, data: bytes) -> None:
-        with contextlib.suppress(OSError):  # a full disk: the job goes on, its log is short
+        try:
             view = memoryview(data)
             while view:
                 view = view[os.write(self.out, view) :]
+        except OSError as exc:  # a full disk: the job goes on, its log is short
+            self.failed = self.failed or f"its log could not be written ({exc.strerror or exc})"
 
-    def finish(self) -> None:
+    def finish(self) -> str | None:
         """Wait (briefly) for the relay to copy what the job wrote last (nothing to
-        wait for when the job never started)."""
+        wait for when the job never started); why the log was cut short, if it was."""
         if self.thread.is_alive() or self.thread.ident is not None:
             self.thread.join(5.0)
         else:
             os.close(self.write_fd)
             os.close(self.read_fd)
+        return self.failed
 
 
 def supervise(
@@ -421,12 +481,13 @@ def supervise(
     conf: Confinement,
     start: Callable[[Callable[[], None]], int],
     what: str = "the job",
-    before_record: Callable[[], None] | None = None,
+    before_record: Callable[[], str | None] | None = None,
 ) -> int:
     """Be an attempt's launcher: ``start(child_setup)`` starts the job's process (calling
     ``child_setup`` in it once its identity is set) and returns its pid; then wait for
     it, kill what it left and write the exit record. Returns the launcher's exit code."""
     write_atomic(folder / PID_FILE, str(os.getpid()))
+    reserve_record(folder)
     early: list[int] = []  # stop signals sent to the group before the job's process was in it
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, _frame: early.append(signum))
@@ -473,10 +534,11 @@ def supervise(
     _drop_cgroup(cgroup)
     if confined is not None:
         confined.release()
-    if before_record is not None:
-        before_record()
+    note = before_record() if before_record is not None else None
+    if note:  # (the log could not be written: a full disk, named in the attempt's end)
+        record["detail"] = f"{record['detail']}; {note}" if record["detail"] else note
     record["end_time"] = time.time()
-    write_atomic(folder / EXIT_FILE, wire_json.dumps(record))
+    write_record(folder, record)
     ended, killed_by = record["exit_code"], record["signal"]
     if isinstance(ended, int):
         return ended
