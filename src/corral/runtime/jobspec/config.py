@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from corral.amounts import parse_memory
 from corral.errors import InputError
 from corral.model.gpu_names import normalise_gpu_type
 from corral.runtime.jobspec.specs import DEFAULT_MAX_ARRAY_SIZE, MAX_ARRAY_SIZE, MAX_SECONDS
@@ -409,6 +410,21 @@ class ServiceConfig(BaseModel):
         "Python (jobs given as tasks, stage commands and corral.train need it); false: "
         "start anyway and refuse such jobs of that user at submission",
     )
+    disk_floor: int = Field(
+        256 * 2**20,
+        ge=0,
+        description="bytes free under which, on the disk of state_dir or jobs_dir, new "
+        "launches wait (none fails) until there is room (256M, 1G or bytes)",
+    )
+    disk_warn: int = Field(
+        2**30, ge=0, description="bytes free under which a line warns of a filling disk"
+    )
+    disk_reserve: int = Field(
+        64 * 2**20,
+        ge=0,
+        description="bytes kept in a file in state_dir while its disk fills, let go when "
+        "it is full so the store can still write (0: none)",
+    )
     max_connections: int = Field(
         1024,
         ge=16,
@@ -472,6 +488,14 @@ class ServiceConfig(BaseModel):
         default_factory=dict,
         description="virtual cluster -> its default_time and max_time (as a QOS's MaxWall)",
     )
+
+    @field_validator("disk_floor", "disk_warn", "disk_reserve", mode="before")
+    @classmethod
+    def _bytes(cls, value: Any) -> Any:
+        """Bytes, or an amount as Slurm writes one (``256M``, ``1G``)."""
+        if isinstance(value, str) and not value.strip().isdigit():
+            return parse_memory(value) * 2**20
+        return value
 
     @field_validator("vc_time_limits")
     @classmethod

@@ -63,6 +63,7 @@ from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.execution.executor import Executor
 from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.loop.disk_watch import DiskWatch
 from corral.runtime.loop.estimates import measured_remaining
 from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
 from corral.runtime.loop.gpu_watch import GpuWatch
@@ -119,6 +120,14 @@ class Scheduler(LoopState):
         self.exclusive = ExclusiveNodes(self)
         self.limits = UserLimits(self)
         self.warm_ahead = WarmAhead(self, lambda user: self.limits.caps_of(user)[0])
+        self.disks = DiskWatch(
+            config.state_dir,
+            config.job_root,
+            config.disk_floor,
+            config.disk_warn,
+            config.disk_reserve,
+            self.metrics.registry,
+        )
 
     def recover(self) -> None:
         """Rebuild the loop's view from the store and adopt live processes (at a start)."""
@@ -296,8 +305,9 @@ class Scheduler(LoopState):
     def _act(self, now: float) -> None:
         """The executor's part: launch what was placed once its GPUs are free, warm
         workers for the jobs that wait, tend the executor, note stagings that ended,
-        and take time-sliced turns."""
-        self.launching.launch_ready(now)
+        and take time-sliced turns. Launches wait while a disk is below its floor."""
+        if not self.disks.launches_paused(now):
+            self.launching.launch_ready(now)
         self.warm_ahead.warm_up()
         self.executor.tend()
         self.launching.poll_staging()
