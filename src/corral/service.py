@@ -39,6 +39,7 @@ from corral.api.connections import (
 from corral.errors import CorralError
 from corral.runtime.execution.executor import Executor, LocalExecutor
 from corral.runtime.execution.identity import isolation_warning
+from corral.runtime.execution.launcher import SERVICE_OOM_SCORE_ADJ, set_oom_score_adj
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.migrate import Upgrade
@@ -152,6 +153,8 @@ def _run(
     config: ServiceConfig, sock: socket.socket, lock: StoreLock, announce: Callable[[str], None]
 ) -> None:
     store, scheduler = build(config)
+    if os.geteuid() == 0:  # (the kernel's OOM killer takes a greedy job, not the service)
+        set_oom_score_adj(SERVICE_OOM_SCORE_ADJ)
     stop = threading.Event()
     scheduler.recover()  # before the API answers: nodes, adopted jobs and queue are known
     loop = threading.Thread(

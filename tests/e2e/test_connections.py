@@ -2,13 +2,17 @@
 a hard limit of 1,024 open files, 1,100 idle connections and 50 half-sent requests
 from one address leave another user's submission and listing answered within a
 second; idle ones are closed after ``request_timeout``; the log stays small.
-(:mod:`corral.api.connections`.)"""
+(:mod:`corral.api.connections`.) And a root service is the kernel's OOM killer's
+last choice."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ import pytest
 
 from corral.api.client import Client
 from corral.api.connections import RESERVED_FILES, ConnectionLimits, QuietErrors
+from corral.runtime.execution.launcher import SERVICE_OOM_SCORE_ADJ
 from corral.testing.service_process import ServiceProcess
 from tests.runtime.harness import TOKENS
 
@@ -106,3 +111,21 @@ def test_a_repeated_loop_error_is_logged_once_a_minute_with_a_count() -> None:
     quiet(loop, {"message": "socket.accept() out of system resource",
                  "exception": OSError(24, "Too many open files")})  # fmt: skip
     assert "999 more like it" in out.getvalue().splitlines()[-1]
+
+
+def _may_lower_oom_score() -> bool:
+    """Whether a process here may lower its oom_score_adj (root with CAP_SYS_RESOURCE;
+    a container may withhold it)."""
+    probe = "from corral.runtime.execution.launcher import set_oom_score_adj as s; print(s(-1))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    return done.stdout.strip() == "True"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not _may_lower_oom_score(),
+    reason="lowering oom_score_adj needs root with CAP_SYS_RESOURCE",
+)
+def test_the_service_is_the_oom_killers_last_choice(service: ServiceProcess) -> None:
+    assert service.proc is not None
+    adj = Path(f"/proc/{service.proc.pid}/oom_score_adj").read_text().strip()
+    assert adj == str(SERVICE_OOM_SCORE_ADJ)

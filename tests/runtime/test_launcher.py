@@ -306,3 +306,48 @@ def test_a_record_written_on_a_full_disk_goes_into_its_room(
         or len(record.detail or "") == launcher.RECORD_ROOM // 2
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exit.json"]
+
+
+def test_a_process_gone_is_never_signalled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher (root) once SIGKILLed every pid it had ever killed, each round for
+    as long as others lived: a pid handed to someone else's process meanwhile was
+    hit. Now a pid is signalled only while it is among the job's (and through a
+    pidfd where there is one)."""
+    rounds = iter([{11, 12}, {11, 12}, {12}, {12}, {12}, set()])
+    listing: list[set[int]] = [set()]
+
+    def job_processes(_me: int) -> set[int]:
+        return set(listing[0])
+
+    def reap() -> None:
+        listing[0] = next(rounds, set())
+
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(launcher, "job_processes", job_processes)
+    monkeypatch.setattr(launcher, "_cgroup_members", lambda _g: set())
+    monkeypatch.setattr(launcher, "_cgroup_kill", lambda _g: None)
+    monkeypatch.setattr(launcher, "_reap", reap)
+    monkeypatch.setattr(launcher, "_pidfd", lambda _pid: None)
+    monkeypatch.setattr(launcher, "_signal", lambda pid, _h, sig: sent.append((pid, sig)))
+    monkeypatch.setattr(launcher.time, "sleep", lambda _s: None)
+    listing[0] = {11, 12}
+    assert launcher._kill_leftovers(None) == 2
+    kills = [pid for pid, sig in sent if sig == signal.SIGKILL]
+    assert kills.count(11) == 3 and kills.count(12) == 6, kills  # 11 no more once gone
+    last_11 = max(i for i, (pid, _) in enumerate(sent) if pid == 11)
+    assert all(pid == 12 for pid, _ in sent[last_11 + 1 :])
+
+
+def test_a_job_is_the_oom_killers_first_choice(tmp_path: Path) -> None:
+    """A job's processes run with oom_score_adj 500 (the kernel frees memory from a
+    greedy job before the service; a root service lowers its own, see
+    ``test_the_service_is_the_oom_killers_last_choice``)."""
+    folder = tmp_path / "attempt-1"
+    folder.mkdir()
+    program = "print(open('/proc/self/oom_score_adj').read().strip())"
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.runtime.execution.launcher", str(folder),
+         "--", sys.executable, "-c", program],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.strip() == str(launcher.JOB_OOM_SCORE_ADJ), done.stdout + done.stderr

@@ -617,6 +617,25 @@ def _wait(pid: int) -> int:
         return os.waitstatus_to_exitcode(status)
 
 
+SERVICE_OOM_SCORE_ADJ = -500
+"""The service's (and so its launchers', which inherit it) standing with the kernel's
+out-of-memory killer: well below a job's, so a greedy job is killed before the
+service that schedules everyone's (lowering it needs root; a user's service keeps 0)."""
+JOB_OOM_SCORE_ADJ = 500
+"""A job's own: raised (anyone may), so its memory is reclaimed first."""
+
+
+def set_oom_score_adj(value: int) -> bool:
+    """Set this process's ``oom_score_adj``; False where it cannot (not Linux, or a
+    value below the present one without root)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as handle:
+            handle.write(str(value))
+    except OSError:
+        return False
+    return True
+
+
 def _in_child(conf: Confinement, rlimits: bool, launcher: int, tell: int = -1) -> None:
     """In the job's process, after its user and groups are set, before it runs.
     ``tell``: where to say why the job cannot start (the launcher's pipe)."""
@@ -625,6 +644,7 @@ def _in_child(conf: Confinement, rlimits: bool, launcher: int, tell: int = -1) -
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the credential change, which clears it
     if os.getppid() != launcher:  # the launcher died before the line above took effect
         os._exit(NOT_STARTED)
+    set_oom_score_adj(JOB_OOM_SCORE_ADJ)
     places = (("working directory", conf.cwd), ("output", conf.output), ("error", conf.error))
     for what, path in places:
         if path is None:
@@ -714,35 +734,73 @@ def _kill_leftovers(cgroup: Path | None) -> int:
     a job that re-forks when its parent dies cannot outrun the kill), looks
     again until no new one appears, then kills them. It never gives up: the exit
     record, and with it the job's end and the release of its GPUs, waits until
-    none is left (a line in the attempt's log every ``_CLEANUP_SECONDS`` says so)."""
-    killed: set[int] = set()
+    none is left (a line in the attempt's log every ``_CLEANUP_SECONDS`` says so).
+
+    A process is signalled through a pidfd taken when it was found (so a pid freed
+    and handed to someone else's process is never hit, though the launcher is
+    root), and only while it is still among the job's; those gone are forgotten
+    each round."""
     me = os.getpid()
+    found: dict[int, int | None] = {}  # pid -> its pidfd (None: none to be had)
+    count = 0
     _cgroup_kill(cgroup)
     began = warned = time.monotonic()
-    while alive := job_processes(me) | _cgroup_members(cgroup):
-        while alive:  # freeze, then look for what was forked meanwhile
-            for pid in alive:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGSTOP)
-            more = (job_processes(me) | _cgroup_members(cgroup)) - killed - alive
-            killed |= alive
-            alive = more
-        for pid in killed:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        _reap()
-        time.sleep(0.02)
-        if time.monotonic() - warned >= _CLEANUP_SECONDS:
-            warned = time.monotonic()
-            left = len(job_processes(me) | _cgroup_members(cgroup))
-            print(
-                f"corral: {left} process(es) of the job still alive after "
-                f"{warned - began:.0f}s of killing; the attempt ends when they are gone",
-                file=sys.stderr,
-                flush=True,
-            )
+    try:
+        while alive := job_processes(me) | _cgroup_members(cgroup):
+            for pid in set(found) - alive:  # gone (reaped): its pid may be another's now
+                _close(found.pop(pid))
+            while alive:  # freeze, then look for what was forked meanwhile
+                for pid in alive:
+                    if pid not in found:
+                        found[pid] = _pidfd(pid)
+                        count += 1
+                    _signal(pid, found[pid], signal.SIGSTOP)
+                alive = (job_processes(me) | _cgroup_members(cgroup)) - set(found)
+            for pid, handle in found.items():
+                _signal(pid, handle, signal.SIGKILL)
+            _reap()
+            time.sleep(0.02)
+            if time.monotonic() - warned >= _CLEANUP_SECONDS:
+                warned = time.monotonic()
+                left = len(job_processes(me) | _cgroup_members(cgroup))
+                print(
+                    f"corral: {left} process(es) of the job still alive after "
+                    f"{warned - began:.0f}s of killing; the attempt ends when they are gone",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        for handle in found.values():
+            _close(handle)
     _reap()
-    return len(killed)
+    return count
+
+
+def _pidfd(pid: int) -> int | None:
+    """A handle on the process ``pid`` is now (None: gone, or no pidfds here)."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+def _signal(pid: int, handle: int | None, sig: int) -> None:
+    """Signal the process found as ``pid``: through its pidfd where there is one (the
+    very process, or nothing), else by its pid, just seen among the job's."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if handle is not None:
+            signal.pidfd_send_signal(handle, sig)
+        else:
+            os.kill(pid, sig)
+
+
+def _close(handle: int | None) -> None:
+    if handle is not None:
+        with contextlib.suppress(OSError):
+            os.close(handle)
 
 
 def _reap() -> None:
