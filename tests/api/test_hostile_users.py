@@ -56,6 +56,27 @@ def test_an_address_that_guesses_tokens_is_locked_out_with_back_off(
     assert client.get("/v1/jobs", headers=wrong).headers["retry-after"] == "2"
 
 
+def test_a_token_seen_from_an_address_is_trusted_there_after_a_restart(tmp_path: Path) -> None:
+    """After a restart a lock-out once stopped every user of a shared host: what was
+    seen is kept (hashed, private) in the state directory, and still trusted."""
+    config = make_config(tmp_path / "state")
+    store = Store(config.store_url)
+    try:
+        before = TestClient(create_app(config, store))
+        assert before.get("/v1/jobs", headers=auth("alice")).status_code == 200
+        kept = config.state_dir / "trusted-tokens"
+        assert kept.stat().st_mode & 0o777 == 0o600
+        assert "alice" not in kept.read_text() and len(kept.read_text().split()) == 1
+        after = TestClient(create_app(config, store))  # a restart: a new guard
+        wrong = {"Authorization": "Bearer wrong-token-0"}
+        codes = [after.get("/v1/jobs", headers=wrong).status_code for _ in range(21)]
+        assert codes[-1] == 429
+        assert after.get("/v1/jobs", headers=auth("alice")).status_code == 200
+        assert after.get("/v1/jobs", headers=auth("bob")).status_code == 429  # never seen
+    finally:
+        store.dispose()
+
+
 def test_numbers_the_store_cannot_hold_are_422(tmp_path: Path) -> None:
     from tests.runtime.harness import Harness
 

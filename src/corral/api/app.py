@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
 
 from corral.api import bulk, cluster, dashboard, jobs, metrics, service_info
-from corral.api.auth_guard import AuthGuard
+from corral.api.auth_guard import TRUST_FILE, AuthGuard
 from corral.api.common import Context, service_version
 from corral.api.guards import BodyLimit, refused_error, store_error_handler, validation_error
 from corral.runtime.jobspec.config import ServiceConfig
@@ -42,7 +42,10 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
     )
     app.state.users = {u.digest: u for u in config.users}
     app.state.auth_guard = AuthGuard(
-        config.auth.failures, config.auth.window, config.auth.backoff_max
+        config.auth.failures,
+        config.auth.window,
+        config.auth.backoff_max,
+        trust_file=config.state_dir / TRUST_FILE if config.state_dir.is_dir() else None,
     )
     app.state.context = Context(config, store, scheduler)
     app.state.metrics = metrics.ApiMetrics(app.state.context)
