@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
-from corral.runtime.execution.executor import LocalExecutor, RunningKeeper
+from corral.runtime.execution.executor import LaunchRequest, LocalExecutor, RunningKeeper
 from corral.runtime.execution.standby import Idle
 from corral.runtime.jobspec.config import GpuGroup
 
@@ -77,3 +79,27 @@ def test_a_keeper_wanted_while_no_worker_was_ready_starts_when_one_is(tmp_path: 
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_an_ended_launcher_is_reaped_at_the_next_pass_without_a_poll(tmp_path: Path) -> None:
+    """A launcher whose attempt the loop never polls again (set aside, say) is reaped by
+    the executor's tending at each pass, not left a zombie while the service runs."""
+    executor = LocalExecutor([GpuGroup(type="V100", count=1)])
+    try:
+        folder = tmp_path / "attempt-1"
+        folder.mkdir()
+        request = LaunchRequest(
+            ["true"], {"PATH": os.environ["PATH"]}, str(tmp_path), tuple(executor.slots()),
+            folder, folder / "log.txt",
+        )  # fmt: skip
+        ref = executor.launch(request)
+        deadline = time.monotonic() + 30
+        while not (folder / "exit.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        state = Path(f"/proc/{ref.pid}/stat").read_text().split(") ")[1][0]
+        assert state == "Z"  # ended, not yet reaped
+        executor.tend()
+        assert not Path(f"/proc/{ref.pid}").exists()
+    finally:
+        executor.close(jobs_running=False)

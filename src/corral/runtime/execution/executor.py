@@ -650,6 +650,7 @@ class LocalExecutor(Executor):
         return True
 
     def tend(self) -> None:
+        self._reap()
         if self.warm is not None:
             self.warm.tend()
         started = False
@@ -661,6 +662,15 @@ class LocalExecutor(Executor):
             started = True
         if started and self.pool is not None:
             self.pool.refill()
+
+    def _reap(self) -> None:
+        """Reap every launcher (or worker) of ours that has ended, at each pass: one
+        whose attempt ended by another way than :meth:`poll` (set aside, stopped at a
+        restart's recovery) was once left a zombie for as long as the service ran."""
+        for pid, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[pid]
+        self._ending = [p for p in self._ending if p.poll() is None]
 
     def _start_keeper(
         self, worker: Idle, want: KeeperRequest, conf: Confinement, env: dict[str, str]
