@@ -360,6 +360,12 @@ class ServiceConfig(BaseModel):
         "discarded, the log saying where it was cut); null: no limit. Logs live in "
         "state_dir, beside the store: one job's output must not fill its disk",
     )
+    user_log_limit: int | None = Field(
+        None,
+        ge=4096,
+        description="bytes of ended attempts' logs kept per user (checked every 10 "
+        "minutes: the oldest are emptied, saying so, past it); null: no limit",
+    )
     pause_grace: float = Field(
         2.0,
         ge=0,
@@ -489,7 +495,7 @@ class ServiceConfig(BaseModel):
         description="virtual cluster -> its default_time and max_time (as a QOS's MaxWall)",
     )
 
-    @field_validator("disk_floor", "disk_warn", "disk_reserve", mode="before")
+    @field_validator("disk_floor", "disk_warn", "disk_reserve", "user_log_limit", mode="before")
     @classmethod
     def _bytes(cls, value: Any) -> Any:
         """Bytes, or an amount as Slurm writes one (``256M``, ``1G``)."""

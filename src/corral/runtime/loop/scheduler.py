@@ -69,6 +69,7 @@ from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
 from corral.runtime.loop.gpu_watch import GpuWatch
 from corral.runtime.loop.job_book import BLANK, Attempt, Phase
 from corral.runtime.loop.launching import Launching
+from corral.runtime.loop.log_quota import LogQuota
 from corral.runtime.loop.loop_base import (
     TERMINAL,
     JobFault,
@@ -120,6 +121,7 @@ class Scheduler(LoopState):
         self.exclusive = ExclusiveNodes(self)
         self.limits = UserLimits(self)
         self.warm_ahead = WarmAhead(self, lambda user: self.limits.caps_of(user)[0])
+        self.log_quota = LogQuota(config.state_dir / "jobs", config.user_log_limit, self._owners)
         self.disks = DiskWatch(
             config.state_dir,
             config.job_root,
@@ -312,6 +314,16 @@ class Scheduler(LoopState):
         self.executor.tend()
         self.launching.poll_staging()
         self.turn_wakeup = self.sharing.take_turns(self.clock()) if self.turns else None
+        if self.log_quota.due(now):
+            self.log_quota.sweep(now)
+
+    def _owners(self, jobs: list[int]) -> dict[int, str]:
+        """Each of ``jobs``' user (for the logs' quota)."""
+        out: dict[int, str] = {}
+        with self.store.session() as s:
+            for chunk in in_chunks(jobs):
+                out.update(s.execute(select(JobRow.id, JobRow.user).where(JobRow.id.in_(chunk))))
+        return out
 
     def _plan(self, now: float) -> Plan | None:
         """The policy's plan; after a failure, the plan without the jobs it fails on
