@@ -107,7 +107,7 @@ def test_a_repeated_loop_error_is_logged_once_a_minute_with_a_count() -> None:
         loop.close()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and "Too many open files" in lines[0], lines
-    quiet.last = {k: (v[0] - 61, v[1]) for k, v in quiet.last.items()}  # a minute on
+    quiet.lines.last = {k: (v[0] - 61, v[1]) for k, v in quiet.lines.last.items()}  # a minute on
     quiet(loop, {"message": "socket.accept() out of system resource",
                  "exception": OSError(24, "Too many open files")})  # fmt: skip
     assert "999 more like it" in out.getvalue().splitlines()[-1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from corral.runtime.loop.disk_watch import CHECK_EVERY, MIB, DiskWatch
@@ -84,3 +85,29 @@ def test_the_loop_holds_launches_while_a_disk_is_full_and_fails_none() -> None:
         assert len(w.executor.launches) == 1 and w.waiting() == {}
         (process,) = w.executor.processes.values()
         assert process.exit_code == 0 and process.started >= start + 20
+
+
+def test_a_store_failing_every_pass_is_said_once_not_a_traceback_a_second(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The loop's retries of a store that fails (a full disk) print one line, then one a
+    minute with a count: the log once took a traceback a second."""
+    import threading
+
+    from sqlalchemy.exc import OperationalError
+
+    from corral.testing import fault_schedules as fs
+
+    with fs.world("fifo") as w:
+        loop = w.scheduler
+
+        def failing() -> None:
+            raise OperationalError("INSERT", {}, Exception("database or disk is full"))
+
+        loop.step = failing  # type: ignore[method-assign]
+        stop = threading.Event()
+        threading.Timer(2.5, stop.set).start()
+        loop.run(stop, recover=False)
+    said = capsys.readouterr().err
+    assert said.count("the store failed a pass") == 1 and "disk is full" in said, said
+    assert "Traceback" not in said and loop.errors >= 2

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import resource
-import sys
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from corral.log_lines import Repeats
 
 RESERVED_FILES = 256
 """Descriptors kept for the store, logs and job launches whatever the connections,
@@ -191,19 +191,10 @@ class QuietErrors:
     no descriptor left repeats many times a second)."""
 
     def __init__(self, every: float = 60.0, out: Any = None) -> None:
-        self.every = every
-        self.out = out
-        self.last: dict[str, tuple[float, int]] = {}
+        self.lines = Repeats(every, out)
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         message = str(context.get("message", "error"))
         exc = context.get("exception")
         key = f"{message}: {type(exc).__name__}: {exc}" if exc is not None else message
-        now = time.monotonic()
-        at, dropped = self.last.get(key, (-float("inf"), 0))
-        if now - at < self.every:
-            self.last[key] = (at, dropped + 1)
-            return
-        self.last[key] = (now, 0)
-        more = f" ({dropped} more like it in the last {self.every:g} s)" if dropped else ""
-        print(f"corral: {key}{more}", file=self.out or sys.stderr, flush=True)
+        self.lines.say(key, f"corral: {key}")

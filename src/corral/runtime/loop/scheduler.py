@@ -56,6 +56,7 @@ import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from corral.log_lines import Repeats
 from corral.model.apply_plan import apply_plan
 from corral.model.jobs import JobStatus
 from corral.model.plan import Directive, Plan, upcoming
@@ -121,6 +122,8 @@ class Scheduler(LoopState):
         self.exclusive = ExclusiveNodes(self)
         self.limits = UserLimits(self)
         self.warm_ahead = WarmAhead(self, lambda user: self.limits.caps_of(user)[0])
+        self.repeats = Repeats()
+        """Lines of conditions that repeat (the store failing each pass), said once a while."""
         self.log_quota = LogQuota(config.state_dir / "jobs", config.user_log_limit, self._owners)
         self.disks = DiskWatch(
             config.state_dir,
@@ -146,9 +149,13 @@ class Scheduler(LoopState):
         while not stop.is_set():
             try:
                 self.step()
-            except Exception:  # keep scheduling: the next step resyncs from the store
+            except Exception as exc:  # keep scheduling: the next step resyncs from the store
                 self.errors += 1
-                traceback.print_exc(file=sys.stderr)
+                if store_trouble(exc):  # (a full disk, a lost connection: a line a minute)
+                    why = str(exc).splitlines()[0]
+                    self.repeats.say(why, f"corral: the store failed a pass: {why}")
+                else:
+                    traceback.print_exc(file=sys.stderr)
                 stop.wait(1.0)
             self.wake.wait(self.sleep_for())
             self.wake.clear()
