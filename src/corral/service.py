@@ -35,6 +35,7 @@ from corral.api.connections import (
     QuietErrors,
     guarded_protocol,
     raise_open_files_limit,
+    unix_listener,
 )
 from corral.errors import CorralError
 from corral.runtime.execution.executor import Executor, LocalExecutor
@@ -124,10 +125,15 @@ def serve(
     lock.acquire(wait=standby, on_wait=announce)
     try:
         sock = bind(config.host, config.port)
+        local = unix_listener(config.socket) if config.socket is not None else None
         try:
-            _run(config, sock, lock, announce)
+            _run(config, [sock] if local is None else [sock, local], lock, announce)
         finally:
             sock.close()
+            if local is not None:
+                local.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(str(config.socket))
     finally:
         lock.release()
 
@@ -150,7 +156,10 @@ def migration_note(done: Upgrade) -> str | None:
 
 
 def _run(
-    config: ServiceConfig, sock: socket.socket, lock: StoreLock, announce: Callable[[str], None]
+    config: ServiceConfig,
+    sockets: list[socket.socket],
+    lock: StoreLock,
+    announce: Callable[[str], None],
 ) -> None:
     store, scheduler = build(config)
     if os.geteuid() == 0:  # (the kernel's OOM killer takes a greedy job, not the service)
@@ -189,7 +198,9 @@ def _run(
     )
     types = ", ".join(f"{n} {t}" for t, n in scheduler.cluster.gpus_by_type().items())
     announce(
-        f"corral: serving {config.url} (policy {config.policy}; GPUs: {types}; "
+        f"corral: serving {config.url}"
+        + (f" and {config.socket} (no token needed there)" if config.socket else "")
+        + f" (policy {config.policy}; GPUs: {types}; "
         f"store {make_url(config.store_url).render_as_string(hide_password=True)})"
     )
     migrated = migration_note(store.upgrade)
@@ -215,7 +226,7 @@ def _run(
     loop.start()
     watch.start()
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     finally:
         stop.set()
         scheduler.notify()

@@ -111,12 +111,38 @@ PAGE = 20000
 """Jobs asked for per page when listing them all (a listing of 10,000 is one request)."""
 
 
+DEFAULT_SOCKET = "/run/corral/corral.sock"
+"""Where a service on this host answers without tokens, when its config says so."""
+
+
+def local_socket(url: str | None, given: str | None) -> str | None:
+    """The Unix socket to call the service through: the one given (``--socket``), else
+    ``CORRAL_SOCKET``, else the default one when it exists and no URL was given (by
+    argument or ``CORRAL_URL``); None: over TCP to the URL."""
+    if given:
+        return given
+    named = os.environ.get("CORRAL_SOCKET")
+    if named:
+        return named
+    if url is None and not os.environ.get("CORRAL_URL") and os.path.exists(DEFAULT_SOCKET):
+        return DEFAULT_SOCKET
+    return None
+
+
 class Client:
     """Calls on one kept-alive connection, with the standard library only: a CLI
     command starts faster without an HTTP package to import (plain HTTP without
     ``http.client`` either: :mod:`corral.api.http_wire`)."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        socket: str | None = None,
+    ):
+        self.socket = local_socket(url, socket)
+        """The service's Unix socket this client calls through (None: its URL)."""
         self.url = (url or os.environ.get("CORRAL_URL") or DEFAULT_URL).rstrip("/")
         token = token or os.environ.get("CORRAL_TOKEN")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -145,7 +171,9 @@ class Client:
             if self._secure:
                 self._conn = SecureConnection(self._host, self._port, self._timeout)
             else:
-                self._conn = PlainConnection(self._host, self._port or 80, self._timeout)
+                self._conn = PlainConnection(
+                    self._host, self._port or 80, self._timeout, self.socket
+                )
         return self._conn
 
     def call(
@@ -193,8 +221,9 @@ class Client:
         return response
 
     def _unreachable(self, exc: BaseException) -> CorralError:
+        where = self.url if self.socket is None else f"{self.socket} (its Unix socket)"
         return Unreachable(
-            f"cannot reach the corral service at {self.url} ({exc}); is 'corral serve' running?"
+            f"cannot reach the corral service at {where} ({exc}); is 'corral serve' running?"
         )
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:

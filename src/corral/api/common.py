@@ -4,6 +4,8 @@ dependency, the caller's identity, and the lookups and errors routes repeat."""
 from __future__ import annotations
 
 import hmac
+import os
+import pwd
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -16,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from corral.api.auth_guard import AuthGuard
+from corral.api.connections import PEER_PREFIX
 from corral.api.views import MAX_ID, ErrorView, StoredSpecs
 from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig, hash_token
@@ -83,7 +86,12 @@ def caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> UserConfig:
-    """The user a bearer token belongs to; 401 for a missing or unknown token."""
+    """The user a bearer token belongs to; 401 for a missing or unknown token. On the
+    Unix socket the kernel says who calls: the user of that uid, with no token and no
+    lock-out (:func:`local_user`)."""
+    host = request.client.host if request.client is not None else ""
+    if host.startswith(PEER_PREFIX):
+        return local_user(request, int(host[len(PEER_PREFIX) :]))
     if credentials is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -108,6 +116,28 @@ def caller(
     guard.failed(address)
     raise HTTPException(
         status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def local_user(request: Request, uid: int) -> UserConfig:
+    """The user a caller on the Unix socket is: the one whose ``unix_user`` has that
+    uid; root, or the service's own uid, is the first admin. 401 for anyone else."""
+    users: list[UserConfig] = list(request.app.state.users.values())
+    if uid in (0, os.geteuid()):
+        admin = next((u for u in users if u.admin), None)
+        if admin is not None:
+            return admin
+    for user in users:
+        if user.unix_user is not None:
+            try:
+                if pwd.getpwnam(user.unix_user.rstrip("$")).pw_uid == uid:
+                    return user
+            except KeyError:
+                continue
+    raise HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        f"uid {uid} is no user of this service (give them a unix_user in its config, or "
+        "call with a token over TCP)",
     )
 
 

@@ -25,8 +25,14 @@ caps and the deadline (its hooks: ``connection_made``, ``connection_lost``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import resource
+import socket
+import stat
+import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import h11
@@ -49,6 +55,38 @@ BUSY_ANSWER = (
     b"connection: close\r\nretry-after: 1\r\ncontent-length: 60\r\n\r\n"
     b'{"detail": "too many connections open; try again in a while"}'
 )
+
+
+PEER_PREFIX = "uid:"
+"""The client "address" of a caller on the Unix socket: ``uid:N``, its uid as the
+kernel gives it (never the form of a TCP peer's address)."""
+
+
+def peer_uid(transport: asyncio.BaseTransport) -> int | None:
+    """The uid of the process at the other end of a Unix socket (None: not one)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return int(uid)
+
+
+def unix_listener(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path`` (a stale one from an earlier run replaced),
+    mode 0666: anyone on the host may call, and is known by their uid."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    os.chmod(path, 0o666)
+    sock.listen(ACCEPT_BATCH)
+    return sock
 
 
 def raise_open_files_limit() -> int:
@@ -110,6 +148,9 @@ class GuardedProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        uid = peer_uid(transport)
+        if uid is not None:  # (the Unix socket: who calls, as the kernel says)
+            self.client = (f"{PEER_PREFIX}{uid}", 0)
         self.address = self.client[0] if self.client else None
         self._arm()
         if not self._make_room():

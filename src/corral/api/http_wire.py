@@ -85,6 +85,18 @@ def connect(host: str | bytes, port: int, timeout: float) -> net.socket:
     raise failure or OSError(f"no address found for {host!r}")
 
 
+def connect_unix(path: str, timeout: float) -> net.socket:
+    """A connection to the Unix socket at ``path``."""
+    sock = net.socket(net.AF_UNIX, net.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class SocketReader:
     """Lines and byte counts read from a socket through one buffer: the part of a
     socket's ``makefile("rb")`` that :func:`read_answer` uses."""
@@ -126,10 +138,12 @@ class SocketReader:
 
 
 class PlainConnection:
-    """One kept-alive plain-HTTP connection, opened at the first request."""
+    """One kept-alive plain-HTTP connection, opened at the first request (to a Unix
+    socket's ``path`` where one is given: the service's host, no token needed)."""
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, timeout: float, path: str | None = None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self.path = path
         self._sock: net.socket | None = None
         self._reader: SocketReader | None = None
 
@@ -147,7 +161,11 @@ class PlainConnection:
             # An ASCII host is given as bytes: a str host makes getaddrinfo import
             # the IDNA codec (2 ms of a quick command).
             host: str | bytes = self.host.encode() if self.host.isascii() else self.host
-            self._sock = connect(host, self.port, self.timeout)
+            self._sock = (
+                connect(host, self.port, self.timeout)
+                if self.path is None
+                else connect_unix(self.path, self.timeout)
+            )
             self._reader = SocketReader(self._sock)
         named = f"[{self.host}]" if ":" in self.host else self.host  # (an IPv6 address)
         lines = [f"{method} {target} HTTP/1.1", f"Host: {named}:{self.port}"]

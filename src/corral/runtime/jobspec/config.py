@@ -431,6 +431,14 @@ class ServiceConfig(BaseModel):
         description="bytes kept in a file in state_dir while its disk fills, let go when "
         "it is full so the store can still write (0: none)",
     )
+    socket: Path | None = Field(
+        None,
+        description="a Unix socket the API also answers on, for callers on this host: "
+        "the kernel says who calls (SO_PEERCRED), so no token is needed and no lock-out "
+        "applies; the caller is the user whose unix_user has their uid (root, and the "
+        "service's own uid: the first admin). Made mode 0666: any local user may call, "
+        "as themselves. e.g. /run/corral/corral.sock",
+    )
     max_connections: int = Field(
         1024,
         ge=16,
@@ -665,6 +673,8 @@ def load_config(path: str | Path) -> ServiceConfig:
         config.state_dir = base / config.state_dir
     if config.jobs_dir is not None and not config.jobs_dir.is_absolute():
         config.jobs_dir = base / config.jobs_dir
+    if config.socket is not None and not config.socket.is_absolute():
+        config.socket = base / config.socket
     state, jobs = config.state_dir.resolve(), config.job_root.resolve()
     if jobs == state or jobs.is_relative_to(state) or state.is_relative_to(jobs):
         raise InputError(
