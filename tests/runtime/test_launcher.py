@@ -57,6 +57,26 @@ def test_a_cgroup_v2_gets_the_jobs_limits(tmp_path: Path, monkeypatch: pytest.Mo
     assert "+memory" in (tmp_path / "corral" / "cgroup.subtree_control").read_text()
 
 
+def test_an_attempt_gets_the_default_process_limit_where_the_controller_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """job_max_processes becomes the attempt's pids.max where cgroups v2 offer the pids
+    controller; where they do not, the job still runs (a default, not an ask)."""
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    monkeypatch.setattr(launcher, "CGROUP_ROOT", tmp_path)
+    group = launcher._cgroup(tmp_path / "jobs" / "7" / "attempt-1", Confinement(pids=4096))
+    assert group is not None and (group / "pids.max").read_text() == "4096"
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    other = launcher._cgroup(tmp_path / "jobs" / "8" / "attempt-1", Confinement(pids=4096))
+    assert other is not None and not (other / "pids.max").exists()
+    assert parse(["/a", *Confinement(pids=9).options(), "--", "x"]) == (
+        Path("/a"),
+        Confinement(pids=9),
+        ["x"],
+    )
+
+
 def test_without_delegated_cgroups_the_job_gets_rlimits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

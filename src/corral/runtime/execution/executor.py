@@ -114,6 +114,8 @@ class LaunchRequest:
     """A task of a round: the keeper that may hold its job on its GPU."""
     log_limit: int | None = None
     """Bytes of the job's output its attempt's log keeps (None: no limit)."""
+    pids: int | None = None
+    """Processes and threads the attempt may have at once (cgroup ``pids.max``)."""
 
 
 @dataclass(frozen=True)
@@ -370,6 +372,7 @@ def confinement(request: LaunchRequest, slots: list[GpuSlot]) -> Confinement:
         error=request.error,
         nice=request.nice,
         log_limit=request.log_limit if request.output is None or request.error is None else None,
+        pids=request.pids,
     )
     if request.run_as is not None:
         who = request.run_as

@@ -240,6 +240,7 @@ class Confinement:
         "nice",
         "output",
         "parent",
+        "pids",
         "uid",
     )
 
@@ -259,8 +260,12 @@ class Confinement:
         gpu_devices: str | None = None,
         device_dir: str | None = None,
         parent: int | None = None,
+        pids: int | None = None,
     ) -> None:
         self.uid, self.gid = uid, gid
+        self.pids = pids
+        """Processes and threads the job may have at once (cgroup v2 ``pids.max``, where
+        the controller is there: a default limit, so without it the job still runs)."""
         self.groups: list[int] = list(groups or [])
         self.cpus: list[int] = list(cpus or [])
         """CPU ids the job may run on (empty: any)."""
@@ -335,6 +340,7 @@ _OPTION_NAMES = (
     "gpu_devices",
     "device_dir",
     "parent",
+    "pids",
 )
 _LISTS = {"groups", "cpus"}
 _TEXTS = {"cwd", "output", "error", "gpu_devices", "device_dir"}
@@ -846,8 +852,16 @@ def _cgroup(folder: Path, conf: Confinement) -> Path | None:
         if limits:
             (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory +cpu")
             (base / "cgroup.subtree_control").write_text("+memory +cpu")
+        pids = conf.pids is not None and "pids" in controllers
+        if pids:
+            with contextlib.suppress(OSError):
+                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+pids")
+                (base / "cgroup.subtree_control").write_text("+pids")
         group = base / cgroup_name(folder, os.getpid())
         group.mkdir()
+        if pids:
+            with contextlib.suppress(OSError):  # (a default: the job runs without it)
+                (group / "pids.max").write_text(str(conf.pids))
         if conf.memory:
             (group / "memory.max").write_text(str(conf.memory))
         if conf.cpu_quota:

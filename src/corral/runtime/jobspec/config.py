@@ -360,6 +360,13 @@ class ServiceConfig(BaseModel):
         "discarded, the log saying where it was cut); null: no limit. Logs live in "
         "state_dir, beside the store: one job's output must not fill its disk",
     )
+    job_max_processes: int | None = Field(
+        10000,
+        ge=16,
+        description="processes and threads one attempt may have at once (its cgroup's "
+        "pids.max, where cgroups v2 with the pids controller are delegated to the "
+        "service; elsewhere not enforced); null: no limit",
+    )
     user_log_limit: int | None = Field(
         None,
         ge=4096,

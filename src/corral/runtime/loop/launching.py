@@ -206,6 +206,7 @@ class Launching:
                     nice=LOW_PRIORITY_NICE if rec.low_priority is not None else None,
                     keeper=self._keeper_request(spec, gpus),
                     log_limit=self.loop.config.log_limit,
+                    pids=self.loop.config.job_max_processes,
                 )
             )
         except Exception as exc:  # one job's launch never fails the pass: its attempt ends
