@@ -53,7 +53,9 @@ def test_what_rich_would_lay_out_is_left_to_rich() -> None:
     assert box_text("3 jobs", columns, [row], 15) is not None  # (as wide as the terminal)
     assert box_text("3 jobs", columns, [row], 14) is None  # (wider than the terminal)
     assert box_text("a title wider than the table", columns, [row], 80) is None
-    assert box_text("3 jobs", columns, [["1", "two\nlines"]], 80) is None
+    # (a line break in a cell is shown escaped, on one line: it forges no row)
+    drawn = box_text("3 jobs", columns, [["1", "two\nlines"]], 80)
+    assert drawn is not None and "two\\nlines" in drawn and len(drawn.splitlines()) == 6
     assert box_text("3 jobs", columns, [["1", "日本語"]], 80) is None  # (two cells a character)
     # and then Rich draws it, wrapped to the console's width
     out = io.StringIO()

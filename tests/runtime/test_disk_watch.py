@@ -111,3 +111,14 @@ def test_a_store_failing_every_pass_is_said_once_not_a_traceback_a_second(
     said = capsys.readouterr().err
     assert said.count("the store failed a pass") == 1 and "disk is full" in said, said
     assert "Traceback" not in said and loop.errors >= 2
+
+
+def test_on_a_small_disk_the_floors_are_shares_of_it(tmp_path: Path) -> None:
+    """A 16 MiB state disk with the default floor of 256 MiB would never launch a job:
+    there the floor is 5% of the disk, the warning 10%."""
+    disks = DiskWatch(
+        tmp_path, None, 256 * MIB, 1024 * MIB, 64 * MIB, CollectorRegistry(),
+        free_of=lambda _p: 12 * MIB, size_of=lambda _p: 16 * MIB,
+    )  # fmt: skip
+    assert (disks.floor, disks.warn) == (int(0.8 * MIB), int(1.6 * MIB))
+    assert not disks.launches_paused(0.0)

@@ -38,10 +38,21 @@ ROOMY = 8
 """A disk with this many times ``disk_warn`` free needs no reserve taken yet."""
 
 
+FLOOR_SHARE, WARN_SHARE = 0.05, 0.10
+"""On a disk smaller than the floors say, they are these shares of its size instead
+(a state directory on a 16 MiB disk would otherwise never launch a job)."""
+
+
 def free_bytes(path: Path) -> int:
     """Bytes free to an unprivileged writer on the file system holding ``path``."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
+
+
+def size_bytes(path: Path) -> int:
+    """The size of the file system holding ``path``."""
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
 
 
 class DiskWatch:
@@ -57,8 +68,14 @@ class DiskWatch:
         registry: CollectorRegistry | None = None,
         free_of: Callable[[Path], int] = free_bytes,
         out: TextIO | None = None,
+        size_of: Callable[[Path], int] = size_bytes,
     ) -> None:
         self.floor, self.warn, self.reserve = floor, warn, reserve
+        with contextlib.suppress(OSError):  # (a small disk: shares of it instead)
+            size = size_of(state_dir)
+            self.floor = min(floor, int(size * FLOOR_SHARE))
+            self.warn = min(warn, int(size * WARN_SHARE))
+            self.reserve = min(reserve, int(size * FLOOR_SHARE))
         self.free_of = free_of
         self.out = out
         self.reserve_file = state_dir / RESERVE_NAME
