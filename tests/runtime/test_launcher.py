@@ -371,3 +371,35 @@ def test_a_job_is_the_oom_killers_first_choice(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.stdout.strip() == str(launcher.JOB_OOM_SCORE_ADJ), done.stdout + done.stderr
+
+
+def test_on_a_cgroup_v1_host_the_process_limit_holds_a_fork_bomb(tmp_path: Path) -> None:
+    """Where v1's pids controller is mounted (root), an attempt gets a pids group of its
+    own: a job that forks past job_max_processes is refused forks; the group is gone
+    after it."""
+    root = launcher.CGROUP_ROOT / "pids"
+    if os.geteuid() != 0 or not (root / "cgroup.procs").exists():
+        pytest.skip("needs root and cgroup v1's pids controller")
+    if (launcher.CGROUP_ROOT / "cgroup.controllers").exists():
+        pytest.skip("a cgroup v2 host: its own test covers pids.max")
+    folder = tmp_path / "attempt-1"
+    folder.mkdir()
+    program = (
+        "import subprocess, sys\n"
+        "kids, refused = [], 0\n"
+        "for _ in range(60):\n"
+        "    try:\n"
+        "        kids.append(subprocess.Popen(['sleep', '5']))\n"
+        "    except OSError:\n"
+        "        refused += 1\n"
+        "print(len(kids), refused)\n"
+        "for k in kids: k.kill()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.runtime.execution.launcher", str(folder),
+         "--pids", "20", "--", sys.executable, "-c", program],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    started, refused = map(int, done.stdout.split())
+    assert started < 20 and refused > 40, done.stdout + done.stderr
+    assert not any((root / "corral").glob(f"{tmp_path.name}-attempt-1-*")), "its group was left"

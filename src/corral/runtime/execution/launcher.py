@@ -500,6 +500,7 @@ def supervise(
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     parent = ParentWatch(conf.parent)
     cgroup = _cgroup(folder, conf)
+    counted = _v1_pids(folder, conf) if cgroup is None else None
     confined = _confine_gpus(folder, conf, cgroup)
     record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
     me = os.getpid()
@@ -538,6 +539,7 @@ def supervise(
     if parent.died:
         record.update(lost=True, detail="killed: the launcher's parent (a Ray rank's actor) ended")
     _drop_cgroup(cgroup)
+    _drop_v1(counted, "pids")
     if confined is not None:
         confined.release()
     note = before_record() if before_record is not None else None
@@ -904,6 +906,35 @@ def _cgroup_members(cgroup: Path | None) -> set[int]:
     except (OSError, ValueError):
         return set()
     return pids - {os.getpid()}
+
+
+def _v1_pids(folder: Path, conf: Confinement) -> Path | None:
+    """On a cgroup v1 host with the ``pids`` controller mounted: a group of its own for
+    the attempt, the launcher in it (the job then too), its ``pids.max`` the default
+    process limit. None where there is none to be had (the job runs without)."""
+    root = CGROUP_ROOT / "pids"
+    if conf.pids is None or (not (root / "pids.max").exists() and not (root / "tasks").exists()):
+        return None
+    group = root / "corral" / cgroup_name(folder, os.getpid())
+    try:
+        group.mkdir(parents=True)
+        (group / "pids.max").write_text(str(conf.pids))
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    return group
+
+
+def _drop_v1(group: Path | None, controller: str) -> None:
+    """The launcher back to ``controller``'s root group, and ``group`` removed (its
+    job's processes are gone by now)."""
+    if group is None:
+        return
+    with contextlib.suppress(OSError):
+        (CGROUP_ROOT / controller / "cgroup.procs").write_text(str(os.getpid()))
+        group.rmdir()
 
 
 def _drop_cgroup(cgroup: Path | None) -> None:

@@ -364,8 +364,9 @@ class ServiceConfig(BaseModel):
         10000,
         ge=16,
         description="processes and threads one attempt may have at once (its cgroup's "
-        "pids.max, where cgroups v2 with the pids controller are delegated to the "
-        "service; elsewhere not enforced); null: no limit",
+        "pids.max: cgroups v2 with the pids controller delegated to the service, or v1's "
+        "pids controller mounted and the service root; elsewhere not enforced); null: "
+        "no limit",
     )
     user_log_limit: int | None = Field(
         None,
