@@ -511,3 +511,12 @@ def test_typer_builds_only_the_command_asked_and_help_still_lists_all(
     assert listed.returncode == 0 and "submit" in listed.stdout and "store" in listed.stdout
     one = _cli("queue", "--help")
     assert one.returncode == 0 and "Usage: " in one.stdout and "queue" in one.stdout
+
+
+def test_a_jobs_output_shown_on_a_terminal_cannot_drive_it() -> None:
+    """``corral logs`` on a terminal: escape sequences and C1 controls of a job's output
+    are shown as escapes; line breaks, tabs, carriage returns and UTF-8 pass."""
+    from corral.cli.service import terminal_safe
+
+    shown = terminal_safe(b"ok\x1b]0;owned\x07\x1b[2J\r\nnext\t\xc2\x9b31m \xc3\xa9")
+    assert shown == b"ok\\x1b]0;owned\\x07\\x1b[2J\r\nnext\t\\xc2\\x9b31m \xc3\xa9"

@@ -8,6 +8,7 @@ so a user needs no access to the store or the machine the service runs on.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -758,12 +759,27 @@ def logs(
             time.sleep(0.5)
 
 
+_TERMINAL_CONTROLS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
+"""What in a job's output could drive a terminal (escape sequences, C1 controls); line
+breaks, tabs and carriage returns (progress bars) pass."""
+
+
+def terminal_safe(data: bytes) -> bytes:
+    """``data`` with terminal controls shown as escapes (``\\x1b``): a job's output,
+    shown on an admin's terminal, cannot drive it."""
+    return _TERMINAL_CONTROLS.sub(
+        lambda m: "".join(f"\\x{b:02x}" for b in m.group()).encode(), data
+    )
+
+
 def _log_writer(job_id: int, as_json: bool) -> Callable[[int, bytes], None]:
-    """Where a log's pieces go: the raw bytes to stdout, or a JSON line each."""
+    """Where a log's pieces go: the bytes to stdout (a terminal's controls escaped when
+    it is one), or a JSON line each."""
     out = sys.stdout.buffer
+    tty = sys.stdout.isatty()
 
     def raw(attempt: int, data: bytes) -> None:
-        out.write(data)
+        out.write(terminal_safe(data) if tty else data)
         out.flush()
 
     def lines(attempt: int, data: bytes) -> None:
