@@ -403,3 +403,27 @@ def test_on_a_cgroup_v1_host_the_process_limit_holds_a_fork_bomb(tmp_path: Path)
     started, refused = map(int, done.stdout.split())
     assert started < 20 and refused > 40, done.stdout + done.stderr
     assert not any((root / "corral").glob(f"{tmp_path.name}-attempt-1-*")), "its group was left"
+
+
+def test_a_job_that_gave_no_memory_is_held_to_its_default_share(tmp_path: Path) -> None:
+    """Where a cgroup can hold it (here v1's memory controller, as root), a job that
+    gave no --mem is held to its default share: 300 MB is refused it under 100 MB,
+    50 MB is not. (Never an rlimit: without a cgroup the default is not enforced.)"""
+    root = launcher.CGROUP_ROOT / "memory"
+    if os.geteuid() != 0 or not (root / "cgroup.procs").exists():
+        pytest.skip("needs root and cgroup v1's memory controller")
+    if (launcher.CGROUP_ROOT / "cgroup.controllers").exists():
+        pytest.skip("a cgroup v2 host: memory.max is covered by its own test")
+    for size, ends in ((300, "killed"), (50, "done")):
+        folder = tmp_path / f"attempt-{size}"
+        folder.mkdir()
+        program = f"b = bytearray({size} * 2**20); b[::4096] = b'x' * len(b[::4096]); print('done')"
+        done = subprocess.run(
+            [sys.executable, "-m", "corral.runtime.execution.launcher", str(folder),
+             "--memory-default", str(100 * 2**20), "--", sys.executable, "-c", program],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if ends == "done":
+            assert done.returncode == 0 and "done" in done.stdout, done.stderr
+        else:
+            assert done.returncode != 0 and "done" not in done.stdout, done.stdout

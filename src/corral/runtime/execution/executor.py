@@ -116,6 +116,8 @@ class LaunchRequest:
     """Bytes of the job's output its attempt's log keeps (None: no limit)."""
     pids: int | None = None
     """Processes and threads the attempt may have at once (cgroup ``pids.max``)."""
+    memory_default: int | None = None
+    """Bytes a job that gave no ``memory`` may use, where a cgroup can hold it."""
 
 
 @dataclass(frozen=True)
@@ -373,6 +375,7 @@ def confinement(request: LaunchRequest, slots: list[GpuSlot]) -> Confinement:
         nice=request.nice,
         log_limit=request.log_limit if request.output is None or request.error is None else None,
         pids=request.pids,
+        memory_default=None if request.memory else request.memory_default,
     )
     if request.run_as is not None:
         who = request.run_as

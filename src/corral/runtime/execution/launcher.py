@@ -237,6 +237,7 @@ class Confinement:
         "groups",
         "log_limit",
         "memory",
+        "memory_default",
         "nice",
         "output",
         "parent",
@@ -261,9 +262,14 @@ class Confinement:
         device_dir: str | None = None,
         parent: int | None = None,
         pids: int | None = None,
+        memory_default: int | None = None,
     ) -> None:
         self.uid, self.gid = uid, gid
         self.pids = pids
+        self.memory_default = memory_default
+        """Bytes of memory a job that asked for none may use (its share of the host, by
+        its GPUs): held by a cgroup where there is one, never by an rlimit (which
+        counts address space a job may well reserve)."""
         """Processes and threads the job may have at once (cgroup v2 ``pids.max``, where
         the controller is there: a default limit, so without it the job still runs)."""
         self.groups: list[int] = list(groups or [])
@@ -341,6 +347,7 @@ _OPTION_NAMES = (
     "device_dir",
     "parent",
     "pids",
+    "memory_default",
 )
 _LISTS = {"groups", "cpus"}
 _TEXTS = {"cwd", "output", "error", "gpu_devices", "device_dir"}
@@ -500,7 +507,8 @@ def supervise(
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     parent = ParentWatch(conf.parent)
     cgroup = _cgroup(folder, conf)
-    counted = _v1_pids(folder, conf) if cgroup is None else None
+    v1 = _v1_limits(folder, conf) if cgroup is None else []
+    rlimits = cgroup is None and not any(controller == "memory" for _, controller in v1)
     confined = _confine_gpus(folder, conf, cgroup)
     record: dict[str, object] = {"exit_code": None, "signal": None, "detail": None}
     me = os.getpid()
@@ -510,7 +518,7 @@ def supervise(
     try:
         if parent.died:
             raise OSError(f"its launcher's parent (process {conf.parent}) ended")
-        pid = start(lambda: _in_child(conf, cgroup is None, me, tell))
+        pid = start(lambda: _in_child(conf, rlimits, me, tell))
         parent.job_started(pid)
     except (OSError, subprocess.SubprocessError) as exc:
         print(f"corral: cannot start {what!r}: {_why(exc)}", file=sys.stderr)
@@ -539,7 +547,8 @@ def supervise(
     if parent.died:
         record.update(lost=True, detail="killed: the launcher's parent (a Ray rank's actor) ended")
     _drop_cgroup(cgroup)
-    _drop_v1(counted, "pids")
+    for group, controller in v1:
+        _drop_v1(group, controller)
     if confined is not None:
         confined.release()
     note = before_record() if before_record is not None else None
@@ -864,8 +873,8 @@ def _cgroup(folder: Path, conf: Confinement) -> Path | None:
         if pids:
             with contextlib.suppress(OSError):  # (a default: the job runs without it)
                 (group / "pids.max").write_text(str(conf.pids))
-        if conf.memory:
-            (group / "memory.max").write_text(str(conf.memory))
+        if conf.memory or (conf.memory_default and limits):
+            (group / "memory.max").write_text(str(conf.memory or conf.memory_default))
         if conf.cpu_quota:
             (group / "cpu.max").write_text(f"{conf.cpu_quota * 100000} 100000")
         (group / "cgroup.procs").write_text(str(os.getpid()))
@@ -908,23 +917,29 @@ def _cgroup_members(cgroup: Path | None) -> set[int]:
     return pids - {os.getpid()}
 
 
-def _v1_pids(folder: Path, conf: Confinement) -> Path | None:
-    """On a cgroup v1 host with the ``pids`` controller mounted: a group of its own for
-    the attempt, the launcher in it (the job then too), its ``pids.max`` the default
-    process limit. None where there is none to be had (the job runs without)."""
-    root = CGROUP_ROOT / "pids"
-    if conf.pids is None or (not (root / "pids.max").exists() and not (root / "tasks").exists()):
-        return None
-    group = root / "corral" / cgroup_name(folder, os.getpid())
-    try:
-        group.mkdir(parents=True)
-        (group / "pids.max").write_text(str(conf.pids))
-        (group / "cgroup.procs").write_text(str(os.getpid()))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return None
-    return group
+def _v1_limits(folder: Path, conf: Confinement) -> list[tuple[Path, str]]:
+    """On a cgroup v1 host (the service root): groups of the attempt's own, the launcher
+    in them (the job then too), for its process limit (``pids``) and its memory
+    (``memory``: what it asked, else its default share) where those controllers are
+    mounted; (group, controller) of each made."""
+    wanted = {"pids": ("pids.max", conf.pids),
+              "memory": ("memory.limit_in_bytes", conf.memory or conf.memory_default)}  # fmt: skip
+    made: list[tuple[Path, str]] = []
+    for controller, (knob, value) in wanted.items():
+        root = CGROUP_ROOT / controller
+        if value is None or not (root / "cgroup.procs").exists():
+            continue
+        group = root / "corral" / cgroup_name(folder, os.getpid())
+        try:
+            group.mkdir(parents=True)
+            (group / knob).write_text(str(value))
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+            continue
+        made.append((group, controller))
+    return made
 
 
 def _drop_v1(group: Path | None, controller: str) -> None:

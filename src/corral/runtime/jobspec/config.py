@@ -368,6 +368,14 @@ class ServiceConfig(BaseModel):
         "pids controller mounted and the service root; elsewhere not enforced); null: "
         "no limit",
     )
+    job_memory: Literal["auto"] | int | None = Field(
+        "auto",
+        description="memory per GPU a job that gives no --mem may use, held by its cgroup "
+        "where the service has one to give (cgroups v2 delegated, or v1's memory "
+        "controller mounted and the service root; never an rlimit): auto, its GPUs' "
+        "share of 90% of the host's memory, at least 2G a GPU (Slurm's DefMemPerGPU); "
+        "bytes or 16G; null: no limit",
+    )
     user_log_limit: int | None = Field(
         None,
         ge=4096,
@@ -511,11 +519,13 @@ class ServiceConfig(BaseModel):
         description="virtual cluster -> its default_time and max_time (as a QOS's MaxWall)",
     )
 
-    @field_validator("disk_floor", "disk_warn", "disk_reserve", "user_log_limit", mode="before")
+    @field_validator(
+        "disk_floor", "disk_warn", "disk_reserve", "user_log_limit", "job_memory", mode="before"
+    )
     @classmethod
     def _bytes(cls, value: Any) -> Any:
         """Bytes, or an amount as Slurm writes one (``256M``, ``1G``)."""
-        if isinstance(value, str) and not value.strip().isdigit():
+        if isinstance(value, str) and value != "auto" and not value.strip().isdigit():
             return parse_memory(value) * 2**20
         return value
 

@@ -3,6 +3,7 @@ identity, folder and limits."""
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shutil
@@ -91,6 +92,22 @@ def output_path(spec: JobSpec, job: int, user: str, pattern: str | None = None) 
     return re.sub(r"%([jaAxu%])", lambda m: values[m.group(1)], pattern)
 
 
+JOB_MEMORY_SHARE = 0.9
+"""Of the host's memory, what the jobs share by their GPUs (the rest: the system and
+the service)."""
+JOB_MEMORY_LEAST = 2 * 2**30
+"""The least a job's default share is, per GPU (a host of many virtual GPUs and little
+memory would otherwise starve a framework's import)."""
+
+
+def host_memory() -> int:
+    """Bytes of memory of this host (0: unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return 0
+
+
 LOW_PRIORITY_NICE = 19
 """OS niceness of a low-priority (opportunistic) job's processes."""
 
@@ -123,6 +140,19 @@ class Launching:
             return
         book.launched(job)
         self._launch(job, gpus, now)
+
+    def _default_memory(self, gpus: int) -> int | None:
+        """Bytes of memory a job on ``gpus`` GPUs may use when it gives none: its GPUs'
+        share of the host's memory (``job_memory``: auto), as Slurm's DefMemPerGPU."""
+        setting = self.loop.config.job_memory
+        if setting is None:
+            return None
+        if setting != "auto":
+            return int(setting) * gpus
+        total, host = len(self.loop.slots) or 1, host_memory()
+        if not host:
+            return None
+        return int(max(host * JOB_MEMORY_SHARE / total, JOB_MEMORY_LEAST) * max(gpus, 1))
 
     def _guest_leaving(self, job: int, host: int) -> bool:
         """Whether another guest packed on ``host`` was stopped and has not exited
@@ -207,6 +237,7 @@ class Launching:
                     keeper=self._keeper_request(spec, gpus),
                     log_limit=self.loop.config.log_limit,
                     pids=self.loop.config.job_max_processes,
+                    memory_default=self._default_memory(len(gpus)),
                 )
             )
         except Exception as exc:  # one job's launch never fails the pass: its attempt ends
