@@ -426,4 +426,8 @@ def test_a_job_that_gave_no_memory_is_held_to_its_default_share(tmp_path: Path) 
         if ends == "done":
             assert done.returncode == 0 and "done" in done.stdout, done.stderr
         else:
+            from corral.runtime.execution.executor import read_exit_record
+
             assert done.returncode != 0 and "done" not in done.stdout, done.stdout
+            record = read_exit_record(folder)  # (read by the service as out of memory)
+            assert record is not None and launcher.OOM_NOTE in (record.detail or ""), record

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from corral.runtime.execution.executor import ExitRecord
 from corral.runtime.execution.job_files import open_regular
-from corral.runtime.execution.launcher import NOT_STARTED
+from corral.runtime.execution.launcher import NOT_STARTED, OOM_NOTE
 from corral.train.session import PRERUN_EXIT, STOPPED_EXIT
 
 
@@ -114,7 +114,7 @@ def classify(stop: str | None, record: ExitRecord, phase: str, log: Path) -> tup
         return Cause.PREEMPTED, "the job checkpointed and stopped itself (it will be requeued)"
     if code == NOT_STARTED:
         return Cause.USER_ERROR, record.detail or "the program could not be started"
-    if _OOM.search(log_tail(log)):
+    if _OOM.search(log_tail(log)) or OOM_NOTE in (record.detail or ""):
         return Cause.OOM, f"out of memory ({how})"
     if sig:
         return Cause.KILLED, f"killed by {how}"

@@ -79,6 +79,9 @@ ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ADMIN_ENV = ("LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "TMPDIR")
 """The service's own variables a root-run helper keeps (set by whoever started the
 service, never by a job): locale, time zone, the libraries its Python needs."""
+OOM_NOTE = "out of memory: the kernel killed it at its memory limit"
+"""What the exit record says when the job's cgroup counted an out-of-memory kill (the
+job, killed by SIGKILL, says nothing itself): the service reads it as ``oom``."""
 NOT_STARTED = 127
 """Exit code when the program could not be started (as a shell reports it)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -546,6 +549,8 @@ def supervise(
         record["detail"] = f"killed {left} process(es) the job left running"
     if parent.died:
         record.update(lost=True, detail="killed: the launcher's parent (a Ray rank's actor) ended")
+    if _oom_killed(cgroup, v1):
+        record["detail"] = f"{record['detail']}; {OOM_NOTE}" if record["detail"] else OOM_NOTE
     _drop_cgroup(cgroup)
     for group, controller in v1:
         _drop_v1(group, controller)
@@ -940,6 +945,20 @@ def _v1_limits(folder: Path, conf: Confinement) -> list[tuple[Path, str]]:
             continue
         made.append((group, controller))
     return made
+
+
+def _oom_killed(cgroup: Path | None, v1: list[tuple[Path, str]]) -> bool:
+    """Whether the kernel killed a process of the attempt's memory cgroup for its limit
+    (v2 ``memory.events``, v1 ``memory.oom_control``: ``oom_kill N``)."""
+    files = [cgroup / "memory.events"] if cgroup is not None else []
+    files += [group / "memory.oom_control" for group, controller in v1 if controller == "memory"]
+    for path in files:
+        with contextlib.suppress(OSError, ValueError):
+            for line in path.read_text().splitlines():
+                name, _, count = line.partition(" ")
+                if name == "oom_kill" and int(count) > 0:
+                    return True
+    return False
 
 
 def _drop_v1(group: Path | None, controller: str) -> None:
