@@ -622,14 +622,15 @@ def _act_on_many(
             err_console.print(f"job {job} left alone: {printable(why)}", highlight=False)
         if len(skipped) > 20:
             err_console.print(f"... and {len(skipped) - 20} more left alone", highlight=False)
-    _exit_for_skipped(verb, skipped, named=not any(filters.values()))
+    _exit_for_skipped(verb, skipped, named=not any(filters.values()) and not done)
 
 
 def _exit_for_skipped(verb: str, skipped: dict[str, str], named: bool) -> None:
     """The exit code a bulk action ends with, as one job's would (the README's table):
-    a job named that is another user's, 5; one that does not exist, 3; one named by
-    id whose state forbids the action, 1 (as scancel and scontrol do). Jobs a filter
-    picked and left alone for their state are no error."""
+    a job named that is another user's, 5; one that does not exist, 3; jobs named by
+    id of which none could be acted on for their state, 1 (as scancel and scontrol
+    do). An array's tasks already ended beside others acted on, and jobs a filter
+    picked and left alone for their state, are no error."""
     reasons = list(skipped.values())
     if any(why.startswith("belongs to ") for why in reasons):
         raise PermissionDenied(f"{verb}: other users' jobs were left alone")
