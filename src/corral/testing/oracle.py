@@ -251,7 +251,9 @@ class Oracle:
         margin = 2 * self.tick + self.grace
         deadline = due + margin
         for since, until in sorted(self.unsteady):
-            if since <= deadline and until >= due:
+            # (a span that began by the pass after the deadline counts: the end of an
+            # attempt killed in time is recorded at that pass, which the trouble failed)
+            if since <= deadline + self.tick and until >= due:
                 deadline = max(deadline, until + margin)
         deadline += self.tick * sum(1 for t in self.restarts if due <= t <= deadline)
         if now > deadline + SLACK:
