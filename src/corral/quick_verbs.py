@@ -50,6 +50,7 @@ VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--vc": ("vc", str),
     "--account": ("vc", str),
     "-A": ("vc", str),
+    "--export": ("export", str),
     "--url": ("url", str),
     "--token": ("token", str),
 }
@@ -118,6 +119,12 @@ def parse_submit(words: list[str]) -> dict[str, Any] | None:
         return None
     fields["command"] = command
     fields.setdefault("workdir", os.getcwd())
+    from corral.submit_env import batch_fields
+
+    try:
+        batch_fields(fields, dict(os.environ), os.getcwd())
+    except ValueError:  # (the full command line says what is wrong with it)
+        return None
     return fields
 
 

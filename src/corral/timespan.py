@@ -5,6 +5,8 @@ service, and must start fast.)"""
 
 from __future__ import annotations
 
+import math
+
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
 if TYPE_CHECKING:
@@ -41,7 +43,9 @@ SLURM_UNLIMITED = ("unlimited", "infinite")
 
 def slurm_seconds(value: str) -> float | None:
     """Seconds from sbatch's ``--time``: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``
-    or ``D-H:M:S`` (a bare number is minutes, as in Slurm); None for UNLIMITED."""
+    or ``D-H:M:S`` (a bare number is minutes, as in Slurm), in whole minutes as Slurm
+    keeps them (seconds round up: ``0:05`` is a minute); None for UNLIMITED and for 0
+    (Slurm's "no time limit")."""
     text = value.strip().lower()
     if text in SLURM_UNLIMITED:
         return None
@@ -62,9 +66,9 @@ def slurm_seconds(value: str) -> float | None:
             seconds = numbers[0] * 60.0 + numbers[1]  # minutes:seconds
         else:
             seconds = (numbers[0] * 60.0 + numbers[1]) * 60 + numbers[2]
-    if seconds <= 0:
-        raise ValueError("a time limit must be positive")
-    return seconds
+    if seconds == 0:  # Slurm: "a time limit of zero requests that no time limit be imposed"
+        return None
+    return math.ceil(seconds / 60) * 60.0
 
 
 def parse_seconds(value: Any) -> float:
@@ -79,7 +83,8 @@ def parse_seconds(value: Any) -> float:
         text = str(value).strip().lower()
         if _match(_SLURM_DAYS, text):
             found = slurm_seconds(text)
-            assert found is not None  # (only UNLIMITED is None)
+            if found is None:
+                raise ValueError("a duration must be positive")
             return found
         if ":" in text:
             parts = text.split(":")

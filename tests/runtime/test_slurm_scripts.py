@@ -20,12 +20,15 @@ from tests.runtime.virtual_loop import virtual_loop
     [
         ("1", 60.0),  # minutes, as sbatch reads a bare number
         ("90", 5400.0),
-        ("2:30", 150.0),  # minutes:seconds
+        ("2:30", 180.0),  # minutes:seconds, rounded up to whole minutes as Slurm keeps them
+        ("0:05", 60.0),
         ("1:00:00", 3600.0),
         ("1-0", 86400.0),  # days-hours
         ("1-12", 129600.0),
         ("2-01:30", 178200.0),  # days-hours:minutes
-        ("1-00:00:01", 86401.0),
+        ("1-00:00:01", 86460.0),
+        ("0", None),  # Slurm: no time limit
+        ("0:00:00", None),
         ("UNLIMITED", None),
         ("infinite", None),
     ],
@@ -34,7 +37,7 @@ def test_slurms_time_formats(text: str, seconds: float | None) -> None:
     assert slurm_seconds(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1:2:3:4", "1-2-3", "-5", "0", "1.5"])
+@pytest.mark.parametrize("text", ["", "abc", "1:2:3:4", "1-2-3", "-5", "1.5"])
 def test_what_is_not_a_slurm_time_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         slurm_seconds(text)

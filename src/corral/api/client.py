@@ -363,6 +363,10 @@ class Client:
             params["attempt"] = attempt
         return self.call("GET", f"/v1/jobs/{job_id}/logs", params=params)
 
+    def script(self, job_id: int) -> str:
+        """The batch script a job was submitted with (404 when it has none)."""
+        return self.call("GET", f"/v1/jobs/{job_id}/script").content.decode("utf-8", "replace")
+
     def nodes(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = self.json("GET", "/v1/nodes")
         return out

@@ -59,7 +59,7 @@ from corral.runtime.loop.estimates import extend_curve, extend_progress
 from corral.runtime.loop.inbox import NO_WORK_LEFT
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.loop.scheduler import TERMINAL
-from corral.runtime.storage.store import AttemptRow, EventRow, JobRow
+from corral.runtime.storage.store import AttemptRow, EventRow, JobInputRow, JobRow
 
 router = APIRouter()
 LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
@@ -579,6 +579,32 @@ def set_priority(ctx: Ctx, job_id: JobId, body: PriorityBody, user: User) -> Job
             raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} is {row.status}")
         row.priority = body.priority
     return ask_scheduler(ctx, job_id, user, "priority", LIVE_STATES | {JobStatus.SUSPENDED})
+
+
+@router.get(
+    "/v1/jobs/{job_id}/script",
+    tags=["jobs"],
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "the batch script as submitted",
+        },
+        **error_answers(401, 403, 404),
+    },
+)
+def script(ctx: Ctx, job_id: JobId, user: User) -> Response:
+    """The script a batch job runs, as it was when submitted (its owner and admins;
+    Slurm's ``scontrol write batch_script``)."""
+    with ctx.store.session() as s:
+        row = owned(s, job_id, user)
+        first = row.spec.get("array_job") if isinstance(row.spec, dict) else None
+        inputs = s.get(JobInputRow, first or job_id)
+        if inputs is None or inputs.script is None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND,
+                f"job {job_id} was not submitted as a batch script (it has no stored script)",
+            )
+        return Response(inputs.script.encode(), media_type="text/plain; charset=utf-8")
 
 
 @router.get(

@@ -202,7 +202,17 @@ HIDDEN = "(hidden)"
 under ``private_data``."""
 UNREADABLE = "(unreadable record)"
 """The command shown for a job whose stored spec cannot be read (set aside)."""
-PRIVATE_SPEC = ("command", "env", "stage", "workdir", "output", "error", "task")
+PRIVATE_SPEC = (
+    "command",
+    "env",
+    "stage",
+    "workdir",
+    "output",
+    "error",
+    "task",
+    "script_path",
+    "submit_dir",
+)
 """A job's fields only its owner and admins see under ``private_data``: commands
 and environments carry secrets (``--password=...``), paths tell what others work on."""
 

@@ -8,6 +8,7 @@ so a user needs no access to the store or the machine the service runs on.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -157,6 +158,20 @@ def submit(
     memory: Annotated[
         str | None, typer.Option("--mem", "--memory", help="memory: 16G, 512M")
     ] = None,
+    mem_per_gpu: Annotated[
+        str | None, typer.Option("--mem-per-gpu", help="memory per GPU of the gang (sbatch's)")
+    ] = None,
+    mem_per_cpu: Annotated[
+        str | None, typer.Option("--mem-per-cpu", help="memory per CPU (sbatch's)")
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            "--export",
+            help="the job's base environment, as sbatch: ALL (default: this shell's), NONE "
+            "(the service's clean one), ALL,A=1 or only A=1,B",
+        ),
+    ] = None,
     vc: Annotated[
         str | None, typer.Option("--vc", "--account", "-A", help="virtual cluster")
     ] = None,
@@ -219,11 +234,14 @@ def submit(
     command = list(ctx.args)
     from corral.runtime.jobspec.directives import (
         PER_NODE,
+        PER_UNIT_MEMORY,
         add_dependency,
         per_node_gpus,
+        per_unit_memory,
         script_fields,
         typed_count,
     )
+    from corral.submit_env import batch_fields
     from corral.timespan import parse_begin
 
     if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
@@ -249,11 +267,12 @@ def submit(
         "duration": duration,
         "total_steps": total_steps,
         "target_loss": target_loss,
-        "workdir": str(Path(workdir).resolve()) if workdir else None,
+        "workdir": workdir,
         "array": array,
         "dependency": dependency,
-        "output": str(Path(output).absolute()) if output else None,
-        "error": str(Path(error).absolute()) if error else None,
+        "output": output,
+        "error": error,
+        "export": export,
         "cpus": cpus,
         "memory": memory,
         "vc": vc,
@@ -274,6 +293,16 @@ def submit(
             None,
         )
         per_node_gpus(fields, "the command line")
+    if memory is not None:  # (the command line's --mem over a script's per-unit memory)
+        fields.pop(PER_UNIT_MEMORY, None)
+    for name_, per_unit in (("--mem-per-gpu", mem_per_gpu), ("--mem-per-cpu", mem_per_cpu)):
+        if per_unit is not None:
+            fields.pop("memory", None)
+            fields[PER_UNIT_MEMORY] = (name_, per_unit, None)
+    try:
+        per_unit_memory(fields, spec_file or "the command line")
+    except ValueError as exc:
+        raise CorralError(f"memory per unit: {exc}") from None
     for kind, ids in (("after", after), ("afterok", afterok), ("afterany", afterany)):
         for item in ids or []:
             add_dependency(fields, f"{kind}:{item}")
@@ -284,11 +313,16 @@ def submit(
         fields.setdefault("env", {})[key] = value
     if "command" not in fields:
         raise CorralError("no command: give a job spec, a script, or the command after '--'")
-    if "workdir" not in fields:
-        fields["workdir"] = str(Path.cwd())
+    # as sbatch: --chdir relative to where corral submit runs, and output files
+    # relative to the job's working directory
+    fields["workdir"] = str(Path(fields.get("workdir") or Path.cwd()).resolve())
     for key in ("output", "error"):
         if isinstance(fields.get(key), str) and not fields[key].startswith("/"):
-            fields[key] = str(Path(fields[key]).absolute())
+            fields[key] = str(Path(fields["workdir"]) / fields[key])
+    try:
+        batch_fields(fields, dict(os.environ), str(Path.cwd()))
+    except ValueError as exc:
+        raise CorralError(f"--export: {exc}") from None
     if isinstance(fields.get("begin"), str):  # local time, as sbatch reads it: here
         try:
             fields["begin"] = parse_begin(fields["begin"])
@@ -488,11 +522,22 @@ def _moment(text: str, option: str) -> float:
 @app.command()
 def show(
     job_id: Annotated[int, typer.Argument(help="job id")],
+    script: Annotated[
+        bool,
+        typer.Option(
+            "--script", help="print the batch script as it was submitted (what the job runs)"
+        ),
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A job's state, attempts and history."""
+    if script:
+        with _client(url, token) as client:
+            data = client.script(job_id).encode()
+        sys.stdout.buffer.write(terminal_safe(data) if sys.stdout.isatty() else data)
+        return
     with _client(url, token) as client:
         job = client.job(job_id)
     if as_json:

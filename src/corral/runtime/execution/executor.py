@@ -118,6 +118,9 @@ class LaunchRequest:
     """Processes and threads the attempt may have at once (cgroup ``pids.max``)."""
     memory_default: int | None = None
     """Bytes a job that gave no ``memory`` may use, where a cgroup can hold it."""
+    base_env: dict[str, str] | None = None
+    """The submitting shell's environment (sbatch's ``--export``), the job's base in
+    place of the service's few passed variables (None: those)."""
 
 
 @dataclass(frozen=True)
@@ -318,17 +321,26 @@ def slurm_bin() -> list[str]:
 
 
 def job_environment(request: LaunchRequest) -> dict[str, str]:
-    """A job's variables: a clean base, its identity, its spec's env and its GPUs."""
-    env = inherited(PASSED_ENV)
-    # `python` in a job means the service's own environment (where corral.train is),
-    # and `srun` corral's, which starts an srun line's tasks on the job's node
-    path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env["PATH"] = os.pathsep.join([*slurm_bin(), str(Path(sys.executable).parent), path])
+    """A job's variables: a base (the submitting shell's, or a clean one), its
+    identity, its spec's env and its GPUs."""
+    ours = str(Path(sys.executable).parent)
+    if request.base_env is not None:
+        # the user's own PATH first (their conda's `python`, their modules' programs),
+        # then the service's Python for corral.train where the user's has none;
+        # `srun` is always corral's, which starts an srun line's tasks on the job's node
+        env = dict(request.base_env)
+        path = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env["PATH"] = os.pathsep.join([*slurm_bin(), path, ours])
+    else:
+        # `python` in a job means the service's own environment (where corral.train is)
+        env = inherited(PASSED_ENV)
+        path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env["PATH"] = os.pathsep.join([*slurm_bin(), ours, path])
     env["CORRAL_PYTHON"] = sys.executable
     if request.run_as is not None:
         who = request.run_as
         env.update(HOME=who.home, USER=who.name, LOGNAME=who.name)
-    else:
+    elif request.base_env is None:
         for key in ("HOME", "USER", "LOGNAME"):
             if key in os.environ:
                 env[key] = os.environ[key]

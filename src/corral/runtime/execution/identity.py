@@ -9,6 +9,7 @@ service says at start that jobs are not isolated from each other.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pwd
@@ -172,6 +173,39 @@ def job_folder(config: ServiceConfig, job: int, run_as: RunAs | None) -> Path:
                 for name in [where, *(os.path.join(where, f) for f in dirs + files)]:
                     os.chown(name, run_as.uid, run_as.gid, follow_symlinks=False)
     return folder
+
+
+BATCH_SCRIPT = "batch-script"
+"""The stored copy of a batch job's script in its folder (Slurm's ``slurm_script``)."""
+
+
+def write_job_script(folder: Path, text: str, run_as: RunAs | None) -> Path:
+    """Write the script a batch job was submitted with into its own ``folder`` (made
+    by :func:`job_folder`), readable and runnable by the job's user alone, and its path.
+
+    The folder belongs to the job's user while the service may be root: the old
+    copy is removed and the new one created with ``O_EXCL`` through the folder's
+    descriptor, so a link the job left under that name is never followed (the
+    start fails instead)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    where = os.open(folder, flags)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(BATCH_SCRIPT, dir_fd=where)
+        fd = os.open(
+            BATCH_SCRIPT,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o700,
+            dir_fd=where,
+        )
+        with os.fdopen(fd, "wb") as out:
+            if run_as is not None:
+                os.fchown(fd, run_as.uid, run_as.gid)
+            os.fchmod(fd, 0o700)
+            out.write(text.encode())
+    finally:
+        os.close(where)
+    return folder / BATCH_SCRIPT
 
 
 def usable_folder(path: str, who: RunAs | None) -> bool:

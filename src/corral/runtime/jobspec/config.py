@@ -230,6 +230,15 @@ class RetryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     backoff: float = Field(5.0, ge=0, description="seconds before the first retry")
     backoff_max: float = Field(600.0, ge=0, description="cap of the doubling back-off")
+    batch_retries: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="failed attempts a batch script (corral submit script.sh) is run "
+        "again, unless it gives --max-retries: 0, as Slurm never re-runs a failed batch "
+        "job (a node's failure requeues it all the same, see node_requeues); other jobs' "
+        "default is their spec's max_retries, 2",
+    )
     node_requeues: int = Field(
         5,
         ge=0,
@@ -375,6 +384,12 @@ class ServiceConfig(BaseModel):
         "controller mounted and the service root; never an rlimit): auto, its GPUs' "
         "share of 90% of the host's memory, at least 2G a GPU (Slurm's DefMemPerGPU); "
         "bytes or 16G; null: no limit",
+    )
+    export_environment: bool = Field(
+        True,
+        description="jobs start with the environment corral submit ran in, as sbatch's "
+        "--export=ALL (its default); false: every job starts with the service's clean "
+        "environment plus the variables its spec names (--env), whatever --export says",
     )
     user_log_limit: int | None = Field(
         None,

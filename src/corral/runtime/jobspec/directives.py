@@ -34,6 +34,7 @@ from typing import Any
 
 from corral.amounts import parse_memory
 from corral.errors import InputError
+from corral.submit_env import exported
 from corral.textfiles import read_text
 from corral.timespan import parse_begin, parse_seconds, slurm_seconds
 
@@ -102,6 +103,11 @@ _FLAGS: dict[str, tuple[str, bool]] = {
     "--exclusive": ("exclusive", True),
 }
 """Options that take no value -> the field they set and to what."""
+_OTHERS = ("--export", "--mem-per-gpu", "--mem-per-cpu")
+"""sbatch's options read apart from :data:`_FIELDS` (see :func:`parse_options`)."""
+PER_UNIT_MEMORY = "mem_per_unit"
+"""Where ``--mem-per-gpu`` or ``--mem-per-cpu`` waits, with its line, until the job's
+GPUs and CPUs are known (see :func:`per_unit_memory`): not a spec field."""
 _INTEGERS = {"gpus", "priority", "max_retries", "total_steps", "cpus", "nodes"}
 """Fields given as whole numbers (the API takes only JSON integers for them)."""
 _DEPENDS = {f"--{kind}": kind for kind in ("after", "afterok", "afterany", "afternotok")}
@@ -152,7 +158,19 @@ def parse_options(
             field, value_of = _FLAGS[name]
             fields[field] = value_of
             continue
-        if name in ("--env", "-e", "--export"):
+        if name == "--export":  # sbatch's: ALL, NONE, or variables (resolved at submission)
+            try:
+                exported(value, {})
+            except ValueError as exc:
+                raise InputError(source, line, name, str(exc)) from None
+            fields["export"] = value
+        elif name in ("--mem-per-gpu", "--mem-per-cpu"):
+            try:
+                parse_memory(value)
+            except ValueError as exc:
+                raise InputError(source, line, name, str(exc)) from None
+            fields[PER_UNIT_MEMORY] = (name, value, line)
+        elif name in ("--env", "-e"):
             key, sep, val = value.partition("=")
             if not sep:
                 raise InputError(source, line, name, f"'{value}': give KEY=VALUE")
@@ -201,10 +219,7 @@ def parse_options(
     return fields
 
 
-_SBATCH_UNLIKE = {
-    "--export": "sbatch's --export passes the submitting shell's environment; give "
-    "variables with '#CORRAL --env KEY=VALUE'",
-}
+_SBATCH_UNLIKE: dict[str, str] = {}
 """sbatch options corral spells alike but reads otherwise: refused in #SBATCH lines."""
 
 
@@ -217,10 +232,10 @@ def parse_sbatch(
     def known(name: str) -> None:
         if name in _SBATCH_UNLIKE:
             raise InputError(source, line, name, f"#SBATCH {name}: {_SBATCH_UNLIKE[name]}")
-        if name in _FIELDS or name in _DEPENDS or name in _FLAGS:
+        if name in _FIELDS or name in _DEPENDS or name in _FLAGS or name in _OTHERS:
             return
         if name not in ("--gres", "-e", "--error"):
-            have = ", ".join(sorted({*_FIELDS, "--gres"} - {"--name", "--duration"}))
+            have = ", ".join(sorted({*_FIELDS, *_OTHERS, "--gres"} - {"--name", "--duration"}))
             raise InputError(
                 source,
                 line,
@@ -351,8 +366,27 @@ def per_node_tasks(fields: dict[str, Any], source: str) -> dict[str, Any]:
     return fields
 
 
+def per_unit_memory(fields: dict[str, Any], source: str) -> dict[str, Any]:
+    """Resolve ``--mem-per-gpu`` (per GPU of the gang) or ``--mem-per-cpu`` (per CPU;
+    1 unless ``--cpus-per-task`` says) once the counts are known: the job's memory,
+    as Slurm totals it. Slurm takes one of ``--mem``, ``--mem-per-gpu`` and
+    ``--mem-per-cpu``; so does corral, refusing the second at its line."""
+    given = fields.pop(PER_UNIT_MEMORY, None)
+    if given is None:
+        return fields
+    name, value, line = given
+    if "memory" in fields:
+        raise InputError(source, line, name, "give one of --mem, --mem-per-gpu and --mem-per-cpu")
+    unit = "gpus" if name == "--mem-per-gpu" else "cpus"
+    count = int(fields.get(unit) or 1)
+    fields["memory"] = parse_memory(value) * count
+    return fields
+
+
 def script_fields(path: Path) -> dict[str, Any]:
-    """The spec a batch script gives: its directives, and a command that runs it."""
+    """The spec a batch script gives: its directives, a command that runs it, and
+    its text, which the service stores: the job runs the script as submitted, as
+    sbatch's does, whatever happens to the file afterwards."""
     text = read_text(path)
     fields: dict[str, Any] = {}
     lines = text.splitlines()
@@ -379,5 +413,7 @@ def script_fields(path: Path) -> dict[str, Any]:
     interpreter = ["sh"]
     if lines and lines[0].startswith("#!"):
         interpreter = shlex.split(lines[0][2:].strip()) or ["sh"]
-    fields["command"] = [*interpreter, str(path.resolve())]
+    where = str(path.resolve())
+    fields["command"] = [*interpreter, where]
+    fields["script"], fields["script_path"] = text, where
     return fields

@@ -41,6 +41,17 @@ own limit is about 2 MB, and every listing of the queue carries commands)."""
 MAX_ENV_VARS = 256
 MAX_ENV_BYTES = 64 * 1024
 MAX_PATH = 4096
+MAX_SCRIPT_BYTES = 512 * 1024
+"""A batch script's text, stored at submission (sbatch's max_script_size is 4 MB; a
+request body here is at most 1 MiB)."""
+MAX_EXPORT_VARS = 4096
+MAX_EXPORT_BYTES = 256 * 1024
+"""The submitting shell's environment (``--export``): a conda or module environment is
+a few to a few tens of KiB."""
+NOT_EXPORTED = (RESERVED_ENV_PREFIX, "SLURM_")
+"""Prefixes of the submitting shell's variables a job never inherits: corral and
+Slurm set their own for each attempt (a job submitted from inside a job would
+otherwise carry its parent's ids and token)."""
 MAX_ARRAY_SIZE = 4_000_001
 """The largest ``max_array_size`` a service may set (Slurm's own ceiling for its
 MaxArraySize): a spec is checked against it alone, without listing its tasks."""
@@ -301,6 +312,33 @@ class JobSpec(BaseModel):
         "maps each name to a virtual cluster, a GPU type, or both",
     )
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    export_env: dict[str, str] | None = Field(
+        None,
+        max_length=MAX_EXPORT_VARS,
+        description="the submitting shell's environment, the job's base environment "
+        "(sbatch --export; corral submit sends it unless --export=NONE): env is "
+        "applied over it; CORRAL_* and SLURM_* variables are dropped. Stored once per "
+        "submission, not shown in the job's spec",
+    )
+    script: str | None = Field(
+        None,
+        max_length=MAX_SCRIPT_BYTES,
+        description="a batch script's text as submitted: the job runs this copy (written "
+        "to its folder at each start), not the file at script_path, which may change "
+        "or go. Stored once per submission, printed by 'corral show --script'",
+    )
+    script_path: str | None = Field(
+        None,
+        max_length=MAX_PATH,
+        description="where the script was when submitted: the word of command that names "
+        "it, replaced by the stored copy when the job starts",
+    )
+    submit_dir: str | None = Field(
+        None,
+        max_length=MAX_PATH,
+        description="the directory corral submit ran in (SLURM_SUBMIT_DIR); unset: the "
+        "working directory",
+    )
     workdir: str | None = Field(
         None,
         max_length=MAX_PATH,
@@ -461,7 +499,7 @@ class JobSpec(BaseModel):
             )
         return value
 
-    @field_validator("workdir", "output", "error")
+    @field_validator("workdir", "output", "error", "script_path", "submit_dir")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
         if value is not None and ("\x00" in value or not value.startswith("/")):
@@ -541,6 +579,48 @@ class JobSpec(BaseModel):
     @classmethod
     def _seconds(cls, value: Any) -> float | None:
         return None if value is None else parse_seconds(value)
+
+    @field_validator("export_env", mode="before")
+    @classmethod
+    def _exported(cls, value: Any) -> Any:
+        """The shell's own CORRAL_* and SLURM_* variables are not the job's."""
+        if isinstance(value, dict):
+            return {k: v for k, v in value.items() if not str(k).startswith(NOT_EXPORTED)}
+        return value
+
+    @field_validator("export_env")
+    @classmethod
+    def _export_env(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        for key, text in value.items():
+            if not key or "=" in key or "\x00" in key or "\x00" in text:
+                raise ValueError(f"'{key[:64]}' is not a variable a process can be given")
+        size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in value.items())
+        if size > MAX_EXPORT_BYTES:
+            raise ValueError(
+                f"the exported environment is {size} bytes; the most is {MAX_EXPORT_BYTES} "
+                "(submit with --export=NONE, or a list of the variables the job needs)"
+            )
+        return value
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("a script may not contain NUL bytes")
+        return value
+
+    @model_validator(mode="after")
+    def _script_named(self) -> JobSpec:
+        if self.script is not None and (
+            self.script_path is None or self.script_path not in self.command[1:]
+        ):
+            raise ValueError(
+                "script: give script_path too, the word of command that names the script "
+                "(after its interpreter)"
+            )
+        return self
 
     @field_validator("env")
     @classmethod

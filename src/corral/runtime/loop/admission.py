@@ -34,7 +34,7 @@ from corral.runtime.jobspec.specs import (
 from corral.runtime.loop.loop_base import NOT_ENDED
 from corral.runtime.loop.records import HELD_REASONS, spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
-from corral.runtime.storage.store import JobRow, Store, in_chunks
+from corral.runtime.storage.store import JobInputRow, JobRow, Store, in_chunks
 from corral.timespan import span
 
 FORBIDDEN = 403
@@ -224,6 +224,9 @@ class Admission:
         given by the time limits, see :meth:`time_limit`)."""
         config = self.config
         spec = self.time_limit(self.partition(spec))
+        if spec.script is not None and "max_retries" not in spec.model_fields_set:
+            # a batch script is not run again when it fails, as Slurm's is not
+            spec = spec.model_copy(update={"max_retries": config.retry.batch_retries})
         self.check_priority(spec.priority, user)
         self.check_weight(spec.weight, user)
         if spec.array is not None:
@@ -397,8 +400,19 @@ class Admission:
             spec = spec.model_copy(update={"dependency": whole})
         rows: list[JobRow] = []
         limit = array_limit(spec.array) if spec.array else None
+        inputs = None  # the script and environment, stored once for every task
+        if spec.script is not None or spec.export_env is not None:
+            inputs = JobInputRow(script=spec.script, environment=spec.export_env)
         base = stored_spec(
-            spec.model_copy(update={"array": None, "array_index": indices[0], "array_limit": limit})
+            spec.model_copy(
+                update={
+                    "array": None,
+                    "array_index": indices[0],
+                    "array_limit": limit,
+                    "script": None,
+                    "export_env": None,
+                }
+            )
         )
         phase = "prerun" if prerun else "main"
         for index in indices:  # the tasks differ in their index alone (valid if the first is)
@@ -410,6 +424,9 @@ class Admission:
             if len(rows) == 1:  # the first alone, for its id: the array's id
                 s.add(row)
                 s.flush()
+                if inputs is not None:
+                    inputs.job_id = row.id
+                    s.add(inputs)
         if spec.array:
             for row in rows:
                 row.spec = {**row.spec, "array_job": rows[0].id}

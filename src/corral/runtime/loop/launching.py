@@ -19,7 +19,7 @@ from corral.runtime.execution.executor import (
     free_port,
     write_exit_record,
 )
-from corral.runtime.execution.identity import job_folder
+from corral.runtime.execution.identity import job_folder, write_job_script
 from corral.runtime.execution.launcher import NOT_STARTED
 from corral.runtime.execution.staging import MARK, stage_argv, staged
 from corral.runtime.jobspec.config import hash_token
@@ -28,7 +28,7 @@ from corral.runtime.loop.job_book import Attempt
 from corral.runtime.loop.loop_base import LoopState
 from corral.runtime.loop.parking import Parking
 from corral.runtime.loop.round_jobs import RoundJobs
-from corral.runtime.storage.store import AttemptRow, JobRow
+from corral.runtime.storage.store import AttemptRow, JobInputRow, JobRow
 
 
 def slurm_env(
@@ -42,15 +42,15 @@ def slurm_env(
     see :mod:`corral.runtime.execution.srun`), so ``SLURM_NTASKS`` counts them
     over all nodes. The Ray executor gives each rank of a multi-node gang its own
     ``SLURM_PROCID``, ``SLURM_NODEID`` and node counts. ``SLURM_SUBMIT_DIR`` is
-    the job's working directory: ``corral submit`` sends the directory it was run
-    from, as sbatch records it."""
+    the directory ``corral submit`` ran in, as sbatch records it (a job submitted
+    through the API without one: its working directory)."""
     tasks = spec.tasks_per_node or 1
     env = {
         "SLURM_JOB_ID": str(row.id),
         "SLURM_JOBID": str(row.id),
         "SLURM_JOB_NAME": row.name,
         "SLURM_JOB_USER": row.user,
-        "SLURM_SUBMIT_DIR": spec.workdir or str(own),
+        "SLURM_SUBMIT_DIR": spec.submit_dir or spec.workdir or str(own),
         "SLURM_RESTART_COUNT": str(number - 1),
         "SLURM_JOB_NUM_NODES": "1",
         "SLURM_NNODES": "1",
@@ -199,6 +199,11 @@ class Launching:
             self.loop.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)
             env = self._env(row, spec, number, gpus, folder, token)
             run_as = self.loop.identities.get(row.user)
+            inputs = s.get(JobInputRow, spec.array_job or job)  # (once for an array)
+            script = None if inputs is None else inputs.script
+            exported = None
+            if inputs is not None and config.export_environment:
+                exported = inputs.environment
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
         rec.attempt = a
         rec.share_changed = now
@@ -217,6 +222,10 @@ class Launching:
             if spec.round_of is not None:  # its job's folder holds the rounds' state
                 job_folder(self.loop.config, spec.round_of.job, run_as)
             command = spec.command
+            if script is not None and spec.script_path in command[1:]:  # as submitted
+                copy = write_job_script(own, script, run_as)
+                k = command.index(spec.script_path, 1)
+                command = [*command[:k], str(copy), *command[k + 1 :]]
             if spec.stage:  # its inputs are staged first, unless staged already
                 command = stage_argv(sys.executable, own / MARK, spec.stage, spec.command)
             a.ref = self.loop.executor.launch(
@@ -238,6 +247,7 @@ class Launching:
                     log_limit=self.loop.config.log_limit,
                     pids=self.loop.config.job_max_processes,
                     memory_default=self._default_memory(len(gpus)),
+                    base_env=exported,
                 )
             )
         except Exception as exc:  # one job's launch never fails the pass: its attempt ends

@@ -204,6 +204,20 @@ class AttemptRow(Base):
     steps_end: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class JobInputRow(Base):
+    """What a batch job was submitted with beyond its spec: the script's text as it was
+    at submission (sbatch stores it: an edit or a deletion afterwards changes nothing)
+    and the submitting shell's environment (``--export``). Kept once for a job and
+    all its array's tasks, under the first job's id, so a 2,000-task array stores
+    them once."""
+
+    __tablename__ = "job_inputs"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    script: Mapped[str | None] = mapped_column(Text, nullable=True)
+    environment: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+
+
 class EventRow(Base):
     __tablename__ = "events"
 
