@@ -1,9 +1,13 @@
 """Batch scripts written for Slurm (``tests/fixtures/sbatch``: an array, one process
-per GPU started by ``srun``, a failing step, Slurm's time formats, a dependency)
-submitted as their authors would (``corral submit script.sh`` from the folder
-they are in), each ending as under Slurm, with the same exit code and the same
-output files. Where Slurm's own programs are installed, the same scripts run under
-a private one-node Slurm too (``sbatch``), and both give the same results."""
+per GPU started by ``srun``, a failing step, Slurm's time formats, a dependency,
+the submitting shell's environment with its PATH and exported functions under each
+``--export``, a script edited or deleted after submission, a working directory
+with output relative to it, a failure that is not run again, a limit in whole
+minutes, memory per GPU) submitted as their authors would (``corral submit
+script.sh`` from the folder they are in), each ending as under Slurm, with the
+same exit code and the same output files. Where Slurm's own programs are
+installed, the same scripts run under a private one-node Slurm too (``sbatch``),
+and both give the same results."""
 
 from __future__ import annotations
 
@@ -53,6 +57,14 @@ def expected(ids: dict[str, int]) -> Results:
             "fails": Ended(False, 3),
             "first": Ended(True, 0),
             "second": Ended(True, 0),
+            **{
+                name: Ended(True, 0)
+                for name in (
+                    "env", "export-none", "export-list", "module", "edited", "deleted", "chdir",
+                    "minute", "nolimit", "mem",
+                )
+            },  # fmt: skip
+            "once": Ended(False, 1),
         },
         ids=ids,
         outputs={
@@ -66,6 +78,18 @@ def expected(ids: dict[str, int]) -> Results:
             "first.out": "first wrote made.txt\n",
             "second.out": f"made by job {first}\n",
             "made.txt": f"made by job {first}\n",
+            "env.out": "MYVAR=from-shell\nmytool ran\n",
+            "export-none.out": "MYVAR=unset\n",
+            "export-list.out": "ONLY=1 MYVAR=from-shell OTHER=unset\n",
+            "module.out": "hello from a function\n",
+            "edited.out": "as submitted\n",
+            "deleted.out": "as submitted, though deleted\n",
+            "sub/chdir.out": "in sub, submitted from run\n",
+            "once.out": "failing\n",
+            "runs.txt": "ran\n",
+            "minute.out": "past five seconds\n",
+            "nolimit.out": "no limit\n",
+            "mem.out": "2 GPUs\n",
         },
     )
 
@@ -78,20 +102,48 @@ def sorted_lines(text: str) -> str:
 def outputs_of(folder: Path) -> dict[str, str]:
     """The run's output files, lines in order, srun's messages naming no node."""
     return {
-        path.name: sorted_lines(
+        str(path.relative_to(folder)): sorted_lines(
             re.sub(r"(?m)^srun: error: [^:]+:", "srun: error: NODE:", path.read_text())
         )
-        for path in sorted(folder.iterdir())
+        for path in sorted(folder.rglob("*"))
         if path.suffix in (".out", ".txt")
     }
 
 
-def submit_all(submit: Callable[[list[str]], int]) -> dict[str, int]:
-    """Each script as its author submits it; ``submit`` returns the job's id."""
-    ids = {"sweep": submit(["array.sh"]), "per-gpu": submit(["per_gpu.sh"])}
-    ids["fails"] = submit(["fails.sh"])
-    ids["first"] = submit(["first.sh"])
-    ids["second"] = submit([f"--dependency=afterok:{ids['first']}", "second.sh"])
+Submit = Callable[[list[str], dict[str, str]], int]
+"""Submit a script as its author does (the words after sbatch, the variables set in
+the submitting shell); the job's id."""
+
+
+def shell(folder: Path) -> dict[str, str]:
+    """What a user's shell holds after ``module load`` or ``conda activate``: a
+    variable, a program on PATH, an exported function (how ``module`` itself is
+    defined), and one more variable that --export lists may leave out."""
+    return {
+        "MYVAR": "from-shell",
+        "OTHER": "other",
+        "PATH": f"{folder / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "BASH_FUNC_greet%%": "() {  echo hello from a function\n}",
+    }
+
+
+def submit_all(
+    folder: Path, submit: Submit, release: Callable[[int], None]
+) -> dict[str, int]:
+    """Each script as its author submits it."""
+    ids = {"sweep": submit(["array.sh"], {}), "per-gpu": submit(["per_gpu.sh"], {})}
+    ids["fails"] = submit(["fails.sh"], {})
+    ids["first"] = submit(["first.sh"], {})
+    ids["second"] = submit([f"--dependency=afterok:{ids['first']}", "second.sh"], {})
+    for name in ("env", "export_none", "export_list", "module"):
+        ids[name] = submit([f"{name}.sh"], shell(folder))
+    for name in ("chdir", "once", "minute", "nolimit", "mem"):
+        ids[name] = submit([f"{name}.sh"], {})
+    ids["edited"], ids["deleted"] = submit(["edited.sh"], {}), submit(["deleted.sh"], {})
+    (folder / "edited.sh").write_text("#!/bin/bash\necho 'the edited text'\n")
+    (folder / "deleted.sh").unlink()
+    release(ids["edited"])
+    release(ids["deleted"])
     return ids
 
 
@@ -99,6 +151,11 @@ def copy_scripts(folder: Path) -> Path:
     folder.mkdir(parents=True)
     for script in SCRIPTS.glob("*.sh"):
         shutil.copy(script, folder / script.name)
+    (folder / "sub").mkdir()
+    tool = folder / "bin" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho mytool ran\n")
+    tool.chmod(0o755)
     return folder
 
 
@@ -110,17 +167,23 @@ def under_corral(folder: Path, state: Path) -> Results:
 
         jobs: list[int] = []
 
-        def submit(args: list[str]) -> int:
+        def submit(args: list[str], extra: dict[str, str]) -> int:
             done = subprocess.run(
                 [sys.executable, "-m", "corral.cli", "submit", "--json", *args],
-                cwd=folder, capture_output=True, text=True, env=env, timeout=60,
+                cwd=folder, capture_output=True, text=True, env={**env, **extra}, timeout=60,
             )  # fmt: skip
             assert done.returncode == 0, done.stderr
             view = json.loads(done.stdout)
             jobs.extend(view.get("array_tasks") or [view["id"]])
             return int(view["id"])
 
-        ids = submit_all(submit)
+        def release(job: int) -> None:
+            subprocess.run(
+                [sys.executable, "-m", "corral.cli", "release", str(job)],
+                cwd=folder, capture_output=True, env=env, timeout=60, check=True,
+            )  # fmt: skip
+
+        ids = submit_all(folder, submit, release)
         wait_for(
             lambda: all(service.admin.job(j)["status"] in TERMINAL for j in jobs),
             300,  # (a loaded host)
@@ -139,15 +202,18 @@ def under_corral(folder: Path, state: Path) -> Results:
 def under_slurm(folder: Path, state: Path) -> Results:
     with private_slurm(state) as slurm:
 
-        def submit(args: list[str]) -> int:
+        def submit(args: list[str], extra: dict[str, str]) -> int:
             done = subprocess.run(
                 ["sbatch", "--parsable", *args], cwd=folder, capture_output=True, text=True,
-                env=slurm.env, timeout=60,
+                env={**slurm.env, **extra}, timeout=60,
             )  # fmt: skip
             assert done.returncode == 0, done.stderr
             return int(done.stdout.strip().split(";")[0])
 
-        ids = submit_all(submit)
+        def release(job: int) -> None:
+            slurm.run("scontrol", "release", str(job))
+
+        ids = submit_all(folder, submit, release)
         try:
             wait_for(lambda: slurm.live_jobs() == 0, 300, "Slurm's jobs to end")  # (loaded host)
         except TimeoutError as exc:  # what each job still waits for, readable in a CI log
