@@ -48,6 +48,10 @@ class Results:
     outputs: dict[str, str]
 
 
+CLEAN_ENDS = ("env", "export-none", "export-list", "module", "edited", "deleted")
+CLEAN_ENDS += ("chdir", "minute", "nolimit", "mem")
+
+
 def expected(ids: dict[str, int]) -> Results:
     array, first = ids["sweep"], ids["first"]
     return Results(
@@ -57,13 +61,7 @@ def expected(ids: dict[str, int]) -> Results:
             "fails": Ended(False, 3),
             "first": Ended(True, 0),
             "second": Ended(True, 0),
-            **{
-                name: Ended(True, 0)
-                for name in (
-                    "env", "export-none", "export-list", "module", "edited", "deleted", "chdir",
-                    "minute", "nolimit", "mem",
-                )
-            },  # fmt: skip
+            **{name: Ended(True, 0) for name in CLEAN_ENDS},
             "once": Ended(False, 1),
         },
         ids=ids,
@@ -127,9 +125,7 @@ def shell(folder: Path) -> dict[str, str]:
     }
 
 
-def submit_all(
-    folder: Path, submit: Submit, release: Callable[[int], None]
-) -> dict[str, int]:
+def submit_all(folder: Path, submit: Submit, release: Callable[[int], None]) -> dict[str, int]:
     """Each script as its author submits it."""
     ids = {"sweep": submit(["array.sh"], {}), "per-gpu": submit(["per_gpu.sh"], {})}
     ids["fails"] = submit(["fails.sh"], {})
