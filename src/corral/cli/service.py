@@ -164,6 +164,14 @@ def submit(
     mem_per_cpu: Annotated[
         str | None, typer.Option("--mem-per-cpu", help="memory per CPU (sbatch's)")
     ] = None,
+    warning: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            help="[B:]SIG[@SECS], as sbatch: SIG sent SECS (60) before the time limit and "
+            "before a preemption; B: to the script's shell alone",
+        ),
+    ] = None,
     export: Annotated[
         str | None,
         typer.Option(
@@ -273,6 +281,7 @@ def submit(
         "output": output,
         "error": error,
         "export": export,
+        "signal": warning,
         "cpus": cpus,
         "memory": memory,
         "vc": vc,

@@ -133,6 +133,8 @@ class VirtualProcess:
     foreign: bool = False
     """Not a job's: a process of someone else's that took a freed pid."""
     signalled: list[int] = field(default_factory=list)
+    warned: list[tuple[float, int, str]] = field(default_factory=list)
+    """The ``--signal`` warnings it got: (when, signal, whom)."""
     """The signals sent to it."""
     stamp: str = field(init=False, default="")
     """Its start as the process table keeps it (see :attr:`start`)."""
@@ -344,6 +346,14 @@ class VirtualExecutor(Executor):
             process.exit_code, process.exit_signal = None, int(sig)
             self._end(process, now)
         self._resettle(now)
+
+    def warn(self, ref: ProcessRef, sig: int, whom: str) -> bool:
+        self._boundary("signal")
+        self._sync()
+        process = self._own(ref)
+        if process is not None:
+            process.warned.append((self.clock(), sig, whom))
+        return True
 
     def _leave(self, process: VirtualProcess, now: float) -> None:
         """It leaves as SIGTERM asks: a training job checkpoints first."""

@@ -172,6 +172,13 @@ class Executor(ABC):
     def kill(self, ref: ProcessRef) -> None:
         self.signal(ref, signal.SIGKILL)
 
+    def warn(self, ref: ProcessRef, sig: int, whom: str) -> bool:
+        """Send a job's ``--signal`` warning: to its main process alone (``whom`` is
+        ``batch``: the script's shell), to its other processes (``steps``), or to
+        every process of the job (``all``), never to its launcher. False where this
+        executor cannot (the warning is then not sent)."""
+        return False
+
     def gpu_confinement(self) -> str | None:
         """How jobs are kept to their GPUs' device nodes, for the start-up lines and
         ``/v1/health`` (None: the GPUs are virtual, there is nothing to confine)."""
@@ -748,6 +755,17 @@ class LocalExecutor(Executor):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(ref.pid, sig)
+
+    def warn(self, ref: ProcessRef, sig: int, whom: str) -> bool:
+        if not self._same(ref):
+            return False
+        mine = job_processes(ref.pid)
+        main = {pid for pid, ppid, pgrp in live_processes() if ppid == ref.pid == pgrp} & mine
+        chosen = {"batch": main, "steps": mine - main}.get(whom, mine)
+        for pid in chosen:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return True
 
     def renice(self, ref: ProcessRef, nice: int) -> bool:
         if not self._same(ref):

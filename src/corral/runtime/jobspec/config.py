@@ -397,6 +397,14 @@ class ServiceConfig(BaseModel):
         description="bytes of ended attempts' logs kept per user (checked every 10 "
         "minutes: the oldest are emptied, saying so, past it); null: no limit",
     )
+    signal_lead_max: float = Field(
+        120.0,
+        ge=0,
+        le=3600,
+        description="seconds at most a preemption or suspension by corral waits after "
+        "sending a job's --signal warning before its SIGTERM (the job asked for SECS; "
+        "the warning before the time limit is sent SECS ahead whatever this says)",
+    )
     pause_grace: float = Field(
         2.0,
         ge=0,

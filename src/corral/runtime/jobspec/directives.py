@@ -34,6 +34,7 @@ from typing import Any
 
 from corral.amounts import parse_memory
 from corral.errors import InputError
+from corral.runtime.jobspec.warning import warning_signal
 from corral.submit_env import exported
 from corral.textfiles import read_text
 from corral.timespan import parse_begin, parse_seconds, slurm_seconds
@@ -93,6 +94,7 @@ _FIELDS: dict[str, str] = {
     "--ntasks-per-node": TASKS_PER_NODE,
     "--ntasks": TASKS,
     "-n": TASKS,
+    "--signal": "signal",
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
 _FLAGS: dict[str, tuple[str, bool]] = {
@@ -164,6 +166,12 @@ def parse_options(
             except ValueError as exc:
                 raise InputError(source, line, name, str(exc)) from None
             fields["export"] = value
+        elif name == "--signal":
+            try:
+                warning_signal(value)
+            except ValueError as exc:
+                raise InputError(source, line, name, str(exc)) from None
+            fields["signal"] = value
         elif name in ("--mem-per-gpu", "--mem-per-cpu"):
             try:
                 parse_memory(value)

@@ -26,6 +26,7 @@ from pydantic import (
 from corral.amounts import parse_memory
 from corral.errors import InputError
 from corral.model.gpu_names import normalise_gpu_type
+from corral.runtime.jobspec.warning import WarningSignal, warning_signal
 from corral.timespan import parse_begin, parse_seconds
 from corral.yamlio import load_yaml, validation_error
 
@@ -333,6 +334,14 @@ class JobSpec(BaseModel):
         description="where the script was when submitted: the word of command that names "
         "it, replaced by the stored copy when the job starts",
     )
+    signal: str | None = Field(
+        None,
+        max_length=32,
+        description="sbatch's --signal=[B:]SIG[@SECS]: SIG sent SECS (60 unless given) "
+        "before the time limit, and before corral's own preemptions and suspends (which "
+        "wait up to signal_lead_max for it), to the batch script's shell alone with B:, "
+        "else to the job's other processes (all of a job given as a command)",
+    )
     submit_dir: str | None = Field(
         None,
         max_length=MAX_PATH,
@@ -579,6 +588,21 @@ class JobSpec(BaseModel):
     @classmethod
     def _seconds(cls, value: Any) -> float | None:
         return None if value is None else parse_seconds(value)
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        warning = warning_signal(value)
+        import signal as signals
+
+        name = signals.Signals(warning.number).name.removeprefix("SIG")
+        return f"{'B:' if warning.batch else ''}{name}@{warning.lead:g}"
+
+    def warning(self) -> WarningSignal | None:
+        """The job's ``--signal``, read (None: none asked)."""
+        return None if self.signal is None else warning_signal(self.signal)
 
     @field_validator("export_env", mode="before")
     @classmethod

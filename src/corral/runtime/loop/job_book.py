@@ -47,7 +47,7 @@ from corral.runtime.storage.store import STRICT_TRANSITIONS_ENV
 
 if TYPE_CHECKING:
     from corral.runtime.execution.executor import ProcessRef
-    from corral.runtime.jobspec.specs import JobSpec, RoundOf
+    from corral.runtime.jobspec.specs import JobSpec, RoundOf, WarningSignal
     from corral.runtime.loop.estimates import LossHistory
 
 
@@ -80,6 +80,14 @@ class Attempt:
     troubles: set[str] = field(default_factory=set)
     """Executor calls about it that have failed (poll, signal, kill): each recorded
     once, and retried at every pass."""
+    warning: WarningSignal | None = None
+    """Its job's ``--signal``: sent before its time limit, and before a preemption."""
+    warned: bool = False
+    """Whether the warning of its time limit was sent (once an attempt)."""
+    term_at: float | None = None
+    """When a stop put off for its warning sends SIGTERM (None: not put off)."""
+    batch_script: bool = False
+    """Whether it runs a batch script (a warning without ``B:`` then spares its shell)."""
 
     @property
     def paused(self) -> bool:

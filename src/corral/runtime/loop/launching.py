@@ -205,6 +205,7 @@ class Launching:
             if inputs is not None and config.export_environment:
                 exported = inputs.environment
         a = Attempt(job, attempt_id, number, row.phase, None, gpus, folder, now, spec.wall_time)
+        a.warning, a.batch_script = spec.warning(), spec.script_path is not None
         rec.attempt = a
         rec.share_changed = now
         i = self.loop.live.index.get(job)

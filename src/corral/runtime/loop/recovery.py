@@ -129,6 +129,8 @@ class Recovery:
                         stop=att.stop if spec is not None else "cancel",
                         parked=att.stop == PARK and spec is not None,
                     )
+                    if spec is not None:
+                        a.warning, a.batch_script = spec.warning(), spec.script_path is not None
                     if a.parked:  # a parked job is stopped, to resume from its checkpoint
                         self.stops.set_stop(s, a, "preempt")
                     sharing = {self.loop.holders[g] for g in att.gpus if g in self.loop.holders}
@@ -158,7 +160,7 @@ class Recovery:
             self._restore_turns(s)
         histories = self._histories(now)
         for a in self.loop.attempts.values():
-            since, a.paused_total = histories.get((a.job, a.number), (None, 0.0))
+            since, a.paused_total, a.warned = histories.get((a.job, a.number), (None, 0.0, False))
             if a.ref is None:
                 continue
             self.loop.executor.signal(
@@ -174,13 +176,14 @@ class Recovery:
         self.sync_drained()
         self.loop.dirty = True
 
-    def _histories(self, now: float) -> dict[tuple[int, int], tuple[float | None, float]]:
-        """(job, attempt) -> (when its stop was asked, seconds it spent paused), for the
-        attempts adopted at a restart, from their ``stop``, ``pause`` and ``resume``
-        events (and ``adopted``: each restart resumed them). Without them a restarted
-        service would grant a stop in progress a whole grace again (a job past its wall
-        time outliving it by a grace at every restart) and count a time-sliced job's
-        pauses against its wall time."""
+    def _histories(self, now: float) -> dict[tuple[int, int], tuple[float | None, float, bool]]:
+        """(job, attempt) -> (when its stop was asked, seconds it spent paused, whether
+        the warning of its time limit was sent), for the attempts adopted at a
+        restart, from their ``stop``, ``pause``, ``resume`` and ``warned`` events (and
+        ``adopted``: each restart resumed them). Without them a restarted service
+        would grant a stop in progress a whole grace again (a job past its wall time
+        outliving it by a grace at every restart), count a time-sliced job's pauses
+        against its wall time, and warn a job of its time limit twice."""
         numbers = {a.job: a.number for a in self.loop.attempts.values()}
         marks: dict[tuple[int, int], list[tuple[float, int, str]]] = {}
         with self.loop.store.session() as s:
@@ -189,19 +192,23 @@ class Recovery:
                     select(
                         EventRow.job_id, EventRow.time, EventRow.id, EventRow.kind, EventRow.detail
                     )
-                    .where(EventRow.kind.in_(("stop", "pause", "resume", "adopted")))
+                    .where(EventRow.kind.in_(("stop", "pause", "resume", "adopted", "warned")))
                     .where(EventRow.job_id.in_(chunk))
                 )
                 for job, at, order, kind, detail in rows:
                     number = detail.get("attempt") if isinstance(detail, dict) else None
                     if job is not None and isinstance(number, int) and number == numbers[job]:
+                        if kind == "warned" and detail.get("before") != "time limit":
+                            continue
                         marks.setdefault((job, number), []).append((at, order, kind))
-        out: dict[tuple[int, int], tuple[float | None, float]] = {}
+        out: dict[tuple[int, int], tuple[float | None, float, bool]] = {}
         for key, seen in marks.items():
             stop: float | None = None
-            paused, since = 0.0, None
+            paused, since, warned = 0.0, None, False
             for at, _, kind in sorted(seen, key=lambda m: m[1]):
-                if kind == "stop":
+                if kind == "warned":
+                    warned = True
+                elif kind == "stop":
                     stop = at if stop is None else min(stop, at)
                 elif kind == "pause" and since is None:
                     since = at
@@ -210,7 +217,7 @@ class Recovery:
                     paused, since = paused + max(at - since, 0.0), None
             if since is not None:  # paused when the service stopped: resumed now
                 paused += max(now - since, 0.0)
-            out[key] = (stop, paused)
+            out[key] = (stop, paused, warned)
         return out
 
     def _live_rows(self, s: Session) -> list[JobRow]:

@@ -31,7 +31,46 @@ class Stops:
                     why, why.capitalize()
                 )
             self.loop.store.event(s, "stop", a.job, attempt=a.number, why=why)
+        lead = self._lead(a, why, grace)
+        if lead > 0:  # its --signal first; SIGTERM once the warning's time is over
+            self.warn(a, now, why)
+            a.term_at = now + lead
+            a.kill_at = a.term_at + self.loop.config.stop_grace
+            return
         self.signal_stop(a, now, grace)
+
+    def _lead(self, a: Attempt, why: str, grace: float | None) -> float:
+        """Seconds a stop waits after the job's ``--signal`` warning: corral's own
+        preemptions and suspends of a running job that asked for one, up to
+        ``signal_lead_max`` (0: none, SIGTERM now)."""
+        if a.warning is None or why not in ("preempt", "suspend") or grace is not None:
+            return 0.0
+        if a.ref is None or a.paused or a.term_at is not None:
+            return 0.0
+        return min(a.warning.lead, self.loop.config.signal_lead_max)
+
+    def warn(self, a: Attempt, now: float, why: str) -> None:
+        """Send the job's ``--signal`` warning (of its time limit, or of a stop), and
+        record it."""
+        if a.warning is None or a.ref is None:
+            return
+        whom = "batch" if a.warning.batch else ("steps" if a.batch_script else "all")
+        done, sent = self.loop.contained(
+            a, "warn", self.loop.executor.warn, a.ref, a.warning.number, whom
+        )
+        if why == "time limit":
+            a.warned = True
+        with self.loop.store.session() as s:
+            self.loop.store.event(
+                s,
+                "warned",
+                a.job,
+                attempt=a.number,
+                signal=a.warning.number,
+                to=whom,
+                before=why,
+                sent=bool(done and sent),
+            )
 
     def set_stop(self, s: Session, a: Attempt, why: str | None) -> None:
         """What the loop asked of an attempt (stop, park, or None: run), in the
@@ -46,6 +85,7 @@ class Stops:
             return
         grace = self.loop.config.stop_grace if grace is None else grace
         sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
+        a.term_at = None  # (a stop put off for its warning is carried out now)
         self.loop.contained(a, "signal", self.loop.executor.signal, a.ref, sig)
         # a second stop (a cancel of a job timing out) never puts its kill off
         a.kill_at = now + grace if a.kill_at is None else min(a.kill_at, now + grace)

@@ -86,6 +86,13 @@ class Transitions:
         if beat is not None:
             self.loop.book[a.job].beating = True
         if a.stop is None:
+            if (
+                a.warning is not None
+                and not a.warned
+                and a.wall_limit is not None
+                and a.ran_for(now) >= a.wall_limit - a.warning.lead
+            ):
+                self.stops.warn(a, now, "time limit")
             if a.wall_limit is not None and a.ran_for(now) >= a.wall_limit:
                 self.stops.stop(a, "timeout", now)
                 self.loop.book.close(a.job)
@@ -97,6 +104,8 @@ class Transitions:
             ):
                 self.stops.stop(a, "hung", now, grace=0.0)
         self.sharing.force_pauses(a, now)
+        if a.term_at is not None and now >= a.term_at:  # its warning's time is over
+            self.stops.signal_stop(a, now)
         if a.kill_at is not None and now >= a.kill_at and a.ref is not None:
             self.loop.contained(a, "kill", self.loop.executor.kill, a.ref)
             a.kill_at = now + KILL_AGAIN
