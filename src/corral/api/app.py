@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
 
-from corral.api import bulk, cluster, dashboard, jobs, metrics, service_info
+from corral.api import bulk, cluster, dashboard, jobs, metrics, service_info, terminal
 from corral.api.auth_guard import TRUST_FILE, AuthGuard
 from corral.api.common import Context, service_version
 from corral.api.guards import BodyLimit, refused_error, store_error_handler, validation_error
@@ -61,6 +61,7 @@ def create_app(config: ServiceConfig, store: Store, scheduler: Scheduler | None 
         cluster.router,
         dashboard.router,
         metrics.router,
+        terminal.router,
     ):
         app.include_router(routes)
     app.mount("/ui", StaticFiles(directory=dashboard.UI), name="ui")

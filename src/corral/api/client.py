@@ -155,6 +155,13 @@ class Client:
         self._timeout = timeout
         self._conn: Transport | None = None
 
+    def websocket_target(self, path: str) -> tuple[str, dict[str, str], str | None]:
+        """What a WebSocket to ``path`` of the service needs: its URI, the headers that
+        say who calls, and the Unix socket to go through (None: the URI's host)."""
+        scheme = "wss" if self._secure else "ws"
+        port = f":{self._port}" if self._port else ""
+        return f"{scheme}://{self._host}{port}{self._base}{path}", dict(self._headers), self.socket
+
     def __enter__(self) -> Client:
         return self
 

@@ -168,6 +168,23 @@ class GuardedProtocol(H11Protocol):
         if self in self.everyone:
             self._arm()
 
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        """A WebSocket (an interactive allocation's terminal) leaves the caps and the
+        deadline of requests: it is one authenticated session that lasts as long as
+        its shell. On the Unix socket its caller stays known by uid."""
+        self._disarm()
+        self._forget()
+        client, base = self.client, self.ws_protocol_class
+        if base is not None and client is not None and client[0].startswith(PEER_PREFIX):
+
+            class KnownPeer(base):  # type: ignore[valid-type, misc]
+                def connection_made(self, transport: asyncio.Transport) -> None:
+                    super().connection_made(transport)
+                    self.client = client
+
+            self.ws_protocol_class = KnownPeer
+        super().handle_websocket_upgrade(event)
+
     # ------------------------------------------------------------ the deadline
     def _arm(self) -> None:
         """Start its deadline, and put it last in the registers (idle the least)."""

@@ -499,6 +499,13 @@ def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
             f"under policy {ctx.config.policy} jobs run as rounds of short tasks and are "
             "not suspended; cancel the job instead",
         )
+    with ctx.store.session() as s:
+        if (job_or_404(s, job_id).spec or {}).get("interactive"):
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"job {job_id} is an interactive allocation, which is never suspended; "
+                "exit its shell or cancel it",
+            )
     return ask_scheduler(ctx, job_id, user, "suspend", LIVE_STATES)
 
 

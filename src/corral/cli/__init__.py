@@ -8,7 +8,8 @@ first in ``corral --help``."""
 from corral.cli.app import app, console, main
 from corral.cli import sim
 from corral.cli import service
+from corral.cli import interactive
 from corral.cli import store
 from corral.cli import traces
 
-__all__ = ["app", "console", "main", "service", "sim", "store", "traces"]
+__all__ = ["app", "console", "interactive", "main", "service", "sim", "store", "traces"]

@@ -334,6 +334,13 @@ class JobSpec(BaseModel):
         description="where the script was when submitted: the word of command that names "
         "it, replaced by the stored copy when the job starts",
     )
+    interactive: bool = Field(
+        False,
+        description="an interactive allocation (corral alloc, corral run --pty): its "
+        "command runs on a pseudo-terminal its owner attaches to through the service; "
+        "it ends when the command exits, at its time limit or on cancel, and is never "
+        "preempted or suspended",
+    )
     signal: str | None = Field(
         None,
         max_length=32,

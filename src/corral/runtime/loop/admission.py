@@ -295,7 +295,32 @@ class Admission:
                 "the Ray executor keeps a job's stderr with its output; leave 'error' out",
                 "error",
             )
+        if spec.interactive:
+            spec = self.check_interactive(spec, who is None or who.runs_python)
         return spec
+
+    def check_interactive(self, spec: JobSpec, runs_python: bool) -> JobSpec:
+        """An interactive allocation: one process on a terminal of the service's host,
+        run once (a lost terminal is not retried), never an array or rounds; its
+        terminal's host is the service's Python, run as the job's user."""
+        if self.config.executor != "local":
+            raise Refused(
+                "interactive allocations need the local executor (a terminal on another "
+                "node of a Ray cluster cannot be reached yet)",
+                "interactive",
+            )
+        if spec.array is not None or spec.task is not None or spec.stage:
+            field = "array" if spec.array is not None else ("task" if spec.task else "stage")
+            raise Refused("an interactive allocation runs one command: no " + field, field)
+        if spec.output is not None or spec.error is not None:
+            raise Refused("an interactive allocation's output is its terminal", "output")
+        if not runs_python:
+            raise Refused(
+                "the job's user cannot run this service's Python, which holds an interactive "
+                "allocation's terminal",
+                "interactive",
+            )
+        return spec.model_copy(update={"max_retries": 0})
 
     def check_layout(self, spec: JobSpec) -> None:
         """A job that asks for so many nodes (sbatch --nodes) gets exactly them, or is

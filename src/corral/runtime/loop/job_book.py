@@ -264,6 +264,8 @@ class LiveJob:
     """The reason its row shows, as the loop last wrote it."""
     preempted: bool = False
     """Queued again because its last attempt was preempted (its reason says so)."""
+    spared: bool = False
+    """An interactive allocation a plan asked to stop, and which was not (said once)."""
     # what it measures and what its policy set
     goal: int | None = None
     """The total steps it gave (heartbeats measure the rest)."""

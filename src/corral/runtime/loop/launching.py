@@ -21,6 +21,7 @@ from corral.runtime.execution.executor import (
 )
 from corral.runtime.execution.identity import job_folder, write_job_script
 from corral.runtime.execution.launcher import NOT_STARTED
+from corral.runtime.execution.pty_host import host_argv
 from corral.runtime.execution.staging import MARK, stage_argv, staged
 from corral.runtime.jobspec.config import hash_token
 from corral.runtime.jobspec.specs import JobSpec
@@ -227,6 +228,8 @@ class Launching:
                 copy = write_job_script(own, script, run_as)
                 k = command.index(spec.script_path, 1)
                 command = [*command[:k], str(copy), *command[k + 1 :]]
+            if spec.interactive:  # on a terminal its owner attaches to (corral alloc)
+                command = host_argv(sys.executable, str(own), command)
             if spec.stage:  # its inputs are staged first, unless staged already
                 command = stage_argv(sys.executable, own / MARK, spec.stage, spec.command)
             a.ref = self.loop.executor.launch(

@@ -687,6 +687,7 @@ class _Carried:
         self.plan = plan
         self.stopping: list[Attempt] = []
         """The attempts the plan's stops ask to stop, for after the transaction."""
+        self._held: set[int] | None = None
 
     def about(self, i: int, what: str) -> AbstractContextManager[object]:
         return self.loop.handling(self.loop.live.ids[i], what)
@@ -695,9 +696,28 @@ class _Carried:
         self.loop.store.event(self.s, f"{what}_skipped", self.loop.live.ids[i], why=why)
 
     def stop(self, i: int) -> None:
+        rec = self.loop.book[self.loop.live.ids[i]]
+        if rec.attempt is not None and rec.spec is not None and rec.spec.interactive:
+            if not rec.spared:  # (said once: the policy may ask at every pass)
+                rec.spared = True
+                self.refuse(i, "stop", "an interactive allocation is never preempted")
+            return
         stopped = self.loop._apply_stop(self.s, i)
         if stopped is not None:
             self.stopping.append(stopped)
 
     def start(self, i: int, gpus: tuple[int, ...], host: int) -> None:
+        if self._interactive_gpus() & {int(g) for g in gpus}:
+            return  # (the plan meant to preempt it: the job waits for those GPUs)
         self.loop._apply_start(self.s, i, gpus, host, self.plan.low_priority.get(i))
+
+    def _interactive_gpus(self) -> set[int]:
+        """The GPUs of running interactive allocations, which no plan takes or shares."""
+        if self._held is None:
+            self._held = {
+                g
+                for job, a in self.loop.attempts.items()
+                if (spec := self.loop.book.peek(job).spec) is not None and spec.interactive
+                for g in a.gpus
+            }
+        return self._held

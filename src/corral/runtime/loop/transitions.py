@@ -72,6 +72,11 @@ class Transitions:
                 changed |= self._poll_one(a, beats.get(job), now)
         return changed
 
+    def _interactive(self, job: int) -> bool:
+        """Whether the job is an interactive allocation (never suspended)."""
+        spec = self.loop.book.peek(job).spec
+        return spec is not None and spec.interactive
+
     def _poll_one(self, a: Attempt, beat: float | None, now: float) -> bool:
         """One attempt: its end recorded, or its deadlines enforced (wall time, a
         silent job's lease, a pause or a kill due). True when the policy should know."""
@@ -379,6 +384,10 @@ class Transitions:
                     self.rounds.round_task_ended(s, row, now)
                 if row.parent is None and row.status == JobStatus.CANCELLED:
                     self.rounds.round_job_cancelled(s, row)  # its tasks, if it runs as rounds
+            elif request == "suspend" and self._interactive(row.id):
+                self.loop.store.event(
+                    s, "request_ignored", row.id, request=request, why="interactive allocation"
+                )
             elif request == "suspend" and row.status != JobStatus.SUSPENDED:
                 self.loop.book.hold(row.id)
                 if a is not None:
