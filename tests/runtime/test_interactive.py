@@ -6,7 +6,6 @@ API with a real loop and real processes."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -20,6 +19,8 @@ from starlette.websockets import WebSocketDisconnect
 
 from corral.runtime.execution.pty_host import DATA, frame, window_frame
 from tests.runtime.harness import Harness, auth, wait_for
+
+HOST = [sys.executable, "-m", "corral.runtime.execution.pty_host"]
 
 
 def read_until(conn: socket.socket, want: bytes, within: float = 20.0) -> bytes:
@@ -38,10 +39,7 @@ def host(tmp_path: Path) -> Any:
     """A terminal's host running a small shell program; (process, socket path)."""
     path = tmp_path / "t.sock"
     script = 'stty size; read line; echo "got $line"; exit 3'
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "corral.runtime.execution.pty_host", str(path), "--"]
-        + ["sh", "-c", f"sleep 0.3; {script}"]
-    )
+    proc = subprocess.Popen([*HOST, str(path), "--", "sh", "-c", f"sleep 0.3; {script}"])
     wait_for(path.exists, 20, "the terminal's socket")
     yield proc, path
     if proc.poll() is None:
@@ -77,10 +75,7 @@ def test_a_second_client_takes_over_and_sees_what_was_written(host: Any) -> None
 
 def test_a_client_that_goes_hangs_up_the_command(tmp_path: Path) -> None:
     path = tmp_path / "t.sock"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "corral.runtime.execution.pty_host", str(path), "--"]
-        + ["sh", "-c", "sleep 600"]
-    )
+    proc = subprocess.Popen([*HOST, str(path), "--", "sh", "-c", "sleep 600"])
     try:
         wait_for(path.exists, 20, "the terminal's socket")
         conn = socket.socket(socket.AF_UNIX)
@@ -111,9 +106,8 @@ def running_terminal(harness: Harness, **spec: Any) -> int:
 
 def test_through_the_api_a_shell_on_the_gpus_that_ends_the_allocation(harness: Harness) -> None:
     job = running_terminal(harness, gpus=2, command=["sh"], env={"WHO": "me"})
-    with harness.client.websocket_connect(
-        f"/v1/jobs/{job}/terminal", headers=auth("alice")
-    ) as ws:
+    with harness.client.websocket_connect(f"/v1/jobs/{job}/terminal", headers=auth("alice")) as ws:
+        assert ws.receive_text() == "attached"
         ws.send_bytes(window_frame(24, 80))
         ws.send_bytes(frame(DATA, b'echo "$WHO on $CORRAL_NUM_GPUS GPUs"; exit 5\n'))
         seen = b""

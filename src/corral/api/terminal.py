@@ -7,7 +7,8 @@ the terminal, the terminal's output to the client. The caller is known as for
 every route (a bearer token, or the kernel's word on the Unix socket); only the
 job's owner attaches (Slurm's ``sattach`` is the owner's too). A refusal is
 sent as the WebSocket's close, its code 4000 plus the HTTP status it would have
-been (4403, 4404, 4409) and its reason the message, so the client can say it.
+been (4403, 4404, 4409) and its reason the message, so the client can say it;
+a session joined to its terminal is first sent the text ``attached``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from corral.api.common import Context, caller, job_or_404
 from corral.model.jobs import JobStatus
-from corral.runtime.execution.pty_host import SOCKET_NAME
+from corral.runtime.execution.pty_host import ATTACHED, SOCKET_NAME
 from corral.runtime.jobspec.config import UserConfig
 
 router = APIRouter()
@@ -96,6 +97,7 @@ async def terminal(websocket: WebSocket, job_id: int) -> None:
     except HTTPException as exc:
         await websocket.close(CLOSE_BASE + exc.status_code, str(exc.detail)[:120])
         return
+    await websocket.send_text(ATTACHED)  # (the client types nothing before this)
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(_relay_up(websocket, writer)),
         asyncio.create_task(_relay_down(websocket, reader)),

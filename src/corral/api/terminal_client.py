@@ -23,7 +23,7 @@ from typing import Any
 
 from corral.api.client import Client
 from corral.errors import CorralError, NotFound, PermissionDenied
-from corral.runtime.execution.pty_host import DATA, frame, window_frame
+from corral.runtime.execution.pty_host import ATTACHED, DATA, frame, window_frame
 
 NOT_OPEN = 4409
 """The close code of a terminal not (yet) open: the job is starting, or not running."""
@@ -44,6 +44,7 @@ def session(client: Client, job_id: int) -> tuple[int, str]:
     """Join this terminal to the job's until the job's closes; the close's code and
     reason (1000: the terminal closed; 4000 + an HTTP status: refused, see
     :mod:`corral.api.terminal`)."""
+    from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect as tcp_connect
     from websockets.sync.client import unix_connect
 
@@ -56,6 +57,14 @@ def session(client: Client, job_id: int) -> tuple[int, str]:
             ws = tcp_connect(uri, proxy=None, **options)
     except OSError as exc:
         raise CorralError(f"cannot reach the service's terminal relay at {uri}: {exc}") from None
+    try:  # joined, or refused (nothing typed is read before: it would be lost)
+        first = ws.recv(timeout=60)
+    except (ConnectionClosed, TimeoutError):
+        ws.close()
+        return ws.close_code or 1006, ws.close_reason or ""
+    if first != ATTACHED:
+        ws.close()
+        raise CorralError(f"the service answered the terminal with {first!r:.60}")
     relay(ws)
     return ws.close_code or 1006, ws.close_reason or ""
 
@@ -98,7 +107,7 @@ def relay(ws: Any) -> None:
     old_handler = signal.signal(signal.SIGWINCH, lambda *_: resized.set())
     try:
         if saved is not None:
-            tty.setraw(fd)
+            tty.setraw(fd, termios.TCSADRAIN)  # (TCSAFLUSH would drop keys typed ahead)
         size = window_size()
         if size is not None:
             ws.send(window_frame(*size))

@@ -42,6 +42,9 @@ SCROLLBACK = 64 * 1024
 MAX_FRAME = 1 << 20
 
 
+ATTACHED = "attached"
+"""The service's first message to a client joined to the terminal (a text message;
+the terminal's output comes as binary ones)."""
 SOCKET_NAME = "terminal.sock"
 """The terminal's socket in the job's own folder."""
 MODULE = "corral.runtime.execution.pty_host"
