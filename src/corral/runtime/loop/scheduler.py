@@ -707,6 +707,9 @@ class _Carried:
             self.stopping.append(stopped)
 
     def start(self, i: int, gpus: tuple[int, ...], host: int) -> None:
+        rec = self.loop.book[self.loop.live.ids[i]]
+        if rec.attempt is not None and rec.spec is not None and rec.spec.interactive:
+            return  # (an allocation is not moved or resized: it keeps what it has)
         if self._interactive_gpus() & {int(g) for g in gpus}:
             return  # (the plan meant to preempt it: the job waits for those GPUs)
         self.loop._apply_start(self.s, i, gpus, host, self.plan.low_priority.get(i))
