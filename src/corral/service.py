@@ -22,6 +22,7 @@ import signal
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from corral.api.connections import (
     unix_listener,
 )
 from corral.errors import CorralError
+from corral.runtime import systemd
 from corral.runtime.execution.executor import Executor, LocalExecutor
 from corral.runtime.execution.identity import isolation_warning
 from corral.runtime.execution.launcher import SERVICE_OOM_SCORE_ADJ, set_oom_score_adj
@@ -197,6 +199,8 @@ def _run(
         target=_watch_lock, args=(lock, server, stop, announce), name="corral-lock", daemon=True
     )
     types = ", ".join(f"{n} {t}" for t, n in scheduler.cluster.gpus_by_type().items())
+    server.scheduler = scheduler
+    server.ready_status = f"serving {config.url}, policy {config.policy}, GPUs {types}"
     announce(
         f"corral: serving {config.url}"
         + (f" and {config.socket} (no token needed there)" if config.socket else "")
@@ -272,9 +276,17 @@ class _Server(uvicorn.Server):
     Python's, and a SIGTERM then ended the service without its cleanup; only the main
     thread may install handlers, and this runs there, once a second."""
 
+    scheduler: Scheduler | None = None
+    """The loop whose passes the systemd watchdog's pings vouch for."""
+    ready_status = "serving"
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         asyncio.get_running_loop().set_exception_handler(QuietErrors())
         await super().startup(sockets)
+        if self.started:
+            systemd.notify(f"READY=1\nSTATUS={self.ready_status}")
+        self._watchdog = systemd.watchdog_interval()
+        self._pinged, self._passes_seen = time.monotonic(), -1
 
     async def on_tick(self, counter: int) -> bool:
         if counter % 10 == 0:
@@ -282,7 +294,16 @@ class _Server(uvicorn.Server):
                 handler = signal.getsignal(sig)
                 if callable(handler):
                     signal.signal(sig, handler)
+        if self._watchdog is not None and time.monotonic() - self._pinged >= self._watchdog:
+            passes = self.scheduler.passes if self.scheduler is not None else 0
+            if passes != self._passes_seen:  # (a loop that hangs makes systemd restart us)
+                systemd.notify("WATCHDOG=1")
+                self._pinged, self._passes_seen = time.monotonic(), passes
         return await super().on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        systemd.notify("STOPPING=1")
+        await super().shutdown(sockets)
 
 
 def _watch_lock(
