@@ -45,6 +45,7 @@ from corral.runtime.execution.identity import isolation_warning
 from corral.runtime.execution.launcher import SERVICE_OOM_SCORE_ADJ, set_oom_score_adj
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.scheduler import Scheduler
+from corral.runtime.service_log import ServiceLog
 from corral.runtime.storage.migrate import Upgrade
 from corral.runtime.storage.store import Store
 from corral.runtime.storage.store_lock import StoreLock, holder_line
@@ -164,6 +165,7 @@ def _run(
     announce: Callable[[str], None],
 ) -> None:
     store, scheduler = build(config)
+    store.echo = ServiceLog(config.log_level, config.log_format)
     if os.geteuid() == 0:  # (the kernel's OOM killer takes a greedy job, not the service)
         set_oom_score_adj(SERVICE_OOM_SCORE_ADJ)
     stop = threading.Event()

@@ -385,6 +385,16 @@ class ServiceConfig(BaseModel):
         "share of 90% of the host's memory, at least 2G a GPU (Slurm's DefMemPerGPU); "
         "bytes or 16G; null: no limit",
     )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info",
+        description="the least level of the service's log lines on stderr: info, a line "
+        "per submission, allocation, start, attempt's end, stop, node state change and "
+        "user's or admin's request (who, and why); debug adds the loop's bookkeeping; "
+        "warning only trouble",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="the service's log lines as text, or one JSON object a line"
+    )
     export_environment: bool = Field(
         True,
         description="jobs start with the environment corral submit ran in, as sbatch's "

@@ -204,6 +204,10 @@ class AttemptRow(Base):
     steps_end: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+ECHO = "corral_echo"
+"""Where a session keeps its events for :attr:`Store.echo` until it commits."""
+
+
 class JobInputRow(Base):
     """What a batch job was submitted with beyond its spec: the script's text as it was
     at submission (sbatch stores it: an edit or a deletion afterwards changes nothing)
@@ -292,6 +296,10 @@ class Store:
     def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         self.url = url
         self.clock = clock
+        self.echo: Callable[[list[tuple[float, str, int | None, dict[str, Any]]]], None] | None = (
+            None
+        )
+        """Told each transaction's events once it has committed (the service's log)."""
         """What stamps events: the wall clock, or a test's virtual one."""
         if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -352,8 +360,12 @@ class Store:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One transaction: committed when the block ends, rolled back on error."""
-        with self._sessions() as session, session.begin():
-            yield session
+        with self._sessions() as session:
+            with session.begin():
+                yield session
+            said = session.info.pop(ECHO, None)
+        if said and self.echo is not None:
+            self.echo(said)
 
     def _epoch(self) -> float:
         with self.session() as s:
@@ -364,14 +376,22 @@ class Store:
             return float(row.value)
 
     def event(self, session: Session, kind: str, job_id: int | None = None, **detail: Any) -> None:
-        session.add(EventRow(time=self.clock(), job_id=job_id, kind=kind, detail=detail))
+        now = self.clock()
+        session.add(EventRow(time=now, job_id=job_id, kind=kind, detail=detail))
+        if self.echo is not None:
+            session.info.setdefault(ECHO, []).append((now, kind, job_id, detail))
 
     def events(self, session: Session, kind: str, jobs: list[int], **detail: Any) -> None:
-        """The same event for many jobs, in one statement (a bulk action's ten thousand)."""
+        """The same event for many jobs, in one statement (a bulk action's ten thousand;
+        said in the log as one, with their count and first and last ids)."""
         if jobs:
             now = self.clock()
             rows = [{"time": now, "job_id": j, "kind": kind, "detail": detail} for j in jobs]
             session.execute(insert(EventRow), rows)
+            if self.echo is not None:
+                many = {"jobs": len(jobs), "ids": f"{jobs[0]}-{jobs[-1]}", **detail}
+                first = (now, kind, jobs[0], detail) if len(jobs) == 1 else (now, kind, None, many)
+                session.info.setdefault(ECHO, []).append(first)
 
     def closed_attempt_seconds(
         self, session: Session, jobs: list[int], per_gpu: bool = False
