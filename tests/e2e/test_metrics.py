@@ -155,3 +155,30 @@ def test_a_grafana_dashboard_reads_the_series() -> None:
     for panel in board["panels"]:
         for target in panel["targets"]:
             assert target["expr"].count("corral_") == target["expr"].count('instance="$instance"')
+
+
+def test_the_operators_series_are_there_from_the_first_scrape(service: ServiceProcess) -> None:
+    """The process's own series, the version, the jobs set aside, and the queue of every
+    user at 0 while it is empty: alerts and graphs need them before anything happens."""
+    samples = scrape(service)
+    names = {name for name, _ in samples}
+    assert {
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_resident_memory_bytes",
+    } <= names
+    assert any(name == "corral_build_info" for name, _ in samples)
+    assert ("corral_jobs_set_aside", ()) in samples
+    for user in TOKENS:
+        assert ("corral_queue_jobs", (("user", user), ("vc", "default"))) in samples
+        assert ("corral_gpus_in_use", (("user", user), ("vc", "default"))) in samples
+
+
+def test_the_wait_from_submission_to_start_is_a_histogram(service: ServiceProcess) -> None:
+    before = value(scrape(service), "corral_job_wait_seconds_count")
+    job = service.client.submit({"command": ["true"], "gpus": 1})
+    wait_for(lambda: service.client.job(job["id"])["first_start"] is not None, 120, "its start")
+    samples = scrape(service)
+    count = value(samples, "corral_job_wait_seconds_count")
+    assert count >= before + 1  # (this one, and any of the module's still waiting before)
+    assert value(samples, "corral_job_wait_seconds_bucket", le="+Inf") == count

@@ -24,13 +24,23 @@ Series (every name starts ``corral_``):
 - ``attempts_total{cause}``: attempts ended, by how (succeeded, failed,
   preempted, node_failure, ...);
 - ``api_requests_total{route,method,status}``: API requests by route template
-  (never by a job id: the series stay few), method and status code.
+  (never by a job id: the series stay few), method and status code;
+- ``job_wait_seconds``: a histogram of the time from a job's submission to its
+  first start (the jobs started since the service did);
+- ``jobs_set_aside``: jobs the loop set aside (an unusable record, a fault);
+- ``disk_free_bytes{path}`` and ``launches_paused``: the state and jobs disks;
+- ``build_info{version}``: 1, labelled with the running version; and Prometheus'
+  own ``process_*`` series (CPU seconds, resident memory, open descriptors and
+  their limit, start time).
 
 The store's figures are read at each scrape (cheap grouped counts), so they
 are right after a restart; the loop's and the API's are kept in memory. Every
 state of ``jobs``, ``jobs_finished_total``, ``gpus`` (per type) and every cause
-of ``attempts_total`` is there from the first scrape, at 0 while none: a series
-that first appears at 1 hides its first event from ``increase()``.
+of ``attempts_total`` is there from the first scrape, at 0 while none (and
+``queue_jobs``, ``queue_oldest_wait_seconds`` and ``gpus_in_use`` for every
+configured user, with the VC ``default``): a series that first appears at 1
+hides its first event from ``increase()``, and one with no sample while the
+queue is empty cannot be graphed or alerted on.
 Scraping needs a token, as every other read does: Prometheus sends it with
 ``authorization: {credentials_file: ...}`` in its scrape config.
 """
@@ -42,13 +52,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral.api.common import AUTH, Context, Ctx, User, gpus_held
+from corral.api.common import AUTH, Context, Ctx, User, gpus_held, service_version
 from corral.model.status import JobStatus
 from corral.runtime.execution.exits import Cause
 from corral.runtime.loop.loop_metrics import gpu_states
@@ -106,6 +116,9 @@ class StoreCollector(Collector):
             labels=["vc", "user"],
         )
         held = gpus_held((vc_name, user, gpus) for vc_name, user, gpus, _ in running)
+        users = [u.name for u in self.context.config.users]
+        for user in users:  # (every user's series from the first scrape, at 0 while none)
+            held.setdefault(("default", user), 0)
         for (vc_name, user), count in sorted(held.items()):
             in_use.add_metric([vc_name, user], float(count))
         yield in_use
@@ -118,10 +131,16 @@ class StoreCollector(Collector):
             labels=["vc", "user"],
         )
         now = time.time()
+        seen = set()
         for vc_name, user, count, first in waiting:
             labels = [vc_name or "default", user]
+            seen.add(tuple(labels))
             queue.add_metric(labels, float(count))
             oldest.add_metric(labels, max(0.0, now - float(first)))
+        for user in users:
+            if ("default", user) not in seen:
+                queue.add_metric(["default", user], 0.0)
+                oldest.add_metric(["default", user], 0.0)
         yield queue
         yield oldest
         total = CounterMetricFamily("corral_preemptions", "Preemptions of the jobs in the store")
@@ -207,6 +226,12 @@ class ApiMetrics:
     def __init__(self, context: Context) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StoreCollector(context))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, ..._fds, ...
+        info = Gauge(
+            "corral_build_info", "1, labelled with the running version", ["version"],
+            registry=self.registry,
+        )  # fmt: skip
+        info.labels(service_version()).set(1)
         self.requests = Counter(
             "corral_api_requests",
             "API requests by route template, method and status code",

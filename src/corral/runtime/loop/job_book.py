@@ -215,6 +215,7 @@ _INDEXED = frozenset(
         "exclusive",
         "beating",
         "preempted",
+        "aside",
     }
 )
 """Fields the book keeps an index of (job -> value, for records where it is set)."""

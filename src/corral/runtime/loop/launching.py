@@ -195,6 +195,7 @@ class Launching:
             row.last_heartbeat = None
             if row.first_start is None:
                 row.first_start = now
+                self.loop.metrics.wait_seconds.observe(max(now - row.submit_time, 0.0))
             rec.reason = note
             self.rounds.round_task_started(s, row, now)
             self.loop.store.event(s, "start", job, attempt=number, gpus=list(gpus), phase=row.phase)

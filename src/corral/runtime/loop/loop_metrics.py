@@ -25,6 +25,10 @@ GPU_STATES = ("allocated", "idle", "drained", "lost", "failed")
 node), drained on a node an admin or a GPU fault took out of service."""
 
 
+WAIT_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400)
+"""Waits, from a second to a week."""
+
+
 class LoopMetrics:
     """The loop's registry: ``corral_pass_seconds{policy}``, a histogram of the time
     one scheduling pass takes (the policy's plan and its application), and
@@ -44,6 +48,17 @@ class LoopMetrics:
         self.last_step = Gauge(
             "corral_loop_last_step_timestamp_seconds",
             "When the scheduler loop last went round (Unix time)",
+            registry=self.registry,
+        )
+        self.wait_seconds = Histogram(
+            "corral_job_wait_seconds",
+            "From a job's submission to its first start (jobs started since the service did)",
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.set_aside = Gauge(
+            "corral_jobs_set_aside",
+            "Jobs the loop set aside (a record it cannot use, or a fault of the loop's)",
             registry=self.registry,
         )
 

@@ -230,6 +230,7 @@ class Scheduler(LoopState):
         self.book.sweep()  # the jobs over for the loop go, and all it kept about them
         self._publish()
         self.metrics.last_step.set(self.clock())
+        self.metrics.set_aside.set(len(self.faulted.keys() | self.book.having("aside").keys()))
         with self._cv:
             self._passes += 1
             self._cv.notify_all()
