@@ -104,7 +104,9 @@ def test_sbatch_lines_are_read_with_sbatchs_meaning_or_refused_by_name(tmp_path:
         ("#SBATCH --ntasks=many", "--ntasks"),
         ("#SBATCH --mail-type=END", "--mail-type"),
         ("#SBATCH --nodes=1-2", "--nodes"),  # (a range: corral takes an exact count)
-        ("#SBATCH --export=ALL", "--export"),
+        ("#SBATCH --export=NONE,A=1", "--export"),  # (NONE sends none: a list contradicts it)
+        ("#SBATCH --signal=KILL@60", "--signal"),
+        ("#SBATCH --mpi=pmix", "--mpi"),
         ("#SBATCH --gres=shard:2", "--gres"),
     ):
         bad = tmp_path / "bad.sh"
