@@ -270,7 +270,7 @@ def test_an_admin_drains_and_resumes_a_node(service: Harness, tmp_path: Path) ->
     running = service.submit(gpus=1, gpu_type="V100", command=gated(gate))
     service.wait_state(running["id"], {"RUNNING"})
     r = service.client.post(f"{url}/drain", json={"reason": "fan"}, headers=auth("root"))
-    assert r.status_code == 200 and r.json()["state"] == "drained"
+    assert r.status_code == 200 and r.json()["state"] == "draining"  # (Slurm's DRAINING)
     assert r.json()["jobs"] == [running["id"]]  # what runs there goes on
     waiting = service.submit(gpus=1, gpu_type="V100", command=sleeper(0.1))
     other = service.submit(gpus=1, gpu_type="K80", command=sleeper(0.1))
@@ -279,6 +279,8 @@ def test_an_admin_drains_and_resumes_a_node(service: Harness, tmp_path: Path) ->
     service.wait_state(running["id"], {"SUCCEEDED"})
     held = service.job(waiting["id"])  # a free V100, but drained
     assert (held["status"], held["reason"]) == ("PENDING", "ReqNodeNotAvail")
+    nodes = service.client.get("/v1/nodes", headers=auth("alice")).json()
+    assert next(n["state"] for n in nodes if n["name"] == v100) == "drained"  # none left
     r = service.client.post(f"{url}/resume", headers=auth("root"))
     assert r.status_code == 200 and r.json()["state"] == "up"
     service.wait_state(waiting["id"], {"SUCCEEDED"})

@@ -409,7 +409,10 @@ class NodeView(BaseModel):
     gpu_type: str
     gpus: int
     gpus_in_use: int
-    state: str
+    state: str = Field(
+        description="up; draining (drained, its jobs still running), drained; down (lost "
+        "by the executor)"
+    )
     failures: int
     virtual: bool
     jobs: list[int]
@@ -426,6 +429,10 @@ class NodeView(BaseModel):
     def of(cls, row: NodeRow, use: Mapping[int, Sequence[int]], ids: list[int]) -> NodeView:
         """A node from its row, the jobs on each GPU (holder first) and its GPUs' ids."""
         on_gpus = [list(use.get(g, ())) for g in ids]
+        busy = any(on_gpus)
+        state = row.state
+        if state == "drained" and busy:  # (Slurm's DRAINING: jobs still run on it)
+            state = "draining"
         return cls(
             gpu_ids=ids,
             gpu_jobs=on_gpus,
@@ -433,7 +440,7 @@ class NodeView(BaseModel):
             gpu_type=row.gpu_type,
             gpus=row.gpus,
             gpus_in_use=sum(1 for jobs in on_gpus if jobs),
-            state=row.state,
+            state=state,
             failures=row.failures,
             virtual=bool(row.virtual),
             jobs=sorted({job for jobs in on_gpus for job in jobs}),
