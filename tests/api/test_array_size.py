@@ -114,10 +114,10 @@ def test_a_job_after_an_array_larger_than_one_query_starts_once_all_have_ended(
         admission = Admission(loop.config, loop.store, loop.scheduler.cluster.gpus_by_type)
         with loop.store.session() as s:
             tasks = admission.admit(s, JobSpec(command=["sleep", "1"], array="0-249"), alice)
-            array = [row.id for row in tasks]
+            array = tasks.ids
             after = admission.admit(
                 s, JobSpec(command=["sleep", "1"], dependency=f"afterok:{array[0]}"), alice
-            )[0].id
+            ).first.id
             s.execute(update(JobRow).values(submit_time=loop.clock()))  # (in virtual time)
         loop.run(120)
         assert len(array) == 250 and {loop.row(j).status for j in array} == {"SUCCEEDED"}

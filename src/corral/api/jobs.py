@@ -54,7 +54,7 @@ from corral.runtime.execution.exits import PARK
 from corral.runtime.execution.job_files import open_regular
 from corral.runtime.jobspec.config import UserConfig, hash_token
 from corral.runtime.jobspec.specs import JobSpec
-from corral.runtime.loop.admission import Refused
+from corral.runtime.loop.admission import Admitted, Refused
 from corral.runtime.loop.estimates import extend_curve, extend_progress
 from corral.runtime.loop.inbox import NO_WORK_LEFT
 from corral.runtime.loop.round_policy import plans_rounds
@@ -116,11 +116,11 @@ def submit(ctx: Ctx, spec: JobSpec, user: User) -> JobView:
     return view
 
 
-def submitted(rows: list[JobRow]) -> JobView:
+def submitted(admitted: Admitted) -> JobView:
     """The view of a job just queued; an array's names every task."""
-    view = JobView.of(rows[0])
-    if rows[0].spec.get("array_job") is not None:
-        view.array_tasks = [r.id for r in rows]
+    view = JobView.of(admitted.first)
+    if admitted.first.spec.get("array_job") is not None:
+        view.array_tasks = admitted.ids
     return view
 
 

@@ -856,11 +856,13 @@ class World:
             spec = admission.check(spec, self._user(user))
             with self.store.session() as s:
                 admission.check_quota(s, self._user(user), 1)
-                rows = admission.admit(s, spec, self._user(user))
+                admitted = admission.admit(s, spec, self._user(user))
                 s.execute(  # the virtual time of submission, as the API's clock would say
-                    update(JobRow).where(JobRow.id >= rows[0].id).values(submit_time=self.clock())
+                    update(JobRow)
+                    .where(JobRow.id >= admitted.first.id)
+                    .values(submit_time=self.clock())
                 )
-                made = [(r.id, r.user, dict(r.spec), r.name) for r in rows]
+                made = list(admitted.rows())
             self.oracle.submitted(made, self.clock())
         except (ValidationError, Refused, ValueError):
             self.refused += 1
