@@ -26,10 +26,23 @@ class Recorder(BaseHTTPRequestHandler):
     does, or with a 422 for a job named 'refused'."""
 
     bodies: ClassVar[list[dict[str, Any]]] = []
+    paths: ClassVar[list[str]] = []
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else {}
         type(self).bodies.append(body)
+        type(self).paths.append(self.path)
+        if self.path.startswith("/v1/jobs/actions/"):  # a bulk verb: job 9 is bob's
+            done = [j for j in body.get("ids", []) if j != 9] or [1, 2]
+            skipped = {"9": "belongs to bob"} if 9 in body.get("ids", []) else {}
+            answer: Any = {"action": self.path.rsplit("/", 1)[1], "done": done, "skipped": skipped}
+            self._answer(answer, 200)
+            return
+        if self.path.count("/") == 4:  # one job's verb: /v1/jobs/ID/VERB
+            self._answer({"id": int(self.path.split("/")[3]), "status": "CANCELLED",
+                          "reason": "cancelled by request"}, 200)  # fmt: skip
+            return
         if body.get("name") == "refused":
             answer, status = {"detail": [{"loc": ["body", "gpus"], "msg": "too many"}]}, 422
         else:
@@ -41,8 +54,21 @@ class Recorder(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _answer(self, answer: Any, status: int) -> None:
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_GET(self) -> None:
-        """The queue: ``listed`` jobs, one of them named with a control character."""
+        """The queue: ``listed`` jobs, one of them named with a control character; one
+        job by id (job 50 is an array's first task)."""
+        if self.path.partition("?")[0].rstrip("/").split("/")[-1].isdigit():
+            job = int(self.path.partition("?")[0].rstrip("/").split("/")[-1])
+            self._answer({"id": job, "array_job": 50 if job == 50 else None}, 200)
+            return
         query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&") if p)
         jobs = [
             {"id": k, "name": "x\x1b[2J" if k == 3 else f"job-{k}", "user": "alice",
@@ -78,7 +104,7 @@ def service(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("CORRAL_URL", url)
     monkeypatch.setenv("CORRAL_TOKEN", "alice-token-1")
-    Recorder.bodies = []
+    Recorder.bodies, Recorder.paths = [], []
     yield url
     server.shutdown()
 
@@ -172,9 +198,49 @@ def test_the_corral_command_submits_without_typer_rich_or_numpy(
     assert done.stdout == "submitted job 1 (job)\n"
     assert done.stderr.strip() == "[]"
     # a verb it does not take runs the full command line
-    probe = probe.replace("'submit', '--gpus', '1', '--', 'sleep', '1'", "'--version'")
+    probe = probe.replace("'submit', '--gpus', '1', '--', 'sleep', '1'", "'nodes', '--help'")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.stdout.startswith("corral ") and "corral.cli" in done.stderr
+    assert "Usage" in done.stdout and "corral.cli" in done.stderr
+
+
+BULK = [
+    ["cancel", "12"],  # one job: its own route, its state after
+    ["cancel", "50"],  # an array's id: all its tasks, in one request
+    ["hold", "12", "13", "14"],
+    ["cancel", "-u", "alice", "-t", "PD"],
+    ["release", "--name=bert", "--json"],
+    ["suspend", "-n", "123"],  # (a name that is a number is the option's value)
+    ["cancel", "9", "10"],  # bob's job 9 left alone: exit 5, as the full command line
+    ["requeue", "7"],
+]
+
+
+@pytest.mark.parametrize("words", BULK)
+def test_the_quick_bulk_verbs_send_and_say_what_the_full_command_line_does(
+    words: list[str], service: str
+) -> None:
+    quick = subprocess.run(
+        [sys.executable, "-m", "corral.quick_verbs", *words], capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    sent = (list(Recorder.paths), list(Recorder.bodies))
+    Recorder.paths, Recorder.bodies = [], []
+    full = subprocess.run(
+        [sys.executable, "-m", "corral.cli", *words], capture_output=True, text=True, timeout=60
+    )
+    assert sent == (Recorder.paths, Recorder.bodies)
+    assert (quick.returncode, quick.stdout, quick.stderr) == (
+        full.returncode, full.stdout, full.stderr,
+    )  # fmt: skip
+
+
+def test_the_quick_bulk_verbs_pass_what_they_do_not_take() -> None:
+    from corral.quick_verbs import bulk_words
+
+    assert bulk_words(["12_3"]) is None  # (an array's task: the full command line)
+    assert bulk_words(["--help"]) is None
+    assert bulk_words(["-u"]) is None
+    assert bulk_words(["1", "-u", "al"]) == ([1], {"user": "al"})
 
 
 @pytest.mark.parametrize(

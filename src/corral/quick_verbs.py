@@ -236,7 +236,92 @@ def quick_queue(words: list[str]) -> int | None:
     return 0
 
 
-QUICK = {"submit": quick_submit, "queue": quick_queue}
+BULK_VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--user": ("user", str),
+    "-u": ("user", str),
+    "--state": ("states", str),
+    "-t": ("states", str),
+    "--name": ("name", str),
+    "-n": ("name", str),
+    "--vc": ("vc", str),
+    "--account": ("vc", str),
+    "-A": ("vc", str),
+    "--url": ("url", str),
+    "--token": ("token", str),
+}
+"""The options of the verbs that act on jobs, as the full command line names them."""
+BULK_FLAGS = {"--json": ("json", True)}
+BULK_VERBS = ("cancel", "suspend", "resume", "hold", "release", "requeue")
+
+
+def bulk_words(words: list[str]) -> tuple[list[int], dict[str, Any]] | None:
+    """The ids and options of ``corral cancel WORDS`` (and the other verbs acting on
+    jobs), or None at a word the quick path does not take."""
+    ids: list[int] = []
+    options: list[str] = []
+    k = 0
+    while k < len(words):
+        word = words[k]
+        if word in BULK_VALUES:
+            options += words[k : k + 2]
+            k += 2
+            continue
+        if word.isdigit():
+            ids.append(int(word))
+        else:
+            options.append(word)
+        k += 1
+    given = read_options(options, BULK_VALUES, BULK_FLAGS)
+    return None if given is None else (ids, given)
+
+
+def quick_bulk(verb: str, words: list[str]) -> int | None:
+    """``corral VERB`` (cancel, hold, ...) on job ids and filters, as the full command
+    line does it (:mod:`corral.bulk_verbs`); None when a word is not the quick path's
+    (an array's task, ``12_3``, is read by the full command line)."""
+    read = bulk_words(words)
+    if read is None:
+        return None
+    ids, given = read
+    from corral.api.client import Client
+    from corral.bulk_verbs import act_on_many
+    from corral.errors import CorralError
+
+    filters = {k: given.get(k) for k in ("user", "states", "name", "vc")}
+    alone = ids[0] if len(ids) == 1 and not any(filters.values()) else None
+    try:
+        with Client(given.get("url"), given.get("token")) as client:
+            selection = {"ids": ids, "tasks": []}
+            act_on_many(client, verb, selection, filters, given.get("json", False), alone)
+    except CorralError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+def bulk_verb(verb: str) -> Callable[[list[str]], int | None]:
+    def quick(words: list[str]) -> int | None:
+        return quick_bulk(verb, words)
+
+    return quick
+
+
+def quick_version(words: list[str]) -> int | None:
+    """``corral --version``."""
+    if words:
+        return None
+    from corral import __version__
+
+    print(f"corral {__version__}")
+    return 0
+
+
+QUICK: dict[str, Callable[[list[str]], int | None]] = {
+    "submit": quick_submit,
+    "queue": quick_queue,
+    "--version": quick_version,
+}
+QUICK.update({verb: bulk_verb(verb) for verb in BULK_VERBS})
 """The verbs answered here when their words allow."""
 
 

@@ -26,6 +26,7 @@ from corral.queue_listing import PLAIN_ROWS, box_table, output_console, plain_ta
 
 app = typer.Typer(
     add_completion=True,
+    rich_markup_mode=None,  # plain help, as sbatch prints it: Rich's took 0.3 s a --help
     no_args_is_help=True,
     help="corral: GPU cluster scheduling for deep-learning training (simulator and service).",
 )

@@ -30,7 +30,7 @@ from corral.cli.app import (
     print_json,
     print_table,
 )
-from corral.errors import CorralError, NotFound, OperationFailed, PermissionDenied
+from corral.errors import CorralError
 from corral.model.status import JobStatus
 from corral.queue_listing import (
     QUEUE_COLUMNS,
@@ -610,16 +610,6 @@ def show(
         console.print(table)
 
 
-def _act(verb: str, job_id: int, url: str | None, token: str | None, as_json: bool) -> None:
-    with _client(url, token) as client:
-        job = client.action(job_id, verb)
-    if as_json:
-        print_json(job)
-        return
-    reason = f" ({job['reason']})" if job["reason"] else ""
-    console.print(f"job {job_id}: {job['status']}{reason}", highlight=False)
-
-
 def job_selection(words: list[str]) -> dict[str, list[Any]]:
     """Job ids as scancel takes them: ``12`` (an array's id: all its tasks), ``12_3``
     (one task), ``12_[1-5,7]`` (some tasks)."""
@@ -653,45 +643,15 @@ def _act_on_many(
 ) -> None:
     """One job by its id alone (not an array's): the job's state after; any other
     selection (an array's id stands for all its tasks): one request for all, and
-    what was done and skipped."""
-    if len(jobs) == 1 and jobs[0].isdigit() and not any(filters.values()) and verb != "requeue":
-        job_id = int(jobs[0])
-        with _client(url, token) as client:
-            first_of_array = client.job(job_id).get("array_job") == job_id
-        if not first_of_array:
-            _act(verb, job_id, url, token, as_json)
-            return
-    selection: dict[str, Any] = {**job_selection(jobs)}
-    selection.update({k: v for k, v in filters.items() if v})
-    if not (selection["ids"] or selection["tasks"] or any(filters.values())):
-        raise CorralError(f"{verb} what? give job ids, or -u USER, -t STATE, -n NAME, --vc VC")
+    what was done and skipped (:mod:`corral.bulk_verbs`, which the quick path
+    shares)."""
+    from corral.bulk_verbs import act_on_many
+
+    alone = len(jobs) == 1 and jobs[0].isdigit() and not any(filters.values())
+    # (an id alone needs no reading of array tasks, whose parser is the spec's)
+    selection = {"ids": [int(jobs[0])], "tasks": []} if alone else job_selection(jobs)
     with _client(url, token) as client:
-        answer = client.act_on_many(verb, selection)
-    done, skipped = answer["done"], answer["skipped"]
-    if as_json:
-        print_json(answer)
-    else:
-        console.print(f"{verb}: {len(done)} job{'s' * (len(done) != 1)} asked", highlight=False)
-        for job, why in list(skipped.items())[:20]:
-            err_console.print(f"job {job} left alone: {printable(why)}", highlight=False)
-        if len(skipped) > 20:
-            err_console.print(f"... and {len(skipped) - 20} more left alone", highlight=False)
-    _exit_for_skipped(verb, skipped, named=not any(filters.values()) and not done)
-
-
-def _exit_for_skipped(verb: str, skipped: dict[str, str], named: bool) -> None:
-    """The exit code a bulk action ends with, as one job's would (the README's table):
-    a job named that is another user's, 5; one that does not exist, 3; jobs named by
-    id of which none could be acted on for their state, 1 (as scancel and scontrol
-    do). An array's tasks already ended beside others acted on, and jobs a filter
-    picked and left alone for their state, are no error."""
-    reasons = list(skipped.values())
-    if any(why.startswith("belongs to ") for why in reasons):
-        raise PermissionDenied(f"{verb}: other users' jobs were left alone")
-    if any(why == "no such job" for why in reasons):
-        raise NotFound(f"{verb}: some jobs named do not exist")
-    if named and reasons:
-        raise OperationFailed(f"{verb}: some jobs named could not be {verb}d as they are")
+        act_on_many(client, verb, selection, filters, as_json, int(jobs[0]) if alone else None)
 
 
 JobsArg = Annotated[
