@@ -1,13 +1,17 @@
 """corral beside a real Slurm on this machine: the command line's speed, bulk
-verbs, arrays, listing and the engine's pace, each measured the same way on both.
+verbs, arrays, listing and the engine's pace, each measured the same way on all.
 
 Nothing is installed. Where Slurm's programs are present (Debian's
-``slurm-wlm``), a private one-node Slurm is set up in a temporary folder
+``slurm-wlm``), two private one-node Slurms are set up in a temporary folder
 (slurmctld and slurmd on loopback ports, no munge: ``auth/none``, a node with
 ``gpu:8`` that runs jobs as this user, ``cons_tres`` and backfill, no
-accounting) and both columns are printed; without them, corral's column
-alone, saying why. corral runs ``corral serve`` on loopback with 8 virtual
-GPUs under FIFO, its state in the same temporary folder.
+accounting): one with Slurm's default scheduler parameters, one tuned as a site
+running short jobs tunes it (``bf_interval=1,sched_min_interval=0,
+batch_sched_delay=0``). corral runs ``corral serve`` on loopback with 8
+virtual GPUs under FIFO, its state in the same temporary folder. All three run
+at once and are measured in turns (A/B/C, then B/C/A, ...), never one after
+the other, so a slower minute of the host falls on each alike; without Slurm,
+corral's column alone, saying why.
 
 What is measured (wall time from the shell, as a user types the command):
 
@@ -23,7 +27,8 @@ What is measured (wall time from the shell, as a user types the command):
 5. cancelling everything of one user: ``scancel -u`` / ``corral cancel -u``
    (the command's own time: both return once the cancel is recorded);
 6. the engine: 200 one-second 1-GPU jobs on the 8 GPUs, from the submission
-   (one array) until the last has ended.
+   (one array) until the last has ended (each scheduler alone on the host
+   meanwhile, the others idle).
 
 Run: ``python benchmarks/slurm_side_by_side.py`` (``--quick`` for small counts).
 """
@@ -43,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.testing.service_process import ServiceProcess, wait_for
-from corral.testing.slurm import missing_slurm, private_slurm
+from corral.testing.slurm import TUNED, missing_slurm, private_slurm
 
 GPUS = 8
 
@@ -56,10 +61,6 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:3])} ... failed: {done.stderr.strip()[-400:]}")
     return took
-
-
-def median_of(repeats: int, once: Callable[[], float]) -> float:
-    return statistics.median(once() for _ in range(repeats))
 
 
 @dataclass
@@ -80,12 +81,12 @@ class Side:
 
 
 @contextlib.contextmanager
-def slurm_side(folder: Path) -> Iterator[Side]:
-    """The private Slurm's commands for each measure."""
-    with private_slurm(folder, GPUS) as slurm:
+def slurm_side(folder: Path, name: str, extra: tuple[str, ...] = ()) -> Iterator[Side]:
+    """A private Slurm's commands for each measure."""
+    with private_slurm(folder, GPUS, extra) as slurm:
         wrap = ["--wrap", "sleep 1", "--gpus", "1", "-o", "/dev/null"]
         yield Side(
-            name="Slurm",
+            name=name,
             env=slurm.env,
             submit=["sbatch", *wrap],
             array=lambda n, held: [
@@ -155,36 +156,69 @@ def drain(side: Side, timeout: float = 600.0) -> None:
     wait_for(lambda: side.live_jobs() == 0, timeout, f"{side.name}'s queue to empty")
 
 
+def in_turns(sides: list[Side], turn: int) -> list[Side]:
+    """The sides in the order of turn ``turn`` (A/B/C, B/C/A, C/A/B, ...)."""
+    k = turn % len(sides)
+    return sides[k:] + sides[:k]
+
+
 def measure(
-    side: Side, repeats: int, loop: int, array: int, listed: int, engine: int
-) -> dict[str, str]:
-    """Each measure on one scheduler, as printed (the raw figure and its unit)."""
-    out: dict[str, str] = {}
-    run = lambda argv: timed(argv, side.env)  # noqa: E731
-    out["one submit"] = f"{median_of(repeats, lambda: run(side.submit)):.3f} s"
-    drain(side)
-    began = time.perf_counter()
-    for _ in range(loop):
-        run(side.submit)
-    out["submit loop"] = f"{loop / (time.perf_counter() - began):.1f} jobs/s"
-    drain(side)
-    out[f"{array:,}-task array"] = f"{run(side.array(array, True)):.3f} s"
-    drain(side)
-    run(side.array(listed, True))
-    wait_for(lambda: side.live_jobs() >= listed, 300, "the held array to be listed")
-    out[f"list {listed:,} pending"] = f"{median_of(repeats, lambda: run(side.listing)):.3f} s"
+    sides: list[Side], repeats: int, loop: int, array: int, listed: int, engine: int
+) -> dict[str, dict[str, str]]:
+    """Each measure on every side, taken in turns; the raw figures, by side and measure."""
+    out: dict[str, dict[str, str]] = {side.name: {} for side in sides}
+    runs: dict[str, list[float]] = {side.name: [] for side in sides}
 
-    def after_a_change() -> float:
-        run(side.held)
-        return run(side.listing)
+    def medians(key: str, once: Callable[[Side], float]) -> None:
+        for side in sides:
+            runs[side.name] = []
+        for turn in range(repeats):
+            for side in in_turns(sides, turn):
+                runs[side.name].append(once(side))
+        for side in sides:
+            out[side.name][key] = f"{statistics.median(runs[side.name]):.3f} s"
 
-    out[f"list {listed:,} pending, just changed"] = f"{median_of(repeats, after_a_change):.3f} s"
-    out["cancel everything"] = f"{run(side.cancel_all):.3f} s"
-    wait_for(lambda: side.live_jobs() == 0, 600, f"{side.name}'s queue to empty")
-    began = time.perf_counter()
-    run(side.array(engine, False))
-    wait_for(lambda: side.live_jobs() == 0, 1200, f"{side.name}'s {engine} jobs to end")
-    out[f"{engine} one-second jobs on {GPUS} GPUs"] = f"{time.perf_counter() - began:.1f} s"
+    def each(key: str, once: Callable[[Side], str]) -> None:
+        for side in sides:
+            out[side.name][key] = once(side)
+
+    medians("one submit", lambda side: timed(side.submit, side.env))
+    for side in sides:
+        drain(side)
+
+    def submit_loop(side: Side) -> str:
+        began = time.perf_counter()
+        for _ in range(loop):
+            timed(side.submit, side.env)
+        return f"{loop / (time.perf_counter() - began):.1f} jobs/s"
+
+    each("submit loop", submit_loop)
+    for side in sides:
+        drain(side)
+    each(f"{array:,}-task array", lambda side: f"{timed(side.array(array, True), side.env):.3f} s")
+    for side in sides:
+        drain(side)
+        timed(side.array(listed, True), side.env)
+    for side in sides:
+        wait_for(lambda side=side: side.live_jobs() >= listed, 300, "the held array listed")
+    medians(f"list {listed:,} pending", lambda side: timed(side.listing, side.env))
+
+    def after_a_change(side: Side) -> float:
+        timed(side.held, side.env)
+        return timed(side.listing, side.env)
+
+    medians(f"list {listed:,} pending, just changed", after_a_change)
+    each("cancel everything", lambda side: f"{timed(side.cancel_all, side.env):.3f} s")
+    for side in sides:
+        wait_for(lambda side=side: side.live_jobs() == 0, 600, f"{side.name}'s queue to empty")
+
+    def engine_run(side: Side) -> str:
+        began = time.perf_counter()
+        timed(side.array(engine, False), side.env)
+        wait_for(lambda: side.live_jobs() == 0, 1200, f"{side.name}'s {engine} jobs to end")
+        return f"{time.perf_counter() - began:.1f} s"
+
+    each(f"{engine} one-second jobs on {GPUS} GPUs", engine_run)
     return out
 
 
@@ -209,29 +243,26 @@ def main() -> None:
         else {"loop": 100, "array": 2_000, "listed": 10_000, "engine": 200}
     )
     why_not = missing_slurm()
-    columns: dict[str, dict[str, str]] = {}
-    with tempfile.TemporaryDirectory(prefix="corral-vs-slurm-") as tmp:
-        with corral_service(Path(tmp) / "corral") as side:
-            columns["corral"] = measure(side, args.repeats, **counts)
+    with (
+        tempfile.TemporaryDirectory(prefix="corral-vs-slurm-") as tmp,
+        contextlib.ExitStack() as up,
+    ):
+        sides = [up.enter_context(corral_service(Path(tmp) / "corral"))]
         if why_not is None:
-            with slurm_side(Path(tmp) / "slurm") as side:
-                columns["Slurm"] = measure(side, args.repeats, **counts)
-    print(f"on {os.cpu_count()} CPUs; medians of {args.repeats} where repeated")
+            sides.append(up.enter_context(slurm_side(Path(tmp) / "slurm", "Slurm")))
+            sides.append(up.enter_context(slurm_side(Path(tmp) / "tuned", "Slurm tuned", (TUNED,))))
+        columns = measure(sides, args.repeats, **counts)
+    print(f"on {os.cpu_count()} CPUs; medians of {args.repeats} where repeated, taken in turns")
     if why_not is not None:
-        print(f"Slurm's column is missing: {why_not}")
-    head = (
-        ["measure", "Slurm", "corral", "corral / Slurm"]
-        if "Slurm" in columns
-        else ["measure", "corral"]
-    )
+        print(f"Slurm's columns are missing: {why_not}")
+    slurms = [name for name in ("Slurm", "Slurm tuned") if name in columns]
+    head = ["measure", *slurms, "corral", *(f"corral / {name}" for name in slurms)]
     print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    print("|---|" + "---:|" * (len(head) - 1))
     for key, figure in columns["corral"].items():
-        if "Slurm" in columns:
-            theirs = columns["Slurm"][key]
-            print(f"| {key} | {theirs} | {figure} | {ratio(theirs, figure)} |")
-        else:
-            print(f"| {key} | {figure} |")
+        theirs = [columns[name][key] for name in slurms]
+        cells = [key, *theirs, figure, *(ratio(t, figure) for t in theirs)]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

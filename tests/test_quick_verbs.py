@@ -116,6 +116,7 @@ TAKEN = [
     ["-t", "30", "--mem", "16G", "-c", "4", "--vc", "team-a", "--", "sleep", "1"],
     ["--no-requeue", "--exclusive", "--max-retries", "0", "--", "./run", "--gpus", "9"],
     ["--json", "--name", "x", "--total-steps", "100", "--duration", "2h", "--", "true"],
+    ["--array", "0-9%2", "--hold", "--", "sleep", "1"],
 ]
 
 
@@ -137,7 +138,6 @@ def test_the_quick_path_sends_what_the_full_command_line_sends(
     "words",
     [
         ["--gpus", "1", "python", "x.py"],  # no '--': the first word may be a spec
-        ["--array", "0-9", "--", "sleep", "1"],
         ["--wait", "--", "sleep", "1"],
         ["--gpus", "two", "--", "sleep", "1"],  # (the full command line names the error)
         ["-HJ", "x", "--", "sleep", "1"],

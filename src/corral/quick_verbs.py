@@ -7,7 +7,7 @@ and the reading of every option before a 5 ms request: about 0.12 s a command
 on the development machine, 8 jobs a second in a loop. Here a submission whose
 words are all understood here (the flags in :data:`VALUES` and :data:`FLAGS`,
 then ``--`` and the command) is sent with the standard library and the HTTP
-client alone. Any other word (a spec file, a script, ``--array``, ``--wait``,
+client alone. Any other word (a spec file, a script, ``--wait``,
 ``--help``, a value that is not a number where one is wanted, no ``--``) hands
 the whole command to :mod:`corral.cli`, which answers it as before, or gives
 its error. So the quick path sends exactly what the full one would (a test
@@ -51,6 +51,8 @@ VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--account": ("vc", str),
     "-A": ("vc", str),
     "--export": ("export", str),
+    "--array": ("array", str),
+    "-a": ("array", str),
     "--url": ("url", str),
     "--token": ("token", str),
 }
@@ -156,8 +158,19 @@ def quick_submit(words: list[str]) -> int | None:
 
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
     else:
-        sys.stdout.write(f"submitted job {job['id']} ({job['name']})\n")
+        sys.stdout.write(submitted_line(job) + "\n")
     return 0
+
+
+def submitted_line(job: dict[str, Any]) -> str:
+    """What ``corral submit`` says of a job it queued (an array: its tasks' ids)."""
+    tasks = job.get("array_tasks")
+    head = f"submitted array job {job['id']} ({job['name']})" if tasks else ""
+    if not tasks:
+        return f"submitted job {job['id']} ({job['name']})"
+    if tasks == list(range(tasks[0], tasks[-1] + 1)):
+        return f"{head}: {len(tasks)} tasks, jobs {tasks[0]}-{tasks[-1]}"
+    return f"{head}: jobs " + ",".join(map(str, tasks))
 
 
 def _positive(text: str) -> int:

@@ -343,18 +343,10 @@ def submit(
         job = client.submit(fields)
     if as_json:
         print_json(job)
-    elif job.get("array_tasks"):
-        tasks = job["array_tasks"]
-        console.print(
-            f"submitted array job {job['id']} ({job['name']}): {len(tasks)} tasks, "
-            f"jobs {tasks[0]}-{tasks[-1]}"
-            if tasks == list(range(tasks[0], tasks[-1] + 1))
-            else f"submitted array job {job['id']} ({job['name']}): jobs "
-            + ",".join(map(str, tasks)),
-            highlight=False,
-        )
     else:
-        console.print(f"submitted job {job['id']} ({job['name']})", highlight=False)
+        from corral.quick_verbs import submitted_line
+
+        print(submitted_line(job), flush=True)
     if wait:
         watched = [int(x) for x in job.get("array_tasks") or [job["id"]]]
         with _client(url, token) as client:

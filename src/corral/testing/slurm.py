@@ -76,11 +76,19 @@ class PrivateSlurm:
         return out
 
 
-def config_text(folder: Path, user: str, gpus: int, spool: Path) -> str:
+TUNED = "SchedulerParameters=bf_interval=1,sched_min_interval=0,batch_sched_delay=0"
+"""Scheduler parameters a site tunes for short jobs: backfill every second, and no
+minimum wait between scheduling passes or before starting batch jobs."""
+
+
+def config_text(
+    folder: Path, user: str, gpus: int, spool: Path, extra: tuple[str, ...] = ()
+) -> str:
     """slurm.conf for a one-node Slurm of ``gpus`` GPUs in ``folder``, its spool in
-    ``spool``."""
+    ``spool``, with ``extra`` lines (such as :data:`TUNED`)."""
     return "\n".join(
         [
+            *extra,
             f"ClusterName={NODE}",
             "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={free_port()}",
@@ -118,7 +126,9 @@ def config_text(folder: Path, user: str, gpus: int, spool: Path) -> str:
 
 
 @contextlib.contextmanager
-def private_slurm(folder: Path, gpus: int = 8) -> Iterator[PrivateSlurm]:
+def private_slurm(
+    folder: Path, gpus: int = 8, extra: tuple[str, ...] = ()
+) -> Iterator[PrivateSlurm]:
     """A one-node Slurm of our own in ``folder``, on loopback ports, stopped on leaving.
     Its spool is a short folder of its own in the system's temp folder: each batch
     step makes a Unix socket there, and a path over 108 bytes fails every launch
@@ -128,7 +138,7 @@ def private_slurm(folder: Path, gpus: int = 8) -> Iterator[PrivateSlurm]:
     spool = Path(tempfile.mkdtemp(prefix="slurm-"))
     user = getpass.getuser()
     conf = folder / "slurm.conf"
-    conf.write_text(config_text(folder, user, gpus, spool))
+    conf.write_text(config_text(folder, user, gpus, spool, extra))
     devices = folder / "dev"  # (stand-ins for /dev/nvidia*: slurmd counts GPUs by file)
     devices.mkdir()
     for k in range(gpus):
