@@ -26,6 +26,7 @@ from pydantic import (
 from corral.amounts import parse_memory
 from corral.errors import InputError
 from corral.model.gpu_names import normalise_gpu_type
+from corral.runtime.jobspec.mail_types import mail_types
 from corral.runtime.jobspec.warning import WarningSignal, warning_signal
 from corral.timespan import parse_begin, parse_seconds
 from corral.yamlio import load_yaml, validation_error
@@ -349,6 +350,19 @@ class JobSpec(BaseModel):
         "wait up to signal_lead_max for it), to the batch script's shell alone with B:, "
         "else to the job's other processes (all of a job given as a command)",
     )
+    mail_type: list[str] | None = Field(
+        None,
+        max_length=8,
+        description="sbatch's --mail-type: BEGIN, END, FAIL, REQUEUE, TIME_LIMIT, ALL, NONE, "
+        "ARRAY_TASKS (each task's mail; else one for the whole array), sent through the "
+        "service's mail_program",
+    )
+    mail_user: str | None = Field(
+        None,
+        max_length=254,
+        pattern=r"^[A-Za-z0-9._%+][A-Za-z0-9._%+-]*(@[A-Za-z0-9.-]+)?$",
+        description="who gets the mail (sbatch's --mail-user; unset: the job's user)",
+    )
     submit_dir: str | None = Field(
         None,
         max_length=MAX_PATH,
@@ -595,6 +609,15 @@ class JobSpec(BaseModel):
     @classmethod
     def _seconds(cls, value: Any) -> float | None:
         return None if value is None else parse_seconds(value)
+
+    @field_validator("mail_type", mode="before")
+    @classmethod
+    def _mail_type(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return mail_types(value)
+        if isinstance(value, list):
+            return mail_types(",".join(map(str, value)))
+        return value
 
     @field_validator("signal")
     @classmethod
