@@ -43,6 +43,7 @@ from corral.runtime import systemd
 from corral.runtime.execution.executor import Executor, LocalExecutor
 from corral.runtime.execution.identity import isolation_warning
 from corral.runtime.execution.launcher import SERVICE_OOM_SCORE_ADJ, set_oom_score_adj
+from corral.runtime.job_mail import Mailer, fan_out
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.service_log import ServiceLog
@@ -165,7 +166,9 @@ def _run(
     announce: Callable[[str], None],
 ) -> None:
     store, scheduler = build(config)
-    store.echo = ServiceLog(config.log_level, config.log_format)
+    log = ServiceLog(config.log_level, config.log_format)
+    mailer = Mailer(store, config.mail_program) if config.mail_program is not None else None
+    store.echo = log if mailer is None else fan_out(log, mailer)
     if os.geteuid() == 0:  # (the kernel's OOM killer takes a greedy job, not the service)
         set_oom_score_adj(SERVICE_OOM_SCORE_ADJ)
     stop = threading.Event()
@@ -239,6 +242,8 @@ def _run(
         loop.join(timeout=10)
         running = len(scheduler.attempts)
         scheduler.executor.close(jobs_running=running > 0)
+        if mailer is not None:
+            mailer.close()
         store.dispose()
         announce(
             f"corral: stopped; {running} running job(s) go on and are adopted at the next start"

@@ -102,7 +102,7 @@ def test_sbatch_lines_are_read_with_sbatchs_meaning_or_refused_by_name(tmp_path:
     assert (fields["gpus"], fields["gpu_type"]) == (4, "a100")
     for line, option in (
         ("#SBATCH --ntasks=many", "--ntasks"),
-        ("#SBATCH --mail-type=END", "--mail-type"),
+        ("#SBATCH --mail-type=STAGE_OUT", "--mail-type"),  # (a type corral does not send)
         ("#SBATCH --nodes=1-2", "--nodes"),  # (a range: corral takes an exact count)
         ("#SBATCH --export=NONE,A=1", "--export"),  # (NONE sends none: a list contradicts it)
         ("#SBATCH --signal=KILL@60", "--signal"),

@@ -164,6 +164,15 @@ def submit(
     mem_per_cpu: Annotated[
         str | None, typer.Option("--mem-per-cpu", help="memory per CPU (sbatch's)")
     ] = None,
+    mail_type: Annotated[
+        str | None,
+        typer.Option(
+            "--mail-type", help="mail on BEGIN, END, FAIL, REQUEUE, TIME_LIMIT or ALL (sbatch's)"
+        ),
+    ] = None,
+    mail_user: Annotated[
+        str | None, typer.Option("--mail-user", help="who gets the mail (default: you)")
+    ] = None,
     warning: Annotated[
         str | None,
         typer.Option(
@@ -282,6 +291,8 @@ def submit(
         "error": error,
         "export": export,
         "signal": warning,
+        "mail_type": mail_type,
+        "mail_user": mail_user,
         "cpus": cpus,
         "memory": memory,
         "vc": vc,

@@ -395,6 +395,11 @@ class ServiceConfig(BaseModel):
     log_format: Literal["text", "json"] = Field(
         "text", description="the service's log lines as text, or one JSON object a line"
     )
+    mail_program: Path | None = Field(
+        None,
+        description="Slurm's MailProg: run as PROGRAM -s SUBJECT USER for the mail jobs ask "
+        "for (--mail-type), e.g. /usr/bin/mail; unset: no mail, and --mail-type is refused",
+    )
     export_environment: bool = Field(
         True,
         description="jobs start with the environment corral submit ran in, as sbatch's "

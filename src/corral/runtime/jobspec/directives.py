@@ -34,6 +34,7 @@ from typing import Any
 
 from corral.amounts import parse_memory
 from corral.errors import InputError
+from corral.runtime.jobspec.mail_types import mail_types
 from corral.runtime.jobspec.warning import warning_signal
 from corral.submit_env import exported
 from corral.textfiles import read_text
@@ -95,6 +96,8 @@ _FIELDS: dict[str, str] = {
     "--ntasks": TASKS,
     "-n": TASKS,
     "--signal": "signal",
+    "--mail-type": "mail_type",
+    "--mail-user": "mail_user",
 }
 """Options a directive may give -> the job spec's field (sbatch's spellings too)."""
 _FLAGS: dict[str, tuple[str, bool]] = {
@@ -166,6 +169,11 @@ def parse_options(
             except ValueError as exc:
                 raise InputError(source, line, name, str(exc)) from None
             fields["export"] = value
+        elif name == "--mail-type":
+            try:
+                fields["mail_type"] = mail_types(value)
+            except ValueError as exc:
+                raise InputError(source, line, name, str(exc)) from None
         elif name == "--signal":
             try:
                 warning_signal(value)

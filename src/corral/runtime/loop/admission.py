@@ -25,6 +25,7 @@ from corral.errors import CorralError
 from corral.policies import POLICIES, policy_key
 from corral.runtime.execution.identity import RunAs, usable_folder
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig
+from corral.runtime.jobspec.mail_types import wanted
 from corral.runtime.jobspec.specs import (
     DependencyKind,
     JobSpec,
@@ -313,6 +314,12 @@ class Admission:
             )
         if spec.interactive:
             spec = self.check_interactive(spec, who is None or who.runs_python)
+        if spec.mail_type and wanted(spec.mail_type) and config.mail_program is None:
+            raise Refused(
+                "this service sends no mail (its config sets no mail_program); submit "
+                "without --mail-type",
+                "mail_type",
+            )
         return spec
 
     def check_interactive(self, spec: JobSpec, runs_python: bool) -> JobSpec:
