@@ -83,8 +83,32 @@ def test_a_batch_scripts_warning_goes_to_its_shell_or_to_its_steps(
         loop.close()
 
 
-def test_a_suspend_warns_first_and_terminates_once_the_warning_is_over(tmp_path: Path) -> None:
-    loop = virtual_loop(tmp_path, signal_lead_max=20.0)
+def test_a_preemption_warns_first_and_terminates_once_the_warning_is_over(
+    tmp_path: Path,
+) -> None:
+    """LAS preempts the job that has run for a newcomer: the job's warning first, its
+    SIGTERM once the warning's time (60 s asked, capped at 20) is over."""
+    loop = virtual_loop(tmp_path, "las", policy_options={"quantum": 1.0}, signal_lead_max=20.0)
+    try:
+        job = loop.queue(command=["sleep", "1000"], signal="USR1@60")
+        loop.run(5)
+        loop.queue(command=["sleep", "1000"])
+        loop.run(2)
+        mine = process(loop, job)
+        assert [w[1] for w in mine.warned] == [USR1] and signal.SIGTERM not in mine.signalled
+        loop.run(15)
+        assert signal.SIGTERM not in mine.signalled
+        loop.run(6)
+        assert signal.SIGTERM in mine.signalled
+        assert warned_events(loop, job)[0]["before"] == "preempt"
+    finally:
+        loop.close()
+
+
+def test_a_users_suspend_is_not_put_off(tmp_path: Path) -> None:
+    """The warning's lead is for corral's own stops: a user's suspend (or requeue, the
+    job's own from its trap) terminates at once."""
+    loop = virtual_loop(tmp_path)
     try:
         job = loop.queue(command=["sleep", "1000"], signal="USR1@60")
         loop.run(5)
@@ -93,29 +117,26 @@ def test_a_suspend_warns_first_and_terminates_once_the_warning_is_over(tmp_path:
             assert row is not None
             row.request = "suspend"
         loop.run(1)
-        mine = process(loop, job)
-        assert [w[1] for w in mine.warned] == [USR1] and signal.SIGTERM not in mine.signalled
-        loop.run(15)
-        assert signal.SIGTERM not in mine.signalled  # (the lead asked is 60, capped at 20)
-        loop.run(6)
-        assert signal.SIGTERM in mine.signalled
-        assert warned_events(loop, job)[0]["before"] == "suspend"
+        assert signal.SIGTERM in process(loop, job).signalled
     finally:
         loop.close()
 
 
 def test_a_cancel_during_the_warning_terminates_at_once(tmp_path: Path) -> None:
-    loop = virtual_loop(tmp_path)
+    loop = virtual_loop(tmp_path, "las", policy_options={"quantum": 1.0})
     try:
         job = loop.queue(command=["sleep", "1000"], signal="USR1@60")
         loop.run(5)
-        for request in ("suspend", "cancel"):
-            with loop.store.session() as s:
-                row = s.get(JobRow, job)
-                assert row is not None
-                row.request = request
-            loop.run(1)
-        assert signal.SIGTERM in process(loop, job).signalled
+        loop.queue(command=["sleep", "1000"])
+        loop.run(2)
+        mine = process(loop, job)
+        assert mine.warned and signal.SIGTERM not in mine.signalled  # (put off)
+        with loop.store.session() as s:
+            row = s.get(JobRow, job)
+            assert row is not None
+            row.request = "cancel"
+        loop.run(1)
+        assert signal.SIGTERM in mine.signalled
         loop.run(10)
         assert loop.row(job).status == "CANCELLED"
     finally:

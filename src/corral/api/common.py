@@ -24,7 +24,7 @@ from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig, hash_token
 from corral.runtime.loop.admission import Admission
 from corral.runtime.loop.scheduler import Scheduler
-from corral.runtime.storage.store import JobRow, Store
+from corral.runtime.storage.store import AttemptRow, JobRow, Store
 
 
 @dataclass
@@ -113,10 +113,39 @@ def caller(
             guard.succeeded(address, digest)
             out: UserConfig = user
             return out
+    job = request.path_params.get("job_id")
+    owner = job_token_owner(request, job, digest) if job is not None else None
+    if owner is not None:
+        guard.succeeded(address, digest)
+        return owner
     guard.failed(address)
     raise HTTPException(
         status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"}
     )
+
+
+def job_token_owner(request: Request, job: Any, digest: str) -> UserConfig | None:
+    """The owner of job ``job``, when ``digest`` is its running attempt's token's (the
+    ``CORRAL_JOB_TOKEN`` the job was given): a job acts on itself as its owner (the
+    ``scontrol requeue $SLURM_JOB_ID`` of a checkpointing script), and on no other
+    job, and only while that attempt runs."""
+    try:
+        job_id = int(job)
+    except (TypeError, ValueError):
+        return None
+    ctx: Context = request.app.state.context
+    with ctx.store.session() as s:
+        owner = s.scalar(
+            select(JobRow.user)
+            .join(AttemptRow, AttemptRow.job_id == JobRow.id)
+            .where(
+                JobRow.id == job_id,
+                AttemptRow.end_time.is_(None),
+                AttemptRow.token_sha256 == digest,
+            )
+        )
+    users: list[UserConfig] = list(request.app.state.users.values())
+    return next((u for u in users if u.name == owner), None) if owner else None
 
 
 def local_user(request: Request, uid: int) -> UserConfig:

@@ -509,6 +509,14 @@ def suspend(ctx: Ctx, job_id: JobId, user: User) -> JobView:
     return ask_scheduler(ctx, job_id, user, "suspend", LIVE_STATES)
 
 
+@router.post("/v1/jobs/{job_id}/requeue", response_model=JobView, tags=["jobs"], responses=ON_JOB)
+def requeue(ctx: Ctx, job_id: JobId, user: User) -> JobView:
+    """Stop a running job and queue it again (scontrol requeue): it starts over, from
+    its checkpoint where it keeps one, without using a retry. A job may ask it of
+    itself (with its own token): the checkpoint-and-requeue of a ``--signal`` trap."""
+    return ask_scheduler(ctx, job_id, user, "requeue", {JobStatus.RUNNING})
+
+
 @router.post("/v1/jobs/{job_id}/hold", response_model=JobView, tags=["jobs"], responses=ON_JOB)
 def hold(ctx: Ctx, job_id: JobId, user: User) -> JobView:
     """Keep a waiting job from starting until it is released (scontrol hold): it stays

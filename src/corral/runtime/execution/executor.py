@@ -315,15 +315,15 @@ SLURM_BIN = Path(__file__).parent / "slurm_bin"
 
 @functools.cache
 def slurm_bin() -> list[str]:
-    """:data:`SLURM_BIN`, made executable if an install dropped the bit (empty, and
-    no ``srun`` for jobs, where it cannot be)."""
-    shim = SLURM_BIN / "srun"
-    if not os.access(shim, os.X_OK):
-        try:
-            shim.chmod(0o755)
-        except OSError:
-            print(f"corral: {shim} is not executable: jobs get no srun", file=sys.stderr)
-            return []
+    """:data:`SLURM_BIN`, its programs made executable if an install dropped the bit
+    (empty, and no ``srun`` or ``scontrol`` for jobs, where they cannot be)."""
+    for shim in (SLURM_BIN / "srun", SLURM_BIN / "scontrol"):
+        if not os.access(shim, os.X_OK):
+            try:
+                shim.chmod(0o755)
+            except OSError:
+                print(f"corral: {shim} is not executable: jobs get no {shim.name}", file=sys.stderr)
+                return []
     return [str(SLURM_BIN)]
 
 

@@ -21,8 +21,12 @@ class Stops:
         self.loop = loop
         self.sharing = sharing
 
-    def stop(self, a: Attempt, why: str, now: float, grace: float | None = None) -> None:
-        """Ask an attempt to stop (recorded first, so a restart carries the stop on)."""
+    def stop(
+        self, a: Attempt, why: str, now: float, grace: float | None = None, asked: bool = False
+    ) -> None:
+        """Ask an attempt to stop (recorded first, so a restart carries the stop on).
+        ``asked``: a user's request (suspend, requeue), which the job's ``--signal``
+        warning does not put off, as it does corral's own preemptions."""
         with self.loop.store.session() as s:
             self.set_stop(s, a, why)
             row = s.get(JobRow, a.job)
@@ -31,7 +35,7 @@ class Stops:
                     why, why.capitalize()
                 )
             self.loop.store.event(s, "stop", a.job, attempt=a.number, why=why)
-        lead = self._lead(a, why, grace)
+        lead = 0.0 if asked else self._lead(a, why, grace)
         if lead > 0:  # its --signal first; SIGTERM once the warning's time is over
             self.warn(a, now, why)
             a.term_at = now + lead

@@ -335,7 +335,7 @@ class Transitions:
         for a, why in stops:
             if why == "cancel" or a.stop in (None, "preempt", PARK):
                 with self.loop.handling(a.job, f"stopping it ({why})"):
-                    self.stops.stop(a, why, now)
+                    self.stops.stop(a, why, now, asked=True)  # (a user's: no warning's lead)
         return bool(asked)
 
     @staticmethod
