@@ -158,19 +158,10 @@ def quick_submit(words: list[str]) -> int | None:
 
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
     else:
+        from corral.submit_env import submitted_line
+
         sys.stdout.write(submitted_line(job) + "\n")
     return 0
-
-
-def submitted_line(job: dict[str, Any]) -> str:
-    """What ``corral submit`` says of a job it queued (an array: its tasks' ids)."""
-    tasks = job.get("array_tasks")
-    head = f"submitted array job {job['id']} ({job['name']})" if tasks else ""
-    if not tasks:
-        return f"submitted job {job['id']} ({job['name']})"
-    if tasks == list(range(tasks[0], tasks[-1] + 1)):
-        return f"{head}: {len(tasks)} tasks, jobs {tasks[0]}-{tasks[-1]}"
-    return f"{head}: jobs " + ",".join(map(str, tasks))
 
 
 def _positive(text: str) -> int:

@@ -1,5 +1,6 @@
-"""What ``corral submit`` sends beside the job's options, as sbatch does: the
-submitting shell's environment (``--export``) and the directory it ran in.
+"""What ``corral submit`` sends beside the job's options, as sbatch does (the
+submitting shell's environment, ``--export``, and the directory it ran in), and
+what it says of the job it queued.
 
 sbatch's default is ``--export=ALL``: a job starts with the environment of the
 shell that submitted it, so ``module load`` and ``conda activate`` before
@@ -14,6 +15,11 @@ Standard library only: the quick path of ``corral submit`` imports it.
 """
 
 from __future__ import annotations
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
+
+if TYPE_CHECKING:
+    from typing import Any
 
 NOT_SENT = ("CORRAL_", "SLURM_")
 """Prefixes of the shell's variables never sent (see the module docstring); the
@@ -59,3 +65,14 @@ def batch_fields(fields: dict[str, object], environ: dict[str, str], cwd: str) -
     if value is not None:
         fields["export_env"] = value
     fields.setdefault("submit_dir", cwd)
+
+
+def submitted_line(job: dict[str, Any]) -> str:
+    """What ``corral submit`` says of a job it queued (an array: its tasks' ids)."""
+    tasks = job.get("array_tasks")
+    head = f"submitted array job {job['id']} ({job['name']})" if tasks else ""
+    if not tasks:
+        return f"submitted job {job['id']} ({job['name']})"
+    if tasks == list(range(tasks[0], tasks[-1] + 1)):
+        return f"{head}: {len(tasks)} tasks, jobs {tasks[0]}-{tasks[-1]}"
+    return f"{head}: jobs " + ",".join(map(str, tasks))

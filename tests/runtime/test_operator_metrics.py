@@ -19,7 +19,7 @@ from tests.runtime.virtual_loop import VirtualLoop, virtual_loop
 
 def scrape(loop: VirtualLoop) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample the collector yields, by name and labels."""
-    context = SimpleNamespace(store=loop.store, scheduler=loop.scheduler)
+    context = SimpleNamespace(store=loop.store, scheduler=loop.scheduler, config=loop.config)
     samples = {}
     for family in StoreCollector(context).collect():  # type: ignore[arg-type]
         for sample in family.samples:

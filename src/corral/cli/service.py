@@ -355,7 +355,7 @@ def submit(
     if as_json:
         print_json(job)
     else:
-        from corral.quick_verbs import submitted_line
+        from corral.submit_env import submitted_line
 
         print(submitted_line(job), flush=True)
     if wait:
