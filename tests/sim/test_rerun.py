@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,59 @@ def test_a_rerun_of_a_policy_file_that_changed_says_so(
     assert gone.exit_code != 0 and "the policy file mine.py is not here" in gone.stderr.replace(
         "\n", " "
     )
+
+
+def test_the_experiments_workflow_in_order_compare_plot_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the docs order it: a comparison, its figures drawn into the result, then a
+    rerun, which compares the run's outputs and not what plot added."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    args = ["compare", *WORKLOAD, "--policies", "fifo,las", "--out", "first"]
+    monkeypatch.setattr("sys.argv", ["corral", *args])
+    assert runner.invoke(app, args).exit_code == 0
+    drawn = runner.invoke(app, ["plot", "first"])
+    assert drawn.exit_code == 0, drawn.output
+    assert any(Path("first/figures").iterdir())
+    again = runner.invoke(app, ["rerun", "first", "--out", "second"])
+    assert again.exit_code == 0, again.output
+    assert "identical" in again.output and "missing" not in again.output
+
+
+def test_a_comparison_with_a_crashed_policy_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text(
+        "from corral.policies.fifo import Fifo\n\n"
+        "class Broken(Fifo):\n"
+        "    name = 'broken'\n\n"
+        "    def schedule(self, state):\n"
+        "        raise RuntimeError('a bug in my policy')\n"
+    )
+    args = ["compare", *WORKLOAD, "--policies", "fifo,broken.py:Broken", "--out", "out"]
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1, done.stderr  # (the operation failed: the README's table)
+    assert "a bug in my policy" in done.stderr
+    # and a rerun that differs exits 1 too, not 2 (which means a usage or input error)
+    jobs = Path("out/fifo/jobs.csv")
+    lines = jobs.read_text().splitlines()
+    lines[1] = lines[1].replace(",", ",9", 1)
+    jobs.write_text("\n".join(lines) + "\n")
+    rerun = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "rerun", "out", "--out", "again"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert rerun.returncode == 1 and "1 file(s) differ" in rerun.stderr
+    assert "failed again, as in the result: broken" in rerun.stdout
+    jobs.write_text("\n".join([lines[0], lines[1].replace(",9", ",", 1), *lines[2:]]) + "\n")
+    same = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "rerun", "out", "--out", "third"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert same.returncode == 0, same.stderr  # (its good rows the same, the same one failed)
+    assert "identical" in same.stdout

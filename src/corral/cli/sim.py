@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from corral.cli.app import JsonOpt, app, console, err_console, json_on_stdout, print_json
-from corral.errors import CorralError
+from corral.errors import CorralError, OperationFailed
 from corral.perf.switching import MEASURED_MECHANISMS, SWITCH_MECHANISMS
 from corral.sim.presets import SIM_PRESETS
 from corral.sim.settings import RunSettings, check_policy_names, user_errors
@@ -286,7 +286,7 @@ def _raise_for_failures(results: Results, out: Path, what: str) -> None:
         return
     if results.layout == "sweep":
         first = crashed[0]
-        raise CorralError(
+        raise OperationFailed(
             f"{len(crashed)} of {len(results.summaries)} runs failed (the first: "
             f"{first['run_dir']}: {first['error']} at {first['raised_at']}); tracebacks in "
             f"each one's {out}/<run>/error.log; the others' results are written"
@@ -297,7 +297,7 @@ def _raise_for_failures(results: Results, out: Path, what: str) -> None:
         str(out / "error.log" if results.layout == "run" else out / s["log"]) for s in crashed
     )
     others = "; the others' results are written" if len(results.summaries) > 1 else ""
-    raise CorralError(
+    raise OperationFailed(
         f"{len(crashed)} of {len(results.summaries)} {what} failed ({which}); "
         f"tracebacks in {logs}{others}"
     )
@@ -667,8 +667,14 @@ def rerun(
     import sys
 
     from corral import __version__
-    from corral.sim.provenance import code_identity
-    from corral.sim.rerun import changed_policy_files, differences, recorded, rerun_args
+    from corral.sim.provenance import PROVENANCE_FILE, code_identity
+    from corral.sim.rerun import (
+        changed_policy_files,
+        differences,
+        failed_runs,
+        recorded,
+        rerun_args,
+    )
 
     record = recorded(result)
     target = out or result.with_name(result.name + "-rerun")
@@ -690,9 +696,21 @@ def rerun(
         err_console.print(f"[yellow]note:[/] {escape(change)}", highlight=False)
     console.print(f"rerun    corral {escape(shlex_join(args))}", highlight=False)
     done = subprocess.run([sys.executable, "-m", "corral.cli", *args], check=False)
-    if done.returncode != 0:
-        raise CorralError(f"the recorded command failed again (exit code {done.returncode})")
-    found = differences(result, target)
+    failed_then, failed_now = failed_runs(result), failed_runs(target)
+    partly = done.returncode == 1 and (target / PROVENANCE_FILE).exists()
+    if done.returncode != 0 and not partly:
+        raise OperationFailed(f"the recorded command failed again (exit code {done.returncode})")
+    # a result whose runs partly failed: the good ones are compared; the failed ones
+    # are said, and must be the same as before
+    found = differences(result, target, failed_then | failed_now)
+    for run in sorted(failed_then & failed_now):
+        console.print(f"  failed again, as in the result: {run}", highlight=False)
+    for run in sorted(failed_now - failed_then):
+        console.print(f"  failed now, not in the result: {run}", highlight=False)
+        found.differ.append(run)
+    for run in sorted(failed_then - failed_now):
+        console.print(f"  failed in the result, ran now: {run}", highlight=False)
+        found.differ.append(run)
     trace_now = recorded(target).get("trace")
     if trace_now != record.get("trace"):  # (a file of the same name, other rows)
         err_console.print(
@@ -705,7 +723,7 @@ def rerun(
     for name in found.missing:
         console.print(f"  missing from the rerun: {name}", highlight=False)
     if not found.identical:
-        raise CorralError(
+        raise OperationFailed(
             f"the rerun differs: {len(found.differ)} file(s) differ and {len(found.missing)} "
             f"are missing, of {len(found.same) + len(found.differ) + len(found.missing)} "
             f"compared; it is in {target}"

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from corral.errors import CorralError
+from corral.sim.provenance import FIGURES
 from corral.sim.report_charts import series_styles, wants_log
 from corral.sim.sweep import METRICS
 
@@ -98,7 +99,7 @@ def plot_result(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    target = folder or result / "figures"
+    target = folder or result / FIGURES
     target.mkdir(parents=True, exist_ok=True)
     written = []
     with plt.rc_context(PAPER):  # type: ignore[arg-type]

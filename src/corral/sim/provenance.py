@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from corral.model.jobs import JobTable
     from corral.traces.rows import LoadReport
 
+FIGURES = "figures"
+"""The folder of a result that ``corral plot`` draws into unless told another (not
+an output of the run: ``corral rerun`` compares without it)."""
 PROVENANCE_FILE = "provenance.json"
 GENERATORS = ("synthetic", "gavel-synthetic")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import CorralError
-from corral.sim.provenance import PROVENANCE_FILE
+from corral.sim.provenance import FIGURES, PROVENANCE_FILE
 
 COMMANDS = ("sim", "compare", "sweep")
 """The commands whose results can be made again."""
@@ -116,15 +116,28 @@ class Differences:
         return not self.differ and not self.missing
 
 
-def differences(first: Path, second: Path) -> Differences:
+def failed_runs(result: Path) -> set[str]:
+    """The runs of a result that failed (their folders hold an ``error.log``), as
+    paths relative to it ('.' for a single run's result)."""
+    return {p.parent.relative_to(result).as_posix() for p in result.rglob("error.log")}
+
+
+def differences(
+    first: Path, second: Path, leave_out: set[str] | frozenset[str] = frozenset()
+) -> Differences:
     """Every output file of ``first`` compared with the one of the same name in
     ``second``: CSVs by their rows (less the volatile columns), summaries by
-    their keys (less the volatile ones), other files byte for byte."""
+    their keys (less the volatile ones), other files byte for byte; reports and
+    the figures ``corral plot`` drew into it are not outputs of the run."""
     found = Differences()
     for path in sorted(p for p in first.rglob("*") if p.is_file()):
         name = path.relative_to(first).as_posix()
         if path.name in REPORTS or path.suffix == ".parquet":
             continue
+        if name.startswith(f"{FIGURES}/"):  # (what corral plot drew from it afterwards)
+            continue
+        if any(name.startswith(f"{run}/") or run == "." for run in leave_out):
+            continue  # (a run that failed: its traceback and summary are not its outputs)
         other = second / name
         if not other.is_file():
             found.missing.append(name)
