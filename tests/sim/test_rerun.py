@@ -90,15 +90,24 @@ def test_a_rerun_of_a_policy_file_that_changed_says_so(
     monkeypatch.setattr("sys.argv", ["corral", *args])
     made = CliRunner().invoke(app, args)
     assert made.exit_code == 0, made.output
+    assert Path("first/sources/mine.py").read_text() == example.read_text()  # (kept)
     same = CliRunner().invoke(app, ["rerun", "first", "--out", "same"])
     assert same.exit_code == 0 and "has changed" not in same.stderr
+    # edited since, then gone: the copy the result kept is what runs, and it says so
     Path("mine.py").write_text(example.read_text() + "\n# tuned since\n")
     again = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
     said = " ".join(again.stderr.split())  # (Rich wraps lines)
-    assert "the policy file mine.py has changed since the result was made" in said
+    assert "the policy file mine.py has changed: running the copy the result kept" in said
+    assert again.exit_code == 0 and "identical" in again.output
     Path("mine.py").unlink()
     gone = CliRunner().invoke(app, ["rerun", "first", "--out", "gone"])
-    assert gone.exit_code != 0 and "the policy file mine.py is not here" in gone.stderr.replace(
+    said = " ".join(gone.stderr.split())
+    assert "the policy file mine.py is not here: running the copy the result kept" in said
+    assert gone.exit_code == 0 and "identical" in gone.output
+    # a result without its copy says what it cannot do
+    Path("first/sources/mine.py").unlink()
+    lost = CliRunner().invoke(app, ["rerun", "first", "--out", "lost"])
+    assert lost.exit_code != 0 and "the policy file mine.py is not here" in lost.stderr.replace(
         "\n", " "
     )
 

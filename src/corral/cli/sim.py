@@ -672,6 +672,7 @@ def rerun(
         changed_policy_files,
         differences,
         failed_runs,
+        kept_sources_args,
         recorded,
         rerun_args,
     )
@@ -692,8 +693,12 @@ def rerun(
             f"{__version__}{' at ' + now['git_commit'][:12] if now.get('git_commit') else ''}",
             highlight=False,
         )
-    for change in changed_policy_files(record):
-        err_console.print(f"[yellow]note:[/] {escape(change)}", highlight=False)
+    args, kept = kept_sources_args(record, result, args)
+    for note in kept:
+        err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    if not kept:
+        for change in changed_policy_files(record):
+            err_console.print(f"[yellow]note:[/] {escape(change)}", highlight=False)
     console.print(f"rerun    corral {escape(shlex_join(args))}", highlight=False)
     done = subprocess.run([sys.executable, "-m", "corral.cli", *args], check=False)
     failed_then, failed_now = failed_runs(result), failed_runs(target)

@@ -442,8 +442,10 @@ class Experiment(RunSettings):
     def _write_provenance(self, folder: Path, record: dict[str, Any]) -> None:
         """``provenance.json``; with ``parquet``, a Parquet copy of every CSV carrying it."""
         from corral.sim.provenance import write_provenance
+        from corral.sim.rerun import keep_sources
 
         write_provenance(folder, record)
+        keep_sources(folder, record)  # (so it can be made again after an edit)
         if self.parquet:
             from corral.sim.output import write_parquet_copies
 

@@ -41,6 +41,77 @@ def recorded(result: Path) -> dict[str, Any]:
     return record
 
 
+SOURCES = "sources"
+"""The folder of a result that keeps a copy of each rule file of one's own it ran
+(policies, placements, admissions given as ``file.py:Class``)."""
+
+
+def _digests(record: dict[str, Any]) -> dict[str, str]:
+    """File name -> SHA-256 of each rule file of one's own the record names."""
+    sources = [
+        *(record.get("policy_sources") or {}).values(),
+        record.get("placement_source"),
+        record.get("admission_source"),
+    ]
+    return {s["file"]: s["sha256"] for s in sources if isinstance(s, dict) and "file" in s}
+
+
+def _named_files(record: dict[str, Any]) -> list[str]:
+    """The ``file.py`` paths the recorded command names, as it gives them."""
+    try:
+        words = shlex.split(record.get("command") or "")
+    except ValueError:
+        return []
+    return sorted(
+        {
+            part.strip().split("[", 1)[0].rpartition(":")[0]
+            for word in words
+            for part in word.split(",")
+            if ".py:" in part
+        }
+    )
+
+
+def keep_sources(folder: Path, record: dict[str, Any]) -> list[Path]:
+    """Copy into ``folder/sources`` each rule file the record names whose source here
+    is the one that ran (by SHA-256): the result can then be made again after the
+    file is edited or gone, or on another machine. The copies made."""
+    from corral.sim.provenance import file_digest
+
+    digests, kept = _digests(record), []
+    for given in _named_files(record):
+        path = Path(given).expanduser()
+        if path.name in digests and path.is_file() and file_digest([path]) == digests[path.name]:
+            target = folder / SOURCES / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+            kept.append(target)
+    return kept
+
+
+def kept_sources_args(
+    record: dict[str, Any], result: Path, args: list[str]
+) -> tuple[list[str], list[str]]:
+    """``args`` with each rule file that is gone or changed here replaced by the copy
+    the result kept (when it is the one that ran), and a note for each."""
+    from corral.sim.provenance import file_digest
+
+    digests, notes = _digests(record), []
+    for given in _named_files(record):
+        path = Path(given).expanduser()
+        if path.name not in digests:
+            continue
+        if path.is_file() and file_digest([path]) == digests[path.name]:
+            continue
+        copy = result / SOURCES / path.name
+        if not copy.is_file() or file_digest([copy]) != digests[path.name]:
+            continue
+        args = [word.replace(f"{given}:", f"{copy}:") for word in args]
+        why = "is not here" if not path.is_file() else "has changed"
+        notes.append(f"the policy file {given} {why}: running the copy the result kept, {copy}")
+    return args, notes
+
+
 def changed_policy_files(record: dict[str, Any]) -> list[str]:
     """Policy files (``file.py:Class``) the recorded command names whose source here
     is not the one that ran, by SHA-256: a rerun of them is another experiment. The
@@ -132,7 +203,7 @@ def differences(
     found = Differences()
     for path in sorted(p for p in first.rglob("*") if p.is_file()):
         name = path.relative_to(first).as_posix()
-        if path.name in REPORTS or path.suffix == ".parquet":
+        if path.name in REPORTS or path.suffix == ".parquet" or name.startswith(f"{SOURCES}/"):
             continue
         if name.startswith(f"{FIGURES}/"):  # (what corral plot drew from it afterwards)
             continue
