@@ -180,3 +180,35 @@ def test_one_experiment_run_twice_records_each_folders_own_command(tmp_path: Pat
         record = json.loads((tmp_path / name / "provenance.json").read_text())
         assert shlex.split(record["command"])[-1] == str(tmp_path / name)
         assert record["options"]["out"] == str(tmp_path / name)
+
+
+def test_a_policy_class_runs_and_reruns_from_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``policies=[MyPolicy]`` (a class from a file, as a notebook imports it): it runs,
+    the result names its file, and ``corral rerun`` makes it again, from the copy
+    the result kept when the file is gone. A class with no file is refused."""
+    import importlib
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    example = Path(__file__).parents[2] / "examples" / "policies" / "floor_throughput.py"
+    (tmp_path / "mine.py").write_text(example.read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mine = importlib.import_module("mine")
+    try:
+        experiment = Experiment(
+            **WORKLOAD, policies=[mine.FloorThroughput, "fifo"], runner="serial"
+        )
+        experiment.run("first", say=_quiet)
+        record = json.loads((tmp_path / "first" / "provenance.json").read_text())
+        assert "mine.py:FloorThroughput" in record["command"]
+        (tmp_path / "mine.py").unlink()
+        result = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
+        assert result.exit_code == 0, result.output
+        assert "identical:" in result.output
+    finally:
+        sys.modules.pop("mine", None)
+    local = type("Local", (mine.FloorThroughput,), {"__module__": "__main__"})
+    with pytest.raises(CorralError, match="has no file of its own"):
+        Experiment(**WORKLOAD, policies=[local]).variants()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -72,10 +73,11 @@ class Experiment(RunSettings):
     option.
     """
 
-    policies: str | Sequence[str] = "fifo"
+    policies: str | Sequence[str | type] = "fifo"
     """Policy entries, as ``--policies`` takes them (a list, or one comma-separated
     string): a name, ``file.py:Class``, or a variant with options and a label:
-    ``las[quantum=60,label=las-1min]``."""
+    ``las[quantum=60,label=las-1min]``; in a list, a policy class too (its file is
+    what runs: a class defined in a notebook's cell is refused, saying so)."""
     loads: Sequence[float] | None = None
     """Offered loads to rescale the trace's arrivals to (None: its own arrivals)."""
     seeds: Sequence[int] | None = None
@@ -101,9 +103,12 @@ class Experiment(RunSettings):
     folder) rather than by the command line (whose own words are recorded)."""
 
     def variants(self) -> list[Variant]:
-        """The policy entries, each with its label and own options."""
-        text = self.policies if isinstance(self.policies, str) else ",".join(self.policies)
-        return parse_variants(text)
+        """The policy entries, each with its label and own options (a policy class is
+        named by its file, ``file.py:Class``, so that every runner and ``corral
+        rerun`` can load it)."""
+        if isinstance(self.policies, str):
+            return parse_variants(self.policies)
+        return parse_variants(",".join(policy_name(p) for p in self.policies))
 
     def points(self) -> list[GridPoint]:
         """Every run of the experiment: each variant at each load, seed and cluster size."""
@@ -553,6 +558,34 @@ def _grid_values(point: GridPoint) -> list[tuple[str, Any]]:
         ("seed", point.seed),
         ("cluster_scale", point.cluster_scale),
     ]
+
+
+def policy_name(policy: Any) -> str:
+    """A ``policies`` entry as ``--policies`` takes it: a string as it is; a policy class
+    as ``file.py:Class`` (its file relative to here where it is below), which worker
+    processes and ``corral rerun`` load as any policy file. A class with no file of its
+    own (defined in a notebook's cell) is refused, saying what to do."""
+    if isinstance(policy, str):
+        return policy
+    if not isinstance(policy, type):
+        raise CorralError(
+            f"policies: {policy!r} is neither a policy's name nor a policy class (give "
+            "'las', 'las[quantum=60]', 'file.py:Class' or the class itself)"
+        )
+    module = sys.modules.get(policy.__module__)
+    where = getattr(module, "__file__", None)
+    if not where or (policy.__module__ == "__main__" and not str(where).endswith(".py")):
+        raise CorralError(
+            f"policies: {policy.__name__} has no file of its own (a class defined in a "
+            "notebook cannot be loaded by the worker processes or by corral rerun): put it "
+            f"in a file and give 'file.py:{policy.__name__}'"
+        )
+    path = Path(where).resolve()
+    try:
+        shown = path.relative_to(Path.cwd())
+    except ValueError:
+        shown = path
+    return f"{shown}:{policy.__qualname__}"
 
 
 def policy_entry(variant: Variant) -> str:
