@@ -574,11 +574,12 @@ def policy_name(policy: Any) -> str:
         )
     module = sys.modules.get(policy.__module__)
     where = getattr(module, "__file__", None)
-    if not where or (policy.__module__ == "__main__" and not str(where).endswith(".py")):
+    if not where or policy.__module__ == "__main__":
         raise CorralError(
             f"policies: {policy.__name__} has no file of its own (a class defined in a "
-            "notebook cannot be loaded by the worker processes or by corral rerun): put it "
-            f"in a file and give 'file.py:{policy.__name__}'"
+            "notebook, or in the script being run, cannot be loaded by the worker "
+            "processes or by corral rerun): put it in a file of its own, import it from "
+            f"there, or give 'file.py:{policy.__name__}'"
         )
     path = Path(where).resolve()
     try:
