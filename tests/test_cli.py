@@ -294,7 +294,11 @@ def test_heterogeneous_policies_and_round_planners_from_the_command_line(tmp_pat
     summary = json.loads((out / "hare" / "summary.json").read_text())
     assert summary["jobs_finished"] == 20 and summary["weighted_jct_s"] > 0
     bad = runner.invoke(app, ["sim", "--policy", "harey", "--trace", "synthetic:jobs=5"])
-    assert "unknown policy 'harey'" in str(bad.exception)  # main() prints it, exits 2
+    assert "unknown policy 'harey'; did you mean 'hare'?" in str(bad.exception)  # exits 2
+    typo = runner.invoke(
+        app, ["compare", "--policies", "fifo,tiresias-lass", "--trace", "synthetic:jobs=5"]
+    )
+    assert "did you mean 'tiresias-las'?" in str(typo.exception)
 
 
 def test_user_profiles_change_speeds_and_bad_ones_name_the_line(tmp_path):

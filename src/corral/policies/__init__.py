@@ -250,7 +250,18 @@ def live_refusal(name: str, options: dict[str, Any] | None = None) -> str | None
         except TypeError as exc:
             return f"policy '{name}': {exc}"
         return None
-    return f"unknown policy '{name}' (choose from {', '.join(POLICIES)}; see 'corral policies')"
+    return unknown_policy(name, list(POLICIES))
+
+
+def unknown_policy(name: str, known: list[str]) -> str:
+    """The message for a policy name that is none of ``known``, with the nearest one
+    when it looks misspelt (``tiresias-lass``: did you mean 'tiresias-las'?)."""
+    import difflib
+
+    near = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    choose = f"choose from {', '.join(known)}; see 'corral policies'"
+    return f"unknown policy '{name}'{hint} ({choose})"
 
 
 def live_support(cls: type[Policy]) -> str:
@@ -278,9 +289,7 @@ def make_policy(
     try:
         cls = POLICIES[policy_key(name)]
     except KeyError:
-        raise CorralError(
-            f"unknown policy '{name}' (choose from {', '.join(POLICIES)}; see 'corral policies')"
-        ) from None
+        raise CorralError(unknown_policy(name, list(POLICIES))) from None
     try:
         strategy = make_placement(placement, seed) if placement is not None else None
         from corral.policies.options import convert

@@ -335,7 +335,7 @@ def plugin_source(spec: str) -> dict[str, str] | None:
 def check_policy_names(names: list[str]) -> None:
     """Each name a known policy (a built-in, a round planner, or a ``file.py:Class``,
     loaded here so that its own errors are said before anything runs)."""
-    from corral.policies import POLICIES
+    from corral.policies import POLICIES, unknown_policy
 
     if all(n in POLICIES for n in names):
         return  # gang policies only: the round planners need not be loaded to say so
@@ -344,6 +344,4 @@ def check_policy_names(names: list[str]) -> None:
     known = [*POLICIES, *ROUND_PLANNERS]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise CorralError(
-            f"unknown policy '{unknown[0]}' (choose from {', '.join(known)}; see 'corral policies')"
-        )
+        raise CorralError(unknown_policy(unknown[0], known))
