@@ -68,6 +68,10 @@ def test_philly_bad_rows(tmp_path):
     table = load_philly(path, skip_bad=True, report=report)
     assert len(table) == 1 and report.skipped == 2
     assert "p2.csv:3" in (report.first_problem or "")
+    # a row missing its last field (its virtual cluster) is named, not read as VC ''
+    short = write(tmp_path, "p3.csv", PHILLY + good + "2017-10-09 08:00:00,5,1,5\n")
+    with pytest.raises(InputError, match=r"p3.csv:3: field 'cluster': is empty"):
+        load_philly(short)
 
 
 def test_tiresias_trace(tmp_path):

@@ -50,7 +50,7 @@ def load_philly(
     duration = check.number("duration", positive=True)
     gpus = check.number("num_gpus", integer=True, minimum=1)
     check.number("gpu_time", minimum=0, required=False)
-    vc = check.text("cluster", required=False)
+    vc = check.text("cluster")  # (a row without one is an error naming its line)
     df = pd.DataFrame(
         {
             "job_id": "philly-" + raw["__row"].astype(str),
