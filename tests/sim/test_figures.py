@@ -161,3 +161,23 @@ def test_without_matplotlib_the_command_says_what_to_install(
     result = CliRunner().invoke(app, ["plot", str(comparison)])
     assert result.exit_code != 0
     assert "pip install 'corral[plot]'" in str(result.exception)
+
+
+def test_a_log_axis_labels_at_least_three_ticks() -> None:
+    """Average JCTs from 50 to 700 s drawn on a log axis: labels at 1, 2 and 5 of each
+    decade (powers of ten alone labelled one tick, 100)."""
+    rows = [
+        {"cluster_scale": 1.0, "load": load, "policy": policy, "seeds": 1,
+         "avg_jct_s_mean": jct, "avg_jct_s_std": 0.0, "gpu_utilization_mean": 0.5,
+         "gpu_utilization_std": 0.0}
+        for policy, scale in (("fifo", 1.0), ("las", 2.0))
+        for load, jct in ((0.5, 50.0 * scale), (0.9, 350.0 * scale))
+    ]  # fmt: skip
+    figure = sweep_figures(pd.DataFrame(rows))["avg_jct"]
+    (axes,) = figure.axes
+    assert axes.get_yscale() == "log"
+    figure.canvas.draw()
+    low, high = axes.get_ylim()
+    shown = [t for t in axes.get_yticks() if low <= t <= high]
+    labels = [t.get_text() for t in axes.get_yticklabels() if t.get_text()]
+    assert len(shown) >= 3 and len(labels) >= 3, (shown, labels)

@@ -256,10 +256,13 @@ def _hold(axes: Axes, low: float, high: float, bars: bool = False) -> None:
     if not (np.isfinite(low) and np.isfinite(high)):
         return
     if not bars and low > 0 and high / low > 10:
-        from matplotlib.ticker import FuncFormatter
+        from matplotlib.ticker import FuncFormatter, LogLocator
 
         axes.set_yscale("log")
         axes.set_ylim(low / 1.25, high * 1.25)
+        # 1, 2 and 5 of each decade: at least three labelled ticks on any range over
+        # 10x (powers of ten alone left one, "100", on a range of 50 to 700)
+        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         plain = FuncFormatter(lambda value, _: f"{value:g}")  # (200, not 2 x 10^2)
         axes.yaxis.set_major_formatter(plain)
         axes.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
