@@ -273,12 +273,15 @@ class Themis(Policy):
         won = self.auction(state, bidders, room)
         type_of = state.cluster.gpu_type_id
         current = {int(i): int(type_of[state.alloc[i][0]]) for i in state.running}  # type: ignore[index]
+        ended = set(builder.plan.stops)  # (leases that ended this pass: stopped already)
         keep: set[int] = set()
         for j, (t, _) in won.items():
             if current.get(j) == t:
                 keep.add(j)
+                if j in ended:  # its lease ended, and it wins the same GPUs again
+                    builder.unstop(j)
         for i in current:
-            if i not in keep:
+            if i not in keep and i not in ended:  # (never stopped twice: a double release)
                 builder.stop(i)
         for j, (t, share) in sorted(won.items(), key=lambda kv: -kv[1][1]):
             if j not in keep and not self._start_on(state, builder, j, t):

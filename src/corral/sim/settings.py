@@ -304,6 +304,11 @@ class RunSettings:
         for v in variants:
             variant_options(v, self.policy_opt or [])
         parse_failure_rates(self.failure_rates or "")  # refused before any run starts
+        if not 0.0 <= self.failure_rate < 1.0:  # (else each run would fail of it)
+            rate = self.failure_rate
+            raise CorralError(f"--failure-rate: a failure rate is in [0, 1), not {rate}")
+        if self.max_retries < 0:
+            raise CorralError(f"--max-retries: give 0 or more, not {self.max_retries}")
         if self.admission is not None:  # (its class and options, checked before any run)
             from corral.policies.admission import make_admission
             from corral.policies.rounds.planners import ROUND_PLANNERS
