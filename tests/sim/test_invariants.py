@@ -117,3 +117,32 @@ def test_invariants_hold_on_a_grid_of_passes_with_every_start_charged(
     assert ((started % every < 1e-6) | (every - started % every < 1e-6)).all()
     jct = s.finish_time[~wide] - s.submit[~wide]
     assert (jct >= 30.0 + s.duration[~wide] / s.max_speedup[~wide] - 1e-6).all()
+
+
+def test_themis_never_stops_a_job_twice_in_one_pass() -> None:
+    """On a grid of passes 360 s apart a lease can end in the pass that also starts
+    Themis' round: the job was stopped for its lease, then again for the round, its
+    GPUs released twice (DoubleAllocation; found by the property test above)."""
+    import random
+
+    rng = random.Random(0)  # (the first of such workloads drawn this way)
+    rows = [
+        (rng.uniform(0, 5000), rng.choice([1, 1, 1, 2, 2, 3, 4, 8]), rng.uniform(1, 20000))
+        for _ in range(rng.randint(1, 30))
+    ]
+    nodes, per_node, every = (
+        rng.randint(1, 4),
+        rng.choice([1, 2, 4]),
+        rng.choice([30.0, 60.0, 360.0]),
+    )
+    result = _simulate(
+        rows,
+        uniform(nodes, per_node),
+        "themis",
+        switch_cost=30.0,
+        decide_every=every,
+        charge_first_start=True,
+    )
+    s = result.state
+    wide = s.gpus > nodes * per_node
+    assert (s.status[~wide] == DONE).all()
