@@ -181,3 +181,14 @@ def test_a_log_axis_labels_at_least_three_ticks() -> None:
     shown = [t for t in axes.get_yticks() if low <= t <= high]
     labels = [t.get_text() for t in axes.get_yticklabels() if t.get_text()]
     assert len(shown) >= 3 and len(labels) >= 3, (shown, labels)
+
+
+def test_corral_plot_draws_the_policies_asked_in_their_order(comparison: Path) -> None:
+    from corral.sim.figures import result_figures
+
+    figures = result_figures(comparison, policies=["las", "srtf", "fifo"])
+    bars = figures["avg-jct"].axes[0]
+    assert [t.get_text() for t in bars.get_xticklabels()] == ["las", "srtf (oracle)", "fifo"]
+    refused = CliRunner().invoke(app, ["plot", str(comparison), "--policies", "fifo,gavel"])
+    assert refused.exit_code != 0
+    assert "gavel not in this result (it has fifo, srtf (oracle), las)" in str(refused.exception)

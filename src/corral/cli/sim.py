@@ -752,6 +752,10 @@ def plot(
     width: Annotated[
         str, typer.Option(help="single (one column, 3.5 in) or double (the page, 7.16 in)")
     ] = "single",
+    policies: Annotated[
+        str | None,
+        typer.Option(help="comma-separated: only these of the result's policies, in this order"),
+    ] = None,
 ) -> None:
     """Draw a result's figures for a paper: PDF, SVG and PNG, one style per policy.
 
@@ -765,7 +769,8 @@ def plot(
         raise CorralError(f"{result}: no such result folder")
     chosen = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
     with user_errors():
-        written = plot_result(result, out, chosen, width)
+        only = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
+        written = plot_result(result, out, chosen, width, only)
     names = sorted({p.stem for p in written})
     where = written[0].parent if written else out
     console.print(

@@ -82,9 +82,11 @@ def plot_result(
     folder: Path | None = None,
     formats: tuple[str, ...] = FORMATS,
     width: str = "single",
+    policies: list[str] | None = None,
 ) -> list[Path]:
-    """Draw a result folder's figures into ``folder`` (default ``RESULT/figures``);
-    the files written."""
+    """Draw a result folder's figures into ``folder`` (default ``RESULT/figures``),
+    of the ``policies`` named (None: all of the result's, in its order); the files
+    written."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise CorralError(f"--format: {', '.join(unknown) or 'none'}: choose from {FORMATS}")
@@ -103,7 +105,7 @@ def plot_result(
     target.mkdir(parents=True, exist_ok=True)
     written = []
     with plt.rc_context(PAPER):  # type: ignore[arg-type]
-        for name, figure in result_figures(result, width).items():
+        for name, figure in result_figures(result, width, policies).items():
             for fmt in formats:
                 path = target / f"{name}.{fmt}"
                 figure.savefig(path, **_save_options(fmt))
@@ -112,11 +114,31 @@ def plot_result(
     return written
 
 
-def result_figures(result: Path, width: str = "single") -> dict[str, Figure]:
+def chosen(have: list[str], wanted: list[str] | None) -> list[str]:
+    """The policies of a result to draw: ``wanted`` in its order, each one the result
+    has (an error names the others), or all of them."""
+    if not wanted:
+        return have
+    bare = {h.removesuffix(" (oracle)"): h for h in have}  # (srtf names 'srtf (oracle)')
+    wanted = [w if w in have else bare.get(w, w) for w in wanted]
+    missing = [p for p in wanted if p not in have]
+    if missing:
+        raise CorralError(
+            f"--policies: {', '.join(missing)} not in this result (it has {', '.join(have)})"
+        )
+    return list(dict.fromkeys(wanted))
+
+
+def result_figures(
+    result: Path, width: str = "single", policies: list[str] | None = None
+) -> dict[str, Figure]:
     """The figures of a result folder, by name (a comparison's or one run's
-    distributions; a sweep's metrics against load)."""
+    distributions; a sweep's metrics against load), of ``policies`` (None: all)."""
     if (result / "by_point.csv").exists():
-        return sweep_figures(pd.read_csv(result / "by_point.csv"), width)
+        points = pd.read_csv(result / "by_point.csv")
+        keep = chosen(list(dict.fromkeys(map(str, points["policy"]))), policies)
+        points = points[points["policy"].astype(str).isin(keep)]
+        return sweep_figures(points, width)
     if (result / "comparison.csv").exists():
         import json
 
@@ -126,6 +148,7 @@ def result_figures(result: Path, width: str = "single") -> dict[str, Figure]:
             policy = str(json.loads(summary.read_text(encoding="utf-8"))["policy"])
             found[policy] = pd.read_csv(summary.parent / "jobs.csv")
         runs = {p: found[p] for p in order if p in found}  # (a failed run has no summary)
+        runs = {p: runs[p] for p in chosen(list(runs), policies)}
         return distribution_figures(runs, width)
     if (result / "jobs.csv").exists():
         import json
