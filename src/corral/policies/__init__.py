@@ -6,6 +6,7 @@ import importlib
 import inspect
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from corral.errors import CorralError
@@ -31,6 +32,10 @@ class _Registry(Mapping[str, type[Policy]]):
         self._loaded: dict[str, type[Policy]] = {}
 
     def __getitem__(self, name: str) -> type[Policy]:
+        where_, _, attr = name.rpartition(":")
+        if where_.endswith(".py"):  # a file by where it is, not as written: the same
+            # 'mine.py:X' from another folder is another file
+            name = f"{Path(where_).expanduser().resolve()}:{attr}"
         cls = self._loaded.get(name)
         if cls is None:
             where = self._where.get(name) or self._plugins().get(name)
