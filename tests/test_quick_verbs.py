@@ -47,17 +47,14 @@ class Recorder(BaseHTTPRequestHandler):
             answer, status = {"detail": [{"loc": ["body", "gpus"], "msg": "too many"}]}, 422
         else:
             answer, status = {"id": len(self.bodies), "name": body.get("name", "job")}, 201
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._answer(answer, status)
 
-    def _answer(self, answer: Any, status: int) -> None:
+    def _answer(self, answer: Any, status: int, total: int | None = None) -> None:
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        if total is not None:
+            self.send_header("X-Total-Count", str(total))
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -83,13 +80,7 @@ class Recorder(BaseHTTPRequestHandler):
         if query.get("layout") == "columns":
             fields = query["fields"].replace("%2C", ",").split(",")
             shown = {field: [job[field] for job in shown] for field in fields}
-        data = json.dumps(shown).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("X-Total-Count", str(len(jobs)))
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._answer(shown, 200, total=len(jobs))
 
     listed: ClassVar[int] = 0
 

@@ -30,6 +30,14 @@ def process(loop: VirtualLoop, job: int) -> VirtualProcess:
     return found
 
 
+def ask(loop: VirtualLoop, job: int, request: str) -> None:
+    """Record a request as the API does, for the loop's next pass."""
+    with loop.store.session() as s:
+        row = s.get(JobRow, job)
+        assert row is not None
+        row.request = request
+
+
 def warned_events(loop: VirtualLoop, job: int) -> list[dict[str, Any]]:
     with loop.store.session() as s:
         return [
@@ -112,10 +120,7 @@ def test_a_users_suspend_is_not_put_off(tmp_path: Path) -> None:
     try:
         job = loop.queue(command=["sleep", "1000"], signal="USR1@60")
         loop.run(5)
-        with loop.store.session() as s:
-            row = s.get(JobRow, job)
-            assert row is not None
-            row.request = "suspend"
+        ask(loop, job, "suspend")
         loop.run(1)
         assert signal.SIGTERM in process(loop, job).signalled
     finally:
@@ -131,10 +136,7 @@ def test_a_cancel_during_the_warning_terminates_at_once(tmp_path: Path) -> None:
         loop.run(2)
         mine = process(loop, job)
         assert mine.warned and signal.SIGTERM not in mine.signalled  # (put off)
-        with loop.store.session() as s:
-            row = s.get(JobRow, job)
-            assert row is not None
-            row.request = "cancel"
+        ask(loop, job, "cancel")
         loop.run(1)
         assert signal.SIGTERM in mine.signalled
         loop.run(10)
@@ -148,10 +150,7 @@ def test_a_job_without_a_warning_is_terminated_at_once(tmp_path: Path) -> None:
     try:
         job = loop.queue(command=["sleep", "1000"])
         loop.run(5)
-        with loop.store.session() as s:
-            row = s.get(JobRow, job)
-            assert row is not None
-            row.request = "suspend"
+        ask(loop, job, "suspend")
         loop.run(1)
         assert signal.SIGTERM in process(loop, job).signalled
     finally:
