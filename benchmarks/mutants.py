@@ -248,6 +248,20 @@ MUTANTS = [
         "        self.sharing.unpair(a.job, now)",
         "            pass\n        self.sharing.unpair(a.job, now)",
     ),
+    Mutant(
+        "cpu-jobs-not-counted",
+        "cpus",
+        f"{LOOP}/cpu_jobs.py",
+        "            elif need_cpus <= free_cpus and need_memory <= free_memory:",
+        "            elif True:",
+    ),
+    Mutant(
+        "cpu-jobs-shown-to-the-policy",
+        "cpus",
+        f"{LOOP}/scheduler.py",
+        "            with self.cpu_jobs.hidden():",
+        "            with threading.Lock():  # (a context that hides nothing)",
+    ),
 ]
 
 RUNNER = """

@@ -64,7 +64,7 @@ def test_missing_or_wrong_token_is_401(api: tuple[TestClient, Store]) -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"gpus": 0}, "gpus"),
+        ({"gpus": -1}, "gpus"),
         ({"command": "python train.py"}, "command"),
         ({"command": []}, "command"),
         ({"env": {"CORRAL_JOB_ID": "7"}}, "env"),

@@ -34,7 +34,14 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def oracle(**kw: Any) -> Oracle:
-    return Oracle(trip, tick=1.0, grace=3.0, node_requeues=5, user_gpus=kw.pop("caps", {}))
+    return Oracle(
+        trip,
+        tick=1.0,
+        grace=3.0,
+        node_requeues=5,
+        user_gpus=kw.pop("caps", {}),
+        cpus=kw.pop("cpus", None),
+    )
 
 
 def job(s: Session, o: Oracle, user: str = "alice", **spec: Any) -> int:
@@ -209,6 +216,26 @@ def test_limits_trip_on_a_user_over_their_gpus(store: Store) -> None:
             attempt(s, job(s, o, user="bob"), 1, T0, None, None, gpus=(k,))
     said = steps(store, o, T0 + 1)
     assert said is not None and said.startswith("limits"), said
+
+
+def test_cpus_trip_on_more_cpus_held_than_the_service_has(store: Store) -> None:
+    o = oracle(cpus=4)
+    with store.session() as s:
+        attempt(s, job(s, o, gpus=0, cpus=2), 1, T0, None, None, gpus=())
+        attempt(s, job(s, o, gpus=1, cpus=2), 1, T0, None, None, gpus=(0,))
+    assert steps(store, o, T0 + 1) is None  # 2 + 2: all it has
+    with store.session() as s:
+        attempt(s, job(s, o, gpus=0), 1, T0 + 1, None, None, gpus=())
+    said = steps(store, o, T0 + 2)
+    assert said is not None and said.startswith("cpus: the attempts in flight hold 5"), said
+
+
+def test_cpus_trip_on_a_cpu_only_job_given_a_gpu(store: Store) -> None:
+    o = oracle(cpus=4)
+    with store.session() as s:
+        attempt(s, job(s, o, gpus=0), 1, T0, None, None, gpus=(3,))
+    said = steps(store, o, T0 + 1)
+    assert said is not None and said.startswith("cpus: CPU-only job"), said
 
 
 def test_checkpoint_trips_on_a_start_behind_the_saved_step() -> None:

@@ -57,7 +57,13 @@ from corral.api.limits import MAX_REPORTED
 from corral.api.views import HeartbeatBody, PriorityBody
 from corral.model.status import TRANSITIONS
 from corral.runtime.execution.executor import ProcessRef
-from corral.runtime.jobspec.config import GpuGroup, RetryConfig, ServiceConfig, UserConfig
+from corral.runtime.jobspec.config import (
+    CpuJobsConfig,
+    GpuGroup,
+    RetryConfig,
+    ServiceConfig,
+    UserConfig,
+)
 from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
 from corral.runtime.loop.admission import Admission, Refused
 from corral.runtime.loop.scheduler import Scheduler
@@ -171,7 +177,9 @@ def _command(rng: random.Random) -> list[str]:
 
 def _spec(rng: random.Random, earlier: int) -> dict[str, Any]:
     """A job spec a user might send: mostly valid, some refused, some hostile."""
-    spec: dict[str, Any] = {"command": _command(rng), "gpus": rng.choice([1, 1, 1, 2, 4])}
+    spec: dict[str, Any] = {"command": _command(rng), "gpus": rng.choice([1, 1, 1, 2, 4, 0])}
+    if spec["gpus"] == 0:  # a CPU-only step, of one CPU or of more
+        spec["cpus"] = rng.choice([1, 1, 2, 3])
     if spec["command"] == ["hang"]:
         spec["wall_time"] = rng.choice([5.0, 20.0])  # else it would rightly run for ever
     roll = rng.random()
@@ -183,7 +191,7 @@ def _spec(rng: random.Random, earlier: int) -> dict[str, Any]:
     elif roll < 0.20:
         spec["hold"] = True
     elif roll < 0.24:  # refused: more GPUs than there are, a bad value, a stray field
-        spec.update(rng.choice([{"gpus": 64}, {"priority": 10**6}, {"gpus": 0}, {"bogus": 1}]))
+        spec.update(rng.choice([{"gpus": 64}, {"priority": 10**6}, {"gpus": -1}, {"bogus": 1}]))
     elif roll < 0.27 and earlier:  # a dependency past the last job: refused
         spec["dependency"] = f"afterok:{earlier + 50}"
     if rng.random() < 0.2:
@@ -404,7 +412,8 @@ def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, An
 
 # ---------------------------------------------------------------- the world
 def service_config(folder: Path, policy: str) -> ServiceConfig:
-    """Two nodes of four GPUs (V100 and K80), two users and an admin, short timers."""
+    """Two nodes of four GPUs (V100 and K80), four CPUs for the jobs that count them,
+    two users and an admin, short timers."""
     options: dict[str, Any] = {"round": 5.0} if policy.startswith("gavel") else {}
     return ServiceConfig(
         state_dir=folder,
@@ -422,6 +431,7 @@ def service_config(folder: Path, policy: str) -> ServiceConfig:
         heartbeat_timeout=10.0,
         tick=1.0,
         retry=RetryConfig(backoff=1.0, backoff_max=8.0),
+        cpu_jobs=CpuJobsConfig(cpus=4, memory="16G"),  # (the same on every machine)
     )
 
 
@@ -587,6 +597,7 @@ class World:
             grace=self.config.stop_grace,
             node_requeues=self.config.retry.node_requeues,
             user_gpus={u.name: u.max_gpus for u in self.config.users if u.max_gpus},
+            cpus=self.config.cpu_jobs.cpus,
         )
         self.executor.on_checkpoint = self.oracle.saved
         self.bounds = Boundaries(self.store)

@@ -21,6 +21,8 @@ contract a user relies on:
   ``sleep`` or ``train`` SUCCEEDED, ``false`` and ``crash`` FAILED after exactly
   ``max_retries + 1`` attempts, a ``hang`` past its wall time TIMEOUT);
 - ``limits``: a user's GPU limit is never exceeded;
+- ``cpus``: a CPU-only job (``gpus: 0``) never holds a GPU, and the CPUs the
+  attempts in flight hold (see ``JobSpec.cpus_held``) never exceed the service's;
 - ``drain``: nothing starts on a node an admin drained, from the first pass after;
 - ``checkpoint``: a training job relaunched never starts behind the last
   checkpoint it saved;
@@ -111,6 +113,8 @@ class Oracle:
     grace: float
     node_requeues: int
     user_gpus: dict[str, int]
+    cpus: int | None = None
+    """The CPUs the service counts out to jobs (None: not checked)."""
     promises: dict[int, Promise] = field(default_factory=dict)
     passes: int = 0
     """Passes begun so far."""
@@ -184,6 +188,7 @@ class Oracle:
             self.paused[key] = max(self.paused.get(key, 0.0), seconds)
         by_array: dict[int, list[int]] = {}
         by_user: dict[str, int] = {}
+        cpus_held = 0
         for att in open_rows:
             p = self.promises.get(att.job_id)
             if p is None or att.job_id in skip:
@@ -213,6 +218,13 @@ class Oracle:
                         f"{sorted(by_array[spec.array_job])} at once, over its %"
                         f"{spec.array_limit}"
                     )
+            if spec.gpus == 0 and att.gpus:
+                self.broken(
+                    f"cpus: CPU-only job {p.job} attempt {att.number} holds GPUs {att.gpus}"
+                )
+            cpus_held += spec.cpus_held()
+            if self.cpus is not None and cpus_held > self.cpus:
+                self.broken(f"cpus: the attempts in flight hold {cpus_held} CPUs, over {self.cpus}")
             by_user[p.user] = by_user.get(p.user, 0) + len(att.gpus or [])
             most = self.user_gpus.get(p.user)
             if most is not None and by_user[p.user] > most:

@@ -334,6 +334,31 @@ class PrerunConfig(BaseModel):
     steps: int = Field(3, ge=1)
 
 
+class CpuJobsConfig(BaseModel):
+    """What the service gives jobs of no GPUs (``gpus: 0``, a pipeline's CPU-only
+    steps): the CPUs and memory it counts them against."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpus: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="CPUs counted out to CPU-only jobs (each holds its --cpus-per-task, 1 "
+        "unless given) and to GPU jobs that give --cpus-per-task; unset: the CPUs this "
+        "service may use",
+    )
+    memory: int | None = Field(
+        None,
+        description="memory counted out to the jobs that give --mem (16G, or MiB); unset: "
+        "90% of this host's",
+    )
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> int | None:
+        return None if value is None else parse_memory(value)
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     host: str = "127.0.0.1"
@@ -360,6 +385,7 @@ class ServiceConfig(BaseModel):
     users: list[UserConfig] = Field(min_length=1)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     prerun: PrerunConfig = Field(default_factory=PrerunConfig)
+    cpu_jobs: CpuJobsConfig = Field(default_factory=CpuJobsConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     stop_grace: float = Field(30.0, ge=0, description="seconds from SIGTERM to SIGKILL")
     log_limit: int | None = Field(

@@ -301,8 +301,8 @@ def typed_count(value: str, source: str, line: int | None, name: str) -> tuple[s
         number = int(count)
     except ValueError:
         raise InputError(source, line, name, f"'{count}' is not a whole number") from None
-    if number < 1:
-        raise InputError(source, line, name, f"'{count}': give at least 1 GPU")
+    if number < 0:
+        raise InputError(source, line, name, f"'{count}': give 0 GPUs (a CPU-only job) or more")
     return gpu_type or None, number
 
 
@@ -394,6 +394,8 @@ def per_unit_memory(fields: dict[str, Any], source: str) -> dict[str, Any]:
     if "memory" in fields:
         raise InputError(source, line, name, "give one of --mem, --mem-per-gpu and --mem-per-cpu")
     unit = "gpus" if name == "--mem-per-gpu" else "cpus"
+    if unit == "gpus" and fields.get("gpus") == 0:
+        raise InputError(source, line, name, "a job of no GPUs: give --mem or --mem-per-cpu")
     count = int(fields.get(unit) or 1)
     fields["memory"] = parse_memory(value) * count
     return fields

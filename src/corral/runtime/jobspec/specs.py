@@ -253,7 +253,14 @@ class JobSpec(BaseModel):
         description="argv that stages the job's inputs (copies data to local disk), run "
         "once before its command; under liquid, ahead of time while the job waits",
     )
-    gpus: int = Field(1, ge=1, le=4096, strict=True, description="GPUs of the gang")
+    gpus: int = Field(
+        1,
+        ge=0,
+        le=4096,
+        strict=True,
+        description="GPUs of the gang (0: a CPU-only job, placed by the service beside "
+        "GPU jobs on CPUs and memory, never shown to the policy)",
+    )
     nodes: int | None = Field(
         None,
         ge=1,
@@ -548,6 +555,35 @@ class JobSpec(BaseModel):
         if any(not 1 <= i < 2**63 for i in ids):
             raise ValueError("job ids are positive")
         return {kind: sorted(set(group)) for kind, group in value.items() if group}
+
+    @model_validator(mode="after")
+    def _cpu_only(self) -> JobSpec:
+        """A job without GPUs (``gpus: 0``) runs one process group on one node, on CPUs
+        and memory the service accounts: what only GPUs mean is refused for it."""
+        if self.gpus:
+            return self
+        given = [
+            name
+            for name, bad in (
+                ("nodes", (self.nodes or 1) > 1),
+                ("gpu_type", self.gpu_type is not None),
+                ("task", self.task is not None),
+                ("prerun_steps", bool(self.prerun_steps)),
+                ("exclusive", self.exclusive),
+            )
+            if bad
+        ]
+        if given:
+            raise ValueError(
+                f"{given[0]}: a CPU-only job (gpus: 0) runs on one node's CPUs, beside GPU "
+                f"jobs; leave {given[0]} out or ask for GPUs"
+            )
+        return self
+
+    def cpus_held(self) -> int:
+        """The CPUs the job is counted as holding: its --cpus-per-task; a CPU-only job
+        that gives none holds one (Slurm's default), a GPU job's are not counted."""
+        return self.cpus or (0 if self.gpus else 1)
 
     @model_validator(mode="after")
     def _even_layout(self) -> JobSpec:

@@ -33,6 +33,7 @@ from corral.runtime.jobspec.specs import (
     array_limit,
     check_array,
 )
+from corral.runtime.loop.cpu_jobs import cpu_capacity
 from corral.runtime.loop.loop_base import NOT_ENDED
 from corral.runtime.loop.records import HELD_REASONS, spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
@@ -269,7 +270,9 @@ class Admission:
                 raise Refused(
                     f"asks for {spec.gpus} GPUs; the cluster has {limit} {kind}GPUs", "gpus"
                 )
-        if spec.nodes is not None:
+        if spec.gpus == 0:
+            self.check_cpu_only(spec)
+        elif spec.nodes is not None:
             self.check_layout(spec)
         if config.vcs is not None and spec.vc is not None and spec.vc not in config.vcs:
             have = ", ".join(config.vcs)
@@ -344,6 +347,27 @@ class Admission:
                 "interactive",
             )
         return spec.model_copy(update={"max_retries": 0})
+
+    def check_cpu_only(self, spec: JobSpec) -> None:
+        """A job of no GPUs runs on this host's CPUs (see runtime.loop.cpu_jobs): not
+        under the Ray executor, and never asking more than the service counts out."""
+        if self.config.executor != "local":
+            raise Refused(
+                "the Ray executor runs a job's processes on its GPUs' nodes: a CPU-only job "
+                "(gpus: 0) needs the local executor; ask for a GPU",
+                "gpus",
+            )
+        cpus, memory = cpu_capacity(self.config)
+        if spec.cpus_held() > cpus:
+            raise Refused(
+                f"asks for {spec.cpus_held()} CPUs; this service gives CPU-only jobs {cpus}",
+                "cpus",
+            )
+        if spec.memory is not None and spec.memory * 2**20 > memory:
+            raise Refused(
+                f"asks for {spec.memory} MiB; this service gives jobs {memory // 2**20} MiB",
+                "memory",
+            )
 
     def check_layout(self, spec: JobSpec) -> None:
         """A job that asks for so many nodes (sbatch --nodes) gets exactly them, or is

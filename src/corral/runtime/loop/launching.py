@@ -242,7 +242,7 @@ class Launching:
                     folder,
                     a.log,
                     run_as=run_as,
-                    cpus=spec.cpus,
+                    cpus=spec.cpus_held() or None,
                     memory=spec.memory * 2**20 if spec.memory else None,
                     output=output_path(spec, job, row.user),
                     error=output_path(spec, job, row.user, spec.error) if spec.error else None,
@@ -362,6 +362,8 @@ class Launching:
         env.update(slurm_env(row, spec, number, gpus, base))
         if gpus:  # (a Ray rank is told its own node)
             env["SLURMD_NODENAME"] = self.loop.slots[gpus[0]].node
+        elif (node := self._cpu_node()) is not None:  # a CPU-only job: this host's
+            env["SLURMD_NODENAME"] = node
         if spec.total_steps is not None:
             env["CORRAL_TOTAL_STEPS"] = str(spec.total_steps)
         if spec.array_index is not None:
@@ -377,6 +379,14 @@ class Launching:
         if rec.low_priority is not None:  # an opportunistic job: leaves GPU memory to owners
             env["CORRAL_GPU_MEMORY_FRACTION"] = f"{rec.low_priority:g}"
         return env
+
+    def _cpu_node(self) -> str | None:
+        """The node a CPU-only job runs on: the first usable one (all are this host)."""
+        usable = self.loop.usable
+        for slot in self.loop.slots:
+            if slot.id >= len(usable) or usable[slot.id]:
+                return slot.node
+        return None
 
     def _prerun_steps(self, spec: JobSpec) -> int:
         if spec.prerun_steps:

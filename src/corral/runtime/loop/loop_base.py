@@ -371,7 +371,7 @@ class LoopState:
         """The policy's own view of a queued or running job (empty when it has none);
         on the loop's thread (other threads: :meth:`ask_view`)."""
         i = self.live.index.get(job)
-        if i is None:
+        if i is None or int(self.live.state.gpus[i]) == 0:  # (a CPU-only job is not its)
             return {}
         try:
             return self.policy.view(self.live.state, i)

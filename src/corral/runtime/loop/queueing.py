@@ -100,10 +100,11 @@ class Queueing:
         until the rule's time to ask again; a refused one ends CANCELLED. A rule
         that raises, or delays to a time already past, admits the job (logged as an
         event): one rule's bug never keeps a job, or the pass, from going on."""
-        if row.first_start is not None:
+        state = self.loop.live.state
+        if row.first_start is not None or int(state.gpus[i]) == 0:
+            # (a CPU-only job is never the policy's: see runtime.loop.cpu_jobs)
             self.loop.book.arrive(row.id, self.loop.rel(now))
             return
-        state = self.loop.live.state
         state.now = self.loop.rel(now)
         session = object_session(row)
         try:

@@ -37,7 +37,9 @@ made after it):
 - :mod:`~corral.runtime.loop.gpu_watch`, :mod:`~corral.runtime.loop.exclusive`,
   :mod:`~corral.runtime.loop.user_limits`: the GPUs' health, exclusive nodes,
   users' limits and fair share;
-- :mod:`~corral.runtime.loop.warm_ahead`: warm workers for the jobs that wait.
+- :mod:`~corral.runtime.loop.warm_ahead`: warm workers for the jobs that wait;
+- :mod:`~corral.runtime.loop.cpu_jobs`: jobs of no GPUs, hidden from the policy
+  and started on the CPUs and memory free.
 
 This module holds the pass itself (observe, decide, act; the plan applied; reasons).
 """
@@ -64,6 +66,7 @@ from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.execution.executor import Executor
 from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.loop.cpu_jobs import CpuJobs
 from corral.runtime.loop.disk_watch import DiskWatch
 from corral.runtime.loop.estimates import measured_remaining
 from corral.runtime.loop.exclusive import EXCLUSIVE_WAIT, ExclusiveNodes
@@ -122,6 +125,7 @@ class Scheduler(LoopState):
         self.exclusive = ExclusiveNodes(self)
         self.limits = UserLimits(self)
         self.warm_ahead = WarmAhead(self, lambda user: self.limits.caps_of(user)[0])
+        self.cpu_jobs = CpuJobs(self)
         self.repeats = Repeats()
         """Lines of conditions that repeat (the store failing each pass), said once a while."""
         self.log_quota = LogQuota(config.state_dir / "jobs", config.user_log_limit, self._owners)
@@ -214,9 +218,11 @@ class Scheduler(LoopState):
         due = self.next_wakeup is not None and now >= self.next_wakeup
         if changed or self.dirty or due:
             began = time.perf_counter()
-            decided = self._decide(now)
-            if decided is not None:
-                self._apply_decision(*decided, now)
+            with self.cpu_jobs.hidden():  # (the policy plans GPUs: it sees GPU jobs only)
+                decided = self._decide(now)
+                if decided is not None:
+                    self._apply_decision(*decided, now)
+            self.cpu_jobs.place(now)
             self.metrics.pass_seconds.labels(self.config.policy).observe(
                 time.perf_counter() - began
             )
