@@ -167,7 +167,7 @@ def test_gpus_zero_in_specs_and_scripts_and_what_is_refused_with_it(tmp_path: Pa
     assert script_fields(script)["gpus"] == 0
     assert parse_options(["--gpus", "0"], "job.sh", 2)["gpus"] == 0
     script.write_text("#!/bin/bash\n#SBATCH --gpus=0\n#SBATCH --mem-per-gpu=4G\ntrue\n")
-    with pytest.raises(InputError, match="prep.sh:3: field '--mem-per-gpu'"):
+    with pytest.raises(InputError, match=r"prep\.sh:3: field '--mem-per-gpu'"):
         per_unit_memory(script_fields(script), str(script))  # (as corral submit reads it)
     loop = cpu_loop(tmp_path, cpus=4)
     from corral.runtime.loop.admission import Admission
