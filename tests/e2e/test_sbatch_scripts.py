@@ -3,7 +3,7 @@ per GPU started by ``srun``, a failing step, Slurm's time formats, a dependency,
 the submitting shell's environment with its PATH and exported functions under each
 ``--export``, a script edited or deleted after submission, a working directory
 with output relative to it, a failure that is not run again, a limit in whole
-minutes, memory per GPU) submitted as their authors would (``corral submit
+minutes, memory per GPU, a CPU-only step) submitted as their authors would (``corral submit
 script.sh`` from the folder they are in), each ending as under Slurm, with the
 same exit code and the same output files. Where Slurm's own programs are
 installed, the same scripts run under a private one-node Slurm too (``sbatch``),
@@ -49,7 +49,7 @@ class Results:
 
 
 CLEAN_ENDS = ("env", "export-none", "export-list", "module", "edited", "deleted")
-CLEAN_ENDS += ("chdir", "minute", "nolimit", "mem")
+CLEAN_ENDS += ("chdir", "minute", "nolimit", "mem", "cpu-only")
 
 
 def expected(ids: dict[str, int]) -> Results:
@@ -88,6 +88,7 @@ def expected(ids: dict[str, int]) -> Results:
             "minute.out": "past five seconds\n",
             "nolimit.out": "no limit\n",
             "mem.out": "2 GPUs\n",
+            "cpu_only.out": "GPUs on node: 0, visible: none\n",
         },
     )
 
@@ -133,7 +134,7 @@ def submit_all(folder: Path, submit: Submit, release: Callable[[int], None]) -> 
     ids["second"] = submit([f"--dependency=afterok:{ids['first']}", "second.sh"], {})
     for name in ("env", "export_none", "export_list", "module"):
         ids[name] = submit([f"{name}.sh"], shell(folder))
-    for name in ("chdir", "once", "minute", "nolimit", "mem"):
+    for name in ("chdir", "once", "minute", "nolimit", "mem", "cpu_only"):
         ids[name] = submit([f"{name}.sh"], {})
     ids["edited"], ids["deleted"] = submit(["edited.sh"], {}), submit(["deleted.sh"], {})
     (folder / "edited.sh").write_text("#!/bin/bash\necho 'the edited text'\n")

@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from corral.errors import InputError
+from corral.runtime.execution.executor import job_environment
 from corral.runtime.jobspec.config import CpuJobsConfig
 from corral.runtime.jobspec.directives import (
     parse_options,
@@ -52,6 +53,10 @@ def test_cpu_only_jobs_run_beside_gpu_jobs_without_a_gpu_under_every_kind_of_pol
     assert all(running.get(job) == () for job in cpu), running  # and the CPU jobs none
     row = loop.row(cpu[0])
     assert (row.status, row.gpus) == ("RUNNING", [])
+    request = next(p.request for p in loop.executor.running() if p.job == cpu[0])
+    assert request.cpus == 1  # confined to the one CPU it holds
+    assert request.env["SLURM_GPUS_ON_NODE"] == "0"
+    assert job_environment(request)["CUDA_VISIBLE_DEVICES"] == ""  # it sees no GPU
     loop.run(40)
     assert [loop.row(j).status for j in (gpu, *cpu)] == ["SUCCEEDED"] * 3
     assert loop.scheduler.book.check() == []
