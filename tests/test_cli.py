@@ -487,6 +487,10 @@ def test_submit_sends_the_spec_as_given_with_begin_read_in_local_time(
     assert isinstance(bad.exception, CorralError) and bad.exception.exit_code == 2
     assert str(bad.exception).startswith("--begin: 'soon': give now+30m")
     assert len(sent) == 2  # (nothing sent for the bad one)
+    # sbatch's own words for the units: now+COUNT[seconds|minutes|hours|days|weeks]
+    for words, seconds in (("now+1hour", 3600), ("now+2days", 172800), ("now+90", 90)):
+        CliRunner().invoke(app, ["submit", "--begin", words, "--", "true"])
+        assert abs(sent[-1]["begin"] - time.time() - seconds) < 60
 
 
 def test_typer_builds_only_the_command_asked_and_help_still_lists_all(

@@ -125,10 +125,48 @@ def test_the_quick_path_sends_what_the_full_command_line_sends(
     assert by_quick["command"] == words[words.index("--") + 1 :]
 
 
+SCRIPT = """#!/bin/bash
+#SBATCH -J prep --gres=gpu:0 -c 2
+#SBATCH --mem-per-cpu=1G
+#SBATCH -o logs/%x-%j.out
+#SBATCH --begin=now+1hour
+#SBATCH --export=ALL,STAGE=prep
+#SBATCH -D sub
+python prep.py
+"""
+
+SCRIPTS = [
+    ["job.sh"],
+    ["--gpus", "2", "--mem", "8G", "job.sh"],  # the command line's over the script's
+    ["--hold", "--export=NONE", "-J", "other", "--json", "job.sh"],
+]
+
+
+@pytest.mark.parametrize("words", SCRIPTS)
+def test_a_batch_script_is_sent_as_the_full_command_line_sends_it(
+    words: list[str], service: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "job.sh").write_text(SCRIPT)
+    assert parse_submit(words) is not None
+    full = CliRunner().invoke(app, ["submit", *words])
+    assert full.exit_code == 0, full.output
+    assert quick_submit(words) == 0
+    by_full, by_quick = Recorder.bodies
+    by_full["begin"] = by_quick["begin"] = round(by_quick["begin"] - by_full["begin"])  # (now)
+    assert by_quick == by_full
+    assert by_quick["script"] == SCRIPT and by_quick["workdir"] == str(tmp_path / "sub")
+    assert by_quick["output"] == str(tmp_path / "sub" / "logs" / "%x-%j.out")
+
+
 @pytest.mark.parametrize(
     "words",
     [
         ["--gpus", "1", "python", "x.py"],  # no '--': the first word may be a spec
+        ["script.sh", "--gpus", "2"],  # words after a script: options to the full one
+        ["bad.sh"],  # a directive refused: the full command line names it
+        ["--wait", "script.sh"],
         ["--wait", "--", "sleep", "1"],
         ["--gpus", "two", "--", "sleep", "1"],  # (the full command line names the error)
         ["-HJ", "x", "--", "sleep", "1"],
@@ -144,6 +182,7 @@ def test_words_the_quick_path_does_not_take_go_to_the_full_command_line(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "script.sh").write_text("#!/bin/sh\n#SBATCH --gpus=2\nsleep 1\n")
+    (tmp_path / "bad.sh").write_text("#!/bin/sh\n#SBATCH --gpus=2 --frobnicate\nsleep 1\n")
     assert parse_submit(words) is None
     assert quick_submit(words) is None and Recorder.bodies == []  # nothing sent
 
@@ -188,6 +227,19 @@ def test_the_corral_command_submits_without_typer_rich_or_numpy(
     assert done.returncode == 0, done.stderr
     assert done.stdout == "submitted job 1 (job)\n"
     assert done.stderr.strip() == "[]"
+    # a batch script too (its directives read without pydantic)
+    (tmp_path / "job.sh").write_text(SCRIPT)
+    script = probe.replace("'--gpus', '1', '--', 'sleep', '1'", "'job.sh'")
+    stdlib = "'http.client', 'email', 'ssl', 'urllib.parse', 'typing', 'json',\n"
+    script = script.replace(stdlib, "")
+    script = script.replace("             're', 'enum', 'socket', 'functools'}", "}")
+    (tmp_path / "sub").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ}, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr.strip() == "[]", done.stderr
+    assert done.stdout == "submitted job 2 (prep)\n"
     # a verb it does not take runs the full command line
     probe = probe.replace("'submit', '--gpus', '1', '--', 'sleep', '1'", "'nodes', '--help'")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

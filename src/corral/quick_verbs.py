@@ -7,7 +7,9 @@ and the reading of every option before a 5 ms request: about 0.12 s a command
 on the development machine, 8 jobs a second in a loop. Here a submission whose
 words are all understood here (the flags in :data:`VALUES` and :data:`FLAGS`,
 then ``--`` and the command) is sent with the standard library and the HTTP
-client alone. Any other word (a spec file, a script, ``--wait``,
+client alone; so is a batch script given alone after those flags (``corral
+submit job.sh``: its directives read by :mod:`corral.runtime.jobspec.directives`,
+without pydantic). Any other word (a spec file, a script, ``--wait``,
 ``--help``, a value that is not a number where one is wanted, no ``--``) hands
 the whole command to :mod:`corral.cli`, which answers it as before, or gives
 its error. So the quick path sends exactly what the full one would (a test
@@ -111,7 +113,7 @@ def parse_submit(words: list[str]) -> dict[str, Any] | None:
     """The fields of ``corral submit WORDS`` (with ``url``, ``token`` and ``json``
     among them), or None when a word is not one the quick path takes."""
     if "--" not in words:
-        return None
+        return parse_script_submit(words)
     split = words.index("--")
     options, command = words[:split], words[split + 1 :]
     if not command or os.path.isfile(command[0]) or command[0].lower().endswith(SPECS):
@@ -120,14 +122,68 @@ def parse_submit(words: list[str]) -> dict[str, Any] | None:
     if fields is None:
         return None
     fields["command"] = command
-    fields.setdefault("workdir", os.getcwd())
-    from corral.submit_env import batch_fields
+    return finished(fields)
+
+
+def finished(fields: dict[str, Any]) -> dict[str, Any] | None:
+    """``fields`` completed as the full command line completes them (paths, the
+    environment sent, a begin time), or None where that fails (the full command line
+    then says what is wrong)."""
+    from corral.submit_env import finish_submission
 
     try:
-        batch_fields(fields, dict(os.environ), os.getcwd())
-    except ValueError:  # (the full command line says what is wrong with it)
+        finish_submission(fields, dict(os.environ), os.getcwd())
+    except ValueError:
         return None
     return fields
+
+
+def options_end(words: list[str]) -> int:
+    """Where the options the quick path takes end in ``words`` (the first other word)."""
+    k = 0
+    while k < len(words):
+        word = words[k]
+        name, eq, _ = word.partition("=")
+        if word in FLAGS or (eq and name.startswith("--") and name in VALUES):
+            k += 1
+        elif word in VALUES:
+            k += 2
+        else:
+            break
+    return k
+
+
+def parse_script_submit(words: list[str]) -> dict[str, Any] | None:
+    """The fields of ``corral submit [OPTIONS] script.sh`` (sbatch's everyday form):
+    the script's directives, then the options given, as the full command line reads
+    them; None for anything else (words after the script, which the full command line
+    reads as options, a spec file, a program binary, a directive it must refuse)."""
+    k = options_end(words)
+    if k != len(words) - 1:
+        return None
+    path = words[k]
+    if path.startswith("-") or path.lower().endswith(SPECS):
+        return None
+    from corral.runtime.jobspec.directives import is_script
+
+    if not is_script(path):
+        return None
+    given = read_options(words[:k], VALUES, FLAGS)
+    if given is None:
+        return None
+    from pathlib import Path
+
+    from corral.runtime.jobspec.directives import PER_UNIT_MEMORY, per_unit_memory, script_fields
+
+    try:
+        fields = script_fields(Path(path))
+        if "memory" in given:  # (the command line's --mem over a script's per-unit memory)
+            fields.pop(PER_UNIT_MEMORY, None)
+        fields.update(given)
+        per_unit_memory(fields, path)
+    except Exception:  # (a directive refused, a file unreadable: the full command line says it)
+        return None
+    return finished(fields)
 
 
 def quick_submit(words: list[str]) -> int | None:

@@ -67,6 +67,39 @@ def batch_fields(fields: dict[str, object], environ: dict[str, str], cwd: str) -
     fields.setdefault("submit_dir", cwd)
 
 
+def finish_submission(fields: dict[str, Any], environ: dict[str, str], cwd: str) -> None:
+    """What both of ``corral submit``'s paths do last to the fields they read: the
+    paths placed (:func:`place_paths`), the environment sent (:func:`batch_fields`),
+    and a ``--begin`` read in local time, here, as sbatch reads it. Raises
+    ValueError naming the option at fault."""
+    place_paths(fields, cwd)
+    try:
+        batch_fields(fields, environ, cwd)
+    except ValueError as exc:
+        raise ValueError(f"--export: {exc}") from None
+    if isinstance(fields.get("begin"), str):
+        from corral.timespan import parse_begin
+
+        try:
+            fields["begin"] = parse_begin(fields["begin"])
+        except ValueError as exc:
+            raise ValueError(f"--begin: {exc}") from None
+
+
+def place_paths(fields: dict[str, Any], cwd: str) -> None:
+    """As sbatch: ``--chdir`` relative to where ``corral submit`` runs (that directory
+    when none is given), and the output files relative to the job's working
+    directory."""
+    import os.path
+
+    workdir = os.path.realpath(os.path.join(cwd, str(fields.get("workdir") or cwd)))
+    fields["workdir"] = workdir
+    for key in ("output", "error"):
+        value = fields.get(key)
+        if isinstance(value, str) and not value.startswith("/"):
+            fields[key] = os.path.join(workdir, value)
+
+
 def submitted_line(job: dict[str, Any]) -> str:
     """What ``corral submit`` says of a job it queued (an array: its tasks' ids)."""
     tasks = job.get("array_tasks")

@@ -104,8 +104,23 @@ def parse_seconds(value: Any) -> float:
     return seconds
 
 
+BEGIN_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+"""sbatch's words for the units of ``now+COUNT`` (seconds unless one is given)."""
+
+
+def _begin_offset(text: str) -> float:
+    """``30m``, ``1h30m`` (corral's) or ``1hour``, ``2days``, ``90`` (sbatch's)."""
+    import re
+
+    match = re.fullmatch(r"(\d+)\s*([a-z]+?)s?", text.strip().lower())
+    if match is not None and match.group(2) in BEGIN_UNITS:
+        return int(match.group(1)) * BEGIN_UNITS[match.group(2)]
+    return parse_seconds(text)
+
+
 def parse_begin(value: Any, now: float | None = None) -> float:
-    """sbatch's ``--begin``: Unix time, ``now+30m`` (s, m, h, d), or a date and time
+    """sbatch's ``--begin``: Unix time, ``now+30m`` (s, m, h, d; or sbatch's
+    ``now+1hour``, ``now+2days``, ``now+90`` seconds), or a date and time
     (``2026-11-27``, ``2026-11-27T08:00``; local time, as sbatch reads it)."""
     import time as clock
     from datetime import datetime
@@ -115,7 +130,7 @@ def parse_begin(value: Any, now: float | None = None) -> float:
     text = str(value).strip()
     if text.lower().startswith("now"):
         rest = text[3:].strip()
-        offset = parse_seconds(rest.lstrip("+")) if rest.startswith("+") else 0.0
+        offset = _begin_offset(rest.lstrip("+")) if rest.startswith("+") else 0.0
         if rest and not rest.startswith("+"):
             raise ValueError(f"'{text}': give now+30m, now+2h or a date and time")
         return (clock.time() if now is None else now) + offset

@@ -60,16 +60,6 @@ def _client(url: str | None, token: str | None) -> Any:
     return Client(url, token)
 
 
-def _is_script(path: Path) -> bool:
-    """A text file (a batch script, whose directives are read), not a program binary."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(1024)
-    except OSError:
-        return False
-    return path.is_file() and b"\0" not in head
-
-
 @app.command()
 def serve(
     config: Annotated[Path, typer.Option("--config", "-c", help="service config (YAML)")],
@@ -253,19 +243,19 @@ def submit(
         PER_NODE,
         PER_UNIT_MEMORY,
         add_dependency,
+        is_script,
         per_node_gpus,
         per_unit_memory,
         script_fields,
         typed_count,
     )
-    from corral.submit_env import batch_fields
-    from corral.timespan import parse_begin
+    from corral.submit_env import finish_submission
 
     if spec_file is not None and spec_file.lower().endswith((".yaml", ".yml", ".json")):
         from corral.runtime.jobspec.specs import load_job_spec  # (pydantic: this path only)
 
         fields = load_job_spec(spec_file).model_dump(mode="json", exclude_unset=True)
-    elif spec_file is not None and _is_script(Path(spec_file)):  # a batch script
+    elif spec_file is not None and is_script(spec_file):  # a batch script
         fields = script_fields(Path(spec_file))
         fields["command"] = fields["command"] + command
         command = []
@@ -335,19 +325,10 @@ def submit(
         raise CorralError("no command: give a job spec, a script, or the command after '--'")
     # as sbatch: --chdir relative to where corral submit runs, and output files
     # relative to the job's working directory
-    fields["workdir"] = str(Path(fields.get("workdir") or Path.cwd()).resolve())
-    for key in ("output", "error"):
-        if isinstance(fields.get(key), str) and not fields[key].startswith("/"):
-            fields[key] = str(Path(fields["workdir"]) / fields[key])
     try:
-        batch_fields(fields, dict(os.environ), str(Path.cwd()))
+        finish_submission(fields, dict(os.environ), os.getcwd())
     except ValueError as exc:
-        raise CorralError(f"--export: {exc}") from None
-    if isinstance(fields.get("begin"), str):  # local time, as sbatch reads it: here
-        try:
-            fields["begin"] = parse_begin(fields["begin"])
-        except ValueError as exc:
-            raise CorralError(f"--begin: {exc}") from None
+        raise CorralError(str(exc)) from None
     # The service checks the spec (its answer names each field it refuses); checking
     # it here too would cost every submission pydantic's import.
     with _client(url, token) as client:

@@ -401,6 +401,16 @@ def per_unit_memory(fields: dict[str, Any], source: str) -> dict[str, Any]:
     return fields
 
 
+def is_script(path: str) -> bool:
+    """A text file (a batch script, whose directives are read), not a program binary."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(1024)
+    except OSError:  # (a folder, a file not there or not readable)
+        return False
+    return b"\0" not in head
+
+
 def script_fields(path: Path) -> dict[str, Any]:
     """The spec a batch script gives: its directives, a command that runs it, and
     its text, which the service stores: the job runs the script as submitted, as
