@@ -62,6 +62,9 @@ class Recorder(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """The queue: ``listed`` jobs, one of them named with a control character; one
         job by id (job 50 is an array's first task)."""
+        if self.path in type(self).pages:
+            self._answer(type(self).pages[self.path], 200)
+            return
         if self.path.partition("?")[0].rstrip("/").split("/")[-1].isdigit():
             job = int(self.path.partition("?")[0].rstrip("/").split("/")[-1])
             self._answer({"id": job, "array_job": 50 if job == 50 else None}, 200)
@@ -83,6 +86,8 @@ class Recorder(BaseHTTPRequestHandler):
         self._answer(shown, 200, total=len(jobs))
 
     listed: ClassVar[int] = 0
+    pages: ClassVar[dict[str, Any]] = {}
+    """Answers by path (a job shown, the nodes)."""
 
     def log_message(self, *args: object) -> None:
         pass
@@ -240,9 +245,10 @@ def test_the_corral_command_submits_without_typer_rich_or_numpy(
     )  # fmt: skip
     assert done.returncode == 0 and done.stderr.strip() == "[]", done.stderr
     assert done.stdout == "submitted job 2 (prep)\n"
-    # a verb it does not take runs the full command line
+    # words it does not take run the full command line (help narrower than its pages)
     probe = probe.replace("'submit', '--gpus', '1', '--', 'sleep', '1'", "'nodes', '--help'")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    narrow = {**os.environ, "COLUMNS": "60"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=narrow)
     assert "Usage" in done.stdout and "corral.cli" in done.stderr
 
 
@@ -333,3 +339,69 @@ def test_the_quick_queue_prints_what_the_full_command_line_prints(
         assert imported == "[]"
     if listed > 500 and not words:
         assert "x\\x1b[2J" in quick.stdout and quick.stdout.startswith("620 jobs\n")
+
+
+SHOWN = {
+    "id": 77, "name": "prep", "user": "alice", "status": "RUNNING", "reason": None,
+    "command": ["/bin/bash", "/home/alice/prep.sh"], "gpus": 0, "gpu_type": None,
+    "assigned_gpus": [], "spec": {"cpus": 2, "output": "/home/alice/prep-77.out"},
+    "priority": 0, "failures": 1, "max_retries": 2, "preemptions": 0, "steps": 0,
+    "total_steps": None, "throughput": None, "loss": None, "submit_time": 1.8e9,
+    "first_start": 1.8e9 + 5, "end_time": None, "remaining": None,
+    "policy_view": {}, "attempts": [
+        {"number": 1, "phase": "main", "gpus": [], "start_time": 1.8e9 + 5,
+         "end_time": 1.8e9 + 9, "cause": "user_error", "detail": "exit code 1 \x1b[2J"},
+        {"number": 2, "phase": "main", "gpus": [], "start_time": 1.8e9 + 15,
+         "end_time": None, "cause": None, "detail": None},
+    ],
+}  # fmt: skip
+NODES = [
+    {"name": "gpu-a", "gpu_type": "V100", "virtual": True, "gpus": 2, "gpus_in_use": 1,
+     "state": "up", "jobs": [3], "reason": None},
+    {"name": "gpu-b", "gpu_type": "K80", "virtual": False, "gpus": 4, "gpus_in_use": 0,
+     "state": "drained", "jobs": [], "reason": "fan"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "words",
+    [["show", "77"], ["show", "--json", "77"], ["nodes"], ["nodes", "--json"]],
+)
+def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_prints(
+    words: list[str], service: str
+) -> None:
+    Recorder.pages = {"/v1/jobs/77": SHOWN, "/v1/nodes": NODES}
+    full = subprocess.run(
+        [sys.executable, "-m", "corral.cli", *words], capture_output=True, text=True, timeout=60
+    )
+    probe = (
+        "import sys\n"
+        "from corral.quick_verbs import main\n"
+        f"sys.argv = ['corral', *{words!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        "    heavy = {'typer', 'rich', 'pydantic', 'corral.cli'}\n"
+        "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
+    )
+    quick = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert (quick.returncode, quick.stdout) == (full.returncode, full.stdout)
+    assert quick.stderr.splitlines()[-1] == "[]"  # (what it imported of those)
+    if words == ["show", "77"]:
+        assert "  gpus      0 (CPU-only, 2 CPUs)\n" in quick.stdout
+        assert "exit code 1 \\x1b[2J" in quick.stdout  # (escaped: it cannot clear a screen)
+    if words == ["nodes"]:
+        row = next(line for line in quick.stdout.splitlines() if "gpu-b" in line)
+        assert row.split("│")[1:-1] == [" gpu-b ", " K80" + " " * 12, " 4    ", " 0      ",
+                                         " drained ", "      ", " fan    "]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "words", [["77", "88"], ["--url", "77"], ["--bogus", "77"], [], ["77", "--url"]]
+)
+def test_show_words_the_quick_path_does_not_take_go_to_the_full_command_line(
+    words: list[str],
+) -> None:
+    from corral.quick_verbs import quick_show
+
+    assert quick_show(words) is None

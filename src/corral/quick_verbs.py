@@ -366,6 +366,113 @@ def bulk_verb(verb: str) -> Callable[[list[str]], int | None]:
     return quick
 
 
+CLIENT_VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--url": ("url", str),
+    "--token": ("token", str),
+}
+"""Where to send a request, as every verb of the full command line names it."""
+
+
+def quick_show(words: list[str]) -> int | None:
+    """``corral show ID`` (``--json``, ``--script``), printed as the full command line
+    prints it (:mod:`corral.job_views`); None when a word is not the quick path's."""
+    ids = [w for w in words if w.isdigit()]
+    flags = {"--json": ("json", True), "--script": ("script", True)}
+    given = read_options([w for w in words if not w.isdigit()], CLIENT_VALUES, flags)
+    if given is None or len(ids) != 1 or words.count(ids[0]) != 1:
+        return None
+    if words.index(ids[0]) > 0 and words[words.index(ids[0]) - 1] in CLIENT_VALUES:
+        return None  # (a number given as --url's or --token's value)
+
+    def show(client: Any) -> None:
+        job_id = int(ids[0])
+        if given.get("script"):
+            data = client.script(job_id).encode()
+            if sys.stdout.isatty():
+                from corral.job_views import terminal_safe
+
+                data = terminal_safe(data)
+            sys.stdout.buffer.write(data)
+            return
+        job = client.job(job_id)
+        if given.get("json"):
+            import json
+
+            sys.stdout.write(json.dumps(job, indent=2) + "\n")
+            return
+        from corral.job_views import print_job
+
+        print_job(job)
+
+    return asking(given, show)
+
+
+def quick_nodes(words: list[str]) -> int | None:
+    """``corral nodes`` (``--json``), as the full command line prints it."""
+    given = read_options(words, CLIENT_VALUES, {"--json": ("json", True)})
+    if given is None:
+        return None
+
+    def nodes(client: Any) -> None:
+        rows = client.nodes()
+        if given.get("json"):
+            import json
+
+            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+            return
+        from corral.job_views import print_nodes
+
+        print_nodes(rows)
+
+    return asking(given, nodes)
+
+
+def asking(given: dict[str, Any], ask: Callable[[Any], None]) -> int:
+    """Run ``ask`` with a client of the service ``given`` names; the exit code (a
+    refusal said as the full command line says it)."""
+    from corral.api.client import Client
+    from corral.errors import CorralError
+
+    try:
+        with Client(given.get("url"), given.get("token")) as client:
+            ask(client)
+    except CorralError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+HELP_WIDTH = 80
+"""The width click wraps help at, at most: the kept pages' (see corral.cli.help_pages)."""
+
+
+def quick_help(verb: str | None) -> int | None:
+    """``corral --help`` or ``corral VERB --help``: the page kept in the package, on a
+    terminal at least as wide as it (as ``shutil.get_terminal_size`` reads it, like
+    click); None where there is none, or the terminal is narrower (Typer wraps it)."""
+    name = verb or "corral"
+    if not name.replace("-", "").isalpha():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        width = int(columns)
+    else:
+        try:
+            width = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            width = HELP_WIDTH
+    if width < HELP_WIDTH:
+        return None
+    page = os.path.join(os.path.dirname(__file__), "data", "help", f"{name}.txt")
+    try:
+        with open(page, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    sys.stdout.write(text)
+    return 0
+
+
 def quick_version(words: list[str]) -> int | None:
     """``corral --version``."""
     if words:
@@ -380,6 +487,8 @@ QUICK: dict[str, Callable[[list[str]], int | None]] = {
     "submit": quick_submit,
     "queue": quick_queue,
     "--version": quick_version,
+    "show": quick_show,
+    "nodes": quick_nodes,
 }
 QUICK.update({verb: bulk_verb(verb) for verb in BULK_VERBS})
 """The verbs answered here when their words allow."""
@@ -389,7 +498,12 @@ def main() -> None:
     """``corral``: the quick path where it applies, else the full command line."""
     words = sys.argv[1:]
     quick = QUICK.get(words[0]) if words else None
-    if quick is not None:
+    if words == ["--help"] or (len(words) == 2 and words[1] == "--help"):
+        code = quick_help(words[0] if len(words) == 2 else None)
+        if code is not None:
+            sys.stdout.flush()
+            sys.exit(code)
+    elif quick is not None:
         code = quick(words[1:])
         if code is not None:
             sys.stdout.flush()

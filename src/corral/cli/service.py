@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from corral.api.limits import LOG_CHUNK
 from corral.cli.app import (
@@ -31,16 +29,15 @@ from corral.cli.app import (
     print_table,
 )
 from corral.errors import CorralError
+from corral.job_views import print_job, print_nodes, terminal_safe
 from corral.model.status import JobStatus
 from corral.queue_listing import (
     QUEUE_COLUMNS,
     QUEUE_FIELDS,
     cut_note,
-    printable,
     queue_columns,
     queue_rows,
     queue_title,
-    steps,
     when,
 )
 from corral.timespan import span
@@ -536,62 +533,7 @@ def show(
     if as_json:
         print_json(job)
         return
-    lines = [
-        f"job {job['id']} '{job['name']}' of {job['user']}: {job['status']}"
-        + (f" ({job['reason']})" if job["reason"] else ""),
-        f"  command   {' '.join(job['command'])}",
-        f"  gpus      {job['gpus']} {job['gpu_type'] or 'any type'}"
-        + (f", exactly {nodes} nodes" if (nodes := (job.get("spec") or {}).get("nodes")) else "")
-        + (f" on {job['assigned_gpus']}" if job["assigned_gpus"] else ""),
-        f"  priority  {job['priority']}   retries {job['failures']}/{job['max_retries']}"
-        f"   preemptions {job['preemptions']}",
-        f"  progress  {steps(job['steps'], job['total_steps'])} steps"
-        + (f", {job['throughput']:.2f} steps/s" if job["throughput"] else "")
-        + (f", loss {job['loss']:.4f}" if job["loss"] is not None else "")
-        + (
-            f", GPU {job['gpu_utilization']:.0f}% busy"
-            if job.get("gpu_utilization") is not None
-            else ""
-        )
-        + (
-            f", {job['gpu_memory_gb']:.1f} GB of GPU memory"
-            if job.get("gpu_memory_gb") is not None
-            else ""
-        )
-        + (f", batch {job['batch_size']}" if job.get("batch_size") else "")
-        + (
-            f", noise scale {job['grad_noise_scale']:.0f}"
-            if job.get("grad_noise_scale") is not None
-            else ""
-        ),
-        f"  submitted {when(job['submit_time'])}  started {when(job['first_start'])}"
-        f"  ended {when(job['end_time'])}",
-    ]
-    output = (job.get("spec") or {}).get("output")
-    if output:
-        lines.append(f"  output    {output} (the job's output goes there, not to 'corral logs')")
-    if job.get("remaining"):
-        left = job["remaining"]
-        lines.append(f"  remaining {span(left['seconds'])} (from {left['source']})")
-    for key, value in (job.get("policy_view") or {}).items():
-        lines.append(f"  policy    {key}: {value}")
-    text = "\n".join(map(printable, lines))  # (each line escaped: none forged by a value)
-    console.print(text, highlight=False, markup=False)
-    if job["attempts"]:
-        table = Table(title="attempts")
-        for column in ("#", "phase", "gpus", "start", "end", "cause", "detail"):
-            table.add_column(column)
-        for a in job["attempts"]:
-            table.add_row(
-                str(a["number"]),
-                a["phase"],
-                ",".join(map(str, a["gpus"])),
-                when(a["start_time"]),
-                when(a["end_time"]),
-                a["cause"] or "running",
-                Text(printable(a["detail"] or "")),
-            )
-        console.print(table)
+    print_job(job)
 
 
 def job_selection(words: list[str]) -> dict[str, list[Any]]:
@@ -758,19 +700,6 @@ def logs(
             time.sleep(0.5)
 
 
-_TERMINAL_CONTROLS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
-"""What in a job's output could drive a terminal (escape sequences, C1 controls); line
-breaks, tabs and carriage returns (progress bars) pass."""
-
-
-def terminal_safe(data: bytes) -> bytes:
-    """``data`` with terminal controls shown as escapes (``\\x1b``): a job's output,
-    shown on an admin's terminal, cannot drive it."""
-    return _TERMINAL_CONTROLS.sub(
-        lambda m: "".join(f"\\x{b:02x}" for b in m.group()).encode(), data
-    )
-
-
 def _log_writer(job_id: int, as_json: bool) -> Callable[[int, bytes], None]:
     """Where a log's pieces go: the bytes to stdout (a terminal's controls escaped when
     it is one), or a JSON line each."""
@@ -799,21 +728,7 @@ def nodes(url: UrlOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) 
     if as_json:
         print_json(rows)
         return
-    table = Table(title="nodes")
-    for column in ("node", "type", "gpus", "in use", "state", "jobs", "reason"):
-        table.add_column(column)
-    for n in rows:
-        kind = f"{n['gpu_type']} (virtual)" if n["virtual"] else n["gpu_type"]
-        table.add_row(
-            n["name"],
-            kind,
-            str(n["gpus"]),
-            str(n["gpus_in_use"]),
-            n["state"],
-            ",".join(map(str, n["jobs"])),
-            Text(printable(n.get("reason") or "")),
-        )
-    console.print(table)
+    print_nodes(rows)
 
 
 def _set_node(

@@ -1,0 +1,118 @@
+"""What ``corral show`` and ``corral nodes`` print, with the standard library only
+(tables in Rich's box by :func:`corral.queue_listing.box_table`, Rich imported
+only where it must draw), so that the full command line (:mod:`corral.cli`) and
+the quick verbs (:mod:`corral.quick_verbs`) print them from the same code."""
+
+from __future__ import annotations
+
+import sys
+
+from corral.queue_listing import box_table, printable, steps, when
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
+
+if TYPE_CHECKING:
+    from typing import Any
+
+_TERMINAL_CONTROLS = rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]"
+
+
+def terminal_safe(data: bytes) -> bytes:
+    """``data`` with terminal controls shown as escapes (``\\x1b``): a job's output or
+    script, shown on an admin's terminal, cannot drive it."""
+    import re
+
+    return re.sub(
+        _TERMINAL_CONTROLS, lambda m: "".join(f"\\x{b:02x}" for b in m.group()).encode(), data
+    )
+
+
+NODE_COLUMNS = ["node", "type", "gpus", "in use", "state", "jobs", "reason"]
+ATTEMPT_COLUMNS = ["#", "phase", "gpus", "start", "end", "cause", "detail"]
+
+
+def job_lines(job: dict[str, Any]) -> list[str]:
+    """A job's state, command, GPUs, progress and times, a line each (escaped: no value
+    forges a line of its own or drives the terminal)."""
+    from corral.timespan import span
+
+    spec = job.get("spec") or {}
+    progress = [f"{steps(job['steps'], job['total_steps'])} steps"]
+    if job["throughput"]:
+        progress.append(f"{job['throughput']:.2f} steps/s")
+    if job["loss"] is not None:
+        progress.append(f"loss {job['loss']:.4f}")
+    if job.get("gpu_utilization") is not None:
+        progress.append(f"GPU {job['gpu_utilization']:.0f}% busy")
+    if job.get("gpu_memory_gb") is not None:
+        progress.append(f"{job['gpu_memory_gb']:.1f} GB of GPU memory")
+    if job.get("batch_size"):
+        progress.append(f"batch {job['batch_size']}")
+    if job.get("grad_noise_scale") is not None:
+        progress.append(f"noise scale {job['grad_noise_scale']:.0f}")
+    gpus = f"{job['gpus']} {job['gpu_type'] or 'any type'}"
+    if spec.get("nodes"):
+        gpus += f", exactly {spec['nodes']} nodes"
+    if job["assigned_gpus"]:
+        gpus += f" on {job['assigned_gpus']}"
+    if not job["gpus"]:  # a CPU-only job: the CPUs it holds
+        cpus = spec.get("cpus") or 1
+        gpus = f"0 (CPU-only, {cpus} CPU{'s' if cpus > 1 else ''})"
+    lines = [
+        f"job {job['id']} '{job['name']}' of {job['user']}: {job['status']}"
+        + (f" ({job['reason']})" if job["reason"] else ""),
+        f"  command   {' '.join(job['command'])}",
+        f"  gpus      {gpus}",
+        f"  priority  {job['priority']}   retries {job['failures']}/{job['max_retries']}"
+        f"   preemptions {job['preemptions']}",
+        f"  progress  {', '.join(progress)}",
+        f"  submitted {when(job['submit_time'])}  started {when(job['first_start'])}"
+        f"  ended {when(job['end_time'])}",
+    ]
+    if spec.get("output"):
+        lines.append(
+            f"  output    {spec['output']} (the job's output goes there, not to 'corral logs')"
+        )
+    if job.get("remaining"):
+        left = job["remaining"]
+        lines.append(f"  remaining {span(left['seconds'])} (from {left['source']})")
+    for key, value in (job.get("policy_view") or {}).items():
+        lines.append(f"  policy    {key}: {value}")
+    return [printable(line) for line in lines]
+
+
+def print_job(job: dict[str, Any]) -> None:
+    """``corral show``: the job's lines, then its attempts in a table."""
+    sys.stdout.write("\n".join(job_lines(job)) + "\n")
+    sys.stdout.flush()
+    if job["attempts"]:
+        rows = [
+            (
+                str(a["number"]),
+                a["phase"],
+                ",".join(map(str, a["gpus"])),
+                when(a["start_time"]),
+                when(a["end_time"]),
+                a["cause"] or "running",
+                a["detail"] or "",
+            )
+            for a in job["attempts"]
+        ]
+        box_table("attempts", ATTEMPT_COLUMNS, rows)
+
+
+def print_nodes(nodes: list[dict[str, Any]]) -> None:
+    """``corral nodes``: each node, its GPUs, what runs there and its state."""
+    rows = [
+        (
+            n["name"],
+            f"{n['gpu_type']} (virtual)" if n["virtual"] else n["gpu_type"],
+            str(n["gpus"]),
+            str(n["gpus_in_use"]),
+            n["state"],
+            ",".join(map(str, n["jobs"])),
+            n.get("reason") or "",
+        )
+        for n in nodes
+    ]
+    box_table("nodes", NODE_COLUMNS, rows)
