@@ -62,6 +62,19 @@ class Recorder(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """The queue: ``listed`` jobs, one of them named with a control character; one
         job by id (job 50 is an array's first task)."""
+        if self.path.startswith(("/v1/jobs/77/logs", "/v1/jobs/78/logs")):  # attempt 2 of 2
+            data = b"step 1\nstep 2 \x1b[31mred\n"
+            self.send_response(200)
+            for header, value in (
+                ("X-Attempt", "2"),
+                ("X-Next-Offset", str(len(data))),
+                ("X-Finished", "1"),
+                ("Content-Length", str(len(data))),
+            ):
+                self.send_header(header, value)  # fmt: skip
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.path in type(self).pages:
             self._answer(type(self).pages[self.path], 200)
             return
@@ -365,12 +378,21 @@ NODES = [
 
 @pytest.mark.parametrize(
     "words",
-    [["show", "77"], ["show", "--json", "77"], ["nodes"], ["nodes", "--json"]],
+    [
+        ["show", "77"],
+        ["show", "--json", "77"],
+        ["nodes"],
+        ["nodes", "--json"],
+        ["logs", "77"],
+        ["logs", "--json", "--attempt", "2", "77"],
+        ["logs", "-f", "78"],  # (the job ended: following ends)
+    ],
 )
 def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_prints(
     words: list[str], service: str
 ) -> None:
-    Recorder.pages = {"/v1/jobs/77": SHOWN, "/v1/nodes": NODES}
+    ended = {**SHOWN, "id": 78, "status": "SUCCEEDED"}
+    Recorder.pages = {"/v1/jobs/77": SHOWN, "/v1/jobs/78": ended, "/v1/nodes": NODES}
     full = subprocess.run(
         [sys.executable, "-m", "corral.cli", *words], capture_output=True, text=True, timeout=60
     )
@@ -390,6 +412,10 @@ def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_print
     if words == ["show", "77"]:
         assert "  gpus      0 (CPU-only, 2 CPUs)\n" in quick.stdout
         assert "exit code 1 \\x1b[2J" in quick.stdout  # (escaped: it cannot clear a screen)
+    if words[0] == "logs":  # the note on its --output, and the log as written
+        assert quick.stderr.splitlines()[:-1] == full.stderr.splitlines()
+        assert "writes its output to /home/alice/prep-77.out" in full.stderr
+        assert "step 2 " in quick.stdout  # (raw where piped, as Slurm's file is)
     if words == ["nodes"]:
         row = next(line for line in quick.stdout.splitlines() if "gpu-b" in line)
         assert row.split("│")[1:-1] == [" gpu-b ", " K80" + " " * 12, " 4    ", " 0      ",

@@ -12,6 +12,7 @@ from corral.queue_listing import box_table, printable, steps, when
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 _TERMINAL_CONTROLS = rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]"
@@ -99,6 +100,80 @@ def print_job(job: dict[str, Any]) -> None:
             for a in job["attempts"]
         ]
         box_table("attempts", ATTEMPT_COLUMNS, rows)
+
+
+LOG_POLL = 0.5
+"""Seconds between looks at a log that ``--follow`` watches."""
+
+
+def print_log(client: Any, job_id: int, follow: bool, attempt: int | None, as_json: bool) -> None:
+    """``corral logs``: the job's log (its latest attempt's, or ``attempt``'s), raw or as
+    JSON lines; with ``follow``, what is written next and the attempts after, until the
+    job ends."""
+    import time
+
+    from corral.api.limits import LOG_CHUNK
+    from corral.model.status import JobStatus
+
+    offset, current = 0, attempt
+    write = log_writer(job_id, as_json)
+    output = (client.job(job_id).get("spec") or {}).get("output")
+    if output:  # Slurm's --output: the job writes there; the log holds corral's lines
+        sys.stderr.write(
+            printable(
+                f"job {job_id} writes its output to {output} (its --output); "
+                "below is what corral logged for it"
+            )
+            + "\n"
+        )
+        sys.stderr.flush()
+    while True:
+        response = client.logs(job_id, offset, current)
+        shown = int(response.headers.get("X-Attempt", "0"))
+        if current is None and shown:
+            current = shown  # stay on this attempt's file; newer ones are announced
+        write(shown, response.content)
+        offset = int(response.headers.get("X-Next-Offset", offset))
+        finished = response.headers.get("X-Finished") == "1"
+        if len(response.content) >= LOG_CHUNK:  # more of this file is waiting
+            continue
+        if not follow:
+            return
+        if finished:
+            job = client.job(job_id)
+            if JobStatus(job["status"]).terminal:
+                return
+            if attempt is None:
+                latest = client.logs(job_id, 0, None)
+                number = int(latest.headers.get("X-Attempt", "0"))
+                if number != shown and number:
+                    if not as_json:
+                        write(number, f"--- attempt {number} ---\n".encode())
+                    offset, current = 0, number
+                    continue
+        time.sleep(LOG_POLL)
+
+
+def log_writer(job_id: int, as_json: bool) -> Callable[[int, bytes], None]:
+    """Where a log's pieces go: the bytes to stdout (a terminal's controls escaped when
+    it is one), or a JSON line each."""
+    out = sys.stdout.buffer
+    tty = sys.stdout.isatty()
+
+    def raw(attempt: int, data: bytes) -> None:
+        out.write(terminal_safe(data) if tty else data)
+        out.flush()
+
+    def lines(attempt: int, data: bytes) -> None:
+        if data:
+            import json
+
+            text = data.decode("utf-8", errors="replace")
+            piece = {"job": job_id, "attempt": attempt, "text": text}
+            out.write((json.dumps(piece) + "\n").encode())
+            out.flush()
+
+    return lines if as_json else raw
 
 
 def print_nodes(nodes: list[dict[str, Any]]) -> None:

@@ -138,15 +138,21 @@ def finished(fields: dict[str, Any]) -> dict[str, Any] | None:
     return fields
 
 
-def options_end(words: list[str]) -> int:
-    """Where the options the quick path takes end in ``words`` (the first other word)."""
+def options_end(
+    words: list[str],
+    values: dict[str, tuple[str, Callable[[str], Any]]] | None = None,
+    flags: dict[str, tuple[str, bool]] | None = None,
+) -> int:
+    """Where the options (of ``submit`` unless given) end in ``words``: the first other word."""
+    values = VALUES if values is None else values
+    flags = FLAGS if flags is None else flags
     k = 0
     while k < len(words):
         word = words[k]
         name, eq, _ = word.partition("=")
-        if word in FLAGS or (eq and name.startswith("--") and name in VALUES):
+        if word in flags or (eq and name.startswith("--") and name in values):
             k += 1
-        elif word in VALUES:
+        elif word in values:
             k += 2
         else:
             break
@@ -407,6 +413,28 @@ def quick_show(words: list[str]) -> int | None:
     return asking(given, show)
 
 
+def quick_logs(words: list[str]) -> int | None:
+    """``corral logs ID`` (``-f``, ``--attempt N``, ``--json``), as the full command
+    line prints it (:func:`corral.job_views.print_log`)."""
+    values = {**CLIENT_VALUES, "--attempt": ("attempt", _positive)}
+    flags = {"--json": ("json", True), "--follow": ("follow", True), "-f": ("follow", True)}
+    k = options_end(words, values, flags)
+    if k != len(words) - 1 or not words[k].isdigit():
+        given = None
+    else:
+        given = read_options(words[:k], values, flags)
+    if given is None:
+        return None
+
+    def logs(client: Any) -> None:
+        from corral.job_views import print_log
+
+        follow, as_json = given.get("follow", False), given.get("json", False)
+        print_log(client, int(words[k]), follow, given.get("attempt"), as_json)
+
+    return asking(given, logs)
+
+
 def quick_nodes(words: list[str]) -> int | None:
     """``corral nodes`` (``--json``), as the full command line prints it."""
     given = read_options(words, CLIENT_VALUES, {"--json": ("json", True)})
@@ -489,6 +517,7 @@ QUICK: dict[str, Callable[[list[str]], int | None]] = {
     "--version": quick_version,
     "show": quick_show,
     "nodes": quick_nodes,
+    "logs": quick_logs,
 }
 QUICK.update({verb: bulk_verb(verb) for verb in BULK_VERBS})
 """The verbs answered here when their words allow."""

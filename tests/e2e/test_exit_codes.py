@@ -47,7 +47,7 @@ def test_each_kind_of_failure_has_its_exit_code(service: ServiceProcess) -> None
     assert code == 3 and "9999" in said
     code, said = corral(service, "queue", token="not-a-token")
     assert code == 5 and "token" in said.lower()
-    code, said = corral(service, "submit", "--gpus", "0", "--", "true")
+    code, said = corral(service, "submit", "--gpus", "-1", "--", "true")
     assert code == 2, said
     code, said = corral(service, "queue", "--nosuchflag")
     assert code == 2, said

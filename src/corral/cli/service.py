@@ -7,11 +7,9 @@ so a user needs no access to the store or the machine the service runs on.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from corral.api.limits import LOG_CHUNK
 from corral.cli.app import (
     JsonOpt,
     app,
@@ -29,8 +26,7 @@ from corral.cli.app import (
     print_table,
 )
 from corral.errors import CorralError
-from corral.job_views import print_job, print_nodes, terminal_safe
-from corral.model.status import JobStatus
+from corral.job_views import print_job, print_log, print_nodes, terminal_safe
 from corral.queue_listing import (
     QUEUE_COLUMNS,
     QUEUE_FIELDS,
@@ -662,62 +658,8 @@ def logs(
     ] = False,
 ) -> None:
     """Print a job's log (follows new attempts with -f)."""
-    offset, current = 0, attempt
-    write = _log_writer(job_id, as_json)
     with _client(url, token) as client:
-        output = (client.job(job_id).get("spec") or {}).get("output")
-        if output:  # Slurm's --output: the job writes there; the log holds corral's lines
-            err_console.print(
-                f"job {job_id} writes its output to {output} (its --output); "
-                "below is what corral logged for it",
-                highlight=False,
-                markup=False,
-            )
-        while True:
-            response = client.logs(job_id, offset, current)
-            shown = int(response.headers.get("X-Attempt", "0"))
-            if current is None and shown:
-                current = shown  # stay on this attempt's file; newer ones are announced
-            write(shown, response.content)
-            offset = int(response.headers.get("X-Next-Offset", offset))
-            finished = response.headers.get("X-Finished") == "1"
-            if len(response.content) >= LOG_CHUNK:  # more of this file is waiting
-                continue
-            if not follow:
-                return
-            if finished:
-                job = client.job(job_id)
-                if JobStatus(job["status"]).terminal:
-                    return
-                if attempt is None:
-                    latest = client.logs(job_id, 0, None)
-                    number = int(latest.headers.get("X-Attempt", "0"))
-                    if number != shown and number:
-                        if not as_json:
-                            write(number, f"--- attempt {number} ---\n".encode())
-                        offset, current = 0, number
-                        continue
-            time.sleep(0.5)
-
-
-def _log_writer(job_id: int, as_json: bool) -> Callable[[int, bytes], None]:
-    """Where a log's pieces go: the bytes to stdout (a terminal's controls escaped when
-    it is one), or a JSON line each."""
-    out = sys.stdout.buffer
-    tty = sys.stdout.isatty()
-
-    def raw(attempt: int, data: bytes) -> None:
-        out.write(terminal_safe(data) if tty else data)
-        out.flush()
-
-    def lines(attempt: int, data: bytes) -> None:
-        if data:
-            text = data.decode("utf-8", errors="replace")
-            piece = {"job": job_id, "attempt": attempt, "text": text}
-            out.write((json.dumps(piece) + "\n").encode())
-            out.flush()
-
-    return lines if as_json else raw
+        print_log(client, job_id, follow, attempt, as_json)
 
 
 @app.command()
