@@ -75,6 +75,9 @@ class Recorder(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
+        if self.path.startswith("/v1/history"):  # the same rows, whatever asked
+            self._answer(type(self).pages.get("/v1/history", []), 200)
+            return
         if self.path in type(self).pages:
             self._answer(type(self).pages[self.path], 200)
             return
@@ -287,9 +290,11 @@ def test_the_quick_bulk_verbs_send_and_say_what_the_full_command_line_does(
     )  # fmt: skip
     sent = (list(Recorder.paths), list(Recorder.bodies))
     Recorder.paths, Recorder.bodies = [], []
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # (piped: 250 wide)
     full = subprocess.run(
-        [sys.executable, "-m", "corral.cli", *words], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "corral.cli", *words],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
     assert sent == (Recorder.paths, Recorder.bodies)
     assert (quick.returncode, quick.stdout, quick.stderr) == (
         full.returncode, full.stdout, full.stderr,
@@ -386,6 +391,10 @@ NODES = [
         ["logs", "77"],
         ["logs", "--json", "--attempt", "2", "77"],
         ["logs", "-f", "78"],  # (the job ended: following ends)
+        ["history"],
+        ["history", "--all-users", "-S", "2026-11-01", "-s", "F,CA", "--since", "2d"],
+        ["history", "--json", "-u", "bob"],
+        ["history", "-S", "yesterday"],  # (refused, as the full command line refuses it)
     ],
 )
 def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_prints(
@@ -393,9 +402,17 @@ def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_print
 ) -> None:
     ended = {**SHOWN, "id": 78, "status": "SUCCEEDED"}
     Recorder.pages = {"/v1/jobs/77": SHOWN, "/v1/jobs/78": ended, "/v1/nodes": NODES}
+    Recorder.pages["/v1/history"] = [
+        {"id": k, "name": f"job-{k}", "user": ("alice", "bob")[k % 2], "status": "FAILED",
+         "gpus": k % 3, "submit_time": 1.8e9 + k, "wait": 3.0 * k, "elapsed": 60.0 * k,
+         "gpu_hours": k / 7, "attempts": 1 + k % 2, "exit_code": None if k % 4 else 1}
+        for k in range(1, 13)
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # (piped: 250 wide)
     full = subprocess.run(
-        [sys.executable, "-m", "corral.cli", *words], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "corral.cli", *words],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
     probe = (
         "import sys\n"
         "from corral.quick_verbs import main\n"
@@ -406,12 +423,20 @@ def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_print
         "    heavy = {'typer', 'rich', 'pydantic', 'corral.cli'}\n"
         "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
     )
-    quick = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    quick = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env
+    )
     assert (quick.returncode, quick.stdout) == (full.returncode, full.stdout)
     assert quick.stderr.splitlines()[-1] == "[]"  # (what it imported of those)
     if words == ["show", "77"]:
         assert "  gpus      0 (CPU-only, 2 CPUs)\n" in quick.stdout
         assert "exit code 1 \\x1b[2J" in quick.stdout  # (escaped: it cannot clear a screen)
+    if words[0] == "history" and "--json" not in words:
+        assert quick.stderr.splitlines()[:-1] == full.stderr.splitlines()
+        if words == ["history"]:
+            assert "per user" in quick.stdout and "│  1.71 │" in quick.stdout  # (right)
+        elif "yesterday" in words:
+            assert "yesterday" in full.stderr and quick.returncode == full.returncode == 2
     if words[0] == "logs":  # the note on its --output, and the log as written
         assert quick.stderr.splitlines()[:-1] == full.stderr.splitlines()
         assert "writes its output to /home/alice/prep-77.out" in full.stderr

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from corral.queue_listing import box_table, printable, steps, when
+from corral.errors import CorralError
+from corral.queue_listing import PLAIN_ROWS, box_table, plain_table, printable, steps, when
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: a quick command)
 
@@ -191,3 +192,79 @@ def print_nodes(nodes: list[dict[str, Any]]) -> None:
         for n in nodes
     ]
     box_table("nodes", NODE_COLUMNS, rows)
+
+
+HISTORY_COLUMNS = ["id", "name", "user", "state", "gpus", "submit", "wait", "elapsed"]
+HISTORY_COLUMNS += ["GPU-h", "tries", "exit"]
+
+
+def history_span(
+    since: str | None, starttime: str | None, endtime: str | None
+) -> tuple[float, float | None]:
+    """``corral history``'s window of submission times: ``--since`` (a duration back
+    from now), ``-S`` and ``-E`` (dates, local time, as sacct reads them)."""
+    import time
+
+    start = 0.0
+    if since:
+        from corral.timespan import parse_seconds
+
+        try:
+            start = time.time() - parse_seconds(since)
+        except ValueError as exc:
+            raise CorralError(f"--since {since}: {exc}") from None
+    if starttime:
+        start = max(start, moment(starttime, "--starttime"))
+    return start, moment(endtime, "--endtime") if endtime else None
+
+
+def moment(text: str, option: str) -> float:
+    """A date or date and time (local time, as sacct reads them) as Unix time."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise CorralError(
+            f"{option} {text}: give a date or date and time, e.g. 2026-11-01 or 2026-11-01T08:00"
+        ) from None
+
+
+def print_history(rows: list[dict[str, Any]]) -> None:
+    """``corral history``: a row a job (plain columns past a screenful, as ``corral
+    queue``), then the totals per user."""
+    from corral.timespan import span
+
+    cells = [
+        (
+            str(r["id"]),
+            r["name"],
+            r["user"],
+            r["status"],
+            str(r["gpus"]),
+            when(r["submit_time"]),
+            span(r["wait"]),
+            span(r["elapsed"]),
+            f"{r['gpu_hours']:.2f}",
+            str(r["attempts"]),
+            "-" if r["exit_code"] is None else str(r["exit_code"]),
+        )
+        for r in rows
+    ]
+    title = f"{len(rows)} job{'' if len(rows) == 1 else 's'}"
+    if len(cells) > PLAIN_ROWS:
+        plain_table(title, HISTORY_COLUMNS, cells)
+    else:
+        box_table(title, HISTORY_COLUMNS, cells, right=("GPU-h", "tries"))
+    totals: dict[str, list[float]] = {}
+    for r in rows:
+        total = totals.setdefault(r["user"], [0, 0.0, 0.0])
+        total[0] += 1
+        total[1] += r["elapsed"]
+        total[2] += r["gpu_hours"]
+    if totals:
+        per_user = [
+            (name, str(int(jobs)), span(elapsed), f"{gpu_hours:.2f}")
+            for name, (jobs, elapsed, gpu_hours) in sorted(totals.items())
+        ]
+        box_table("per user", ["user", "jobs", "elapsed", "GPU-h"], per_user)

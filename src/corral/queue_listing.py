@@ -96,15 +96,20 @@ def output_width() -> int:
 
 
 def box_text(
-    title: str, columns: list[str], rows: Sequence[Sequence[str]], width: int
+    title: str,
+    columns: list[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    right: Sequence[str] = (),
 ) -> str | None:
     """``rows`` under ``columns`` in Rich's default box (a heavy head), character for
     character as Rich draws it uncoloured (a test holds the two equal), or None
     where Rich would do more than draw: a table or title wider than ``width`` (Rich
     wraps cells and titles, and strips a title's spaces), and cells of several lines
-    or of characters other than ASCII (Rich measures them by terminal cells). Rich
-    itself takes 0.1 s to lay out a screenful of the queue, most of a quick
-    ``corral queue``."""
+    or of characters other than ASCII (Rich measures them by terminal cells). The
+    columns named in ``right`` are justified right, head and cells, as Rich's
+    ``justify="right"``. Rich itself takes 0.1 s to lay out a screenful of the
+    queue, most of a quick ``corral queue``."""
     cells = [list(columns), *([printable(c) for c in row] for row in rows)]
     if not all(c.isascii() and c.isprintable() for row in cells for c in row):
         return None
@@ -118,8 +123,14 @@ def box_text(
     def rule(ends: str, middle: str, line: str) -> str:
         return ends[0] + middle.join(line * (w + 2) for w in widths) + ends[1]
 
+    aligns = [">" if column in right else "<" for column in columns]
+
     def row(edge: str, values: Sequence[str]) -> str:
-        padded = (f" {v:<{w}} " for v, w in zip(values, widths, strict=True))
+        # (Rich drops a right-justified cell's trailing spaces, then pads it on the left)
+        padded = (
+            f" {v.rstrip() if a == '>' else v:{a}{w}} "
+            for v, a, w in zip(values, aligns, widths, strict=True)
+        )
         return edge + edge.join(padded) + edge
 
     lines += [rule("┏┓", "┳", "━"), row("┃", cells[0]), rule("┡┩", "╇", "━")]
@@ -129,13 +140,18 @@ def box_text(
 
 
 def box_table(
-    title: str, columns: list[str], rows: Sequence[Sequence[str]], console: Console | None = None
+    title: str,
+    columns: list[str],
+    rows: Sequence[Sequence[str]],
+    console: Console | None = None,
+    right: Sequence[str] = (),
 ) -> None:
     """``rows`` under ``columns`` in Rich's box on ``console`` (by default
     :func:`output_console`'s), cells with control characters escaped (and never
     read as Rich's markup). Drawn here where :func:`box_text` can; by Rich, imported
     then, where it cannot."""
-    text = box_text(title, columns, rows, output_width() if console is None else console.width)
+    width = output_width() if console is None else console.width
+    text = box_text(title, columns, rows, width, right)
     if text is not None:
         stream = sys.stdout if console is None else console.file
         stream.write(text)
@@ -146,7 +162,7 @@ def box_table(
 
     table = Table(title=title)
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, justify="right" if column in right else "left")
     for values in rows:
         table.add_row(*(Text(printable(cell)) for cell in values))
     (console or output_console()).print(table)

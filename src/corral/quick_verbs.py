@@ -435,6 +435,46 @@ def quick_logs(words: list[str]) -> int | None:
     return asking(given, logs)
 
 
+HISTORY_VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    **CLIENT_VALUES,
+    "--user": ("user", str),
+    "-u": ("user", str),
+    "--since": ("since", str),
+    "--starttime": ("starttime", str),
+    "-S": ("starttime", str),
+    "--endtime": ("endtime", str),
+    "-E": ("endtime", str),
+    "--state": ("state", str),
+    "-s": ("state", str),
+}
+"""``corral history``'s options (all of them), as the full command line names them."""
+
+
+def quick_history(words: list[str]) -> int | None:
+    """``corral history`` (sacct), with any of its options, as the full command line
+    prints it (:func:`corral.job_views.print_history`)."""
+    flags = {"--json": ("json", True), "--all-users": ("all_users", True)}
+    given = read_options(words, HISTORY_VALUES, flags)
+    if given is None:
+        return None
+
+    def history(client: Any) -> None:
+        from corral.job_views import history_span, print_history
+
+        window = history_span(given.get("since"), given.get("starttime"), given.get("endtime"))
+        rows = client.history(
+            given.get("user"), given.get("all_users", False), *window, given.get("state")
+        )
+        if given.get("json"):
+            import json
+
+            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+            return
+        print_history(rows)
+
+    return asking(given, history)
+
+
 def quick_nodes(words: list[str]) -> int | None:
     """``corral nodes`` (``--json``), as the full command line prints it."""
     given = read_options(words, CLIENT_VALUES, {"--json": ("json", True)})
@@ -518,6 +558,7 @@ QUICK: dict[str, Callable[[list[str]], int | None]] = {
     "show": quick_show,
     "nodes": quick_nodes,
     "logs": quick_logs,
+    "history": quick_history,
 }
 QUICK.update({verb: bulk_verb(verb) for verb in BULK_VERBS})
 """The verbs answered here when their words allow."""

@@ -95,3 +95,24 @@ def test_a_status_change_outside_the_life_cycle_table_is_caught(
     monkeypatch.setattr(fault_schedules, "TRANSITIONS", strict)
     violation = run_seed("fifo", 0)
     assert violation is not None and "from STARTING to RUNNING" in violation.what, violation
+
+
+def test_every_mutant_of_the_benchmark_still_applies_to_the_code() -> None:
+    """Each mutant's text is found exactly once where it says (code that moved on
+    leaves a mutant that is never run: the benchmark then reports it not applied)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("mutants", root / "benchmarks" / "mutants.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mutants"] = module  # (its dataclasses look their module up)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["mutants"]
+    counts = {m.name: (module.PACKAGE / m.file).read_text().count(m.old) for m in module.MUTANTS}
+    assert {name: n for name, n in counts.items() if n != 1} == {}
+    assert len(counts) >= 30

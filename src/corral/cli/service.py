@@ -10,12 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from corral.cli.app import (
     JsonOpt,
@@ -26,7 +24,14 @@ from corral.cli.app import (
     print_table,
 )
 from corral.errors import CorralError
-from corral.job_views import print_job, print_log, print_nodes, terminal_safe
+from corral.job_views import (
+    history_span,
+    print_history,
+    print_job,
+    print_log,
+    print_nodes,
+    terminal_safe,
+)
 from corral.queue_listing import (
     QUEUE_COLUMNS,
     QUEUE_FIELDS,
@@ -34,9 +39,7 @@ from corral.queue_listing import (
     queue_columns,
     queue_rows,
     queue_title,
-    when,
 )
-from corral.timespan import span
 
 if TYPE_CHECKING:
     pass
@@ -446,63 +449,13 @@ def history(
     as_json: JsonOpt = False,
 ) -> None:
     """Finished and running jobs with wait, elapsed time and GPU-hours (like sacct)."""
-    from corral.timespan import parse_seconds
-
-    start = 0.0
-    if since:
-        try:
-            start = time.time() - parse_seconds(since)
-        except ValueError as exc:
-            raise CorralError(f"--since {since}: {exc}") from None
-    if starttime:
-        start = max(start, _moment(starttime, "--starttime"))
-    end = _moment(endtime, "--endtime") if endtime else None
+    span_of = history_span(since, starttime, endtime)
     with _client(url, token) as client:
-        rows = client.history(user, all_users, start, end, state)
+        rows = client.history(user, all_users, *span_of, state)
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"{len(rows)} job{'' if len(rows) == 1 else 's'}")
-    columns = ("id", "name", "user", "state", "gpus", "submit", "wait", "elapsed")
-    for column in (*columns, "GPU-h", "tries", "exit"):
-        table.add_column(column, justify="right" if column in ("GPU-h", "tries") else "left")
-    totals: dict[str, list[float]] = {}
-    for r in rows:
-        table.add_row(
-            str(r["id"]),
-            r["name"],
-            r["user"],
-            r["status"],
-            str(r["gpus"]),
-            when(r["submit_time"]),
-            span(r["wait"]),
-            span(r["elapsed"]),
-            f"{r['gpu_hours']:.2f}",
-            str(r["attempts"]),
-            "-" if r["exit_code"] is None else str(r["exit_code"]),
-        )
-        total = totals.setdefault(r["user"], [0, 0.0, 0.0])
-        total[0] += 1
-        total[1] += r["elapsed"]
-        total[2] += r["gpu_hours"]
-    console.print(table)
-    if totals:
-        per_user = Table(title="per user")
-        for column in ("user", "jobs", "elapsed", "GPU-h"):
-            per_user.add_column(column)
-        for name, (jobs, elapsed, gpu_hours) in sorted(totals.items()):
-            per_user.add_row(name, str(int(jobs)), span(elapsed), f"{gpu_hours:.2f}")
-        console.print(per_user)
-
-
-def _moment(text: str, option: str) -> float:
-    """A date or date and time (local time, as sacct reads them) as Unix time."""
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise CorralError(
-            f"{option} {text}: give a date or date and time, e.g. 2026-11-01 or 2026-11-01T08:00"
-        ) from None
+    print_history(rows)
 
 
 @app.command()
