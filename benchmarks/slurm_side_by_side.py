@@ -16,7 +16,10 @@ corral's column alone, saying why.
 What is measured (wall time from the shell, as a user types the command):
 
 1. one submission: ``sbatch --wrap`` / ``corral submit`` of a 1-GPU job,
-   median of ``--repeats``;
+   median of ``--repeats``; then each command's start as users meet it (medians):
+   ``--version``, ``--help`` (``sbatch --help`` / ``corral submit --help``), a
+   batch script submitted, one job shown (``scontrol show job`` / ``corral
+   show``) and the nodes listed (``sinfo`` / ``corral nodes``);
 2. a one-at-a-time submission loop: ``--loop`` commands in a row, jobs/s;
 3. a 2,000-task array in one command;
 4. listing 10,000 pending jobs (a held 10,000-task array): ``squeue -r`` /
@@ -78,6 +81,9 @@ class Side:
     cancel_all: list[str]
     live_jobs: Callable[[], int]
     """How many of the user's jobs have not ended."""
+    starts: dict[str, Callable[[str], list[str]]]
+    """Commands whose start is measured (given a job id): version, help, a batch
+    script's submission, one job shown, the nodes listed."""
 
 
 @contextlib.contextmanager
@@ -99,6 +105,13 @@ def slurm_side(folder: Path, name: str, extra: tuple[str, ...] = ()) -> Iterator
             held=["sbatch", "-H", *wrap],
             cancel_all=["scancel", "-u", slurm.user],
             live_jobs=slurm.live_jobs,
+            starts={
+                "--version": lambda job: ["sbatch", "--version"],
+                "--help": lambda job: ["sbatch", "--help"],
+                "submit a script": lambda job: ["sbatch", str(script(folder))],
+                "show a job": lambda job: ["scontrol", "show", "job", job],
+                "list nodes": lambda job: ["sinfo"],
+            },
         )
 
 
@@ -145,9 +158,31 @@ def corral_service(folder: Path) -> Iterator[Side]:
             held=[*corral, "submit", "--hold", *job],
             cancel_all=[*corral, "cancel", "-u", "alice"],
             live_jobs=live_jobs,
+            starts={
+                "--version": lambda job: [*corral, "--version"],
+                "--help": lambda job: [*corral, "submit", "--help"],
+                "submit a script": lambda job: [*corral, "submit", str(script(folder))],
+                "show a job": lambda job: [*corral, "show", job],
+                "list nodes": lambda job: [*corral, "nodes"],
+            },
         )
     finally:
         service.close()
+
+
+def script(folder: Path) -> Path:
+    """A batch script as users write them, 1 GPU, its output thrown away (made once)."""
+    path = folder / "job.sh"
+    if not path.exists():
+        path.write_text("#!/bin/bash\n#SBATCH --gpus=1\n#SBATCH -o /dev/null\nsleep 1\n")
+    return path
+
+
+def submitted_id(side: Side) -> str:
+    """Submit one held job; its id (the last word of what the command says)."""
+    done = subprocess.run(side.held, env=side.env, capture_output=True, text=True, check=True)
+    words = done.stdout.split()  # "submitted job 5 (job)", "Submitted batch job 5"
+    return words[2] if side.name == "corral" else words[-1]
 
 
 def drain(side: Side, timeout: float = 600.0) -> None:
@@ -183,6 +218,11 @@ def measure(
             out[side.name][key] = once(side)
 
     medians("one submit", lambda side: timed(side.submit, side.env))
+    for side in sides:
+        drain(side)
+    held = {side.name: submitted_id(side) for side in sides}
+    for name in sides[0].starts:
+        medians(name, lambda side, name=name: timed(side.starts[name](held[side.name]), side.env))
     for side in sides:
         drain(side)
 

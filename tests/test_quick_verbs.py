@@ -28,11 +28,22 @@ class Recorder(BaseHTTPRequestHandler):
     bodies: ClassVar[list[dict[str, Any]]] = []
     paths: ClassVar[list[str]] = []
 
+    def do_PUT(self) -> None:  # a priority: the job as it now is
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else {}
+        type(self).bodies.append(body)
+        self._answer({"id": int(self.path.split("/")[3]), **body}, 200)
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else {}
         type(self).bodies.append(body)
         type(self).paths.append(self.path)
+        if self.path.startswith("/v1/nodes/"):  # a node's new state
+            name, verb = self.path.split("/")[3:5]
+            state = {"drain": "drained", "resume": "up"}[verb]
+            self._answer({"name": name, "state": state, "reason": body.get("reason")}, 200)
+            return
         if self.path.startswith("/v1/jobs/actions/"):  # a bulk verb: job 9 is bob's
             done = [j for j in body.get("ids", []) if j != 9] or [1, 2]
             skipped = {"9": "belongs to bob"} if 9 in body.get("ids", []) else {}
@@ -395,6 +406,10 @@ NODES = [
         ["history", "--all-users", "-S", "2026-11-01", "-s", "F,CA", "--since", "2d"],
         ["history", "--json", "-u", "bob"],
         ["history", "-S", "yesterday"],  # (refused, as the full command line refuses it)
+        ["set-priority", "6", "-5"],
+        ["set-priority", "--json", "6", "10"],
+        ["drain", "gpu-a", "--reason", "fan"],
+        ["undrain", "--json", "gpu-a"],
     ],
 )
 def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_prints(
@@ -437,6 +452,12 @@ def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_print
             assert "per user" in quick.stdout and "│  1.71 │" in quick.stdout  # (right)
         elif "yesterday" in words:
             assert "yesterday" in full.stderr and quick.returncode == full.returncode == 2
+    if words == ["set-priority", "6", "-5"]:
+        assert quick.stdout == "job 6: priority -5\n"
+    if words[0] == "drain":
+        assert quick.stdout == "node gpu-a is drained\n" and Recorder.bodies[-1] == {
+            "reason": "fan"
+        }
     if words[0] == "logs":  # the note on its --output, and the log as written
         assert quick.stderr.splitlines()[:-1] == full.stderr.splitlines()
         assert "writes its output to /home/alice/prep-77.out" in full.stderr

@@ -475,6 +475,62 @@ def quick_history(words: list[str]) -> int | None:
     return asking(given, history)
 
 
+def _number(word: str) -> bool:
+    """A whole number, negative ones too (``set-priority 6 -5``)."""
+    return word.removeprefix("-").isdigit()
+
+
+def quick_set_priority(words: list[str]) -> int | None:
+    """``corral set-priority ID PRIORITY``, as the full command line says it."""
+    k = options_end(words, CLIENT_VALUES, {"--json": ("json", True)})
+    given = read_options(words[:k], CLIENT_VALUES, {"--json": ("json", True)})
+    rest = words[k:]
+    if given is None or len(rest) != 2 or not rest[0].isdigit() or not _number(rest[1]):
+        return None
+
+    def change(client: Any) -> None:
+        job = client.set_priority(int(rest[0]), int(rest[1]))
+        if given.get("json"):
+            import json
+
+            sys.stdout.write(json.dumps(job, indent=2) + "\n")
+            return
+        sys.stdout.write(f"job {rest[0]}: priority {job['priority']}\n")
+
+    return asking(given, change)
+
+
+def node_verb(verb: str) -> Callable[[list[str]], int | None]:
+    """``corral drain NODE`` (``undrain``): an admin's change of a node's state."""
+    values: dict[str, tuple[str, Callable[[str], Any]]] = {
+        **CLIENT_VALUES,
+        "--reason": ("reason", str),
+    }
+    flags = {"--json": ("json", True)}
+
+    def quick(words: list[str]) -> int | None:
+        k = options_end(words, values, flags)
+        name = words[k] if k < len(words) else ""
+        given = read_options(words[:k] + words[k + 1 :], values, flags)
+        if given is None or not name or name.startswith("-"):
+            return None
+
+        def change(client: Any) -> None:
+            node = client.node_state(name, verb, given.get("reason"))
+            if given.get("json"):
+                import json
+
+                sys.stdout.write(json.dumps(node, indent=2) + "\n")
+                return
+            from corral.queue_listing import printable
+
+            sys.stdout.write(printable(f"node {node['name']} is {node['state']}") + "\n")
+
+        return asking(given, change)
+
+    return quick
+
+
 def quick_nodes(words: list[str]) -> int | None:
     """``corral nodes`` (``--json``), as the full command line prints it."""
     given = read_options(words, CLIENT_VALUES, {"--json": ("json", True)})
@@ -559,6 +615,9 @@ QUICK: dict[str, Callable[[list[str]], int | None]] = {
     "nodes": quick_nodes,
     "logs": quick_logs,
     "history": quick_history,
+    "set-priority": quick_set_priority,
+    "drain": node_verb("drain"),
+    "undrain": node_verb("resume"),
 }
 QUICK.update({verb: bulk_verb(verb) for verb in BULK_VERBS})
 """The verbs answered here when their words allow."""

@@ -36,6 +36,7 @@ from corral.queue_listing import (
     QUEUE_COLUMNS,
     QUEUE_FIELDS,
     cut_note,
+    printable,
     queue_columns,
     queue_rows,
     queue_title,
@@ -591,7 +592,7 @@ def set_priority(
     if as_json:
         print_json(job)
         return
-    console.print(f"job {job_id}: priority {job['priority']}", highlight=False)
+    print(f"job {job_id}: priority {job['priority']}", flush=True)
 
 
 @app.command()
@@ -634,7 +635,7 @@ def _set_node(
     if as_json:
         print_json(node)
         return
-    console.print(f"node {node['name']} is {node['state']}", highlight=False)
+    print(printable(f"node {node['name']} is {node['state']}"), flush=True)
 
 
 @app.command()

@@ -1,15 +1,15 @@
 """sbatch's ``--signal``: a job's warning before its time limit, read where a script's
-directives are read (standard library only: the command line reads it before it
-talks to the service, and must start fast)."""
+directives are read (standard library only, and not ``dataclasses``, whose import
+of ``inspect`` was a third of a script's submission: the command line reads it
+before it talks to the service, and must start fast)."""
 
 from __future__ import annotations
 
 import signal as signals
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class WarningSignal:
+class WarningSignal(NamedTuple):
     """sbatch's ``--signal=[B:]SIG[@SECS]``: a signal sent ``lead`` seconds before the
     job's time limit (and before corral's own preemptions and suspends), to the
     batch script's shell alone (``B:``) or to its other processes."""
