@@ -282,6 +282,13 @@ def main() -> None:
         if args.quick
         else {"loop": 100, "array": 2_000, "listed": 10_000, "engine": 200}
     )
+    # corral's bytecode as an install leaves it (pip compiles it; a source checkout under
+    # PYTHONDONTWRITEBYTECODE would compile every module at every command's start)
+    import compileall
+
+    import corral
+
+    compileall.compile_dir(Path(corral.__file__).parent, quiet=1)
     why_not = missing_slurm()
     with (
         tempfile.TemporaryDirectory(prefix="corral-vs-slurm-") as tmp,

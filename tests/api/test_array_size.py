@@ -5,6 +5,7 @@ listed. A job may wait for a whole array of that size."""
 
 from __future__ import annotations
 
+import json
 import time
 import tracemalloc
 from pathlib import Path
@@ -12,10 +13,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corral.api.app import create_app
 from corral.runtime.jobspec.specs import JobSpec
-from corral.runtime.storage.store import JobRow, Store
+from corral.runtime.storage.store import JobRow, Store, encoded_with, to_json
 from tests.runtime.harness import auth, make_config
 
 
@@ -156,3 +159,25 @@ def test_a_batch_of_the_largest_arrays_is_refused_by_the_quota(
         assert len(listed) <= 2
     finally:
         store.dispose()
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=8),
+        st.one_of(st.integers(), st.text(max_size=10), st.none(), st.lists(st.integers())),
+        max_size=6,
+    ),
+    st.lists(st.integers(0, 10**6), min_size=1, max_size=5),
+)
+def test_specs_encoded_once_are_the_specs_themselves(
+    value: dict[str, Any], indices: list[int]
+) -> None:
+    """An array's task specs, made from one encoding of the first (see
+    ``storage.store.encoded_with``), read back as the first with each task's index,
+    whatever the spec holds (even text that looks like the index's key)."""
+    value = {**value, "note": '"array_index": -7193311777'} if len(indices) % 2 else value
+    made = encoded_with(value, "array_index", indices)
+    assert [json.loads(to_json(spec)) for spec in made] == [
+        {**value, "array_index": i} for i in indices
+    ]
+    assert made == [{**value, "array_index": i} for i in indices]

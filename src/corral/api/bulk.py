@@ -72,7 +72,9 @@ class BulkAnswer(BaseModel):
 
 
 def _wanted(row: Any, sel: Selection, ids: set[int], tasks: set[tuple[int, int]]) -> bool:
-    stored = getattr(row, "spec", None)  # (read only when the selection needs it)
+    """Whether the selection's ids, array tasks, name and VC name the row (its spec is
+    read, selected, only when they need it)."""
+    stored = row.spec if (ids or tasks or sel.vc) else None
     spec: dict[str, Any] = stored if isinstance(stored, dict) else {}
     if ids or tasks:
         array = spec.get("array_job")
@@ -131,8 +133,9 @@ def act_on_many(ctx: Ctx, action: str, sel: Selection, user: User) -> BulkAnswer
         if owner is not None and not ids:  # (others' jobs named by id are reported)
             query = query.where(JobRow.user == owner)
         rows = s.execute(query).all()
+        picky = bool(ids or tasks or sel.name is not None or sel.vc is not None)
         for row in rows:
-            if not _wanted(row, sel, ids, tasks):
+            if picky and not _wanted(row, sel, ids, tasks):
                 continue
             if states is not None and row.status not in states:
                 continue

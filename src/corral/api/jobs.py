@@ -481,9 +481,21 @@ def show(ctx: Ctx, job_id: JobId, user: User) -> JobDetail:
             loss_curve=row.loss_curve,
             progress=row.progress,
             policy_view={}
-            if ctx.scheduler is None or row.status in TERMINAL
+            if ctx.scheduler is None or not in_policys_view(row)
             else ctx.scheduler.ask_view(row.id),
         )
+
+
+def in_policys_view(row: JobRow) -> bool:
+    """Whether the policy may have a view of the job: not one ended, suspended, held or
+    of no GPUs (asking the loop costs a wait for its next pass)."""
+    gpus = row.spec.get("gpus", 1) if isinstance(row.spec, dict) else 1
+    return (
+        row.status not in TERMINAL
+        and row.status != JobStatus.SUSPENDED
+        and row.held is None
+        and gpus != 0
+    )
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=JobView, tags=["jobs"], responses=ON_JOB)

@@ -37,7 +37,7 @@ from corral.runtime.loop.cpu_jobs import cpu_capacity
 from corral.runtime.loop.loop_base import NOT_ENDED
 from corral.runtime.loop.records import HELD_REASONS, spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
-from corral.runtime.storage.store import JobInputRow, JobRow, Store, in_chunks
+from corral.runtime.storage.store import JobInputRow, JobRow, Store, encoded_with, in_chunks
 from corral.timespan import span
 
 FORBIDDEN = 403
@@ -506,7 +506,8 @@ class Admission:
                 "phase": first.phase,
                 "held": first.held,
             }
-            params = [{**shared, "spec": {**first.spec, "array_index": i}} for i in indices[1:]]
+            specs = encoded_with(first.spec, "array_index", indices[1:])
+            params = [{**shared, "spec": spec} for spec in specs]
             # (a statement's rows take their ids in the order of its values, and its
             # statements run in order: sorted, the ids pair with the indices; asking
             # the driver to return them in that order costs a statement per row)
