@@ -17,6 +17,7 @@ from corral.sim.figures import (
     HEIGHT_RATIO,
     PNG_DPI,
     WIDTHS,
+    Drawing,
     figure_styles,
     interval,
     plot_result,
@@ -186,9 +187,81 @@ def test_a_log_axis_labels_at_least_three_ticks() -> None:
 def test_corral_plot_draws_the_policies_asked_in_their_order(comparison: Path) -> None:
     from corral.sim.figures import result_figures
 
-    figures = result_figures(comparison, policies=["las", "srtf", "fifo"])
+    figures = result_figures(comparison, drawing=Drawing(policies=["las", "srtf", "fifo"]))
     bars = figures["avg-jct"].axes[0]
     assert [t.get_text() for t in bars.get_xticklabels()] == ["las", "srtf (oracle)", "fifo"]
     refused = CliRunner().invoke(app, ["plot", str(comparison), "--policies", "fifo,gavel"])
     assert refused.exit_code != 0
     assert "gavel not in this result (it has fifo, srtf (oracle), las)" in str(refused.exception)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("figures") / "sweep"
+    Experiment(
+        **WORKLOAD, policies="fifo,las", loads=[0.6, 1.0], seeds=[0, 1, 2], runner="serial"
+    ).run(out, say=_quiet)
+    return out
+
+
+def test_a_sweep_normalised_by_a_baseline_is_the_mean_of_its_seeds_ratios(sweep: Path) -> None:
+    from corral.sim.figures import result_figures
+
+    figures = result_figures(sweep, drawing=Drawing(metrics=["avg_jct"], normalise="fifo"))
+    assert set(figures) == {"avg_jct"}
+    (axes,) = figures["avg_jct"].axes
+    assert axes.get_ylabel().startswith("avg JCT / fifo's")
+    lines = {c.get_label(): c.lines[0].get_ydata() for c in axes.containers}
+    runs = pd.read_csv(sweep / "results.csv")
+    wide = runs.pivot_table(index=["load", "seed"], columns="policy", values="avg_jct_s")
+    expected = (wide["las"] / wide["fifo"]).groupby(level="load").mean().to_numpy()
+    assert np.allclose(lines["fifo"], 1.0) and np.allclose(lines["las"], expected)
+    assert not np.allclose(expected, 1.0)  # (the ratio is not trivially 1)
+
+
+def test_the_value_axis_is_as_asked_and_refused_where_it_cannot_be(sweep: Path) -> None:
+    from corral.errors import CorralError
+    from corral.sim.figures import result_figures
+
+    for scale in ("linear", "log"):
+        figures = result_figures(sweep, drawing=Drawing(metrics=["avg_jct"], scale=scale))
+        assert figures["avg_jct"].axes[0].get_yscale() == scale
+    with pytest.raises(CorralError, match="--metric: jct not drawn for this result"):
+        result_figures(sweep, drawing=Drawing(metrics=["jct"]))
+    with pytest.raises(CorralError, match="--normalise: gavel not in this result"):
+        result_figures(sweep, drawing=Drawing(normalise="gavel"))
+    refused = CliRunner().invoke(app, ["plot", str(sweep), "--scale", "sideways"])
+    assert refused.exit_code != 0 and "--scale" in str(refused.exception)
+
+
+def test_lines_that_coincide_are_set_apart_and_say_so() -> None:
+    rows = [
+        {"cluster_scale": 1.0, "load": load, "policy": policy, "seeds": 3,
+         "avg_jct_s_mean": 3600.0 * (1 + load) * (2 if policy == "fifo" else 1),
+         "avg_jct_s_std": 360.0}
+        for policy in ("fifo", "las", "tiresias-las")
+        for load in (0.5, 0.9)
+    ]  # fmt: skip
+    (axes,) = sweep_figures(pd.DataFrame(rows))["avg_jct"].axes
+    lines = {c.get_label(): c.lines[0] for c in axes.containers}
+    assert set(lines) == {"fifo", "las", "tiresias-las (= las)"}
+    moved = lines["tiresias-las (= las)"].get_xdata() - lines["las"].get_xdata()
+    assert np.all(moved > 0) and np.all(moved < 0.05)  # (beside it, not on it)
+    assert np.allclose(lines["tiresias-las (= las)"].get_ydata(), lines["las"].get_ydata())
+
+
+def test_corral_plot_takes_metrics_a_scale_and_a_baseline(comparison: Path, tmp_path: Path) -> None:
+    out = tmp_path / "figs"
+    done = CliRunner().invoke(app, ["plot", str(comparison), "--metric", "avg_jct", "--normalise",
+                                    "fifo", "--scale", "linear", "--format", "svg", "--out",
+                                    str(out)])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in out.iterdir()) == ["avg-jct.svg"]
+    from corral.sim.figures import result_figures
+
+    bars = result_figures(comparison, drawing=Drawing(normalise="fifo"))["avg-jct"].axes[0]
+    heights = [b.get_height() for b in bars.patches]
+    jobs = {p: pd.read_csv(next(comparison.glob(f"*{p}*/jobs.csv"))) for p in ("fifo", "las")}
+    assert heights[0] == pytest.approx(1.0)
+    assert heights[2] == pytest.approx(jobs["las"]["jct"].mean() / jobs["fifo"]["jct"].mean())
+    assert bars.get_ylabel() == "average JCT / fifo's"

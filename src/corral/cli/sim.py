@@ -756,6 +756,28 @@ def plot(
         str | None,
         typer.Option(help="comma-separated: only these of the result's policies, in this order"),
     ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help="comma-separated: only these figures (a sweep: avg_jct, p99_jct, "
+            "avg_queueing, makespan, gpu_utilization, preemptions; a comparison: jct, "
+            "queueing, avg_jct)",
+        ),
+    ] = None,
+    scale: Annotated[
+        str,
+        typer.Option(help="the value axis: auto (log where it spans decades), linear or log"),
+    ] = "auto",
+    normalise: Annotated[
+        str | None,
+        typer.Option(
+            "--normalise",
+            "--normalize",
+            help="divide each policy's metric by this policy's (a sweep: seed by seed, "
+            "then averaged; a comparison: its average JCT)",
+        ),
+    ] = None,
 ) -> None:
     """Draw a result's figures for a paper: PDF, SVG and PNG, one style per policy.
 
@@ -763,14 +785,18 @@ def plot(
     average JCT per policy; a sweep gives each metric against load (or
     cluster size) with 95% intervals over its seeds.
     """
-    from corral.sim.figures import plot_result
+    from corral.sim.figures import Drawing, plot_result
 
     if not result.is_dir():
         raise CorralError(f"{result}: no such result folder")
     chosen = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
+
+    def words(text: str | None) -> list[str] | None:
+        return [w.strip() for w in text.split(",") if w.strip()] if text else None
+
+    drawing = Drawing(words(policies), words(metric), scale.strip().lower(), normalise)
     with user_errors():
-        only = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
-        written = plot_result(result, out, chosen, width, only)
+        written = plot_result(result, out, chosen, width, drawing=drawing)
     names = sorted({p.stem for p in written})
     where = written[0].parent if written else out
     console.print(

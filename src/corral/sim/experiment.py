@@ -544,11 +544,25 @@ class Results:
         folder: str | Path | None = None,
         formats: Iterable[str] = ("pdf", "svg", "png"),
         width: str = "single",
+        policies: Iterable[str] | None = None,
+        metrics: Iterable[str] | None = None,
+        scale: str = "auto",
+        normalise: str | None = None,
     ) -> list[Path]:
-        """The result's figures as files (see :mod:`corral.sim.figures`)."""
-        from corral.sim.figures import plot_result
+        """The result's figures as files (see :mod:`corral.sim.figures`): of these
+        ``policies`` and ``metrics`` (None: all), the value axis ``auto``, ``linear``
+        or ``log``, each policy's metric over the ``normalise`` policy's where given
+        (as ``corral plot``'s options)."""
+        from corral.sim.figures import Drawing, plot_result
 
-        return plot_result(self.out, Path(folder) if folder else None, tuple(formats), width)
+        drawing = Drawing(
+            policies=list(policies) if policies is not None else None,
+            metrics=list(metrics) if metrics is not None else None,
+            scale=scale,
+            normalise=normalise,
+        )
+        where = Path(folder) if folder else None
+        return plot_result(self.out, where, tuple(formats), width, drawing=drawing)
 
 
 def _grid_values(point: GridPoint) -> list[tuple[str, Any]]:
