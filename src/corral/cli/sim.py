@@ -52,6 +52,14 @@ JobTypesOpt = Annotated[
     str | None, typer.Option(help="give generic jobs measured types: 'gavel' (seeded)")
 ]
 MaxJobsOpt = Annotated[int | None, typer.Option(help="keep only the first N jobs")]
+SampleOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="draw the workload from the trace by each seed: window (--max-jobs jobs in a "
+        "row from an offset the seed draws) or bootstrap (jobs and arrival gaps drawn with "
+        "replacement); default: the trace as it is"
+    ),
+]
 ClusterOpt = Annotated[
     str, typer.Option(help="preset, YAML spec or Tiresias CSV (see 'corral clusters')")
 ]
@@ -139,6 +147,7 @@ def _run_options(
     start: StartOpt = None,
     end: EndOpt = None,
     max_jobs: MaxJobsOpt = None,
+    workload_sample: SampleOpt = None,
     job_types: JobTypesOpt = None,
     cluster: ClusterOpt = "philly",
     cluster_scale: ScaleOpt = 1.0,

@@ -219,7 +219,8 @@ class Experiment(RunSettings):
                 "note",
                 f"the {len(seeds)} seeds give the same runs here: '{self.trace}' is replayed "
                 "as it is, and nothing else is drawn at random (seeds vary synthetic traces, "
-                "--job-types, --failure-rate and random placement); the spread shown will be 0",
+                "--workload-sample, --job-types, --failure-rate and random placement); the "
+                "spread shown will be 0",
             )
         temporary = out is None
         folder = Path(tempfile.mkdtemp(prefix="corral-experiment-")) if out is None else Path(out)

@@ -71,6 +71,10 @@ class RunSettings:
     start: str | None = None
     end: str | None = None
     max_jobs: int | None = None
+    workload_sample: str | None = None
+    """Draw the workload from the trace by each seed: ``window`` (``max_jobs``
+    consecutive jobs from an offset the seed draws) or ``bootstrap`` (jobs and gaps
+    drawn with replacement); None: the trace as it is (its first ``max_jobs``)."""
     job_types: str | None = None
     cluster: str = "philly"
     """A preset, a YAML spec or a Tiresias cluster CSV."""
@@ -189,6 +193,7 @@ class RunSettings:
                 max_jobs=self.max_jobs,
                 seed=self.seed,
                 job_types=self.job_types,
+                sample=self.workload_sample,
             )
             report = LoadReport(self.trace)
             jobs = load_trace(self.trace, machines.total_gpus, options, report)
@@ -277,11 +282,12 @@ class RunSettings:
         return self._profiles
 
     def seeded(self) -> bool:
-        """Whether a run's seed changes anything: a generated trace, drawn job types,
-        failures or a random placement."""
+        """Whether a run's seed changes anything: a generated trace, a workload drawn
+        from the trace, drawn job types, failures or a random placement."""
         trace = self.trace.strip().lower()
         return (
             trace.startswith(("synthetic", "gavel-synthetic"))
+            or self.workload_sample is not None
             or bool(self.job_types)
             or self.failure_rate > 0
             or bool(self.failure_rates)

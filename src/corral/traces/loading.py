@@ -45,6 +45,9 @@ class TraceOptions:
     durations: str = "trace"
     """Shockwave's traces: the trace's own durations, or ``throughput`` (steps at
     Gavel's measured V100 throughput; see :mod:`corral.traces.gavel`)."""
+    sample: str | None = None
+    """Draw the workload from the trace by the seed: ``window`` or ``bootstrap`` (see
+    :mod:`corral.traces.sampling`; None: the trace's first ``max_jobs`` jobs)."""
 
 
 def detect_format(path: str) -> str:
@@ -102,7 +105,15 @@ def load_trace(
 ) -> JobTable:
     """Resolve a ``--trace`` value into a job table."""
     options = options or TraceOptions()
-    table = _load(spec, total_gpus, options, report)
+    if options.sample is not None:  # the whole trace (its filters kept), then the draw
+        from corral.traces.sampling import sample_workload
+
+        whole = TraceOptions(**{**options.__dict__, "max_jobs": None, "sample": None})
+        table = sample_workload(
+            _load(spec, total_gpus, whole, report), options.sample, options.max_jobs, options.seed
+        )
+    else:
+        table = _load(spec, total_gpus, options, report)
     if options.job_types:
         table = assign_job_types(table, options.job_types, options.seed)
     return table
