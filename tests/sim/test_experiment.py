@@ -212,3 +212,39 @@ def test_a_policy_class_runs_and_reruns_from_its_file(
     local = type("Local", (mine.FloorThroughput,), {"__module__": "__main__"})
     with pytest.raises(CorralError, match="has no file of its own"):
         Experiment(**WORKLOAD, policies=[local]).variants()
+
+
+def test_a_policy_object_runs_with_its_options_and_reruns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``policies=[MyPolicy(floor=0.25)]``: the entry is the class's file with the
+    options the object was made with, so the run and ``corral rerun`` use them; an
+    option the object does not keep is refused, saying what to give."""
+    import importlib
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    example = Path(__file__).parents[2] / "examples" / "policies" / "floor_throughput.py"
+    (tmp_path / "mine.py").write_text(example.read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mine = importlib.import_module("mine")
+    try:
+        chosen = mine.FloorThroughput(floor=0.25)
+        experiment = Experiment(**WORKLOAD, policies=[chosen, "fifo"], runner="serial")
+        (variant, _) = experiment.variants()
+        assert variant.policy == "mine.py:FloorThroughput" and variant.options["floor"] == "0.25"
+        results = experiment.run("first", say=_quiet)
+        assert results.ok
+        record = json.loads((tmp_path / "first" / "provenance.json").read_text())
+        assert "mine.py:FloorThroughput[" in record["command"] and "floor=0.25" in record["command"]
+        default = Experiment(**WORKLOAD, policies=[mine.FloorThroughput()], runner="serial")
+        assert "floor" not in default.variants()[0].options  # (a default is not written)
+        result = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
+        assert result.exit_code == 0, result.output
+        assert "identical:" in result.output
+        forgetful = mine.FloorThroughput(floor=0.25)
+        del forgetful.floor
+        with pytest.raises(CorralError, match="keeps no attribute 'floor'"):
+            Experiment(**WORKLOAD, policies=[forgetful]).variants()
+    finally:
+        sys.modules.pop("mine", None)

@@ -578,10 +578,15 @@ def _grid_values(point: GridPoint) -> list[tuple[str, Any]]:
 def policy_name(policy: Any) -> str:
     """A ``policies`` entry as ``--policies`` takes it: a string as it is; a policy class
     as ``file.py:Class`` (its file relative to here where it is below), which worker
-    processes and ``corral rerun`` load as any policy file. A class with no file of its
-    own (defined in a notebook's cell) is refused, saying what to do."""
+    processes and ``corral rerun`` load as any policy file; a policy object as its
+    class with the options it was made with (:func:`instance_entry`). A class with no
+    file of its own (defined in a notebook's cell) is refused, saying what to do."""
     if isinstance(policy, str):
         return policy
+    from corral.policies.base import Policy
+
+    if isinstance(policy, Policy):
+        return instance_entry(policy, policy_name(type(policy)))
     if not isinstance(policy, type):
         raise CorralError(
             f"policies: {policy!r} is neither a policy's name nor a policy class (give "
@@ -604,12 +609,53 @@ def policy_name(policy: Any) -> str:
     return f"{shown}:{policy.__qualname__}"
 
 
+def instance_entry(policy: Any, where: str) -> str:
+    """A policy object as ``--policies`` takes it: its class's ``file.py:Class`` with, in
+    brackets, each option it was made with that differs from the option's default
+    (read back from the attribute of the option's name, as policies keep them). An
+    option that cannot be read back, or is not a number, text or truth value (a
+    list: brackets cannot hold it), is refused, saying what to give instead."""
+    import inspect
+
+    from corral.policies import policy_options
+
+    cls = type(policy)
+    given: list[str] = []
+    try:  # (what each option comes to when not given: a default of None may mean one)
+        fresh: Any = cls()
+    except Exception:
+        fresh = None
+    for name, default in policy_options(cls).items():
+        if not hasattr(policy, name):
+            raise CorralError(
+                f"policies: a {cls.__name__} object keeps no attribute '{name}', so the "
+                f"options it was made with cannot be read back; give '{where}[{name}=...]' "
+                "or the class"
+            )
+        value = getattr(policy, name)
+        if fresh is not None and hasattr(fresh, name):
+            default = getattr(fresh, name)
+        if default is not inspect.Parameter.empty and value == default:
+            continue
+        if isinstance(value, bool | int | float | str) and not (
+            isinstance(value, str) and any(c in value for c in ",[]=")
+        ):
+            given.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
+            continue
+        raise CorralError(
+            f"policies: {cls.__name__}'s option {name}={value!r} cannot be written in an "
+            f"entry's brackets; give '{where}' with policy_opt=['{name}=...']"
+        )
+    return f"{where}[{','.join(given)}]" if given else where
+
+
 def policy_entry(variant: Variant) -> str:
     """A variant as a ``--policies`` entry (its options and label in brackets; a plain
     policy as its name)."""
+    from corral.sim.variants import default_label
+
     options = [f"{k}={v}" for k, v in variant.options.items()]
-    auto = f"{variant.policy}[{','.join(options)}]" if options else variant.policy
-    if variant.label != auto:
+    if variant.label != default_label(variant.policy, variant.options):
         options.append(f"label={variant.label}")
     return f"{variant.policy}[{','.join(options)}]" if options else variant.policy
 

@@ -68,7 +68,7 @@ def split_entries(text: str) -> list[str]:
 def parse_variants(text: str) -> list[Variant]:
     """Every entry of ``--policies``; a clear error for a malformed one or for two
     entries that would write to one folder."""
-    from corral.policies import folder_name, policy_key
+    from corral.policies import policy_key
 
     variants = []
     for entry in split_entries(text):
@@ -92,8 +92,7 @@ def parse_variants(text: str) -> list[Variant]:
             else:
                 options[name] = value
         if label is None:
-            own = folder_name(key) if ":" in key else key
-            label = f"{own}[{','.join(f'{k}={v}' for k, v in options.items())}]" if options else own
+            label = default_label(key, options)
         variants.append(Variant(key, label, options))
     if not variants:
         raise CorralError("--policies names no policy")
@@ -105,6 +104,15 @@ def parse_variants(text: str) -> list[Variant]:
             "give one a label: NAME[...,label=TEXT]"
         )
     return variants
+
+
+def default_label(key: str, options: dict[str, str]) -> str:
+    """What an entry without ``label=`` is called: its policy (a file's by its class's
+    name), with its options in brackets."""
+    from corral.policies import folder_name
+
+    own = folder_name(key) if ":" in key else key
+    return f"{own}[{','.join(f'{k}={v}' for k, v in options.items())}]" if options else own
 
 
 def variant_options(variant: Variant, pairs: list[str]) -> dict[str, Any]:
