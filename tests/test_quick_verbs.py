@@ -485,3 +485,20 @@ def test_show_words_the_quick_path_does_not_take_go_to_the_full_command_line(
     from corral.quick_verbs import quick_show
 
     assert quick_show(words) is None
+
+
+def test_a_reader_that_goes_ends_the_command_quietly(service: str) -> None:
+    """``corral show 77 | head -1``: the reader closes the pipe; the command ends with
+    128 + SIGPIPE and says nothing (no traceback), as C programs do."""
+    Recorder.pages = {"/v1/jobs/77": SHOWN}
+    read, write = os.pipe()
+    os.close(read)  # (gone before anything is written: the first write fails)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; sys.argv = ['corral', 'show', '77'];"
+             "from corral.quick_verbs import main; main()"],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")

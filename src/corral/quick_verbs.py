@@ -642,19 +642,30 @@ QUICK.update({verb: bulk_verb(verb) for verb in BULK_VERBS})
 """The verbs answered here when their words allow."""
 
 
+READER_GONE = 141
+"""The exit status of a command whose reader went (``| head``): a shell's 128 + SIGPIPE."""
+
+
 def main() -> None:
     """``corral``: the quick path where it applies, else the full command line."""
     words = sys.argv[1:]
     quick = QUICK.get(words[0]) if words else None
+    asked: Callable[[], int | None] | None = None
     if words == ["--help"] or (len(words) == 2 and words[1] == "--help"):
-        code = quick_help(words[0] if len(words) == 2 else None)
-        if code is not None:
-            sys.stdout.flush()
-            sys.exit(code)
+        asked = lambda: quick_help(words[0] if len(words) == 2 else None)  # noqa: E731
     elif quick is not None:
-        code = quick(words[1:])
+        asked = lambda: quick(words[1:])  # noqa: E731
+    if asked is not None:
+        try:
+            code = asked()
+            if code is not None:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            # the reader went (corral show 12 | head -3): quietly, as C programs end
+            # there, and with nothing left to flush at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(READER_GONE)
         if code is not None:
-            sys.stdout.flush()
             sys.exit(code)
     from corral.cli import main as full
 
