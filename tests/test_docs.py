@@ -57,3 +57,34 @@ def test_the_readme_is_a_front_page():
     assert "make demo" in readme and "make test" in readme
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / link).exists(), link
+
+
+def test_the_validation_index_quotes_the_figures_of_the_pages_it_links():
+    """Each ratio (``3.12x``) a row of the validation index gives is on a page the row
+    links, or, for a ratio the index works out, the two figures it is made of are
+    (the index drifted from its pages before: a stale ratio, a wrong "highest")."""
+    import re
+
+    folder = ROOT / "docs" / "validation"
+    index = (folder / "README.md").read_text()
+    worked_out = {
+        "1.66": ("themis-allox.md", "| themis | 27.6 |", "| gavel-finish-time-fairness | 16.6 |")
+    }
+    checked = 0
+    for row in index.splitlines():
+        pages = set(re.findall(r"\]\(([\w.-]+\.md)", row)) if row.startswith("| ") else set()
+        text = "".join((folder / p).read_text() for p in pages if (folder / p).exists())
+        for ratio in set(re.findall(r"(?<![\w.])(\d+(?:\.\d+)?)x\b", row)):
+            checked += 1
+            if ratio in worked_out:
+                page, *cells = worked_out[ratio]
+                assert all(cell in (folder / page).read_text() for cell in cells), ratio
+                continue
+            assert ratio in text, f"the index's {ratio}x is on none of {sorted(pages)}"
+    assert checked > 20
+    gavel = (folder / "gavel-continuous.md").read_text()
+    rows = [line for line in gavel.splitlines() if re.match(r"\| [\d.]+ \| 0\.\d+ \|", line)]
+    ratios = [float(re.search(r"\*\*([\d.]+)x\*\*", line)[1]) for line in rows]
+    best, last = max(ratios), ratios[-1]
+    assert f"**{best:.2f}x" in index and "the highest ratio of the eight rates" in index
+    assert best != last and f"gives {last:.2f}x" in index  # (the highest rate's is not it)
