@@ -102,3 +102,30 @@ def test_the_directives_are_read_and_refused_by_name(tmp_path: Path) -> None:
         script_fields(script)
     with pytest.raises(ValueError, match="mail_user"):
         JobSpec(command=["x"], mail_user="-oProxyCommand=x")  # (never an option of the program)
+
+
+def test_an_array_whose_last_task_fails_says_so_once_and_reads_its_tasks_once(
+    harness: Harness, mailbox: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole array's mail names its failure when the task that fails is the last
+    to end (its end counted before the mail), is sent once, and the mailer reads the
+    array's tasks once (once a task's event, a 2,000-task array read its 2,000 rows
+    4,000 times)."""
+    made: list[int] = []
+    real = Mailer._array
+
+    def counted(self: Mailer, *args: Any) -> Any:
+        if args[1].spec["array_job"] not in self.arrays:
+            made.append(args[1].spec["array_job"])
+        return real(self, *args)
+
+    monkeypatch.setattr(Mailer, "_array", counted)
+    script = 'sleep "$((CORRAL_ARRAY_INDEX * 2))"; exit "$((CORRAL_ARRAY_INDEX == 2 ? 7 : 0))"'
+    whole = harness.submit(command=["sh", "-c", script], array="0-2", max_retries=0,
+                           mail_type="BEGIN,END,FAIL")  # fmt: skip
+    for task in whole["array_tasks"]:
+        harness.wait_state(task, {"SUCCEEDED", "FAILED"}, 60)
+    got = mails(mailbox, 2)
+    assert len(got) == 2 and "Began" in got[0]
+    assert f"Job_id={whole['id']} Name=job Failed" in got[1] and got[1].endswith("ExitCode 7")
+    assert made == [whole["id"]]

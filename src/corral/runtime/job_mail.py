@@ -21,6 +21,7 @@ import queue
 import subprocess
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,40 @@ ENDED = set(SLURM_STATES)
 SEND_TIMEOUT = 30.0
 
 
+@dataclass
+class ArrayMail:
+    """What the mail of a whole array needs to know of its tasks, kept as their
+    events come (its first start, which tasks have not ended, which failed)."""
+
+    open: set[int]
+    failed: dict[int, tuple[str, int | None]]
+    began: bool
+    done: bool = False
+
+    def begins(self, job: int, kind: str, detail: dict[str, Any]) -> bool:
+        """Whether this event is the array's first start (said once)."""
+        if kind != "start" or detail.get("attempt") != 1 or self.began:
+            return False
+        self.began = True
+        return True
+
+    def ended(self, job: int, status: str, exit_code: int | None) -> None:
+        """A task's end (or its requeue: open again)."""
+        if status in ENDED:
+            self.open.discard(job)
+            if status in FAILED:
+                self.failed.setdefault(job, (status, exit_code))
+        else:
+            self.open.add(job)
+
+    def last_end(self) -> bool:
+        """Whether every task has ended now (the array's mail is sent once)."""
+        if self.done or self.open:
+            return False
+        self.done = True
+        return True
+
+
 class Mailer:
     """Sends the mail the committed events call for (a consumer of the store's echo)."""
 
@@ -52,6 +87,8 @@ class Mailer:
         self.todo: queue.SimpleQueue[tuple[str, int, dict[str, Any]] | None] = queue.SimpleQueue()
         self.repeats = Repeats(60.0, out)
         self.thread = threading.Thread(target=self._run, name="corral-mail", daemon=True)
+        self.arrays: dict[int, ArrayMail] = {}
+        """Arrays whose mail is for the whole array, by the array's id."""
         self.thread.start()
         self.sent = 0
 
@@ -83,7 +120,9 @@ class Mailer:
                 return
             per_task = "ARRAY_TASKS" in types
             array = spec.get("array_job")
-            tasks = self._tasks(s, row) if array is not None and not per_task else None
+            whole = None
+            if array is not None and not per_task:
+                whole = self._array(s, row, kind, detail)
             ran = sum(
                 max((a.end_time or a.start_time) - a.start_time, 0.0)
                 for a in s.scalars(select(AttemptRow).where(AttemptRow.job_id == job))
@@ -91,14 +130,13 @@ class Mailer:
             name, user, status = row.name, spec.get("mail_user") or row.user, row.status
             waited = (row.first_start or row.submit_time) - row.submit_time
             exit_code = row.exit_code
-        label = f"Job_id={array if tasks is not None else job}"
-        if array is not None and tasks is None:
+        label = f"Job_id={array if whole is not None else job}"
+        if array is not None and whole is None:
             label = f"Job_id={job} ({array}_{spec.get('array_index')})"
         subjects = []
-        first = tasks is None or (
-            detail.get("attempt") == 1
-            and min((t.first_start, t.id) for t in tasks if t.first_start is not None)[1] == job
-        )
+        if whole is not None and kind in ("attempt_end", "request_cancel"):
+            whole.ended(job, status, exit_code)  # (before its mail: it may be the last)
+        first = whole is None or whole.begins(job, kind, detail)
         if kind == "start" and "BEGIN" in occasions and first:  # (an array: its first start)
             subjects.append(f"{label} Name={name} Began, Queued time {span(waited)}")
         if kind == "attempt_end" and "TIME_LIMIT" in occasions and detail.get("cause") == "timeout":
@@ -108,15 +146,30 @@ class Mailer:
                 if "REQUEUE" in occasions and detail.get("cause") not in ("preempted", "suspended"):
                     subjects.append(f"{label} Name={name} Requeued, Run time {span(ran)}")
             elif status in ENDED:
-                subjects += self._ended(label, name, status, exit_code, ran, occasions, tasks)
+                subjects += self._ended(label, name, status, exit_code, ran, occasions, whole)
         for subject in subjects:
             self._send(f"corral {subject}", user, f"{subject}\n")
 
-    def _tasks(self, s: Any, row: JobRow) -> list[JobRow]:
-        """An array's tasks (the mail for a whole array counts them)."""
-        array = row.spec.get("array_job")
-        same = select(JobRow).where(JobRow.user == row.user, JobRow.name == row.name)
-        return [t for t in s.scalars(same) if (t.spec or {}).get("array_job") == array]
+    def _array(self, s: Any, row: JobRow, kind: str, detail: dict[str, Any]) -> ArrayMail:
+        """The array's record (made from its tasks' rows the first time one of them is
+        seen: one query an array, not one a task's event)."""
+        array = int(row.spec["array_job"])
+        known = self.arrays.get(array)
+        if known is not None:
+            return known
+        same = select(JobRow.id, JobRow.status, JobRow.first_start, JobRow.exit_code, JobRow.spec)
+        same = same.where(JobRow.user == row.user, JobRow.name == row.name, JobRow.id >= array)
+        tasks = [t for t in s.execute(same) if (t.spec or {}).get("array_job") == array]
+        started = [(t.first_start, t.id) for t in tasks if t.first_start is not None]
+        earliest = min(started)[1] if started else None
+        made = ArrayMail(
+            open={t.id for t in tasks if t.status not in ENDED},
+            failed={t.id: (t.status, t.exit_code) for t in tasks if t.status in FAILED},
+            # begun already unless this is the first start of its first task to start
+            began=not (kind == "start" and detail.get("attempt") == 1 and earliest == row.id),
+        )
+        self.arrays[array] = made
+        return made
 
     def _ended(
         self,
@@ -126,14 +179,15 @@ class Mailer:
         exit_code: int | None,
         ran: float,
         occasions: set[str],
-        tasks: list[JobRow] | None,
+        whole: ArrayMail | None,
     ) -> list[str]:
-        if tasks is not None:
-            if any(t.status not in ENDED for t in tasks):
-                return []  # (the array's mail comes when its last task ends)
-            failed = [t for t in tasks if t.status in FAILED]
-            worst = failed[0] if failed else tasks[0]
-            status, exit_code = (worst.status, worst.exit_code) if failed else ("SUCCEEDED", 0)
+        if whole is not None:
+            if not whole.last_end():
+                return []  # (the array's mail comes when its last task ends, once)
+            if whole.failed:
+                status, exit_code = whole.failed[min(whole.failed)]
+            else:
+                status, exit_code = "SUCCEEDED", 0
         shown = SLURM_STATES.get(status, status)
         line = f"{label} Name={name} {{}}, Run time {span(ran)}, {shown}, ExitCode {exit_code}"
         if status in FAILED and "FAIL" in occasions:
