@@ -187,3 +187,25 @@ def test_gpus_zero_in_specs_and_scripts_and_what_is_refused_with_it(tmp_path: Pa
     with pytest.raises(Refused, match="local executor"):
         Admission(ray, loop.store).check(JobSpec(command=["true"], gpus=0), user)
     loop.close()
+
+
+def test_a_cpu_only_job_requeued_while_its_process_leaves_is_not_started_under_it() -> None:
+    """Found by the fault schedules (tiresias-las, seed 107, shrunk to these three
+    operations): a running CPU-only job requeued (scontrol requeue) was placed again
+    at once, its row STARTING while its old process was still leaving; that process
+    then ended by itself (SUCCEEDED), a change the life cycle forbids from STARTING.
+    A job placed again keeps its row's state until its old process has left, as a
+    GPU job placed again does."""
+    from corral.testing.fault_schedules import Op, play
+
+    ops = [
+        Op(33.64, "clock_jump", (5.0,)),
+        Op(
+            34.98,
+            "submit",
+            ("alice", {"command": ["train", "200", "50"], "gpus": 0, "cpus": 1, "max_retries": 1}),
+        ),
+        Op(42.45, "requeue_running", (220, 0.5)),
+    ]
+    result = play("tiresias-las", ops)
+    assert result.violation is None, result.violation

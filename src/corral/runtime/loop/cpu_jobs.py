@@ -28,7 +28,7 @@ job that asks for no GRES:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -62,8 +62,11 @@ def cpu_capacity(config: ServiceConfig) -> tuple[int, int]:
 class CpuJobs:
     """Hides CPU-only jobs from the policy, and starts them on the CPUs and memory free."""
 
-    def __init__(self, loop: LoopState) -> None:
+    def __init__(self, loop: LoopState, launched: Callable[[int], bool]) -> None:
         self.loop = loop
+        self.launched = launched
+        """Whether a job still has a process (one being stopped: a requeue's), whose
+        row keeps its state until it has left, as a GPU job's placed again does."""
 
     def slots(self, status: int) -> list[int]:
         """The state's slots of CPU-only jobs with this status."""
@@ -154,7 +157,9 @@ class CpuJobs:
                         rec.reason = None
                         row = s.get(JobRow, job)
                         if row is not None:
-                            row.status, row.gpus, row.reason = JobStatus.STARTING, [], None
+                            if not self.launched(job):
+                                row.status = JobStatus.STARTING
+                            row.gpus, row.reason = [], None
                         spec = rec.spec
                         held = spec.cpus_held() if spec is not None else 1
                         self.loop.store.event(s, "allocated", job, gpus=[], cpus=held)

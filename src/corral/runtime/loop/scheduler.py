@@ -125,7 +125,7 @@ class Scheduler(LoopState):
         self.exclusive = ExclusiveNodes(self)
         self.limits = UserLimits(self)
         self.warm_ahead = WarmAhead(self, lambda user: self.limits.caps_of(user)[0])
-        self.cpu_jobs = CpuJobs(self)
+        self.cpu_jobs = CpuJobs(self, self.parking.launched)
         self.repeats = Repeats()
         """Lines of conditions that repeat (the store failing each pass), said once a while."""
         self.log_quota = LogQuota(config.state_dir / "jobs", config.user_log_limit, self._owners)
