@@ -8,6 +8,7 @@ import gc
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -182,12 +183,10 @@ def test_one_experiment_run_twice_records_each_folders_own_command(tmp_path: Pat
         assert record["options"]["out"] == str(tmp_path / name)
 
 
-def test_a_policy_class_runs_and_reruns_from_its_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``policies=[MyPolicy]`` (a class from a file, as a notebook imports it): it runs,
-    the result names its file, and ``corral rerun`` makes it again, from the copy
-    the result kept when the file is gone. A class with no file is refused."""
+@pytest.fixture
+def mine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The example policy file copied here as ``mine.py`` and imported, as a notebook
+    imports a policy of its own (the working folder is ``tmp_path``)."""
     import importlib
     import sys
 
@@ -195,56 +194,47 @@ def test_a_policy_class_runs_and_reruns_from_its_file(
     example = Path(__file__).parents[2] / "examples" / "policies" / "floor_throughput.py"
     (tmp_path / "mine.py").write_text(example.read_text())
     monkeypatch.syspath_prepend(str(tmp_path))
-    mine = importlib.import_module("mine")
     try:
-        experiment = Experiment(
-            **WORKLOAD, policies=[mine.FloorThroughput, "fifo"], runner="serial"
-        )
-        experiment.run("first", say=_quiet)
-        record = json.loads((tmp_path / "first" / "provenance.json").read_text())
-        assert "mine.py:FloorThroughput" in record["command"]
-        (tmp_path / "mine.py").unlink()
-        result = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
-        assert result.exit_code == 0, result.output
-        assert "identical:" in result.output
+        yield importlib.import_module("mine")
     finally:
         sys.modules.pop("mine", None)
+
+
+def test_a_policy_class_runs_and_reruns_from_its_file(tmp_path: Path, mine: Any) -> None:
+    """``policies=[MyPolicy]`` (a class from a file, as a notebook imports it): it runs,
+    the result names its file, and ``corral rerun`` makes it again, from the copy
+    the result kept when the file is gone. A class with no file is refused."""
+    experiment = Experiment(**WORKLOAD, policies=[mine.FloorThroughput, "fifo"], runner="serial")
+    experiment.run("first", say=_quiet)
+    record = json.loads((tmp_path / "first" / "provenance.json").read_text())
+    assert "mine.py:FloorThroughput" in record["command"]
+    (tmp_path / "mine.py").unlink()
+    result = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
+    assert result.exit_code == 0, result.output
+    assert "identical:" in result.output
     local = type("Local", (mine.FloorThroughput,), {"__module__": "__main__"})
     with pytest.raises(CorralError, match="has no file of its own"):
         Experiment(**WORKLOAD, policies=[local]).variants()
 
 
-def test_a_policy_object_runs_with_its_options_and_reruns(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_policy_object_runs_with_its_options_and_reruns(tmp_path: Path, mine: Any) -> None:
     """``policies=[MyPolicy(floor=0.25)]``: the entry is the class's file with the
     options the object was made with, so the run and ``corral rerun`` use them; an
     option the object does not keep is refused, saying what to give."""
-    import importlib
-    import sys
-
-    monkeypatch.chdir(tmp_path)
-    example = Path(__file__).parents[2] / "examples" / "policies" / "floor_throughput.py"
-    (tmp_path / "mine.py").write_text(example.read_text())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    mine = importlib.import_module("mine")
-    try:
-        chosen = mine.FloorThroughput(floor=0.25)
-        experiment = Experiment(**WORKLOAD, policies=[chosen, "fifo"], runner="serial")
-        (variant, _) = experiment.variants()
-        assert variant.policy == "mine.py:FloorThroughput" and variant.options["floor"] == "0.25"
-        results = experiment.run("first", say=_quiet)
-        assert results.ok
-        record = json.loads((tmp_path / "first" / "provenance.json").read_text())
-        assert "mine.py:FloorThroughput[" in record["command"] and "floor=0.25" in record["command"]
-        default = Experiment(**WORKLOAD, policies=[mine.FloorThroughput()], runner="serial")
-        assert "floor" not in default.variants()[0].options  # (a default is not written)
-        result = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
-        assert result.exit_code == 0, result.output
-        assert "identical:" in result.output
-        forgetful = mine.FloorThroughput(floor=0.25)
-        del forgetful.floor
-        with pytest.raises(CorralError, match="keeps no attribute 'floor'"):
-            Experiment(**WORKLOAD, policies=[forgetful]).variants()
-    finally:
-        sys.modules.pop("mine", None)
+    chosen = mine.FloorThroughput(floor=0.25)
+    experiment = Experiment(**WORKLOAD, policies=[chosen, "fifo"], runner="serial")
+    (variant, _) = experiment.variants()
+    assert variant.policy == "mine.py:FloorThroughput" and variant.options["floor"] == "0.25"
+    results = experiment.run("first", say=_quiet)
+    assert results.ok
+    record = json.loads((tmp_path / "first" / "provenance.json").read_text())
+    assert "mine.py:FloorThroughput[" in record["command"] and "floor=0.25" in record["command"]
+    default = Experiment(**WORKLOAD, policies=[mine.FloorThroughput()], runner="serial")
+    assert "floor" not in default.variants()[0].options  # (a default is not written)
+    result = CliRunner().invoke(app, ["rerun", "first", "--out", "again"])
+    assert result.exit_code == 0, result.output
+    assert "identical:" in result.output
+    forgetful = mine.FloorThroughput(floor=0.25)
+    del forgetful.floor
+    with pytest.raises(CorralError, match="keeps no attribute 'floor'"):
+        Experiment(**WORKLOAD, policies=[forgetful]).variants()
