@@ -132,6 +132,21 @@ def service(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     server.shutdown()
 
 
+def quick_probe(words: list[str], heavy: set[str]) -> str:
+    """A program that runs ``corral WORDS`` through the quick path's entry point, then
+    prints on stderr which of the ``heavy`` modules it imported."""
+    return (
+        "import sys\n"
+        "from corral.quick_verbs import main\n"
+        f"sys.argv = ['corral', *{words!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "finally:\n"
+        f"    heavy = {sorted(heavy)!r}\n"
+        "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
+    )
+
+
 TAKEN = [
     ["--gpus", "2", "--", "python", "train.py", "--lr", "0.1"],
     ["--gpus=4", "-J", "bert", "--gpu-type", "V100", "--", "python", "-c", "pass"],
@@ -352,16 +367,7 @@ def test_the_quick_queue_prints_what_the_full_command_line_prints(
         [sys.executable, "-m", "corral.cli", "queue", *words],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
-    probe = (
-        "import sys\n"
-        "from corral.quick_verbs import main\n"
-        f"sys.argv = ['corral', 'queue', *{words!r}]\n"
-        "try:\n"
-        "    main()\n"
-        "finally:\n"
-        "    heavy = {'typer', 'rich', 're', 'functools', 'typing'}\n"
-        "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
-    )
+    probe = quick_probe(["queue", *words], {"typer", "rich", "re", "functools", "typing"})
     quick = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env
     )
@@ -436,16 +442,7 @@ def test_show_and_nodes_print_on_the_quick_path_what_the_full_command_line_print
         [sys.executable, "-m", "corral.cli", *words],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
-    probe = (
-        "import sys\n"
-        "from corral.quick_verbs import main\n"
-        f"sys.argv = ['corral', *{words!r}]\n"
-        "try:\n"
-        "    main()\n"
-        "finally:\n"
-        "    heavy = {'typer', 'rich', 'pydantic', 'corral.cli'}\n"
-        "    print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
-    )
+    probe = quick_probe(words, {"typer", "rich", "pydantic", "corral.cli"})
     quick = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env
     )
