@@ -262,6 +262,43 @@ MUTANTS = [
         "            with self.cpu_jobs.hidden():",
         "            with threading.Lock():  # (a context that hides nothing)",
     ),
+    Mutant(
+        "vc-gpu-cap-off-by-one",
+        "limits",
+        f"{LOOP}/user_limits.py",
+        "if vc in limits.vc_gpus and held + size > limits.vc_gpus[vc]:",
+        "if vc in limits.vc_gpus and held + size > limits.vc_gpus[vc] + 1:",
+    ),
+    Mutant(
+        "vc-running-cap-ignored",
+        "limits",
+        f"{LOOP}/user_limits.py",
+        "if vc in limits.vc_running and running + 1 > limits.vc_running[vc]:",
+        "if False:",
+    ),
+    Mutant(
+        "gang-layout-forgotten",
+        "gang",
+        f"{LOOP}/live_state.py",
+        "        st.nodes_req[i] = nodes\n",
+        "        st.nodes_req[i] = 0\n",
+    ),
+    Mutant(
+        "next-round-before-its-round-ends",
+        "rounds",
+        f"{LOOP}/round_jobs.py",
+        "if len(current) < spec.gpus or any(t.status != JobStatus.SUCCEEDED for t in current):",
+        "if len(current) < spec.gpus or all(t.status != JobStatus.SUCCEEDED for t in current):",
+        ("hare",),
+    ),
+    Mutant(
+        "last-round-skipped",
+        "rounds",
+        f"{LOOP}/round_jobs.py",
+        "        if latest + 1 >= rounds:",
+        "        if latest + 2 >= rounds:",
+        ("hare",),
+    ),
 ]
 
 RUNNER = """

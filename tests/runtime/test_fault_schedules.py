@@ -8,11 +8,24 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from sqlalchemy import select
 
-from corral.testing.fault_schedules import make_schedule, play, run_seed
+from corral.runtime.storage.store import AttemptRow, JobRow
+from corral.testing.fault_schedules import (
+    CAPPED_VC,
+    Op,
+    World,
+    make_schedule,
+    play,
+    run_seed,
+    world,
+)
 
-POLICIES = ["fifo", "las", "tiresias-las", "gavel-max-min-fairness", "liquid", "themis", "gandiva"]
+POLICIES = ["fifo", "las", "tiresias-las", "gavel-max-min-fairness", "liquid", "themis", "gandiva",
+            "hare"]  # fmt: skip
 SEEDS = [0, *(pytest.param(seed, marks=pytest.mark.long) for seed in (1, 2, 3))]
 KNOWN: dict[tuple[str, int], str] = {}
 """Schedules that break a rule of the loop as it is, each a defect found and not yet
@@ -36,6 +49,55 @@ def test_a_schedule_is_the_same_for_the_same_seed_and_replays_exactly() -> None:
     assert kinds >= {"submit", "cancel", "restart", "disk_full", "fail_node", "corrupt"}
     first, again = play("fifo", make_schedule(3)), play("fifo", make_schedule(3))
     assert first.passes == again.passes > 50
+
+
+def test_gangs_capped_virtual_clusters_rounds_and_fair_share_are_generated() -> None:
+    ops = [op for seed in range(12) for op in make_schedule(seed)]
+    specs = [op.args[1] for op in ops if op.kind == "submit"]
+    assert any(s.get("nodes") == 2 for s in specs)
+    assert any(s.get("vc") == CAPPED_VC for s in specs)
+    assert any("task" in s for s in specs)
+    assert any(op.kind == "fair_share" for op in ops)
+
+
+TASK = {"factory": "corral.examples.tasks:digits", "steps": 30, "round_steps": 10}
+WIDER = [
+    Op(0.0, "fair_share", (20,)),
+    Op(1.0, "submit", ("alice", {"command": ["sleep", "4"], "gpus": 2, "nodes": 2})),
+    *[Op(2.0, "submit", ("bob", {"command": ["sleep", "3"], "gpus": 2, "vc": CAPPED_VC}))] * 3,
+    Op(3.0, "submit", ("alice", {"command": ["python"], "gpus": 2, "task": TASK})),
+]
+"""A gang, three jobs of the capped VC (2 GPUs each: one at a time), a job as a task."""
+
+
+def run_wider(policy: str) -> tuple[World, dict[int, JobRow], list[list[int]]]:
+    with world(policy) as w:
+        start = w.clock()
+        for op in WIDER:
+            w.run_until(start + op.at)
+            w.apply(op)
+        w.drain()
+        with w.store.session() as s:
+            rows = {r.id: r for r in s.scalars(select(JobRow))}
+            gang = s.scalars(select(AttemptRow.gpus).where(AttemptRow.job_id == 1))
+            return w, rows, [list(g) for g in gang]
+
+
+def test_a_gang_and_a_capped_virtual_cluster_run_as_they_promise() -> None:
+    w, rows, gang = run_wider("fifo")
+    assert w.config.fair_share.enabled
+    assert gang and all(set(g) & {0, 1, 2, 3} and set(g) & {4, 5, 6, 7} for g in gang)
+    assert all(rows[j].status == "SUCCEEDED" for j in (1, 2, 3, 4, 5)), rows
+    vc_runs = sorted((rows[j].first_start, rows[j].end_time) for j in (2, 3, 4))
+    assert all(b[0] >= a[1] - 0.05 for a, b in itertools.pairwise(vc_runs)), vc_runs
+
+
+def test_a_job_given_as_a_task_runs_as_rounds_under_hare() -> None:
+    _, rows, _ = run_wider("hare")  # (the gang is refused: hare places tasks one by one)
+    parent = next(r for r in rows.values() if r.spec.get("task"))
+    tasks = [r for r in rows.values() if r.parent == parent.id]
+    assert parent.status == "SUCCEEDED"
+    assert len(tasks) == 6 and {r.status for r in tasks} == {"SUCCEEDED"}
 
 
 @pytest.mark.parametrize("kind", ["full", "locked", "read_fails", "slow", "dropped", "lost_ack"])

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from corral.runtime.jobspec.specs import JobSpec
@@ -41,6 +42,7 @@ def oracle(**kw: Any) -> Oracle:
         node_requeues=5,
         user_gpus=kw.pop("caps", {}),
         cpus=kw.pop("cpus", None),
+        **kw,
     )
 
 
@@ -245,3 +247,91 @@ def test_checkpoint_trips_on_a_start_behind_the_saved_step() -> None:
     o.launched(7, 2, 40.0)
     with pytest.raises(Tripped, match="checkpoint"):
         o.launched(7, 3, 0.0)
+
+
+@pytest.mark.parametrize(("caps", "kind"), [({"vc_gpus": {"prod": 2}}, "GPUs"),
+                                           ({"vc_running": {"prod": 2}}, "attempts")])  # fmt: skip
+def test_limits_trip_on_a_virtual_cluster_over_its_caps(
+    store: Store, caps: dict[str, Any], kind: str
+) -> None:
+    o = oracle(**{k: dict(v) for k, v in caps.items()})
+    with store.session() as s:
+        attempt(s, job(s, o, vc="prod"), 1, T0, None, None, gpus=(0,))
+        attempt(s, job(s, o, user="bob", vc="prod"), 1, T0, None, None, gpus=(1,))
+        attempt(s, job(s, o), 1, T0, None, None, gpus=(2, 3))  # (another VC's)
+    assert steps(store, o, T0 + 1) is None  # 2 GPUs and 2 jobs of prod: within both
+    with store.session() as s:
+        attempt(s, job(s, o, vc="prod"), 1, T0 + 1, None, None, gpus=(4,))
+    said = steps(store, o, T0 + 2)
+    assert said is not None and said.startswith("limits: virtual cluster prod"), said
+    assert kind in said
+
+
+def test_limits_count_a_rounds_task_as_its_job(store: Store) -> None:
+    o = oracle(vc_running={"prod": 1})
+    with store.session() as s:
+        parent = job(s, o, vc="prod", gpus=2)
+        made = JobSpec(command=["sleep", "5"], vc="prod")
+        task = JobRow.queued(made, "alice", 0, "Submitted", submit_time=T0)
+        task.parent = parent
+        s.add(task)
+        s.flush()  # (a task is made by the loop: the oracle has no promise of its own)
+        attempt(s, task.id, 1, T0, None, None, gpus=(0,))
+        attempt(s, job(s, o, vc="prod"), 1, T0, None, None, gpus=(1,))
+    said = steps(store, o, T0 + 1)
+    assert said is not None and said.startswith("limits: virtual cluster prod runs 2"), said
+
+
+def test_gang_trips_on_an_attempt_on_one_node(store: Store) -> None:
+    o = oracle(node_of={0: "a", 1: "a", 2: "b", 3: "b"})
+    with store.session() as s:
+        attempt(s, job(s, o, gpus=2, nodes=2), 1, T0, None, None, gpus=(1, 2))
+    assert steps(store, o, T0 + 1) is None
+    with store.session() as s:
+        attempt(s, job(s, o, gpus=2, nodes=2), 1, T0, None, None, gpus=(0, 3))
+        attempt(s, job(s, o, gpus=2, nodes=2), 1, T0, None, None, gpus=(0, 1))
+    said = steps(store, o, T0 + 1)
+    assert said is not None and said.startswith("gang: job 3"), said
+
+
+def rounds_job(s: Session, o: Oracle, layout: list[list[tuple[float, float]]]) -> int:
+    """A job of three rounds of two tasks run as rounds; ``layout``: each round's tasks
+    (start, end), all succeeded; the job SUCCEEDED at the last end."""
+    task_spec = {"factory": "corral.examples.tasks:digits", "steps": 30, "round_steps": 10}
+    parent = job(s, o, gpus=2, task=task_spec)
+    for number, tasks in enumerate(layout):
+        for part, (start, stop) in enumerate(tasks):
+            ref = {"job": parent, "round": number, "part": part, "parts": 2, "rounds": 3}
+            made = JobSpec(command=["sleep", "5"], round_of=ref)
+            row = JobRow.queued(made, "alice", 0, "Submitted", submit_time=T0)
+            row.parent = parent
+            s.add(row)
+            s.flush()
+            attempt(s, row.id, 1, start, stop, "succeeded")
+            end(s, row.id, "SUCCEEDED", stop)
+    end(s, parent, "SUCCEEDED", max(stop for tasks in layout for _, stop in tasks))
+    s.execute(update(EventRow).where(EventRow.job_id == parent).values(kind="start"))
+    return parent
+
+
+@pytest.mark.parametrize(
+    ("layout", "says"),
+    [
+        ([[(1, 5), (1, 6)], [(6, 9), (7, 9)], [(9, 12), (9, 12)]], None),
+        ([[(1, 5), (1, 6)], [(5, 9), (7, 9)], [(9, 12), (9, 12)]], "round 1 started a task"),
+        ([[(1, 5), (1, 6)], [(6, 9), (7, 9)]], "SUCCEEDED with rounds"),
+        ([[(1, 5), (1, 6)], [(6, 9)], [(9, 12), (9, 12)]], "SUCCEEDED with rounds"),
+    ],
+)
+def test_rounds_trip_on_a_round_early_or_missing(
+    store: Store, layout: list[list[tuple[float, float]]], says: str | None
+) -> None:
+    o = oracle(rounds_live=True)
+    with store.session() as s:
+        parent = rounds_job(s, o, [[(T0 + a, T0 + b) for a, b in r] for r in layout])
+        s.add(EventRow(time=T0 + 1, job_id=parent, kind="start", detail={"rounds": True}))
+    said = ends(store, o)
+    if says is None:
+        assert said is None, said
+    else:
+        assert said is not None and said.startswith("rounds") and says in said, said

@@ -59,13 +59,16 @@ from corral.model.status import TRANSITIONS
 from corral.runtime.execution.executor import ProcessRef
 from corral.runtime.jobspec.config import (
     CpuJobsConfig,
+    FairShareConfig,
     GpuGroup,
+    LimitsConfig,
     RetryConfig,
     ServiceConfig,
     UserConfig,
 )
 from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
 from corral.runtime.loop.admission import Admission, Refused
+from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.loop.scheduler import Scheduler
 from corral.runtime.storage.store import (
     ILLEGAL_SEEN,
@@ -80,6 +83,11 @@ from corral.testing.virtual import VirtualClock, VirtualExecutor, VirtualProcess
 
 USERS = ("alice", "bob")
 BOB_GPUS = 6
+CAPPED_VC = "prod"
+CAPPED_VC_GPUS = 3
+CAPPED_VC_RUNNING = 2
+"""The virtual cluster (Slurm's account) whose running jobs may hold at most
+:data:`CAPPED_VC_GPUS` GPUs and be at most :data:`CAPPED_VC_RUNNING` at once."""
 """bob's GPU limit (a user's limit, as ``max_gpus`` in the config)."""
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 DRAIN_LIMIT = 3000.0
@@ -222,12 +230,14 @@ def make_schedule(
     holds: bool = True,
     inside: bool = True,
     pressure: bool = True,
+    wider: bool = True,
 ) -> list[Op]:
     """``length`` operations over ``span`` virtual seconds, from ``seed``; ``holds``
     adds holds and releases, ``inside`` crashes, races and faults inside passes,
     ``pressure`` crowds, the store's faults and operations aimed at what runs when
-    they come, each from a stream of its own (the rest of the schedule is the same
-    without them)."""
+    they come, ``wider`` gangs over nodes, jobs of a capped virtual cluster, jobs run
+    as rounds and fair share, each from a stream of its own (the rest of the
+    schedule is the same without them)."""
     rng = random.Random(seed)
     ops: list[Op] = []
     submitted = 0
@@ -284,6 +294,8 @@ def make_schedule(
         ops += _inside(random.Random(f"inside-{seed}"), max(length // 4, 1), span, submitted)
     if pressure:
         ops += _pressure(random.Random(f"pressure-{seed}"), max(length // 8, 1), span)
+    if wider:
+        ops += _wider(random.Random(f"wider-{seed}"), max(length // 8, 1), span)
     ops.sort(key=lambda op: op.at)
     return ops
 
@@ -380,6 +392,42 @@ def _pressure(rng: random.Random, count: int, span: float) -> list[Op]:
     return ops
 
 
+def _wider(rng: random.Random, count: int, span: float) -> list[Op]:
+    """Operations from a stream of their own for what the others never make: a gang
+    over both nodes (``nodes: 2``), a job of the virtual cluster whose GPUs and
+    running jobs are capped (:data:`CAPPED_VC`), a job given as a task (run as
+    rounds of one-GPU tasks under a policy that plans rounds, as one process under
+    the others), and fair share turned on from the start (one seed in three)."""
+    ops: list[Op] = []
+    if rng.random() < 1 / 3:
+        ops.append(Op(0.0, "fair_share", (rng.choice([1, 20]),)))
+    kinds = [("gang", 2), ("capped_vc", 3), ("rounds", 2)]
+    names, weights = zip(*kinds, strict=True)
+    for _ in range(count):
+        at = round(rng.uniform(0, span), 2)
+        kind = rng.choices(names, weights)[0]
+        work = str(rng.choice([2, 6, 12]))
+        spec: dict[str, Any]
+        if kind == "gang":
+            gpus = rng.choice([2, 4])
+            spec = {"command": ["sleep", work], "gpus": gpus, "nodes": 2}
+            if rng.random() < 0.5:
+                spec["tasks_per_node"] = gpus // 2
+        elif kind == "capped_vc":
+            spec = {"command": _command(rng), "gpus": rng.choice([1, 1, 2]), "vc": CAPPED_VC}
+            if spec["command"] == ["hang"]:
+                spec["wall_time"] = 5.0
+        else:
+            steps = rng.choice([10, 30])
+            spec = {"command": ["python", "-m", "corral.train.run_task"],
+                    "gpus": rng.choice([1, 2]),
+                    "task": {"factory": "corral.examples.tasks:digits", "steps": steps,
+                             "round_steps": 10}}  # fmt: skip
+        n = rng.choice([1, 1, 2])
+        ops += [Op(at, "submit", (rng.choice(USERS), spec)) for _ in range(n)]
+    return ops
+
+
 def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, Any]]:
     """A job using what the main stream leaves out: a wall time it may outrun, a
     singleton, a begin time, an exclusive node, a throttled array, a dependency on a
@@ -432,6 +480,9 @@ def service_config(folder: Path, policy: str) -> ServiceConfig:
         tick=1.0,
         retry=RetryConfig(backoff=1.0, backoff_max=8.0),
         cpu_jobs=CpuJobsConfig(cpus=4, memory="16G"),  # (the same on every machine)
+        limits=LimitsConfig(
+            vc_gpus={CAPPED_VC: CAPPED_VC_GPUS}, vc_running={CAPPED_VC: CAPPED_VC_RUNNING}
+        ),
     )
 
 
@@ -598,8 +649,13 @@ class World:
             node_requeues=self.config.retry.node_requeues,
             user_gpus={u.name: u.max_gpus for u in self.config.users if u.max_gpus},
             cpus=self.config.cpu_jobs.cpus,
+            vc_gpus=dict(self.config.limits.vc_gpus),
+            vc_running=dict(self.config.limits.vc_running),
         )
         self.executor.on_checkpoint = self.oracle.saved
+        self.oracle.parent_of = self._parent_of
+        self.oracle.node_of = {slot.id: slot.node for slot in self.executor.slots()}
+        self.oracle.rounds_live = plans_rounds(self.policy)
         self.bounds = Boundaries(self.store)
         self.disk.loop_live = lambda: self.bounds.live
         self.executor.on_call = self.bounds.hit
@@ -758,8 +814,19 @@ class World:
             )
         for job, status in statuses.items():
             if status == "RUNNING" and job not in self.scheduler.attempts:
+                if self._runs_as_rounds(job):
+                    continue  # (its tasks have the attempts)
                 raise Broken(f"job {job} shows RUNNING with no attempt in the loop")
         self._check_book(statuses)
+
+    def _parent_of(self, job: int) -> int | None:
+        with self.disk.spared(), self.store.session() as s:
+            return s.scalar(select(JobRow.parent).where(JobRow.id == job))
+
+    def _runs_as_rounds(self, job: int) -> bool:
+        """Whether ``job`` was given as a task to a policy that plans rounds."""
+        p = self.oracle.promises.get(job)
+        return p is not None and p.spec.task is not None and self.oracle.rounds_live
 
     def _check_book(self, statuses: dict[int, str]) -> None:
         """The loop's book agrees with the policy's state and the store: it holds every
@@ -1195,6 +1262,13 @@ class World:
 
     def _op_return_node(self, node: int) -> None:
         self.executor.return_node(self.executor.nodes()[node])
+
+    def _op_fair_share(self, weight: int) -> None:
+        """The operator turns fair share on (a restart with the new config): a short
+        half-life and refresh, so that the users' factors move within a schedule."""
+        conf = FairShareConfig(enabled=True, weight=weight, half_life=120.0, refresh=5.0)
+        self.config = self.config.model_copy(update={"fair_share": conf})
+        self._op_restart()
 
     def _op_restart(self) -> None:
         """``kill -9`` of the service: the loop's memory is lost, processes run on.

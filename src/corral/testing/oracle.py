@@ -20,7 +20,13 @@ contract a user relies on:
 - ``command``: a job with no fault aimed at it ends as its command does (a
   ``sleep`` or ``train`` SUCCEEDED, ``false`` and ``crash`` FAILED after exactly
   ``max_retries + 1`` attempts, a ``hang`` past its wall time TIMEOUT);
-- ``limits``: a user's GPU limit is never exceeded;
+- ``limits``: a user's GPU limit, and a virtual cluster's caps on GPUs held and jobs
+  running, are never exceeded (a round's tasks counted as their job's);
+- ``gang``: a job that asks for ``nodes: N`` holds GPUs on exactly N nodes, the
+  same number on each;
+- ``rounds``: a job run as rounds (a task, under a policy that plans rounds) that
+  ends SUCCEEDED had exactly its rounds, each of ``gpus`` tasks that all succeeded,
+  and no task of a round started before every task of the round before had ended;
 - ``cpus``: a CPU-only job (``gpus: 0``) never holds a GPU, and the CPUs the
   attempts in flight hold (see ``JobSpec.cpus_held``) never exceed the service's;
 - ``drain``: nothing starts on a node an admin drained, from the first pass after;
@@ -46,6 +52,7 @@ from sqlalchemy.orm import Session
 
 from corral.runtime.execution.exits import Cause
 from corral.runtime.jobspec.specs import JobSpec
+from corral.runtime.loop.live_state import DEFAULT_VC
 from corral.runtime.storage.store import AttemptRow, EventRow, JobRow
 
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
@@ -115,6 +122,18 @@ class Oracle:
     user_gpus: dict[str, int]
     cpus: int | None = None
     """The CPUs the service counts out to jobs (None: not checked)."""
+    vc_gpus: dict[str, int] = field(default_factory=dict)
+    vc_running: dict[str, int] = field(default_factory=dict)
+    """Caps per virtual cluster on the GPUs its open attempts hold and on how many."""
+    tasks: dict[int, Promise] = field(default_factory=dict)
+    """A round's tasks (made by the loop, not submitted) -> their job's promise."""
+    parent_of: Callable[[int], int | None] = lambda job: None
+    """The job whose round ``job`` is a task of (None: none), read from the store."""
+
+    rounds_live: bool = False
+    """Whether the policy plans rounds (a job given as a task then runs as rounds)."""
+    node_of: dict[int, str] = field(default_factory=dict)
+    """GPU -> its node (a gang's layout is checked against it)."""
     promises: dict[int, Promise] = field(default_factory=dict)
     passes: int = 0
     """Passes begun so far."""
@@ -139,16 +158,28 @@ class Oracle:
         for job, user, spec, name in rows:
             self.promises[job] = Promise(job, user, JobSpec.model_validate(spec), now, name)
 
-    def aim(self, job: int, what: str) -> None:
-        """A fault aimed at ``job``: its end is no longer its command's to say."""
+    def _aimed(self, job: int) -> tuple[Promise | None, str]:
+        """The promise a fault aimed at ``job`` changes: its own, or its round's job's."""
         if (p := self.promises.get(job)) is not None:
-            p.faults.append(what)
+            return p, ""
+        parent = self.parent_of(job)
+        return self.promises.get(parent) if parent is not None else None, f" (its task {job})"
+
+    def aim(self, job: int, what: str) -> None:
+        """A fault aimed at ``job`` (or at a task of its rounds): its end is no longer
+        its command's to say."""
+        p, whose = self._aimed(job)
+        if p is not None:
+            p.faults.append(what + whose)
 
     def aim_live(self, jobs: list[int], what: str) -> None:
         for job in jobs:
             self.aim(job, what)
 
     def cancel_asked(self, job: int, now: float) -> None:
+        if job not in self.promises:  # a round's task: its job ends CANCELLED with it
+            self.aim(job, "cancelled")
+            return
         p = self.promises.get(job)
         if p is not None and p.cancelled is None:
             p.cancelled, p.cancelled_before = now, self.passes
@@ -188,10 +219,15 @@ class Oracle:
             self.paused[key] = max(self.paused.get(key, 0.0), seconds)
         by_array: dict[int, list[int]] = {}
         by_user: dict[str, int] = {}
+        by_vc: dict[str, list[int]] = {}
         cpus_held = 0
         for att in open_rows:
+            if att.job_id in skip:
+                continue
             p = self.promises.get(att.job_id)
-            if p is None or att.job_id in skip:
+            if p is None and (task := self._task(s, att.job_id)) is not None:
+                self._limits(task, att, by_user, by_vc)
+            if p is None:
                 continue
             spec = p.spec
             if spec.hold and (
@@ -225,10 +261,9 @@ class Oracle:
             cpus_held += spec.cpus_held()
             if self.cpus is not None and cpus_held > self.cpus:
                 self.broken(f"cpus: the attempts in flight hold {cpus_held} CPUs, over {self.cpus}")
-            by_user[p.user] = by_user.get(p.user, 0) + len(att.gpus or [])
-            most = self.user_gpus.get(p.user)
-            if most is not None and by_user[p.user] > most:
-                self.broken(f"limits: user {p.user} holds {by_user[p.user]} GPUs, over {most}")
+            self._limits(p, att, by_user, by_vc)
+            if spec.nodes and att.gpus and self.node_of:
+                self._layout(p, att)
             self._wall_time(att, p, now, paused.get((att.job_id, att.number), 0.0))
             for g in att.gpus or []:
                 if g in self.drains and att.start_time > self.first_pass_after(self.drains[g]):
@@ -251,6 +286,53 @@ class Oracle:
                 p.held_since = now if p.held_since is None else p.held_since
             else:
                 p.held_since = None
+
+    def _task(self, s: Session, job: int) -> Promise | None:
+        """The promise of the job whose round ``job`` is a task of (None: not a task)."""
+        if job not in self.tasks:
+            parent = s.scalar(select(JobRow.parent).where(JobRow.id == job))
+            promise = None if parent is None else self.promises.get(parent)
+            if promise is None:
+                return None
+            self.tasks[job] = promise
+        return self.tasks[job]
+
+    def _limits(
+        self,
+        p: Promise,
+        att: AttemptRow,
+        by_user: dict[str, int],
+        by_vc: dict[str, list[int]],
+    ) -> None:
+        """Count an open attempt against its user's and its virtual cluster's caps."""
+        held = len(att.gpus or [])
+        by_user[p.user] = by_user.get(p.user, 0) + held
+        most = self.user_gpus.get(p.user)
+        if most is not None and by_user[p.user] > most:
+            self.broken(f"limits: user {p.user} holds {by_user[p.user]} GPUs, over {most}")
+        vc = p.spec.vc or DEFAULT_VC
+        use = by_vc.setdefault(vc, [0, 0])
+        use[0] += held
+        use[1] += 1
+        if vc in self.vc_gpus and use[0] > self.vc_gpus[vc]:
+            self.broken(
+                f"limits: virtual cluster {vc} holds {use[0]} GPUs, over {self.vc_gpus[vc]}"
+            )
+        if vc in self.vc_running and use[1] > self.vc_running[vc]:
+            self.broken(
+                f"limits: virtual cluster {vc} runs {use[1]} attempts, over {self.vc_running[vc]}"
+            )
+
+    def _layout(self, p: Promise, att: AttemptRow) -> None:
+        per_node: dict[str, int] = {}
+        for g in att.gpus or []:
+            node = self.node_of.get(int(g), "?")
+            per_node[node] = per_node.get(node, 0) + 1
+        if len(per_node) != p.spec.nodes or len(set(per_node.values())) != 1:
+            self.broken(
+                f"gang: job {p.job} asks for {p.spec.nodes} nodes and attempt {att.number} "
+                f"holds GPUs {sorted(per_node.items())} by node"
+            )
 
     def _wall_time(self, att: AttemptRow, p: Promise, now: float, paused: float) -> None:
         """Past its wall time, an attempt ends within two ticks plus the grace; where
@@ -298,6 +380,8 @@ class Oracle:
             self._cancel(p, row)
             self._timeouts(p, mine)
             self._command(p, row, mine, rows)
+            if self.rounds_live and p.spec.task is not None:
+                self._rounds(p, row, everyone, attempts, skip)
 
     def _history(self, p: Promise, mine: list[AttemptRow], evs: list[EventRow]) -> None:
         numbers = [a.number for a in mine]
@@ -305,7 +389,17 @@ class Oracle:
             self.broken(f"history: job {p.job}'s attempts are numbered {numbers}")
         if sum(1 for a in mine if a.end_time is None) > 1:
             self.broken(f"history: job {p.job} has more than one open attempt")
-        starts = sorted(int(e.detail.get("attempt", -1)) for e in evs if e.kind == "start")
+        rounds = sum(1 for e in evs if e.kind == "start" and e.detail.get("rounds"))
+        if rounds and (mine or rounds > 1):  # a job run as rounds: its tasks have attempts
+            self.broken(
+                f"history: job {p.job} started as rounds {rounds} times, with attempts "
+                f"{numbers} of its own"
+            )
+        starts = sorted(
+            int(e.detail.get("attempt", -1))
+            for e in evs
+            if e.kind == "start" and not e.detail.get("rounds")
+        )
         if starts != numbers:
             self.broken(
                 f"history: job {p.job} has attempts {numbers} and start events for {starts}"
@@ -452,6 +546,47 @@ class Oracle:
             self.broken(
                 f"command: job {p.job} ({' '.join(p.spec.command)}) ended after {failed} "
                 f"failed attempts, not max_retries + 1 = {p.spec.max_retries + 1}"
+            )
+
+    def _rounds(
+        self,
+        p: Promise,
+        row: JobRow,
+        rows: dict[int, JobRow],
+        attempts: dict[int, list[AttemptRow]],
+        skip: set[int],
+    ) -> None:
+        by_round: dict[int, list[JobRow]] = {}
+        for task in rows.values():
+            if task.parent == p.job:
+                if task.id in skip:
+                    return  # (a task's row written behind the loop's back: not judged)
+                ref = (task.spec or {}).get("round_of") or {}
+                by_round.setdefault(int(ref.get("round", -1)), []).append(task)
+        ended_at = -math.inf  # when the last task of the rounds before had ended
+        for number in sorted(by_round):
+            tasks = by_round[number]
+            starts = [a.start_time for t in tasks for a in attempts.get(t.id, [])]
+            if starts and min(starts) < ended_at - SLACK - self.back:
+                self.broken(
+                    f"rounds: job {p.job}'s round {number} started a task at "
+                    f"{min(starts):.2f}, before its round before had ended ({ended_at:.2f})"
+                )
+            ends = [t.end_time for t in tasks if t.end_time is not None]
+            ended_at = max(ends) if len(ends) == len(tasks) else math.inf
+        if row.status != "SUCCEEDED":
+            return
+        want = p.spec.rounds()
+        good = [
+            n
+            for n, tasks in by_round.items()
+            if len(tasks) == p.spec.gpus and all(t.status == "SUCCEEDED" for t in tasks)
+        ]
+        if sorted(by_round) != list(range(want)) or len(good) != want:
+            made = {n: [t.status for t in ts] for n, ts in sorted(by_round.items())}
+            self.broken(
+                f"rounds: job {p.job} SUCCEEDED with rounds {made}; it has {want} rounds of "
+                f"{p.spec.gpus} tasks"
             )
 
 
