@@ -44,8 +44,6 @@ _WEIGHT_RANGE = 1e-9
 """Weights below this fraction of the largest count as this fraction: HiGHS refuses
 coefficients beyond 1e15, and a job weighted a billionth of another is already
 given nothing of the cluster's time."""
-_LARGE = 1e9
-"""Above this, a row's data is rescaled before HiGHS sees it (see min_makespan)."""
 
 
 @dataclass
@@ -210,9 +208,13 @@ def min_makespan(p: AllocationProblem, remaining: np.ndarray) -> np.ndarray:
     if (done := _empty(p)) is not None:
         return done
     can_run = p.fits().any(axis=1)
-    top = float(remaining[can_run].max(initial=0.0))
-    if top > _LARGE:  # a job of extreme length: the same LP in units HiGHS accepts
-        remaining = np.maximum(remaining / top, _WEIGHT_RANGE)
+    # v is 1 / the makespan, in seconds: around 1e-6 for a day's work, below the
+    # solver's tolerances (it stopped 2% short of the optimum at 1,000 jobs). In units
+    # of the longest job's time alone on its best type, v is near 1.
+    alone = remaining / np.maximum(p.throughput.max(axis=1), _TOL)
+    unit = float(alone[can_run].max(initial=0.0))
+    if unit > 0:
+        remaining = np.maximum(remaining / unit, _WEIGHT_RANGE)
     v_rows = _throughput_rows(p, np.ones(p.n), 1, np.where(can_run, remaining, np.nan))
     c = np.zeros(p.n * p.k + 1)
     c[-1] = -1.0

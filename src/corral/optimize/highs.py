@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 
 Method = Literal["choose", "simplex", "ipm"]
 
-_solver: Any = None
-_lock = threading.Lock()
-"""One solver object serves the process (made once: a few milliseconds);
-the service may solve from more than one thread."""
+_solvers = threading.local()
+"""One solver object per thread (made once: a few milliseconds): the service may
+solve from more than one thread, and POP's parts are solved side by side (HiGHS
+lets go of the interpreter while it runs)."""
 
 
 @dataclass(frozen=True)
@@ -148,52 +148,51 @@ def solve(
         raise ValueError(f"the rows are over {rows.n_cols} variables, the cost over {n}")
     lower = np.broadcast_to(np.asarray(col_lower, dtype=np.float64), (n,))
     upper = np.broadcast_to(np.asarray(col_upper, dtype=np.float64), (n,))
-    with _lock:
-        h = _the_solver()
-        h.setOptionValue("solver", method)
-        status = h.passModel(
-            n,
-            len(rows),
-            len(rows.value),
-            int(highspy.MatrixFormat.kRowwise),
-            int(highspy.ObjSense.kMinimize),
-            0.0,
-            np.ascontiguousarray(cost, dtype=np.float64),
-            np.ascontiguousarray(lower),
-            np.ascontiguousarray(upper),
-            np.ascontiguousarray(rows.lower),
-            np.ascontiguousarray(rows.upper),
-            rows.start,
-            rows.index,
-            rows.value,
-            np.zeros(n, dtype=np.int32),  # every variable continuous
-        )
-        if status == highspy.HighsStatus.kError:
-            raise CorralError("the LP was refused by the solver (its data are inconsistent)")
+    h = _the_solver()
+    h.setOptionValue("solver", method)
+    status = h.passModel(
+        n,
+        len(rows),
+        len(rows.value),
+        int(highspy.MatrixFormat.kRowwise),
+        int(highspy.ObjSense.kMinimize),
+        0.0,
+        np.ascontiguousarray(cost, dtype=np.float64),
+        np.ascontiguousarray(lower),
+        np.ascontiguousarray(upper),
+        np.ascontiguousarray(rows.lower),
+        np.ascontiguousarray(rows.upper),
+        rows.start,
+        rows.index,
+        rows.value,
+        np.zeros(n, dtype=np.int32),  # every variable continuous
+    )
+    if status == highspy.HighsStatus.kError:
+        raise CorralError("the LP was refused by the solver (its data are inconsistent)")
+    h.run()
+    model_status = h.getModelStatus()
+    if model_status == highspy.HighsModelStatus.kUnboundedOrInfeasible:
+        # presolve could not tell which: the solver itself can
+        h.setOptionValue("presolve", "off")
         h.run()
         model_status = h.getModelStatus()
-        if model_status == highspy.HighsModelStatus.kUnboundedOrInfeasible:
-            # presolve could not tell which: the solver itself can
-            h.setOptionValue("presolve", "off")
-            h.run()
-            model_status = h.getModelStatus()
-            h.setOptionValue("presolve", "choose")
-        if model_status == highspy.HighsModelStatus.kInfeasible:
-            return None
-        if model_status != highspy.HighsModelStatus.kOptimal:
-            raise CorralError(f"the LP was not solved: {h.modelStatusToString(model_status)}")
-        x = np.array(h.getSolution().col_value)
-        return Solution(x, float(h.getInfo().objective_function_value))
+        h.setOptionValue("presolve", "choose")
+    if model_status == highspy.HighsModelStatus.kInfeasible:
+        return None
+    if model_status != highspy.HighsModelStatus.kOptimal:
+        raise CorralError(f"the LP was not solved: {h.modelStatusToString(model_status)}")
+    x = np.array(h.getSolution().col_value)
+    return Solution(x, float(h.getInfo().objective_function_value))
 
 
 def _the_solver() -> Any:
-    """The process's solver, made on first use."""
+    """This thread's solver, made on first use."""
     import highspy
 
-    global _solver
-    if _solver is None:
+    solver = getattr(_solvers, "highs", None)
+    if solver is None:
         # the plain solver: highspy.Highs adds Python callbacks and prints a
         # banner to the process's stdout when made
-        _solver = highspy._Highs()  # type: ignore[attr-defined]
-        _solver.setOptionValue("output_flag", False)
-    return _solver
+        solver = _solvers.highs = highspy._Highs()  # type: ignore[attr-defined]
+        solver.setOptionValue("output_flag", False)
+    return solver

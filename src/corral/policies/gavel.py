@@ -52,6 +52,7 @@ from corral.optimize.gavel_lp import (
     max_throughput,
     min_makespan,
 )
+from corral.optimize.pop import SPLITS, parts_for, solve_parts, split
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import PlanBuilder, Policy, place_wide_jobs, wider_than_any_type
@@ -91,6 +92,18 @@ class GavelPolicy(Policy):
             low=0,
             unset=True,
         ),
+        "pop": Option(
+            "POP: the jobs split into this many parts, each solved on its own with its share "
+            "of every GPU type (unset: 1 up to 1,000 jobs, then chosen from the size; 1: off)",
+            "integer",
+            low=1,
+            unset=True,
+        ),
+        "pop_split": Option(
+            "how POP splits the jobs: balanced (by gang size and weight) or random",
+            "choice",
+            choices=SPLITS,
+        ),
     }
     description: ClassVar[str] = (
         "Gavel: weighted max-min fairness over heterogeneity-normalised throughput (LP), "
@@ -104,9 +117,21 @@ class GavelPolicy(Policy):
         round: float = 360.0,
         fill_between_rounds: int = 1,
         reset_window: float | None = None,
+        pop: int | None = None,
+        pop_split: str = "balanced",
         **params: Any,
     ) -> None:
         super().__init__(placement, **params)
+        if pop is not None and pop < 1:
+            raise ValueError(f"pop must be at least 1 part, got {pop}")
+        if pop_split not in SPLITS:
+            raise ValueError(f"pop_split must be one of {', '.join(SPLITS)}, got '{pop_split}'")
+        self.pop = pop
+        self.pop_split = pop_split
+        self.pop_parts = 1
+        """The parts the last solve was split into."""
+        self._share = 1.0
+        """The part of every GPU type the problem being built has (1/parts under POP)."""
         if round <= 0:
             raise ValueError(f"round must be positive, got {round}")
         if reset_window is not None and reset_window < 0:
@@ -152,15 +177,37 @@ class GavelPolicy(Policy):
         return AllocationProblem(
             throughput=state.type_speed[jobs],
             gpus=state.gpus[jobs],
-            capacity=state.cluster.type_gpus,
+            capacity=state.cluster.type_gpus * self._share,
             weights=state.weight[jobs],
         )
 
     def _solve(self, state: SchedulerState, active: np.ndarray) -> None:
+        """The allocation of the jobs present: one problem, or POP's parts (see
+        :mod:`corral.optimize.pop`), each with its share of every type, solved side by
+        side and put together."""
         self.solves += 1
-        x = self.allocate(state, active)
-        self._combos = [(int(j),) for j in active]
-        self._x = x
+        largest = int(state.gpus[active].max(initial=1))
+        parts = parts_for(len(active), state.cluster.type_gpus, largest, self.pop)
+        self.pop_parts = parts
+        if parts <= 1:
+            self._combos, self._x = self._solve_group(state, active)
+            return
+        groups = split(
+            state.gpus[active], state.weight[active], parts, self.pop_split, seed=self.solves
+        )
+        self._share = 1.0 / parts
+        try:
+            solved = solve_parts(groups, lambda g: self._solve_group(state, active[g]))
+        finally:
+            self._share = 1.0
+        self._combos = [c for combos, _ in solved for c in combos]
+        self._x = np.concatenate([x for _, x in solved])
+
+    def _solve_group(
+        self, state: SchedulerState, active: np.ndarray
+    ) -> tuple[list[Combo], np.ndarray]:
+        """The combinations of ``active`` and their allocation (rows in that order)."""
+        return [(int(j),) for j in active], self.allocate(state, active)
 
     def view(self, state: SchedulerState, job: int) -> dict[str, str]:
         combos = getattr(self, "_combos", [])
@@ -433,12 +480,19 @@ class GavelFinishTimeFairness(GavelPolicy):
             total = self._isolated_so_far.get(j, 0.0)
             if before is not None and before[1] > 0:
                 total += (before[0] - float(remaining[r])) / before[1]
-            self._isolated_so_far[j] = so_far[r] = total
+            so_far[r] = total
             seen[j] = (float(remaining[r]), float(isolated[r]))
-        self._isolated_so_far = {j: self._isolated_so_far[j] for j in seen}
-        self._last_remaining = seen
+        # (each job's own entries: POP's parts are solved side by side)
+        self._isolated_so_far.update(zip(seen, so_far.tolist(), strict=True))
+        self._last_remaining.update(seen)
         x, _ = finish_time_fairness(problem, elapsed, remaining, so_far)
         return x
+
+    def _solve(self, state: SchedulerState, active: np.ndarray) -> None:
+        alive = set(active.tolist())  # (what is kept of jobs gone is dropped first)
+        self._isolated_so_far = {j: v for j, v in self._isolated_so_far.items() if j in alive}
+        self._last_remaining = {j: v for j, v in self._last_remaining.items() if j in alive}
+        super()._solve(state, active)
 
 
 class GavelMinMakespan(GavelPolicy):
@@ -478,8 +532,10 @@ class GavelMaxMinPacked(GavelPolicy):
         fill_between_rounds: int = 1,
         reset_window: float | None = None,
         partners: int = 3,
+        pop: int | None = None,
+        pop_split: str = "balanced",
     ) -> None:
-        super().__init__(placement, round, fill_between_rounds, reset_window)
+        super().__init__(placement, round, fill_between_rounds, reset_window, pop, pop_split)
         self.partners = int(partners)
         self.table: ThroughputTable = gavel_throughputs()
         self._pairings: dict[
@@ -515,8 +571,9 @@ class GavelMaxMinPacked(GavelPolicy):
             )
         return self._pairings[key]
 
-    def _solve(self, state: SchedulerState, active: np.ndarray) -> None:
-        self.solves += 1
+    def _solve_group(
+        self, state: SchedulerState, active: np.ndarray
+    ) -> tuple[list[Combo], np.ndarray]:
         names = state.cluster.gpu_type_names
         base = self._problem(state, active)
         local = {int(j): r for r, j in enumerate(active)}
@@ -553,8 +610,7 @@ class GavelMaxMinPacked(GavelPolicy):
             combos=[tuple(local[j] for j in c) for c in combos],
             combo_throughput=np.stack(rows),
         )
-        self._x = max_min_fairness_packed(problem)
-        self._combos = combos
+        return combos, max_min_fairness_packed(problem)
 
     def _pair_factors(
         self, state: SchedulerState, guest: int, host: int, t: int
