@@ -16,17 +16,31 @@ corral's time per job against that quoted figure. That ratio is against a
 quoted number, not a run of the other simulator on this machine.
 
     python benchmarks/sim_speed.py [--policies fifo,las] [--json out.json]
+
+Absolute times move with the host (the same code ran 1.6x slower on the same
+machine two weeks apart), so a slowdown is best seen as a ratio. ``--against REV``
+checks out REV (a commit, tag or branch) beside this tree and runs each policy
+on the whole trace with both, alternately (``--rounds`` times each, each run in
+a fresh process with its own checkout's script and package), and prints each
+policy's median time under each and their ratio (this / REV: above 1 is slower):
+
+    python benchmarks/sim_speed.py --against e1ccc9e --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 TIRESIAS_QUOTED_S = (25.0, 35.0)  # for 10,000 jobs on 64 GPUs
 TARGET_S = {
     "las": 10.0,
@@ -67,12 +81,47 @@ def one(policy: str, cluster: str, scale: float, max_jobs: int | None) -> dict:
     }
 
 
-def spawn(policy: str, cluster: str, scale: float, max_jobs: int | None) -> dict:
-    args = [sys.executable, __file__, "--one", policy, "--cluster", cluster, "--scale", str(scale)]
+def spawn(policy: str, cluster: str, scale: float, max_jobs: int | None, tree: Path = ROOT) -> dict:
+    """One run in a fresh process, with ``tree``'s own script and package."""
+    script = tree / "benchmarks" / "sim_speed.py"
+    args = [sys.executable, str(script), "--one", policy, "--cluster", cluster, "--scale",
+            str(scale)]  # fmt: skip
     if max_jobs:
         args += ["--max-jobs", str(max_jobs)]
-    out = subprocess.run(args, capture_output=True, text=True, check=True)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def against(rev: str, policies: list[str], rounds: int) -> None:
+    """Each policy under this tree and under ``rev``, alternately: times and ratio."""
+    with tempfile.TemporaryDirectory(prefix="corral-against-") as scratch:
+        other = Path(scratch) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(other), rev],
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            for tree in (ROOT, other):  # compiled first, as an install would be
+                subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "src")],
+                               check=True, capture_output=True)  # fmt: skip
+            ask = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+            head = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.strip()
+            print(f"Full Philly trace on Philly x 0.17: this tree ({head}) against {rev}, "
+                  f"{rounds} run(s) each, alternately; median seconds")  # fmt: skip
+            print(f"{'policy':16} {'this':>8} {rev[:12]:>12} {'ratio':>7}")
+            worst = 0.0
+            for policy in policies:
+                mine: list[float] = []
+                theirs: list[float] = []
+                for _ in range(rounds):
+                    mine.append(spawn(policy, "philly", 0.17, None)["sim_s"])
+                    theirs.append(spawn(policy, "philly", 0.17, None, other)["sim_s"])
+                a, b = statistics.median(mine), statistics.median(theirs)
+                worst = max(worst, a / b)
+                print(f"{policy:16} {a:>8.2f} {b:>12.2f} {a / b:>7.3f}", flush=True)
+            print(f"slowest ratio: {worst:.3f} (above 1.05: more than 5% slower than {rev})")
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)],
+                           check=False, capture_output=True)  # fmt: skip
 
 
 def main() -> None:
@@ -84,6 +133,8 @@ def main() -> None:
         default="fifo,las,philly,tiresias-las,tiresias-gittins,gandiva,hived,antman,liquid",
     )
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--against", metavar="REV", help="compare with an earlier commit")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each with --against")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--cluster", default="philly", help=argparse.SUPPRESS)
     parser.add_argument("--scale", type=float, default=0.17, help=argparse.SUPPRESS)
@@ -92,7 +143,11 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one, args.cluster, args.scale, args.max_jobs)))
         return
-    rows = [spawn(p.strip(), "philly", 0.17, None) for p in args.policies.split(",") if p.strip()]
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.against:
+        against(args.against, names, args.rounds)
+        return
+    rows = [spawn(p, "philly", 0.17, None) for p in names]
     print(f"Full Philly trace on Philly x 0.17 (peak memory target: < {TARGET_MB} MB)")
     head = ("policy", "jobs", "load", "sim s", "target s", "events/s", "preempt", "peak MB", "")
     print("{:16} {:>7} {:>5} {:>7} {:>8} {:>9} {:>9} {:>8} {}".format(*head))
