@@ -51,7 +51,7 @@ def test_a_previous_release_store_is_upgraded_with_its_jobs(
     previous_release_store(url)
     store = Store(url)
     try:
-        assert store.upgrade.before is None and store.upgrade.after == head() == "0006"
+        assert store.upgrade.before is None and store.upgrade.after == head() == "0007"
         with store.session() as s:
             assert [(j.name, j.user) for j in s.query(JobRow)] == [("old", "alice")]
         assert current(store.engine) == head()
@@ -98,13 +98,13 @@ def test_downgrade_undoes_and_upgrade_redoes(tmp_path: Path, store_url: str | No
     engine = create_engine(url)
     try:
         done = downgrade(engine, url, "0001")
-        assert (done.before, done.after) == ("0006", "0001")
+        assert (done.before, done.after) == ("0007", "0001")
         assert not {"ix_jobs_user_name", "ix_jobs_request", "ix_jobs_user_status"} & indexes(url)
     finally:
         engine.dispose()
     store = Store(url)
     try:
-        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0006")
+        assert (store.upgrade.before, store.upgrade.after) == ("0001", "0007")
         assert {"ix_jobs_user_name", "ix_jobs_request", "ix_jobs_user_status"} <= indexes(url)
     finally:
         store.engine.dispose()
@@ -186,7 +186,7 @@ def test_jobs_stored_held_as_suspended_become_pending_and_held(
         engine.dispose()
     store = Store(url)
     try:
-        assert (store.upgrade.before, store.upgrade.after) == ("0002", "0006")
+        assert (store.upgrade.before, store.upgrade.after) == ("0002", "0007")
         with store.session() as s:
             rows = {j.name: (j.status, j.held, j.reason) for j in s.query(JobRow)}
         assert rows == {

@@ -24,7 +24,7 @@ from corral.model.jobs import JobStatus
 from corral.runtime.jobspec.config import ServiceConfig, UserConfig, hash_token
 from corral.runtime.loop.admission import Admission
 from corral.runtime.loop.scheduler import Scheduler
-from corral.runtime.storage.store import AttemptRow, JobRow, Store
+from corral.runtime.storage.store import ArchivedJobRow, AttemptRow, JobRow, Store
 
 
 @dataclass
@@ -198,6 +198,13 @@ WITH_BODY = error_answers(400, 401, 403, 404, 409)
 def job_or_404(s: Session, job_id: int) -> JobRow:
     row = s.get(JobRow, job_id)
     if row is None:
+        old = s.get(ArchivedJobRow, job_id)
+        if old is not None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND,
+                f"job {job_id} ended {old.status} long ago and was archived (archive_after): "
+                "'corral history' shows its accounting; its attempts and events are not kept",
+            )
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
     return row
 

@@ -59,7 +59,13 @@ from corral.runtime.loop.estimates import extend_curve, extend_progress
 from corral.runtime.loop.inbox import NO_WORK_LEFT
 from corral.runtime.loop.round_policy import plans_rounds
 from corral.runtime.loop.scheduler import TERMINAL
-from corral.runtime.storage.store import AttemptRow, EventRow, JobInputRow, JobRow
+from corral.runtime.storage.store import (
+    ArchivedJobRow,
+    AttemptRow,
+    EventRow,
+    JobInputRow,
+    JobRow,
+)
 
 router = APIRouter()
 LIVE_STATES = {JobStatus.PENDING, JobStatus.STARTING, JobStatus.RUNNING}
@@ -416,17 +422,28 @@ def history(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=100000)] = 1000,
 ) -> list[HistoryView]:
-    """Accounting: every job's wait, run time and GPU-hours (Slurm's sacct)."""
+    """Accounting: every job's wait, run time and GPU-hours (Slurm's sacct), the jobs
+    archived (``archive_after``) included."""
     now = time.time()
     with ctx.store.session() as s:
         query = select(JobRow).where(JobRow.submit_time >= since)
+        older = select(ArchivedJobRow).where(ArchivedJobRow.submit_time >= since)
         if until is not None:
             query = query.where(JobRow.submit_time < until)
+            older = older.where(ArchivedJobRow.submit_time < until)
         if state:
             query = query.where(JobRow.status.in_(_states(state)))
+            older = older.where(ArchivedJobRow.status.in_(_states(state)))
         if not all_users:
             query = query.where(JobRow.user == (of or user.name))
+            older = older.where(ArchivedJobRow.user == (of or user.name))
         rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit)))
+        older = older.order_by(ArchivedJobRow.id.desc()).limit(limit)
+        kept = [_archived_view(r) for r in s.scalars(older)]
+        if kept:  # the newest ``limit`` of both
+            newest = sorted([r.id for r in rows] + [v.id for v in kept])[-limit:]
+            rows = [r for r in rows if r.id >= newest[0]]
+            kept = [v for v in kept if v.id >= newest[0]]
         ids = [r.id for r in rows]
         spans: dict[int, list[tuple[float, int]]] = {}
         for att in s.scalars(select(AttemptRow).where(AttemptRow.job_id.in_(ids))):
@@ -453,7 +470,26 @@ def history(
                     exit_code=row.exit_code,
                 )
             )
-        return out
+        return sorted(kept + out, key=lambda v: v.id)
+
+
+def _archived_view(row: ArchivedJobRow) -> HistoryView:
+    return HistoryView(
+        id=row.id,
+        name=row.name,
+        user=row.user,
+        status=row.status,
+        gpus=row.gpus,
+        submit_time=row.submit_time,
+        first_start=row.first_start,
+        end_time=row.end_time,
+        wait=None if row.first_start is None else row.first_start - row.submit_time,
+        elapsed=row.elapsed,
+        gpu_hours=row.gpu_hours,
+        attempts=row.attempts,
+        preemptions=row.preemptions,
+        exit_code=row.exit_code,
+    )
 
 
 @router.get(

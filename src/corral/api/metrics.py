@@ -62,6 +62,7 @@ from corral.api.common import AUTH, Context, Ctx, User, gpus_held, service_versi
 from corral.model.status import JobStatus
 from corral.runtime.execution.exits import Cause
 from corral.runtime.loop.loop_metrics import gpu_states
+from corral.runtime.storage.archive import archived_totals
 from corral.runtime.storage.store import AttemptRow, JobRow, NodeRow
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -101,6 +102,13 @@ class StoreCollector(Collector):
                 )
             ).all()
             nodes = s.execute(select(NodeRow.name, NodeRow.state)).all()
+            gone = archived_totals(s)  # (archived jobs still count: counters never go down)
+        for state, count in gone["jobs"].items():
+            by_state[state] = by_state.get(state, 0) + count
+        preemptions = (preemptions or 0) + gone["preemptions"].get("all", 0)
+        for cause, count in gone["attempts"].items():
+            key = None if cause == "None" else cause
+            ended[key] = ended.get(key, 0) + count
         jobs = GaugeMetricFamily("corral_jobs", "Jobs in each live state", labels=["state"])
         finished = CounterMetricFamily(
             "corral_jobs_finished", "Jobs that ended, by how", labels=["state"]
@@ -143,7 +151,7 @@ class StoreCollector(Collector):
                 oldest.add_metric(["default", user], 0.0)
         yield queue
         yield oldest
-        total = CounterMetricFamily("corral_preemptions", "Preemptions of the jobs in the store")
+        total = CounterMetricFamily("corral_preemptions", "Preemptions of every job")
         total.add_metric([], float(preemptions or 0))
         yield total
         causes = CounterMetricFamily(

@@ -14,7 +14,9 @@ import typer
 from corral.cli.app import JsonOpt, app, console, print_json
 from corral.errors import CorralError
 
-store_app = typer.Typer(help="The service's store: its schema revision, upgrades, downgrades.")
+store_app = typer.Typer(
+    help="The service's store: its schema revision, upgrades, downgrades, archiving."
+)
 app.add_typer(store_app, name="store")
 
 ConfigOpt = Annotated[
@@ -85,6 +87,76 @@ def downgrade_store(
     finally:
         engine.dispose()
     _report(done, as_json)
+
+
+@store_app.command("archive")
+def archive_store(
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="ended longer ago than this (30d, 12h, seconds)")
+    ],
+    config: ConfigOpt = None,
+    url: UrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move jobs that ended long ago out of the hot tables (the service stopped).
+
+    Each becomes one row of accounting that 'corral history' still shows; its
+    attempts and events are deleted. A running service does this itself once an
+    hour with 'archive_after' in its config.
+    """
+    import time
+
+    from corral.runtime.storage.archive import archive_all
+    from corral.runtime.storage.store import Store
+    from corral.runtime.storage.store_lock import StoreBusy, StoreLock
+    from corral.timespan import parse_seconds
+
+    try:
+        age = parse_seconds(older_than)
+    except ValueError as exc:
+        raise CorralError(f"--older-than: {exc}") from None
+    if age < 3600:
+        raise CorralError("--older-than: at least an hour (1h), so no job a user is still "
+                          "looking at moves")  # fmt: skip
+    target = _url(config, url)
+    state_dir = _state_dir(config, target)
+    lock = StoreLock(target, state_dir, "corral store archive")
+    try:
+        lock.acquire()
+    except StoreBusy as exc:  # (nothing is touched)
+        raise CorralError(
+            f"{str(exc).split(';')[0]}; a running service archives on its own: set "
+            "archive_after in its config (or stop it, then run this again)"
+        ) from None
+    try:
+        store = Store(target)
+        try:
+            done = archive_all(store, age, time.time())
+        finally:
+            store.engine.dispose()
+    finally:
+        lock.release()
+    if as_json:
+        print_json({"jobs": done.jobs, "attempts": done.attempts, "events": done.events,
+                    "waiting": done.waiting, "users": done.users})  # fmt: skip
+        return
+    console.print(
+        f"{done.jobs} job(s) archived ({done.attempts} attempt(s) and {done.events} "
+        f"event(s) deleted); {done.waiting} ended long enough ago wait for the rest of "
+        "their array or rounds",
+        highlight=False,
+    )
+
+
+def _state_dir(config: Path | None, url: str) -> Path:
+    """The state directory whose lock file guards a SQLite store (its folder)."""
+    if config is not None:
+        from corral.runtime.jobspec.config import load_config
+
+        return load_config(config).state_dir
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///")).parent
+    return Path.cwd()
 
 
 def _report(done: object, as_json: bool) -> None:

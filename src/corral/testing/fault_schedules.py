@@ -397,15 +397,20 @@ def _wider(rng: random.Random, count: int, span: float) -> list[Op]:
     over both nodes (``nodes: 2``), a job of the virtual cluster whose GPUs and
     running jobs are capped (:data:`CAPPED_VC`), a job given as a task (run as
     rounds of one-GPU tasks under a policy that plans rounds, as one process under
-    the others), and fair share turned on from the start (one seed in three)."""
+    the others), a waiting job held, suspended and then resumed (it must stay off
+    the GPUs while held), and fair share turned on from the start (one seed in
+    three)."""
     ops: list[Op] = []
     if rng.random() < 1 / 3:
         ops.append(Op(0.0, "fair_share", (rng.choice([1, 20]),)))
-    kinds = [("gang", 2), ("capped_vc", 3), ("rounds", 2)]
+    kinds = [("gang", 2), ("capped_vc", 3), ("rounds", 2), ("resume_held", 2)]
     names, weights = zip(*kinds, strict=True)
     for _ in range(count):
         at = round(rng.uniform(0, span), 2)
         kind = rng.choices(names, weights)[0]
+        if kind == "resume_held":
+            ops.append(Op(at, kind, (rng.randrange(1000), rng.choice([1.0, 5.0]))))
+            continue
         work = str(rng.choice([2, 6, 12]))
         spec: dict[str, Any]
         if kind == "gang":
@@ -996,6 +1001,44 @@ class World:
         stopping = sorted(j for j, a in self.scheduler.attempts.items() if a.stop is not None)
         if stopping:
             self._op_cancel(stopping[pick % len(stopping)])
+
+    def _op_resume_held(self, pick: int, after: float) -> None:
+        """A job that waits is held, then suspended, and ``after`` seconds later its
+        user resumes it: it must stay held (PENDING, off the GPUs) until released
+        (the drain releases it)."""
+        with self.disk.spared(), self.store.session() as s:
+            waiting = list(
+                s.scalars(
+                    select(JobRow.id)
+                    .where(JobRow.status == "PENDING", JobRow.held.is_(None))
+                    .order_by(JobRow.id)
+                )
+            )
+        if not waiting:
+            return
+        job = waiting[pick % len(waiting)]
+        self._op_hold(job)
+        due: list[float] = []
+
+        def next_step() -> bool:  # (one request at a time: each once the last is done)
+            with self.disk.spared(), self.store.session() as s:
+                row = s.execute(
+                    select(JobRow.status, JobRow.held, JobRow.request).where(JobRow.id == job)
+                ).one()
+            if row.request is not None:
+                return False
+            if row.held is None or row.status in ENDED:
+                return True  # (it started before the hold came: nothing to do)
+            if row.status == "PENDING" and not due:
+                self._op_suspend(job)
+                due.append(self.clock() + after)
+                return False
+            if self.clock() < due[0]:
+                return False
+            self._op_resume(job)
+            return True
+
+        self._when(next_step)
 
     def _op_suspend_running(self, pick: int) -> None:
         """A user suspends a job that runs (the drain resumes it)."""

@@ -438,6 +438,13 @@ class ServiceConfig(BaseModel):
         description="bytes of ended attempts' logs kept per user (checked every 10 "
         "minutes: the oldest are emptied, saying so, past it); null: no limit",
     )
+    archive_after: float | None = Field(
+        None,
+        ge=3600,
+        description="ended jobs older than this (e.g. 30d) move out of the hot tables, "
+        "once an hour: corral history still shows them, corral show says they were "
+        "archived (their attempts and events are not kept); null: never",
+    )
     signal_lead_max: float = Field(
         120.0,
         ge=0,
@@ -632,6 +639,13 @@ class ServiceConfig(BaseModel):
         from corral.timespan import parse_seconds
 
         return parse_seconds(value)
+
+    @field_validator("archive_after", mode="before")
+    @classmethod
+    def _age(cls, value: Any) -> float | None:
+        from corral.timespan import parse_seconds
+
+        return None if value is None else parse_seconds(value)
 
     @field_validator("vcs")
     @classmethod

@@ -37,7 +37,14 @@ from corral.runtime.loop.cpu_jobs import cpu_capacity
 from corral.runtime.loop.loop_base import NOT_ENDED
 from corral.runtime.loop.records import HELD_REASONS, spec_fault
 from corral.runtime.loop.round_policy import plans_rounds
-from corral.runtime.storage.store import JobInputRow, JobRow, Store, encoded_with, in_chunks
+from corral.runtime.storage.store import (
+    ArchivedJobRow,
+    JobInputRow,
+    JobRow,
+    Store,
+    encoded_with,
+    in_chunks,
+)
 from corral.timespan import span
 
 FORBIDDEN = 403
@@ -466,6 +473,13 @@ class Admission:
             }
             missing = [i for i in wanted if i not in known]
             if missing:
+                archived = s.get(ArchivedJobRow, missing[0])
+                if archived is not None:  # (Slurm too refuses a job its controller forgot)
+                    raise Refused(
+                        f"job {missing[0]} ended {archived.status} long ago and was archived; "
+                        "a job can no longer depend on it",
+                        "dependency",
+                    )
                 raise Refused(f"no job {missing[0]}", "dependency")
             whole = with_whole_arrays(s, spec.dependency, known)
             self.check_dependency_count(sum(len(ids) for ids in whole.values()))

@@ -12,7 +12,7 @@ from corral.policies.admission import ADMIT
 from corral.runtime.loop.job_book import Waiting
 from corral.runtime.loop.loop_base import TERMINAL, LoopState
 from corral.runtime.loop.round_jobs import RoundJobs
-from corral.runtime.storage.store import IN_CHUNK, JobRow, in_chunks
+from corral.runtime.storage.store import IN_CHUNK, ArchivedJobRow, JobRow, in_chunks
 
 
 def dependency_verdict(
@@ -191,12 +191,19 @@ class Queueing:
         if len(ids) > IN_CHUNK and ids[-1] - ids[0] < 4 * len(ids):
             wanted = set(ids)
             rows = s.execute(query.where(JobRow.id.between(ids[0], ids[-1])))
-            return {r.id: (r.status, r.first_start is not None) for r in rows if r.id in wanted}
-        return {
-            r.id: (r.status, r.first_start is not None)
-            for chunk in in_chunks(ids)
-            for r in s.execute(query.where(JobRow.id.in_(chunk)))
-        }
+            out = {r.id: (r.status, r.first_start is not None) for r in rows if r.id in wanted}
+        else:
+            out = {
+                r.id: (r.status, r.first_start is not None)
+                for chunk in in_chunks(ids)
+                for r in s.execute(query.where(JobRow.id.in_(chunk)))
+            }
+        gone = [j for j in ids if j not in out]  # (archived: ended long ago, as it ended)
+        old = select(ArchivedJobRow.id, ArchivedJobRow.status, ArchivedJobRow.first_start)
+        for chunk in in_chunks(gone):
+            for r in s.execute(old.where(ArchivedJobRow.id.in_(chunk))):
+                out[r.id] = (r.status, r.first_start is not None)
+        return out
 
     def _wait_over(
         self,

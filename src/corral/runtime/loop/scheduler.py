@@ -66,6 +66,7 @@ from corral.model.state import FUTURE, PENDING, RUNNING
 from corral.model.unsaved_work import keep_unsaved_work
 from corral.runtime.execution.executor import Executor
 from corral.runtime.jobspec.config import ServiceConfig
+from corral.runtime.loop.archive_sweep import ArchiveSweep
 from corral.runtime.loop.cpu_jobs import CpuJobs
 from corral.runtime.loop.disk_watch import DiskWatch
 from corral.runtime.loop.estimates import measured_remaining
@@ -129,6 +130,7 @@ class Scheduler(LoopState):
         self.repeats = Repeats()
         """Lines of conditions that repeat (the store failing each pass), said once a while."""
         self.log_quota = LogQuota(config.state_dir / "jobs", config.user_log_limit, self._owners)
+        self.archive = ArchiveSweep(store, config.archive_after)
         self.disks = DiskWatch(
             config.state_dir,
             config.job_root,
@@ -330,6 +332,8 @@ class Scheduler(LoopState):
         self.turn_wakeup = self.sharing.take_turns(self.clock()) if self.turns else None
         if self.log_quota.due(now):
             self.log_quota.sweep(now)
+        if self.archive.due(now):
+            self.archive.step(now)
 
     def _owners(self, jobs: list[int]) -> dict[int, str]:
         """Each of ``jobs``' user (for the logs' quota)."""

@@ -210,6 +210,34 @@ class AttemptRow(Base):
     steps_end: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class ArchivedJobRow(Base):
+    """A job moved out of the hot tables once it had ended long enough ago
+    (``archive_after``; ``corral store archive``): its accounting as ``corral history``
+    shows it, and its spec. Its attempts and events are not kept (Slurm's controller
+    likewise forgets a job after ``MinJobAge``; its accounting keeps the totals)."""
+
+    __tablename__ = "archived_jobs"
+    __table_args__ = (Index("ix_archived_jobs_user_submit", "user", "submit_time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    submit_time: Mapped[float] = mapped_column(Float)
+    first_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    elapsed: Mapped[float] = mapped_column(Float)
+    """Seconds its attempts ran, summed."""
+    gpu_hours: Mapped[float] = mapped_column(Float)
+    attempts: Mapped[int] = mapped_column(Integer)
+    preemptions: Mapped[int] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    archived_at: Mapped[float] = mapped_column(Float)
+
+
 ECHO = "corral_echo"
 """Where a session keeps its events for :attr:`Store.echo` until it commits."""
 
