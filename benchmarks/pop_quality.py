@@ -64,8 +64,9 @@ def allocation(policy: GavelPolicy, state: SchedulerState, active: np.ndarray) -
 
 
 def objective(name: str, policy: GavelPolicy, state: SchedulerState, active: np.ndarray,
-              x: np.ndarray) -> tuple[str, float]:  # fmt: skip
-    """(what, value) of the allocation under the policy's own objective."""
+              x: np.ndarray) -> list[tuple[str, float]]:  # fmt: skip
+    """(what, value) of the allocation under the policy's own objective (max-min: its
+    level, then the total it fills spare capacity with)."""
     problem = policy._problem(state, active)
     throughput = (problem.throughput * x).sum(axis=1)
     can_run = problem.fits().any(axis=1)
@@ -75,16 +76,17 @@ def objective(name: str, policy: GavelPolicy, state: SchedulerState, active: np.
             throughput = (sized * x).sum(axis=1)
             problem.throughput = sized.astype(float)
         level = throughput / _max_min_norm(problem)
-        return "max-min level", float(level[can_run].min())
+        return [("max-min level", float(level[can_run].min())),
+                ("total (normalised)", float(level[can_run].sum()))]  # fmt: skip
     remaining = remaining_steps(state, active)
     if name == "gavel-min-makespan":
         with np.errstate(divide="ignore"):
-            return "makespan (s)", float((remaining / throughput)[can_run].max())
+            return [("makespan (s)", float((remaining / throughput)[can_run].max()))]
     elapsed = state.now - state.submit[active]
     isolated = remaining / np.maximum(problem.isolated_throughput(), 1e-6)
     with np.errstate(divide="ignore"):
         rho = (elapsed + remaining / throughput) / isolated
-    return "largest rho", float(rho[can_run].max())
+    return [("largest rho", float(rho[can_run].max()))]
 
 
 def main() -> None:
@@ -100,25 +102,26 @@ def main() -> None:
     parts = [int(k) for k in args.parts.split(",")]
     print(f"{args.gpus} GPUs (V100, P100, K80 a third each); Gavel's typed workload, "
           f"multi={args.multi}; all jobs present")  # fmt: skip
-    print(f"{'policy':<34}{'jobs':>7}{'parts':>7}  {'objective':<15}{'value':>12}"
+    print(f"{'policy':<34}{'jobs':>7}{'parts':>10}  {'objective':<19}{'value':>12}"
           f"{'vs full':>9}{'solve':>10}")  # fmt: skip
     for name in args.policies.split(","):
         for n in sizes:
             state = state_of(n, args.gpus, args.multi, args.seed)
             active = np.arange(n)
-            full = None
+            full: list[tuple[str, float]] | None = None
             for k in [1, *parts, None]:
                 policy = make_policy(name, pop=k)
                 assert isinstance(policy, GavelPolicy)
                 began = time.perf_counter()
                 x = allocation(policy, state, active)
                 took = time.perf_counter() - began
-                what, value = objective(name, policy, state, active, x)
-                full = value if k == 1 else full
-                ratio = value / full if full else float("nan")
+                found = objective(name, policy, state, active, x)
+                full = found if k == 1 else full
                 label = str(k) if k is not None else f"{policy.pop_parts} (auto)"
-                print(f"{name:<34}{n:>7,}{label:>7}  {what:<15}{value:>12.4g}{ratio:>9.3f}"
-                      f"{took:>9.2f}s", flush=True)  # fmt: skip
+                for (what, value), (_, whole) in zip(found, full or found, strict=True):
+                    ratio = value / whole if whole else float("nan")
+                    print(f"{name:<34}{n:>7,}{label:>10}  {what:<19}{value:>12.4g}{ratio:>9.3f}"
+                          f"{took:>9.2f}s", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ whole holds, since each part keeps within its 1/k of each type.
 How the jobs are split:
 
 * ``balanced`` (the default): jobs sorted by GPUs asked, then by their
-  weight, dealt out in a snake (1, 2, ..., k, k, ..., 2, 1, ...), so each
-  part has about the same demand and the same mix of gang sizes;
+  weight (by the GPU-seconds they have left, under min makespan, whose
+  objective is a sum of work), dealt out in a snake (1, 2, ..., k, k, ..., 2,
+  1, ...), so each part has about the same demand and the same mix of sizes;
 * ``random``: a random permutation dealt out in turn (POP's own default),
   from a seed, so a run replays.
 
@@ -55,9 +56,16 @@ def parts_for(jobs: int, capacity: np.ndarray, largest_gang: int, parts: int | N
 
 
 def split(
-    gpus: np.ndarray, weights: np.ndarray, parts: int, how: str = "balanced", seed: int = 0
+    gpus: np.ndarray,
+    weights: np.ndarray,
+    parts: int,
+    how: str = "balanced",
+    seed: int = 0,
+    load: np.ndarray | None = None,
 ) -> list[np.ndarray]:
-    """The jobs (row numbers) of each part, each in increasing order."""
+    """The jobs (row numbers) of each part, each in increasing order. ``balanced``
+    deals by ``load`` where given (the policy's measure of a job's demand: the
+    GPU-seconds it has left, for min makespan), else by GPUs asked, then weight."""
     n = len(gpus)
     if parts <= 1 or n == 0:
         return [np.arange(n)]
@@ -65,7 +73,10 @@ def split(
         order = np.random.default_rng(seed).permutation(n)
         part = np.arange(n) % parts
     elif how == "balanced":
-        order = np.lexsort((np.arange(n), -np.asarray(weights), -np.asarray(gpus)))
+        if load is not None:
+            order = np.lexsort((np.arange(n), -np.asarray(load)))
+        else:
+            order = np.lexsort((np.arange(n), -np.asarray(weights), -np.asarray(gpus)))
         turn, place = np.divmod(np.arange(n), parts)
         part = np.where(turn % 2 == 0, place, parts - 1 - place)  # a snake
     else:

@@ -193,7 +193,12 @@ class GavelPolicy(Policy):
             self._combos, self._x = self._solve_group(state, active)
             return
         groups = split(
-            state.gpus[active], state.weight[active], parts, self.pop_split, seed=self.solves
+            state.gpus[active],
+            state.weight[active],
+            parts,
+            self.pop_split,
+            seed=self.solves,
+            load=self._pop_load(state, active),
         )
         self._share = 1.0 / parts
         try:
@@ -202,6 +207,10 @@ class GavelPolicy(Policy):
             self._share = 1.0
         self._combos = [c for combos, _ in solved for c in combos]
         self._x = np.concatenate([x for _, x in solved])
+
+    def _pop_load(self, state: SchedulerState, active: np.ndarray) -> np.ndarray | None:
+        """What POP's balanced split evens out between parts (None: GPUs, then weight)."""
+        return None
 
     def _solve_group(
         self, state: SchedulerState, active: np.ndarray
@@ -503,6 +512,12 @@ class GavelMinMakespan(GavelPolicy):
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
         remaining = remaining_steps(state, jobs)
         return min_makespan(self._problem(state, jobs), remaining)
+
+    def _pop_load(self, state: SchedulerState, active: np.ndarray) -> np.ndarray | None:
+        """GPU-seconds each job has left on its fastest type: the makespan is the
+        work of a part over its GPUs, so the parts must have equal work."""
+        best = np.maximum(state.type_speed[active].max(axis=1), 1e-9)
+        return remaining_steps(state, active) / best * state.gpus[active]
 
 
 class GavelMaxThroughput(GavelPolicy):
