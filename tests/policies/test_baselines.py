@@ -46,6 +46,17 @@ def test_srtf_does_not_preempt_a_job_with_less_left():
     assert result.state.preemptions.sum() == 0
 
 
+def test_srtf_by_gpu_time_puts_a_wide_job_behind_a_narrow_one_of_the_same_length():
+    # 2 GPUs. j0 (2 GPUs, 100 s) and j1 (1 GPU, 150 s) both wait at time 0: by time
+    # j0 goes first; by GPU-time (200 against 150) j1 does, and j0 waits for it.
+    rows = [(0.0, 2, 100.0), (0.0, 1, 150.0)]
+    assert finish_times(run(rows, uniform(1, 2), "srtf")) == {"j0": 100.0, "j1": 250.0}
+    by_gpu = run(rows, uniform(1, 2), "srtf", by="gpu-time")
+    assert finish_times(by_gpu) == {"j0": 250.0, "j1": 150.0}
+    with pytest.raises(CorralError, match="option 'by' must be one of time, gpu-time"):
+        make_policy("sjf", by="gpus")
+
+
 def test_las_time_shares_by_attained_service_with_a_quantum():
     # 1 GPU, quantum 50. j1 arrives at 10 while j0 is pinned; at the tick t=50
     # j0 (attained 50) yields to j1 (0); at t=100 they tie at 50 and the
