@@ -47,10 +47,12 @@ def main() -> None:
             if not row.startswith("agnostic") and shape == "s":
                 key = ""  # (Gavel's aware policies were recorded on the m traces only)
             theirs = recorded.get(key, {}).get("avg_jct_h", {}).get("all")
-            whole = None
+            whole, done = None, set()
             for k in [1, *parts]:
                 policy = make_policy(name, pop=k)
                 assert isinstance(policy, GavelPolicy)
+                if k in done:
+                    continue
                 result = Experiment(
                     trace=str(DATA / f"gavel_300_{trace}.trace"),
                     cluster="gavel:8:8:8",
@@ -62,7 +64,9 @@ def main() -> None:
                 whole = jct if k == 1 else whole
                 assert whole is not None
                 # (the parts a solve can have: a part holds the largest gang)
-                split = min(k, int(s.cluster.type_gpus.max() // s.gpus.max()))
+                cap = int(s.cluster.type_gpus.max() // s.gpus.max())
+                split = min(k, cap)
+                done |= {j for j in parts if j > k and min(j, cap) == split}  # (the same run)
                 if k > 1:
                     worst = max(worst, jct / whole)
                 vs_gavel = f"{jct / theirs:>10.3f}" if theirs else f"{'-':>10}"
