@@ -77,6 +77,7 @@ TIRESIAS_RUNS = [
     ("dlas-gpu-gittins", "tiresias-gittins"),
     ("fifo", "fifo"),  # the paper's YARN-CS baseline: arrival order, head-of-line blocking
     ("shortest", "srtf"),  # its SRTF: shortest remaining time first, preemptive, oracle
+    ("shortest-gpu", "srtf[by=gpu-time]"),  # the same by GPU-time left (time x GPUs)
 ]
 """(the peer's schedule, corral's policy): Tiresias' two schedulers and the two
 baselines its paper measures them against (Tiresias, NSDI 2019: up to 5.5x better
