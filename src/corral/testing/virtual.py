@@ -233,6 +233,11 @@ class VirtualExecutor(Executor):
             for _ in range(group.count)
         ]
         self.processes: dict[int, VirtualProcess] = {}
+        self._live: dict[int, VirtualProcess] = {}
+        """The processes not known to have ended (the table keeps ended ones for ever: a
+        virtual day's hundred thousand would be read at every look)."""
+        self._beaten_at: float | None = None
+        """When heartbeats were last looked for (None: a change since asks again)."""
         self._pids = itertools.count(1000)
         self.launches: list[LaunchRequest] = []
         self.progress: dict[int, float] = {}
@@ -304,6 +309,8 @@ class VirtualExecutor(Executor):
             if isinstance(step, int | float) and step > 0:
                 process.done = min(step / process.rate, process.work)
         self.processes[pid] = process
+        self._live[pid] = process
+        self._beaten_at = None
         self.launches.append(request)
         request.dir.mkdir(parents=True, exist_ok=True)
         (request.dir / PID_FILE).write_text(str(pid))  # as the launcher does at its start
@@ -330,6 +337,7 @@ class VirtualExecutor(Executor):
         if process is None:
             return
         process.signalled.append(sig)
+        self._beaten_at = None  # (a process let go on may be due a heartbeat)
         if sig in (signal.SIGSTOP, signal.SIGTSTP):
             if not process.paused:
                 process.paused, process.paused_at = True, now
@@ -403,6 +411,7 @@ class VirtualExecutor(Executor):
                 request = LaunchRequest(["foreign"], {}, "/", (), Path("/nonexistent"), Path("/"))
                 process = VirtualProcess(request, pid, self.clock(), math.inf, foreign=True)
                 self.processes[pid] = process
+                self._live[pid] = process
                 return process
         return None
 
@@ -422,8 +431,8 @@ class VirtualExecutor(Executor):
         self._sync()
         self.down.add(node)
         self._changed = True
-        for process in self.processes.values():
-            if process.alive() and any(slot.node == node for slot in process.request.gpus):
+        for process in self._alive():
+            if any(slot.node == node for slot in process.request.gpus):
                 self._end(process, self.clock(), lost=True)
         self._resettle(self.clock())
 
@@ -432,6 +441,7 @@ class VirtualExecutor(Executor):
         processes go on in real time, so every mark kept in wall-clock time moves
         with it. Without this they would stand still until the clock caught up."""
         self._at -= seconds
+        self._beaten_at = None
         for process in self.processes.values():
             process.shift(seconds)
 
@@ -443,9 +453,16 @@ class VirtualExecutor(Executor):
         return sorted({slot.node for slot in self._slots})
 
     # ------------------------------------------------------------ the model
+    def _alive(self) -> list[VirtualProcess]:
+        """The processes alive now, in the order they started."""
+        ended = [pid for pid, p in self._live.items() if not p.alive()]
+        for pid in ended:
+            del self._live[pid]
+        return list(self._live.values())
+
     def running(self) -> list[VirtualProcess]:
         self._sync()
-        return [p for p in self.processes.values() if p.alive() and not p.foreign]
+        return [p for p in self._alive() if not p.foreign]
 
     def _speed(self, process: VirtualProcess, live: list[VirtualProcess]) -> float:
         if process.paused:
@@ -458,7 +475,7 @@ class VirtualExecutor(Executor):
 
     def _resettle(self, now: float) -> None:
         """Record each live process's speed from ``now`` (after a change)."""
-        live = [p for p in self.processes.values() if p.alive()]
+        live = self._alive()
         for p in live:
             speed = self._speed(p, live)
             if not p.speeds or p.speeds[-1][1] != speed:
@@ -467,7 +484,7 @@ class VirtualExecutor(Executor):
     def next_end(self) -> float | None:
         """When the first live process will end at today's speeds (None: none will)."""
         self._sync()
-        live = [p for p in self.processes.values() if p.alive()]
+        live = self._alive()
         ends = [
             self._at + (p.work - p.done) / speed
             for p in live
@@ -479,8 +496,10 @@ class VirtualExecutor(Executor):
     def _sync(self) -> None:
         """Bring every process up to the clock: work done, exits, heartbeats."""
         now = self.clock()
+        if self._at >= now and self._beaten_at == now:
+            return  # (nothing moved since the last look at this instant)
         while self._at < now:
-            live = [p for p in self.processes.values() if p.alive()]
+            live = self._alive()
             if not live:
                 break
             speeds = {p.pid: self._speed(p, live) for p in live}
@@ -504,6 +523,7 @@ class VirtualExecutor(Executor):
                 break
         self._at = max(self._at, now)
         self._beat(now)
+        self._beaten_at = now
 
     def _end(self, process: VirtualProcess, at: float, lost: bool = False) -> None:
         process.ended = at
@@ -530,9 +550,8 @@ class VirtualExecutor(Executor):
             return
         due = [
             p
-            for p in self.processes.values()
-            if p.alive()
-            and p.rate
+            for p in self._alive()
+            if p.rate
             and not p.paused
             and now - p.last_beat >= self.beat_every
             and now - p.started >= WINDOW
