@@ -114,8 +114,8 @@ class StoreCollector(Collector):
             "corral_jobs_finished", "Jobs that ended, by how", labels=["state"]
         )
         for state in JobStatus:
-            count = float(by_state.get(state.value, 0))
-            (finished if state.terminal else jobs).add_metric([state.value], count)
+            number = float(by_state.get(state.value, 0))
+            (finished if state.terminal else jobs).add_metric([state.value], number)
         yield jobs
         yield finished
         in_use = GaugeMetricFamily(

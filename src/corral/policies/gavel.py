@@ -517,7 +517,8 @@ class GavelMinMakespan(GavelPolicy):
         """GPU-seconds each job has left on its fastest type: the makespan is the
         work of a part over its GPUs, so the parts must have equal work."""
         best = np.maximum(state.type_speed[active].max(axis=1), 1e-9)
-        return remaining_steps(state, active) / best * state.gpus[active]
+        load: np.ndarray = remaining_steps(state, active) / best * state.gpus[active]
+        return load
 
 
 class GavelMaxThroughput(GavelPolicy):

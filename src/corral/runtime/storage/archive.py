@@ -136,8 +136,8 @@ def _move(s: Session, moving: list[JobRow], now: float, done: Archived) -> None:
     spans: dict[int, list[tuple[float, int, str | None]]] = {}
     for chunk in in_chunks(ids):
         for att in s.scalars(select(AttemptRow).where(AttemptRow.job_id.in_(chunk))):
-            ran = max((att.end_time or att.start_time) - att.start_time, 0.0)
-            spans.setdefault(att.job_id, []).append((ran, len(att.gpus or []), att.cause))
+            took = max((att.end_time or att.start_time) - att.start_time, 0.0)
+            spans.setdefault(att.job_id, []).append((took, len(att.gpus or []), att.cause))
     totals = archived_totals(s)
     for row in moving:
         ran = spans.get(row.id, [])
