@@ -185,25 +185,29 @@ class Queueing:
         """(status, has started) of the stored jobs among ``ids`` (sorted): by their
         range in one statement where the ids fill most of it (a job waiting for a whole
         array, or for thousands of ids), else in pieces of one statement's worth."""
-        query = select(JobRow.id, JobRow.status, JobRow.first_start)
         if not ids:
             return {}
+        out = Queueing._states_in(s, JobRow, ids)
+        gone = [j for j in ids if j not in out]  # (archived: ended long ago, as it ended)
+        if gone:
+            out.update(Queueing._states_in(s, ArchivedJobRow, gone))
+        return out
+
+    @staticmethod
+    def _states_in(
+        s: Session, table: type[JobRow] | type[ArchivedJobRow], ids: list[int]
+    ) -> dict[int, tuple[str, bool]]:
+        """(status, has started) of ``table``'s rows among ``ids`` (sorted)."""
+        query = select(table.id, table.status, table.first_start)
         if len(ids) > IN_CHUNK and ids[-1] - ids[0] < 4 * len(ids):
             wanted = set(ids)
-            rows = s.execute(query.where(JobRow.id.between(ids[0], ids[-1])))
-            out = {r.id: (r.status, r.first_start is not None) for r in rows if r.id in wanted}
-        else:
-            out = {
-                r.id: (r.status, r.first_start is not None)
-                for chunk in in_chunks(ids)
-                for r in s.execute(query.where(JobRow.id.in_(chunk)))
-            }
-        gone = [j for j in ids if j not in out]  # (archived: ended long ago, as it ended)
-        old = select(ArchivedJobRow.id, ArchivedJobRow.status, ArchivedJobRow.first_start)
-        for chunk in in_chunks(gone):
-            for r in s.execute(old.where(ArchivedJobRow.id.in_(chunk))):
-                out[r.id] = (r.status, r.first_start is not None)
-        return out
+            rows = s.execute(query.where(table.id.between(ids[0], ids[-1])))
+            return {r.id: (r.status, r.first_start is not None) for r in rows if r.id in wanted}
+        return {
+            r.id: (r.status, r.first_start is not None)
+            for chunk in in_chunks(ids)
+            for r in s.execute(query.where(table.id.in_(chunk)))
+        }
 
     def _wait_over(
         self,
