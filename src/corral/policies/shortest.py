@@ -28,8 +28,7 @@ class _Shortest(Policy):
     reads_durations = True
     options: ClassVar[dict[str, Option]] = {
         "by": Option(
-            "rank by the time left, or by the GPU-time left (time x GPUs: Tiresias' "
-            "shortest-gpu)",
+            "rank by the time left, or by the GPU-time left (time x GPUs: Tiresias' shortest-gpu)",
             "choice",
             choices=BY,
         ),
