@@ -142,8 +142,8 @@ def archive_store(
         return
     console.print(
         f"{done.jobs} job(s) archived ({done.attempts} attempt(s) and {done.events} "
-        f"event(s) deleted); {done.waiting} ended long enough ago wait for the rest of "
-        "their array or rounds",
+        f"event(s) deleted); {done.waiting} ended long enough ago stay: the newest job "
+        "(its id must not be given again), or one whose array or rounds have not all ended",
         highlight=False,
     )
 
