@@ -247,14 +247,37 @@ def in_order_until_failure(
             heapq.heappush(heap, (by_class_list[at + 1], at + 1, k))
 
 
+def type_holds(state: SchedulerState, jobs: np.ndarray | None = None) -> np.ndarray:
+    """jobs x types: True where one GPU type has room for the job's gang, and for
+    its node layout (``nodes_req`` nodes with ``gpus / nodes`` GPUs each) when it
+    asks for one. A gang over two nodes where each type is one node fits no type:
+    type-aware policies that gave it a type would never start it."""
+    jobs = np.arange(len(state.gpus)) if jobs is None else jobs
+    cluster = state.cluster
+    gpus = state.gpus[jobs]
+    out: np.ndarray = gpus[:, None] <= cluster.type_gpus[None, :]
+    nodes = state.nodes_req[jobs]
+    laid = np.flatnonzero(nodes > 0)
+    if len(laid):
+        node_type = cluster.gpu_type_id[cluster.node_first_gpu]
+        per_node = gpus[laid] // nodes[laid]
+        for k, per in set(zip(nodes[laid].tolist(), per_node.tolist(), strict=True)):
+            big = cluster.node_gpus >= per
+            held = np.bincount(node_type[big], minlength=len(cluster.type_gpus)) >= k
+            rows = laid[(nodes[laid] == k) & (per_node == per)]
+            out[rows] &= held[None, :]
+    return out
+
+
 def wider_than_any_type(state: SchedulerState) -> np.ndarray:
-    """Mask of jobs whose gang is larger than every GPU type's pool.
+    """Mask of jobs that no single GPU type can hold (:func:`type_holds`): a gang
+    larger than every type's pool, or a node layout no type's nodes make.
 
     Type-aware policies run a job on one type; these jobs can only run across
     types (at the slowest member's pace), so such policies place them on any
     free GPUs after the jobs their allocation chose.
     """
-    out: np.ndarray = state.gpus > state.cluster.type_gpus.max()
+    out: np.ndarray = np.logical_not(type_holds(state).any(axis=1))
     return out
 
 

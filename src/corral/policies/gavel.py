@@ -55,7 +55,13 @@ from corral.optimize.gavel_lp import (
 from corral.optimize.pop import SPLITS, parts_for, solve_parts, split
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy, place_wide_jobs, wider_than_any_type
+from corral.policies.base import (
+    PlanBuilder,
+    Policy,
+    place_wide_jobs,
+    type_holds,
+    wider_than_any_type,
+)
 from corral.policies.options import Option
 
 Combo = tuple[int, ...]
@@ -175,7 +181,7 @@ class GavelPolicy(Policy):
 
     def _problem(self, state: SchedulerState, jobs: np.ndarray) -> AllocationProblem:
         return AllocationProblem(
-            throughput=state.type_speed[jobs],
+            throughput=state.type_speed[jobs] * type_holds(state, jobs),
             gpus=state.gpus[jobs],
             capacity=state.cluster.type_gpus * self._share,
             weights=state.weight[jobs],

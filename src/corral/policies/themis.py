@@ -26,7 +26,7 @@ import numpy as np
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
 from corral.placement.strategies import PlacementStrategy
-from corral.policies.base import PlanBuilder, Policy, place_wide_jobs
+from corral.policies.base import PlanBuilder, Policy, place_wide_jobs, type_holds
 from corral.policies.options import Option
 
 Bids = dict[int, tuple[np.ndarray, float]]
@@ -115,12 +115,13 @@ class Themis(Policy):
         """Every (bidder, GPU type) that beats the bidder's idle rho, by gain in
         log rho per GPU, best first: the order the greedy allocation reads."""
         gains = []
-        for j in bidders:
+        holds = type_holds(state, np.asarray(bidders, dtype=np.int64))
+        for r, j in enumerate(bidders):
             per_type, idle = bids[j]
             for t, value in enumerate(per_type.tolist()):
                 # (a rho of 0 or less: no work left to speak of, nothing to gain; live,
                 # a job's measured progress may pass its estimate)
-                if state.type_speed[j, t] > 0 and 0 < value < idle:
+                if holds[r, t] and state.type_speed[j, t] > 0 and 0 < value < idle:
                     gain = math.log(idle) - math.log(value)
                     gains.append((-gain / state.gpus[j], j, t))
         gains.sort()
