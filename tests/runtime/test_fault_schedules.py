@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import pytest
 from sqlalchemy import select
@@ -58,6 +59,16 @@ def test_gangs_capped_virtual_clusters_rounds_and_fair_share_are_generated() -> 
     assert any(s.get("vc") == CAPPED_VC for s in specs)
     assert any("task" in s for s in specs)
     assert any(op.kind == "fair_share" for op in ops)
+    # at the caps: three one-GPU jobs of the capped VC at one instant; bob's job that
+    # leaves slowly at its wall time with another of his at the same instant
+    at_once = Counter((op.at, op.args[1].get("vc")) for op in ops if op.kind == "submit")
+    assert any(n >= 3 and vc == CAPPED_VC for (_, vc), n in at_once.items())
+    bobs = Counter(op.at for op in ops if op.kind == "submit" and op.args[0] == "bob")
+    assert any(
+        n >= 2 and any(o.at == at and o.args[1]["command"] == ["hang"] for o in ops
+                       if o.kind == "submit")
+        for at, n in bobs.items()
+    )  # fmt: skip
 
 
 TASK = {"factory": "corral.examples.tasks:digits", "steps": 30, "round_steps": 10}

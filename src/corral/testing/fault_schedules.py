@@ -83,12 +83,12 @@ from corral.testing.virtual import VirtualClock, VirtualExecutor, VirtualProcess
 
 USERS = ("alice", "bob")
 BOB_GPUS = 6
+"""bob's GPU limit (a user's limit, as ``max_gpus`` in the config)."""
 CAPPED_VC = "prod"
-CAPPED_VC_GPUS = 3
-CAPPED_VC_RUNNING = 2
 """The virtual cluster (Slurm's account) whose running jobs may hold at most
 :data:`CAPPED_VC_GPUS` GPUs and be at most :data:`CAPPED_VC_RUNNING` at once."""
-"""bob's GPU limit (a user's limit, as ``max_gpus`` in the config)."""
+CAPPED_VC_GPUS = 3
+CAPPED_VC_RUNNING = 2
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMEOUT"}
 DRAIN_LIMIT = 3000.0
 """Virtual seconds the loop has, once the inputs stop, to end every job."""
@@ -296,6 +296,7 @@ def make_schedule(
         ops += _pressure(random.Random(f"pressure-{seed}"), max(length // 8, 1), span)
     if wider:
         ops += _wider(random.Random(f"wider-{seed}"), max(length // 8, 1), span)
+        ops += _at_the_caps(random.Random(f"caps-{seed}"), max(length // 20, 1), span)
     ops.sort(key=lambda op: op.at)
     return ops
 
@@ -430,6 +431,25 @@ def _wider(rng: random.Random, count: int, span: float) -> list[Op]:
                              "round_steps": 10}}  # fmt: skip
         n = rng.choice([1, 1, 2])
         ops += [Op(at, "submit", (rng.choice(USERS), spec)) for _ in range(n)]
+    return ops
+
+
+def _at_the_caps(rng: random.Random, count: int, span: float) -> list[Op]:
+    """Operations that press on a cap at the instant it matters, from a stream of
+    their own: three one-GPU jobs of the capped virtual cluster at once (its GPU cap
+    lets three run, its running cap two), or a job of bob's that ignores SIGTERM at
+    its wall time with a second one waiting behind it (while the first leaves, its
+    GPUs still count against his cap: the second may not start until it is gone)."""
+    ops: list[Op] = []
+    for _ in range(count):
+        at = round(rng.uniform(0, span), 2)
+        if rng.random() < 0.5:
+            spec = {"command": ["sleep", str(rng.choice([6, 12]))], "gpus": 1, "vc": CAPPED_VC}
+            ops += [Op(at, "submit", (rng.choice(USERS), dict(spec))) for _ in range(3)]
+        else:
+            leaving = {"command": ["hang"], "gpus": 4, "wall_time": rng.choice([2.0, 4.0])}
+            behind = {"command": ["sleep", str(rng.choice([2, 6]))], "gpus": rng.choice([3, 4])}
+            ops += [Op(at, "submit", ("bob", leaving)), Op(at, "submit", ("bob", behind))]
     return ops
 
 
