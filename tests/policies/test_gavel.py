@@ -7,6 +7,7 @@ import pytest
 
 from corral.model.cluster import Cluster, Node, assign_racks
 from corral.model.jobs import JobTable
+from corral.model.state import SchedulerState
 from corral.perf.throughputs import gavel_throughputs
 from corral.policies import make_policy
 from corral.sim.engine import Simulator
@@ -184,3 +185,40 @@ def test_jobs_that_outran_their_estimate_leave_the_lp_bounded(name: str) -> None
     live.state.now = 50.0
     plan = make_policy(name, round=2.0, reset_window=0.0).schedule(live.state)
     assert plan is not None
+
+
+@pytest.mark.parametrize("window", [0.0, None])
+def test_an_idle_cluster_whose_waiting_job_cannot_start_is_not_woken_at_once(
+    window: float | None,
+) -> None:
+    """Live (the window 0, as the service sets it), a cluster with nothing running
+    and a job that cannot start (its node down, a limit, a layout no node makes)
+    once had Gavel ask to be woken a microsecond later, pass after pass: the
+    service spun. It wakes at the round's end, or at the window's end when a reset
+    is yet to come."""
+    state = SchedulerState(cluster("V100", "V100"), typed([(0, 2, 100.0, FLAT)]))
+    state.arrive(0)
+    state.nodes_req[0] = 3  # (three nodes: two are all there is)
+    policy = make_policy("gavel", reset_window=window)
+    for now in (0.0, 7.0, 2_000.0):
+        state.now = now
+        plan = policy.schedule(state)
+        assert not plan.starts
+        assert plan.next_wakeup is not None and plan.next_wakeup >= now + 1.0, now
+
+
+def test_a_round_counts_only_the_gpus_there_are_to_start_on() -> None:
+    """Live, a lost or drained node's GPUs (and those fenced off for an exclusive
+    job) are taken from the policy's free GPUs. A round counted every GPU of the
+    cluster: with the K80 down, two jobs as fast on either type were chosen for the
+    K80s, never started there, and waited for ever beside four idle V100s."""
+    where = cluster("K80", "K80", "V100", "V100", "V100", "V100")
+    state = SchedulerState(where, typed([(0, 2, 100.0, FLAT), (0, 2, 100.0, FLAT)]))
+    for i in (0, 1):
+        state.arrive(i)
+    state.type_speed[:] = 1.0  # (alike on both types: the K80s' list comes first)
+    k80 = [g for g in range(6) if where.type_name(g) == "K80"]
+    state.free.take(k80)
+    plan = make_policy("gavel", reset_window=0.0).schedule(state)
+    assert sorted(plan.starts) == [0, 1]
+    assert all(where.type_name(g) == "V100" for gpus in plan.starts.values() for g in gpus)

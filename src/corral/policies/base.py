@@ -277,7 +277,10 @@ def wider_than_any_type(state: SchedulerState) -> np.ndarray:
     types (at the slowest member's pace), so such policies place them on any
     free GPUs after the jobs their allocation chose.
     """
-    out: np.ndarray = np.logical_not(type_holds(state).any(axis=1))
+    out: np.ndarray = state.gpus > state.cluster.type_gpus.max()
+    laid = np.flatnonzero(state.nodes_req)  # (the only jobs the size alone may not judge)
+    if len(laid):
+        out[laid] = np.logical_not(type_holds(state, laid).any(axis=1))
     return out
 
 

@@ -364,9 +364,13 @@ class GavelPolicy(Policy):
         wake = None
         if len(active):
             wake = self._round_end
-            if idle and not builder.plan.starts and self._last_reset is not None:
-                # nothing can run until the allocation is reset: wake then
-                wake = max(self._last_reset + self.reset_window, now + 1e-6)
+            reset_at = None if self._last_reset is None else self._last_reset + self.reset_window
+            if idle and not builder.plan.starts and reset_at is not None and reset_at > now:
+                # nothing can run until the allocation is reset: wake then (a reset
+                # that may happen already was tried this pass: waking at once again
+                # would spin, live, while every waiting job is kept off the GPUs by
+                # a failed node, a limit or a layout; the round's end wakes it)
+                wake = reset_at
         return builder.build(wake)
 
     def _assign(self, state: SchedulerState, builder: PlanBuilder, reassign: bool) -> None:
@@ -382,7 +386,14 @@ class GavelPolicy(Policy):
             combo = (i,) if guest < 0 else tuple(sorted((i, guest)))
             current[i] = (combo, int(type_of[held[0]]))
         if reassign:
-            by_type = cluster.type_gpus.copy()
+            # the GPUs free and those the jobs running now hold (theirs to keep or to
+            # give up), not every GPU the cluster has: a lost or drained node's are in
+            # neither, and counting them let jobs be chosen for a type with no GPU
+            # there to start on, round after round, while others stood idle
+            holding = [g for i in current for g in state.alloc[i] or ()]
+            by_type = state.free.by_type() + np.bincount(
+                type_of[holding], minlength=len(cluster.type_gpus)
+            )
             taken: set[int] = set()
         else:
             by_type = state.free.by_type()
