@@ -111,6 +111,36 @@ def test_a_job_given_as_a_task_runs_as_rounds_under_hare() -> None:
     assert len(tasks) == 6 and {r.status for r in tasks} == {"SUCCEEDED"}
 
 
+FOUND = {
+    "gang-over-two-types": (
+        ["themis", "gavel-max-min-fairness"],
+        [Op(15.56, "submit", ("alice", {"command": ["sleep", "2"], "gpus": 2, "nodes": 2}))],
+    ),
+    "a-type-down-and-a-crash-at-launch": (
+        ["gavel-max-min-fairness"],
+        [
+            Op(87.89, "submit", ("bob", {"command": ["sleep", "20"], "gpus": 2, "array": "1-5"})),
+            Op(101.12, "fail_node", (1,)),
+            Op(116.36, "crash", (2, "launch")),
+        ],
+    ),
+}
+"""Schedules the long seeds found broken, shrunk, each a defect mended since: a gang
+over both nodes (a node a GPU type) was given a type and never started under Gavel
+and Themis (seeds 1-3); with the K80 node down, Gavel chose jobs for the K80s each
+round and started none, and woke at once, pass after pass (seed 107)."""
+
+
+@pytest.mark.parametrize(
+    ("policy", "found"),
+    [(policy, name) for name, (policies, _) in FOUND.items() for policy in policies],
+)
+def test_schedules_found_broken_hold_now(policy: str, found: str) -> None:
+    result = play(policy, FOUND[found][1])
+    assert result.violation is None, str(result.violation)
+    assert result.passes < 400  # (an idle loop woken at once made tens of thousands)
+
+
 @pytest.mark.parametrize("kind", ["full", "locked", "read_fails", "slow", "dropped", "lost_ack"])
 def test_each_store_fault_is_met_by_the_loop_and_survived(
     kind: str, monkeypatch: pytest.MonkeyPatch
