@@ -1288,6 +1288,15 @@ class World:
                     self.oracle.drains.pop(s.id, None)
         return True
 
+    def _resume_drained(self) -> None:
+        """The admin resumes every drained node: those drained by hand, and those the
+        loop drained after node failures in a row (as Slurm's, they wait for an admin;
+        a job that fails at once may have the loop drain one again in the drain)."""
+        with self.store.session() as s:
+            drained = list(s.scalars(select(NodeRow.name).where(NodeRow.state == "drained")))
+        self.resumes = [(self.clock(), name) for name in drained]
+        self._resume_due()
+
     def _resume_due(self, until: float | None = None) -> None:
         """The admin resumes the nodes drained whose time has come (all: ``until`` None)."""
         due = [(t, n) for t, n in self.resumes if until is None or t <= until]
@@ -1411,12 +1420,7 @@ class World:
         self.watches.clear()
         for node in list(self.executor.down):
             self.executor.return_node(node)
-        # the admin resumes every drained node: those drained by hand, and those the loop
-        # drained after node failures in a row (as Slurm's, they wait for an admin)
-        with self.store.session() as s:
-            drained = list(s.scalars(select(NodeRow.name).where(NodeRow.state == "drained")))
-        self.resumes = [(self.clock(), name) for name in drained]
-        self._resume_due()
+        self._resume_drained()
         self.run_until(self.clock() + 2 * self.config.tick)
         self._op_restart()
         limit = self.clock() + DRAIN_LIMIT
@@ -1430,6 +1434,7 @@ class World:
                         released.append(row.id)
             for job in released:
                 self.oracle.release_asked(job, self.clock())
+            self._resume_drained()  # (the loop may drain a node again meanwhile)
             self.run_until(min(self.clock() + 60.0, limit))
             if not self.waiting():
                 with self.store.session() as s:

@@ -93,9 +93,10 @@ class UserLimits:
 
     def _in_use(self, stops: frozenset[int] = frozenset()) -> dict[tuple[str, str], list[int]]:
         """(``user`` or ``vc``, name) -> [GPUs held, jobs running], by the running jobs
-        (but ``stops``), and the GPUs of attempts still leaving them (stopped by a plan,
-        timed out, cancelled: until its process has gone, a GPU is held, as Slurm counts
-        a completing job's)."""
+        (but ``stops``), and the attempts still leaving them (stopped by a plan, timed
+        out, cancelled): until its process has gone, such an attempt holds its GPUs and
+        runs, for the GPU caps and the running caps alike (counted only for the GPUs,
+        a job leaving slowly let a third job of a VC capped at two run beside it)."""
         st = self.loop.live.state
         out: dict[tuple[str, str], list[int]] = {}
         counted: set[int] = set()
@@ -113,7 +114,9 @@ class UserLimits:
             if k is None or k in counted:
                 continue
             for key in (("user", st.user[k]), ("vc", st.vc[k] or DEFAULT_VC)):
-                out.setdefault(key, [0, 0])[0] += len(a.gpus)
+                held = out.setdefault(key, [0, 0])
+                held[0] += len(a.gpus)
+                held[1] += 1
         return out
 
     def _passes_a_cap(
