@@ -124,11 +124,59 @@ FOUND = {
             Op(116.36, "crash", (2, "launch")),
         ],
     ),
-}
+    "a-vc-cap-passed-beside-a-leaver": (
+        ["gavel-max-min-fairness"],
+        [
+            Op(50.65, "submit", ("alice", {"command": ["sleep", "2"], "gpus": 2})),
+            Op(51.93, "submit", ("bob", {"command": ["sleep", "1"], "gpus": 2})),
+            Op(52.55, "submit", ("alice",
+                {"command": ["hang"], "gpus": 1, "wall_time": 20.0, "array": "0-3"})),
+            Op(53.45, "fail_node", (1,)),
+            Op(53.94, "submit", ("alice", {"command": ["train", "50", "50"], "gpus": 1})),
+            Op(59.84, "store_fault", ("dropped", 3.0)),
+            Op(66.77, "submit", ("alice", {"command": ["sleep", "1"], "gpus": 2})),
+            Op(71.9, "executor_fault", ("record_missing", 1.0)),
+            Op(73.88, "drain_busy", (20.0,)),
+            Op(74.07, "suspend_running", (606,)),
+            Op(91.65, "submit", ("bob", {"command": ["sleep", "20"], "gpus": 1})),
+            Op(95.26, "submit", ("bob", {"command": ["sleep", "12"], "gpus": 1, "vc": "prod"})),
+            Op(95.26, "submit", ("bob", {"command": ["sleep", "12"], "gpus": 1, "vc": "prod"})),
+            Op(95.26, "submit", ("alice", {"command": ["sleep", "12"], "gpus": 1, "vc": "prod"})),
+            Op(100.29, "submit", ("alice", {"command": ["train", "50", "50"], "gpus": 1})),
+            Op(100.51, "submit", ("alice",
+                {"command": ["false"], "gpus": 1, "array": "1-5", "max_retries": 1})),
+            Op(105.22, "cancel_packed", (69, 2.0)),
+            Op(108.17, "submit", ("bob",
+                {"command": ["sleep", "10"], "gpus": 1, "max_retries": 0})),
+            Op(113.43, "cancel", (16,)),
+        ],
+    ),
+    "a-node-drained-again-in-the-drain": (
+        ["gavel-max-min-fairness"],
+        [
+            Op(16.12, "submit", ("bob", {"command": ["train", "200", "10"], "gpus": 2})),
+            Op(22.31, "fail_node", (0,)),
+            Op(25.91, "submit", ("bob", {"command": ["sleep", "2"], "gpus": 4, "nodes": 2,
+                                         "tasks_per_node": 2})),
+            Op(26.25, "submit", ("alice", {"command": ["train", "600", "50"], "gpus": 2})),
+            Op(50.65, "submit", ("alice", {"command": ["sleep", "2"], "gpus": 2})),
+            Op(51.93, "submit", ("bob", {"command": ["sleep", "1"], "gpus": 2})),
+            Op(52.55, "submit", ("alice", {"command": ["hang"], "gpus": 1, "wall_time": 20.0,
+                                           "array": "0-3"})),
+            Op(53.45, "fail_node", (1,)),
+            Op(53.94, "submit", ("alice", {"command": ["train", "50", "50"], "gpus": 1})),
+            Op(66.77, "submit", ("alice", {"command": ["sleep", "1"], "gpus": 2})),
+            Op(71.90, "executor_fault", ("record_missing", 1.0)),
+            Op(91.47, "submit", ("bob", {"command": ["false"], "gpus": 4})),
+        ],
+    ),
+}  # fmt: skip
 """Schedules the long seeds found broken, shrunk, each a defect mended since: a gang
 over both nodes (a node a GPU type) was given a type and never started under Gavel
 and Themis (seeds 1-3); with the K80 node down, Gavel chose jobs for the K80s each
-round and started none, and woke at once, pass after pass (seed 107)."""
+round and started none, and woke at once, pass after pass (seed 107); a VC capped
+at two running jobs ran a third beside one leaving slowly, and the harness's admin
+left a node the loop drained again in the drain (seed 1)."""
 
 
 @pytest.mark.parametrize(
