@@ -77,6 +77,13 @@ MUTANTS = [
         'if kind == "afterany" and not (ended or started):',
     ),
     Mutant(
+        "begin-time-ahead-again-ignored",
+        "dependency",
+        f"{LOOP}/queueing.py",
+        "        changed = self.begins_ahead_again(now)\n",
+        "        changed = False\n",
+    ),
+    Mutant(
         "singleton-ignored",
         "dependency",
         f"{LOOP}/queueing.py",

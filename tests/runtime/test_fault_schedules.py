@@ -170,13 +170,33 @@ FOUND = {
             Op(91.47, "submit", ("bob", {"command": ["false"], "gpus": 4})),
         ],
     ),
+    "a-begin-time-ahead-again": (
+        ["fifo", "tiresias-las"],
+        [
+            Op(0.0, "fair_share", (20,)),
+            Op(21.30, "submit", ("alice", {"command": ["train", "200", "50"], "gpus": 1})),
+            Op(21.79, "submit", ("alice", {"command": ["sleep", "12"], "gpus": 1,
+                                           "wall_time": 24.0})),
+            Op(22.03, "submit", ("bob", {"command": ["hang"], "gpus": 4, "wall_time": 2.0})),
+            Op(22.03, "submit", ("bob", {"command": ["sleep", "6"], "gpus": 4})),
+            Op(38.28, "submit", ("bob", {"command": ["crash", "3"], "gpus": 2, "array": "1-5"})),
+            Op(42.87, "submit", ("alice", {"command": ["train", "600", "10"], "gpus": 4})),
+            Op(47.82, "submit", ("bob", {"command": ["sleep", "3"], "gpus": 1, "begin_in": 10})),
+            Op(49.21, "submit", ("bob", {"command": ["sleep", "6"], "gpus": 4, "nodes": 2})),
+            Op(49.21, "submit", ("alice", {"command": ["sleep", "6"], "gpus": 4, "nodes": 2})),
+            Op(77.73, "hold", (13,)),
+            Op(79.77, "clock_back", (30.0,)),
+            Op(82.71, "cancel_stopping", (767,)),
+        ],
+    ),
 }  # fmt: skip
 """Schedules the long seeds found broken, shrunk, each a defect mended since: a gang
 over both nodes (a node a GPU type) was given a type and never started under Gavel
 and Themis (seeds 1-3); with the K80 node down, Gavel chose jobs for the K80s each
 round and started none, and woke at once, pass after pass (seed 107); a VC capped
 at two running jobs ran a third beside one leaving slowly, and the harness's admin
-left a node the loop drained again in the drain (seed 1)."""
+left a node the loop drained again in the drain (seed 1); a job queued once its
+begin time came started before it after the clock stepped back 30 s (seed 137)."""
 
 
 @pytest.mark.parametrize(

@@ -236,8 +236,8 @@ def make_schedule(
     adds holds and releases, ``inside`` crashes, races and faults inside passes,
     ``pressure`` crowds, the store's faults and operations aimed at what runs when
     they come, ``wider`` gangs over nodes, jobs of a capped virtual cluster, jobs run
-    as rounds and fair share, each from a stream of its own (the rest of the
-    schedule is the same without them)."""
+    as rounds, fair share and a begin time met before the clock steps back, each
+    from a stream of its own (the rest of the schedule is the same without them)."""
     rng = random.Random(seed)
     ops: list[Op] = []
     submitted = 0
@@ -297,6 +297,7 @@ def make_schedule(
     if wider:
         ops += _wider(random.Random(f"wider-{seed}"), max(length // 8, 1), span)
         ops += _at_the_caps(random.Random(f"caps-{seed}"), max(length // 20, 1), span)
+        ops += _begun_then_back(random.Random(f"begun-{seed}"), span)
     ops.sort(key=lambda op: op.at)
     return ops
 
@@ -451,6 +452,22 @@ def _at_the_caps(rng: random.Random, count: int, span: float) -> list[Op]:
             behind = {"command": ["sleep", str(rng.choice([2, 6]))], "gpus": rng.choice([3, 4])}
             ops += [Op(at, "submit", ("bob", leaving)), Op(at, "submit", ("bob", behind))]
     return ops
+
+
+def _begun_then_back(rng: random.Random, span: float) -> list[Op]:
+    """From a stream of its own: a crowd takes every GPU, a one-GPU job given a begin
+    time a few seconds ahead waits behind it, and once its begin time has passed the
+    host's clock steps back 30 s, before the crowd is done: by the clock the job's
+    begin time is ahead again, and it must wait for it again (as under Slurm, whose
+    ``--begin`` is compared with the clock at each start)."""
+    at = round(rng.uniform(0, span * 0.8), 2)
+    begin_in = rng.choice([3, 6])
+    waits = {"command": ["sleep", "3"], "gpus": 1, "begin_in": begin_in}
+    return [
+        Op(at, "crowd", (1, 9, 30, None, False)),
+        Op(round(at + 1, 2), "submit", (rng.choice(USERS), waits)),
+        Op(round(at + 1 + begin_in + rng.choice([2.0, 8.0]), 2), "clock_back", (30.0,)),
+    ]
 
 
 def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, Any]]:

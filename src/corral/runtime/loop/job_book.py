@@ -160,8 +160,8 @@ PHASE_MOVES: dict[Phase, frozenset[Phase]] = {
     # in back-off: over, held, or ended
     _O: frozenset({_Q, _H, _E}),
     # queued: placed by a plan, held, its process (stopped by a plan) failed while
-    # leaving (back-off), or ended
-    _Q: frozenset({_P, _H, _O, _E}),
+    # leaving (back-off), its begin time ahead again (the clock stepped back), or ended
+    _Q: frozenset({_P, _H, _O, _B, _E}),
     # placed: launched (or resumed in place), stopped before its launch, held, its
     # earlier process failed under it (back-off), or ended
     _P: frozenset({_R, _Q, _H, _O, _E}),

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session, object_session
 
 from corral.model.jobs import JobStatus
 from corral.policies.admission import ADMIT
-from corral.runtime.loop.job_book import Waiting
+from corral.runtime.loop.job_book import Phase, Waiting
 from corral.runtime.loop.loop_base import TERMINAL, LoopState
 from corral.runtime.loop.round_jobs import RoundJobs
 from corral.runtime.storage.store import IN_CHUNK, ArchivedJobRow, JobRow, in_chunks
@@ -64,6 +64,10 @@ class Queueing:
     def __init__(self, loop: LoopState, rounds: RoundJobs) -> None:
         self.loop = loop
         self.rounds = rounds
+        self.begun: dict[int, Waiting] = {}
+        """Jobs queued once their begin time came, not started yet -> what they waited
+        for: a clock stepped back puts such a job's begin time ahead again, and it
+        waits again (Slurm compares ``--begin`` with the clock at each start)."""
 
     def enqueue(self, row: JobRow, i: int, now: float) -> None:
         """Queue a job for the policy, or hold it while its dependency is unmet (a job
@@ -91,6 +95,8 @@ class Queueing:
             row.reason = "BeginTime" if waiting.begin > now else "Dependency"
             self.loop.book[row.id].reason = row.reason
         else:
+            if waiting.begin and row.first_start is None:
+                self.begun[row.id] = waiting
             self._admit(row, i, now)
 
     def _admit(self, row: JobRow, i: int, now: float) -> None:
@@ -140,18 +146,35 @@ class Queueing:
             if session is not None:
                 self.loop.store.event(session, "admission_refused", row.id, why=verdict.reason)
 
+    def begins_ahead_again(self, now: float) -> bool:
+        """Take back from the policy's queue the jobs whose begin time is ahead again
+        (the clock stepped back after they were queued): they wait for it again."""
+        if not self.begun:
+            return False
+        changed = False
+        book = self.loop.book
+        for job, waiting in list(self.begun.items()):
+            rec = book.get(job)
+            if rec is None or rec.phase is not Phase.QUEUED or rec.attempt is not None:
+                del self.begun[job]  # started, held, ended or gone: its wait is over
+            elif now < waiting.begin:
+                del self.begun[job]
+                book.block(job, waiting)  # (its reason is written as the blocked are read)
+                changed = True
+        return changed
+
     def dependencies(self, now: float) -> bool:
         """Queue the held jobs whose wait is over; cancel those whose dependency never
         can be met."""
+        changed = self.begins_ahead_again(now)
         blocked = self.loop.book.blocked
         if not blocked:
-            return False
+            return changed
         wanted = {j for w in blocked.values() for ids in w.dependency.values() for j in ids}
         with self.loop.store.session() as s:
             ended = {j: self.loop.ended_of[j] for j in wanted if j in self.loop.ended_of}
             known = {**ended, **self._job_states(s, sorted(wanted - ended.keys()))}
             self.loop.ended_of = {j: v for j, v in known.items() if v[0] in TERMINAL}
-            changed = False
             in_flight: dict[int, int] = {}  # array -> its tasks queued or running
             for job, waiting in sorted(blocked.items()):
                 with self.loop.handling(job, "checking what it waits for"):
@@ -169,6 +192,8 @@ class Queueing:
                         continue
                     if verdict == "ready":
                         row.reason = None
+                        if waiting.begin and row.first_start is None:
+                            self.begun[job] = waiting
                         self._admit(row, i, now)
                         if waiting.array_job is not None:
                             in_flight[waiting.array_job] = in_flight.get(waiting.array_job, 0) + 1
