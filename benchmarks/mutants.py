@@ -94,8 +94,8 @@ MUTANTS = [
         "begin-time-ignored",
         "dependency",
         f"{LOOP}/queueing.py",
-        " or waiting.limit or waiting.begin > now",
-        " or waiting.limit",
+        "begin=spec.begin or 0.0,",
+        "begin=0.0,",
     ),
     Mutant(
         "throttle-plus-one",
@@ -245,6 +245,27 @@ MUTANTS = [
         f"{LOOP}/transitions.py",
         "elif row.status == JobStatus.SUSPENDED and row.held is not None:",
         "elif False:",
+    ),
+    Mutant(
+        "warm-cap-forgotten-at-a-cold-start",
+        "warm workers",
+        f"{LOOP}/launching.py",
+        "warm_most=self.warm_cap(row.user),",
+        "warm_most=None,",
+    ),
+    Mutant(
+        "warm-ahead-past-the-cap",
+        "warm workers",
+        f"{LOOP}/warm_ahead.py",
+        "self._start(run_as, g, cap)",
+        "self._start(run_as, g, None)",
+    ),
+    Mutant(
+        "job-launched-as-the-service",
+        "identity",
+        f"{LOOP}/launching.py",
+        "run_as = self.loop.identities.get(row.user)",
+        "run_as = None",
     ),
     Mutant(
         "gpus-never-freed",

@@ -69,6 +69,23 @@ def test_gangs_capped_virtual_clusters_rounds_and_fair_share_are_generated() -> 
                        if o.kind == "submit")
         for at, n in bobs.items()
     )  # fmt: skip
+    # a begin time a few seconds ahead, with the clock stepped back 30 s after it
+    for seed in range(12):
+        mine = make_schedule(seed)
+        begins = [op for op in mine if op.kind == "submit" and "begin_in" in op.args[1]]
+        backs = [op.at for op in mine if op.kind == "clock_back" and op.args == (30.0,)]
+        assert any(b.at + b.args[1]["begin_in"] < at <= b.at + 20 for b in begins for at in backs)
+        # bob's one-GPU task jobs (warm workers), more than his cap lets run beside his others
+        tasks = [
+            op.args[1]
+            for op in mine
+            if op.kind == "submit"
+            and op.args[0] == "bob"
+            and "task" in op.args[1]
+            and op.args[1]["gpus"] == 1
+            and "array" in op.args[1]
+        ]
+        assert tasks  # fmt: skip
 
 
 TASK = {"factory": "corral.examples.tasks:digits", "steps": 30, "round_steps": 10}

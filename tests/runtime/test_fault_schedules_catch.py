@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from corral.runtime.execution.identity import RunAs
 from corral.runtime.loop.launching import Launching
 from corral.runtime.loop.recovery import Recovery
 from corral.testing.fault_schedules import Op, make_schedule, run_schedule, run_seed, shrink
@@ -116,3 +119,46 @@ def test_every_mutant_of_the_benchmark_still_applies_to_the_code() -> None:
     counts = {m.name: (module.PACKAGE / m.file).read_text().count(m.old) for m in module.MUTANTS}
     assert {name: n for name, n in counts.items() if n != 1} == {}
     assert len(counts) >= 30
+
+
+def test_a_job_launched_as_another_user_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launch runs as its job's user: a service that gives alice's jobs bob's
+    account is caught at the launch."""
+    from corral.testing import fault_schedules
+
+    real = fault_schedules.identities
+
+    def swapped(folder: Path) -> dict[str, RunAs]:
+        ids = real(folder)
+        return {"alice": ids["bob"], "bob": ids["alice"]}
+
+    monkeypatch.setattr(fault_schedules, "identities", swapped)
+    ops = [Op(1.0, "submit", ("alice", {"command": ["sleep", "2"], "gpus": 1}))]
+    violation = run_schedule("fifo", ops)
+    assert violation is not None and "of alice was launched as bob" in violation.what
+
+
+def test_a_warm_worker_of_another_user_or_past_the_cap_is_caught() -> None:
+    """A job started in a warm worker of someone else's, or on a GPU not its own, and a
+    user with workers on more GPUs than their cap, each trip the check after the step."""
+    from corral.testing.fault_schedules import BOB_GPUS, Broken, world
+    from corral.testing.virtual import VirtualWarm
+
+    with world("fifo") as w:
+        w.apply(Op(0.0, "submit", ("alice", {"command": ["sleep", "50"], "gpus": 1})))
+        w.run_until(w.clock() + 2)
+        w.check()
+        (job,) = w.oracle.promises
+        for started_in, gpus in ((("bob", 0), (0,)), (("alice", 1), (0,))):
+            w.executor.warm_starts.append((job, started_in, gpus))
+            with pytest.raises(Broken, match="started in the warm worker"):
+                w.check()
+            w.executor.warm_starts.clear()
+        w.executor.warm_starts.append((job, ("alice", 0), (0,)))
+        w.check()  # its own user's, on its GPU
+        for gpu in range(BOB_GPUS):
+            w.executor.warm[("bob", gpu)] = VirtualWarm("node-0", 0.0, 0.0)
+        w.check()  # as many as bob may hold
+        w.executor.warm[("bob", BOB_GPUS)] = VirtualWarm("node-1", 0.0, 0.0)
+        with pytest.raises(Broken, match="more than the 6 GPUs bob may hold"):
+            w.check()

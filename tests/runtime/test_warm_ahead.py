@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from corral.runtime.execution.executor import GpuSlot, LocalExecutor
+from corral.runtime.execution.executor import Executor, GpuSlot, LaunchRequest, LocalExecutor
 from corral.runtime.execution.identity import RunAs
 from corral.runtime.execution.warm_worker import Warm, WarmWorkers
 from corral.runtime.jobspec.config import GpuGroup, LimitsConfig, WorkersConfig
-from corral.testing.virtual import VirtualExecutor
 from tests.runtime.test_held_jobs import ask
 from tests.runtime.virtual_loop import VirtualLoop, virtual_loop
 
@@ -138,7 +137,39 @@ def test_the_local_executor_starts_a_users_worker_once_and_within_the_cap(
     assert not executor.warm_up(alice, gpu[2], most=2)  # a third would pass alice's cap
     assert executor.warm_up(bob, gpu[2], most=2)  # another user's own workers
     assert started == [(1001, "v0"), (1001, "v1"), (1002, "v2")]
-    assert not VirtualExecutor.warm_up(executor, alice, gpu[0])  # (the default: none kept)
+    assert not Executor.warm_up(executor, alice, gpu[0])  # (the default: none kept)
+
+
+def test_a_cold_start_leaves_a_worker_for_next_time_only_within_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task job that starts cold starts its user's worker on its GPU for the next
+    one, but not past the user's cap: jobs moving from GPU to GPU would otherwise
+    leave the user workers on every GPU (found by the fault schedules)."""
+    started: list[tuple[int | None, str]] = []
+
+    def start(self: WarmWorkers, key: tuple[int | None, str], *rest: Any) -> None:
+        started.append(key)
+        self.workers[key] = Warm(FakeProcess(), tmp_path / f"{key[1]}.sock")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WarmWorkers, "start", start)
+    executor = LocalExecutor.__new__(LocalExecutor)  # (its warm workers alone)
+    executor.warm = WarmWorkers(tmp_path / "warm", idle=60.0)
+    alice = RunAs("alice", 1001, 1001, (), "/home/alice")
+    gpu = [GpuSlot(k, "n", "V100") for k in range(3)]
+
+    def cold_start(slot: GpuSlot, most: int | None) -> str:
+        request = LaunchRequest(TASK, {}, None, (slot,), tmp_path, tmp_path / "log",
+                                run_as=alice, warm_argv=TASK[2:], warm_most=most)  # fmt: skip
+        started_in, how = executor._launch_warm(request, None, {})  # type: ignore[arg-type]
+        assert started_in is None  # (no worker was ready: it starts as before)
+        return how
+
+    assert "warming up" in cold_start(gpu[0], 2) and "warming up" in cold_start(gpu[1], 2)
+    assert "as many GPUs as they may hold" in cold_start(gpu[2], 2)
+    assert started == [(1001, "v0"), (1001, "v1")]
+    assert "warming up" in cold_start(gpu[2], None)  # no cap
+    assert started[-1] == (1001, "v2")
 
 
 def blocked_loop(tmp_path: Path) -> VirtualLoop:

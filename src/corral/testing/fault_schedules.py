@@ -57,6 +57,7 @@ from corral.api.limits import MAX_REPORTED
 from corral.api.views import HeartbeatBody, PriorityBody
 from corral.model.status import TRANSITIONS
 from corral.runtime.execution.executor import ProcessRef
+from corral.runtime.execution.identity import RunAs
 from corral.runtime.jobspec.config import (
     CpuJobsConfig,
     FairShareConfig,
@@ -65,6 +66,7 @@ from corral.runtime.jobspec.config import (
     RetryConfig,
     ServiceConfig,
     UserConfig,
+    WorkersConfig,
 )
 from corral.runtime.jobspec.specs import MAX_BATCH, JobSpec
 from corral.runtime.loop.admission import Admission, Refused
@@ -83,6 +85,8 @@ from corral.testing.virtual import VirtualClock, VirtualExecutor, VirtualProcess
 
 USERS = ("alice", "bob")
 BOB_GPUS = 6
+WARM_IDLE = 20.0
+"""Seconds an idle warm worker waits for a job of its user before it ends."""
 """bob's GPU limit (a user's limit, as ``max_gpus`` in the config)."""
 CAPPED_VC = "prod"
 """The virtual cluster (Slurm's account) whose running jobs may hold at most
@@ -236,8 +240,9 @@ def make_schedule(
     adds holds and releases, ``inside`` crashes, races and faults inside passes,
     ``pressure`` crowds, the store's faults and operations aimed at what runs when
     they come, ``wider`` gangs over nodes, jobs of a capped virtual cluster, jobs run
-    as rounds, fair share and a begin time met before the clock steps back, each
-    from a stream of its own (the rest of the schedule is the same without them)."""
+    as rounds, fair share, a begin time met before the clock steps back and bob's
+    task jobs in warm workers past his cap, each from a stream of its own (the rest
+    of the schedule is the same without them)."""
     rng = random.Random(seed)
     ops: list[Op] = []
     submitted = 0
@@ -298,6 +303,7 @@ def make_schedule(
         ops += _wider(random.Random(f"wider-{seed}"), max(length // 8, 1), span)
         ops += _at_the_caps(random.Random(f"caps-{seed}"), max(length // 20, 1), span)
         ops += _begun_then_back(random.Random(f"begun-{seed}"), span)
+        ops += _warm_past_the_cap(random.Random(f"warm-{seed}"), span)
     ops.sort(key=lambda op: op.at)
     return ops
 
@@ -470,6 +476,21 @@ def _begun_then_back(rng: random.Random, span: float) -> list[Op]:
     ]
 
 
+def _warm_past_the_cap(rng: random.Random, span: float) -> list[Op]:
+    """From a stream of its own: bob's one-GPU task jobs (which start in warm
+    workers) beside jobs of his that hold GPUs, more of them than his GPU cap lets
+    run: warming ahead and the workers his cold starts leave must together stay on
+    at most as many GPUs as he may hold."""
+    at = round(rng.uniform(0, span * 0.8), 2)
+    holding = rng.choice([2, 4, 6])
+    tasks = rng.choice([4, 8])
+    sleep = {"command": ["sleep", str(rng.choice([6, 20]))], "gpus": 1, "array": f"0-{holding - 1}"}
+    task = {"command": ["python", "-m", "corral.train.run_task"], "gpus": 1,
+            "array": f"0-{tasks - 1}",
+            "task": {"factory": "corral.examples.tasks:digits", "steps": 10}}  # fmt: skip
+    return [Op(at, "submit", ("bob", sleep)), Op(round(at + 1, 2), "submit", ("bob", task))]
+
+
 def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, Any]]:
     """A job using what the main stream leaves out: a wall time it may outrun, a
     singleton, a begin time, an exclusive node, a throttled array, a dependency on a
@@ -503,7 +524,7 @@ def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, An
 # ---------------------------------------------------------------- the world
 def service_config(folder: Path, policy: str) -> ServiceConfig:
     """Two nodes of four GPUs (V100 and K80), four CPUs for the jobs that count them,
-    two users and an admin, short timers."""
+    two users and an admin, warm workers, short timers."""
     options: dict[str, Any] = {"round": 5.0} if policy.startswith("gavel") else {}
     return ServiceConfig(
         state_dir=folder,
@@ -525,7 +546,15 @@ def service_config(folder: Path, policy: str) -> ServiceConfig:
         limits=LimitsConfig(
             vc_gpus={CAPPED_VC: CAPPED_VC_GPUS}, vc_running={CAPPED_VC: CAPPED_VC_RUNNING}
         ),
+        workers=WorkersConfig(warm=True, warm_idle=WARM_IDLE),
     )
+
+
+def identities(folder: Path) -> dict[str, RunAs]:
+    """Each user's jobs run as a Unix user of their own name (the service's uid, so
+    that no test needs root: the virtual executor tells them apart by name)."""
+    gid = os.getgid()
+    return {name: RunAs(name, os.getuid(), gid, (gid,), str(folder)) for name in USERS}
 
 
 class InjectedFault(Exception):
@@ -715,6 +744,7 @@ class World:
         it cannot yet; it is started again (as its supervisor would) until it
         can, and nothing is scheduled meanwhile."""
         scheduler = Scheduler(self.config, self.store, self.executor, clock=self.clock)
+        scheduler.identities = identities(self.folder)
         self.oracle.restarts.append(self.clock())
         try:
             self.bounds.live = True
@@ -756,8 +786,15 @@ class World:
                     AttemptRow.job_id == process.job, AttemptRow.number == process.attempt
                 )
             ).first()
+            owner = s.scalar(select(JobRow.user).where(JobRow.id == process.job))
         if row is None or row.end_time is not None:
             raise Broken(f"job {process.job} attempt {process.attempt} launched without its row")
+        who = process.request.run_as
+        if who is None or who.name != owner:
+            self.crowded.append(
+                f"job {process.job} of {owner} was launched as "
+                f"{'the service' if who is None else who.name}"
+            )
         most = 2 if self.scheduler.policy.shares_gpus else 1
         # a launch is a moment no pass's end would show. (A time slice's members are
         # launched together and paused but the turn's by the end of the same pass: the
@@ -840,6 +877,7 @@ class World:
         for g, jobs in on_gpu.items():
             if len(jobs) > most:
                 raise Broken(f"GPU {g} runs the processes of jobs {sorted(jobs)}")
+        self._check_warm()
         for job, status in statuses.items():
             was = self.ended.get(job)
             if was is not None and status != was and job not in self.tampered:
@@ -860,6 +898,29 @@ class World:
                     continue  # (its tasks have the attempts)
                 raise Broken(f"job {job} shows RUNNING with no attempt in the loop")
         self._check_book(statuses)
+
+    def _check_warm(self) -> None:
+        """Warm workers: a job starts only in a worker of its own user on its own GPU,
+        and a user never has workers on more GPUs than the user may hold."""
+        for job, (user, gpu), gpus in self.executor.warm_starts:
+            p = self.oracle.promises.get(job) or self.oracle.promises.get(
+                self._parent_of(job) or -1
+            )
+            owner = p.user if p is not None else None
+            if user != owner or gpu not in gpus:
+                raise Broken(
+                    f"job {job} of {owner} on GPUs {list(gpus)} started in the warm worker "
+                    f"of {user} on GPU {gpu}"
+                )
+        self.executor.warm_starts.clear()
+        for user, cap in self.oracle.user_gpus.items():
+            have = self.executor.warm_count(user)
+            if have > cap:
+                where = sorted(gpu for who, gpu in self.executor.warm if who == user)
+                raise Broken(
+                    f"{user} has warm workers on {have} GPUs {where}, more than the "
+                    f"{cap} GPUs {user} may hold"
+                )
 
     def _parent_of(self, job: int) -> int | None:
         with self.disk.spared(), self.store.session() as s:

@@ -43,6 +43,12 @@ Faults of the executor (:attr:`VirtualExecutor.faults`, each used once): a launc
 that raises, a process that ignores SIGTERM or takes seconds to leave after it, an
 exit record missing (the launcher's disk full) or corrupt; a foreign process may
 take a freed pid (:meth:`VirtualExecutor.reuse_pid`).
+
+Warm workers (``workers.warm``) are kept per (user, GPU), as the local executor
+keeps them: one asked by :meth:`VirtualExecutor.warm_up` (or by a task job's cold
+start) is ready :data:`WARM_UP` seconds later, runs one task job of its user on
+its GPU at a time, and ends after ``workers.warm_idle`` seconds idle or with its
+node. A restarted executor knows none (they went with the service).
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ from corral.runtime.execution.executor import (
     ProcessRef,
     read_exit_record,
 )
+from corral.runtime.execution.identity import RunAs
 from corral.runtime.execution.launcher import EXIT_FILE, PID_FILE
 from corral.runtime.jobspec.config import ServiceConfig
 from corral.runtime.loop.scheduler import Scheduler
@@ -81,6 +88,22 @@ WINDOW = 1.0
 """Seconds a reported throughput covers (as ``corral.train``'s window)."""
 EPSILON = 1e-6
 """Work left (seconds) under which a process has ended: clock sums are not exact."""
+WARM_UP = 2.0
+"""Seconds a virtual warm worker takes to be ready (a CUDA context and PyTorch)."""
+
+WarmKey = tuple[str | None, int]
+"""A warm worker's (user it runs as, None: the service's own; GPU id)."""
+
+
+@dataclass
+class VirtualWarm:
+    """One warm worker: whose, where, and what it runs."""
+
+    node: str
+    ready_at: float
+    idle_since: float
+    busy: int | None = None
+    """The pid of the job process it runs (None: idle)."""
 
 
 class VirtualClock:
@@ -132,6 +155,8 @@ class VirtualProcess:
     """What its launcher leaves at its end: ``kept``, ``missing`` (a full disk) or ``corrupt``."""
     foreign: bool = False
     """Not a job's: a process of someone else's that took a freed pid."""
+    in_worker: WarmKey | None = None
+    """The warm worker it runs in (None: started cold, by its own launcher)."""
     signalled: list[int] = field(default_factory=list)
     warned: list[tuple[float, int, str]] = field(default_factory=list)
     """The ``--signal`` warnings it got: (when, signal, whom)."""
@@ -264,12 +289,18 @@ class VirtualExecutor(Executor):
         self.on_call: Callable[[str], None] | None = None
         """Called at each boundary of a call into the executor: ``launch`` before a
         launch, ``launched`` after it (before the loop stores its pid), ``signal``."""
+        self.warm_idle = config.workers.warm_idle if config.workers.warm else None
+        """Seconds a warm worker waits idle before it ends (None: no warm workers)."""
+        self.warm: dict[WarmKey, VirtualWarm] = {}
+        self.warm_starts: list[tuple[int, WarmKey, tuple[int, ...]]] = []
+        """(job, worker, the job's GPUs) of each start in a warm worker, for the checks."""
 
     def restarted(self) -> VirtualExecutor:
         """A new executor over the same host (its process table, files and nodes), as
         a restarted service builds: it knows of processes only what it can read."""
         new = copy.copy(self)
         new._changed = True
+        new.warm = {}  # (idle workers go with the service; a busy one ends with its job)
         return new
 
     # ----------------------------------------------------------- Executor
@@ -308,6 +339,7 @@ class VirtualExecutor(Executor):
                 step = row.checkpoint_step if row is not None else None
             if isinstance(step, int | float) and step > 0:
                 process.done = min(step / process.rate, process.work)
+        self._warm_start(process, now)
         self.processes[pid] = process
         self._live[pid] = process
         self._beaten_at = None
@@ -321,6 +353,56 @@ class VirtualExecutor(Executor):
         self._resettle(now)
         self._boundary("launched")
         return ProcessRef(pid, process.start)
+
+    def warm_up(self, run_as: RunAs | None, slot: GpuSlot, most: int | None = None) -> bool:
+        if self.warm_idle is None:
+            return False
+        self._sync()
+        now = self.clock()
+        self._tend_warm(now)
+        key = (run_as.name if run_as is not None else None, slot.id)
+        if key in self.warm:
+            return True
+        if most is not None and self.warm_count(key[0]) >= most:
+            return False
+        self.warm[key] = VirtualWarm(slot.node, now + WARM_UP, now)
+        return True
+
+    def warm_count(self, user: str | None) -> int:
+        """How many warm workers of ``user`` run (on any GPU)."""
+        return sum(1 for who, _ in self.warm if who == user)
+
+    def _warm_start(self, process: VirtualProcess, now: float) -> None:
+        """A task job starts in its user's ready, idle worker on its GPU; where there
+        is none, it starts cold, and a worker is started for next time (within the
+        user's cap), as the local executor does."""
+        request = process.request
+        if self.warm_idle is None or request.warm_argv is None:
+            return
+        if len(request.gpus) != 1 or request.memory is not None or request.keeper is not None:
+            return
+        self._tend_warm(now)
+        key = (request.run_as.name if request.run_as is not None else None, request.gpus[0].id)
+        worker = self.warm.get(key)
+        if worker is not None and worker.busy is None and now >= worker.ready_at:
+            worker.busy, process.in_worker = process.pid, key
+            self.warm_starts.append((process.job, key, process.gpus))
+        elif worker is None and (
+            request.warm_most is None or self.warm_count(key[0]) < request.warm_most
+        ):
+            self.warm[key] = VirtualWarm(request.gpus[0].node, now + WARM_UP, now)
+
+    def _tend_warm(self, now: float) -> None:
+        """End the workers idle too long and those of a failed node."""
+        assert self.warm_idle is not None
+        for key, worker in list(self.warm.items()):
+            idle = worker.busy is None and now - max(worker.idle_since, worker.ready_at)
+            if worker.node in self.down or (idle is not False and idle > self.warm_idle):
+                del self.warm[key]
+
+    def tend(self) -> None:
+        if self.warm_idle is not None:
+            self._tend_warm(self.clock())
 
     def _own(self, ref: ProcessRef) -> VirtualProcess | None:
         """The live process ``ref`` names (None: gone, or its pid is another's now)."""
@@ -531,6 +613,9 @@ class VirtualExecutor(Executor):
         process.speeds.append((at, 0.0))
         if process.foreign:
             return
+        worker = self.warm.get(process.in_worker) if process.in_worker is not None else None
+        if worker is not None and worker.busy == process.pid:
+            worker.busy, worker.idle_since = None, at
         self.freed.append(process.pid)
         if lost or process.record == "missing":
             return  # its node is gone, or its launcher could not write (a full disk)

@@ -108,6 +108,9 @@ class LaunchRequest:
     """The job's standard error file (None: with its output)."""
     warm_argv: list[str] | None = None
     """A task job's runner arguments: it may start in a standby worker."""
+    warm_most: int | None = None
+    """The most warm workers its user may have (``workers.warm``: the GPUs the user
+    may hold; None: no cap): a cold start starts a worker for next time only below it."""
     nice: int | None = None
     """Niceness for the job's processes (opportunistic jobs: 19)."""
     keeper: KeeperRequest | None = None
@@ -630,6 +633,11 @@ class LocalExecutor(Executor):
         key = warm_key(who, request.gpus[0])
         sock = self.warm.take(key)
         if sock is None:
+            if self.warm.running(key):
+                return None, "cold: this user's warm worker on this GPU is warming up"
+            most = request.warm_most
+            if most is not None and self.warm.count(key[0]) >= most:
+                return None, "cold: this user has warm workers on as many GPUs as they may hold"
             self._start_warm(key, who)
             return None, "cold: this user's warm worker on this GPU is warming up"
         argv = [sys.executable, "-m", "corral.runtime.execution.warm_client", str(sock)]

@@ -8,6 +8,7 @@ import re
 import secrets
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -120,6 +121,9 @@ class Launching:
         self.loop = loop
         self.parking = parking
         self.rounds = rounds
+        self.warm_cap: Callable[[str], int | None] = lambda user: None
+        """The user's cap on warm workers (the GPUs they may hold; None: none), which a
+        cold start's worker for next time keeps to as warming ahead does."""
 
     def launch_ready(self, now: float) -> None:
         for job, gpus in list(self.loop.book.placed.items()):
@@ -247,6 +251,7 @@ class Launching:
                     output=output_path(spec, job, row.user),
                     error=output_path(spec, job, row.user, spec.error) if spec.error else None,
                     warm_argv=spec.warm_argv(),
+                    warm_most=self.warm_cap(row.user),
                     nice=LOW_PRIORITY_NICE if rec.low_priority is not None else None,
                     keeper=self._keeper_request(spec, gpus),
                     log_limit=self.loop.config.log_limit,

@@ -42,9 +42,12 @@ KEPT = (
     "inbox",
     "awaiting",
     "answers",
+    "identities",
 )
 """What a resync keeps of the loop: what other threads wait on or post to, what
-they read, and its counters."""
+they read, its counters, and the users' Unix identities (checked at the start:
+a resync reads the store again, not the accounts, each a Python started as the
+user to check)."""
 
 
 class Recovery:

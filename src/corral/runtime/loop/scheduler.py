@@ -126,6 +126,7 @@ class Scheduler(LoopState):
         self.exclusive = ExclusiveNodes(self)
         self.limits = UserLimits(self)
         self.warm_ahead = WarmAhead(self, lambda user: self.limits.caps_of(user)[0])
+        self.launching.warm_cap = self.warm_ahead.gpu_cap
         self.cpu_jobs = CpuJobs(self, self.parking.launched)
         self.repeats = Repeats()
         """Lines of conditions that repeat (the store failing each pass), said once a while."""
