@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from corral.estimate.pair_throughputs import PairEstimator
 from corral.model.free_gpus import FreeGPUs
 from corral.model.plan import Plan
 from corral.model.state import PENDING, SchedulerState
@@ -453,12 +454,15 @@ class GavelPolicy(Policy):
         free.take(gpus)
         if len(combo) == 2:
             guest = combo[1]
-            g_factor, h_factor = self._pair_factors(state, guest, host, t)
-            builder.pack(guest, host, g_factor, h_factor)
+            factors = self._pair_factors(state, guest, host, t)
+            if factors is not None:  # (None: they do not fit together; the guest waits)
+                builder.pack(guest, host, *factors)
 
     def _pair_factors(
         self, state: SchedulerState, guest: int, host: int, t: int
-    ) -> tuple[float, float]:
+    ) -> tuple[float, float] | None:
+        """The (guest, host) speeds of a pair packed on type ``t``, each relative to
+        alone; None where they cannot share GPUs."""
         return 1.0, 1.0
 
 
@@ -554,6 +558,21 @@ class GavelMaxMinPacked(GavelPolicy):
     )
     options: ClassVar[dict[str, Option]] = {
         "partners": Option("measured partners considered per job", "integer", low=0),
+        "profiled": Option(
+            "Gavel's throughput estimator: this many job types, chosen at random, have every "
+            "pair measured ahead; each other type is matched to the nearest of them from a few "
+            "pairs measured when it arrives (see profile_share) and packs as it would (unset: "
+            "every pair measured)",
+            "integer",
+            low=1,
+            unset=True,
+        ),
+        "profile_share": Option(
+            "with profiled: the share of a new job type's pairs with the profiled types "
+            "measured when it arrives",
+            above=0,
+            high=1,
+        ),
     }
     description = "Gavel with space sharing: max-min fairness where measured pairs may share a gang"
     packed = True
@@ -567,23 +586,30 @@ class GavelMaxMinPacked(GavelPolicy):
         partners: int = 3,
         pop: int | None = None,
         pop_split: str = "balanced",
+        profiled: int | None = None,
+        profile_share: float = 0.1,
     ) -> None:
         super().__init__(placement, round, fill_between_rounds, reset_window, pop, pop_split)
         self.partners = int(partners)
         self.table: ThroughputTable = gavel_throughputs()
+        self.estimator = (
+            None if profiled is None else PairEstimator(self.table, int(profiled), profile_share)
+        )
+        """Gavel's throughput estimator (None: every pair measured): what the LP
+        believes of pairs; they run at their measured speeds."""
         self._pairings: dict[
             tuple[str, str, int, tuple[str, ...]], tuple[float, list[tuple[float, float]]] | None
         ] = {}
 
     def _pair(
-        self, state: SchedulerState, a: int, b: int, gpu_type: str
+        self, state: SchedulerState, a: int, b: int, gpu_type: str, measured: bool = False
     ) -> tuple[float, float] | None:
-        """Measured (a, b) throughputs packed together, relative to each alone; None
-        when unmeasured, or when one of them does not run, alone or beside the other."""
+        """(a, b)'s throughputs packed together, relative to each alone, as the
+        estimator gives them (``measured``: as measured); None when unknown, or when
+        one of them does not run, alone or beside the other."""
         g = int(state.gpus[a])
-        rel = self.table.relative_pair(
-            (state.job_type[a], g), (state.job_type[b], g), (gpu_type, True)
-        )
+        source = self.table if measured or self.estimator is None else self.estimator
+        rel = source.relative_pair((state.job_type[a], g), (state.job_type[b], g), (gpu_type, True))
         return None if rel is None or min(rel) <= 0 else rel
 
     def _pairing(
@@ -593,7 +619,7 @@ class GavelMaxMinPacked(GavelPolicy):
         over GPU types) and the speeds per type; None where some type lacks them.
         It depends on the two job types and the size only, so it is kept by those:
         a solve asks it of every pair of active jobs of one size."""
-        key = (state.job_type[a], state.job_type[b], int(state.gpus[a]), tuple(names))
+        key = self._key(state, a, b, names)
         if key not in self._pairings:
             rel = [self._pair(state, a, b, t) for t in names]
             known = [r for r in rel if r is not None]
@@ -647,10 +673,23 @@ class GavelMaxMinPacked(GavelPolicy):
 
     def _pair_factors(
         self, state: SchedulerState, guest: int, host: int, t: int
-    ) -> tuple[float, float]:
-        rel = self._pair(state, host, guest, state.cluster.gpu_type_names[t])
-        assert rel is not None
+    ) -> tuple[float, float] | None:
+        """The pair's measured speeds. An estimated pair that does not fit (out of GPU
+        memory in Gavel's measurements) is not packed, and its pairing is forgotten
+        on every type, as an estimator learns from the failure."""
+        names = state.cluster.gpu_type_names
+        rel = self._pair(state, host, guest, names[t], measured=True)
+        if rel is None:
+            for key in [k for k in self._pairings if k[:3] == self._key(state, host, guest)[:3]]:
+                self._pairings[key] = None
+            return None
         return rel[1], rel[0]
+
+    @staticmethod
+    def _key(
+        state: SchedulerState, a: int, b: int, names: Sequence[str] = ()
+    ) -> tuple[str, str, int, tuple[str, ...]]:
+        return (state.job_type[a], state.job_type[b], int(state.gpus[a]), tuple(names))
 
 
 GAVEL_POLICIES: tuple[type[GavelPolicy], ...] = (
