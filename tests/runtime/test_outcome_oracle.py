@@ -211,6 +211,24 @@ def test_a_timeout_before_the_wall_time_trips(store: Store) -> None:
     assert said is not None and said.startswith("wall time"), said
 
 
+@pytest.mark.parametrize(("stepped_within", "trips"), [(0.0, True), (30.0, False)])
+def test_a_clock_step_back_excuses_only_the_attempts_open_across_it(
+    store: Store, stepped_within: float, trips: bool
+) -> None:
+    """An early timeout by the stored times is allowed only by the steps back made
+    while its attempt was open, not by every step back of the run."""
+    o = oracle()
+    o.back = 30.0  # (a step of 30 s somewhere in the run)
+    with store.session() as s:
+        j = job(s, o, command=["hang"], wall_time=10.0)
+        attempt(s, j, 1, T0, T0 + 6.0, "timeout")
+        end(s, j, "TIMEOUT", T0 + 6.0)
+    o.back_at[(j, 1)] = 30.0 - stepped_within
+    o.back_open[(j, 1)] = 30.0
+    said = ends(store, o)
+    assert (said is not None and said.startswith("wall time")) is trips, said
+
+
 def test_limits_trip_on_a_user_over_their_gpus(store: Store) -> None:
     o = oracle(caps={"bob": 2})
     with store.session() as s:

@@ -465,13 +465,22 @@ def _begun_then_back(rng: random.Random, span: float) -> list[Op]:
     time a few seconds ahead waits behind it, and once its begin time has passed the
     host's clock steps back 30 s, before the crowd is done: by the clock the job's
     begin time is ahead again, and it must wait for it again (as under Slurm, whose
-    ``--begin`` is compared with the clock at each start)."""
+    ``--begin`` is compared with the clock at each start). Meanwhile cancels of jobs
+    then live land inside passes that read another request, just after the read."""
     at = round(rng.uniform(0, span * 0.8), 2)
     begin_in = rng.choice([3, 6])
     waits = {"command": ["sleep", "3"], "gpus": 1, "begin_in": begin_in}
+    # (a quiet pass commits twice before it reads the requests, and once as it reads
+    # them: a cancel landing just after that read is in the window; a busier pass
+    # commits more before it)
+    races = [
+        Op(round(at + 2 + 1.5 * n, 2), "race", (k, "after commit", "cancel", rng.randrange(99), 1))
+        for n, k in enumerate((3, 4, 5))
+    ]
     return [
         Op(at, "crowd", (1, 9, 30, None, False)),
         Op(round(at + 1, 2), "submit", (rng.choice(USERS), waits)),
+        *races,
         Op(round(at + 1 + begin_in + rng.choice([2.0, 8.0]), 2), "clock_back", (30.0,)),
     ]
 
@@ -813,6 +822,7 @@ class World:
                 )
         if any(slot.node in self.executor.down for slot in process.request.gpus):
             self.oracle.aim(process.job, "launched onto a failed node")
+        self.oracle.back_at[(process.job, process.attempt)] = self.oracle.back
         if process.rate:
             self.oracle.launched(process.job, process.attempt, process.done * process.rate)
 
@@ -849,6 +859,8 @@ class World:
             self.oracle.check_step(s, now, self.tampered, paused)
         holders: dict[int, list[int]] = {}
         for row in open_rows:
+            if row.job_id in self.tampered:
+                continue  # (its record was written behind the loop's back: set aside)
             for g in row.gpus or []:
                 holders.setdefault(int(g), []).append(row.job_id)
         attempts = self.scheduler.attempts

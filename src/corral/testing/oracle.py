@@ -79,6 +79,8 @@ class Promise:
     """How many passes had begun when it was asked (the next one must carry it out)."""
     released: float | None = None
     """When a release was first asked."""
+    released_back: float = 0.0
+    """The clock's steps back in all when it was (see :attr:`Oracle.back`)."""
     held_since: float | None = None
     """Since when its row has said it is held (None: it does not now)."""
     checkpoint: int = 0
@@ -146,8 +148,13 @@ class Oracle:
     restarts: list[float] = field(default_factory=list)
     """When the service was restarted (each may cost a stop in progress a tick)."""
     back: float = 0.0
-    """Seconds the clock has stepped back in all: times read before and after a step
-    back compare only within them."""
+    """Seconds the clock has stepped back in all: a time read before a step back and
+    one read after it compare only within the steps between the two readings."""
+    back_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(job, attempt) -> :attr:`back` at its launch."""
+    back_open: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(job, attempt) -> :attr:`back` at the last step it was seen open: less its
+    :attr:`back_at`, the steps back its stored start and end straddle."""
     paused: dict[tuple[int, int], float] = field(default_factory=dict)
     """(job, attempt) -> seconds its process was seen paused, at the latest step (a
     lower bound: what its wall time must not count)."""
@@ -187,7 +194,7 @@ class Oracle:
     def release_asked(self, job: int, now: float) -> None:
         p = self.promises.get(job)
         if p is not None and p.released is None:
-            p.released = now
+            p.released, p.released_back = now, self.back
 
     def saved(self, job: int, step: int) -> None:
         p = self.promises.get(job)
@@ -224,15 +231,16 @@ class Oracle:
         for att in open_rows:
             if att.job_id in skip:
                 continue
+            self.back_open[(att.job_id, att.number)] = self.back
             p = self.promises.get(att.job_id)
             if p is None and (task := self._task(s, att.job_id)) is not None:
                 self._limits(task, att, by_user, by_vc)
             if p is None:
                 continue
             spec = p.spec
-            if spec.hold and (
-                p.released is None or att.start_time < p.released - SLACK - self.back
-            ):
+            key = (att.job_id, att.number)
+            stepped = self.back_at.get(key, self.back) - p.released_back
+            if spec.hold and (p.released is None or att.start_time < p.released - SLACK - stepped):
                 self.broken(
                     f"held: job {p.job} was submitted held and attempt {att.number} started "
                     f"at {att.start_time:.2f} before any release was asked"
@@ -515,11 +523,21 @@ class Oracle:
                 continue
             paused = self.paused.get((p.job, a.number), 0.0)
             ran = a.end_time - a.start_time - paused
-            if limit is None or ran < limit - SLACK - self.back:
+            if limit is None or ran < limit - SLACK - self._stepped_within(p.job, a.number):
                 self.broken(
                     f"wall time: job {p.job} attempt {a.number} timed out after running "
                     f"{ran:.2f}s ({paused:.2f}s paused not counted), its wall time {limit}"
                 )
+
+    def _stepped_within(self, job: int, number: int) -> float:
+        """Seconds the clock stepped back while the attempt was open (all of them
+        where its launch was not seen). A step is an operation of the schedule, and
+        each is followed by a check: an attempt open across one is seen open after it
+        (its end is written by a pass)."""
+        key = (job, number)
+        if key not in self.back_at:
+            return self.back
+        return self.back_open.get(key, self.back_at[key]) - self.back_at[key]
 
     def _command(
         self, p: Promise, row: JobRow, mine: list[AttemptRow], rows: dict[int, JobRow]
@@ -564,16 +582,24 @@ class Oracle:
                 ref = (task.spec or {}).get("round_of") or {}
                 by_round.setdefault(int(ref.get("round", -1)), []).append(task)
         ended_at = -math.inf  # when the last task of the rounds before had ended
+        ended_back = 0.0  # the clock's steps back by then
         for number in sorted(by_round):
             tasks = by_round[number]
-            starts = [a.start_time for t in tasks for a in attempts.get(t.id, [])]
-            if starts and min(starts) < ended_at - SLACK - self.back:
-                self.broken(
-                    f"rounds: job {p.job}'s round {number} started a task at "
-                    f"{min(starts):.2f}, before its round before had ended ({ended_at:.2f})"
-                )
+            starts = [(a.start_time, a) for t in tasks for a in attempts.get(t.id, [])]
+            if starts:
+                first, att = min(starts, key=lambda pair: pair[0])
+                stepped = self.back_at.get((att.job_id, att.number), self.back) - ended_back
+                if first < ended_at - SLACK - stepped:
+                    self.broken(
+                        f"rounds: job {p.job}'s round {number} started a task at "
+                        f"{first:.2f}, before its round before had ended ({ended_at:.2f})"
+                    )
             ends = [t.end_time for t in tasks if t.end_time is not None]
             ended_at = max(ends) if len(ends) == len(tasks) else math.inf
+            last = [a for t in tasks for a in attempts.get(t.id, [])[-1:]]
+            ended_back = min(
+                (self.back_open.get((a.job_id, a.number), 0.0) for a in last), default=0.0
+            )
         if row.status != "SUCCEEDED":
             return
         want = p.spec.rounds()
