@@ -23,9 +23,7 @@ import argparse
 import time
 from typing import Any
 
-import numpy as np
-
-from validation_io import notes_for, simulate_gavel_workload, validation_main
+from validation_io import notes_for, shown, simulate_gavel_workload, validation_main
 
 CLUSTER = "gavel:12:12:12"
 RATE = 5.0
@@ -61,15 +59,6 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
         "finished": s["jobs_finished"],
         "wall_s": time.perf_counter() - t0,
     }
-
-
-def _mean_ci(values: list[float], digits: int = 2) -> str:
-    from corral.sim.figures import interval
-
-    arr = np.asarray(values, dtype=float)
-    std = arr.std(ddof=1) if len(arr) > 1 else 0.0
-    half = float(interval(np.array([std]), np.array([len(arr)]))[0])
-    return f"{arr.mean():.{digits}f} ± {half:.{digits}f}"
 
 
 def render(results: list[dict[str, Any]]) -> str:
@@ -108,7 +97,8 @@ def render(results: list[dict[str, Any]]) -> str:
         "",
         f"## What the errors cost: {POLICY} on {CLUSTER}, single-GPU, {RATE:g} jobs/h, {JOBS} jobs",
         "",
-        f"Means over {len(seeds)} seeds (the workload's) with 95% Student-t intervals. "
+        f"Means over {len(seeds)} seeds (the workload's) with their 95% Student-t "
+        "intervals [low, high]. "
         "The workloads differ far more than the settings do, so *vs measured* is paired: "
         "each seed's JCT with every pair measured / this setting's on the same seed.",
         "",
@@ -124,7 +114,7 @@ def render(results: list[dict[str, Any]]) -> str:
         span = [r["makespan"] / 3600 for r in mine]
         label = "all (measured)" if profiled is None else str(profiled)
         ratios = [base[r["seed"]] / r["avg_jct"] for r in mine if r["seed"] in base]
-        lines.append(f"| {label} | {_mean_ci(jct)} | {_mean_ci(span)} | {_mean_ci(ratios, 3)}x |")
+        lines.append(f"| {label} | {shown(jct, 2)} | {shown(span, 2)} | {shown(ratios, 3, 'x')} |")
     lines.append("")
     lines += notes_for(__file__)
     return "\n".join(lines)

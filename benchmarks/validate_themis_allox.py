@@ -16,7 +16,7 @@ multi-GPU jobs. Every figure is corral against corral: each policy as corral
 implements it, on the same jobs, so the rows show whether the *direction*
 the papers claim holds here, not the papers' numbers. Mean over seeds.
 
-    python benchmarks/validate_themis_allox.py [--seeds 0 1 2] [--workers 2]
+    python benchmarks/validate_themis_allox.py [--seeds 0 1 2 3 4] [--workers 2]
     python benchmarks/validate_themis_allox.py --from-json \
         docs/validation/data/themis-allox-results.json
 """
@@ -27,7 +27,7 @@ import argparse
 import time
 from typing import Any
 
-from validation_io import mean_of, notes_for, simulate_gavel_workload, validation_main
+from validation_io import mean_of, notes_for, shown, simulate_gavel_workload, validation_main
 
 CLUSTER = "gavel:36:36:36"
 WORKLOADS = [
@@ -76,7 +76,8 @@ def render(results: list[dict[str, Any]]) -> str:
         "",
         f"Written by `benchmarks/validate_themis_allox.py`: {JOBS} jobs of Gavel's workload "
         f"on {CLUSTER} (36 V100, 36 P100, 36 K80), mean over seeds "
-        f"{', '.join(map(str, seeds))}. Finish-time fairness rho = JCT / finish time alone "
+        f"{', '.join(map(str, seeds))} (the workload's); average JCT and max rho with their "
+        "95% Student-t intervals [low, high]. Finish-time fairness rho = JCT / finish time alone "
         "on 1/N of the cluster (N: jobs present over the job's lifetime; "
         "`corral.sim.fairness`); lower max rho and a Jain's index nearer 1 are fairer.",
         "",
@@ -97,9 +98,11 @@ def render(results: list[dict[str, Any]]) -> str:
             mine = [r for r in rows if r["policy"] == policy]
             if not mine:
                 continue
+            jct = shown([r["avg_jct_s"] / 3600 for r in mine], 1)
+            rho = shown([r["max_ftf_rho"] for r in mine], 2)
             lines.append(
-                f"| {policy} | {mean_of(mine, 'avg_jct_s') / 3600:.1f} "
-                f"| {mean_of(mine, 'p99_jct_s') / 3600:.1f} | {mean_of(mine, 'max_ftf_rho'):.2f} "
+                f"| {policy} | {jct} "
+                f"| {mean_of(mine, 'p99_jct_s') / 3600:.1f} | {rho} "
                 f"| {mean_of(mine, 'median_ftf_rho'):.2f} | {mean_of(mine, 'jain_ftf'):.3f} "
                 f"| {mean_of(mine, 'preemptions'):,.0f} |"
             )
@@ -121,7 +124,7 @@ def main() -> None:
     validation_main(
         __doc__.splitlines()[0],
         "themis-allox",
-        lambda parser: parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2]),
+        lambda parser: parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4]),
         make_tasks,
         run,
         render,

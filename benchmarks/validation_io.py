@@ -98,6 +98,15 @@ def mean_of(rows: list[Result], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
 
 
+def shown(values: list[float], digits: int = 1, unit: str = "") -> str:
+    """A mean over the seeds as the pages give it: with its 95% Student-t interval
+    ``[low, high]`` where there are several seeds."""
+    mean, low, high = interval(values)
+    if len(values) < 2:
+        return f"{mean:.{digits}f}{unit}"
+    return f"{mean:.{digits}f}{unit} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
 def interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """The mean of ``values`` (one per seed) and its ``confidence`` interval by
     Student's t (low, high): how a reproduction is stated, not by one seed or a
