@@ -103,8 +103,8 @@ def shown(values: list[float], digits: int = 1, unit: str = "") -> str:
     ``[low, high]`` where there are several seeds."""
     mean, low, high = interval(values)
     if len(values) < 2:
-        return f"{mean:.{digits}f}{unit}"
-    return f"{mean:.{digits}f}{unit} [{low:.{digits}f}, {high:.{digits}f}]"
+        return f"{mean:,.{digits}f}{unit}"
+    return f"{mean:,.{digits}f}{unit} [{low:,.{digits}f}, {high:,.{digits}f}]"
 
 
 def interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
