@@ -141,6 +141,28 @@ def test_afterok_trips_when_the_job_it_waits_for_failed(store: Store) -> None:
     assert said is not None and said.startswith("dependency"), said
 
 
+@pytest.mark.parametrize(("stepped_between", "trips"), [(0.0, True), (30.0, False)])
+def test_afterok_across_a_clock_step_back_compares_within_the_step(
+    store: Store, stepped_between: float, trips: bool
+) -> None:
+    """The job waited for ended at T0 + 5 by its clock; the dependent started at
+    T0 + 4.2 by the clock after a step back of 30 s between the two (it started
+    29.2 s after the end): met. With no step between them it started first."""
+    o = oracle()
+    o.back = 30.0
+    with store.session() as s:
+        first = job(s, o)
+        attempt(s, first, 1, T0, T0 + 5, "succeeded")
+        end(s, first, "SUCCEEDED", T0 + 5)
+        then = job(s, o, dependency=f"afterok:{first}")
+        attempt(s, then, 1, T0 + 4.2, T0 + 9, "succeeded")
+        end(s, then, "SUCCEEDED", T0 + 9)
+    o.back_at[(first, 1)] = o.back_open[(first, 1)] = 30.0 - stepped_between
+    o.back_at[(then, 1)] = 30.0
+    said = ends(store, o)
+    assert (said is not None and said.startswith("dependency")) is trips, said
+
+
 def test_a_cancel_trips_when_the_job_runs_on_to_succeed(store: Store) -> None:
     o = oracle()
     o.good_passes = [(1, T0 + 2.0), (2, T0 + 3.0)]

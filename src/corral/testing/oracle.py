@@ -384,7 +384,7 @@ class Oracle:
             mine = attempts.get(job, [])
             self._history(p, mine, events.get(job, []))
             self._retries(p, row, mine)
-            self._dependency(p, row, mine, rows)
+            self._dependency(p, row, mine, rows, attempts)
             self._cancel(p, row)
             self._timeouts(p, mine)
             self._command(p, row, mine, rows)
@@ -453,7 +453,12 @@ class Oracle:
             )
 
     def _dependency(
-        self, p: Promise, row: JobRow, mine: list[AttemptRow], rows: dict[int, JobRow]
+        self,
+        p: Promise,
+        row: JobRow,
+        mine: list[AttemptRow],
+        rows: dict[int, JobRow],
+        attempts: dict[int, list[AttemptRow]],
     ) -> None:
         dep = p.spec.dependency
         first = mine[0].start_time if mine else None
@@ -467,7 +472,7 @@ class Oracle:
                     o = rows.get(other)
                     if o is None:
                         continue
-                    ok = _met(kind, o, first)
+                    ok = _met(kind, o, first, *self._stepped_since(mine[0], attempts.get(other)))
                     if not ok and not p.spec.dependency_any:
                         self.broken(
                             f"dependency: job {p.job} started at {first:.2f} with {kind}:{other} "
@@ -477,7 +482,8 @@ class Oracle:
                 dep
                 and p.spec.dependency_any
                 and not any(
-                    (o := rows.get(j)) is not None and _met(k, o, first)
+                    (o := rows.get(j)) is not None
+                    and _met(k, o, first, *self._stepped_since(mine[0], attempts.get(j)))
                     for k, ids in dep.items()
                     for j in ids
                 )
@@ -489,7 +495,11 @@ class Oracle:
                         other < p.job
                         and o.user == p.user
                         and o.name == p.name
-                        and (o.end_time is None or o.end_time > first + SLACK)
+                        and (
+                            o.end_time is None
+                            or o.end_time
+                            > first + self._stepped_since(mine[0], attempts.get(other))[0] + SLACK
+                        )
                     ):
                         self.broken(
                             f"dependency: singleton job {p.job} started at {first:.2f} while "
@@ -528,6 +538,23 @@ class Oracle:
                     f"wall time: job {p.job} attempt {a.number} timed out after running "
                     f"{ran:.2f}s ({paused:.2f}s paused not counted), its wall time {limit}"
                 )
+
+    def _stepped_since(
+        self, start: AttemptRow, others: list[AttemptRow] | None
+    ) -> tuple[float, float]:
+        """Seconds the clock stepped back between another job's end (and its first
+        launch) and ``start``'s launch: a time the other recorded before a step and
+        ``start``'s after it compare only within them. Where the other never ran,
+        every step before ``start``."""
+        at_start = self.back_at.get((start.job_id, start.number), self.back)
+        if not others:
+            return at_start, at_start
+        first, last = others[0], others[-1]
+        launched = self.back_at.get((first.job_id, first.number), 0.0)
+        ended = self.back_open.get(
+            (last.job_id, last.number), self.back_at.get((last.job_id, last.number), 0.0)
+        )
+        return max(at_start - ended, 0.0), max(at_start - launched, 0.0)
 
     def _stepped_within(self, job: int, number: int) -> float:
         """Seconds the clock stepped back while the attempt was open (all of them
@@ -616,11 +643,16 @@ class Oracle:
             )
 
 
-def _met(kind: str, other: JobRow, at: float) -> bool:
-    """Whether ``kind`` on ``other`` was met at ``at`` (from its final row)."""
-    ended = other.end_time is not None and other.end_time <= at + SLACK
+def _met(
+    kind: str, other: JobRow, at: float, since_end: float = 0.0, since_start: float = 0.0
+) -> bool:
+    """Whether ``kind`` on ``other`` was met at ``at`` (from its final row), the
+    clock having stepped back ``since_end`` seconds between the other's end and
+    ``at`` (``since_start``: its start)."""
+    ended = other.end_time is not None and other.end_time <= at + since_end + SLACK
     if kind == "after":
-        return (other.first_start is not None and other.first_start <= at + SLACK) or ended
+        began = other.first_start
+        return (began is not None and began <= at + since_start + SLACK) or ended
     if kind == "afterany":
         return ended
     if kind == "afterok":
