@@ -14,8 +14,9 @@ taken to be that reference's.
 
 Here the completion is a truncated SVD of the references' rows (rank
 ``rank``) giving the columns' factors, and a ridge fit (weight ``ridge``) of
-the new row's factors to its measured entries: with the reference rows known
-in full, this is what alternating least squares converges to, without its
+the new row's factors to its measured entries. With the reference rows known
+in full, this is close to what a joint factorisation reaches (there the new
+row's few entries move the columns' factors a little), without its
 iterations. A job type's speed alone on each GPU type is measured when it first
 runs (Gavel profiles it too): only pairs are estimated.
 
