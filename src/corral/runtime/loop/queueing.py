@@ -148,20 +148,34 @@ class Queueing:
 
     def begins_ahead_again(self, now: float) -> bool:
         """Take back from the policy's queue the jobs whose begin time is ahead again
-        (the clock stepped back after they were queued): they wait for it again."""
+        (the clock stepped back after they were queued, or placed and not launched
+        yet, as a job waiting for a leaver's GPUs is): they wait for it again."""
         if not self.begun:
             return False
         changed = False
         book = self.loop.book
         for job, waiting in list(self.begun.items()):
             rec = book.get(job)
-            if rec is None or rec.phase is not Phase.QUEUED or rec.attempt is not None:
+            waits = rec is not None and rec.phase in (Phase.QUEUED, Phase.PLACED)
+            if rec is None or not waits or rec.attempt is not None:
                 del self.begun[job]  # started, held, ended or gone: its wait is over
             elif now < waiting.begin:
                 del self.begun[job]
+                if rec.phase is Phase.PLACED:
+                    self._unplace(job)
                 book.block(job, waiting)  # (its reason is written as the blocked are read)
                 changed = True
         return changed
+
+    def _unplace(self, job: int) -> None:
+        """A job the plan placed, not launched yet, back to waiting (PENDING again)."""
+        book = self.loop.book
+        book.preempt(job)
+        book[job].packed_on = None
+        with self.loop.store.session() as s:
+            row = s.get(JobRow, job)
+            if row is not None and row.status not in TERMINAL:
+                row.status, row.gpus = JobStatus.PENDING, None
 
     def dependencies(self, now: float) -> bool:
         """Queue the held jobs whose wait is over; cancel those whose dependency never

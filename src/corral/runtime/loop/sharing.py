@@ -71,8 +71,16 @@ class Sharing:
                 for g in a.gpus:
                     self.loop.holders.setdefault(g, guest)
         if turns is not None:
-            turns.members = [successor, *(m for m in turns.members if m not in (job, successor))]
-            self.loop.turns[successor] = turns
+            members = [successor, *(m for m in turns.members if m not in (job, successor))]
+            existing = self.loop.turns.get(successor)
+            if existing is not None:
+                # the successor holds a group of its own already (jobs the plan
+                # time-sliced onto it while this one was leaving): one group, with
+                # every member of both, never the old group over the new
+                existing.members += [m for m in members if m not in existing.members]
+            else:
+                turns.members = members
+                self.loop.turns[successor] = turns
 
     def _successor(self, job: int, guests: list[int]) -> int:
         """Which of the jobs packed on ``job`` holds its GPUs once it leaves: the
