@@ -219,6 +219,22 @@ FOUND = {
             Op(22.50, "race", (4, "after commit", "cancel", 10, 1)),
         ],
     ),
+    "a-leaver-placed-again-at-a-smaller-size": (
+        ["pollux"],
+        [
+            Op(3.18, "submit", ("bob", {"command": ["hang"], "gpus": 4, "wall_time": 4.0})),
+            Op(3.18, "submit", ("bob", {"command": ["sleep", "6"], "gpus": 4})),
+            Op(4.20, "suspend", (1,)),
+            Op(6.38, "race", (2, "after commit", "submit",
+                              ("alice", {"command": ["sleep", "2"], "gpus": 2}), 1)),
+            Op(8.83, "submit", ("bob", {"command": ["sleep", "2"], "gpus": 4})),
+            Op(12.93, "submit", ("bob", {"command": ["hang"], "gpus": 1, "wall_time": 20.0,
+                                         "array": "0-20%2"})),
+            Op(13.41, "submit", ("bob", {"command": ["sleep", "6"], "gpus": 1, "array": "0-5"})),
+            Op(14.00, "disk_full", (5.0,)),
+            Op(21.20, "corrupt", (3, 5)),
+        ],
+    ),
 }  # fmt: skip
 """Schedules the long seeds found broken, shrunk, each a defect mended since: a gang
 over both nodes (a node a GPU type) was given a type and never started under Gavel
@@ -229,7 +245,9 @@ left a node the loop drained again in the drain (seed 1); a job queued once its
 begin time came started before it after the clock stepped back 30 s (seed 137);
 under Gandiva, a holder cancelled while the plan time-sliced two new jobs onto its
 successor handed its old group over the successor's new one, and all three ran
-at once (seed 37).
+at once (seed 37); under Pollux, a job of bob's preempted and placed again at a
+smaller size in one plan was counted at its new size while its old attempt, four
+GPUs, still left, and bob ran on seven GPUs, his cap six (seed 44).
 
 Not yet mended, kept as a strict expected failure (:data:`OPEN`): under Gandiva,
 a group of three taking turns whose two guests were being preempted when the

@@ -99,24 +99,29 @@ class UserLimits:
         a job leaving slowly let a third job of a VC capped at two run beside it)."""
         st = self.loop.live.state
         out: dict[tuple[str, str], list[int]] = {}
-        counted: set[int] = set()
+        counted: dict[int, int] = {}  # job's slot -> GPUs counted for it
         for i in st.running:
             if i in stops:
                 continue
-            counted.add(int(i))
             alloc = st.alloc[i]  # (an elastic policy may give more than it asked)
+            counted[int(i)] = len(alloc) if alloc else int(st.gpus[i])
             for key in (("user", st.user[i]), ("vc", st.vc[i] or DEFAULT_VC)):
                 held = out.setdefault(key, [0, 0])
-                held[0] += len(alloc) if alloc else int(st.gpus[i])
+                held[0] += counted[int(i)]
                 held[1] += 1
         for job, a in self.loop.attempts.items():
             k = self.loop.live.index.get(job)
-            if k is None or k in counted:
+            if k is None:
+                continue
+            # a job placed again while its last attempt still leaves (a preemption
+            # and a new size in one plan) holds the larger of the two until it has gone
+            more = len(a.gpus) - counted.get(k, 0)
+            if k in counted and more <= 0:
                 continue
             for key in (("user", st.user[k]), ("vc", st.vc[k] or DEFAULT_VC)):
                 held = out.setdefault(key, [0, 0])
-                held[0] += len(a.gpus)
-                held[1] += 1
+                held[0] += more
+                held[1] += 0 if k in counted else 1
         return out
 
     def _passes_a_cap(
