@@ -219,8 +219,8 @@ MUTANTS = [
         "grown-job-counted-at-its-ask",
         "limits",
         f"{LOOP}/user_limits.py",
-        "held[0] += len(alloc) if alloc else int(st.gpus[i])",
-        "held[0] += int(st.gpus[i])",
+        "counted[int(i)] = len(alloc) if alloc else int(st.gpus[i])",
+        "counted[int(i)] = int(st.gpus[i])",
         ("pollux",),
     ),
     Mutant(
