@@ -73,9 +73,15 @@ def test_a_second_client_takes_over_and_sees_what_was_written(host: Any) -> None
     assert proc.wait(20) == 3
 
 
-def test_a_client_that_goes_hangs_up_the_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hup", [signal.SIG_DFL, signal.SIG_IGN])
+def test_a_client_that_goes_hangs_up_the_command(tmp_path: Path, hup: signal.Handlers) -> None:
+    """Also when the host inherits SIGHUP ignored (a service started under nohup):
+    the command gets the terminal's signals as they are on a terminal."""
     path = tmp_path / "t.sock"
-    proc = subprocess.Popen([*HOST, str(path), "--", "sh", "-c", "sleep 600"])
+    proc = subprocess.Popen(
+        [*HOST, str(path), "--", "sh", "-c", "sleep 600"],
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, hup),
+    )
     try:
         wait_for(path.exists, 20, "the terminal's socket")
         conn = socket.socket(socket.AF_UNIX)

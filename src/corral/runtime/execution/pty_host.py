@@ -64,6 +64,13 @@ def window_frame(rows: int, columns: int) -> bytes:
     return frame(SIZE, WINDOW.pack(rows, columns))
 
 
+TERMINAL_SIGNALS = (
+    signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGPIPE,
+    signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU,
+)  # fmt: skip
+"""Signals the session's command gets at their default action, as on a terminal."""
+
+
 class Host:
     """The terminal, its listening socket and the one client attached."""
 
@@ -71,6 +78,11 @@ class Host:
         self.path = path
         self.pid, self.master = pty.fork()
         if self.pid == 0:  # the command, leading its own session on the terminal
+            # a terminal's signals act as on a terminal, whatever this process inherited
+            # (a service started under nohup ignores SIGHUP, and so would the session,
+            # which then outlived its client's hang-up)
+            for sig in TERMINAL_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
             try:
                 os.execvp(argv[0], argv)
             except OSError as exc:
