@@ -116,9 +116,11 @@ class FakeProcess:
         return self.ended
 
 
-def test_the_local_executor_starts_a_users_worker_once_and_within_the_cap(
+def stand_in_executor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[LocalExecutor, list[tuple[int | None, str]]]:
+    """The local executor's warm workers alone, each worker a stand-in process; and
+    the (uid, device) of each worker started."""
     started: list[tuple[int | None, str]] = []
 
     def start(self: WarmWorkers, key: tuple[int | None, str], *rest: Any) -> None:
@@ -126,8 +128,15 @@ def test_the_local_executor_starts_a_users_worker_once_and_within_the_cap(
         self.workers[key] = Warm(FakeProcess(), tmp_path / f"{key[1]}.sock")  # type: ignore[arg-type]
 
     monkeypatch.setattr(WarmWorkers, "start", start)
-    executor = LocalExecutor.__new__(LocalExecutor)  # (its warm workers alone)
+    executor = LocalExecutor.__new__(LocalExecutor)
     executor.warm = WarmWorkers(tmp_path / "warm", idle=60.0)
+    return executor, started
+
+
+def test_the_local_executor_starts_a_users_worker_once_and_within_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor, started = stand_in_executor(tmp_path, monkeypatch)
     alice = RunAs("alice", 1001, 1001, (), "/home/alice")
     bob = RunAs("bob", 1002, 1002, (), "/home/bob")
     gpu = [GpuSlot(k, "n", "V100") for k in range(3)]
@@ -146,15 +155,7 @@ def test_a_cold_start_leaves_a_worker_for_next_time_only_within_the_cap(
     """A task job that starts cold starts its user's worker on its GPU for the next
     one, but not past the user's cap: jobs moving from GPU to GPU would otherwise
     leave the user workers on every GPU (found by the fault schedules)."""
-    started: list[tuple[int | None, str]] = []
-
-    def start(self: WarmWorkers, key: tuple[int | None, str], *rest: Any) -> None:
-        started.append(key)
-        self.workers[key] = Warm(FakeProcess(), tmp_path / f"{key[1]}.sock")  # type: ignore[arg-type]
-
-    monkeypatch.setattr(WarmWorkers, "start", start)
-    executor = LocalExecutor.__new__(LocalExecutor)  # (its warm workers alone)
-    executor.warm = WarmWorkers(tmp_path / "warm", idle=60.0)
+    executor, started = stand_in_executor(tmp_path, monkeypatch)
     alice = RunAs("alice", 1001, 1001, (), "/home/alice")
     gpu = [GpuSlot(k, "n", "V100") for k in range(3)]
 
