@@ -268,6 +268,22 @@ MUTANTS = [
         "run_as = None",
     ),
     Mutant(
+        "guest-taken-for-the-holder-at-a-restart",
+        "sharing",
+        f"{LOOP}/recovery.py",
+        "key=lambda j: (j in packed, packed.get(j, 0), j)",
+        "key=lambda j: j",
+        ("gandiva",),
+    ),
+    Mutant(
+        "vc-left-waiting-when-a-cell-past-a-quota-is-unbound",
+        "progress",
+        "placement/cell_binding.py",
+        "            self.vc_version += 1\n        self.bound[v][key] -= 1",
+        "            pass\n        self.bound[v][key] -= 1",
+        ("hived",),
+    ),
+    Mutant(
         "gpus-never-freed",
         "structure",
         f"{LOOP}/transitions.py",

@@ -265,6 +265,13 @@ class CellBinding:
         del self.cell_jobs[cell]
         key = (tree.chain_list[cell], tree.level_list[cell])
         heapq.heappush(self.virtual_free.setdefault((v, key), []), self.cell_vid.pop(cell))
+        if self.bound[v][key] > self.cells[v][key]:
+            # a cell bound past the VC's own (its quota shrank at a recarve, when a
+            # new VC appeared, or a restart adopted it before): another VC may have
+            # failed to bind this one, and must try its waiting jobs again (bound
+            # within every VC's cells, buddy allocation never fails for want of
+            # another VC's cell, so nothing else needs to try again)
+            self.vc_version += 1
         self.bound[v][key] -= 1
         self.vc_cells_bound[v].discard(cell)
         self._layout += 1

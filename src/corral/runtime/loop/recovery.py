@@ -94,6 +94,54 @@ class Recovery:
             if guest not in t.members:
                 t.members.append(guest)
 
+    def _hosts_of(self, s: Session, attempts: dict[int, Any]) -> dict[int, int]:
+        """guest -> host among the open ``attempts`` (by job) sharing GPUs, the GPUs'
+        holders entered in ``holders``. The holder of a GPU set is the job launched
+        on it unpacked; where that one has left, the guest packed first (the one a
+        host's end hands its GPUs to, :meth:`Sharing.unpair`); the others are packed
+        on it. (Taken in the order of the jobs' ids, a guest relaunched on the GPUs
+        of a job with a higher id became their holder, and a group taking turns was
+        recovered as two, running at once.)"""
+        packed = self._packed_at_launch(s, attempts)
+        hosts: dict[int, int] = {}
+        holders = self.loop.holders
+        for job in sorted(attempts, key=lambda j: (j in packed, packed.get(j, 0), j)):
+            gpus = tuple(attempts[job].gpus)
+            sharing = {holders[g] for g in gpus if g in holders}
+            if len(sharing) == 1:
+                hosts[job] = sharing.pop()
+            else:
+                holders.update({g: job for g in gpus})
+        return hosts
+
+    @staticmethod
+    def _packed_at_launch(s: Session, attempts: dict[int, Any]) -> dict[int, int]:
+        """job -> the id of the ``packed`` event of the placement its open attempt
+        was launched from, for each of ``attempts`` launched packed on another job.
+        (A placement records ``packed``, where packed, then ``allocated``; its launch
+        records ``start`` with the attempt's number.)"""
+        pending: dict[int, int] = {}
+        placed: dict[int, int | None] = {}
+        found: dict[int, int] = {}
+        for chunk in in_chunks(sorted(attempts)):
+            events = s.execute(
+                select(EventRow.id, EventRow.job_id, EventRow.kind, EventRow.detail)
+                .where(EventRow.kind.in_(("packed", "allocated", "start")))
+                .where(EventRow.job_id.in_(chunk))
+                .order_by(EventRow.id)
+            )
+            for event, job, kind, detail in events:
+                if kind == "packed":
+                    pending[job] = event
+                elif kind == "allocated":
+                    placed[job] = pending.pop(job, None)
+                else:
+                    at = placed.pop(job, None)
+                    number = detail.get("attempt") if isinstance(detail, dict) else None
+                    if at is not None and number == attempts[job].number:
+                        found[job] = at
+        return found
+
     def recover(self) -> None:
         """Rebuild the scheduler's view from the store and adopt live processes."""
         now = self.loop.clock()
@@ -104,6 +152,9 @@ class Recovery:
             if len(rows) >= self.loop.live.capacity:  # a long queue: room for it and more
                 self.loop.live = self._live_for(len(rows))
             open_attempts = {a.job_id: a for a in self.loop.store.open_attempts(s)}
+            hosts = self._hosts_of(
+                s, {r.id: open_attempts[r.id] for r in rows if r.id in open_attempts}
+            )
             for row in rows:
                 rec = self.loop.book.enter(row.id)
                 try:
@@ -136,14 +187,9 @@ class Recovery:
                         a.warning, a.batch_script = spec.warning(), spec.script_path is not None
                     if a.parked:  # a parked job is stopped, to resume from its checkpoint
                         self.stops.set_stop(s, a, "preempt")
-                    sharing = {self.loop.holders[g] for g in att.gpus if g in self.loop.holders}
-                    # two jobs packed on these GPUs (whether or not the guest's process
-                    # still runs: its attempt holds them until its end is recorded)
-                    if len(sharing) == 1:
-                        rec.packed_on = sharing.pop()
-                    else:
-                        for g in att.gpus:
-                            self.loop.holders[g] = row.id
+                    # jobs packed on these GPUs (whether or not a guest's process still
+                    # runs: its attempt holds them until its end is recorded)
+                    rec.packed_on = hosts.get(row.id)
                     row.status = JobStatus.RUNNING
                     self.loop.store.event(
                         s, "adopted" if alive else "found_ended", row.id, attempt=att.number
@@ -276,7 +322,8 @@ class Recovery:
         histories: dict[str, list[float]] = {}
         book = self.loop.book
         holding: dict[int, int] = {}  # GPU -> the adopted job that holds it in the state
-        for row in rows:
+        # holders before the jobs packed on them (a guest may have the lower id)
+        for row in sorted(rows, key=lambda r: book.enter(r.id).packed_on is not None):
             rec = book.enter(row.id)
             a = rec.attempt
             if a is not None and rec.aside is not None:
