@@ -128,6 +128,29 @@ def test_a_command_that_fails_must_not_succeed(store: Store) -> None:
     assert said is not None and said.startswith("command"), said
 
 
+@pytest.mark.parametrize(
+    ("began", "ended", "trips"),
+    [
+        (T0 + 7.0, T0 + 7.1, True),  # a whole pass while it ran past its 5 s
+        (T0 + 5.5, T0 + 11.0, False),  # the pass was held (a slow store) past its end
+        (T0 + 3.0, T0 + 3.1, False),  # the only pass came before its wall time was over
+    ],
+)
+def test_a_sleep_past_its_wall_time_must_time_out_if_a_pass_saw_it(
+    store: Store, began: float, ended: float, trips: bool
+) -> None:
+    """``sleep 10`` with a wall time of 5 s ends SUCCEEDED at 11 s: wrong only if a
+    pass ran, start to end, between its wall time and its own end."""
+    o = oracle()
+    o.good_passes = [(1, began, ended)]
+    with store.session() as s:
+        j = job(s, o, command=["sleep", "10"], wall_time=5.0)
+        attempt(s, j, 1, T0 + 1, T0 + 11, "succeeded")
+        end(s, j, "SUCCEEDED", T0 + 11)
+    said = ends(store, o)
+    assert (said is not None and said.startswith("command")) == trips, said
+
+
 def test_afterok_trips_when_the_job_it_waits_for_failed(store: Store) -> None:
     o = oracle()
     with store.session() as s:
@@ -165,7 +188,7 @@ def test_afterok_across_a_clock_step_back_compares_within_the_step(
 
 def test_a_cancel_trips_when_the_job_runs_on_to_succeed(store: Store) -> None:
     o = oracle()
-    o.good_passes = [(1, T0 + 2.0), (2, T0 + 3.0)]
+    o.good_passes = [(1, T0 + 2.0, T0 + 2.1), (2, T0 + 3.0, T0 + 3.1)]
     with store.session() as s:
         j = job(s, o)
         attempt(s, j, 1, T0, T0 + 5, "succeeded")

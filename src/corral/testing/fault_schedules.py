@@ -989,7 +989,7 @@ class World:
         else:
             sch = self.scheduler
             if sch.errors == before and sch.faults == faults and not sch.resync_due:
-                self.oracle.good_passes.append((number, began))
+                self.oracle.good_passes.append((number, began, self.clock()))
         self.passes += 1
         full = full or self.disk.on or self.disk.fired > fired  # the store's trouble met
         if self.scheduler.errors > before and not full:
