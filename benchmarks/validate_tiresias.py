@@ -62,6 +62,7 @@ def run(task: dict[str, Any]) -> dict[str, Any]:
         policy_opt=[f"{k}={v}" for k, v in task.get("options", {}).items()],
         switch_cost="gandiva" if gandiva else "kill-restart",
         preset=task.get("preset"),
+        seed=task.get("seed", 0),  # (what it draws: Gandiva's job types)
     )
     result = experiment.simulate()
     summary = summarise(result)

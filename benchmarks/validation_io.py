@@ -34,16 +34,39 @@ def validation_main(
     parser.add_argument("--out", default=f"docs/validation/{name}.md")
     parser.add_argument("--json", default=f"docs/validation/data/{name}-results.json")
     parser.add_argument("--from-json", default=None, help="rewrite the report from saved results")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take each task's result from the saved results (--json) where one was saved "
+        "for the same task, and run only the others (for new seeds of an experiment whose "
+        "code has not changed)",
+    )
     args = parser.parse_args()
     if args.from_json:
         results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
     else:
+        tasks = make_tasks(args)
+        saved = _saved(Path(args.json)) if args.reuse else []
+        kept = [next((r for r in saved if _same_task(task, r)), None) for task in tasks]
+        todo = [task for task, k in zip(tasks, kept, strict=True) if k is None]
+        if args.reuse:
+            print(f"{len(tasks) - len(todo)} of {len(tasks)} results taken from {args.json}")
         with ProcessPoolExecutor(args.workers) as pool:
-            results = list(pool.map(run, make_tasks(args)))
+            fresh = iter(list(pool.map(run, todo)))
+        results = [k if k is not None else next(fresh) for k in kept]
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     Path(args.out).write_text(render(results) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
+
+
+def _saved(path: Path) -> list[Result]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def _same_task(task: Result, result: Result) -> bool:
+    """Whether a saved ``result`` is of ``task`` (a result keeps its task's fields)."""
+    return all(key in result and result[key] == value for key, value in task.items())
 
 
 def simulate_gavel_workload(
