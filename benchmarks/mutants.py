@@ -276,14 +276,6 @@ MUTANTS = [
         ("gandiva",),
     ),
     Mutant(
-        "vc-left-waiting-when-a-cell-past-a-quota-is-unbound",
-        "progress",
-        "placement/cell_binding.py",
-        "            self.vc_version += 1\n        self.bound[v][key] -= 1",
-        "            pass\n        self.bound[v][key] -= 1",
-        ("hived",),
-    ),
-    Mutant(
         "gpus-never-freed",
         "structure",
         f"{LOOP}/transitions.py",

@@ -250,8 +250,7 @@ def render(results: list[dict[str, Any]]) -> str:
             rows = [r for r in anomaly if r["scheme"] == scheme]
             waits = {vc: [r["vcs"][vc]["wait_min"] for r in rows] for vc in ("small", "gang")}
             runs[scheme] = {
-                vc: {"wait_min": float(np.mean(w)), "shown": shown(w, 1)}
-                for vc, w in waits.items()
+                vc: {"wait_min": float(np.mean(w)), "shown": shown(w, 1)} for vc, w in waits.items()
             }
         table, found = _wait_table(runs, main + safety, ["small", "gang"], jobs=False)
         lines += [

@@ -295,6 +295,19 @@ def test_schedules_found_broken_hold_now(policy: str, found: str) -> None:
     assert result.passes < 400  # (an idle loop woken at once made tens of thousands)
 
 
+def test_a_write_behind_the_loops_back_never_meets_the_loops_dropped_connection() -> None:
+    """Seed 544 of tiresias-las: a record corrupted right after a dropped connection
+    was injected met it in the harness's own write, which raised out of the run (the
+    fault is the loop's: it stays pending for the loop's next statement)."""
+    ops = [
+        Op(1.0, "submit", ("alice", {"command": ["sleep", "5"], "gpus": 1})),
+        Op(2.0, "store_fault", ("dropped", 3.0)),
+        Op(2.0, "corrupt", (1, 2)),
+        Op(2.0, "heartbeat", (0, True)),
+    ]
+    assert play("tiresias-las", ops).violation is None
+
+
 def test_a_job_placed_when_its_begin_time_came_waits_again_after_a_step_back() -> None:
     """Gandiva's seed 62: a job placed (waiting for GPUs a leaver still held) when
     the clock stepped back was launched before its begin time by the new clock."""

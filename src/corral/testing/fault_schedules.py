@@ -1382,7 +1382,7 @@ class World:
         """The admin resumes every drained node: those drained by hand, and those the
         loop drained after node failures in a row (as Slurm's, they wait for an admin;
         a job that fails at once may have the loop drain one again in the drain)."""
-        with self.store.session() as s:
+        with self.disk.spared(), self.store.session() as s:
             drained = list(s.scalars(select(NodeRow.name).where(NodeRow.state == "drained")))
         self.resumes = [(self.clock(), name) for name in drained]
         self._resume_due()
@@ -1480,7 +1480,7 @@ class World:
         self.oracle.aim(process.job, "a heartbeat with extreme figures")
         figure = float(MAX_REPORTED) if high else 0.0
         batch = MAX_BATCH if high else None
-        with self.store.session() as s:
+        with self.disk.spared(), self.store.session() as s:
             row = s.get(JobRow, process.job)
             if row is not None:
                 row.steps = int(figure)
@@ -1495,8 +1495,9 @@ class World:
         if self.disk.on:
             return
         self.tampered.add(job)
-        try:
-            with self.store.session() as s:
+        try:  # (the loop's faults are not the outsider's: a dropped connection still
+            # pending waits for the loop's next statement)
+            with self.disk.spared(), self.store.session() as s:
                 s.execute(update(JobRow).where(JobRow.id == job).values({name: value}))
         except IntegrityError:
             pass  # the database itself refuses it (NaN where NULL is not allowed)
