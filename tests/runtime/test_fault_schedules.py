@@ -308,6 +308,19 @@ def test_a_write_behind_the_loops_back_never_meets_the_loops_dropped_connection(
     assert play("tiresias-las", ops).violation is None
 
 
+def test_a_process_killed_while_paused_is_paused_no_longer_after_its_end() -> None:
+    """Gandiva's seed 159: a time-sliced job killed for its wall time while paused
+    kept counting as paused after its end, and the oracle, which does not count
+    paused time against a wall time, found it had run -111 s."""
+    from corral.testing.virtual import VirtualProcess
+
+    p = VirtualProcess(request=None, pid=1, started=10.0, work=100.0)  # type: ignore[arg-type]
+    p.paused, p.paused_at = True, 20.0
+    assert p.paused_for(25.0) == 5.0
+    p.ended = 30.0
+    assert p.paused_for(200.0) == 10.0
+
+
 def test_a_job_placed_when_its_begin_time_came_waits_again_after_a_step_back() -> None:
     """Gandiva's seed 62: a job placed (waiting for GPUs a leaver still held) when
     the clock stepped back was launched before its begin time by the new clock."""

@@ -200,8 +200,12 @@ class VirtualProcess:
         return self.ended is None
 
     def paused_for(self, now: float) -> float:
-        """Seconds it has spent paused up to ``now``."""
-        return self.paused_total + (now - self.paused_at if self.paused_at is not None else 0.0)
+        """Seconds it has spent paused up to ``now`` (or its end: a process that ended
+        while stopped, killed without being resumed, is paused no longer)."""
+        if self.paused_at is None:
+            return self.paused_total
+        until = now if self.ended is None else min(now, self.ended)
+        return self.paused_total + max(until - self.paused_at, 0.0)
 
     def mean_speed(self, since: float, until: float) -> float:
         """Its average speed over ``[since, until]`` (from its history)."""
