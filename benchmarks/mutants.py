@@ -342,46 +342,82 @@ import sys
 import corral
 assert corral.__file__.startswith(sys.argv[1]), corral.__file__
 from corral.testing.fault_schedules import run_seed
-seeds, policies = int(sys.argv[2]), sys.argv[3].split(",")
-for seed in range(seeds):
+first, last, policies = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
+skip = set(sys.argv[5].split(",")) if len(sys.argv) > 5 else set()
+for seed in range(first, last):
     for policy in policies:
+        if f"{seed}:{policy}" in skip:
+            continue
         broke = run_seed(policy, seed)
         if broke is not None:
             print(f"caught {seed} {policy} {broke}")
             sys.exit(0)
 print("missed")
 """
+"""Runs seeds ``first`` to ``last`` - 1 of each policy on the package at ``argv[1]``
+(but the ``seed:policy`` pairs of ``argv[5]``); prints the first that breaks a rule
+(``caught SEED POLICY what``), else ``missed``."""
+
+
+def _run(
+    src: Path, first: int, last: int, policies: str, timeout: float, skip: str = ""
+) -> list[str]:
+    """The runner's verdict lines, on the package copied to ``src``."""
+    env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(src), str(first), str(last), policies, skip],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("caught", "missed"))]
+    if not lines:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return [f"error: {tail[0]}"]
+    return lines
 
 
 def run_mutant(mutant: Mutant, seeds: int, timeout: float) -> tuple[Mutant, str, float]:
-    """(mutant, what happened, seconds): ``caught SEED POLICY what``, ``missed`` or an error."""
+    """(mutant, what happened, seconds): ``caught SEED POLICY what``, ``missed`` or an
+    error. A seed counts only if the code without the mutant holds it: a seed that
+    breaks a rule either way (a defect of the loop or of the harness not yet
+    mended) is passed over, and the search goes on from the next seed (it is named
+    in the verdict)."""
     began = time.perf_counter()
+    passed_over: list[str] = []
     with tempfile.TemporaryDirectory(prefix="corral-mutant-") as scratch:
-        src = Path(scratch) / "src"
+        src, clean = Path(scratch) / "src", Path(scratch) / "clean"
         shutil.copytree(PACKAGE, src / "corral", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(PACKAGE, clean / "corral", ignore=shutil.ignore_patterns("__pycache__"))
         path = src / "corral" / mutant.file
         text = path.read_text()
         if text.count(mutant.old) != 1:
             found = text.count(mutant.old)
             return mutant, f"not applied: its text is found {found} times in {mutant.file}", 0.0
         path.write_text(text.replace(mutant.old, mutant.new))
-        env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", RUNNER, str(src), str(seeds), ",".join(mutant.policies)],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return mutant, f"missed: not caught within {timeout:.0f} s", time.perf_counter() - began
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("caught", "missed"))]
-    if not lines:
-        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        return mutant, f"error: {tail[0]}", time.perf_counter() - began
-    return mutant, lines[-1], time.perf_counter() - began
+        first, policies = 0, ",".join(mutant.policies)
+        while True:
+            left = timeout - (time.perf_counter() - began)
+            try:
+                skip = ",".join(p.replace(" ", ":") for p in passed_over)
+                verdict = _run(src, first, seeds, policies, max(left, 1.0), skip)[-1]
+                if not verdict.startswith("caught"):
+                    break
+                seed, policy = verdict.split()[1:3]
+                again = _run(clean, int(seed), int(seed) + 1, policy, max(left, 1.0))[-1]
+            except subprocess.TimeoutExpired:
+                verdict = f"missed: not caught within {timeout:.0f} s"
+                break
+            if again == "missed":
+                break
+            passed_over.append(f"{seed} {policy}")
+            first = int(seed)
+            verdict = "missed"
+    if passed_over:
+        verdict += f" (passed over, broken without the mutant too: {', '.join(passed_over)})"
+    return mutant, verdict, time.perf_counter() - began
 
 
 def main() -> int:

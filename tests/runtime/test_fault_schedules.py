@@ -308,6 +308,20 @@ def test_a_write_behind_the_loops_back_never_meets_the_loops_dropped_connection(
     assert play("tiresias-las", ops).violation is None
 
 
+@pytest.mark.parametrize("policy", ["tiresias-las", "gandiva"])
+def test_a_task_back_from_a_suspension_waits_for_its_arrays_throttle(policy: str) -> None:
+    """A task of a ``%2`` array suspended while it runs, and resumed while two others
+    of its array run, waits for one of them to end (its dependency was met at its
+    first start, its throttle is counted again). The random schedules did not reach
+    this (the mutant *returning-task-skips-its-throttle* was missed by 40 seeds)."""
+    ops = [
+        Op(1.0, "submit", ("alice", {"command": ["sleep", "20"], "gpus": 1, "array": "0-3%2"})),
+        Op(5.0, "suspend", (1,)),
+        Op(9.0, "resume", (1,)),
+    ]
+    assert play(policy, ops).violation is None
+
+
 def test_a_process_killed_while_paused_is_paused_no_longer_after_its_end() -> None:
     """Gandiva's seed 159: a time-sliced job killed for its wall time while paused
     kept counting as paused after its end, and the oracle, which does not count
