@@ -322,6 +322,21 @@ def test_a_task_back_from_a_suspension_waits_for_its_arrays_throttle(policy: str
     assert play(policy, ops).violation is None
 
 
+def test_a_job_run_as_rounds_ends_when_its_running_task_is_set_aside() -> None:
+    """A round's task whose record is written unusable while it runs is stopped and
+    set aside; its job must learn that the round failed (it stayed RUNNING, round 1
+    of 3, for ever). Found while reading hare's seed 14, where the oracle did not
+    count a task's corrupted record as a fault aimed at its job."""
+    ops = [
+        Op(1.0, "submit", ("alice", {"command": ["python", "-m", "corral.train.run_task"],
+                                     "gpus": 1,
+                                     "task": {"factory": "corral.examples.tasks:digits",
+                                              "steps": 30, "round_steps": 10}})),
+        Op(4.0, "corrupt", (2, 1)),  # the task's spec: gpus "many"
+    ]  # fmt: skip
+    assert play("hare", ops).violation is None
+
+
 def test_a_process_killed_while_paused_is_paused_no_longer_after_its_end() -> None:
     """Gandiva's seed 159: a time-sliced job killed for its wall time while paused
     kept counting as paused after its end, and the oracle, which does not count

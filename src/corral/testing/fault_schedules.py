@@ -1495,6 +1495,8 @@ class World:
         if self.disk.on:
             return
         self.tampered.add(job)
+        # a round's task corrupted fails its job's round: a fault aimed at the job too
+        self.oracle.aim(job, "a record written behind the loop's back")
         try:  # (the loop's faults are not the outsider's: a dropped connection still
             # pending waits for the loop's next statement)
             with self.disk.spared(), self.store.session() as s:

@@ -269,6 +269,9 @@ class Transitions:
             row = s.get(JobRow, a.job)
             if row is not None:
                 self.recovery.set_aside(s, row, reason, now)
+                # a round's task: its job learns that the round failed (it waited for
+                # ever on a task set aside while it ran)
+                self.rounds.round_task_ended(s, row, now)
         self.loop.dirty = True
 
     def _count_node(self, s: Session, a: Attempt, cause: Cause) -> None:
