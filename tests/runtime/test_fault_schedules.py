@@ -337,6 +337,13 @@ def test_a_job_run_as_rounds_ends_when_its_running_task_is_set_aside() -> None:
     assert play("hare", ops).violation is None
 
 
+def test_a_held_job_suspended_by_another_request_waits_for_the_harness_resume() -> None:
+    """Seed 1,458 of tiresias-las: the harness's held-then-suspended job was neither
+    waiting nor suspended by it when it looked (another request had got there
+    first), and the harness raised IndexError out of the run."""
+    assert run_seed("tiresias-las", 1458) is None
+
+
 def test_a_process_killed_while_paused_is_paused_no_longer_after_its_end() -> None:
     """Gandiva's seed 159: a time-sliced job killed for its wall time while paused
     kept counting as paused after its end, and the oracle, which does not count

@@ -1143,6 +1143,8 @@ class World:
                 self._op_suspend(job)
                 due.append(self.clock() + after)
                 return False
+            if not due:  # (held, and not waiting: suspended by another request, or
+                return False  # starting; the hold comes to it first)
             if self.clock() < due[0]:
                 return False
             self._op_resume(job)
