@@ -200,6 +200,25 @@ def test_a_cancel_trips_when_the_job_runs_on_to_succeed(store: Store) -> None:
     assert ends(store, o) is None
 
 
+@pytest.mark.parametrize(("ended", "trips"), [(None, True), (1, False), (0, True)])
+def test_a_cancel_of_a_job_whose_process_had_ended_holds_if_that_attempt_was_its_last(
+    store: Store, ended: int | None, trips: bool
+) -> None:
+    """Seed 1,559: the cancel was asked after the process had ended, its end not yet
+    recorded; the clock then stepped back, and the end (by the old clock) fell after
+    the first pass (by the new). The job ended first: no trip, if the attempt that had
+    ended is its last (another launched after the cancel must not succeed)."""
+    o = oracle()
+    o.good_passes = [(1, T0 + 2.0, T0 + 2.1)]  # (by the stepped clock)
+    with store.session() as s:
+        j = job(s, o)
+        attempt(s, j, 1, T0, T0 + 5, "succeeded")
+        end(s, j, "SUCCEEDED", T0 + 5)
+    o.cancel_asked(j, T0 + 8.0, ended)
+    said = ends(store, o)
+    assert (said is not None and said.startswith("cancel")) == trips, said
+
+
 def test_history_trips_on_an_end_event_that_differs(store: Store) -> None:
     o = oracle()
     with store.session() as s:

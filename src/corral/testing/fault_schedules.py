@@ -1096,8 +1096,11 @@ class World:
             routes.heartbeat(ctx, process.job, HeartbeatBody(**body), Request(scope))
 
     def _op_cancel(self, job: int) -> None:
+        mine = [p for p in self.executor.processes.values() if p.job == job]
+        last = max(mine, key=lambda p: p.attempt, default=None)
+        ended = last.attempt if last is not None and last.ended is not None else None
         if self._request(job, "cancel"):
-            self.oracle.cancel_asked(job, self.clock())
+            self.oracle.cancel_asked(job, self.clock(), ended)
 
     def _op_suspend(self, job: int) -> None:
         self._request(job, "suspend")

@@ -77,6 +77,10 @@ class Promise:
     """When a cancel was first asked (while it had not ended)."""
     cancelled_before: int = 0
     """How many passes had begun when it was asked (the next one must carry it out)."""
+    ended_attempt: int | None = None
+    """The attempt whose process had already ended, its end not yet recorded, when
+    the cancel was asked (None: one ran, or none had started): the job ended first
+    if that attempt is its last."""
     released: float | None = None
     """When a release was first asked."""
     released_back: float = 0.0
@@ -183,13 +187,14 @@ class Oracle:
         for job in jobs:
             self.aim(job, what)
 
-    def cancel_asked(self, job: int, now: float) -> None:
+    def cancel_asked(self, job: int, now: float, ended_attempt: int | None = None) -> None:
         if job not in self.promises:  # a round's task: its job ends CANCELLED with it
             self.aim(job, "cancelled")
             return
         p = self.promises.get(job)
         if p is not None and p.cancelled is None:
             p.cancelled, p.cancelled_before = now, self.passes
+            p.ended_attempt = ended_attempt
 
     def release_asked(self, job: int, now: float) -> None:
         p = self.promises.get(job)
@@ -385,7 +390,7 @@ class Oracle:
             self._history(p, mine, events.get(job, []))
             self._retries(p, row, mine)
             self._dependency(p, row, mine, rows, attempts)
-            self._cancel(p, row)
+            self._cancel(p, row, mine)
             self._timeouts(p, mine)
             self._command(p, row, mine, rows)
             if self.rounds_live and p.spec.task is not None:
@@ -516,9 +521,12 @@ class Oracle:
                 f"dependency: job {p.job} ended {row.status} though {never[0]} can never be met"
             )
 
-    def _cancel(self, p: Promise, row: JobRow) -> None:
+    def _cancel(self, p: Promise, row: JobRow, mine: list[AttemptRow]) -> None:
         if p.cancelled is None or row.status == "CANCELLED":
             return
+        if p.ended_attempt is not None and mine and mine[-1].number == p.ended_attempt:
+            return  # it ended first (its end recorded after the cancel: the times, across
+            # a clock step back, do not compare)
         first = self.first_pass_after(p.cancelled_before)
         if row.end_time is None or row.end_time > first + SLACK:
             self.broken(
