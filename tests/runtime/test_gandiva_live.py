@@ -68,7 +68,8 @@ def test_a_time_sliced_pair_takes_turns_by_pausing_its_processes(
     logs = {name: tmp_path / f"{name}.steps" for name in "ab"}
     a = h.submit(name="a", command=progress_writer(logs["a"], 80, 0.05), gpus=1)["id"]
     h.wait_state(a, {"RUNNING"}, timeout=30)
-    b = h.submit(name="b", command=progress_writer(logs["b"], 40, 0.05), gpus=1)["id"]
+    # (work enough for several turns: on a loaded machine a turn's end may come late)
+    b = h.submit(name="b", command=progress_writer(logs["b"], 100, 0.05), gpus=1)["id"]
     # the newcomer shares the GPU and takes the first turn: the running job is paused
     wait_for(lambda: any(e.job_id == a for e in h.events("pause")), 20, "job a to be paused")
     pid = next(x.pid for x in h.attempts() if x.job_id == a)
@@ -139,8 +140,9 @@ def test_three_jobs_time_sliced_on_one_gpu_take_turns_one_at_a_time(
     logs = {name: tmp_path / f"{name}.steps" for name in "abc"}
     a = h.submit(name="a", command=progress_writer(logs["a"], holder_steps, 0.05), gpus=1)["id"]
     h.wait_state(a, {"RUNNING"}, timeout=30)
-    b = h.submit(name="b", command=progress_writer(logs["b"], 40, 0.05), gpus=1)["id"]
-    c = h.submit(name="c", command=progress_writer(logs["c"], 40, 0.05), gpus=1)["id"]
+    # (work enough for several turns each: on a loaded machine a turn's end may come late)
+    b = h.submit(name="b", command=progress_writer(logs["b"], 100, 0.05), gpus=1)["id"]
+    c = h.submit(name="c", command=progress_writer(logs["c"], 100, 0.05), gpus=1)["id"]
     jobs = h.wait_done([a, b, c], timeout=120)
     assert [j["status"] for j in jobs] == ["SUCCEEDED"] * 3
     assert [j["preemptions"] for j in jobs] == [0, 0, 0]
