@@ -573,7 +573,15 @@ class Scheduler(LoopState):
             if noise is not None:
                 st.noise_scale[i] = noise
             a = self.attempts.get(job)
-            fresh = a is not None and window is not None and window >= a.started
+            # measured by the process on the GPUs the state holds it on: a process
+            # still leaving the GPUs of a resize reports the old ones' step time
+            fresh = (
+                a is not None
+                and a.stop is None
+                and sorted(a.gpus) == sorted(st.alloc[i] or ())
+                and window is not None
+                and window >= a.started
+            )
             rate = float(throughput) if throughput is not None else 0.0
             st.step_time[i] = 1.0 / rate if fresh and rate > 0 else np.nan
 
