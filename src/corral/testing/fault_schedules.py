@@ -241,7 +241,8 @@ def make_schedule(
     ``pressure`` crowds, the store's faults and operations aimed at what runs when
     they come, ``wider`` gangs over nodes, jobs of a capped virtual cluster, jobs run
     as rounds, fair share, a begin time met before the clock steps back and bob's
-    task jobs in warm workers past his cap, each from a stream of its own (the rest
+    task jobs in warm workers past his cap and a throttled array's task suspended
+    and resumed, each from a stream of its own (the rest
     of the schedule is the same without them)."""
     rng = random.Random(seed)
     ops: list[Op] = []
@@ -304,6 +305,7 @@ def make_schedule(
         ops += _at_the_caps(random.Random(f"caps-{seed}"), max(length // 20, 1), span)
         ops += _begun_then_back(random.Random(f"begun-{seed}"), span)
         ops += _warm_past_the_cap(random.Random(f"warm-{seed}"), span)
+        ops += _throttled_return(random.Random(f"throttle-{seed}"), span)
     ops.sort(key=lambda op: op.at)
     return ops
 
@@ -498,6 +500,14 @@ def _warm_past_the_cap(rng: random.Random, span: float) -> list[Op]:
             "array": f"0-{tasks - 1}",
             "task": {"factory": "corral.examples.tasks:digits", "steps": 10}}  # fmt: skip
     return [Op(at, "submit", ("bob", sleep)), Op(round(at + 1, 2), "submit", ("bob", task))]
+
+
+def _throttled_return(rng: random.Random, span: float) -> list[Op]:
+    """From a stream of its own: a throttled array one of whose running tasks is
+    suspended and resumed while another task of its array has taken its place
+    (see :meth:`World._op_throttled_return`)."""
+    at = round(rng.uniform(0, span * 0.8), 2)
+    return [Op(at, "throttled_return", (rng.choice([2.0, 6.0]),))]
 
 
 def _feature(rng: random.Random, earlier: int) -> tuple[str | None, dict[str, Any]]:
@@ -1149,6 +1159,34 @@ class World:
             if not due:  # (held, and not waiting: suspended by another request, or
                 return False  # starting; the hold comes to it first)
             if self.clock() < due[0]:
+                return False
+            self._op_resume(job)
+            return True
+
+        self._when(next_step)
+
+    def _op_throttled_return(self, after: float) -> None:
+        """alice submits four 20-s tasks of one GPU throttled to two at a time
+        (``%2``); once two run, one is suspended, and ``after`` seconds later its
+        user resumes it, while a third task of its array has taken its place: it
+        must wait for one of them to end (its dependencies were met at its first
+        start, but its throttle counts it again)."""
+        known = set(self.oracle.promises)
+        self._op_submit("alice", {"command": ["sleep", "20"], "gpus": 1, "array": "0-3%2"})
+        tasks = sorted(set(self.oracle.promises) - known)
+        suspended: list[tuple[int, float]] = []  # (the task, when to resume it)
+
+        def next_step() -> bool:
+            if not suspended:
+                attempts = self.scheduler.attempts
+                running = [j for j in tasks if j in attempts and attempts[j].stop is None]
+                if len(running) < 2:
+                    return not tasks  # (refused: nothing to do)
+                self._op_suspend(running[0])
+                suspended.append((running[0], self.clock() + after))
+                return False
+            job, due = suspended[0]
+            if self.clock() < due:
                 return False
             self._op_resume(job)
             return True
