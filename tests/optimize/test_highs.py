@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from corral.errors import CorralError
-from corral.optimize.highs import Rows, solve, stack
+from corral.optimize.highs import Rows, RowBoundSeries, solve, stack
 
 
 def dense(rows: Rows) -> np.ndarray:
@@ -94,3 +94,25 @@ def test_threads_solving_at_once_each_get_their_own_optimum() -> None:
     limits = [float(k) for k in range(1, 201)]
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(best, limits)) == limits
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000))
+def test_a_series_of_row_bounds_judges_each_as_a_fresh_solve_does(seed: int) -> None:
+    """Warm-started from the last solve's basis (finish-time fairness' bisection),
+    each solve is feasible exactly where a solve from nothing is, at the same
+    optimum, infeasible ones between feasible ones included."""
+    rng = np.random.default_rng(seed)
+    n_rows, n_cols = 6, 5
+    values = rng.uniform(-1.0, 2.0, (n_rows, n_cols))
+    r, c = np.nonzero(np.ones((n_rows, n_cols)))
+    rows = Rows.of(r, c, values[r, c], n_rows, n_cols, upper=1.0)
+    cost = rng.uniform(-1.0, 1.0, n_cols)
+    series = RowBoundSeries(cost, rows, 0.0, 1.0)
+    for _ in range(8):
+        upper = rng.uniform(-1.5, 2.0, n_rows)
+        warm, fresh = series.solve(upper), solve(cost, rows.bounded(upper), 0.0, 1.0)
+        assert (warm is None) == (fresh is None)
+        if warm is not None and fresh is not None:
+            assert warm.objective == pytest.approx(fresh.objective, abs=1e-7)
+            assert (dense(rows) @ warm.x <= upper + 1e-7).all()

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corral.errors import CorralError
-from corral.optimize.highs import Rows, solve, stack
+from corral.optimize.highs import Rows, RowBoundSeries, solve, stack
 
 _TOL = 1e-6
 _WEIGHT_RANGE = 1e-9
@@ -285,14 +285,13 @@ def finish_time_fairness(
 
     # the same constraint matrix, objective and bounds at every rho: only the
     # floors on throughput move
-    a = stack(base, rows)
-    zero, upper = np.zeros(p.n * p.k), _upper(p, [])
+    checks = RowBoundSeries(np.zeros(p.n * p.k), stack(base, rows), 0.0, _upper(p, []))
 
     def feasible(rho: float) -> bool:
         need = floor(rho)
         if need is None:
             return False
-        return _solve(zero, a.bounded(np.concatenate([base.upper, need])), upper) is not None
+        return checks.solve(np.concatenate([base.upper, need])) is not None
 
     hi = max(lo, 1e-3) * 2
     while not feasible(hi):
