@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from corral.errors import CorralError
-from corral.optimize.highs import Rows, RowBoundSeries, solve, stack
+from corral.optimize.highs import RowBoundSeries, Rows, solve, stack
 
 
 def dense(rows: Rows) -> np.ndarray:

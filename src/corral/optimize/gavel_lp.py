@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corral.errors import CorralError
-from corral.optimize.highs import Rows, RowBoundSeries, solve, stack
+from corral.optimize.highs import RowBoundSeries, Rows, solve, stack
 
 _TOL = 1e-6
 _WEIGHT_RANGE = 1e-9
