@@ -15,7 +15,7 @@ from corral.errors import CorralError
 from corral.model.cluster_specs import load_cluster
 from corral.model.state import SchedulerState
 from corral.optimize.gavel_lp import AllocationProblem, _max_min_norm, max_min_fairness
-from corral.optimize.pop import JOBS_PER_PART, parts_for, solve_parts, split
+from corral.optimize.pop import JOBS_PER_PART, keep_parts, parts_for, solve_parts, split
 from corral.policies import make_policy
 from corral.policies.gavel import GavelPolicy
 from corral.traces.loading import load_trace
@@ -144,3 +144,48 @@ def test_pop_is_refused_below_one_part() -> None:
         make_policy("gavel-max-min-fairness", pop=0)
     with pytest.raises(CorralError, match="option 'pop_split' must be one of balanced, random"):
         make_policy("gavel-max-min-fairness", pop_split="sorted")
+
+
+def test_a_kept_split_keeps_each_job_in_its_part_and_deals_new_ones_to_the_lightest() -> None:
+    part_of = {0: 0, 1: 0, 2: 1, 3: 1, 4: 2}
+    jobs = np.array([0, 2, 3, 4, 7, 8])  # 1 ended; 7 and 8 arrived
+    load = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.5])
+    groups = keep_parts(part_of, jobs, load, 3)
+    assert groups is not None
+    parts = {int(j): k for k, g in enumerate(groups) for j in jobs[g]}
+    assert {j: parts[j] for j in (0, 2, 3, 4)} == {0: 0, 2: 1, 3: 1, 4: 2}
+    assert parts[8] == 0 and parts[7] == 2  # the heaviest first, each to the lightest
+    # a split that can no longer be kept even is dealt afresh
+    assert keep_parts(part_of, jobs, load, 4) is None  # another number of parts
+    assert keep_parts({0: 0, 1: 1}, np.arange(8), np.ones(8), 2) is not None
+    assert keep_parts({j: 0 for j in range(8)}, np.arange(9), np.ones(9), 2) is None
+    assert keep_parts({}, jobs, load, 3) is None
+
+
+def test_a_pass_after_an_arrival_solves_only_the_part_it_joined() -> None:
+    """Max-min fairness' allocation depends on the jobs' problem alone: a part
+    whose jobs are unchanged keeps its allocation, the part a new job joins is
+    solved again, and the result is the one a solve of that same split gives.
+    Finish-time fairness' depends on time: every part is solved again."""
+    state = typed_state(120)
+    policy = make_policy("gavel-max-min-fairness", pop=4)
+    assert isinstance(policy, GavelPolicy)
+    policy._solve(state, np.arange(110))
+    assert policy.pop_resolved == 4
+    policy._solve(state, np.arange(110))
+    assert policy.pop_resolved == 0
+    policy._solve(state, np.arange(111))
+    assert policy.pop_resolved == 1
+    kept = dict(zip(policy._combos, policy._x.tolist(), strict=True))
+    fresh = make_policy("gavel-max-min-fairness", pop=4)
+    assert isinstance(fresh, GavelPolicy)
+    fresh._part_of = dict(policy._part_of)  # the same split, every part solved anew
+    fresh._solved_parts = {}
+    fresh._solve(state, np.arange(111))
+    assert fresh.pop_resolved == 4
+    assert dict(zip(fresh._combos, fresh._x.tolist(), strict=True)) == kept
+    timed = make_policy("gavel-finish-time-fairness", pop=4)
+    assert isinstance(timed, GavelPolicy)
+    timed._solve(state, np.arange(110))
+    timed._solve(state, np.arange(110))
+    assert timed.pop_resolved == 4

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -40,6 +41,9 @@ import numpy as np
 JOBS_PER_PART = 1000
 """Jobs a part holds at most when the number of parts is chosen from the size."""
 SPLITS = ("balanced", "random")
+KEPT_SLACK = 0.05
+"""How far above an even share of the load a kept split lets a part that is
+solved again anyway take a new job, before new jobs go to the lightest part."""
 T = TypeVar("T")
 
 
@@ -84,6 +88,44 @@ def split(
     return [np.sort(order[part == k]) for k in range(parts)]
 
 
+def keep_parts(
+    part_of: dict[int, int], jobs: np.ndarray, load: np.ndarray, parts: int
+) -> list[np.ndarray] | None:
+    """The last split carried forward to ``jobs`` (ids; ``load`` each one's demand):
+    each job still present stays in its part, and each new one, the heaviest
+    first, joins a part that is solved again anyway (one a job left or joined)
+    while that keeps it within :data:`KEPT_SLACK` of an even share, else the part
+    with the least load. None where the split cannot be kept: the number of
+    parts changed, or a part would hold more than a quarter again of an even
+    share of the load or of the jobs (the caller splits afresh).
+
+    Why: a part whose jobs are those of the last solve need not be solved again
+    (its share of each type is the same 1/k), so a pass after a few arrivals and
+    ends re-solves only the parts they touched; a fresh split deals every job
+    anew and changes every part."""
+    if parts <= 1 or not part_of or max(part_of.values()) >= parts:
+        return None
+    placed = np.fromiter((part_of.get(j, -1) for j in jobs.tolist()), np.int64, len(jobs))
+    kept = placed >= 0
+    loads = np.bincount(placed[kept], weights=load[kept], minlength=parts).astype(float)
+    counts = np.bincount(placed[kept], minlength=parts)
+    before = np.bincount(np.fromiter(part_of.values(), np.int64), minlength=parts)
+    touched = counts < before  # a job left: solved again
+    even_load = float(np.sum(load)) / parts
+    for r in sorted(np.flatnonzero(~kept).tolist(), key=lambda r: (-load[r], r)):
+        room = touched & (loads + load[r] <= even_load * (1 + KEPT_SLACK))
+        pool = np.flatnonzero(room) if room.any() else np.arange(parts)
+        k = int(pool[np.lexsort((pool, counts[pool], loads[pool]))[0]])
+        placed[r] = k
+        loads[k] += load[r]
+        counts[k] += 1
+        touched[k] = True
+    even_count = len(jobs) / parts
+    if counts.min() == 0 or loads.max() > 1.25 * even_load or counts.max() > 1.25 * even_count:
+        return None
+    return [np.flatnonzero(placed == k) for k in range(parts)]
+
+
 def solve_parts(
     groups: list[np.ndarray], solve_one: Callable[[np.ndarray], T], threads: int | None = None
 ) -> list[T]:
@@ -93,5 +135,22 @@ def solve_parts(
         threads = min(len(groups), len(os.sched_getaffinity(0)))
     if threads <= 1 or len(groups) <= 1:
         return [solve_one(group) for group in groups]
-    with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(solve_one, groups))
+    return list(_pool(threads).map(solve_one, groups))
+
+
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """A pool of ``threads`` threads kept for the process's life: a pass at every
+    round paid for starting its threads each time (and each thread for making
+    its solver), a tenth of a pass at 10,000 jobs on a busy host. By process id:
+    a process forked from one with a pool (a sweep's workers) has none of its
+    threads, so it makes its own rather than rely on the copied pool's state."""
+    key = (os.getpid(), threads)
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = _pools[key] = ThreadPoolExecutor(threads, thread_name_prefix="pop")
+        return pool

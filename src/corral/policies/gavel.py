@@ -53,7 +53,7 @@ from corral.optimize.gavel_lp import (
     max_throughput,
     min_makespan,
 )
-from corral.optimize.pop import SPLITS, parts_for, solve_parts, split
+from corral.optimize.pop import SPLITS, keep_parts, parts_for, solve_parts, split
 from corral.perf.throughputs import ThroughputTable, gavel_throughputs
 from corral.placement.strategies import PlacementStrategy
 from corral.policies.base import (
@@ -117,6 +117,10 @@ class GavelPolicy(Policy):
         "realised in rounds"
     )
     packed: ClassVar[bool] = False
+    static_allocation: ClassVar[bool] = True
+    """The allocation depends on the jobs' problem alone (speeds, sizes, weights,
+    capacity), not on time or progress: a POP part whose problem is unchanged
+    keeps its last allocation."""
 
     def __init__(
         self,
@@ -137,6 +141,12 @@ class GavelPolicy(Policy):
         self.pop_split = pop_split
         self.pop_parts = 1
         """The parts the last solve was split into."""
+        self.pop_resolved = 0
+        """How many of them the last solve solved (the others kept their allocation)."""
+        self._part_of: dict[int, int] = {}
+        """Job -> its POP part at the last solve (kept while the split stays even)."""
+        self._solved_parts: dict[int, tuple[bytes | None, tuple[list[Combo], np.ndarray]]] = {}
+        """Part -> (its key, its combinations and allocation) at the last solve."""
         self._share = 1.0
         """The part of every GPU type the problem being built has (1/parts under POP)."""
         if round <= 0:
@@ -197,23 +207,54 @@ class GavelPolicy(Policy):
         parts = parts_for(len(active), state.cluster.type_gpus, largest, self.pop)
         self.pop_parts = parts
         if parts <= 1:
+            self._part_of, self._solved_parts = {}, {}
             self._combos, self._x = self._solve_group(state, active)
             return
-        groups = split(
-            state.gpus[active],
-            state.weight[active],
-            parts,
-            self.pop_split,
-            seed=self.solves,
-            load=self._pop_load(state, active),
-        )
+        load = self._pop_load(state, active)
+        groups = None
+        if self.pop_split == "balanced":
+            demand = state.gpus[active].astype(float) if load is None else load
+            groups = keep_parts(self._part_of, active, demand, parts)
+        if groups is None:
+            groups = split(
+                state.gpus[active],
+                state.weight[active],
+                parts,
+                self.pop_split,
+                seed=self.solves,
+                load=load,
+            )
+            self._solved_parts = {}
+        self._part_of = {j: k for k, g in enumerate(groups) for j in active[g].tolist()}
         self._share = 1.0 / parts
         try:
-            solved = solve_parts(groups, lambda g: self._solve_group(state, active[g]))
+            keys = [self._part_key(state, active[g]) for g in groups]
+            again = [
+                k for k, key in enumerate(keys)
+                if key is None or self._solved_parts.get(k, (None,))[0] != key
+            ]  # fmt: skip
+            fresh = solve_parts(
+                [groups[k] for k in again], lambda g: self._solve_group(state, active[g])
+            )
         finally:
             self._share = 1.0
+        for k, found in zip(again, fresh, strict=True):
+            self._solved_parts[k] = (keys[k], found)
+        self.pop_resolved = len(again)
+        solved = [self._solved_parts[k][1] for k in range(len(groups))]
         self._combos = [c for combos, _ in solved for c in combos]
         self._x = np.concatenate([x for _, x in solved])
+
+    def _part_key(self, state: SchedulerState, jobs: np.ndarray) -> bytes | None:
+        """What a POP part's allocation depends on, for policies whose allocation is
+        a function of the problem alone (:attr:`static_allocation`): the same key,
+        the same allocation, kept from the last solve. None: solve it again."""
+        if not self.static_allocation:
+            return None
+        p = self._problem(state, jobs)
+        weights = p.weights if p.weights is not None else np.zeros(0)
+        arrays = (jobs, p.throughput, p.gpus, p.capacity, weights)
+        return b"|".join(np.ascontiguousarray(a).tobytes() for a in arrays)
 
     def _pop_load(self, state: SchedulerState, active: np.ndarray) -> np.ndarray | None:
         """What POP's balanced split evens out between parts (None: GPUs, then weight)."""
@@ -487,6 +528,7 @@ class GavelMaxMinAgnostic(GavelPolicy):
 class GavelFinishTimeFairness(GavelPolicy):
     name = "gavel-finish-time-fairness"
     reads_durations = True
+    static_allocation = False  # (its allocation depends on each job's time so far and work left)
     description = "Gavel: minimise the worst finish-time fairness rho (Themis' metric), LPs"
 
     def __init__(self, placement: PlacementStrategy | None = None, **params: Any) -> None:
@@ -528,6 +570,7 @@ class GavelFinishTimeFairness(GavelPolicy):
 class GavelMinMakespan(GavelPolicy):
     name = "gavel-min-makespan"
     reads_durations = True
+    static_allocation = False  # (its allocation depends on each job's work left)
     description = "Gavel: finish the jobs present as early as possible (LP)"
 
     def allocate(self, state: SchedulerState, jobs: np.ndarray) -> np.ndarray:
@@ -552,6 +595,7 @@ class GavelMaxThroughput(GavelPolicy):
 
 class GavelMaxMinPacked(GavelPolicy):
     name = "gavel-max-min-fairness-packed"
+    static_allocation = False  # (its pairs' measured speeds change as they are measured)
     live_note = (
         "a packed pair runs as two process groups on the same GPUs; its speeds are Gavel's "
         "measured ones, not re-measured live"
