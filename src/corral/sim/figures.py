@@ -235,8 +235,8 @@ def normalised_points(results_csv: Path, baseline: str) -> pd.DataFrame:
     frame = runs.assign(load=runs["load"].fillna(-1.0))
     metrics = [m for m, _, _ in METRICS if m in frame.columns]
     base = frame[frame["policy"].astype(str) == baseline].set_index(keys)[metrics]
-    base = base.where(base != 0)
-    joined = frame.join(base, on=keys, rsuffix="__base")
+    base = base.where(base != 0).add_suffix("__base")
+    joined = frame.join(base, on=keys)
     for m in metrics:
         joined[m] = joined[m] / joined[f"{m}__base"]
     ratios = joined[["policy", *keys, *metrics]].dropna(subset=metrics, how="all")
