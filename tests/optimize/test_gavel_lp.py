@@ -163,3 +163,28 @@ def test_every_allocation_is_feasible(n: int, capacity: list[int], seed: int) ->
         finish_time_fairness(p, rng.uniform(0, 100, size=n), remaining, remaining * 2)[0],
     ):
         assert_feasible(p, x)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_level_by_interior_point_gives_the_simplexs_allocation(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From ``IPM_FROM`` jobs the first stage's level is found by the interior
+    point (it was the simplex's n^2.3); only its level is kept, so the allocation
+    the second stage makes is the one the simplex's level gave."""
+    import corral.optimize.gavel_lp as lp
+
+    rng = np.random.default_rng(seed)
+    n = 2 * lp.IPM_FROM
+    p = AllocationProblem(
+        throughput=rng.uniform(0.2, 3.0, (n, 3)),
+        gpus=rng.choice([1, 2, 4], n, p=[0.7, 0.2, 0.1]),
+        capacity=np.array([40.0, 40.0, 40.0]),
+        weights=rng.choice([1.0, 2.0], n),
+    )
+    by_ipm = lp.max_min_fairness(p)
+    remaining = rng.uniform(1e3, 1e5, n)
+    makespan_ipm = lp.min_makespan(p, remaining)
+    monkeypatch.setattr(lp, "IPM_FROM", 10**9)
+    assert np.allclose(by_ipm, lp.max_min_fairness(p), atol=1e-9)
+    assert np.allclose(makespan_ipm, lp.min_makespan(p, remaining), atol=1e-9)
