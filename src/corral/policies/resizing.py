@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from corral.errors import CorralError
 from corral.model.free_gpus import FreeGPUs
@@ -74,16 +75,17 @@ def exact_division(rows: list[np.ndarray], left: int) -> np.ndarray:
     steps, vectorised per job: small when jobs' useful sizes are capped
     (Pollux's exploration cap), G x G per job at worst."""
     best = np.zeros(left + 1)  # best[g]: least cost of the jobs so far with g extras
-    grid_g = np.arange(left + 1)[:, None]
     choices = np.zeros((len(rows), left + 1), dtype=np.int64)
+    at = np.arange(left + 1)
     for k, full_row in enumerate(rows):
         row = full_row[: int(np.argmin(full_row)) + 1]
-        grid_e = np.arange(len(row))[None, :]
-        # cand[g, e] = best[g - e] + row[e], for e <= g
-        prior = np.where(grid_e <= grid_g, best[np.clip(grid_g - grid_e, 0, None)], np.inf)
-        cand = prior + row[None, :]
+        n = len(row)
+        # cand[g, e] = best[g - e] + row[e] (inf for e > g): windows of best with
+        # n - 1 infinities before it, read backwards (a view: no index arrays)
+        padded = np.concatenate([np.full(n - 1, np.inf), best])
+        cand = sliding_window_view(padded, n)[:, ::-1] + row
         choices[k] = np.argmin(cand, axis=1)
-        best = cand[np.arange(left + 1), choices[k]]
+        best = cand[at, choices[k]]
     extras = np.zeros(len(rows), dtype=np.int64)
     used = int(np.argmin(best))  # fewer extras may cost less when a GPU would hurt
     for k in range(len(rows) - 1, -1, -1):
