@@ -284,14 +284,19 @@ class HiveD(QuotaClassReasons, Policy):
         tree = self.tree
         assert tree is not None
         usable = self.binding.usable()
+        # prefix sums: a block's usable and free GPUs by two lookups (a sum over
+        # each block of each held cell, for every job placed, was most of a pass)
+        usable_before = np.concatenate(([0], np.cumsum(usable, dtype=np.int64)))
+        free_before = np.concatenate(([0], np.cumsum(builder.free.mask, dtype=np.int64))).tolist()
         best: tuple[tuple[int, int, int, tuple[int, int, int], int], int, int] | None = None
         for cell, size, rank in self.binding.held_cells(state, i, v, g):
             first, span = tree.first_list[cell], tree.size_list[cell]
-            avail = usable[first : first + span].reshape(-1, size).sum(axis=1)
-            left = int(avail.sum()) - g  # best fit: the fullest cell the VC holds
+            avail = np.diff(usable_before[first : first + span + 1 : size])
+            # best fit: the fullest cell the VC holds
+            left = int(usable_before[first + span] - usable_before[first]) - g
             for k in np.flatnonzero(avail >= g).tolist():
                 start = first + k * size
-                busy = size - int(builder.free.mask[start : start + size].sum())
+                busy = size - (free_before[start + size] - free_before[start])
                 key = (left, int(avail[k]) - g, busy, rank, k)
                 if best is None or key < best[0]:
                     best = (key, cell, start)
