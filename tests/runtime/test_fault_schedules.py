@@ -337,6 +337,24 @@ def test_a_job_run_as_rounds_ends_when_its_running_task_is_set_aside() -> None:
     assert play("hare", ops).violation is None
 
 
+def test_a_drain_before_a_step_back_is_not_compared_with_the_pass_after_it() -> None:
+    """Seed 2,582 of tiresias-las, shrunk: a node is drained while the store is slow,
+    the clock steps back 30 s before the next pass runs to its end, and a job
+    placed before the drain launches on the node. The oracle compared the
+    placement's time (before the step) with that pass's (after it) and found the
+    job placed after the drain."""
+    ops = [
+        Op(32.7, "crowd", (1, 9, 30, None, False)),
+        Op(34.7, "race", (3, "after commit", "cancel", 96, 1)),
+        Op(34.96, "store_fault", ("slow", 12.0)),
+        Op(36.2, "race", (4, "after commit", "cancel", 20, 1)),
+        Op(36.68, "drain_node", (1, 5.0)),
+        Op(41.7, "clock_back", (30.0,)),
+        Op(44.11, "cancel", (4,)),
+    ]
+    assert play("tiresias-las", ops).violation is None
+
+
 def test_a_held_job_suspended_by_another_request_waits_for_the_harness_resume() -> None:
     """Seed 1,458 of tiresias-las: the harness's held-then-suspended job was neither
     waiting nor suspended by it when it looked (another request had got there

@@ -1000,6 +1000,7 @@ class World:
             sch = self.scheduler
             if sch.errors == before and sch.faults == faults and not sch.resync_due:
                 self.oracle.good_passes.append((number, began, self.clock()))
+                self.oracle.good_back[number] = self.oracle.back
         self.passes += 1
         full = full or self.disk.on or self.disk.fired > fired  # the store's trouble met
         if self.scheduler.errors > before and not full:
@@ -1397,9 +1398,8 @@ class World:
         later."""
         name = self.executor.nodes()[node]
         if self._node_state(name, "drain"):
-            self.oracle.drains.update(
-                {s.id: self.oracle.passes for s in self.executor.slots() if s.node == name}
-            )
+            now = (self.oracle.passes, self.oracle.back)
+            self.oracle.drains.update({s.id: now for s in self.executor.slots() if s.node == name})
             self.resumes.append((self.clock() + seconds, name))
 
     def _node_state(self, name: str, action: str) -> bool:

@@ -145,10 +145,14 @@ class Oracle:
     """Passes begun so far."""
     good_passes: list[tuple[int, float, float]] = field(default_factory=list)
     """(number, start time, end time) of each pass that ran to its end."""
+    good_back: dict[int, float] = field(default_factory=dict)
+    """Pass number -> seconds the clock had stepped back when it ran, for each of
+    :attr:`good_passes`."""
     unsteady: list[tuple[float, float]] = field(default_factory=list)
     """Spans when the loop could not keep its deadlines (a full disk, a clock jump)."""
-    drains: dict[int, int] = field(default_factory=dict)
-    """GPU -> passes begun when an admin drained its node (gone when resumed)."""
+    drains: dict[int, tuple[int, float]] = field(default_factory=dict)
+    """GPU -> (passes begun, seconds the clock had stepped back) when an admin
+    drained its node (gone when resumed)."""
     restarts: list[float] = field(default_factory=list)
     """When the service was restarted (each may cost a stop in progress a tick)."""
     back: float = 0.0
@@ -215,6 +219,12 @@ class Oracle:
                 f"behind its saved checkpoint at step {p.checkpoint}"
             )
 
+    def _back_at_first_pass_after(self, begun: int) -> float:
+        """The clock's steps back, in seconds, when the pass of
+        :meth:`first_pass_after` ran (all of them so far where none has yet)."""
+        number = next((k for k, _, _ in self.good_passes if k > begun), None)
+        return self.back if number is None else self.good_back.get(number, self.back)
+
     def first_pass_after(self, begun: int) -> float:
         """When the first pass to run to its end after ``begun`` passes began started."""
         return next((t for k, t, _ in self.good_passes if k > begun), math.inf)
@@ -279,7 +289,11 @@ class Oracle:
                 self._layout(p, att)
             self._wall_time(att, p, now, paused.get((att.job_id, att.number), 0.0))
             for g in att.gpus or []:
-                if g in self.drains and att.start_time > self.first_pass_after(self.drains[g]):
+                drained, back = self.drains.get(g, (-1, 0.0))
+                if drained < 0 or back != self._back_at_first_pass_after(drained):
+                    continue  # (the clock stepped back between the drain and the first
+                    # pass after it: the times recorded either side do not compare)
+                if att.start_time > self.first_pass_after(drained):
                     # (placed before the drain and launched once its GPUs were free is
                     # allowed, as a job Slurm allocated runs on a node drained after)
                     placed = s.scalar(
@@ -289,7 +303,7 @@ class Oracle:
                         .order_by(EventRow.id.desc())
                         .limit(1)
                     )
-                    if placed is None or placed > self.first_pass_after(self.drains[g]):
+                    if placed is None or placed > self.first_pass_after(drained):
                         self.broken(
                             f"drain: job {p.job} attempt {att.number} was placed at {placed} "
                             f"on GPU {g}, of a node drained before"
